@@ -1,0 +1,1 @@
+//! Config entries: decode, normalize, validate.

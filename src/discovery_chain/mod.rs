@@ -1,0 +1,1 @@
+//! The discovery chain compiler.

@@ -1,0 +1,1 @@
+//! The bexpr filter language used by `?filter=` and resolver subsets.

@@ -1,0 +1,8 @@
+//! cairn: a Consul-compatible service catalog and service-mesh control plane.
+//!
+//! The crate is split by concern; ARCHITECTURE.md is the map.
+
+pub mod config_entry;
+pub mod discovery_chain;
+pub mod filter;
+pub mod structs;

@@ -1,0 +1,1 @@
+//! Consul-shaped domain types and their JSON, in one place.
