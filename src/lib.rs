@@ -4,5 +4,12 @@
 
 pub mod config_entry;
 pub mod discovery_chain;
+pub mod error;
 pub mod filter;
+pub mod http;
+pub mod metrics;
+pub mod raft;
+pub mod server;
+pub mod state;
+pub mod stream;
 pub mod structs;

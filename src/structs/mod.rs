@@ -1,1 +1,12 @@
 //! Consul-shaped domain types and their JSON, in one place.
+//!
+//! Every type here serializes exactly as Consul's HTTP API shows it, so the
+//! HTTP layer hands them to serde and nothing else re-declares them.
+
+pub mod catalog;
+pub mod duration;
+pub mod kv;
+pub mod serde_util;
+
+pub use catalog::*;
+pub use kv::*;

@@ -1,0 +1,250 @@
+//! `/v1/kv` and `/v1/txn`.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{App, Params, QueryOptions, Watch, blocking, json_at, meta_headers};
+use crate::error::{Error, Result};
+use crate::state::kv::{list_keys, prefix_iter, read_index};
+use crate::state::{Command, Response as Applied, keys};
+use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb};
+
+/// Consul's limit on one value.
+pub const MAX_VALUE: usize = 512 * 1024;
+/// Consul's limit on operations in one transaction.
+pub const MAX_TXN_OPS: usize = 128;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/kv", get(get_root).put(put_root).delete(delete_root))
+        .route("/v1/kv/", get(get_root).put(put_root).delete(delete_root))
+        .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .route("/v1/txn", put(txn))
+}
+
+async fn get_root(s: State<App>, q: RawQuery) -> Result<Response> {
+    get_kv(s, Path(String::new()), q).await
+}
+async fn put_root(s: State<App>, q: RawQuery, body: Bytes) -> Result<Response> {
+    put_kv(s, Path(String::new()), q, body).await
+}
+async fn delete_root(s: State<App>, q: RawQuery) -> Result<Response> {
+    delete_kv(s, Path(String::new()), q).await
+}
+
+async fn get_kv(
+    State(s): State<App>,
+    Path(key): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let recurse = p.has("recurse");
+    if p.has("keys") {
+        let sep = p.get("separator").unwrap_or("").to_string();
+        let (index, list) = blocking(&s, &opts, Watch::Prefix(keys::kv(&key)), |st| {
+            (read_index(st, &key, true), list_keys(st, &key, &sep))
+        })
+        .await?;
+        if list.is_empty() {
+            return Ok((StatusCode::NOT_FOUND, meta_headers(&s, index)).into_response());
+        }
+        return Ok(json_at(&s, index, &list));
+    }
+    let watch = if recurse {
+        Watch::Prefix(keys::kv(&key))
+    } else {
+        Watch::Keys(vec![keys::kv(&key)])
+    };
+    let (index, entries) = blocking(&s, &opts, watch, |st| {
+        let entries: Vec<KvEntry> = if recurse {
+            prefix_iter(st, &key).cloned().collect()
+        } else {
+            st.kv.get(&key).map(|e| (**e).clone()).into_iter().collect()
+        };
+        (read_index(st, &key, recurse), entries)
+    })
+    .await?;
+    if entries.is_empty() {
+        return Ok((StatusCode::NOT_FOUND, meta_headers(&s, index)).into_response());
+    }
+    if p.has("raw") && !recurse {
+        let mut resp = entries[0].value.clone().into_response();
+        resp.headers_mut().extend(meta_headers(&s, index));
+        return Ok(resp);
+    }
+    Ok(json_at(&s, index, &entries))
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::bad("Missing key name"));
+    }
+    Ok(())
+}
+
+async fn put_kv(
+    State(s): State<App>,
+    Path(key): Path<String>,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    check_key(&key)?;
+    if p.has("acquire") || p.has("release") {
+        return Err(Error::bad(
+            "Sessions are not supported: acquire and release cannot be used",
+        ));
+    }
+    if body.len() > MAX_VALUE {
+        return Err(Error::bad(format!(
+            "Request body({} bytes) too large, max size: {MAX_VALUE} bytes",
+            body.len()
+        )));
+    }
+    let cas = p.u64("cas")?;
+    let op = KvOp {
+        verb: if cas.is_some() {
+            KvVerb::Cas
+        } else {
+            KvVerb::Set
+        },
+        key,
+        value: body.to_vec(),
+        flags: p.u64("flags")?.unwrap_or(0),
+        index: cas.unwrap_or(0),
+    };
+    done(s.write(Command::Kv(op)).await?)
+}
+
+async fn delete_kv(
+    State(s): State<App>,
+    Path(key): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let recurse = p.has("recurse");
+    if !recurse {
+        check_key(&key)?;
+    }
+    let cas = p.u64("cas")?;
+    let verb = match (recurse, cas) {
+        (true, _) => KvVerb::DeleteTree,
+        (false, Some(_)) => KvVerb::DeleteCas,
+        (false, None) => KvVerb::Delete,
+    };
+    let op = KvOp {
+        verb,
+        key,
+        value: Vec::new(),
+        flags: 0,
+        index: cas.unwrap_or(0),
+    };
+    done(s.write(Command::Kv(op)).await?)
+}
+
+fn done(r: Applied) -> Result<Response> {
+    match r {
+        Applied::Kv(KvOutcome::Done(ok)) | Applied::Bool(ok) => Ok(axum::Json(ok).into_response()),
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct TxnKv {
+    verb: String,
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    flags: u64,
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    partition: Option<String>,
+}
+
+fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
+    let ops: Vec<Value> = super::decode_json(body)?;
+    if ops.len() > MAX_TXN_OPS {
+        return Err(Error::bad(format!(
+            "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
+            ops.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(ops.len());
+    for (i, op) in ops.into_iter().enumerate() {
+        let Value::Object(mut m) = op else {
+            return Err(Error::bad(format!("Operation {i} is not an object")));
+        };
+        let Some(kv) = m.remove("KV") else {
+            return Err(Error::bad(format!(
+                "Operation {i}: only KV operations are supported in transactions"
+            )));
+        };
+        let kv: TxnKv = serde_json::from_value(kv)
+            .map_err(|e| Error::bad(format!("Failed to parse body: operation {i}: {e}")))?;
+        let verb = KvVerb::parse(&kv.verb)
+            .ok_or_else(|| Error::bad(format!("Operation {i}: unknown KV verb {:?}", kv.verb)))?;
+        let value = match kv.value {
+            Some(v) => base64::engine::general_purpose::STANDARD
+                .decode(v.as_bytes())
+                .map_err(|e| Error::bad(format!("Operation {i}: Value is not base64: {e}")))?,
+            None => Vec::new(),
+        };
+        if value.len() > MAX_VALUE {
+            return Err(Error::bad(format!("Operation {i}: value too large")));
+        }
+        if kv.key.is_empty() && !matches!(verb, KvVerb::GetTree | KvVerb::DeleteTree) {
+            return Err(Error::bad(format!("Operation {i}: Missing key name")));
+        }
+        if kv.session.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(Error::bad(format!(
+                "Operation {i}: sessions are not supported"
+            )));
+        }
+        let _ = (kv.namespace, kv.partition);
+        out.push(KvOp {
+            verb,
+            key: kv.key,
+            value,
+            flags: kv.flags,
+            index: kv.index,
+        });
+    }
+    Ok(out)
+}
+
+async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let ops = decode_txn(&body)?;
+    match s.write(Command::Txn(ops)).await? {
+        Applied::Txn(Ok(entries)) => {
+            let results: Vec<Value> = entries.into_iter().map(|e| json!({ "KV": e })).collect();
+            Ok(axum::Json(json!({ "Results": results, "Errors": null })).into_response())
+        }
+        Applied::Txn(Err(errors)) => Ok((
+            StatusCode::CONFLICT,
+            axum::Json(json!({ "Results": null, "Errors": errors })),
+        )
+            .into_response()),
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}

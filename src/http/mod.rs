@@ -1,0 +1,319 @@
+//! The Consul-compatible HTTP API: routers per area, and the plumbing they
+//! share — query parameters, consistency modes, blocking queries, the
+//! `X-Consul-*` headers, and forwarding to the leader.
+
+mod kv;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::select_all;
+use rand::Rng;
+
+use crate::error::{Error, Result};
+use crate::server::Server;
+use crate::state::State as Tables;
+
+pub type App = Arc<Server>;
+
+/// Request bodies above this are refused before they are read.
+pub const MAX_BODY: usize = 4 << 20;
+const FORWARDED: &str = "x-cairn-forwarded";
+
+pub fn router(server: App) -> Router {
+    Router::new()
+        .merge(kv::routes())
+        .merge(status::routes())
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            forward_to_leader,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+        .layer(middleware::from_fn(trace_request))
+        .with_state(server)
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
+    tracing::error!("handler panicked");
+    (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+}
+
+async fn trace_request(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    crate::metrics::HTTP_REQUESTS.inc();
+    let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
+    async move {
+        let resp = next.run(req).await;
+        tracing::debug!(status = resp.status().as_u16(), "answered");
+        resp
+    }
+    .instrument(span)
+    .await
+}
+
+/// Endpoints any server answers itself, whatever the mode.
+fn always_local(path: &str) -> bool {
+    path.starts_with("/v1/agent/") || path.starts_with("/v1/status/")
+}
+
+/// Writes, and reads that are not `?stale`, are answered by the leader: a
+/// follower passes them on and returns the leader's answer unchanged.
+async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    let stale = read && Params::parse(req.uri().query()).has("stale");
+    if always_local(path) || stale || s.cluster.is_leader() || req.headers().contains_key(FORWARDED)
+    {
+        return next.run(req).await;
+    }
+    match s.await_leader().await {
+        Ok((id, _)) if id == s.cluster.id => next.run(req).await,
+        Ok((_, leader)) => match proxy(&s, &leader.http_addr, req).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn proxy(s: &Server, addr: &str, req: Request) -> Result<Response> {
+    crate::metrics::HTTP_FORWARDED.inc();
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| Error::bad(format!("Request body too large or unreadable: {e}")))?;
+    let url = format!(
+        "http://{addr}{}",
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    let mut out = s
+        .http
+        .request(parts.method.clone(), &url)
+        .header(FORWARDED, "1")
+        .body(body);
+    if let Some(ct) = parts.headers.get("content-type") {
+        out = out.header("content-type", ct);
+    }
+    let resp = out.send().await.map_err(|_| Error::NoLeader)?;
+    let mut builder = Response::builder().status(resp.status());
+    for (k, v) in resp.headers() {
+        let name = k.as_str();
+        if name.starts_with("x-consul-") || name == "content-type" {
+            builder = builder.header(k, v);
+        }
+    }
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    builder
+        .body(Body::from(bytes))
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// Query parameters as Consul reads them: flags without values, repeats.
+#[derive(Debug, Default)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn parse(q: Option<&str>) -> Self {
+        let q = q.unwrap_or("");
+        Params(
+            form_urlencoded(q)
+                .into_iter()
+                .filter(|(k, _)| !k.is_empty())
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, k: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == k)
+    }
+
+    pub fn all(&self, k: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn u64(&self, k: &str) -> Result<Option<u64>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::bad(format!("Invalid {k} parameter: {v:?} is not a number"))),
+        }
+    }
+}
+
+fn form_urlencoded(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Decodes `%XX` and `+`; a malformed escape is kept as written.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b, hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How a read wants to be answered.
+pub struct QueryOptions {
+    pub index: u64,
+    pub wait: Duration,
+    pub consistent: bool,
+    pub stale: bool,
+}
+
+const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+impl QueryOptions {
+    pub fn from(p: &Params, dc: &str) -> Result<Self> {
+        if let Some(want) = p.get("dc") {
+            if !want.is_empty() && want != dc {
+                return Err(Error::bad(format!("No path to datacenter {want:?}")));
+            }
+        }
+        let stale = p.has("stale");
+        let consistent = p.has("consistent");
+        if stale && consistent {
+            return Err(Error::bad(
+                "Cannot specify ?stale with ?consistent, conflicting semantics.",
+            ));
+        }
+        let wait = match p.get("wait") {
+            None | Some("") => DEFAULT_WAIT,
+            Some(w) => crate::structs::duration::parse(w)
+                .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?,
+        };
+        Ok(QueryOptions {
+            index: p.u64("index")?.unwrap_or(0),
+            wait: wait.min(MAX_WAIT),
+            consistent,
+            stale,
+        })
+    }
+}
+
+/// What a blocking query waits on.
+pub enum Watch {
+    Keys(Vec<String>),
+    Prefix(String),
+}
+
+/// Runs a read, blocking while its index is not past `?index`.
+///
+/// Subscribes before reading so a change in between is never missed; wakes
+/// only when a watched key changes (or the wait, jittered by up to 1/16 as
+/// Consul does, runs out).
+pub async fn blocking<T>(
+    s: &Server,
+    opts: &QueryOptions,
+    watch: Watch,
+    read: impl Fn(&Tables) -> (u64, T),
+) -> Result<(u64, T)> {
+    if opts.consistent {
+        s.linearize().await?;
+    }
+    if opts.index == 0 {
+        return Ok(read(&s.store.state()));
+    }
+    crate::metrics::BLOCKING_QUERIES.inc();
+    let jitter = opts.wait.as_millis() as u64 / 16;
+    let wait = opts.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let mut rxs = match &watch {
+            Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
+            Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
+        };
+        let (index, value) = read(&s.store.state());
+        if index > opts.index || tokio::time::Instant::now() >= deadline {
+            return Ok((index, value));
+        }
+        let changed = select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            return Ok(read(&s.store.state()));
+        }
+    }
+}
+
+/// The `X-Consul-*` headers of a read answered at `index`.
+pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("x-consul-index", HeaderValue::from(index.max(1)));
+    let known = s.cluster.leader().is_some();
+    h.insert(
+        "x-consul-knownleader",
+        HeaderValue::from_static(if known { "true" } else { "false" }),
+    );
+    let contact = if s.cluster.is_leader() {
+        0
+    } else {
+        crate::raft::cluster::since_leader_contact()
+    };
+    h.insert("x-consul-lastcontact", HeaderValue::from(contact));
+    h
+}
+
+/// A JSON answer with the read headers.
+pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Response {
+    let mut resp = axum::Json(value).into_response();
+    resp.headers_mut().extend(meta_headers(s, index));
+    resp
+}
+
+/// Decodes a JSON body, answering 400 with the reason on failure.
+pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+}

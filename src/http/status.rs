@@ -1,0 +1,195 @@
+//! `/v1/status`, `/v1/operator/raft`, and the server's `/v1/agent` views.
+
+use axum::Router;
+use axum::extract::{RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use serde_json::{Value, json};
+
+use super::{App, Params, json_at};
+use crate::error::{Error, Result};
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/status/leader", get(leader))
+        .route("/v1/status/peers", get(peers))
+        .route("/v1/operator/raft/configuration", get(configuration))
+        .route("/v1/operator/raft/peer", delete(remove_peer))
+        .route("/v1/agent/self", get(agent_self))
+        .route("/v1/agent/members", get(members))
+        .route("/v1/agent/metrics", get(metrics))
+        .route("/v1/catalog/datacenters", get(datacenters))
+        .route("/v1/connect/ca/roots", get(ca_roots))
+}
+
+async fn leader(State(s): State<App>) -> Response {
+    let addr = s
+        .cluster
+        .leader()
+        .map(|(_, n)| n.raft_addr)
+        .unwrap_or_default();
+    axum::Json(addr).into_response()
+}
+
+async fn peers(State(s): State<App>) -> Response {
+    let list: Vec<String> = s
+        .cluster
+        .members()
+        .into_iter()
+        .filter(|(_, _, voter)| *voter)
+        .map(|(_, n, _)| n.raft_addr)
+        .collect();
+    axum::Json(list).into_response()
+}
+
+async fn configuration(State(s): State<App>) -> Response {
+    let leader = s.cluster.leader().map(|(id, _)| id);
+    let m = s.raft.metrics().borrow().clone();
+    let servers: Vec<Value> = s
+        .cluster
+        .members()
+        .into_iter()
+        .map(|(id, n, voter)| {
+            json!({
+                "ID": n.name,
+                "Node": n.name,
+                "Address": n.raft_addr,
+                "Leader": Some(id) == leader,
+                "ProtocolVersion": "3",
+                "Voter": voter,
+                "LastIndex": if id == s.cluster.id { m.last_log_index.unwrap_or(0) } else { 0 },
+            })
+        })
+        .collect();
+    let index = m.membership_config.log_id().map(|l| l.index).unwrap_or(1);
+    json_at(&s, index, &json!({ "Servers": servers, "Index": index }))
+}
+
+async fn remove_peer(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let who = p
+        .get("id")
+        .or_else(|| p.get("address"))
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
+    s.cluster.remove_server(who).await?;
+    Ok(axum::Json(Value::Null).into_response())
+}
+
+fn member_json(s: &App, name: &str, addr: &str) -> Value {
+    let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "8301"));
+    json!({
+        "Name": name,
+        "Addr": host,
+        "Port": port.parse::<u16>().unwrap_or(0),
+        "Tags": { "role": "consul", "dc": s.config.datacenter, "port": port, "build": env!("CARGO_PKG_VERSION") },
+        "Status": 1,
+        "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+        "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+    })
+}
+
+async fn agent_self(State(s): State<App>) -> Response {
+    let m = s.raft.metrics().borrow().clone();
+    axum::Json(json!({
+        "Config": {
+            "Datacenter": s.config.datacenter,
+            "PrimaryDatacenter": s.config.datacenter,
+            "NodeName": s.config.node,
+            "NodeID": format!("{:016x}", s.cluster.id),
+            "Server": true,
+            "Revision": "cairn",
+            "Version": env!("CARGO_PKG_VERSION"),
+        },
+        "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
+        "Stats": {
+            "raft": {
+                "state": format!("{:?}", m.state),
+                "term": m.current_term.to_string(),
+                "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
+                "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0).to_string(),
+            },
+        },
+    }))
+    .into_response()
+}
+
+async fn members(State(s): State<App>) -> Response {
+    let list: Vec<Value> = s
+        .cluster
+        .members()
+        .into_iter()
+        .map(|(_, n, _)| member_json(&s, &n.name, &n.raft_addr))
+        .collect();
+    axum::Json(list).into_response()
+}
+
+async fn metrics(State(s): State<App>) -> Response {
+    let m = s.raft.metrics().borrow().clone();
+    let st = s.store.state();
+    let gauges = [
+        (
+            "cairn_raft_term",
+            "current Raft term",
+            m.current_term as f64,
+        ),
+        (
+            "cairn_raft_last_log_index",
+            "last Raft log index",
+            m.last_log_index.unwrap_or(0) as f64,
+        ),
+        (
+            "cairn_raft_applied_index",
+            "last applied index",
+            m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
+        ),
+        (
+            "cairn_raft_is_leader",
+            "1 on the leader",
+            if s.cluster.is_leader() { 1.0 } else { 0.0 },
+        ),
+        ("cairn_kv_entries", "KV entries", st.kv.len() as f64),
+        (
+            "cairn_catalog_nodes",
+            "registered nodes",
+            st.nodes.len() as f64,
+        ),
+        (
+            "cairn_catalog_services",
+            "registered service instances",
+            st.services.len() as f64,
+        ),
+        (
+            "cairn_blocking_watch_keys",
+            "watch keys with waiting queries",
+            s.store.watches.active() as f64,
+        ),
+    ];
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        crate::metrics::render(&gauges),
+    )
+        .into_response()
+}
+
+async fn datacenters(State(s): State<App>) -> Response {
+    axum::Json(vec![s.config.datacenter.clone()]).into_response()
+}
+
+async fn ca_roots(State(s): State<App>) -> Result<Response> {
+    let st = s.store.state();
+    if st.cluster_id.is_empty() {
+        return Err(Error::NoLeader);
+    }
+    let index = st.index_of([crate::state::keys::CLUSTER]);
+    Ok(json_at(
+        &s,
+        index,
+        &json!({
+            "ActiveRootID": "",
+            "TrustDomain": format!("{}.consul", st.cluster_id),
+            "Roots": [],
+        }),
+    ))
+}

@@ -1,0 +1,291 @@
+//! Cluster formation and membership, as the contract says:
+//!
+//! - `--bootstrap-expect N`: servers greet the `--join` addresses (and every
+//!   server that greets them) until N know each other; the one with the
+//!   lowest id then initializes Raft with all N. Nobody else ever does.
+//! - A server whose Raft store was used before never bootstraps: it rejoins
+//!   with what its data dir holds.
+//! - A server started with `--join` and no `--bootstrap-expect` asks a member
+//!   to add it; the leader adds it as a learner, waits for it to catch up,
+//!   then makes it a voter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use openraft::ChangeMembers;
+
+use super::network::{Conn, Formation, Hello, Reply, Request};
+use super::{NodeId, Raft, ServerNode};
+use crate::state::{Command, Store};
+
+static START: OnceLock<Instant> = OnceLock::new();
+static LAST_CONTACT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn now_ms() -> u64 {
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Records that the leader spoke to us (for `X-Consul-LastContact`).
+pub fn touch_leader_contact() {
+    LAST_CONTACT_MS.store(now_ms(), Ordering::Relaxed);
+}
+
+/// Milliseconds since the leader last spoke to this server.
+pub fn since_leader_contact() -> u64 {
+    now_ms().saturating_sub(LAST_CONTACT_MS.load(Ordering::Relaxed))
+}
+
+pub struct Cluster {
+    pub id: NodeId,
+    pub me: ServerNode,
+    pub raft: Raft,
+    store: Arc<Store>,
+    expect: usize,
+    joins: Vec<String>,
+    /// Servers that greeted us or answered our greeting.
+    known: Mutex<BTreeMap<NodeId, ServerNode>>,
+}
+
+const RPC_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Cluster {
+    pub fn new(
+        id: NodeId,
+        me: ServerNode,
+        raft: Raft,
+        store: Arc<Store>,
+        expect: usize,
+        joins: Vec<String>,
+    ) -> Self {
+        Cluster {
+            id,
+            me,
+            raft,
+            store,
+            expect,
+            joins,
+            known: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The servers in the current membership (voters and learners).
+    pub fn members(&self) -> Vec<(NodeId, ServerNode, bool)> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
+        m.membership()
+            .nodes()
+            .map(|(id, n)| (*id, n.clone(), voters.contains(id)))
+            .collect()
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .next()
+            .is_some()
+    }
+
+    /// The leader as this server knows it.
+    pub fn leader(&self) -> Option<(NodeId, ServerNode)> {
+        let m = self.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    fn hello_msg(&self) -> Hello {
+        Hello {
+            id: self.id,
+            node: self.me.clone(),
+            initialized: self.is_initialized(),
+            leader: self.leader(),
+        }
+    }
+
+    /// Forms or joins the cluster; returns once this server is a member.
+    pub async fn form(self: Arc<Self>, store_was_used: bool) {
+        if store_was_used {
+            tracing::info!("raft state found in data dir: rejoining, never bootstrapping");
+            return;
+        }
+        let expect = if self.expect == 0 && self.joins.is_empty() {
+            1
+        } else {
+            self.expect
+        };
+        let mut attempt: u64 = 0;
+        loop {
+            if self.is_initialized() {
+                return;
+            }
+            attempt += 1;
+            let mut formed_peer = None;
+            for addr in &self.joins {
+                let mut conn = Conn::new(addr.clone());
+                if let Ok(Reply::Hello(h)) = conn
+                    .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
+                    .await
+                {
+                    if h.id != self.id {
+                        if h.initialized {
+                            formed_peer = Some(h.node.raft_addr.clone());
+                        }
+                        self.known.lock().unwrap().insert(h.id, h.node);
+                    }
+                }
+            }
+            if let Some(addr) = formed_peer {
+                // A cluster exists. A server of its bootstrap hears so before
+                // the leader's first entries reach it: give those a moment.
+                if self.expect == 0 || attempt > 10 {
+                    match self.ask_to_join(&addr).await {
+                        Ok(()) => {
+                            tracing::info!(via = %addr, "joined the cluster");
+                            return;
+                        }
+                        Err(e) => tracing::info!(via = %addr, error = %e, "join not done yet"),
+                    }
+                }
+            } else if expect > 0 {
+                let mut members = self.known.lock().unwrap().clone();
+                members.insert(self.id, self.me.clone());
+                if members.len() >= expect {
+                    let lowest = *members.keys().next().expect("not empty");
+                    if lowest == self.id {
+                        tracing::info!(servers = members.len(), "bootstrapping the cluster");
+                        match self.raft.initialize(members).await {
+                            Ok(()) => return,
+                            Err(e) => tracing::warn!(error = %e, "bootstrap failed"),
+                        }
+                    }
+                } else if attempt % 10 == 1 {
+                    tracing::info!(
+                        found = members.len(),
+                        expect,
+                        "waiting for servers to bootstrap"
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn ask_to_join(&self, addr: &str) -> Result<(), String> {
+        let mut conn = Conn::new(addr.to_string());
+        match conn
+            .call(
+                &Request::Join(self.id, self.me.clone()),
+                Duration::from_secs(60),
+            )
+            .await
+        {
+            Ok(Reply::Join(r)) => r,
+            Ok(_) => Err("unexpected reply".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Adds a server: learner first, voter once it has caught up.
+    async fn add_server(&self, id: NodeId, node: ServerNode) -> Result<(), String> {
+        if self
+            .members()
+            .iter()
+            .any(|(m, _, voter)| *m == id && *voter)
+        {
+            return Ok(());
+        }
+        tracing::info!(id, name = %node.name, "adding server as learner");
+        self.raft
+            .add_learner(id, node, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(id, "server promoted to voter");
+        Ok(())
+    }
+
+    /// Removes a server by name or numeric id.
+    pub async fn remove_server(&self, who: &str) -> Result<(), crate::error::Error> {
+        let id = self
+            .members()
+            .into_iter()
+            .find(|(id, n, _)| n.name == who || id.to_string() == who || n.raft_addr == who)
+            .map(|(id, _, _)| id)
+            .ok_or_else(|| {
+                crate::error::Error::NotFound(format!("no raft peer with id {who:?}"))
+            })?;
+        self.raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| crate::error::Error::Internal(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Leader duties: give the cluster its id once.
+    pub async fn lead(self: Arc<Self>) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if self.is_leader() && self.store.state().cluster_id.is_empty() {
+                let cmd = Command::InitCluster {
+                    cluster_id: uuid::Uuid::new_v4().to_string(),
+                };
+                if let Err(e) = self.raft.client_write(cmd).await {
+                    tracing::warn!(error = %e, "could not record the cluster id");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Formation for Cluster {
+    async fn hello(&self, from: Hello) -> Hello {
+        if from.id != self.id {
+            self.known.lock().unwrap().insert(from.id, from.node);
+        }
+        self.hello_msg()
+    }
+
+    async fn join(&self, id: NodeId, node: ServerNode) -> Result<(), String> {
+        if self.is_leader() {
+            return self.add_server(id, node).await;
+        }
+        match self.leader() {
+            Some((lid, leader)) if lid != self.id => {
+                self.ask_forward(&leader.raft_addr, id, node).await
+            }
+            _ => Err("No cluster leader".into()),
+        }
+    }
+}
+
+impl Cluster {
+    async fn ask_forward(&self, addr: &str, id: NodeId, node: ServerNode) -> Result<(), String> {
+        let mut conn = Conn::new(addr.to_string());
+        match conn
+            .call(&Request::Join(id, node), Duration::from_secs(60))
+            .await
+        {
+            Ok(Reply::Join(r)) => r,
+            Ok(_) => Err("unexpected reply".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}

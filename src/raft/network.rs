@@ -1,0 +1,236 @@
+//! The TCP transport between servers: length-prefixed bincode frames, one
+//! request and its answer at a time per connection, a timeout on every RPC
+//! and a reconnect after any failure.
+//!
+//! Besides Raft's own RPCs it carries the cluster formation messages
+//! (`Hello`, `Join`), so servers need only their Raft port to find each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::{NodeId, ServerNode, TypeConfig};
+
+/// Frames above this are refused: a snapshot chunk is a few MiB.
+const MAX_FRAME: usize = 64 << 20;
+
+/// What a server says about itself when servers look for each other.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub id: NodeId,
+    pub node: ServerNode,
+    /// Whether this server already belongs to a formed cluster.
+    pub initialized: bool,
+    /// The leader it knows, if any.
+    pub leader: Option<(NodeId, ServerNode)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Hello(Hello),
+    /// Add the sender to the cluster (answered by the leader).
+    Join(NodeId, ServerNode),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    Hello(Hello),
+    Join(Result<(), String>),
+}
+
+async fn write_frame<T: Serialize>(s: &mut TcpStream, v: &T) -> std::io::Result<()> {
+    let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
+    let mut buf = Vec::with_capacity(bytes.len() + 4);
+    buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&bytes);
+    s.write_all(&buf).await
+}
+
+async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut TcpStream) -> std::io::Result<T> {
+    let len = s.read_u32().await? as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes refused"
+        )));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await?;
+    bincode::deserialize(&buf).map_err(std::io::Error::other)
+}
+
+/// One connection to a peer, reopened on demand.
+pub struct Conn {
+    addr: String,
+    stream: Option<TcpStream>,
+}
+
+impl Conn {
+    pub fn new(addr: impl Into<String>) -> Self {
+        Conn {
+            addr: addr.into(),
+            stream: None,
+        }
+    }
+
+    /// Sends one request and waits for its answer, within `timeout`.
+    pub async fn call(&mut self, req: &Request, timeout: Duration) -> std::io::Result<Reply> {
+        let r = tokio::time::timeout(timeout, async {
+            if self.stream.is_none() {
+                let s = TcpStream::connect(&self.addr).await?;
+                s.set_nodelay(true)?;
+                self.stream = Some(s);
+            }
+            let s = self.stream.as_mut().expect("connected above");
+            write_frame(s, req).await?;
+            read_frame(s).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "rpc timed out",
+            ))
+        });
+        if r.is_err() {
+            // The stream may hold half a frame: never reuse it.
+            self.stream = None;
+        }
+        r
+    }
+}
+
+/// Builds a client per peer for openraft.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Conn;
+
+    async fn new_client(&mut self, _target: NodeId, node: &ServerNode) -> Conn {
+        Conn::new(node.raft_addr.clone())
+    }
+}
+
+fn unreachable<E: std::error::Error>(e: std::io::Error) -> RPCError<NodeId, ServerNode, E> {
+    if e.kind() == std::io::ErrorKind::ConnectionRefused || e.kind() == std::io::ErrorKind::TimedOut
+    {
+        RPCError::Unreachable(Unreachable::new(&e))
+    } else {
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
+fn unexpected<E: std::error::Error>() -> RPCError<NodeId, ServerNode, E> {
+    let e = std::io::Error::other("unexpected reply");
+    RPCError::Network(NetworkError::new(&e))
+}
+
+impl RaftNetwork<TypeConfig> for Conn {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, ServerNode, RaftError<NodeId>>>
+    {
+        match self.call(&Request::Append(rpc), option.hard_ttl()).await {
+            Ok(Reply::Append(r)) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, ServerNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        match self.call(&Request::Snapshot(rpc), option.hard_ttl()).await {
+            Ok(Reply::Snapshot(r)) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, ServerNode, RaftError<NodeId>>> {
+        match self.call(&Request::Vote(rpc), option.hard_ttl()).await {
+            Ok(Reply::Vote(r)) => {
+                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+}
+
+/// Answers formation messages; implemented by the cluster module.
+pub trait Formation: Send + Sync + 'static {
+    fn hello(&self, from: Hello) -> impl std::future::Future<Output = Hello> + Send;
+    fn join(
+        &self,
+        id: NodeId,
+        node: ServerNode,
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+/// Serves Raft and formation RPCs on the Raft port until the listener fails.
+pub async fn serve<F: Formation>(listener: TcpListener, raft: super::Raft, formation: Arc<F>) {
+    loop {
+        let (mut stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "raft accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let raft = raft.clone();
+        let formation = formation.clone();
+        tokio::spawn(async move {
+            while let Ok(req) = read_frame::<Request>(&mut stream).await {
+                let reply = match req {
+                    Request::Append(r) => {
+                        crate::raft::cluster::touch_leader_contact();
+                        Reply::Append(raft.append_entries(r).await)
+                    }
+                    Request::Vote(r) => Reply::Vote(raft.vote(r).await),
+                    Request::Snapshot(r) => {
+                        crate::raft::cluster::touch_leader_contact();
+                        Reply::Snapshot(raft.install_snapshot(r).await)
+                    }
+                    Request::Hello(h) => Reply::Hello(formation.hello(h).await),
+                    Request::Join(id, node) => Reply::Join(formation.join(id, node).await),
+                };
+                if write_frame(&mut stream, &reply).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}

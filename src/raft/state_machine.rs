@@ -1,0 +1,219 @@
+//! The Raft state machine: applies committed entries to the state store and
+//! builds and installs snapshots.
+//!
+//! The store persists every applied batch together with the last applied
+//! log id and membership, so a restart resumes from its own data dir.
+//! Snapshots are files in the data dir, used to catch up far-behind servers.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    Entry, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, StoredMembership,
+};
+
+use super::{LogId, NodeId, ServerNode, StorageError, TypeConfig, io_err};
+use crate::state::persist::meta_key;
+use crate::state::{Response, State, Store, apply_command, snapshot};
+use crate::stream::Publisher;
+
+type Membership = StoredMembership<NodeId, ServerNode>;
+
+pub struct StateMachine {
+    store: Arc<Store>,
+    publisher: Arc<Publisher>,
+    dir: PathBuf,
+    applied: Option<LogId>,
+    membership: Membership,
+}
+
+fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
+    io_err(ErrorSubject::StateMachine, verb, e)
+}
+
+fn snap_err(e: impl std::fmt::Display) -> StorageError {
+    io_err(ErrorSubject::Snapshot(None), ErrorVerb::Write, e)
+}
+
+impl StateMachine {
+    pub fn new(store: Arc<Store>, publisher: Arc<Publisher>, dir: PathBuf) -> anyhow::Result<Self> {
+        let p = store.persist();
+        let applied = match p.get(&meta_key("applied"))? {
+            Some(v) => bincode::deserialize(&v)?,
+            None => None,
+        };
+        let membership = match p.get(&meta_key("membership"))? {
+            Some(v) => bincode::deserialize(&v)?,
+            None => Membership::default(),
+        };
+        std::fs::create_dir_all(&dir)?;
+        Ok(StateMachine {
+            store,
+            publisher,
+            dir,
+            applied,
+            membership,
+        })
+    }
+
+    fn meta_rows(&self) -> Result<crate::state::Ops, StorageError> {
+        Ok(vec![
+            (
+                meta_key("applied"),
+                Some(bincode::serialize(&self.applied).map_err(|e| sm_err(ErrorVerb::Write, e))?),
+            ),
+            (
+                meta_key("membership"),
+                Some(
+                    bincode::serialize(&self.membership)
+                        .map_err(|e| sm_err(ErrorVerb::Write, e))?,
+                ),
+            ),
+        ])
+    }
+}
+
+pub struct SnapshotBuilder {
+    state: Arc<State>,
+    applied: Option<LogId>,
+    membership: Membership,
+    dir: PathBuf,
+}
+
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn save_snapshot(
+    dir: &std::path::Path,
+    meta: &SnapshotMeta<NodeId, ServerNode>,
+    data: &[u8],
+) -> Result<(), StorageError> {
+    write_atomic(&dir.join("snapshot.data"), data).map_err(snap_err)?;
+    let meta = bincode::serialize(meta).map_err(snap_err)?;
+    write_atomic(&dir.join("snapshot.meta"), &meta).map_err(snap_err)
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let started = std::time::Instant::now();
+        let state = self.state.clone();
+        let data = tokio::task::spawn_blocking(move || snapshot::encode(&state))
+            .await
+            .map_err(snap_err)?
+            .map_err(snap_err)?;
+        let snapshot_id = match &self.applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index),
+            None => "empty".to_string(),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        };
+        save_snapshot(&self.dir, &meta, &data)?;
+        tracing::info!(
+            bytes = data.len(),
+            index = ?self.applied.map(|l| l.index),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "built snapshot"
+        );
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
+        Ok((self.applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut state = (*self.store.state()).clone();
+        let mut responses = Vec::new();
+        let mut sets = Vec::new();
+        for entry in entries {
+            let index = entry.log_id.index;
+            self.applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => responses.push(Response::Ok),
+                EntryPayload::Normal(cmd) => {
+                    let (resp, set) = apply_command(&mut state, index, &cmd);
+                    responses.push(resp);
+                    sets.push(set);
+                }
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), m);
+                    responses.push(Response::Ok);
+                }
+            }
+            state.index = state.index.max(index);
+        }
+        let meta = self.meta_rows()?;
+        self.store
+            .commit(state, &sets, meta)
+            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.publisher.publish(&sets);
+        crate::metrics::APPLIED.add(responses.len() as u64);
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            state: self.store.state(),
+            applied: self.applied,
+            membership: self.membership.clone(),
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, ServerNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let state = snapshot::decode(&data).map_err(snap_err)?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        let rows = self.meta_rows()?;
+        self.store.replace(state, rows).map_err(snap_err)?;
+        self.publisher.reset();
+        save_snapshot(&self.dir, meta, &data)?;
+        tracing::info!(index = ?meta.last_log_id.map(|l| l.index), bytes = data.len(), "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let meta_path = self.dir.join("snapshot.meta");
+        let Ok(meta_bytes) = std::fs::read(&meta_path) else {
+            return Ok(None);
+        };
+        let meta: SnapshotMeta<NodeId, ServerNode> =
+            bincode::deserialize(&meta_bytes).map_err(snap_err)?;
+        let data = std::fs::read(self.dir.join("snapshot.data")).map_err(snap_err)?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}

@@ -1,0 +1,385 @@
+//! Applying one command to a version of the state, deterministically.
+//!
+//! `Tx` is the only way rows change: every put and remove records the row
+//! before and after and the watch keys to wake, so the change set can never
+//! disagree with what was written.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Change, ChangeSet, Command, Response, Row, State, Table, keys};
+use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
+
+/// Applies `cmd` at Raft index `index`; returns the answer and the changes.
+pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response, ChangeSet) {
+    let mut tx = Tx::new(state, index);
+    let response = match cmd {
+        Command::Noop => Response::Ok,
+        Command::InitCluster { cluster_id } => {
+            if tx.state.cluster_id.is_empty() {
+                tx.state.cluster_id = cluster_id.clone();
+                tx.touch(keys::CLUSTER);
+            }
+            Response::Ok
+        }
+        Command::Kv(op) => match super::kv::apply_op(&mut tx, op) {
+            Ok(outcome) => Response::Kv(outcome),
+            Err(reason) => Response::Rejected(reason),
+        },
+        Command::Txn(ops) => super::kv::apply_txn(&mut tx, ops),
+        Command::Register(req) => result(super::catalog::register(&mut tx, req)),
+        Command::Deregister(req) => result(super::catalog::deregister(&mut tx, req)),
+        Command::ConfigSet { entry, cas } => config_set(&mut tx, entry, *cas),
+        Command::ConfigDelete { kind, name, cas } => config_delete(&mut tx, kind, name, *cas),
+    };
+    let set = tx.finish();
+    (response, set)
+}
+
+fn result(r: Result<(), String>) -> Response {
+    match r {
+        Ok(()) => Response::Ok,
+        Err(reason) => Response::Rejected(reason),
+    }
+}
+
+fn config_set(tx: &mut Tx, entry: &Value, cas: Option<u64>) -> Response {
+    let (Some(kind), Some(name)) = (
+        entry.get("Kind").and_then(Value::as_str),
+        entry.get("Name").and_then(Value::as_str),
+    ) else {
+        return Response::Rejected("config entry needs Kind and Name".into());
+    };
+    let key = (kind.to_string(), name.to_string());
+    let existing = tx.state.config.get(&key).cloned();
+    let existing_modify = existing
+        .as_ref()
+        .and_then(|e| e.get("ModifyIndex").and_then(Value::as_u64));
+    if let Some(cas) = cas {
+        let ok = match existing_modify {
+            None => cas == 0,
+            Some(m) => m == cas,
+        };
+        if !ok {
+            return Response::Bool(false);
+        }
+    }
+    let mut stored = entry.clone();
+    let create = existing
+        .as_ref()
+        .and_then(|e| e.get("CreateIndex").and_then(Value::as_u64))
+        .unwrap_or(tx.index);
+    if let Value::Object(map) = &mut stored {
+        map.insert("CreateIndex".into(), create.into());
+        map.insert("ModifyIndex".into(), tx.index.into());
+    }
+    tx.put_config(key, stored);
+    Response::Bool(true)
+}
+
+fn config_delete(tx: &mut Tx, kind: &str, name: &str, cas: Option<u64>) -> Response {
+    let key = (kind.to_string(), name.to_string());
+    let existing = tx.state.config.get(&key).cloned();
+    if let Some(cas) = cas {
+        let modify = existing
+            .as_ref()
+            .and_then(|e| e.get("ModifyIndex").and_then(Value::as_u64));
+        if modify != Some(cas) {
+            return Response::Bool(false);
+        }
+    }
+    if existing.is_some() {
+        tx.remove_config(&key);
+    }
+    Response::Bool(true)
+}
+
+/// A write in progress on one version of the state.
+pub struct Tx<'a> {
+    pub state: &'a mut State,
+    pub index: u64,
+    set: ChangeSet,
+}
+
+pub(crate) fn node_key(node: &str, id: &str) -> String {
+    format!("{node}\0{id}")
+}
+
+impl<'a> Tx<'a> {
+    pub fn new(state: &'a mut State, index: u64) -> Self {
+        Tx {
+            state,
+            index,
+            set: ChangeSet {
+                index,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Marks a watch key changed at this index.
+    pub fn touch(&mut self, key: impl Into<String>) {
+        let key = key.into();
+        self.state.indexes.insert(key.clone(), self.index);
+        self.set.watch_keys.insert(key);
+    }
+
+    fn record(&mut self, table: Table, key: String, before: Option<Row>, after: Option<Row>) {
+        self.set.changes.push(Change {
+            table,
+            key,
+            before,
+            after,
+        });
+    }
+
+    /// Forgets the changes recorded so far (the caller restored the state).
+    pub fn discard(&mut self) {
+        self.set.changes.clear();
+        self.set.watch_keys.clear();
+    }
+
+    pub fn finish(self) -> ChangeSet {
+        self.state.index = self.state.index.max(self.index);
+        self.set
+    }
+
+    pub fn put_kv(&mut self, entry: KvEntry) {
+        let key = entry.key.clone();
+        let after = Arc::new(entry);
+        let before = self.state.kv.insert(key.clone(), after.clone());
+        self.touch(keys::kv(&key));
+        self.record(Table::Kv, key, before.map(Row::Kv), Some(Row::Kv(after)));
+    }
+
+    pub fn remove_kv(&mut self, key: &str) {
+        if let Some(before) = self.state.kv.remove(key) {
+            // The index entry left behind is the tombstone that keeps
+            // blocking queries on a deleted key monotonic.
+            self.touch(keys::kv(key));
+            self.record(Table::Kv, key.to_string(), Some(Row::Kv(before)), None);
+        }
+    }
+
+    /// Wakes everything that shows a node's services (health rows embed the
+    /// node and its node-level checks).
+    fn touch_node_services(&mut self, node: &str) {
+        let services: Vec<(String, String)> = self
+            .state
+            .services
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .map(|(_, s)| (s.service.clone(), s.proxy.destination_service_name.clone()))
+            .collect();
+        for (name, dest) in services {
+            self.touch(keys::service(&name));
+            if !dest.is_empty() {
+                self.touch(keys::connect(&dest));
+            }
+        }
+    }
+
+    pub fn put_node(&mut self, node: Node) {
+        let name = node.node.clone();
+        let after = Arc::new(node);
+        let before = self.state.nodes.insert(name.clone(), after.clone());
+        self.touch(keys::node(&name));
+        self.touch(keys::NODES);
+        self.touch_node_services(&name);
+        self.record(
+            Table::Nodes,
+            name,
+            before.map(Row::Node),
+            Some(Row::Node(after)),
+        );
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        if let Some(before) = self.state.nodes.remove(name) {
+            self.touch(keys::node(name));
+            self.touch(keys::NODES);
+            self.record(
+                Table::Nodes,
+                name.to_string(),
+                Some(Row::Node(before)),
+                None,
+            );
+        }
+    }
+
+    fn touch_service(&mut self, svc: &NodeService, node: &str) {
+        self.touch(keys::service(&svc.service));
+        self.touch(keys::SERVICES);
+        self.touch(keys::node(node));
+        if !svc.proxy.destination_service_name.is_empty() {
+            self.touch(keys::connect(&svc.proxy.destination_service_name));
+        }
+        if svc.connect.get("Native").and_then(Value::as_bool) == Some(true) {
+            self.touch(keys::connect(&svc.service));
+        }
+    }
+
+    pub fn put_service(&mut self, node: &str, svc: NodeService) {
+        let k = (node.to_string(), svc.id.clone());
+        let after = Arc::new(svc);
+        let before = self.state.services.insert(k.clone(), after.clone());
+        if let Some(b) = &before {
+            self.unindex_service(&k, b);
+            self.touch_service(&b.clone(), node);
+        }
+        self.index_service(&k, &after);
+        self.touch_service(&after.clone(), node);
+        self.record(
+            Table::Services,
+            node_key(node, &after.id),
+            before.map(Row::Service),
+            Some(Row::Service(after)),
+        );
+    }
+
+    pub fn remove_service(&mut self, node: &str, id: &str) {
+        let k = (node.to_string(), id.to_string());
+        if let Some(before) = self.state.services.remove(&k) {
+            self.unindex_service(&k, &before);
+            self.touch_service(&before.clone(), node);
+            self.record(
+                Table::Services,
+                node_key(node, id),
+                Some(Row::Service(before)),
+                None,
+            );
+        }
+    }
+
+    fn connect_target(svc: &NodeService) -> Option<&str> {
+        if svc.is_connect_proxy() && !svc.proxy.destination_service_name.is_empty() {
+            Some(&svc.proxy.destination_service_name)
+        } else if svc.connect.get("Native").and_then(Value::as_bool) == Some(true) {
+            Some(&svc.service)
+        } else {
+            None
+        }
+    }
+
+    fn index_service(&mut self, k: &(String, String), svc: &NodeService) {
+        self.state
+            .service_names
+            .entry(svc.service.clone())
+            .or_default()
+            .insert(k.clone());
+        if let Some(dest) = Self::connect_target(svc) {
+            self.state
+                .connect_names
+                .entry(dest.to_string())
+                .or_default()
+                .insert(k.clone());
+        }
+    }
+
+    fn unindex_service(&mut self, k: &(String, String), svc: &NodeService) {
+        remove_from_index(&mut self.state.service_names, &svc.service, k);
+        if let Some(dest) = Self::connect_target(svc) {
+            remove_from_index(&mut self.state.connect_names, dest, k);
+        }
+    }
+
+    fn touch_check(&mut self, check: &HealthCheck) {
+        self.touch(keys::CHECKS);
+        self.touch(keys::node(&check.node));
+        if check.service_id.is_empty() {
+            let node = check.node.clone();
+            self.touch_node_services(&node);
+        } else {
+            let k = (check.node.clone(), check.service_id.clone());
+            if let Some(svc) = self.state.services.get(&k).cloned() {
+                self.touch_service(&svc, &check.node);
+            } else {
+                self.touch(keys::service(&check.service_name));
+            }
+        }
+    }
+
+    pub fn put_check(&mut self, check: HealthCheck) {
+        let k = (check.node.clone(), check.check_id.clone());
+        let after = Arc::new(check);
+        let before = self.state.checks.insert(k.clone(), after.clone());
+        if let Some(b) = &before {
+            self.touch_check(&b.clone());
+        }
+        self.touch_check(&after.clone());
+        self.record(
+            Table::Checks,
+            node_key(&k.0, &k.1),
+            before.map(Row::Check),
+            Some(Row::Check(after)),
+        );
+    }
+
+    pub fn remove_check(&mut self, node: &str, id: &str) {
+        let k = (node.to_string(), id.to_string());
+        if let Some(before) = self.state.checks.remove(&k) {
+            self.touch_check(&before.clone());
+            self.record(
+                Table::Checks,
+                node_key(node, id),
+                Some(Row::Check(before)),
+                None,
+            );
+        }
+    }
+
+    pub fn put_config(&mut self, key: (String, String), entry: Value) {
+        let after = Arc::new(entry);
+        let before = self.state.config.insert(key.clone(), after.clone());
+        self.touch(keys::config(&key.0, &key.1));
+        self.touch(keys::config_kind(&key.0));
+        self.record(
+            Table::Config,
+            format!("{}/{}", key.0, key.1),
+            before.map(Row::Config),
+            Some(Row::Config(after)),
+        );
+    }
+
+    pub fn remove_config(&mut self, key: &(String, String)) {
+        if let Some(before) = self.state.config.remove(key) {
+            self.touch(keys::config(&key.0, &key.1));
+            self.touch(keys::config_kind(&key.0));
+            self.record(
+                Table::Config,
+                format!("{}/{}", key.0, key.1),
+                Some(Row::Config(before)),
+                None,
+            );
+        }
+    }
+}
+
+/// Rebuilds the name indexes from the services table (after a load).
+pub(crate) fn reindex(state: &mut State) {
+    state.service_names.clear();
+    state.connect_names.clear();
+    let services: Vec<_> = state
+        .services
+        .iter()
+        .map(|(k, s)| (k.clone(), s.clone()))
+        .collect();
+    let mut tx = Tx::new(state, 0);
+    for (k, s) in services {
+        tx.index_service(&k, &s);
+    }
+}
+
+fn remove_from_index(
+    index: &mut imbl::OrdMap<String, imbl::OrdSet<(String, String)>>,
+    name: &str,
+    k: &(String, String),
+) {
+    if let Some(set) = index.get_mut(name) {
+        set.remove(k);
+        if set.is_empty() {
+            index.remove(name);
+        }
+    }
+}

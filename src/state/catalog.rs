@@ -1,0 +1,217 @@
+//! The catalog tables: registration and deregistration of nodes, services
+//! and checks (Consul's `EnsureRegistration` / `DeleteNode|Service|Check`),
+//! and the reads the catalog and health endpoints are built on.
+
+use std::sync::Arc;
+
+use super::State;
+use super::apply::Tx;
+use crate::structs::{
+    DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService, RegisterRequest,
+};
+
+/// Registers a node and optionally a service and checks, all or nothing.
+pub fn register(tx: &mut Tx, req: &RegisterRequest) -> Result<(), String> {
+    if req.node.is_empty() {
+        return Err("Must provide node".into());
+    }
+    let existing = tx.state.nodes.get(&req.node).cloned();
+    if !(req.skip_node_update && existing.is_some()) {
+        if req.address.is_empty() {
+            return Err("Must provide address".into());
+        }
+        let mut node = Node {
+            id: req.id.clone(),
+            node: req.node.clone(),
+            address: req.address.clone(),
+            datacenter: req.datacenter.clone(),
+            tagged_addresses: req.tagged_addresses.clone(),
+            meta: req.node_meta.clone(),
+            create_index: tx.index,
+            modify_index: tx.index,
+        };
+        if let Some(old) = &existing {
+            node.create_index = old.create_index;
+            node.modify_index = old.modify_index;
+            if node.id.is_empty() {
+                node.id = old.id.clone();
+            }
+        }
+        if existing.as_deref() != Some(&node) {
+            node.modify_index = tx.index;
+            tx.put_node(node);
+        }
+    } else if existing.is_none() {
+        return Err(format!("Node {:?} does not exist", req.node));
+    }
+
+    if let Some(svc) = &req.service {
+        let mut svc = svc.clone();
+        if svc.id.is_empty() {
+            svc.id = svc.service.clone();
+        }
+        if svc.service.is_empty() {
+            return Err("Must provide service name with ID".into());
+        }
+        let k = (req.node.clone(), svc.id.clone());
+        match tx.state.services.get(&k).cloned() {
+            Some(old) => {
+                svc.create_index = old.create_index;
+                svc.modify_index = old.modify_index;
+                if *old != svc {
+                    svc.modify_index = tx.index;
+                    tx.put_service(&req.node, svc);
+                }
+            }
+            None => {
+                svc.create_index = tx.index;
+                svc.modify_index = tx.index;
+                tx.put_service(&req.node, svc);
+            }
+        }
+    }
+
+    for check in req.check.iter().chain(req.checks.iter()) {
+        ensure_check(tx, &req.node, check)?;
+    }
+    Ok(())
+}
+
+fn ensure_check(tx: &mut Tx, node: &str, check: &HealthCheck) -> Result<(), String> {
+    let mut check = check.clone();
+    check.node = node.to_string();
+    if check.check_id.is_empty() {
+        check.check_id = check.name.clone();
+    }
+    if check.check_id.is_empty() {
+        return Err("Must provide a CheckID or Name for checks".into());
+    }
+    if check.status.is_empty() {
+        check.status = HEALTH_CRITICAL.into();
+    }
+    if !check.service_id.is_empty() {
+        let k = (node.to_string(), check.service_id.clone());
+        let Some(svc) = tx.state.services.get(&k) else {
+            return Err(format!(
+                "Unknown service ID {:?} for check ID {:?}",
+                check.service_id, check.check_id
+            ));
+        };
+        check.service_name = svc.service.clone();
+        check.service_tags = svc.tags.clone();
+    }
+    let k = (node.to_string(), check.check_id.clone());
+    match tx.state.checks.get(&k).cloned() {
+        Some(old) => {
+            check.create_index = old.create_index;
+            check.modify_index = old.modify_index;
+            if *old != check {
+                check.modify_index = tx.index;
+                tx.put_check(check);
+            }
+        }
+        None => {
+            check.create_index = tx.index;
+            check.modify_index = tx.index;
+            tx.put_check(check);
+        }
+    }
+    Ok(())
+}
+
+/// Removes a check, a service with its checks, or a node with everything.
+pub fn deregister(tx: &mut Tx, req: &DeregisterRequest) -> Result<(), String> {
+    if req.node.is_empty() {
+        return Err("Must provide node".into());
+    }
+    if !req.service_id.is_empty() {
+        delete_service(tx, &req.node, &req.service_id);
+    }
+    if !req.check_id.is_empty() {
+        tx.remove_check(&req.node, &req.check_id);
+    }
+    if req.service_id.is_empty() && req.check_id.is_empty() {
+        let services: Vec<String> = node_services(tx.state, &req.node)
+            .map(|s| s.id.clone())
+            .collect();
+        for id in services {
+            delete_service(tx, &req.node, &id);
+        }
+        let checks: Vec<String> = node_checks(tx.state, &req.node)
+            .map(|c| c.check_id.clone())
+            .collect();
+        for id in checks {
+            tx.remove_check(&req.node, &id);
+        }
+        tx.remove_node(&req.node);
+    }
+    Ok(())
+}
+
+fn delete_service(tx: &mut Tx, node: &str, id: &str) {
+    let checks: Vec<String> = node_checks(tx.state, node)
+        .filter(|c| c.service_id == id)
+        .map(|c| c.check_id.clone())
+        .collect();
+    for c in checks {
+        tx.remove_check(node, &c);
+    }
+    tx.remove_service(node, id);
+}
+
+/// Services registered on a node, by service id.
+pub fn node_services<'a>(state: &'a State, node: &'a str) -> impl Iterator<Item = &'a NodeService> {
+    state
+        .services
+        .range((node.to_string(), String::new())..)
+        .take_while(move |((n, _), _)| n == node)
+        .map(|(_, s)| &**s)
+}
+
+/// Checks on a node (node-level and service-level), by check id.
+pub fn node_checks<'a>(state: &'a State, node: &'a str) -> impl Iterator<Item = &'a HealthCheck> {
+    state
+        .checks
+        .range((node.to_string(), String::new())..)
+        .take_while(move |((n, _), _)| n == node)
+        .map(|(_, c)| &**c)
+}
+
+/// One instance of a service with its node and the checks that decide its
+/// health (node checks and its own).
+pub struct Instance {
+    pub node: Arc<Node>,
+    pub service: Arc<NodeService>,
+    pub checks: Vec<Arc<HealthCheck>>,
+}
+
+/// Instances of `name` (or, with `connect`, the proxies and native services
+/// for `name`), in node order.
+pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instance> {
+    let index = if connect {
+        &state.connect_names
+    } else {
+        &state.service_names
+    };
+    let Some(set) = index.get(name) else {
+        return Vec::new();
+    };
+    set.iter()
+        .filter_map(|k| {
+            let service = state.services.get(k)?.clone();
+            let node = state.nodes.get(&k.0)?.clone();
+            let checks = state
+                .checks
+                .range((k.0.clone(), String::new())..)
+                .take_while(|((n, _), _)| *n == k.0)
+                .filter(|(_, c)| c.service_id.is_empty() || c.service_id == k.1)
+                .map(|(_, c)| c.clone())
+                .collect();
+            Some(Instance {
+                node,
+                service,
+                checks,
+            })
+        })
+        .collect()
+}

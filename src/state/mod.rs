@@ -1,0 +1,234 @@
+//! The state store: the tables every server holds, written only by the Raft
+//! state machine's apply.
+//!
+//! `State` is an immutable version of all tables built from persistent maps
+//! (`imbl`), so a reader takes the current version without a lock (MVCC, as
+//! Consul's memdb) while the single writer builds the next one. Every apply
+//! reports what it changed (`ChangeSet`): the rows before and after, and the
+//! watch keys whose blocking queries must wake.
+
+mod apply;
+pub mod catalog;
+pub mod kv;
+pub mod persist;
+pub mod snapshot;
+pub mod watch;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use imbl::{OrdMap, OrdSet};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::structs::serde_util::as_json;
+use crate::structs::{
+    DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
+    TxnError,
+};
+
+pub use apply::apply_command;
+pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
+pub use watch::Watches;
+
+/// (node name, service id) or (node name, check id).
+pub type NodeKey = (String, String);
+
+/// A command replicated through Raft: the only way state changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    Kv(KvOp),
+    Txn(Vec<KvOp>),
+    Register(#[serde(with = "as_json")] RegisterRequest),
+    Deregister(#[serde(with = "as_json")] DeregisterRequest),
+    /// A config entry, already decoded and validated on its own by the
+    /// server that received it; the graph is validated in apply.
+    ConfigSet {
+        #[serde(with = "as_json")]
+        entry: Value,
+        cas: Option<u64>,
+    },
+    ConfigDelete {
+        kind: String,
+        name: String,
+        cas: Option<u64>,
+    },
+    /// Written once by the server that bootstraps the cluster.
+    InitCluster {
+        cluster_id: String,
+    },
+    Noop,
+}
+
+/// What applying a command answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    Kv(KvOutcome),
+    Txn(Result<Vec<KvEntry>, Vec<TxnError>>),
+    /// A precondition failed (cas), answered as `false`.
+    Bool(bool),
+    /// The command was refused by the state machine (bad input that only the
+    /// state can reveal, e.g. a check for an unknown service): a 400.
+    Rejected(String),
+}
+
+/// One row of any table, shared with the version that holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Row {
+    Kv(Arc<KvEntry>),
+    Node(Arc<Node>),
+    Service(Arc<NodeService>),
+    Check(Arc<HealthCheck>),
+    Config(Arc<Value>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    Kv,
+    Nodes,
+    Services,
+    Checks,
+    Config,
+    /// Tombstones and per-key indexes: persisted, not shown.
+    Index,
+    Meta,
+}
+
+/// One changed row.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub table: Table,
+    /// The row's key in its table (for services and checks `node\0id`).
+    pub key: String,
+    pub before: Option<Row>,
+    pub after: Option<Row>,
+}
+
+/// All that one applied command changed.
+#[derive(Debug, Clone, Default)]
+pub struct ChangeSet {
+    pub index: u64,
+    pub changes: Vec<Change>,
+    /// Keys of blocking queries to wake (see `watch`), with their new index.
+    pub watch_keys: BTreeSet<String>,
+}
+
+/// One version of every table.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    /// Raft index of the last applied command.
+    pub index: u64,
+    pub cluster_id: String,
+    pub kv: OrdMap<String, Arc<KvEntry>>,
+    pub nodes: OrdMap<String, Arc<Node>>,
+    pub services: OrdMap<NodeKey, Arc<NodeService>>,
+    /// service name → instances of it.
+    pub service_names: OrdMap<String, OrdSet<NodeKey>>,
+    /// destination service name → connect proxies for it.
+    pub connect_names: OrdMap<String, OrdSet<NodeKey>>,
+    pub checks: OrdMap<NodeKey, Arc<HealthCheck>>,
+    /// (kind, name) → config entry (JSON, with its indexes).
+    pub config: OrdMap<(String, String), Arc<Value>>,
+    /// watch key → index of its last change; survives deletes (tombstones).
+    pub indexes: OrdMap<String, u64>,
+}
+
+impl State {
+    /// The index a blocking query on these watch keys reports: the latest
+    /// change to any of them, never 0 (Consul clients treat 0 as "no index").
+    pub fn index_of<'a>(&self, keys: impl IntoIterator<Item = &'a str>) -> u64 {
+        keys.into_iter()
+            .filter_map(|k| self.indexes.get(k).copied())
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    }
+
+    /// The latest change under a watch-key prefix (e.g. `kv/foo/`).
+    pub fn index_of_prefix(&self, prefix: &str) -> u64 {
+        let mut max = 1;
+        for (k, v) in self.indexes.range(prefix.to_string()..) {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            max = max.max(*v);
+        }
+        max
+    }
+}
+
+/// Watch keys: the unit of waking for blocking queries and of indexes.
+pub mod keys {
+    pub fn kv(key: &str) -> String {
+        format!("kv/{key}")
+    }
+    pub fn node(name: &str) -> String {
+        format!("node/{name}")
+    }
+    pub fn service(name: &str) -> String {
+        format!("service/{name}")
+    }
+    pub fn connect(name: &str) -> String {
+        format!("connect/{name}")
+    }
+    pub fn config(kind: &str, name: &str) -> String {
+        format!("config/{kind}/{name}")
+    }
+    pub fn config_kind(kind: &str) -> String {
+        format!("config/{kind}")
+    }
+    pub const NODES: &str = "nodes";
+    pub const SERVICES: &str = "services";
+    pub const CHECKS: &str = "checks";
+    pub const CLUSTER: &str = "cluster";
+}
+
+/// The store a server reads: the current version, the watches, and the
+/// persistence of every applied change.
+pub struct Store {
+    current: ArcSwap<State>,
+    pub watches: Watches,
+    persist: Box<dyn Persist>,
+}
+
+impl Store {
+    /// Opens the store, loading what the backend holds.
+    pub fn open(persist: Box<dyn Persist>) -> anyhow::Result<Self> {
+        let state = persist::load_state(&*persist)?;
+        Ok(Store {
+            current: ArcSwap::from_pointee(state),
+            watches: Watches::default(),
+            persist,
+        })
+    }
+
+    /// The current version; never blocks.
+    pub fn state(&self) -> Arc<State> {
+        self.current.load_full()
+    }
+
+    pub fn persist(&self) -> &dyn Persist {
+        &*self.persist
+    }
+
+    /// Installs a new version: persists the changes with `meta` rows in one
+    /// atomic batch, publishes the version, then wakes the watchers.
+    pub fn commit(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
+        persist::write_changes(&*self.persist, sets, &next, meta)?;
+        self.current.store(Arc::new(next));
+        for set in sets {
+            self.watches.notify(&set.watch_keys, set.index);
+        }
+        Ok(())
+    }
+
+    /// Replaces everything (snapshot install).
+    pub fn replace(&self, next: State, meta: Ops) -> anyhow::Result<()> {
+        persist::replace_all(&*self.persist, &next, meta)?;
+        self.current.store(Arc::new(next));
+        self.watches.notify_all();
+        Ok(())
+    }
+}

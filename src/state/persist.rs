@@ -1,0 +1,284 @@
+//! Where the state machine's tables live on disk: one ordered key space of
+//! rows, written in one atomic batch per applied group of commands.
+//!
+//! Rows are `table byte + key`. KV entries are bincode, catalog rows and
+//! config entries JSON (their Consul shape skips empty fields), indexes a
+//! big-endian u64. The batch also carries the Raft adapter's meta rows
+//! (last applied log id, membership), so a restart finds state and applied
+//! pointer in step. Not fsync'd here: the Raft log is the durable record and
+//! a restart re-applies whatever the state lags behind it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+
+use super::{ChangeSet, Row, State, Table};
+use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
+
+pub type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// An ordered, atomic-batch key space: sled on disk, a map in simulations.
+pub trait Persist: Send + Sync {
+    fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>>;
+    /// Applies all ops atomically; with `clear_first` the key space is
+    /// emptied in the same step.
+    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()>;
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()>;
+}
+
+const KV: u8 = b'k';
+const NODE: u8 = b'n';
+const SERVICE: u8 = b's';
+const CHECK: u8 = b'c';
+const CONFIG: u8 = b'e';
+const INDEX: u8 = b'i';
+/// Meta rows: `m` + name. The Raft adapter owns names other than these.
+pub const META: u8 = b'm';
+const META_INDEX: &[u8] = b"mindex";
+const META_CLUSTER: &[u8] = b"mcluster_id";
+
+fn row_key(tag: u8, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(tag);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+pub fn meta_key(name: &str) -> Vec<u8> {
+    row_key(META, name)
+}
+
+fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
+    Ok(match row {
+        Row::Kv(e) => bincode::serialize(&**e)?,
+        Row::Node(n) => serde_json::to_vec(&**n)?,
+        Row::Service(s) => serde_json::to_vec(&**s)?,
+        Row::Check(c) => serde_json::to_vec(&**c)?,
+        Row::Config(v) => serde_json::to_vec(&**v)?,
+    })
+}
+
+fn table_tag(t: Table) -> u8 {
+    match t {
+        Table::Kv => KV,
+        Table::Nodes => NODE,
+        Table::Services => SERVICE,
+        Table::Checks => CHECK,
+        Table::Config => CONFIG,
+        Table::Index => INDEX,
+        Table::Meta => META,
+    }
+}
+
+/// Writes the changes of applied commands (the last version `state` gives
+/// the final value of every touched index) plus `meta`, atomically.
+pub fn write_changes(
+    p: &dyn Persist,
+    sets: &[ChangeSet],
+    state: &State,
+    meta: Ops,
+) -> anyhow::Result<()> {
+    let mut ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+    for set in sets {
+        for c in &set.changes {
+            let value = c.after.as_ref().map(encode_row).transpose()?;
+            ops.insert(row_key(table_tag(c.table), &c.key), value);
+        }
+        for k in &set.watch_keys {
+            let v = state.indexes.get(k).copied().unwrap_or(set.index);
+            ops.insert(row_key(INDEX, k), Some(v.to_be_bytes().to_vec()));
+        }
+    }
+    ops.insert(
+        META_INDEX.to_vec(),
+        Some(state.index.to_be_bytes().to_vec()),
+    );
+    if !state.cluster_id.is_empty() {
+        ops.insert(
+            META_CLUSTER.to_vec(),
+            Some(state.cluster_id.as_bytes().to_vec()),
+        );
+    }
+    let mut ops: Ops = ops.into_iter().collect();
+    ops.extend(meta);
+    p.batch(ops, false)
+}
+
+/// Replaces the whole key space with `state` (snapshot install).
+pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<()> {
+    let mut ops: Ops = Vec::new();
+    for (k, e) in &state.kv {
+        ops.push((row_key(KV, k), Some(bincode::serialize(&**e)?)));
+    }
+    for (k, n) in &state.nodes {
+        ops.push((row_key(NODE, k), Some(serde_json::to_vec(&**n)?)));
+    }
+    for ((n, id), s) in &state.services {
+        ops.push((
+            row_key(SERVICE, &format!("{n}\0{id}")),
+            Some(serde_json::to_vec(&**s)?),
+        ));
+    }
+    for ((n, id), c) in &state.checks {
+        ops.push((
+            row_key(CHECK, &format!("{n}\0{id}")),
+            Some(serde_json::to_vec(&**c)?),
+        ));
+    }
+    for ((kind, name), e) in &state.config {
+        ops.push((
+            row_key(CONFIG, &format!("{kind}/{name}")),
+            Some(serde_json::to_vec(&**e)?),
+        ));
+    }
+    for (k, v) in &state.indexes {
+        ops.push((row_key(INDEX, k), Some(v.to_be_bytes().to_vec())));
+    }
+    ops.push((
+        META_INDEX.to_vec(),
+        Some(state.index.to_be_bytes().to_vec()),
+    ));
+    ops.push((
+        META_CLUSTER.to_vec(),
+        Some(state.cluster_id.as_bytes().to_vec()),
+    ));
+    ops.extend(meta);
+    p.batch(ops, true)
+}
+
+fn be_u64(v: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = v.len().min(8);
+    b[8 - n..].copy_from_slice(&v[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// Loads every table from the key space.
+pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
+    let mut st = State::default();
+    let mut loaded = 0u64;
+    p.scan(&mut |k, v| {
+        let (tag, key) = (k[0], std::str::from_utf8(&k[1..]).context("row key")?);
+        match tag {
+            KV => {
+                let e: KvEntry = bincode::deserialize(v)?;
+                st.kv.insert(key.to_string(), Arc::new(e));
+            }
+            NODE => {
+                let n: Node = serde_json::from_slice(v)?;
+                st.nodes.insert(key.to_string(), Arc::new(n));
+            }
+            SERVICE => {
+                let s: NodeService = serde_json::from_slice(v)?;
+                let node = key.split('\0').next().unwrap_or_default().to_string();
+                st.services.insert((node, s.id.clone()), Arc::new(s));
+            }
+            CHECK => {
+                let c: HealthCheck = serde_json::from_slice(v)?;
+                st.checks
+                    .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
+            }
+            CONFIG => {
+                let e: serde_json::Value = serde_json::from_slice(v)?;
+                if let Some((kind, name)) = key.split_once('/') {
+                    st.config
+                        .insert((kind.to_string(), name.to_string()), Arc::new(e));
+                }
+            }
+            INDEX => {
+                st.indexes.insert(key.to_string(), be_u64(v));
+            }
+            META if k == META_INDEX => st.index = be_u64(v),
+            META if k == META_CLUSTER => st.cluster_id = String::from_utf8_lossy(v).into_owned(),
+            _ => {}
+        }
+        loaded += 1;
+        if loaded % 250_000 == 0 {
+            tracing::info!(rows = loaded, "loading state");
+        }
+        Ok(())
+    })?;
+    super::apply::reindex(&mut st);
+    Ok(st)
+}
+
+/// The sled key space: one tree of the server's database.
+pub struct SledBackend {
+    tree: sled::Tree,
+}
+
+impl SledBackend {
+    pub fn new(db: &sled::Db) -> anyhow::Result<Self> {
+        Ok(SledBackend {
+            tree: db.open_tree("state")?,
+        })
+    }
+}
+
+impl Persist for SledBackend {
+    fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()> {
+        if clear_first {
+            // Clearing and refilling is not one sled batch; a crash in
+            // between leaves no applied pointer, so the restart installs the
+            // snapshot again from the leader or replays the log.
+            self.tree.clear()?;
+        }
+        let mut b = sled::Batch::default();
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.insert(k, v),
+                None => b.remove(k),
+            }
+        }
+        self.tree.apply_batch(b)?;
+        Ok(())
+    }
+
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+        for kv in self.tree.iter() {
+            let (k, v) = kv?;
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+}
+
+/// An in-memory key space for simulations; clones share it, so a simulated
+/// crash can hand the same "disk" to the restarted server.
+#[derive(Clone, Default)]
+pub struct MemoryBackend {
+    map: Arc<Mutex<BTreeMap<Vec<u8>, Vec<u8>>>>,
+}
+
+impl Persist for MemoryBackend {
+    fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.map.lock().unwrap().get(key).cloned())
+    }
+
+    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()> {
+        let mut map = self.map.lock().unwrap();
+        if clear_first {
+            map.clear();
+        }
+        for (k, v) in ops {
+            match v {
+                Some(v) => map.insert(k, v),
+                None => map.remove(&k),
+            };
+        }
+        Ok(())
+    }
+
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+        let map = self.map.lock().unwrap().clone();
+        for (k, v) in &map {
+            f(k, v)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! A whole version of the state as bytes, for Raft snapshots.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::State;
+use crate::structs::serde_util::as_json;
+use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
+
+#[derive(Serialize, Deserialize)]
+struct Body {
+    index: u64,
+    cluster_id: String,
+    kv: Vec<KvEntry>,
+    #[serde(with = "as_json")]
+    nodes: Vec<Node>,
+    #[serde(with = "as_json")]
+    services: Vec<(String, NodeService)>,
+    #[serde(with = "as_json")]
+    checks: Vec<HealthCheck>,
+    #[serde(with = "as_json")]
+    config: Vec<serde_json::Value>,
+    indexes: Vec<(String, u64)>,
+}
+
+pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
+    let body = Body {
+        index: st.index,
+        cluster_id: st.cluster_id.clone(),
+        kv: st.kv.values().map(|e| (**e).clone()).collect(),
+        nodes: st.nodes.values().map(|n| (**n).clone()).collect(),
+        services: st
+            .services
+            .iter()
+            .map(|((n, _), s)| (n.clone(), (**s).clone()))
+            .collect(),
+        checks: st.checks.values().map(|c| (**c).clone()).collect(),
+        config: st.config.values().map(|e| (**e).clone()).collect(),
+        indexes: st.indexes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+    };
+    Ok(bincode::serialize(&body)?)
+}
+
+pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
+    let body: Body = bincode::deserialize(bytes)?;
+    let mut st = State {
+        index: body.index,
+        cluster_id: body.cluster_id,
+        ..Default::default()
+    };
+    for e in body.kv {
+        st.kv.insert(e.key.clone(), Arc::new(e));
+    }
+    for n in body.nodes {
+        st.nodes.insert(n.node.clone(), Arc::new(n));
+    }
+    for (node, s) in body.services {
+        st.services.insert((node, s.id.clone()), Arc::new(s));
+    }
+    for c in body.checks {
+        st.checks
+            .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
+    }
+    for e in body.config {
+        let kind = e.get("Kind").and_then(|v| v.as_str()).unwrap_or_default();
+        let name = e.get("Name").and_then(|v| v.as_str()).unwrap_or_default();
+        st.config
+            .insert((kind.to_string(), name.to_string()), Arc::new(e.clone()));
+    }
+    st.indexes = body.indexes.into_iter().collect();
+    super::apply::reindex(&mut st);
+    Ok(st)
+}

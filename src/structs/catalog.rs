@@ -1,0 +1,242 @@
+//! Catalog types: nodes, services (including connect proxies) and checks,
+//! in the JSON shapes of Consul's catalog, health and agent endpoints.
+//!
+//! These travel through Raft inside JSON strings (see `serde_util::as_json`),
+//! so they may skip empty fields the way Consul's `omitempty` does.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::serde_util::{is_default, null_default};
+
+pub type Meta = BTreeMap<String, String>;
+
+/// A node of the catalog.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Node {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub node: String,
+    pub address: String,
+    pub datacenter: String,
+    #[serde(deserialize_with = "null_default")]
+    pub tagged_addresses: BTreeMap<String, String>,
+    #[serde(deserialize_with = "null_default")]
+    pub meta: Meta,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+/// An address and port, as in `TaggedAddresses` of a service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceAddress {
+    pub address: String,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Weights {
+    pub passing: i64,
+    pub warning: i64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            passing: 1,
+            warning: 1,
+        }
+    }
+}
+
+/// `MeshGateway` of a proxy or upstream: `{}` or `{"Mode":"local"}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct MeshGatewayConfig {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mode: String,
+}
+
+/// One upstream of a connect proxy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Upstream {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination_type: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination_namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination_partition: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination_peer: String,
+    pub destination_name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub datacenter: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub local_bind_address: String,
+    #[serde(skip_serializing_if = "is_default")]
+    pub local_bind_port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    pub mesh_gateway: MeshGatewayConfig,
+    #[serde(skip_serializing_if = "is_default")]
+    pub centrally_configured: bool,
+    /// Fields cairn does not interpret, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `Proxy` of a connect-proxy (or gateway) service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ConnectProxyConfig {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub destination_service_name: String,
+    #[serde(
+        rename = "DestinationServiceID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub destination_service_id: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub local_service_address: String,
+    #[serde(skip_serializing_if = "is_default")]
+    pub local_service_port: u16,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub upstreams: Vec<Upstream>,
+    pub mesh_gateway: MeshGatewayConfig,
+    #[serde(deserialize_with = "null_default")]
+    pub expose: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transparent_proxy: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_logs: Option<Map<String, Value>>,
+    /// Fields cairn does not interpret, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A service instance on a node (Consul's `NodeService`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeService {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub service: String,
+    #[serde(deserialize_with = "null_default")]
+    pub tags: Vec<String>,
+    pub address: String,
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub tagged_addresses: BTreeMap<String, ServiceAddress>,
+    #[serde(deserialize_with = "null_default")]
+    pub meta: Meta,
+    pub port: i64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub socket_path: String,
+    #[serde(deserialize_with = "null_default")]
+    pub weights: Weights,
+    pub enable_tag_override: bool,
+    #[serde(deserialize_with = "null_default")]
+    pub proxy: ConnectProxyConfig,
+    #[serde(deserialize_with = "null_default")]
+    pub connect: Map<String, Value>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub peer_name: String,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+impl NodeService {
+    pub fn is_connect_proxy(&self) -> bool {
+        self.kind == "connect-proxy"
+    }
+
+    /// Gateways and proxies get central config merged into them.
+    pub fn is_mesh_kind(&self) -> bool {
+        !self.kind.is_empty()
+    }
+}
+
+/// A health check (Consul's `HealthCheck`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct HealthCheck {
+    pub node: String,
+    #[serde(rename = "CheckID")]
+    pub check_id: String,
+    pub name: String,
+    pub status: String,
+    pub notes: String,
+    pub output: String,
+    #[serde(rename = "ServiceID")]
+    pub service_id: String,
+    pub service_name: String,
+    #[serde(deserialize_with = "null_default")]
+    pub service_tags: Vec<String>,
+    #[serde(rename = "Type")]
+    pub check_type: String,
+    pub interval: String,
+    pub timeout: String,
+    pub exposed_port: i64,
+    #[serde(deserialize_with = "null_default")]
+    pub definition: Map<String, Value>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+pub const HEALTH_PASSING: &str = "passing";
+pub const HEALTH_WARNING: &str = "warning";
+pub const HEALTH_CRITICAL: &str = "critical";
+pub const HEALTH_MAINT: &str = "maintenance";
+
+pub fn valid_health_status(s: &str) -> bool {
+    matches!(s, HEALTH_PASSING | HEALTH_WARNING | HEALTH_CRITICAL)
+}
+
+/// `PUT /v1/catalog/register`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RegisterRequest {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub node: String,
+    pub address: String,
+    pub datacenter: String,
+    #[serde(deserialize_with = "null_default")]
+    pub tagged_addresses: BTreeMap<String, String>,
+    #[serde(deserialize_with = "null_default")]
+    pub node_meta: Meta,
+    pub service: Option<NodeService>,
+    pub check: Option<HealthCheck>,
+    #[serde(deserialize_with = "null_default")]
+    pub checks: Vec<HealthCheck>,
+    pub skip_node_update: bool,
+}
+
+/// `PUT /v1/catalog/deregister`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DeregisterRequest {
+    pub node: String,
+    pub datacenter: String,
+    #[serde(rename = "ServiceID")]
+    pub service_id: String,
+    #[serde(rename = "CheckID")]
+    pub check_id: String,
+}
