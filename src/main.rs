@@ -42,6 +42,9 @@ struct ServerArgs {
     /// Another server's --raft-addr (repeatable).
     #[arg(long)]
     join: Vec<String>,
+    /// Snapshot the state and compact the Raft log after this many entries.
+    #[arg(long, default_value_t = 16_384, hide = true)]
+    raft_snapshot_threshold: u64,
     #[arg(long, default_value = "info")]
     log_level: String,
     #[arg(long)]
@@ -92,6 +95,7 @@ fn main() -> anyhow::Result<()> {
                 raft_addr: a.raft_addr,
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
+                snapshot_threshold: a.raft_snapshot_threshold,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -26,6 +26,8 @@ pub struct ServerConfig {
     pub raft_addr: SocketAddr,
     pub bootstrap_expect: usize,
     pub join: Vec<String>,
+    /// Take a snapshot (and compact the log) after this many entries.
+    pub snapshot_threshold: u64,
 }
 
 pub struct Server {
@@ -75,7 +77,14 @@ impl Server {
             publisher.clone(),
             config.data_dir.join("snapshots"),
         )?;
-        let raft = Raft::new(id, Arc::new(raft_config().validate()?), Network, log, sm).await?;
+        let raft = Raft::new(
+            id,
+            Arc::new(raft_config(config.snapshot_threshold).validate()?),
+            Network,
+            log,
+            sm,
+        )
+        .await?;
 
         let me = ServerNode {
             name: config.node.clone(),
@@ -116,14 +125,18 @@ impl Server {
     pub async fn write(&self, cmd: Command) -> Result<Response> {
         let deadline = tokio::time::Instant::now() + LEADER_HOLD;
         loop {
-            match self.raft.client_write(cmd.clone()).await {
-                Ok(r) => return Ok(r.data),
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            // A leader cut off from its quorum never commits: bound the wait.
+            // The entry may still commit later, as in Consul.
+            let attempt = tokio::time::timeout_at(deadline, self.raft.client_write(cmd.clone()));
+            match attempt.await {
+                Err(_) => return Err(Error::NoLeader),
+                Ok(Ok(r)) => return Ok(r.data),
+                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                     if f.leader_id.is_some() && f.leader_id != Some(self.cluster.id) {
                         return Err(Error::LeadershipLost);
                     }
                 }
-                Err(e) => return Err(Error::Internal(e.to_string())),
+                Ok(Err(e)) => return Err(Error::Internal(e.to_string())),
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(Error::NoLeader);
@@ -173,9 +186,20 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let app = crate::http::router(server.clone());
     let listener = tokio::net::TcpListener::bind(config.http_addr).await?;
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let serve = axum::serve(listener, app).with_graceful_shutdown({
+        let stop = stop.clone();
+        async move { stop.notified().await }
+    });
+    tokio::select! {
+        r = serve => r?,
+        _ = shutdown_signal() => {
+            // Blocking queries may wait minutes: give requests in flight a
+            // moment to finish, then stop regardless.
+            stop.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
     server.shutdown().await;
     Ok(())
 }

@@ -76,22 +76,40 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     {
         return next.run(req).await;
     }
-    match s.await_leader().await {
-        Ok((id, _)) if id == s.cluster.id => next.run(req).await,
-        Ok((_, leader)) => match proxy(&s, &leader.http_addr, req).await {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        },
-        Err(e) => e.into_response(),
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return Error::bad(format!("Request body too large or unreadable: {e}")).into_response();
+        }
+    };
+    // Retry while a new leader is being elected, within the hold time.
+    let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+    loop {
+        match s.await_leader().await {
+            Ok((id, _)) if id == s.cluster.id => {
+                return next.run(Request::from_parts(parts, Body::from(body))).await;
+            }
+            Ok((_, leader)) => match proxy(&s, &leader.http_addr, &parts, body.clone()).await {
+                Ok(r) => return r,
+                Err(Error::NoLeader) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => return e.into_response(),
+            },
+            Err(e) => return e.into_response(),
+        }
     }
 }
 
-async fn proxy(s: &Server, addr: &str, req: Request) -> Result<Response> {
+/// Sends a request on to the leader; an error means it could not be reached.
+async fn proxy(
+    s: &Server,
+    addr: &str,
+    parts: &axum::http::request::Parts,
+    body: axum::body::Bytes,
+) -> Result<Response> {
     crate::metrics::HTTP_FORWARDED.inc();
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|e| Error::bad(format!("Request body too large or unreadable: {e}")))?;
     let url = format!(
         "http://{addr}{}",
         parts
@@ -108,7 +126,15 @@ async fn proxy(s: &Server, addr: &str, req: Request) -> Result<Response> {
     if let Some(ct) = parts.headers.get("content-type") {
         out = out.header("content-type", ct);
     }
-    let resp = out.send().await.map_err(|_| Error::NoLeader)?;
+    // Only a request that never reached the leader may be retried: one that
+    // did could have committed.
+    let resp = out.send().await.map_err(|e| {
+        if e.is_connect() {
+            Error::NoLeader
+        } else {
+            Error::LeadershipLost
+        }
+    })?;
     let mut builder = Response::builder().status(resp.status());
     for (k, v) in resp.headers() {
         let name = k.as_str();

@@ -49,16 +49,61 @@ pub(crate) fn io_err(
 
 /// The Raft timing used by every server: elections within ~1s of a leader
 /// loss, heartbeats well inside that.
-pub fn raft_config() -> openraft::Config {
+pub fn raft_config(snapshot_threshold: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "cairn".into(),
         heartbeat_interval: 150,
         election_timeout_min: 600,
         election_timeout_max: 1200,
         max_payload_entries: 512,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(20_000),
-        max_in_snapshot_log_to_keep: 1_000,
-        purge_batch_size: 1024,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
+        max_in_snapshot_log_to_keep: (snapshot_threshold / 10).min(1_000),
+        purge_batch_size: (snapshot_threshold / 4).clamp(1, 1024),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod storage_suite {
+    //! openraft's own conformance suite, run against the sled log store and
+    //! the state machine on sled.
+
+    use std::sync::Arc;
+
+    use openraft::testing::{StoreBuilder, Suite};
+
+    use super::log_store::LogStore;
+    use super::state_machine::StateMachine;
+    use super::{StorageError, TypeConfig};
+    use crate::state::{SledBackend, Store};
+    use crate::stream::Publisher;
+
+    struct SledBuilder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
+        async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let db = sled::Config::new()
+                .path(dir.path().join("db"))
+                .open()
+                .expect("sled");
+            let log = LogStore::new(&db).expect("log store");
+            let store = Arc::new(
+                Store::open(Box::new(SledBackend::new(&db).expect("tree"))).expect("store"),
+            );
+            let sm = StateMachine::new(
+                store,
+                Arc::new(Publisher::default()),
+                dir.path().join("snap"),
+            )
+            .expect("state machine");
+            Ok((dir, log, sm))
+        }
+    }
+
+    #[test]
+    fn sled_store_passes_openraft_suite() -> Result<(), StorageError> {
+        Suite::test_all(SledBuilder)?;
+        Ok(())
     }
 }

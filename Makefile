@@ -1,0 +1,47 @@
+# cairn — the commands a person and CI use. See README.md.
+
+CARGO ?= cargo
+SEEDS ?= 500
+
+.PHONY: run build release test unit clients conformance cluster bench sim fmt lint
+
+## Run one dev server on 127.0.0.1:8500 (data in a temporary directory).
+run:
+	$(CARGO) run --release -- server --dev
+
+build:
+	$(CARGO) build
+
+release:
+	$(CARGO) build --release
+
+## Every test: unit and integration tests (real processes), real clients, conformance.
+test: unit
+
+unit:
+	$(CARGO) test --workspace --no-fail-fast
+
+## Real Consul clients (py-consul, Prometheus) against a dev server.
+clients: build
+	bash scripts/test-clients.sh
+
+## Consul's own test tables, played against a dev server.
+conformance: build
+	bash scripts/conformance.sh
+
+## A 3-server cluster on loopback (HTTP 8500-8502); Ctrl-C stops it.
+cluster: release
+	bash scripts/cluster.sh
+
+bench: release
+	bash scripts/bench.sh
+
+sim:
+	$(CARGO) run -p sim --release -- --seeds $(SEEDS)
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Plays Consul's test tables (../shared/conformance) against a fresh dev
+# server and stops it afterwards. Exit status is the runner's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${CAIRN_BIN:-target/debug/cairn}
+CASES=${CONFORMANCE_DIR:-../shared/conformance}
+DIRS=${CONFORMANCE_DIRS:-"discovery-chain config-validation merge-central-config"}
+PORT=${PORT:-18555}
+if [ ! -d "$CASES" ]; then echo "conformance: $CASES not found, skipped"; exit 0; fi
+"$BIN" server --dev --http-addr "127.0.0.1:$PORT" --raft-addr "127.0.0.1:$((PORT + 1))" 2>/tmp/cairn-conformance.log &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  l=$(curl -sf "http://127.0.0.1:$PORT/v1/status/leader" || true)
+  [ -n "$l" ] && [ "$l" != '""' ] && break
+  sleep 0.1
+done
+paths=()
+for d in $DIRS; do paths+=("$CASES/$d"); done
+python3 "$CASES/run.py" --url "http://127.0.0.1:$PORT" --feature-exclude peering "${paths[@]}"

@@ -1,0 +1,375 @@
+//! A cluster of real `cairn` processes on loopback: formation, forwarding,
+//! failover without losing acknowledged writes, catch-up by snapshot,
+//! restarts, joining and removing servers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+async fn put(c: &reqwest::Client, p: &Proc, key: &str, value: &str) -> Result<bool, String> {
+    let r = c
+        .put(p.url(&format!("/v1/kv/{key}")))
+        .body(value.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    Ok(text.trim() == "true")
+}
+
+async fn get_raw(c: &reqwest::Client, p: &Proc, key: &str, mode: &str) -> Option<String> {
+    let r = c
+        .get(p.url(&format!("/v1/kv/{key}?raw&{mode}")))
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.text().await.ok()
+}
+
+fn by_raft<'a>(procs: &'a [Proc], raft: &str) -> usize {
+    procs
+        .iter()
+        .position(|p| p.raft == raft)
+        .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let li = by_raft(&procs, &leader);
+    let follower = (li + 1) % 3;
+
+    // A write sent to a follower is forwarded and readable everywhere.
+    assert_eq!(
+        put(&c, &procs[follower], "greeting", "hello").await,
+        Ok(true)
+    );
+    for p in &procs {
+        let v = eventually(Duration::from_secs(5), "replicated value", || async {
+            get_raw(&c, p, "greeting", "stale").await
+        })
+        .await;
+        assert_eq!(v, "hello");
+    }
+    // Default and consistent reads on a follower are answered by the leader.
+    assert_eq!(
+        get_raw(&c, &procs[follower], "greeting", "")
+            .await
+            .as_deref(),
+        Some("hello")
+    );
+    assert_eq!(
+        get_raw(&c, &procs[follower], "greeting", "consistent")
+            .await
+            .as_deref(),
+        Some("hello")
+    );
+
+    // Writers keep going through the survivors while the leader is killed.
+    let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let targets: Vec<String> = procs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != li)
+        .map(|(_, p)| p.http.clone())
+        .collect();
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (acked, stop, target) = (acked.clone(), stop.clone(), targets[w % 2].clone());
+        writers.push(tokio::spawn(async move {
+            let c = client();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = format!("w{w}/k{n}");
+                let value = format!("v{n}");
+                let r = c
+                    .put(format!("http://{target}/v1/kv/{key}"))
+                    .body(value.clone())
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    if r.status().is_success()
+                        && r.text().await.unwrap_or_default().trim() == "true"
+                    {
+                        acked.lock().unwrap().insert(key, value);
+                    }
+                }
+                n += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_at = Instant::now();
+    procs[li].kill();
+    let survivors: Vec<&Proc> = procs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != li)
+        .map(|(_, p)| p)
+        .collect();
+    let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
+        let l = agreed_leader(&c, &survivors).await;
+        (l != leader).then_some(l)
+    })
+    .await;
+    assert_ne!(new_leader, leader);
+    let failover = killed_at.elapsed();
+    assert!(
+        failover < Duration::from_secs(10),
+        "failover took {failover:?}"
+    );
+    // Writes go on under the new leader.
+    assert_eq!(put(&c, survivors[0], "after", "failover").await, Ok(true));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 20,
+        "too few writes acknowledged: {}",
+        acked.len()
+    );
+
+    // Every acknowledged write is there, on every survivor.
+    for p in &survivors {
+        let r = c.get(p.url("/v1/kv/w?recurse&stale")).send().await.unwrap();
+        let entries: Vec<serde_json::Value> = r.json().await.unwrap();
+        let have: BTreeMap<String, String> = entries
+            .iter()
+            .map(|e| {
+                let v = base64_decode(e["Value"].as_str().unwrap_or(""));
+                (e["Key"].as_str().unwrap().to_string(), v)
+            })
+            .collect();
+        for (k, v) in &acked {
+            assert_eq!(
+                have.get(k),
+                Some(v),
+                "acknowledged write {k} lost on {}",
+                p.name
+            );
+        }
+    }
+
+    // The killed server restarts on its data dir and catches up.
+    procs[li].start();
+    let (want_k, want_v) = acked.iter().next_back().unwrap();
+    let got = eventually(
+        Duration::from_secs(15),
+        "restarted server catches up",
+        || async {
+            let v = get_raw(&c, &procs[li], want_k, "stale").await?;
+            let after = get_raw(&c, &procs[li], "after", "stale").await?;
+            Some((v, after))
+        },
+    )
+    .await;
+    assert_eq!((&got.0, got.1.as_str()), (want_v, "failover"));
+    assert!(
+        !procs[li].log_text().contains("bootstrapping the cluster")
+            || procs[li]
+                .log_text()
+                .matches("bootstrapping the cluster")
+                .count()
+                <= 1
+    );
+}
+
+fn base64_decode(s: &str) -> String {
+    use base64::Engine;
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(s).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_behind_server_is_caught_up_by_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = cluster(dir.path(), 3, &["--raft-snapshot-threshold", "50"]);
+    let c = client();
+    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let li = by_raft(&procs, &leader);
+    let lagger = (li + 1) % 3;
+    procs[lagger].kill();
+    for i in 0..300 {
+        assert_eq!(
+            put(&c, &procs[li], &format!("snap/{i:03}"), &format!("{i}")).await,
+            Ok(true)
+        );
+    }
+    procs[lagger].start();
+    eventually(
+        Duration::from_secs(20),
+        "lagging server has every key",
+        || async {
+            let r = c
+                .get(procs[lagger].url("/v1/kv/snap/?keys&stale"))
+                .send()
+                .await
+                .ok()?;
+            let keys: Vec<String> = r.json().await.ok()?;
+            (keys.len() == 300).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        procs[lagger].log_text().contains("installed snapshot"),
+        "the lagging server should have been caught up by a snapshot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_stop_and_restart_keeps_state_and_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    for i in 0..20 {
+        assert_eq!(
+            put(&c, &procs[i % 3], &format!("keep/{i}"), "x").await,
+            Ok(true)
+        );
+    }
+    let roots = |p: &Proc| {
+        let (c, url) = (c.clone(), p.url("/v1/connect/ca/roots"));
+        async move {
+            let r = c.get(url).send().await.ok()?;
+            let v: serde_json::Value = r.json().await.ok()?;
+            v["TrustDomain"].as_str().map(String::from)
+        }
+    };
+    let domain = eventually(Duration::from_secs(5), "trust domain", || roots(&procs[0])).await;
+    for p in procs.iter_mut() {
+        assert!(p.stop(), "{} did not stop cleanly on SIGTERM", p.name);
+    }
+    for p in procs.iter_mut() {
+        p.start();
+    }
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let keys: Vec<String> = eventually(Duration::from_secs(10), "keys after restart", || async {
+        let r = c.get(procs[1].url("/v1/kv/keep/?keys")).send().await.ok()?;
+        let k: Vec<String> = r.json().await.ok()?;
+        (k.len() == 20).then_some(k)
+    })
+    .await;
+    assert_eq!(keys.len(), 20);
+    assert_eq!(
+        roots(&procs[2]).await.as_deref(),
+        Some(domain.as_str()),
+        "cluster id must survive"
+    );
+    for p in &procs {
+        assert_eq!(
+            p.log_text().matches("bootstrapping the cluster").count(),
+            usize::from(p.log_text().contains("bootstrapping the cluster")),
+            "a restarted server must never bootstrap again"
+        );
+        assert!(p.log_text().contains("never bootstrapping"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_server_joins_and_a_peer_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    assert_eq!(put(&c, &procs[0], "before-join", "1").await, Ok(true));
+    let mut fourth = Proc::new(
+        "s3",
+        dir.path(),
+        vec!["--join".into(), procs[1].raft.clone()],
+    );
+    fourth.start();
+    let peers = eventually(Duration::from_secs(20), "four voters", || async {
+        let r = c.get(procs[0].url("/v1/status/peers")).send().await.ok()?;
+        let p: Vec<String> = r.json().await.ok()?;
+        (p.len() == 4).then_some(p)
+    })
+    .await;
+    assert!(peers.contains(&fourth.raft));
+    assert_eq!(
+        get_raw(&c, &fourth, "before-join", "stale")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+
+    let r = c
+        .delete(procs[2].url("/v1/operator/raft/peer?id=s3"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success(),
+        "remove-peer: {}",
+        r.text().await.unwrap()
+    );
+    eventually(Duration::from_secs(10), "three voters again", || async {
+        let r = c
+            .get(procs[0].url("/v1/operator/raft/configuration"))
+            .send()
+            .await
+            .ok()?;
+        let v: serde_json::Value = r.json().await.ok()?;
+        let servers = v["Servers"].as_array()?.clone();
+        (servers.len() == 3 && servers.iter().all(|s| s["Node"] != "s3")).then_some(())
+    })
+    .await;
+    let r = c
+        .delete(procs[0].url("/v1/operator/raft/peer?id=nobody"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .delete(procs[0].url("/v1/operator/raft/peer"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_writes_answer_no_cluster_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    procs[0].kill();
+    procs[1].kill();
+    // The survivor may still believe in an old leader for a moment; within
+    // the bounded hold time it must answer 500 "No cluster leader".
+    let started = Instant::now();
+    let r = c
+        .put(procs[2].url("/v1/kv/lonely"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert!(r.text().await.unwrap().contains("No cluster leader"));
+    assert!(started.elapsed() < Duration::from_secs(16));
+    // And nothing was stored.
+    let r = c
+        .get(procs[2].url("/v1/kv/lonely?stale"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
