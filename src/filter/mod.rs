@@ -42,6 +42,8 @@ mod parser;
 mod schema;
 pub mod schemas;
 
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::str::FromStr;
