@@ -294,9 +294,16 @@ pub struct ProxyConfigEntry {
 }
 
 impl ProxyConfigEntry {
-    /// The `protocol` key of `Config`, read leniently as Consul does.
+    /// The `protocol` key of `Config`, read leniently as Consul does (the
+    /// key in any case, scalars of any type).
     pub fn config_protocol(&self) -> Option<String> {
-        match self.config.get("protocol")? {
+        let v = self.config.get("protocol").or_else(|| {
+            self.config
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("protocol"))
+                .map(|(_, v)| v)
+        })?;
+        match v {
             Value::String(s) if !s.is_empty() => Some(s.clone()),
             Value::Number(n) => Some(n.to_string()),
             Value::Bool(b) => Some(if *b { "1" } else { "0" }.to_string()),
