@@ -55,7 +55,10 @@ fn chain_id(o: &TargetOpts) -> String {
     if !o.peer.is_empty() {
         return format!("{}.{}.default.external.{}", o.service, o.namespace, o.peer);
     }
-    let base = format!("{}.{}.{}.{}", o.service, o.namespace, o.partition, o.datacenter);
+    let base = format!(
+        "{}.{}.{}.{}",
+        o.service, o.namespace, o.partition, o.datacenter
+    );
     if o.service_subset.is_empty() {
         base
     } else {
@@ -157,7 +160,12 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
 
     // ---- protocol ----------------------------------------------------------
 
-    fn record_service_protocol(&mut self, service: &str, ns: &str, part: &str) -> Result<(), ChainError> {
+    fn record_service_protocol(
+        &mut self,
+        service: &str,
+        ns: &str,
+        part: &str,
+    ) -> Result<(), ChainError> {
         let protocol = match self.service_defaults(service, ns, part) {
             // An entry without a protocol means tcp, not proxy-defaults'.
             Some(sd) => sd.protocol.clone(),
@@ -356,7 +364,12 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
         Ok(self.resolver_node(target.to_string(), false)?.0)
     }
 
-    fn splitter_node(&mut self, service: &str, ns: &str, part: &str) -> Result<Option<String>, ChainError> {
+    fn splitter_node(
+        &mut self,
+        service: &str,
+        ns: &str,
+        part: &str,
+    ) -> Result<Option<String>, ChainError> {
         let name = format!("{service}.{ns}.{part}");
         let key = node_key(NodeType::Splitter, &name);
         if self.nodes.contains_key(&key) {
@@ -429,7 +442,11 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     /// Resolves `target` through redirects and default subsets to a resolver
     /// node. Returns the node key and the final target. Failover targets are
     /// resolved the same way (`for_failover`) but get no node of their own.
-    fn resolver_node(&mut self, mut target: String, for_failover: bool) -> Result<(String, String), ChainError> {
+    fn resolver_node(
+        &mut self,
+        mut target: String,
+        for_failover: bool,
+    ) -> Result<(String, String), ChainError> {
         let mut history: Vec<String> = Vec::new();
         loop {
             if let Some(key) = self.resolve_nodes.get(&target) {
@@ -693,10 +710,11 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
                 .collect();
             for key in keys {
                 let splits = &self.nodes[&key].splits;
-                if !splits
-                    .iter()
-                    .any(|s| self.nodes.get(&s.next_node).is_some_and(|n| n.node_type == NodeType::Splitter))
-                {
+                if !splits.iter().any(|s| {
+                    self.nodes
+                        .get(&s.next_node)
+                        .is_some_and(|n| n.node_type == NodeType::Splitter)
+                }) {
                     continue;
                 }
                 let mut fixed = Vec::with_capacity(splits.len());
@@ -706,7 +724,9 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
                             for inner in &next.splits {
                                 fixed.push(DiscoverySplit {
                                     definition: inner.definition.merge_parent(&split.definition),
-                                    weight: normalize_split_weight(split.weight * inner.weight / 100.0),
+                                    weight: normalize_split_weight(
+                                        split.weight * inner.weight / 100.0,
+                                    ),
                                     next_node: inner.next_node.clone(),
                                 });
                             }
@@ -772,7 +792,9 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
             return false;
         };
         self.targets.get(&r.target).is_some_and(|t| {
-            t.service == self.req.service_name && t.namespace == self.namespace && t.partition == self.partition
+            t.service == self.req.service_name
+                && t.namespace == self.namespace
+                && t.partition == self.partition
         })
     }
 

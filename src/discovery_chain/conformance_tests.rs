@@ -17,7 +17,10 @@ const KNOWN_WRONG: &[(&str, &str)] = &[];
 const SKIPPED_FEATURES: &[&str] = &[];
 
 fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/conformance"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/conformance"
+    ))
 }
 
 fn cases(dir: &str) -> Vec<(String, Value)> {
@@ -33,7 +36,11 @@ fn cases(dir: &str) -> Vec<(String, Value)> {
         .iter()
         .map(|p: &PathBuf| {
             let text = std::fs::read_to_string(p).expect("readable case");
-            let name = Path::new(p).file_name().unwrap().to_string_lossy().to_string();
+            let name = Path::new(p)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
             (name, serde_json::from_str(&text).expect("case is JSON"))
         })
         .collect()
@@ -70,9 +77,15 @@ fn first_diff(e: &Value, a: &Value, path: &str) -> Option<String> {
             .zip(aa)
             .enumerate()
             .find_map(|(i, (x, y))| first_diff(x, y, &format!("{path}/{i}")))
-            .or_else(|| (ea.len() != aa.len()).then(|| format!("at {path}: length {} vs {}", ea.len(), aa.len()))),
+            .or_else(|| {
+                (ea.len() != aa.len())
+                    .then(|| format!("at {path}: length {} vs {}", ea.len(), aa.len()))
+            }),
         (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap_or(f64::NAN), y.as_f64().unwrap_or(f64::NAN));
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
             ((x - y).abs() > 0.01).then(|| format!("at {path}: expected {x}, got {y}"))
         }
         _ => (e != a).then(|| format!("at {path}: expected {e}, got {a}")),
@@ -118,7 +131,10 @@ fn run_chain_case(case: &Value) -> Result<(), String> {
         (Ok(chain), None) => {
             let actual = serde_json::to_value(&chain).expect("chain serializes");
             let mut expected = case["expect"].clone();
-            if expected["CustomizationHash"].as_str().is_some_and(|h| !h.is_empty()) {
+            if expected["CustomizationHash"]
+                .as_str()
+                .is_some_and(|h| !h.is_empty())
+            {
                 if chain.customization_hash.is_empty() {
                     return Err("expected a CustomizationHash".into());
                 }
@@ -137,14 +153,26 @@ fn run_validation_case(case: &Value) -> Result<(), String> {
     for (i, body) in case["entries"].as_array().into_iter().flatten().enumerate() {
         write(&mut store, body).map_err(|e| format!("write of entries[{i}] refused: {e}"))?;
     }
-    let before: Vec<ConfigEntry> = Kind::ALL.into_iter().flat_map(|k| store.list(k)).cloned().collect();
+    let before: Vec<ConfigEntry> = Kind::ALL
+        .into_iter()
+        .flat_map(|k| store.list(k))
+        .cloned()
+        .collect();
     let want = case["expect_error"].as_str().unwrap_or_default();
     match write(&mut store, &case["bad"]) {
         Ok(()) => Err(format!("bad entry was accepted; expected {want:?}")),
-        Err(e) if !e.to_string().contains(want) => Err(format!("refused with {e:?}; expected {want:?}")),
+        Err(e) if !e.to_string().contains(want) => {
+            Err(format!("refused with {e:?}; expected {want:?}"))
+        }
         Err(_) => {
-            let after: Vec<ConfigEntry> = Kind::ALL.into_iter().flat_map(|k| store.list(k)).cloned().collect();
-            (before == after).then_some(()).ok_or_else(|| "store changed".to_string())
+            let after: Vec<ConfigEntry> = Kind::ALL
+                .into_iter()
+                .flat_map(|k| store.list(k))
+                .cloned()
+                .collect();
+            (before == after)
+                .then_some(())
+                .ok_or_else(|| "store changed".to_string())
         }
     }
 }
@@ -152,8 +180,15 @@ fn run_validation_case(case: &Value) -> Result<(), String> {
 fn run_dir(dir: &str, run: fn(&Value) -> Result<(), String>) -> (usize, Vec<String>, usize) {
     let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
     for (name, case) in cases(dir) {
-        let features: Vec<&str> = case["features"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        if features.iter().any(|f| SKIPPED_FEATURES.contains(f)) || KNOWN_WRONG.iter().any(|(n, _)| *n == name) {
+        let features: Vec<&str> = case["features"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if features.iter().any(|f| SKIPPED_FEATURES.contains(f))
+            || KNOWN_WRONG.iter().any(|(n, _)| *n == name)
+        {
             skipped += 1;
             continue;
         }
@@ -162,7 +197,10 @@ fn run_dir(dir: &str, run: fn(&Value) -> Result<(), String>) -> (usize, Vec<Stri
             Err(reason) => failed.push(format!("{dir}/{name}: {reason}")),
         }
     }
-    println!("{dir}: {passed} passed, {} failed, {skipped} skipped", failed.len());
+    println!(
+        "{dir}: {passed} passed, {} failed, {skipped} skipped",
+        failed.len()
+    );
     (passed, failed, skipped)
 }
 
@@ -185,5 +223,9 @@ fn comparison_is_not_vacuous() {
     let a = serde_json::json!({"A": {"B": [1, {"C": "y"}]}});
     assert!(first_diff(&normalise(&e), &normalise(&a), "").is_some());
     let a = serde_json::json!({"A": {"B": [1.001, {"C": "x"}]}, "Extra": 1});
-    assert!(first_diff(&normalise(&e), &normalise(&a), "").unwrap().contains("Extra"));
+    assert!(
+        first_diff(&normalise(&e), &normalise(&a), "")
+            .unwrap()
+            .contains("Extra")
+    );
 }

@@ -11,6 +11,8 @@ use crate::structs::config_entry::{ConfigEntry, Kind, PROXY_CONFIG_GLOBAL};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A proposed change to the stored entries.
+// Short-lived, passed by reference: no point boxing the entry.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum EntryChange {
     Upsert(ConfigEntry),
@@ -150,7 +152,11 @@ impl<L: EntryLookup + ?Sized> EntryLookup for Proposed<'_, L> {
 }
 
 /// The chains (service names) a write of `kind`/`name` can change.
-pub fn affected_chains<L: EntryLookup + ?Sized>(entries: &L, kind: Kind, name: &str) -> BTreeSet<String> {
+pub fn affected_chains<L: EntryLookup + ?Sized>(
+    entries: &L,
+    kind: Kind,
+    name: &str,
+) -> BTreeSet<String> {
     if kind == Kind::ProxyDefaults {
         return Kind::ALL
             .into_iter()
@@ -174,7 +180,10 @@ pub fn affected_chains<L: EntryLookup + ?Sized>(entries: &L, kind: Kind, name: &
 
 /// Refuses `change` if a discovery chain it affects would stop compiling.
 /// The entry of an upsert must already be normalized and validated.
-pub fn validate_write<L: EntryLookup + ?Sized>(entries: &L, change: &EntryChange) -> Result<(), ConfigEntryError> {
+pub fn validate_write<L: EntryLookup + ?Sized>(
+    entries: &L,
+    change: &EntryChange,
+) -> Result<(), ConfigEntryError> {
     let (kind, name) = (change.kind(), change.name());
     let name = if kind == Kind::ProxyDefaults && name.is_empty() {
         PROXY_CONFIG_GLOBAL
@@ -193,7 +202,11 @@ pub fn validate_write<L: EntryLookup + ?Sized>(entries: &L, change: &EntryChange
     for service in affected_chains(entries, kind, name) {
         // The datacenter and trust domain do not change whether a chain
         // compiles; any values will do.
-        let req = CompileRequest::new(&service, "dc1", "11111111-2222-3333-4444-555555555555.consul");
+        let req = CompileRequest::new(
+            &service,
+            "dc1",
+            "11111111-2222-3333-4444-555555555555.consul",
+        );
         compile(&req, &proposed).map_err(|e| ConfigEntryError::Graph(e.to_string()))?;
     }
     Ok(())

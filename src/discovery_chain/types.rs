@@ -4,8 +4,8 @@
 
 use crate::structs::config_entry::shape::{self, Shape};
 use crate::structs::config_entry::{
-    Duration, EnvoyExtension, FailoverPolicy, LoadBalancer, MeshGatewayConfig, ServiceResolverSubset,
-    ServiceRoute, ServiceSplit, TransparentProxyConfig,
+    Duration, EnvoyExtension, FailoverPolicy, LoadBalancer, MeshGatewayConfig,
+    ServiceResolverSubset, ServiceRoute, ServiceSplit, TransparentProxyConfig,
 };
 use serde::{Serialize, Serializer};
 use serde_json::Value;
