@@ -503,7 +503,12 @@ fn validate_splitter(e: &ServiceSplitterConfigEntry) -> Result {
             )));
         }
     }
-    let sum: i64 = e.splits.iter().map(|s| scale_weight(s.weight)).sum();
+    // Wide enough that absurd weights cannot overflow the sum.
+    let sum: i128 = e
+        .splits
+        .iter()
+        .map(|s| i128::from(scale_weight(s.weight)))
+        .sum();
     if sum != 100 * 100 {
         return Err(invalid(format!(
             "the sum of all split weights must be 100, not {:.6}",

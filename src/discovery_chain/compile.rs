@@ -11,6 +11,14 @@ use std::sync::LazyLock;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Splitters nested deeper than this are refused: the compiler recurses
+/// through them and must not run out of stack on any input.
+const MAX_SPLITTER_DEPTH: usize = 64;
+
+/// A flattened splitter with more legs than this is refused: nesting can
+/// multiply legs, and weights below 0.01% are meaningless anyway.
+const MAX_SPLITS: usize = 1_000;
+
 /// Used for services without a service-resolver entry.
 static DEFAULT_RESOLVER: LazyLock<ServiceResolverConfigEntry> =
     LazyLock::new(ServiceResolverConfigEntry::default);
@@ -111,6 +119,7 @@ pub(crate) struct Compiler<'a, L: EntryLookup + ?Sized> {
     resolve_nodes: HashMap<String, String>,
     targets: BTreeMap<String, DiscoveryTarget>,
     retained_targets: HashSet<String>,
+    splitter_depth: usize,
 }
 
 impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
@@ -130,6 +139,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
             resolve_nodes: HashMap::new(),
             targets: BTreeMap::new(),
             retained_targets: HashSet::new(),
+            splitter_depth: 0,
         }
     }
 
@@ -386,6 +396,27 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
             return Ok(None);
         };
 
+        if self.splitter_depth >= MAX_SPLITTER_DEPTH {
+            return Err(ChainError::Graph(format!(
+                "discovery chain {:?} nests splitters more than {MAX_SPLITTER_DEPTH} deep",
+                self.req.service_name
+            )));
+        }
+        self.splitter_depth += 1;
+        let result = self.build_splitter(key, name, splitter, service, ns, part);
+        self.splitter_depth -= 1;
+        result.map(Some)
+    }
+
+    fn build_splitter(
+        &mut self,
+        key: String,
+        name: String,
+        splitter: &'a ServiceSplitterConfigEntry,
+        service: &str,
+        ns: &str,
+        part: &str,
+    ) -> Result<String, ChainError> {
         // Recorded before recursing so that a loop ends here (and is reported
         // by the circular reference check).
         self.record_node(DiscoveryGraphNode {
@@ -436,7 +467,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
         node.splits = splits;
         node.load_balancer = load_balancer;
         self.uses_advanced_routing = true;
-        Ok(Some(key))
+        Ok(key)
     }
 
     /// Resolves `target` through redirects and default subsets to a resolver
@@ -697,50 +728,64 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     }
 
     /// Replaces a split that leads to another splitter by that splitter's
-    /// splits, with weights multiplied out.
-    fn flatten_adjacent_splitters(&mut self) {
-        // Each pass removes one level of nesting; the graph is acyclic here.
-        for _ in 0..=self.nodes.len() {
-            let mut changed = false;
-            let keys: Vec<String> = self
-                .nodes
-                .iter()
-                .filter(|(_, n)| n.node_type == NodeType::Splitter)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in keys {
-                let splits = &self.nodes[&key].splits;
-                if !splits.iter().any(|s| {
-                    self.nodes
-                        .get(&s.next_node)
-                        .is_some_and(|n| n.node_type == NodeType::Splitter)
-                }) {
-                    continue;
-                }
-                let mut fixed = Vec::with_capacity(splits.len());
-                for split in splits {
-                    match self.nodes.get(&split.next_node) {
-                        Some(next) if next.node_type == NodeType::Splitter => {
-                            for inner in &next.splits {
-                                fixed.push(DiscoverySplit {
-                                    definition: inner.definition.merge_parent(&split.definition),
-                                    weight: normalize_split_weight(
-                                        split.weight * inner.weight / 100.0,
-                                    ),
-                                    next_node: inner.next_node.clone(),
-                                });
-                            }
-                        }
-                        _ => fixed.push(split.clone()),
-                    }
-                }
-                self.nodes.get_mut(&key).expect("listed above").splits = fixed;
-                changed = true;
-            }
-            if !changed {
-                return;
+    /// splits, with weights multiplied out and header edits merged, until no
+    /// split leads to a splitter. Each splitter is expanded once (bottom-up,
+    /// memoized); the graph is acyclic here.
+    fn flatten_adjacent_splitters(&mut self) -> Result<(), ChainError> {
+        let keys: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.node_type == NodeType::Splitter)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut flat: HashMap<String, Vec<DiscoverySplit>> = HashMap::new();
+        for key in &keys {
+            self.flatten_splitter(key, &mut flat)?;
+        }
+        for (key, splits) in flat {
+            if let Some(n) = self.nodes.get_mut(&key) {
+                n.splits = splits;
             }
         }
+        Ok(())
+    }
+
+    fn flatten_splitter(
+        &self,
+        key: &str,
+        flat: &mut HashMap<String, Vec<DiscoverySplit>>,
+    ) -> Result<(), ChainError> {
+        if flat.contains_key(key) {
+            return Ok(());
+        }
+        let mut out: Vec<DiscoverySplit> = Vec::new();
+        for split in &self.nodes[key].splits {
+            let nested = self
+                .nodes
+                .get(&split.next_node)
+                .is_some_and(|n| n.node_type == NodeType::Splitter);
+            if !nested {
+                out.push(split.clone());
+            } else {
+                self.flatten_splitter(&split.next_node, flat)?;
+                for inner in &flat[&split.next_node] {
+                    out.push(DiscoverySplit {
+                        definition: inner.definition.merge_parent(&split.definition),
+                        weight: normalize_split_weight(split.weight * inner.weight / 100.0),
+                        next_node: inner.next_node.clone(),
+                    });
+                }
+            }
+            // Nesting multiplies legs; stop before that gets out of hand.
+            if out.len() > MAX_SPLITS {
+                return Err(ChainError::Graph(format!(
+                    "discovery chain {:?} splits traffic more than {MAX_SPLITS} ways",
+                    self.req.service_name
+                )));
+            }
+        }
+        flat.insert(key.to_string(), out);
+        Ok(())
     }
 
     fn remove_unused_nodes(&mut self) {
@@ -823,7 +868,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
 
         self.assemble()?;
         self.detect_circular_references()?;
-        self.flatten_adjacent_splitters();
+        self.flatten_adjacent_splitters()?;
         self.remove_unused_nodes();
         let retained = std::mem::take(&mut self.retained_targets);
         self.targets.retain(|id, _| retained.contains(id));

@@ -373,3 +373,41 @@ fn bench_compile() {
         start.elapsed().as_secs_f64() * 1e6 / f64::from(n)
     );
 }
+
+fn raw_store(bodies: impl IntoIterator<Item = Value>) -> MemoryEntries {
+    let mut s = MemoryEntries::new();
+    for b in bodies {
+        let mut e = crate::config_entry::decode_entry(&b).unwrap();
+        crate::config_entry::normalize(&mut e).unwrap();
+        s.upsert(e);
+    }
+    s
+}
+
+#[test]
+fn deep_and_wide_splitters_are_refused_not_crashed() {
+    let pd = json!({"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}});
+    let deep = raw_store(std::iter::once(pd.clone()).chain((0..500).map(|i| {
+        json!({"Kind": "service-splitter", "Name": format!("s{i}"),
+               "Splits": [{"Weight": 100, "Service": format!("s{}", i + 1)}]})
+    })));
+    let e = compile(&CompileRequest::new("s0", "dc1", TD), &deep).unwrap_err();
+    assert!(e.to_string().contains("nests splitters"), "{e}");
+
+    // Every level doubles the legs: 2^20 once flattened.
+    let wide = raw_store(std::iter::once(pd).chain((0..20).map(|i| {
+        json!({"Kind": "service-splitter", "Name": format!("w{i}"), "Splits": [
+            {"Weight": 50, "Service": format!("w{}", i + 1)},
+            {"Weight": 50, "Service": format!("w{}", i + 1), "RequestHeaders": {"Set": {"x": "1"}}}]})
+    })));
+    let e = compile(&CompileRequest::new("w0", "dc1", TD), &wide).unwrap_err();
+    assert!(e.to_string().contains("more than 1000 ways"), "{e}");
+}
+
+#[test]
+fn absurd_weights_are_refused() {
+    let e = decode_and_validate(&json!({"Kind": "service-splitter", "Name": "s",
+        "Splits": [{"Weight": 3.0e38, "Service": "a"}, {"Weight": 3.0e38, "Service": "b"}]}))
+    .unwrap_err();
+    assert!(e.to_string().contains("must be 100"), "{e}");
+}
