@@ -80,7 +80,8 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            return Error::bad(format!("Request body too large or unreadable: {e}")).into_response();
+            return Error::bad(format!("Request body too large or unreadable: {e}"))
+                .into_response();
         }
     };
     // Retry while a new leader is being elected, within the hold time.
@@ -259,8 +260,11 @@ impl QueryOptions {
         }
         let wait = match p.get("wait") {
             None | Some("") => DEFAULT_WAIT,
-            Some(w) => crate::structs::duration::parse(w)
-                .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?,
+            Some(w) => {
+                let d = crate::structs::duration::Duration::parse(w)
+                    .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?;
+                Duration::from_nanos(d.nanos().max(0) as u64)
+            }
         };
         Ok(QueryOptions {
             index: p.u64("index")?.unwrap_or(0),

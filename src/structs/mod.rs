@@ -4,6 +4,7 @@
 //! HTTP layer hands them to serde and nothing else re-declares them.
 
 pub mod catalog;
+pub mod config_entry;
 pub mod duration;
 pub mod kv;
 pub mod serde_util;

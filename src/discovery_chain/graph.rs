@@ -1,0 +1,213 @@
+//! Graph validation of config entry writes: a write (or delete) is refused
+//! if any discovery chain it can affect would no longer compile. Only those
+//! chains are compiled: the service written and, transitively, the services
+//! whose routers, splitters or resolvers lead to it (via a reverse index).
+//! A proxy-defaults write can change any protocol, so it checks every
+//! service that has a router, splitter or resolver, as Consul does.
+
+use super::{CompileRequest, EntryLookup, compile};
+use crate::config_entry::ConfigEntryError;
+use crate::structs::config_entry::{ConfigEntry, Kind, PROXY_CONFIG_GLOBAL};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A proposed change to the stored entries.
+// Short-lived, passed by reference: no point boxing the entry.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntryChange {
+    Upsert(ConfigEntry),
+    Delete { kind: Kind, name: String },
+}
+
+impl EntryChange {
+    pub fn kind(&self) -> Kind {
+        match self {
+            EntryChange::Upsert(e) => e.kind(),
+            EntryChange::Delete { kind, .. } => *kind,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            EntryChange::Upsert(e) => e.name(),
+            EntryChange::Delete { name, .. } => name,
+        }
+    }
+}
+
+fn or<'s>(v: &'s str, default: &'s str) -> &'s str {
+    if v.is_empty() { default } else { v }
+}
+
+/// Other services a router, splitter or resolver entry sends traffic to
+/// (sorted, without the entry's own name). Other kinds refer to none.
+pub fn references(entry: &ConfigEntry) -> Vec<String> {
+    let me = entry.name();
+    let mut out = BTreeSet::new();
+    match entry {
+        ConfigEntry::ServiceRouter(r) => {
+            for d in r.routes.iter().filter_map(|r| r.destination.as_ref()) {
+                out.insert(or(&d.service, me));
+            }
+        }
+        ConfigEntry::ServiceSplitter(s) => {
+            for split in &s.splits {
+                out.insert(or(&split.service, me));
+            }
+        }
+        ConfigEntry::ServiceResolver(r) => {
+            if let Some(red) = &r.redirect {
+                out.insert(or(&red.service, me));
+            }
+            for f in r.failover.values() {
+                if f.targets.is_empty() {
+                    out.insert(or(&f.service, me));
+                }
+                // Services on cluster peers have no entries here.
+                for t in f.targets.iter().filter(|t| t.peer.is_empty()) {
+                    out.insert(or(&t.service, me));
+                }
+            }
+        }
+        _ => {}
+    }
+    out.remove(me);
+    out.into_iter().map(String::from).collect()
+}
+
+/// "Which entries refer to service X", kept up to date as entries change.
+#[derive(Debug, Clone, Default)]
+pub struct ReverseIndex {
+    /// referenced service -> (referring service -> number of its entries)
+    by_target: BTreeMap<String, BTreeMap<String, usize>>,
+}
+
+impl ReverseIndex {
+    pub fn add(&mut self, entry: &ConfigEntry) {
+        for r in references(entry) {
+            *self
+                .by_target
+                .entry(r)
+                .or_default()
+                .entry(entry.name().to_string())
+                .or_default() += 1;
+        }
+    }
+
+    pub fn remove(&mut self, entry: &ConfigEntry) {
+        for r in references(entry) {
+            if let Some(m) = self.by_target.get_mut(&r) {
+                if let Some(n) = m.get_mut(entry.name()) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(entry.name());
+                    }
+                }
+                if m.is_empty() {
+                    self.by_target.remove(&r);
+                }
+            }
+        }
+    }
+
+    pub fn referrers(&self, service: &str) -> Vec<String> {
+        self.by_target
+            .get(service)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The stored entries as they would be after `change`.
+struct Proposed<'a, L: ?Sized> {
+    base: &'a L,
+    kind: Kind,
+    name: &'a str,
+    replacement: Option<&'a ConfigEntry>,
+}
+
+impl<L: EntryLookup + ?Sized> EntryLookup for Proposed<'_, L> {
+    fn get(&self, kind: Kind, name: &str) -> Option<&ConfigEntry> {
+        if kind == self.kind && name == self.name {
+            self.replacement
+        } else {
+            self.base.get(kind, name)
+        }
+    }
+
+    fn list(&self, kind: Kind) -> Vec<&ConfigEntry> {
+        let mut out: Vec<&ConfigEntry> = self
+            .base
+            .list(kind)
+            .into_iter()
+            .filter(|e| !(kind == self.kind && e.name() == self.name))
+            .collect();
+        out.extend(self.replacement.filter(|e| e.kind() == kind));
+        out
+    }
+
+    fn referrers(&self, service: &str) -> Vec<String> {
+        self.base.referrers(service)
+    }
+}
+
+/// The chains (service names) a write of `kind`/`name` can change.
+pub fn affected_chains<L: EntryLookup + ?Sized>(
+    entries: &L,
+    kind: Kind,
+    name: &str,
+) -> BTreeSet<String> {
+    if kind == Kind::ProxyDefaults {
+        return Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_chain_graph())
+            .flat_map(|k| entries.list(k))
+            .map(|e| e.name().to_string())
+            .collect();
+    }
+    // Everything that can reach `name` reads its entries while compiling.
+    let mut seen = BTreeSet::from([name.to_string()]);
+    let mut todo = vec![name.to_string()];
+    while let Some(s) = todo.pop() {
+        for r in entries.referrers(&s) {
+            if seen.insert(r.clone()) {
+                todo.push(r);
+            }
+        }
+    }
+    seen
+}
+
+/// Refuses `change` if a discovery chain it affects would stop compiling.
+/// The entry of an upsert must already be normalized and validated.
+pub fn validate_write<L: EntryLookup + ?Sized>(
+    entries: &L,
+    change: &EntryChange,
+) -> Result<(), ConfigEntryError> {
+    let (kind, name) = (change.kind(), change.name());
+    let name = if kind == Kind::ProxyDefaults && name.is_empty() {
+        PROXY_CONFIG_GLOBAL
+    } else {
+        name
+    };
+    let proposed = Proposed {
+        base: entries,
+        kind,
+        name,
+        replacement: match change {
+            EntryChange::Upsert(e) => Some(e),
+            EntryChange::Delete { .. } => None,
+        },
+    };
+    for service in affected_chains(entries, kind, name) {
+        // The datacenter and trust domain do not change whether a chain
+        // compiles; any values will do.
+        let req = CompileRequest::new(
+            &service,
+            "dc1",
+            "11111111-2222-3333-4444-555555555555.consul",
+        );
+        compile(&req, &proposed).map_err(|e| ConfigEntryError::Graph(e.to_string()))?;
+    }
+    Ok(())
+}

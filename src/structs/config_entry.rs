@@ -1,0 +1,740 @@
+//! The five discovery-chain config entry kinds with Consul's (1.15+) field
+//! sets and HTTP JSON shape.
+//!
+//! The structs (de)serialize with Consul's CamelCase keys. Deserializing them
+//! directly is strict about types but not about key spelling or unknown keys:
+//! use `crate::config_entry::decode_entry` for request bodies, which accepts
+//! snake_case, refuses unknown keys and then lands here. Serializing a
+//! [`ConfigEntry`] prunes empty members the way Consul's `omitempty` does,
+//! except inside free-form maps (`Config`, `Meta`, header maps, ...).
+
+pub mod shape;
+
+pub use super::duration::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// The config entry kinds served here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    ProxyDefaults,
+    ServiceDefaults,
+    ServiceRouter,
+    ServiceSplitter,
+    ServiceResolver,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::ProxyDefaults,
+        Kind::ServiceDefaults,
+        Kind::ServiceRouter,
+        Kind::ServiceSplitter,
+        Kind::ServiceResolver,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ProxyDefaults => "proxy-defaults",
+            Kind::ServiceDefaults => "service-defaults",
+            Kind::ServiceRouter => "service-router",
+            Kind::ServiceSplitter => "service-splitter",
+            Kind::ServiceResolver => "service-resolver",
+        }
+    }
+
+    /// The kinds that make up a discovery chain's graph.
+    pub fn is_chain_graph(self) -> bool {
+        matches!(
+            self,
+            Kind::ServiceRouter | Kind::ServiceSplitter | Kind::ServiceResolver
+        )
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    /// Kind names match case-insensitively ("Service-Router" is accepted).
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("invalid config entry kind: {s}"))
+    }
+}
+
+/// Name of the only proxy-defaults entry.
+pub const PROXY_CONFIG_GLOBAL: &str = "global";
+
+/// One config entry of any served kind.
+// Entries are stored and passed whole; boxing the bigger kinds would only
+// add an indirection.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigEntry {
+    ProxyDefaults(ProxyConfigEntry),
+    ServiceDefaults(ServiceConfigEntry),
+    ServiceRouter(ServiceRouterConfigEntry),
+    ServiceSplitter(ServiceSplitterConfigEntry),
+    ServiceResolver(ServiceResolverConfigEntry),
+}
+
+macro_rules! each_kind {
+    ($self:expr, $e:ident => $body:expr) => {
+        match $self {
+            ConfigEntry::ProxyDefaults($e) => $body,
+            ConfigEntry::ServiceDefaults($e) => $body,
+            ConfigEntry::ServiceRouter($e) => $body,
+            ConfigEntry::ServiceSplitter($e) => $body,
+            ConfigEntry::ServiceResolver($e) => $body,
+        }
+    };
+}
+
+impl ConfigEntry {
+    pub fn kind(&self) -> Kind {
+        match self {
+            ConfigEntry::ProxyDefaults(_) => Kind::ProxyDefaults,
+            ConfigEntry::ServiceDefaults(_) => Kind::ServiceDefaults,
+            ConfigEntry::ServiceRouter(_) => Kind::ServiceRouter,
+            ConfigEntry::ServiceSplitter(_) => Kind::ServiceSplitter,
+            ConfigEntry::ServiceResolver(_) => Kind::ServiceResolver,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        each_kind!(self, e => &e.name)
+    }
+
+    pub fn meta(&self) -> &BTreeMap<String, String> {
+        each_kind!(self, e => &e.meta)
+    }
+
+    pub fn create_index(&self) -> u64 {
+        each_kind!(self, e => e.create_index)
+    }
+
+    pub fn modify_index(&self) -> u64 {
+        each_kind!(self, e => e.modify_index)
+    }
+
+    /// Sets the Raft indexes the store assigned to this entry.
+    pub fn set_indexes(&mut self, create: u64, modify: u64) {
+        each_kind!(self, e => { e.create_index = create; e.modify_index = modify; })
+    }
+
+    /// The entry as Consul's HTTP JSON (Kind, Name, non-empty fields,
+    /// CreateIndex, ModifyIndex).
+    pub fn to_json(&self) -> Value {
+        let raw = each_kind!(self, e => serde_json::to_value(e))
+            .expect("config entries always serialize");
+        let mut v = shape::prune(raw, shape::for_kind(self.kind()));
+        // The indexes are part of every answer, zero or not.
+        if let Value::Object(m) = &mut v {
+            m.insert("CreateIndex".into(), self.create_index().into());
+            m.insert("ModifyIndex".into(), self.modify_index().into());
+        }
+        v
+    }
+
+    pub fn as_service_defaults(&self) -> Option<&ServiceConfigEntry> {
+        match self {
+            ConfigEntry::ServiceDefaults(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_proxy_defaults(&self) -> Option<&ProxyConfigEntry> {
+        match self {
+            ConfigEntry::ProxyDefaults(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_router(&self) -> Option<&ServiceRouterConfigEntry> {
+        match self {
+            ConfigEntry::ServiceRouter(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_splitter(&self) -> Option<&ServiceSplitterConfigEntry> {
+        match self {
+            ConfigEntry::ServiceSplitter(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_resolver(&self) -> Option<&ServiceResolverConfigEntry> {
+        match self {
+            ConfigEntry::ServiceResolver(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for ConfigEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct MeshGatewayConfig {
+    /// "", "none", "local" or "remote".
+    pub mode: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TransparentProxyConfig {
+    pub outbound_listener_port: i64,
+    pub dialed_directly: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ExposeConfig {
+    pub checks: bool,
+    pub paths: Vec<ExposePath>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ExposePath {
+    pub listener_port: i64,
+    pub path: String,
+    pub local_path_port: i64,
+    pub protocol: String,
+    pub parsed_from_check: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AccessLogsConfig {
+    pub enabled: bool,
+    pub disable_listener_logs: bool,
+    /// "", "file", "stdout" or "stderr".
+    #[serde(rename = "Type")]
+    pub log_type: String,
+    pub path: String,
+    #[serde(rename = "JSONFormat")]
+    pub json_format: String,
+    pub text_format: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct EnvoyExtension {
+    pub name: String,
+    pub required: bool,
+    /// Free-form: keys kept verbatim.
+    pub arguments: Map<String, Value>,
+    pub consul_version: String,
+    pub envoy_version: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct FailoverPolicy {
+    /// "", "default" or "order-by-locality".
+    pub mode: String,
+    pub regions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct PrioritizeByLocality {
+    pub mode: String,
+}
+
+// ---------------------------------------------------------------------------
+// proxy-defaults
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ProxyConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    /// Opaque proxy configuration (e.g. `protocol`); keys kept verbatim.
+    pub config: Map<String, Value>,
+    pub mode: String,
+    pub transparent_proxy: TransparentProxyConfig,
+    #[serde(rename = "MutualTLSMode")]
+    pub mutual_tls_mode: String,
+    pub mesh_gateway: MeshGatewayConfig,
+    pub expose: ExposeConfig,
+    pub access_logs: Option<AccessLogsConfig>,
+    pub envoy_extensions: Vec<EnvoyExtension>,
+    pub failover_policy: Option<FailoverPolicy>,
+    pub prioritize_by_locality: Option<PrioritizeByLocality>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+impl ProxyConfigEntry {
+    /// The `protocol` key of `Config`, read leniently as Consul does (the
+    /// key in any case, scalars of any type).
+    pub fn config_protocol(&self) -> Option<String> {
+        let v = self.config.get("protocol").or_else(|| {
+            self.config
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("protocol"))
+                .map(|(_, v)| v)
+        })?;
+        match v {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(if *b { "1" } else { "0" }.to_string()),
+            _ => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// service-defaults
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub protocol: String,
+    pub mode: String,
+    pub transparent_proxy: TransparentProxyConfig,
+    #[serde(rename = "MutualTLSMode")]
+    pub mutual_tls_mode: String,
+    pub mesh_gateway: MeshGatewayConfig,
+    pub expose: ExposeConfig,
+    #[serde(rename = "ExternalSNI")]
+    pub external_sni: String,
+    pub upstream_config: Option<UpstreamConfiguration>,
+    pub destination: Option<DestinationConfig>,
+    pub rate_limits: Option<RateLimits>,
+    pub max_inbound_connections: i64,
+    pub local_connect_timeout_ms: i64,
+    pub local_request_timeout_ms: i64,
+    pub balance_inbound_connections: String,
+    pub envoy_extensions: Vec<EnvoyExtension>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpstreamConfiguration {
+    pub overrides: Vec<UpstreamConfig>,
+    pub defaults: Option<UpstreamConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub peer: String,
+    #[serde(rename = "EnvoyListenerJSON")]
+    pub envoy_listener_json: String,
+    #[serde(rename = "EnvoyClusterJSON")]
+    pub envoy_cluster_json: String,
+    pub protocol: String,
+    pub connect_timeout_ms: i64,
+    pub limits: Option<UpstreamLimits>,
+    pub passive_health_check: Option<PassiveHealthCheck>,
+    pub mesh_gateway: MeshGatewayConfig,
+    pub balance_outbound_connections: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpstreamLimits {
+    pub max_connections: Option<i64>,
+    pub max_pending_requests: Option<i64>,
+    pub max_concurrent_requests: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct PassiveHealthCheck {
+    pub interval: Duration,
+    pub max_failures: u32,
+    #[serde(rename = "EnforcingConsecutive5xx")]
+    pub enforcing_consecutive_5xx: Option<u32>,
+    pub max_ejection_percent: Option<u32>,
+    pub base_ejection_time: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DestinationConfig {
+    pub addresses: Vec<String>,
+    pub port: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RateLimits {
+    pub instance_level: InstanceLevelRateLimits,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct InstanceLevelRateLimits {
+    pub requests_per_second: f64,
+    pub requests_max_burst: i64,
+    pub routes: Vec<InstanceLevelRouteRateLimits>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct InstanceLevelRouteRateLimits {
+    pub path_exact: String,
+    pub path_prefix: String,
+    pub path_regex: String,
+    pub requests_per_second: f64,
+    pub requests_max_burst: i64,
+}
+
+// ---------------------------------------------------------------------------
+// service-router
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRouterConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub routes: Vec<ServiceRoute>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRoute {
+    #[serde(rename = "Match")]
+    pub match_: Option<ServiceRouteMatch>,
+    pub destination: Option<ServiceRouteDestination>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceRouteMatch {
+    #[serde(rename = "HTTP")]
+    pub http: Option<ServiceRouteHttpMatch>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRouteHttpMatch {
+    pub path_exact: String,
+    pub path_prefix: String,
+    pub path_regex: String,
+    pub header: Vec<ServiceRouteHttpMatchHeader>,
+    pub query_param: Vec<ServiceRouteHttpMatchQueryParam>,
+    pub methods: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRouteHttpMatchHeader {
+    pub name: String,
+    pub present: bool,
+    pub exact: String,
+    pub prefix: String,
+    pub suffix: String,
+    pub regex: String,
+    pub invert: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRouteHttpMatchQueryParam {
+    pub name: String,
+    pub present: bool,
+    pub exact: String,
+    pub regex: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceRouteDestination {
+    pub service: String,
+    pub service_subset: String,
+    pub namespace: String,
+    pub partition: String,
+    pub prefix_rewrite: String,
+    pub request_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub num_retries: u32,
+    pub retry_on_connect_failure: bool,
+    pub retry_on: Vec<String>,
+    pub retry_on_status_codes: Vec<u32>,
+    pub request_headers: Option<HttpHeaderModifiers>,
+    pub response_headers: Option<HttpHeaderModifiers>,
+}
+
+/// Header edits applied by the proxy; `Add`/`Set` keys are header names,
+/// kept verbatim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct HttpHeaderModifiers {
+    pub add: BTreeMap<String, String>,
+    pub set: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+}
+
+impl HttpHeaderModifiers {
+    pub fn is_zero(m: &Option<Self>) -> bool {
+        m.as_ref()
+            .is_none_or(|m| m.add.is_empty() && m.set.is_empty() && m.remove.is_empty())
+    }
+
+    /// `overrides` merged over `base`: later Add/Set win, Removes are unioned.
+    pub fn merge(base: &Option<Self>, overrides: &Option<Self>) -> Option<Self> {
+        if Self::is_zero(base) {
+            return overrides.clone();
+        }
+        let mut merged = base.clone().unwrap_or_default();
+        if let Some(o) = overrides {
+            merged.add.extend(o.add.clone());
+            merged.set.extend(o.set.clone());
+            for r in &o.remove {
+                if !merged.remove.contains(r) {
+                    merged.remove.push(r.clone());
+                }
+            }
+        }
+        Some(merged)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// service-splitter
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceSplitterConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub splits: Vec<ServiceSplit>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceSplit {
+    pub weight: f32,
+    pub service: String,
+    pub service_subset: String,
+    pub namespace: String,
+    pub partition: String,
+    pub request_headers: Option<HttpHeaderModifiers>,
+    pub response_headers: Option<HttpHeaderModifiers>,
+}
+
+impl ServiceSplit {
+    /// This split with a parent split's header edits folded in, as if a
+    /// request passed through the parent first (requests) and last
+    /// (responses). Used when nested splitters are flattened.
+    pub fn merge_parent(&self, parent: &ServiceSplit) -> ServiceSplit {
+        ServiceSplit {
+            request_headers: HttpHeaderModifiers::merge(
+                &parent.request_headers,
+                &self.request_headers,
+            ),
+            response_headers: HttpHeaderModifiers::merge(
+                &self.response_headers,
+                &parent.response_headers,
+            ),
+            ..self.clone()
+        }
+    }
+}
+
+/// Rounds a split weight to the smallest representable unit, 0.01%.
+pub fn normalize_split_weight(w: f32) -> f32 {
+    scale_weight(w) as f32 / 100.0
+}
+
+/// A weight in units of 0.01%.
+pub fn scale_weight(w: f32) -> i64 {
+    (f64::from(w * 100.0)).round() as i64
+}
+
+// ---------------------------------------------------------------------------
+// service-resolver
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceResolverConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub default_subset: String,
+    pub subsets: BTreeMap<String, ServiceResolverSubset>,
+    pub redirect: Option<ServiceResolverRedirect>,
+    pub failover: BTreeMap<String, ServiceResolverFailover>,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub load_balancer: Option<LoadBalancer>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+impl ServiceResolverConfigEntry {
+    pub fn subset_exists(&self, name: &str) -> bool {
+        name.is_empty() || self.subsets.contains_key(name)
+    }
+
+    /// True when the entry changes nothing about plain resolution.
+    pub fn is_default(&self) -> bool {
+        self.default_subset.is_empty()
+            && self.subsets.is_empty()
+            && self.redirect.is_none()
+            && self.failover.is_empty()
+            && self.connect_timeout.is_zero()
+            && self.request_timeout.is_zero()
+            && self.load_balancer.is_none()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceResolverSubset {
+    pub filter: String,
+    pub only_passing: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceResolverRedirect {
+    pub service: String,
+    pub service_subset: String,
+    pub namespace: String,
+    pub partition: String,
+    pub datacenter: String,
+    pub peer: String,
+}
+
+impl ServiceResolverRedirect {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceResolverFailover {
+    pub service: String,
+    pub service_subset: String,
+    pub namespace: String,
+    pub datacenters: Vec<String>,
+    pub targets: Vec<ServiceResolverFailoverTarget>,
+    pub policy: Option<FailoverPolicy>,
+}
+
+impl ServiceResolverFailover {
+    pub fn is_empty(&self) -> bool {
+        self.service.is_empty()
+            && self.service_subset.is_empty()
+            && self.namespace.is_empty()
+            && self.datacenters.is_empty()
+            && self.targets.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceResolverFailoverTarget {
+    pub service: String,
+    pub service_subset: String,
+    pub partition: String,
+    pub namespace: String,
+    pub datacenter: String,
+    pub peer: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct LoadBalancer {
+    pub policy: String,
+    pub ring_hash_config: Option<RingHashConfig>,
+    pub least_request_config: Option<LeastRequestConfig>,
+    pub hash_policies: Vec<HashPolicy>,
+}
+
+impl LoadBalancer {
+    pub fn is_hash_based(&self) -> bool {
+        matches!(self.policy.as_str(), "maglev" | "ring_hash")
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct RingHashConfig {
+    pub minimum_ring_size: u64,
+    pub maximum_ring_size: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct LeastRequestConfig {
+    pub choice_count: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct HashPolicy {
+    pub field: String,
+    pub field_value: String,
+    pub cookie_config: Option<CookieConfig>,
+    #[serde(rename = "SourceIP")]
+    pub source_ip: bool,
+    pub terminal: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CookieConfig {
+    pub session: bool,
+    #[serde(rename = "TTL")]
+    pub ttl: Duration,
+    pub path: String,
+}
