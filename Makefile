@@ -16,7 +16,7 @@ release:
 	$(CARGO) build --release
 
 ## Every test: unit and integration tests (real processes), real clients, conformance.
-test: unit
+test: unit conformance
 
 unit:
 	$(CARGO) test --workspace --no-fail-fast

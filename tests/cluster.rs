@@ -37,7 +37,7 @@ async fn get_raw(c: &reqwest::Client, p: &Proc, key: &str, mode: &str) -> Option
     r.text().await.ok()
 }
 
-fn by_raft<'a>(procs: &'a [Proc], raft: &str) -> usize {
+fn by_raft(procs: &[Proc], raft: &str) -> usize {
     procs
         .iter()
         .position(|p| p.raft == raft)
@@ -102,12 +102,11 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
                     .body(value.clone())
                     .send()
                     .await;
-                if let Ok(r) = r {
-                    if r.status().is_success()
-                        && r.text().await.unwrap_or_default().trim() == "true"
-                    {
-                        acked.lock().unwrap().insert(key, value);
-                    }
+                if let Ok(r) = r
+                    && r.status().is_success()
+                    && r.text().await.unwrap_or_default().trim() == "true"
+                {
+                    acked.lock().unwrap().insert(key, value);
                 }
                 n += 1;
             }

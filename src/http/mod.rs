@@ -2,6 +2,7 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
+mod config;
 mod kv;
 mod status;
 
@@ -30,6 +31,7 @@ const FORWARDED: &str = "x-cairn-forwarded";
 pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
+        .merge(config::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -246,10 +248,11 @@ const MAX_WAIT: Duration = Duration::from_secs(600);
 
 impl QueryOptions {
     pub fn from(p: &Params, dc: &str) -> Result<Self> {
-        if let Some(want) = p.get("dc") {
-            if !want.is_empty() && want != dc {
-                return Err(Error::bad(format!("No path to datacenter {want:?}")));
-            }
+        if let Some(want) = p.get("dc")
+            && !want.is_empty()
+            && want != dc
+        {
+            return Err(Error::bad(format!("No path to datacenter {want:?}")));
         }
         let stale = p.has("stale");
         let consistent = p.has("consistent");

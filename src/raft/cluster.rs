@@ -132,16 +132,16 @@ impl Cluster {
             let mut formed_peer = None;
             for addr in &self.joins {
                 let mut conn = Conn::new(addr.clone());
-                if let Ok(Reply::Hello(h)) = conn
+                let reply = conn
                     .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
-                    .await
+                    .await;
+                if let Ok(Reply::Hello(h)) = reply
+                    && h.id != self.id
                 {
-                    if h.id != self.id {
-                        if h.initialized {
-                            formed_peer = Some(h.node.raft_addr.clone());
-                        }
-                        self.known.lock().unwrap().insert(h.id, h.node);
+                    if h.initialized {
+                        formed_peer = Some(h.node.raft_addr.clone());
                     }
+                    self.known.lock().unwrap().insert(h.id, h.node);
                 }
             }
             if let Some(addr) = formed_peer {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Change, ChangeSet, Command, Response, Row, State, Table, keys};
+use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
 
 /// Applies `cmd` at Raft index `index`; returns the answer and the changes.
@@ -30,8 +31,10 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::Txn(ops) => super::kv::apply_txn(&mut tx, ops),
         Command::Register(req) => result(super::catalog::register(&mut tx, req)),
         Command::Deregister(req) => result(super::catalog::deregister(&mut tx, req)),
-        Command::ConfigSet { entry, cas } => config_set(&mut tx, entry, *cas),
-        Command::ConfigDelete { kind, name, cas } => config_delete(&mut tx, kind, name, *cas),
+        Command::ConfigSet { entry, cas } => super::config::set(&mut tx, entry, *cas),
+        Command::ConfigDelete { kind, name, cas } => {
+            super::config::delete(&mut tx, kind, name, *cas)
+        }
     };
     let set = tx.finish();
     (response, set)
@@ -42,57 +45,6 @@ fn result(r: Result<(), String>) -> Response {
         Ok(()) => Response::Ok,
         Err(reason) => Response::Rejected(reason),
     }
-}
-
-fn config_set(tx: &mut Tx, entry: &Value, cas: Option<u64>) -> Response {
-    let (Some(kind), Some(name)) = (
-        entry.get("Kind").and_then(Value::as_str),
-        entry.get("Name").and_then(Value::as_str),
-    ) else {
-        return Response::Rejected("config entry needs Kind and Name".into());
-    };
-    let key = (kind.to_string(), name.to_string());
-    let existing = tx.state.config.get(&key).cloned();
-    let existing_modify = existing
-        .as_ref()
-        .and_then(|e| e.get("ModifyIndex").and_then(Value::as_u64));
-    if let Some(cas) = cas {
-        let ok = match existing_modify {
-            None => cas == 0,
-            Some(m) => m == cas,
-        };
-        if !ok {
-            return Response::Bool(false);
-        }
-    }
-    let mut stored = entry.clone();
-    let create = existing
-        .as_ref()
-        .and_then(|e| e.get("CreateIndex").and_then(Value::as_u64))
-        .unwrap_or(tx.index);
-    if let Value::Object(map) = &mut stored {
-        map.insert("CreateIndex".into(), create.into());
-        map.insert("ModifyIndex".into(), tx.index.into());
-    }
-    tx.put_config(key, stored);
-    Response::Bool(true)
-}
-
-fn config_delete(tx: &mut Tx, kind: &str, name: &str, cas: Option<u64>) -> Response {
-    let key = (kind.to_string(), name.to_string());
-    let existing = tx.state.config.get(&key).cloned();
-    if let Some(cas) = cas {
-        let modify = existing
-            .as_ref()
-            .and_then(|e| e.get("ModifyIndex").and_then(Value::as_u64));
-        if modify != Some(cas) {
-            return Response::Bool(false);
-        }
-    }
-    if existing.is_some() {
-        tx.remove_config(&key);
-    }
-    Response::Bool(true)
 }
 
 /// A write in progress on one version of the state.
@@ -329,11 +281,16 @@ impl<'a> Tx<'a> {
         }
     }
 
-    pub fn put_config(&mut self, key: (String, String), entry: Value) {
+    pub fn put_config(&mut self, entry: ConfigEntry) {
+        let key = (entry.kind(), entry.name().to_string());
         let after = Arc::new(entry);
         let before = self.state.config.insert(key.clone(), after.clone());
-        self.touch(keys::config(&key.0, &key.1));
-        self.touch(keys::config_kind(&key.0));
+        if let Some(b) = &before {
+            super::config::unindex(self.state, b);
+        }
+        super::config::index(self.state, &after);
+        self.touch(keys::config(key.0.as_str(), &key.1));
+        self.touch(keys::config_kind(key.0.as_str()));
         self.record(
             Table::Config,
             format!("{}/{}", key.0, key.1),
@@ -342,13 +299,14 @@ impl<'a> Tx<'a> {
         );
     }
 
-    pub fn remove_config(&mut self, key: &(String, String)) {
-        if let Some(before) = self.state.config.remove(key) {
-            self.touch(keys::config(&key.0, &key.1));
-            self.touch(keys::config_kind(&key.0));
+    pub fn remove_config(&mut self, kind: Kind, name: &str) {
+        if let Some(before) = self.state.config.remove(&(kind, name.to_string())) {
+            super::config::unindex(self.state, &before);
+            self.touch(keys::config(kind.as_str(), name));
+            self.touch(keys::config_kind(kind.as_str()));
             self.record(
                 Table::Config,
-                format!("{}/{}", key.0, key.1),
+                format!("{kind}/{name}"),
                 Some(Row::Config(before)),
                 None,
             );
@@ -360,6 +318,10 @@ impl<'a> Tx<'a> {
 pub(crate) fn reindex(state: &mut State) {
     state.service_names.clear();
     state.connect_names.clear();
+    state.config_refs.clear();
+    for e in state.config.values().cloned().collect::<Vec<_>>() {
+        super::config::index(state, &e);
+    }
     let services: Vec<_> = state
         .services
         .iter()

@@ -50,7 +50,7 @@ pub fn apply_op(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
             None => Err(format!("key {:?} doesn't exist", op.key)),
         },
         KvVerb::GetTree => Ok(KvOutcome::Entries(
-            prefix_iter(tx.state, &op.key).map(|e| e.clone()).collect(),
+            prefix_iter(tx.state, &op.key).cloned().collect(),
         )),
         KvVerb::CheckIndex => match existing {
             Some(e) if e.modify_index == op.index => Ok(KvOutcome::Entries(vec![(*e).clone()])),
@@ -93,8 +93,9 @@ pub fn apply_txn(tx: &mut Tx, ops: &[KvOp]) -> Response {
                 if !matches!(
                     op.verb,
                     KvVerb::Delete | KvVerb::DeleteCas | KvVerb::DeleteTree
-                ) {
-                    if let Some(e) = tx.state.kv.get(&op.key) {
+                ) && let Some(e) = tx.state.kv.get(&op.key)
+                {
+                    {
                         let mut e = (**e).clone();
                         e.value.clear();
                         results.push(e);

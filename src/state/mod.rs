@@ -9,6 +9,7 @@
 
 mod apply;
 pub mod catalog;
+pub mod config;
 pub mod kv;
 pub mod persist;
 pub mod snapshot;
@@ -22,6 +23,7 @@ use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::serde_util::as_json;
 use crate::structs::{
     DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
@@ -40,10 +42,11 @@ pub type NodeKey = (String, String);
 pub enum Command {
     Kv(KvOp),
     Txn(Vec<KvOp>),
-    Register(#[serde(with = "as_json")] RegisterRequest),
+    Register(#[serde(with = "as_json")] Box<RegisterRequest>),
     Deregister(#[serde(with = "as_json")] DeregisterRequest),
-    /// A config entry, already decoded and validated on its own by the
-    /// server that received it; the graph is validated in apply.
+    /// A config entry (Consul JSON), already decoded and validated on its
+    /// own by the server that received it; apply decodes it again and
+    /// validates the discovery-chain graph against the state it applies to.
     ConfigSet {
         #[serde(with = "as_json")]
         entry: Value,
@@ -81,7 +84,7 @@ pub enum Row {
     Node(Arc<Node>),
     Service(Arc<NodeService>),
     Check(Arc<HealthCheck>),
-    Config(Arc<Value>),
+    Config(Arc<ConfigEntry>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,8 +132,11 @@ pub struct State {
     /// destination service name → connect proxies for it.
     pub connect_names: OrdMap<String, OrdSet<NodeKey>>,
     pub checks: OrdMap<NodeKey, Arc<HealthCheck>>,
-    /// (kind, name) → config entry (JSON, with its indexes).
-    pub config: OrdMap<(String, String), Arc<Value>>,
+    /// (kind, name) → config entry, with its indexes.
+    pub config: OrdMap<(Kind, String), Arc<ConfigEntry>>,
+    /// service → services whose router/splitter/resolver refers to it
+    /// (with a count of such entries): what a write can affect.
+    pub config_refs: OrdMap<String, OrdMap<String, u32>>,
     /// watch key → index of its last change; survives deletes (tombstones).
     pub indexes: OrdMap<String, u64>,
 }

@@ -24,8 +24,11 @@ pub trait Persist: Send + Sync {
     /// Applies all ops atomically; with `clear_first` the key space is
     /// emptied in the same step.
     fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()>;
-    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()>;
+    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()>;
 }
+
+/// Called with each row of a scan, in key order.
+pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()> + 'a;
 
 const KV: u8 = b'k';
 const NODE: u8 = b'n';
@@ -55,7 +58,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Node(n) => serde_json::to_vec(&**n)?,
         Row::Service(s) => serde_json::to_vec(&**s)?,
         Row::Check(c) => serde_json::to_vec(&**c)?,
-        Row::Config(v) => serde_json::to_vec(&**v)?,
+        Row::Config(e) => serde_json::to_vec(&super::config::to_stored(e))?,
     })
 }
 
@@ -180,11 +183,9 @@ pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
                     .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
             }
             CONFIG => {
-                let e: serde_json::Value = serde_json::from_slice(v)?;
-                if let Some((kind, name)) = key.split_once('/') {
-                    st.config
-                        .insert((kind.to_string(), name.to_string()), Arc::new(e));
-                }
+                let e = super::config::from_stored(&serde_json::from_slice(v)?)?;
+                st.config
+                    .insert((e.kind(), e.name().to_string()), Arc::new(e));
             }
             INDEX => {
                 st.indexes.insert(key.to_string(), be_u64(v));
@@ -194,7 +195,7 @@ pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
             _ => {}
         }
         loaded += 1;
-        if loaded % 250_000 == 0 {
+        if loaded.is_multiple_of(250_000) {
             tracing::info!(rows = loaded, "loading state");
         }
         Ok(())
@@ -239,7 +240,7 @@ impl Persist for SledBackend {
         Ok(())
     }
 
-    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()> {
         for kv in self.tree.iter() {
             let (k, v) = kv?;
             f(&k, &v)?;
@@ -274,7 +275,7 @@ impl Persist for MemoryBackend {
         Ok(())
     }
 
-    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()> {
         let map = self.map.lock().unwrap().clone();
         for (k, v) in &map {
             f(k, v)?;

@@ -36,7 +36,11 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             .map(|((n, _), s)| (n.clone(), (**s).clone()))
             .collect(),
         checks: st.checks.values().map(|c| (**c).clone()).collect(),
-        config: st.config.values().map(|e| (**e).clone()).collect(),
+        config: st
+            .config
+            .values()
+            .map(|e| super::config::to_stored(e))
+            .collect(),
         indexes: st.indexes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
     };
     Ok(bincode::serialize(&body)?)
@@ -62,11 +66,10 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
         st.checks
             .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
     }
-    for e in body.config {
-        let kind = e.get("Kind").and_then(|v| v.as_str()).unwrap_or_default();
-        let name = e.get("Name").and_then(|v| v.as_str()).unwrap_or_default();
+    for json in body.config {
+        let e = super::config::from_stored(&json)?;
         st.config
-            .insert((kind.to_string(), name.to_string()), Arc::new(e.clone()));
+            .insert((e.kind(), e.name().to_string()), Arc::new(e));
     }
     st.indexes = body.indexes.into_iter().collect();
     super::apply::reindex(&mut st);

@@ -1,0 +1,157 @@
+//! The config entry table: writes with Consul's CAS semantics and
+//! discovery-chain graph validation, and the `EntryLookup` the compiler
+//! reads through.
+//!
+//! Graph validation runs inside apply, against the exact state the write
+//! lands on, so two racing writes can never together break a chain.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::apply::Tx;
+use super::{Response, State};
+use crate::config_entry::decode_and_validate;
+use crate::discovery_chain::{EntryChange, EntryLookup, references, validate_write};
+use crate::structs::config_entry::{ConfigEntry, Kind};
+
+pub fn set(tx: &mut Tx, body: &Value, cas: Option<u64>) -> Response {
+    let mut entry = match decode_and_validate(body) {
+        Ok(e) => e,
+        Err(e) => return Response::Rejected(e.to_string()),
+    };
+    let existing = tx
+        .state
+        .config
+        .get(&(entry.kind(), entry.name().to_string()))
+        .cloned();
+    if let Some(cas) = cas {
+        let ok = match &existing {
+            None => cas == 0,
+            Some(e) => e.modify_index() == cas,
+        };
+        if !ok {
+            return Response::Bool(false);
+        }
+    }
+    if let Err(e) = validate_write(&*tx.state, &EntryChange::Upsert(entry.clone())) {
+        return Response::Rejected(e.to_string());
+    }
+    let create = existing.as_ref().map_or(tx.index, |e| e.create_index());
+    entry.set_indexes(create, tx.index);
+    if let Some(old) = &existing {
+        let mut same = (**old).clone();
+        same.set_indexes(create, tx.index);
+        if same == entry {
+            // Unchanged: keep the indexes, wake nobody.
+            return Response::Bool(true);
+        }
+    }
+    tx.put_config(entry);
+    Response::Bool(true)
+}
+
+pub fn delete(tx: &mut Tx, kind: &str, name: &str, cas: Option<u64>) -> Response {
+    let kind: Kind = match kind.parse() {
+        Ok(k) => k,
+        Err(e) => return Response::Rejected(e),
+    };
+    let existing = tx.state.config.get(&(kind, name.to_string())).cloned();
+    if let Some(cas) = cas
+        && existing.as_ref().map(|e| e.modify_index()) != Some(cas)
+    {
+        return Response::Bool(false);
+    }
+    if existing.is_none() {
+        return Response::Bool(true);
+    }
+    let change = EntryChange::Delete {
+        kind,
+        name: name.to_string(),
+    };
+    if let Err(e) = validate_write(&*tx.state, &change) {
+        return Response::Rejected(e.to_string());
+    }
+    tx.remove_config(kind, name);
+    Response::Bool(true)
+}
+
+/// Records what `entry` refers to in the reverse index.
+pub(crate) fn index(state: &mut State, entry: &Arc<ConfigEntry>) {
+    if !entry.kind().is_chain_graph() {
+        return;
+    }
+    for target in references(entry) {
+        *state
+            .config_refs
+            .entry(target)
+            .or_default()
+            .entry(entry.name().to_string())
+            .or_default() += 1;
+    }
+}
+
+pub(crate) fn unindex(state: &mut State, entry: &ConfigEntry) {
+    if !entry.kind().is_chain_graph() {
+        return;
+    }
+    for target in references(entry) {
+        if let Some(by) = state.config_refs.get_mut(&target) {
+            let gone = match by.get_mut(entry.name()) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            };
+            if gone {
+                by.remove(entry.name());
+            }
+            if by.is_empty() {
+                state.config_refs.remove(&target);
+            }
+        }
+    }
+}
+
+impl EntryLookup for State {
+    fn get(&self, kind: Kind, name: &str) -> Option<&ConfigEntry> {
+        self.config.get(&(kind, name.to_string())).map(|e| &**e)
+    }
+
+    fn list(&self, kind: Kind) -> Vec<&ConfigEntry> {
+        self.config
+            .range((kind, String::new())..)
+            .take_while(|((k, _), _)| *k == kind)
+            .map(|(_, e)| &**e)
+            .collect()
+    }
+
+    fn referrers(&self, service: &str) -> Vec<String> {
+        self.config_refs
+            .get(service)
+            .map(|by| by.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// An entry as persisted and snapshotted: its Consul JSON with indexes.
+pub(crate) fn to_stored(entry: &ConfigEntry) -> Value {
+    entry.to_json()
+}
+
+/// Reads back what `to_stored` wrote.
+pub(crate) fn from_stored(v: &Value) -> anyhow::Result<ConfigEntry> {
+    let mut body = v.clone();
+    let index = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let (create, modify) = (index("CreateIndex"), index("ModifyIndex"));
+    if let Value::Object(m) = &mut body {
+        m.remove("CreateIndex");
+        m.remove("ModifyIndex");
+    }
+    let mut entry = crate::config_entry::decode_entry(&body)
+        .map_err(|e| anyhow::anyhow!("stored config entry: {e}"))?;
+    entry.set_indexes(create, modify);
+    Ok(entry)
+}
