@@ -55,12 +55,27 @@ async fn trace_request(req: Request, next: Next) -> Response {
     crate::metrics::HTTP_REQUESTS.inc();
     let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
     async move {
-        let resp = next.run(req).await;
+        let resp = bad_input_is_400(next.run(req).await);
         tracing::debug!(status = resp.status().as_u16(), "answered");
         resp
     }
     .instrument(span)
     .await
+}
+
+/// The contract answers every kind of bad input with 400 and a one-line
+/// reason; axum's extractors answer some with 413/415/422.
+fn bad_input_is_400(resp: Response) -> Response {
+    match resp.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::bad(format!(
+            "Request body too large, max size: {MAX_BODY} bytes"
+        ))
+        .into_response(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
+            Error::bad("Request decode failed: malformed body").into_response()
+        }
+        _ => resp,
+    }
 }
 
 /// Endpoints any server answers itself, whatever the mode.

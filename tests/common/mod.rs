@@ -26,13 +26,16 @@ pub struct Proc {
     pub log: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
+    /// Removed when the process handle is dropped (dev servers).
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl Proc {
     /// `cairn server --dev` on free ports.
     pub fn dev() -> Proc {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let mut p = Proc::new("dev", &dir, vec!["--dev".into()]);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = Proc::new("dev", tmp.path(), vec!["--dev".into()]);
+        p._tmp = Some(tmp);
         p.start();
         p
     }
@@ -55,10 +58,8 @@ impl Proc {
             "--raft-addr".into(),
             raft.into(),
         ];
-        if !extra.iter().any(|a| a == "--dev") {
-            args.push("--data-dir".into());
-            args.push(data_dir.to_string_lossy().into_owned());
-        }
+        args.push("--data-dir".into());
+        args.push(data_dir.to_string_lossy().into_owned());
         args.extend(extra);
         Proc {
             name: name.into(),
@@ -68,6 +69,7 @@ impl Proc {
             data_dir,
             args,
             child: None,
+            _tmp: None,
         }
     }
 
