@@ -202,7 +202,6 @@ async fn bad_input_is_400_and_changes_nothing() {
         (c.put(p.url("/v1/kv/k?flags=abc")).body("v"), "flags"),
         (c.put(p.url("/v1/kv/k?cas=-1")).body("v"), "cas"),
         (c.put(p.url("/v1/kv/k")).body(big), "too large"),
-        (c.put(p.url("/v1/kv/k")).body(huge), "too large"),
         (c.put(p.url("/v1/kv/")).body("v"), "Missing key"),
         (c.get(p.url("/v1/kv/k?stale&consistent")), "conflicting"),
         (c.get(p.url("/v1/kv/k?dc=elsewhere")), "datacenter"),
@@ -243,9 +242,18 @@ async fn bad_input_is_400_and_changes_nothing() {
             "one-line reason: {text:?}"
         );
     }
+    // A body past the 4 MiB cap is refused before it is read (the server
+    // then closes that connection, so it goes last, on its own client).
+    let r = client()
+        .put(p.url("/v1/kv/k"))
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
     assert_eq!(c.get(p.url("/v1/kv/k")).send().await.unwrap().status(), 404);
     // The server is still healthy.
-    assert_eq!(leader_of(&c, &p).await.is_some(), true);
+    assert!(leader_of(&c, &p).await.is_some());
 }
 
 #[tokio::test]
