@@ -5,6 +5,7 @@
 mod config;
 mod kv;
 mod status;
+mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
         .merge(config::routes())
+        .merge(stream::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -80,7 +82,9 @@ fn bad_input_is_400(resp: Response) -> Response {
 
 /// Endpoints any server answers itself, whatever the mode.
 fn always_local(path: &str) -> bool {
-    path.starts_with("/v1/agent/") || path.starts_with("/v1/status/")
+    path.starts_with("/v1/agent/")
+        || path.starts_with("/v1/status/")
+        || path == "/v1/internal/stream"
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a
