@@ -2,8 +2,13 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
+mod catalog;
+mod health;
 mod kv;
+mod query;
 mod status;
+
+pub use catalog::validate_register;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +35,8 @@ const FORWARDED: &str = "x-cairn-forwarded";
 pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
+        .merge(catalog::routes())
+        .merge(health::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
