@@ -135,7 +135,7 @@ fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
 async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
-    let mut req: RegisterRequest = decode_json(&body)?;
+    let mut req: RegisterRequest = decode_object(&body)?;
     validate_register(&mut req, &s.config.datacenter)?;
     done(s.write(Command::Register(req)).await?)
 }
@@ -143,13 +143,25 @@ async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> R
 async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
-    let mut req: DeregisterRequest = decode_json(&body)?;
+    let mut req: DeregisterRequest = decode_object(&body)?;
     check_dc(&req.datacenter, &s.config.datacenter)?;
     req.datacenter = s.config.datacenter.clone();
     if req.node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
     done(s.write(Command::Deregister(req)).await?)
+}
+
+/// Decodes a request body that must be a JSON object: serde would also
+/// take an array as a struct's fields in order, which Consul never does.
+pub fn decode_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+    let v: Value = decode_json(body)?;
+    if !v.is_object() {
+        return Err(Error::bad(
+            "Request decode failed: the body must be a JSON object",
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
 }
 
 /// Writes answer `true`, as Consul's do.
@@ -434,7 +446,7 @@ mod tests {
     use super::*;
 
     fn req(v: Value) -> Result<RegisterRequest> {
-        let mut r: RegisterRequest = decode_json(v.to_string().as_bytes())?;
+        let mut r: RegisterRequest = decode_object(v.to_string().as_bytes())?;
         validate_register(&mut r, "dc1")?;
         Ok(r)
     }
@@ -497,9 +509,9 @@ mod tests {
         assert!(r.starts_with("Request decode failed"), "{r}");
         let r = reason(serde_json::json!({"Node": 5, "Address": "a"}));
         assert!(r.starts_with("Request decode failed"), "{r}");
-        let mut bad: Result<RegisterRequest> = decode_json(b"{\"Node\": ");
+        let mut bad: Result<RegisterRequest> = decode_object(b"{\"Node\": ");
         assert!(matches!(bad, Err(Error::BadRequest(_))));
-        bad = decode_json(b"[]");
+        bad = decode_object(b"[\"n1\", \"10.0.0.1\"]");
         assert!(matches!(bad, Err(Error::BadRequest(_))));
     }
 
