@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use super::query::{RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match};
 use super::{App, Params, QueryOptions, Watch, blocking, decode_json, json_at};
 use crate::error::{Error, Result};
+use crate::filter::{Schema, schemas};
 use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
 use crate::state::{Command, Response as Applied, State as Tables, keys};
@@ -135,7 +136,7 @@ fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
 async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
-    let mut req: RegisterRequest = decode_object(&body)?;
+    let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
     validate_register(&mut req, &s.config.datacenter)?;
     done(s.write(Command::Register(req)).await?)
 }
@@ -143,7 +144,7 @@ async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> R
 async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
-    let mut req: DeregisterRequest = decode_object(&body)?;
+    let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
     check_dc(&req.datacenter, &s.config.datacenter)?;
     req.datacenter = s.config.datacenter.clone();
     if req.node.is_empty() {
@@ -152,15 +153,77 @@ async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) ->
     done(s.write(Command::Deregister(req)).await?)
 }
 
-/// Decodes a request body that must be a JSON object: serde would also
-/// take an array as a struct's fields in order, which Consul never does.
-pub fn decode_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
-    let v: Value = decode_json(body)?;
+/// The fields of a registration body, for matching keys the way Go's
+/// `encoding/json` does (case-insensitively): clients such as py-consul send
+/// `{"node": .., "address": .., "serviceid": ..}` and Consul accepts them.
+const REGISTER_FIELDS: Schema = Schema::Struct(&[
+    ("ID", Schema::String),
+    ("Node", Schema::String),
+    ("Address", Schema::String),
+    ("Datacenter", Schema::String),
+    ("TaggedAddresses", Schema::Map(&Schema::String)),
+    ("NodeMeta", Schema::Map(&Schema::String)),
+    ("Service", schemas::NODE_SERVICE),
+    ("Check", schemas::HEALTH_CHECK),
+    ("Checks", Schema::List(&schemas::HEALTH_CHECK)),
+    ("SkipNodeUpdate", Schema::Bool),
+]);
+
+const DEREGISTER_FIELDS: Schema = Schema::Struct(&[
+    ("Node", Schema::String),
+    ("Datacenter", Schema::String),
+    ("ServiceID", Schema::String),
+    ("CheckID", Schema::String),
+]);
+
+/// Renames keys that match a struct field only by case to the field's own
+/// spelling, recursively; map keys (metadata) are the user's and kept.
+fn fold_keys(v: &mut Value, schema: &Schema) {
+    match (v, schema) {
+        (Value::Object(m), Schema::Struct(fields)) => {
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                let Some((name, inner)) = fields
+                    .iter()
+                    .find(|(f, _)| *f == k)
+                    .or_else(|| fields.iter().find(|(f, _)| f.eq_ignore_ascii_case(&k)))
+                else {
+                    continue;
+                };
+                if *name != k && !m.contains_key(*name) {
+                    let val = m.remove(&k).unwrap_or(Value::Null);
+                    m.insert(name.to_string(), val);
+                }
+                if let Some(val) = m.get_mut(*name) {
+                    fold_keys(val, inner);
+                }
+            }
+        }
+        (Value::Object(m), Schema::Map(inner)) => {
+            for val in m.values_mut() {
+                fold_keys(val, inner);
+            }
+        }
+        (Value::Array(a), Schema::List(inner)) => {
+            for val in a {
+                fold_keys(val, inner);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Decodes a request body that must be a JSON object (serde would also
+/// take an array as a struct's fields in order, which Consul never does),
+/// matching field names case-insensitively as Consul does.
+pub fn decode_object<T: serde::de::DeserializeOwned>(body: &[u8], fields: &Schema) -> Result<T> {
+    let mut v: Value = decode_json(body)?;
     if !v.is_object() {
         return Err(Error::bad(
             "Request decode failed: the body must be a JSON object",
         ));
     }
+    fold_keys(&mut v, fields);
     serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
 }
 
@@ -446,7 +509,7 @@ mod tests {
     use super::*;
 
     fn req(v: Value) -> Result<RegisterRequest> {
-        let mut r: RegisterRequest = decode_object(v.to_string().as_bytes())?;
+        let mut r: RegisterRequest = decode_object(v.to_string().as_bytes(), &REGISTER_FIELDS)?;
         validate_register(&mut r, "dc1")?;
         Ok(r)
     }
@@ -509,9 +572,9 @@ mod tests {
         assert!(r.starts_with("Request decode failed"), "{r}");
         let r = reason(serde_json::json!({"Node": 5, "Address": "a"}));
         assert!(r.starts_with("Request decode failed"), "{r}");
-        let mut bad: Result<RegisterRequest> = decode_object(b"{\"Node\": ");
+        let mut bad: Result<RegisterRequest> = decode_object(b"{\"Node\": ", &REGISTER_FIELDS);
         assert!(matches!(bad, Err(Error::BadRequest(_))));
-        bad = decode_object(b"[\"n1\", \"10.0.0.1\"]");
+        bad = decode_object(b"[\"n1\", \"10.0.0.1\"]", &REGISTER_FIELDS);
         assert!(matches!(bad, Err(Error::BadRequest(_))));
     }
 
@@ -532,6 +595,31 @@ mod tests {
             "Service": {"Service": "web-proxy", "Kind": "connect-proxy", "Port": 21000}
         }));
         assert!(r.contains("DestinationServiceName"), "{r}");
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_like_go() {
+        let r = req(serde_json::json!({
+            "node": "n1", "address": "10.0.0.1", "nodemeta": {"Rack": "r1"},
+            "service": {"service": "web", "id": "w1", "port": 80,
+                        "taggedaddresses": {"lan": {"address": "10.0.0.1", "port": 80}},
+                        "meta": {"someKey": "v"}},
+            "check": {"name": "c", "serviceid": "w1", "status": "passing",
+                      "definition": {"http": "http://x"}},
+        }))
+        .unwrap();
+        assert_eq!(r.node, "n1");
+        assert_eq!(r.node_meta.get("Rack").map(String::as_str), Some("r1"));
+        let svc = r.service.unwrap();
+        assert_eq!((svc.id.as_str(), svc.port), ("w1", 80));
+        assert_eq!(svc.tagged_addresses["lan"].address, "10.0.0.1");
+        assert!(svc.meta.contains_key("someKey"));
+        let check = r.check.unwrap();
+        assert_eq!(check.service_id, "w1");
+        assert_eq!(check.definition["HTTP"], "http://x");
+        let d: DeregisterRequest =
+            decode_object(br#"{"node": "n1", "serviceid": "w1"}"#, &DEREGISTER_FIELDS).unwrap();
+        assert_eq!((d.node.as_str(), d.service_id.as_str()), ("n1", "w1"));
     }
 
     #[test]
