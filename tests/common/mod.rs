@@ -202,16 +202,16 @@ impl Server {
     /// rather than wait out the timeout.
     fn check_alive(&self) {
         let mut guard = self.child.lock().unwrap();
-        if let Some(c) = guard.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                guard.take();
-                drop(guard);
-                panic!(
-                    "server on {} exited with {st}; log:\n{}",
-                    self.http_addr,
-                    self.log()
-                );
-            }
+        if let Some(c) = guard.as_mut()
+            && let Ok(Some(st)) = c.try_wait()
+        {
+            guard.take();
+            drop(guard);
+            panic!(
+                "server on {} exited with {st}; log:\n{}",
+                self.http_addr,
+                self.log()
+            );
         }
     }
 
@@ -242,10 +242,12 @@ impl Server {
     pub fn wait_for_leader(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Ok(r) = try_request(self.http_addr, "GET", "/v1/status/leader", None) {
-                if r.status == 200 && r.body.trim() != "\"\"" && !r.body.trim().is_empty() {
-                    return;
-                }
+            if let Ok(r) = try_request(self.http_addr, "GET", "/v1/status/leader", None)
+                && r.status == 200
+                && r.body.trim() != "\"\""
+                && !r.body.trim().is_empty()
+            {
+                return;
             }
             self.check_alive();
             std::thread::sleep(Duration::from_millis(100));
