@@ -2,10 +2,15 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
+mod catalog;
 mod config;
+mod health;
 mod kv;
+mod query;
 mod status;
 mod stream;
+
+pub use catalog::validate_register;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +39,8 @@ pub fn router(server: App) -> Router {
         .merge(kv::routes())
         .merge(config::routes())
         .merge(stream::routes())
+        .merge(catalog::routes())
+        .merge(health::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),

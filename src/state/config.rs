@@ -180,7 +180,8 @@ mod tests {
                                    "Destination": {"ServiceSubset": "v1"}}]}),
             ] {
                 index += 1;
-                let (r, _) = apply_command(&mut st, index, &Command::ConfigSet { entry, cas: None });
+                let (r, _) =
+                    apply_command(&mut st, index, &Command::ConfigSet { entry, cas: None });
                 assert_eq!(r, Response::Bool(true));
             }
         }
@@ -191,7 +192,10 @@ mod tests {
     fn a_write_only_recompiles_the_chains_it_affects() {
         let st = populated(2_000);
         let affected = affected_chains(&st, Kind::ServiceDefaults, "s42");
-        assert_eq!(affected.into_iter().collect::<Vec<_>>(), vec!["s42".to_string()]);
+        assert_eq!(
+            affected.into_iter().collect::<Vec<_>>(),
+            vec!["s42".to_string()]
+        );
     }
 
     /// `cargo test --release --lib config_write_cost -- --ignored --nocapture`
@@ -206,7 +210,11 @@ mod tests {
                 let mut st = st.clone();
                 let entry = json!({"Kind": "service-defaults", "Name": "s7", "Protocol": "http",
                                    "Meta": {"round": r.to_string()}});
-                apply_command(&mut st, 1_000_000 + r, &Command::ConfigSet { entry, cas: None });
+                apply_command(
+                    &mut st,
+                    1_000_000 + r,
+                    &Command::ConfigSet { entry, cas: None },
+                );
             }
             let per = started.elapsed() / rounds as u32;
             println!("config write with {n} services having their own entries: {per:?} per write");
