@@ -6,6 +6,7 @@ mod catalog;
 mod config;
 mod health;
 mod kv;
+mod proxycfg;
 mod query;
 mod status;
 mod stream;
@@ -39,6 +40,7 @@ pub fn router(server: App) -> Router {
         .merge(kv::routes())
         .merge(config::routes())
         .merge(stream::routes())
+        .merge(proxycfg::routes())
         .merge(catalog::routes())
         .merge(health::routes())
         .merge(status::routes())
@@ -92,6 +94,7 @@ fn always_local(path: &str) -> bool {
     path.starts_with("/v1/agent/")
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
+        || path.starts_with("/v1/internal/proxycfg/")
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a
