@@ -76,8 +76,16 @@ pub fn parse_json_or_hcl(text: &str, what: &str) -> Result<Value, CliError> {
         return serde_json::from_str(text)
             .map_err(|e| CliError(format!("Error parsing {what} as JSON: {e}")));
     }
-    hcl::from_str::<Value>(text)
-        .map_err(|e| CliError(format!("Error parsing {what} (as HCL or JSON): {e}")))
+    let first = match hcl::from_str::<Value>(text) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    // Consul's docs write entries in HCL 1, which allows blocks inside
+    // object values (`Routes = [{ Match { HTTP { ... } } }]`); HCL 2 wants
+    // `Match = { ... }` there. Retry with every `Name {` as `Name = {`.
+    let re = regex::Regex::new(r"([A-Za-z_][A-Za-z0-9_-]*)(\s*)\{").expect("valid regex");
+    hcl::from_str::<Value>(&re.replace_all(text, "${1}${2}= {"))
+        .map_err(|_| CliError(format!("Error parsing {what} (as HCL or JSON): {first}")))
 }
 
 /// The text of a file, or of standard input for `-`.
@@ -246,6 +254,17 @@ Meta {
         );
         let v = parse_json_or_hcl("check {\n a = 1\n}\ncheck {\n a = 2\n}\n", "t").unwrap();
         assert_eq!(v, json!({"check": [{"a": 1}, {"a": 2}]}));
+        // HCL 1's blocks inside objects, as Consul's docs write them.
+        let v = parse_json_or_hcl(
+            "Kind = \"service-router\"\nName = \"web\"\nRoutes = [\n  {\n    Match { HTTP { PathPrefix = \"/admin\" } }\n    Destination {\n      Service = \"admin\"\n    }\n  },\n]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            v["Routes"],
+            json!([{"Match": {"HTTP": {"PathPrefix": "/admin"}},
+                    "Destination": {"Service": "admin"}}])
+        );
         // JSON still parses as JSON; broken input is an error naming it.
         assert_eq!(
             parse_json_or_hcl(r#" {"a": 1}"#, "t").unwrap(),
