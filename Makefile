@@ -21,7 +21,7 @@ test: unit clients conformance
 unit:
 	$(CARGO) test --workspace --no-fail-fast
 
-## Real Consul clients (py-consul, Prometheus) against a dev server.
+## Real Consul clients (py-consul, Prometheus, VictoriaMetrics) against a dev server.
 clients: build
 	bash scripts/test-clients.sh
 

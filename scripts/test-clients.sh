@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Real-client tests: py-consul (catalog, health, a blocking query) and
-# Prometheus's Consul service discovery, each against a `cairn server
-# --dev` they start on free ports (tests/py/conftest.py).
+# Prometheus's and VictoriaMetrics's Consul service discovery, each
+# against a `cairn server --dev` they start on free ports
+# (tests/py/conftest.py).
 #
 # Builds cairn (debug, or CAIRN_BIN=path to use a given binary), installs
 # py-consul and pytest if missing, and runs pytest on tests/py. The
 # Prometheus test skips with a message when /usr/bin/prometheus (Debian
-# package `prometheus`) is absent or built without Consul SD (Debian's is).
+# package `prometheus`) is absent or built without Consul SD (Debian's is);
+# the VictoriaMetrics one when `victoria-metrics` (Debian package) is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -161,3 +161,213 @@ fn unreachable_server_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains(&format!("127.0.0.1:{port}")));
 }
+
+#[test]
+fn config_entries_and_discovery_chain() {
+    let s = Server::builder().dev().node("cfg").start();
+    let dir = tempfile::tempdir().unwrap();
+
+    // HCL, Consul's CamelCase and snake_case keys alike.
+    let hcl = dir.path().join("web.hcl");
+    std::fs::write(
+        &hcl,
+        "Kind = \"service-defaults\"\nName = \"web\"\nprotocol = \"http\"\n",
+    )
+    .unwrap();
+    let o = cli(&s.url, &["config", "write", hcl.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Config entry written: service-defaults/web");
+    let e = s.get_json("/v1/config/service-defaults/web");
+    assert_eq!(e["Protocol"], "http");
+
+    // JSON, and a second entry of the kind.
+    let js = dir.path().join("api.json");
+    std::fs::write(
+        &js,
+        json!({"Kind": "service-defaults", "Name": "api", "Protocol": "grpc"}).to_string(),
+    )
+    .unwrap();
+    let o = cli(&s.url, &["config", "write", js.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Config entry written: service-defaults/api");
+
+    // Standard input.
+    let mut child = std::process::Command::new(common::bin())
+        .args(["config", "write", "-"])
+        .env("CAIRN_HTTP_ADDR", &s.url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"kind = \"proxy-defaults\"\nname = \"global\"\nconfig {\n  local_connect_timeout_ms = 1000\n}\n")
+            .unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        out(&o).trim(),
+        "Config entry written: proxy-defaults/global"
+    );
+
+    // read (Consul's single-dash flags and clap's double-dash ones), list.
+    let o = cli(
+        &s.url,
+        &[
+            "config",
+            "read",
+            "-kind",
+            "service-defaults",
+            "-name",
+            "web",
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        out(&o).contains("\n  \"Protocol\": \"http\""),
+        "{}",
+        out(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["Kind"], "service-defaults");
+    assert_eq!(v["Name"], "web");
+    let o = cli(&s.url, &["config", "list", "--kind=service-defaults"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "api\nweb\n");
+
+    // The compiled chain of an http service.
+    let o = cli(&s.url, &["discovery-chain", "web"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["Chain"]["ServiceName"], "web");
+    assert_eq!(v["Chain"]["Protocol"], "http");
+
+    // A refused write: routes on a tcp service. The server's reason, exit 1.
+    let bad = dir.path().join("router.hcl");
+    std::fs::write(
+        &bad,
+        r#"Kind = "service-router"
+Name = "db"
+Routes = [
+  {
+    Match = { HTTP = { PathPrefix = "/admin" } }
+    Destination = { Service = "admin" }
+  }
+]
+"#,
+    )
+    .unwrap();
+    let o = cli(&s.url, &["config", "write", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("400"), "{}", err(&o));
+    assert!(
+        err(&o).contains("does not permit advanced routing"),
+        "{}",
+        err(&o)
+    );
+    assert!(out(&o).is_empty());
+    assert_eq!(s.get("/v1/config/service-router/db").status, 404);
+    // Unparsable input is an error too.
+    std::fs::write(&bad, "Kind = ").unwrap();
+    let o = cli(&s.url, &["config", "write", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("router.hcl"), "{}", err(&o));
+
+    // delete; reading it afterwards fails.
+    let o = cli(
+        &s.url,
+        &["config", "delete", "-kind=service-defaults", "-name=api"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Config entry deleted: service-defaults/api");
+    let o = cli(&s.url, &["config", "list", "-kind", "service-defaults"]);
+    assert_eq!(out(&o), "web\n");
+    let o = cli(
+        &s.url,
+        &["config", "read", "-kind=service-defaults", "-name=api"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("not found"), "{}", err(&o));
+}
+
+#[test]
+fn services_register_hcl() {
+    let s = Server::builder().dev().node("hcl-node").start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.hcl");
+    std::fs::write(
+        &file,
+        r#"service {
+  name = "web"
+  id   = "web-1"
+  port = 80
+  tags = ["a"]
+  meta {
+    team = "x"
+  }
+  check {
+    http     = "http://127.0.0.1:80/health"
+    interval = "10s"
+    status   = "passing"
+  }
+}
+"#,
+    )
+    .unwrap();
+    let o = cli(&s.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Registered service: web");
+    let rows = s.get_json("/v1/catalog/service/web");
+    assert_eq!(rows[0]["ServiceID"], "web-1");
+    assert_eq!(rows[0]["ServicePort"], 80);
+    assert_eq!(rows[0]["ServiceTags"], json!(["a"]));
+    assert_eq!(rows[0]["ServiceMeta"], json!({"team": "x"}));
+    let health = s.get_json("/v1/health/service/web?passing");
+    let checks = health[0]["Checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    assert_eq!(checks[0]["CheckID"], "service:web-1");
+    assert_eq!(checks[0]["Type"], "http");
+
+    // Two check blocks are two checks; two service blocks two services.
+    std::fs::write(
+        &file,
+        r#"service {
+  name = "db"
+  check {
+    ttl = "30s"
+  }
+  check {
+    tcp      = "127.0.0.1:5432"
+    interval = "5s"
+  }
+}
+service {
+  name = "cache"
+}
+"#,
+    )
+    .unwrap();
+    let o = cli(&s.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        out(&o),
+        "Registered service: db\nRegistered service: cache\n"
+    );
+    let checks = s.get_json("/v1/health/checks/db");
+    let mut ids: Vec<&str> = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["CheckID"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["service:db:1", "service:db:2"]);
+    assert_eq!(
+        s.get_json("/v1/catalog/service/cache")[0]["ServiceName"],
+        "cache"
+    );
+}

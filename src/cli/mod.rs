@@ -11,6 +11,7 @@
 //! the error and turns it into the exit code.
 
 mod catalog;
+mod config;
 mod kv;
 mod members;
 mod operator;
@@ -40,6 +41,11 @@ pub enum CliCommand {
     /// Read and write the key/value store.
     #[command(subcommand)]
     Kv(kv::KvCmd),
+    /// Write, read, list and delete config entries.
+    #[command(subcommand)]
+    Config(config::ConfigCmd),
+    /// Print the compiled discovery chain of a service (JSON).
+    DiscoveryChain(config::ChainArgs),
 }
 
 /// A failed command: the one line to print.
@@ -69,6 +75,8 @@ pub fn run(cmd: CliCommand) -> i32 {
         CliCommand::Operator(c) => operator::run(&client, c),
         CliCommand::Members(a) => members::run(&client, a),
         CliCommand::Kv(c) => kv::run(&client, c),
+        CliCommand::Config(c) => config::run(&client, c),
+        CliCommand::DiscoveryChain(a) => config::discovery_chain(&client, a),
     };
     match result {
         Ok(()) => 0,

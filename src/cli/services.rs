@@ -11,8 +11,9 @@
 //! none, as an agent starts them); nothing runs them on a server.
 //!
 //! Definitions are JSON (`{"service": {...}}`, `{"services": [...]}` or a
-//! bare service object), with Consul's snake_case keys or the API's
-//! PascalCase ones.
+//! bare service object) or HCL (`service { name = "web" check { ... } }`,
+//! where one block is one object and repeated blocks a list), with
+//! Consul's snake_case keys or the API's PascalCase ones.
 
 use std::path::PathBuf;
 
@@ -23,7 +24,7 @@ use super::{CliError, CliResult, Client, enc};
 
 #[derive(Subcommand, Debug)]
 pub enum ServicesCmd {
-    /// Register the services of a definition file (JSON).
+    /// Register the services of a definition file (JSON or HCL).
     Register(RegisterArgs),
     /// Deregister a service by ID (or the services of a definition file).
     Deregister(DeregisterArgs),
@@ -140,7 +141,11 @@ fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, CliError> {
         ));
     };
     let list = if let Some(s) = top.remove("Service") {
-        vec![s]
+        // Repeated `service { ... }` blocks in HCL come as a list.
+        match s {
+            Value::Array(a) => a,
+            s => vec![s],
+        }
     } else if let Some(Value::Array(a)) = top.remove("Services") {
         a
     } else {
@@ -228,8 +233,11 @@ pub fn service_definition_to_register(
     svc.insert("ID".into(), Value::String(id.clone()));
 
     let mut defs: Vec<Value> = Vec::new();
-    if let Some(c) = svc.remove("Check") {
-        defs.push(c);
+    match svc.remove("Check") {
+        // Repeated `check { ... }` blocks in HCL come as a list.
+        Some(Value::Array(cs)) => defs.extend(cs),
+        Some(c) => defs.push(c),
+        None => {}
     }
     if let Some(Value::Array(cs)) = svc.remove("Checks") {
         defs.extend(cs);
@@ -288,12 +296,7 @@ pub fn service_definition_to_register(
 fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError(format!("Error reading {}: {e}", path.display())))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| {
-        CliError(format!(
-            "Error parsing {}: {e} (service definitions are read as JSON)",
-            path.display()
-        ))
-    })?;
+    let doc = super::config::parse_json_or_hcl(&text, &path.display().to_string())?;
     let list = services_of(doc)?;
     if list.is_empty() {
         return Err(CliError(format!("No services in {}", path.display())));

@@ -1,0 +1,139 @@
+"""Consul service discovery by a real scraper, VictoriaMetrics (single
+node, Debian package `victoria-metrics`): its `consul_sd_configs` finds a
+service registered in cairn and gives the target Prometheus's
+`__meta_consul_*` labels.
+
+Debian's `prometheus` is built without Consul SD (test_prometheus.py skips
+there); VictoriaMetrics implements it itself: /v1/agent/self for the
+datacenter, then /v1/catalog/services and /v1/health/service/:s as blocking
+queries. Skipped when the binary is absent."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from conftest import free_port
+
+VM = (os.environ.get("VICTORIA_METRICS_BIN") or shutil.which("victoria-metrics")
+      or shutil.which("victoria-metrics-prod") or "/usr/bin/victoria-metrics")
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(VM),
+    reason=f"victoria-metrics binary not found ({VM}); apt-get install victoria-metrics",
+)
+
+
+def put(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def victoria(cairn):
+    tmp = tempfile.mkdtemp(prefix="cairn-vm-")
+    port = free_port()
+    config = f"""
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: cairn-services
+    consul_sd_configs:
+      - server: "{cairn.addr}"
+"""
+    with open(os.path.join(tmp, "scrape.yml"), "w") as f:
+        f.write(config)
+    log = open(os.path.join(tmp, "vm.log"), "w")
+    proc = subprocess.Popen(
+        [VM, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={tmp}/data",
+         f"-promscrape.config={tmp}/scrape.yml", "-promscrape.consulSDCheckInterval=1s",
+         "-loggerLevel=WARN"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+    if proc.poll() is not None:
+        log.close()
+        text = open(os.path.join(tmp, "vm.log")).read()
+        shutil.rmtree(tmp, ignore_errors=True)
+        pytest.fail("victoria-metrics exited at start:\n" + text[-4000:])
+    yield url, tmp
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_victoria_metrics_discovers_registered_service(cairn, victoria):
+    vm, tmp = victoria
+    assert put(cairn.url + "/v1/catalog/register", {
+        "Node": "vm-node", "Address": "127.0.0.1", "NodeMeta": {"rack": "r1"},
+        "Service": {"ID": "vmetrics-1", "Service": "vmetrics", "Port": 19998,
+                    "Tags": ["scrape", "v2"], "Meta": {"team": "core"}},
+        "Check": {"CheckID": "vmetrics-alive", "Name": "alive", "ServiceID": "vmetrics-1",
+                  "Status": "passing"},
+    }) is True
+
+    def find():
+        try:
+            targets = get(vm + "/api/v1/targets")["data"]["activeTargets"]
+        except OSError:
+            return None
+        for t in targets:
+            if t["discoveredLabels"].get("__meta_consul_service") == "vmetrics":
+                return t
+        return None
+
+    deadline = time.time() + 60
+    found = find()
+    while found is None and time.time() < deadline:
+        time.sleep(1)
+        found = find()
+    if found is None:
+        log = open(os.path.join(tmp, "vm.log")).read()
+        pytest.fail("victoria-metrics did not discover the service within 60s; log:\n"
+                    + log[-4000:])
+
+    labels = found["discoveredLabels"]
+    assert labels["__address__"] == "127.0.0.1:19998"
+    assert labels["__meta_consul_service_id"] == "vmetrics-1"
+    assert labels["__meta_consul_node"] == "vm-node"
+    assert labels["__meta_consul_address"] == "127.0.0.1"
+    assert labels["__meta_consul_dc"] == "dc1"
+    assert labels["__meta_consul_service_port"] == "19998"
+    assert labels["__meta_consul_tags"] == ",scrape,v2,"
+    assert labels["__meta_consul_service_metadata_team"] == "core"
+    assert labels["__meta_consul_metadata_rack"] == "r1"
+    assert labels["__meta_consul_health"] == "passing"
+    assert found["scrapePool"] == "cairn-services"
+
+    # A deregistered service leaves the targets (blocking queries wake up).
+    assert put(cairn.url + "/v1/catalog/deregister",
+               {"Node": "vm-node", "ServiceID": "vmetrics-1"}) is True
+    deadline = time.time() + 60
+    while find() is not None and time.time() < deadline:
+        time.sleep(1)
+    assert find() is None, "the deregistered service is still a target after 60s"
