@@ -64,13 +64,14 @@ impl Server {
     /// forming or rejoining the cluster.
     pub async fn start(config: ServerConfig) -> anyhow::Result<Arc<Server>> {
         std::fs::create_dir_all(&config.data_dir)?;
+        let db_dir = config.data_dir.join("db");
         let db = sled::Config::new()
-            .path(config.data_dir.join("db"))
+            .path(&db_dir)
             .cache_capacity(256 << 20)
             .mode(sled::Mode::HighThroughput)
             .open()?;
         let id = node_id(&db)?;
-        let log = LogStore::new(&db)?;
+        let log = LogStore::new(&db, &db_dir)?;
         let used = log.is_used();
         let store = Arc::new(Store::open(Box::new(SledBackend::new(&db)?))?);
         let publisher = Arc::new(Publisher::default());

@@ -2,8 +2,12 @@
 //!
 //! `append` writes entries into sled at once (so they are readable) and
 //! hands the completion callback to a flusher thread. The flusher takes every
-//! callback waiting, fsyncs the database once, then completes them all: many
-//! appends share one fsync, and no append is acknowledged before its fsync.
+//! callback waiting, flushes the database once, then completes them all: many
+//! appends share one flush, and no append is acknowledged before it.
+//!
+//! sled's `flush` writes its buffers with `sync_file_range`, which neither
+//! empties the disk's write cache nor records the file's new length; so the
+//! flusher follows it with an `fdatasync` of sled's file.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -24,6 +28,8 @@ pub struct LogStore {
     log: sled::Tree,
     meta: sled::Tree,
     flusher: mpsc::Sender<LogFlushed<TypeConfig>>,
+    /// sled's file, for `fdatasync` after its flush.
+    file: std::sync::Arc<std::fs::File>,
 }
 
 fn key(index: u64) -> [u8; 8] {
@@ -39,16 +45,26 @@ fn write_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl LogStore {
-    pub fn new(db: &sled::Db) -> anyhow::Result<Self> {
+    /// `db_dir` is the directory sled was opened in (its file is synced).
+    pub fn new(db: &sled::Db, db_dir: &std::path::Path) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
         let flush_db = db.clone();
+        let file = std::sync::Arc::new(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(db_dir.join("db"))?,
+        );
+        let sled_file = file.clone();
         std::thread::Builder::new()
             .name("raft-log-flush".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
                     let mut waiting = vec![first];
                     waiting.extend(rx.try_iter());
-                    let result = flush_db.flush().map(|_| ());
+                    let result = flush_db
+                        .flush()
+                        .map_err(std::io::Error::other)
+                        .and_then(|_| sled_file.sync_data());
                     crate::metrics::LOG_FSYNCS.inc();
                     crate::metrics::LOG_FSYNC_BATCH.add(waiting.len() as u64);
                     for cb in waiting {
@@ -65,6 +81,7 @@ impl LogStore {
             log: db.open_tree("raft_log")?,
             meta: db.open_tree("raft_meta")?,
             flusher: tx,
+            file,
         })
     }
 
@@ -82,6 +99,15 @@ impl LogStore {
         let bytes = bincode::serialize(v).map_err(write_err)?;
         self.meta.insert(k, bytes).map_err(write_err)?;
         Ok(())
+    }
+
+    /// Makes everything written so far durable, off the async threads.
+    async fn sync(&self) -> std::io::Result<()> {
+        self.db.flush_async().await.map_err(std::io::Error::other)?;
+        let file = self.file.clone();
+        tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// Whether this store has ever held Raft state (a restart, not a new server).
@@ -138,8 +164,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         self.put_meta(VOTE, vote)?;
-        self.db
-            .flush_async()
+        self.sync()
             .await
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))?;
         Ok(())
@@ -185,7 +210,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             batch.remove(k);
         }
         self.log.apply_batch(batch).map_err(write_err)?;
-        self.db.flush_async().await.map_err(write_err)?;
+        self.sync().await.map_err(write_err)?;
         Ok(())
     }
 
