@@ -407,7 +407,10 @@ async fn run_load(
             let mut n = 0u64;
             loop {
                 let now = Instant::now();
-                if now >= end || budget.fetch_sub(1, Ordering::Relaxed) == 0 {
+                let spent = budget
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                    .is_err();
+                if now >= end || spent {
                     break;
                 }
                 let op = next(id, n);
