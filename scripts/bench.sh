@@ -132,7 +132,7 @@ run() { # label, then load tool args; prints the result line, logs stderr
 }
 
 COMMON=(--seconds "$SECS" --warmup 1 --keys 1000 --value-size 256)
-echo "bench: ${SECS}s per row; load ${QUICK:+(quick=$QUICK) }at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 {
   echo "| workload | cairn ops/s | p50 ms | p99 ms | etcd ops/s | p50 ms | p99 ms | cairn/etcd ops/s / p99 | load1 |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -155,7 +155,7 @@ for c in 1 16 64 256; do
   cl=$(run "cairn write $c" write --system cairn --addrs "$CAIRN_HTTP" --clients "$c" "${COMMON[@]}")
   el=""
   [ "$WITH_ETCD" = 1 ] && el=$(run "etcd write $c" write --system etcd --addrs "$ETCD_HTTP" --clients "$c" "${COMMON[@]}")
-  row "write, $c clients" "$cl" "$el" "$l"
+  row "write, $c client$([ "$c" = 1 ] || echo s)" "$cl" "$el" "$l"
   echo "  write $c: cairn [$cl] etcd [$el]"
 done
 for pair in "default linearizable" "stale serializable" "consistent linearizable"; do
