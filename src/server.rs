@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::raft::cluster::Cluster;
@@ -40,7 +41,19 @@ pub struct Server {
     pub proxycfg: crate::proxycfg::Manager,
     pub http: reqwest::Client,
     db: sled::Db,
+    proposals: mpsc::UnboundedSender<Proposal>,
 }
+
+/// A client write waiting to be proposed, and where its answer goes.
+struct Proposal {
+    cmd: Command,
+    done: oneshot::Sender<Result<Response>>,
+}
+
+/// Batches proposed at once; writes arriving meanwhile wait and go together.
+const BATCHES_IN_FLIGHT: usize = 4;
+/// The most client writes in one Raft entry.
+const MAX_BATCH: usize = 256;
 
 /// How long a write waits for a leader before answering `No cluster leader`.
 pub const LEADER_HOLD: Duration = Duration::from_secs(7);
@@ -110,6 +123,8 @@ impl Server {
         tokio::spawn(cluster.clone().lead());
         tracing::info!(node = %config.node, id, raft = %config.raft_addr, "server started");
 
+        let (proposals, queue) = mpsc::unbounded_channel();
+        tokio::spawn(propose_batches(raft.clone(), cluster.id, queue));
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .timeout(Duration::from_secs(660))
@@ -125,32 +140,26 @@ impl Server {
             cluster,
             http,
             db,
+            proposals,
         }))
     }
 
     /// Commits a command through Raft and returns what the state machine
     /// answered. Only the leader can; waits up to `LEADER_HOLD` for one.
+    ///
+    /// Writes that arrive while earlier ones are being committed are proposed
+    /// together as one `Command::Batch` entry: openraft 0.9 appends and
+    /// fsyncs every entry on its own before taking the next client write, so
+    /// under concurrency one entry per write would cost one fsync per write.
+    /// A lone writer is proposed at once, as its own entry.
     pub async fn write(&self, cmd: Command) -> Result<Response> {
-        let deadline = tokio::time::Instant::now() + LEADER_HOLD;
-        loop {
-            // A leader cut off from its quorum never commits: bound the wait.
-            // The entry may still commit later, as in Consul.
-            let attempt = tokio::time::timeout_at(deadline, self.raft.client_write(cmd.clone()));
-            match attempt.await {
-                Err(_) => return Err(Error::NoLeader),
-                Ok(Ok(r)) => return Ok(r.data),
-                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                    if f.leader_id.is_some() && f.leader_id != Some(self.cluster.id) {
-                        return Err(Error::LeadershipLost);
-                    }
-                }
-                Ok(Err(e)) => return Err(Error::Internal(e.to_string())),
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Error::NoLeader);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (done, answer) = oneshot::channel();
+        self.proposals
+            .send(Proposal { cmd, done })
+            .map_err(|_| Error::Internal("server shutting down".into()))?;
+        answer
+            .await
+            .map_err(|_| Error::Internal("server shutting down".into()))?
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.
@@ -185,6 +194,92 @@ impl Server {
         let _ = self.raft.shutdown().await;
         let _ = self.db.flush_async().await;
         tracing::info!("server stopped");
+    }
+}
+
+/// Takes client writes off the queue and proposes them, everything waiting
+/// in one entry, with up to `BATCHES_IN_FLIGHT` entries being committed.
+async fn propose_batches(raft: Raft, me: u64, mut queue: mpsc::UnboundedReceiver<Proposal>) {
+    let slots = std::sync::Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            if batch.len() == 1 {
+                let p = batch.pop().expect("one");
+                let r = commit(&raft, me, p.cmd).await;
+                let _ = p.done.send(r);
+                return;
+            }
+            let (cmds, dones): (Vec<_>, Vec<_>) =
+                batch.into_iter().map(|p| (p.cmd, p.done)).unzip();
+            match commit(&raft, me, Command::Batch(cmds)).await {
+                Ok(Response::Batch(rs)) if rs.len() == dones.len() => {
+                    for (done, r) in dones.into_iter().zip(rs) {
+                        let _ = done.send(Ok(r));
+                    }
+                }
+                Ok(other) => {
+                    let e = format!("unexpected answer to a batch: {other:?}");
+                    for done in dones {
+                        let _ = done.send(Err(Error::Internal(e.clone())));
+                    }
+                }
+                Err(e) => {
+                    for done in dones {
+                        let _ = done.send(Err(same_error(&e)));
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn same_error(e: &Error) -> Error {
+    match e {
+        Error::BadRequest(m) => Error::BadRequest(m.clone()),
+        Error::NotFound(m) => Error::NotFound(m.clone()),
+        Error::NoLeader => Error::NoLeader,
+        Error::LeadershipLost => Error::LeadershipLost,
+        Error::Internal(m) => Error::Internal(m.clone()),
+    }
+}
+
+/// Proposes one entry and waits for its answer, up to `LEADER_HOLD` for a
+/// leader (this server: writes reach the leader through the HTTP layer).
+async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
+    let deadline = tokio::time::Instant::now() + LEADER_HOLD;
+    loop {
+        // A leader cut off from its quorum never commits: bound the wait.
+        // The entry may still commit later, as in Consul.
+        let attempt = tokio::time::timeout_at(deadline, raft.client_write(cmd.clone()));
+        match attempt.await {
+            Err(_) => return Err(Error::NoLeader),
+            Ok(Ok(r)) => return Ok(r.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                if f.leader_id.is_some() && f.leader_id != Some(me) {
+                    return Err(Error::LeadershipLost);
+                }
+            }
+            Ok(Err(e)) => return Err(Error::Internal(e.to_string())),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::NoLeader);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{Server, cli};
 use serde_json::json;
 
@@ -99,9 +101,17 @@ fn services_register_list_and_deregister() {
 #[test]
 fn operator_members_and_kv() {
     let s = Server::builder().dev().node("solo").start();
-    let o = cli(&s.url, &["operator", "raft", "list-peers"]);
-    assert!(o.status.success(), "{}", err(&o));
-    let text = out(&o);
+    // Right after the election the leader may not show in the table yet.
+    let text = common::eventually(
+        Duration::from_secs(5),
+        "list-peers shows the leader",
+        || {
+            let o = cli(&s.url, &["operator", "raft", "list-peers"]);
+            assert!(o.status.success(), "{}", err(&o));
+            let text = out(&o);
+            text.contains("leader").then_some(text)
+        },
+    );
     let lines: Vec<&str> = text.lines().collect();
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(

@@ -59,6 +59,9 @@ pub fn raft_config(snapshot_threshold: u64) -> openraft::Config {
         election_timeout_min: 600,
         election_timeout_max: 1200,
         max_payload_entries: 512,
+        // Covers sending a snapshot chunk and, for the last, installing the
+        // whole snapshot on the receiver: seconds for a million entries.
+        install_snapshot_timeout: 30_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
         max_in_snapshot_log_to_keep: (snapshot_threshold / 10).min(1_000),
         purge_batch_size: (snapshot_threshold / 4).clamp(1, 1024),

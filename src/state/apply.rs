@@ -35,6 +35,17 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::ConfigDelete { kind, name, cas } => {
             super::config::delete(&mut tx, kind, name, *cas)
         }
+        // One index, one change set: each command sees the ones before it.
+        Command::Batch(cmds) => {
+            let mut responses = Vec::with_capacity(cmds.len());
+            for c in cmds {
+                let (r, s) = apply_command(tx.state, index, c);
+                tx.set.changes.extend(s.changes);
+                tx.set.watch_keys.extend(s.watch_keys);
+                responses.push(r);
+            }
+            Response::Batch(responses)
+        }
     };
     let set = tx.finish();
     (response, set)
@@ -343,5 +354,52 @@ fn remove_from_index(
         if set.is_empty() {
             index.remove(name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::structs::{KvOp, KvOutcome, KvVerb};
+
+    fn op(verb: KvVerb, key: &str, value: &str, index: u64) -> Command {
+        Command::Kv(KvOp {
+            verb,
+            key: key.into(),
+            value: value.into(),
+            flags: 0,
+            index,
+        })
+    }
+
+    #[test]
+    fn a_batch_applies_in_order_at_one_index_with_one_answer_each() {
+        let mut st = State::default();
+        apply_command(&mut st, 5, &op(KvVerb::Set, "b", "old", 0));
+        let batch = Command::Batch(vec![
+            op(KvVerb::Set, "a", "1", 0),
+            // Sees the write before it: the key exists, so cas 0 fails.
+            op(KvVerb::Cas, "a", "2", 0),
+            op(KvVerb::Cas, "b", "new", 5),
+            op(KvVerb::Delete, "missing", "", 0),
+        ]);
+        let (resp, set) = apply_command(&mut st, 9, &batch);
+        assert_eq!(
+            resp,
+            Response::Batch(vec![
+                Response::Kv(KvOutcome::Done(true)),
+                Response::Kv(KvOutcome::Done(false)),
+                Response::Kv(KvOutcome::Done(true)),
+                Response::Kv(KvOutcome::Done(true)),
+            ])
+        );
+        assert_eq!(set.index, 9);
+        assert_eq!(set.changes.len(), 2);
+        assert!(set.watch_keys.contains("kv/a") && set.watch_keys.contains("kv/b"));
+        assert_eq!(st.index, 9);
+        assert_eq!(st.kv["a"].value, b"1");
+        assert_eq!(st.kv["b"].value, b"new");
+        assert_eq!(st.kv["b"].modify_index, 9);
+        assert_eq!(st.kv["b"].create_index, 5);
     }
 }

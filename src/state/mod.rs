@@ -62,6 +62,9 @@ pub enum Command {
         cluster_id: String,
     },
     Noop,
+    /// Client writes that arrived together, applied in order at one Raft
+    /// index as one change set (see `Server::write`): each answers on its own.
+    Batch(Vec<Command>),
 }
 
 /// What applying a command answered.
@@ -75,6 +78,8 @@ pub enum Response {
     /// The command was refused by the state machine (bad input that only the
     /// state can reveal, e.g. a check for an unknown service): a 400.
     Rejected(String),
+    /// The answers of a `Command::Batch`, in its order.
+    Batch(Vec<Response>),
 }
 
 /// One row of any table, shared with the version that holds it.

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# make bench: cairn beside a 3-member etcd 3.4 cluster on loopback, measured
+# by the same load tool (target/release/cairn-load), then what cairn does
+# alone. Prints figures, never fails on them.
+#
+#   BENCH_SECONDS=N  measured seconds per row (default 10; 3 with BENCH_QUICK)
+#   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
+#   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
+#   BENCH_SKIP_ETCD=1  cairn rows only
+#   BENCH_PARTS="compare alone"  which parts to run (default both)
+#
+#   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
+#                    B+300.., etcd client B+790.., peer B+800..
+#
+# Every process it starts is stopped by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+QUICK=${BENCH_QUICK:-0}
+if [ "$QUICK" = 1 ]; then DEF_SECS=3; else DEF_SECS=10; fi
+SECS=${BENCH_SECONDS:-$DEF_SECS}
+OUT=${BENCH_OUT:-data/bench}
+BIN=${CAIRN_BIN:-target/release/cairn}
+LOAD=${CAIRN_LOAD:-target/release/cairn-load}
+if [ "$QUICK" = 1 ]; then RSS_N=20000; BIG_N=100000; else RSS_N=100000; BIG_N=1000000; fi
+WATCHERS=${BENCH_WATCHERS:-10000}
+SNAP_THRESHOLD=2048
+T_START=$(date +%s)
+B=${BENCH_PORT_BASE:-27000}
+ch() { echo "127.0.0.1:$((B + 500 + $1))"; } # cairn HTTP of server i
+cr() { echo "127.0.0.1:$((B + 300 + $1))"; } # cairn Raft
+eh() { echo "127.0.0.1:$((B + 790 + $1))"; } # etcd client
+ep() { echo "127.0.0.1:$((B + 800 + $1))"; } # etcd peer
+
+[ -x "$BIN" ] && [ -x "$LOAD" ] || cargo build --release
+if [ "${BENCH_SKIP_ETCD:-0}" != 1 ] && ! { command -v etcd && command -v etcdctl; } >/dev/null; then
+  echo "installing etcd (Debian's etcd-server, etcd-client)"
+  apt-get update -qq && apt-get install -y -qq etcd-server etcd-client >/dev/null
+fi
+# 10,000 watchers hold 10,000 sockets in the load tool and in the leader.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+LOG="$OUT/bench.log"
+: >"$LOG"
+
+declare -A PIDS=()
+stop_one() { # name
+  local p=${PIDS[$1]:-}
+  [ -n "$p" ] || return 0
+  kill -TERM "$p" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+  unset "PIDS[$1]"
+}
+stop_all() {
+  for n in "${!PIDS[@]}"; do stop_one "$n"; done
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in $(for i in 0 1 2 3; do ch $i; cr $i; eh $i; ep $i; done | cut -d: -f2); do
+  port_free "$p" || { echo "port $p is in use: stop what holds it first" >&2; exit 1; }
+done
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+field() { # key line -> value of key=value
+  tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"
+}
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+# ------------------------------------------------------------------ clusters
+
+CAIRN_HTTP=$(ch 0),$(ch 1),$(ch 2)
+JOINS=(--join "$(cr 0)" --join "$(cr 1)" --join "$(cr 2)")
+start_cairn_server() { # i extra-args...
+  local i=$1; shift
+  "$BIN" server --node "s$i" --data-dir "$OUT/cairn/s$i" \
+    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" "$@" \
+    2>>"$OUT/cairn-s$i.log" &
+  PIDS[s$i]=$!
+}
+start_cairn() { # extra args for every server
+  for i in 0 1 2; do
+    local joins=()
+    for j in 0 1 2; do [ "$j" = "$i" ] || joins+=(--join "$(cr "$j")"); done
+    start_cairn_server "$i" --bootstrap-expect 3 "${joins[@]}" "$@"
+  done
+  "$LOAD" leader --system cairn --addrs "$CAIRN_HTTP" >/dev/null
+}
+
+ETCD_HTTP=$(eh 0),$(eh 1),$(eh 2)
+start_etcd() {
+  local cluster="e0=http://$(ep 0),e1=http://$(ep 1),e2=http://$(ep 2)"
+  for i in 0 1 2; do
+    etcd --name "e$i" --data-dir "$OUT/etcd/e$i" \
+      --listen-client-urls "http://$(eh "$i")" --advertise-client-urls "http://$(eh "$i")" \
+      --listen-peer-urls "http://$(ep "$i")" --initial-advertise-peer-urls "http://$(ep "$i")" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token cairn-bench \
+      2>>"$OUT/etcd-e$i.log" &
+    PIDS[e$i]=$!
+  done
+  "$LOAD" leader --system etcd --addrs "$ETCD_HTTP" >/dev/null
+}
+
+# ------------------------------------------------------------------ table
+
+TABLE="$OUT/table.md"
+row() { # workload cairn-line etcd-line load
+  local w=$1 c=$2 e=$3 l=$4
+  local ct cp5 cp9 et ep5 ep9 ratio
+  ct=$(field tput "$c"); cp5=$(field p50_ms "$c"); cp9=$(field p99_ms "$c")
+  if [ -n "$e" ]; then
+    et=$(field tput "$e"); ep5=$(field p50_ms "$e"); ep9=$(field p99_ms "$e")
+    ratio=$(awk -v a="$ct" -v b="$et" -v c="$cp9" -v d="$ep9" \
+      'BEGIN { if (b > 0 && d > 0) printf "%.2f× / %.2f×", a / b, c / d; else print "–" }')
+  else
+    et="–"; ep5="–"; ep9="–"; ratio="–"
+  fi
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "$w" "${ct:-err}" "${cp5:-}" "${cp9:-}" "$et" "$ep5" "$ep9" "$ratio" "$l" >>"$TABLE"
+}
+note() { printf '| %s | %s |\n' "$1" "$2" >>"$OUT/alone.md"; echo "  $1: $2"; }
+
+run() { # label, then load tool args; prints the result line, logs stderr
+  local label=$1; shift
+  local out
+  if out=$("$LOAD" "$@" 2>>"$LOG"); then echo "$out"; else echo "error"; echo "$label failed (see $LOG)" >&2; fi
+}
+
+COMMON=(--seconds "$SECS" --warmup 1 --keys 1000 --value-size 256)
+echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+{
+  echo "| workload | cairn ops/s | p50 ms | p99 ms | etcd ops/s | p50 ms | p99 ms | cairn/etcd ops/s / p99 | load1 |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+} >"$TABLE"
+
+PARTS=${BENCH_PARTS:-compare alone}
+# ------------------------------------------------------------------ side by side
+if [[ " $PARTS " == *" compare "* ]]; then
+echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
+start_cairn
+WITH_ETCD=0
+if [ "${BENCH_SKIP_ETCD:-0}" != 1 ]; then start_etcd; WITH_ETCD=1; fi
+echo "  cairn leader: $("$LOAD" leader --system cairn --addrs "$CAIRN_HTTP")"
+[ "$WITH_ETCD" = 1 ] && echo "  etcd leader: $("$LOAD" leader --system etcd --addrs "$ETCD_HTTP")"
+
+# Rows alternate between the two systems so that load from elsewhere on the
+# machine falls on both alike.
+for c in 1 16 64 256; do
+  l=$(load1)
+  cl=$(run "cairn write $c" write --system cairn --addrs "$CAIRN_HTTP" --clients "$c" "${COMMON[@]}")
+  el=""
+  [ "$WITH_ETCD" = 1 ] && el=$(run "etcd write $c" write --system etcd --addrs "$ETCD_HTTP" --clients "$c" "${COMMON[@]}")
+  row "write, $c client$([ "$c" = 1 ] || echo s)" "$cl" "$el" "$l"
+  echo "  write $c: cairn [$cl] etcd [$el]"
+done
+for pair in "default linearizable" "stale serializable" "consistent linearizable"; do
+  set -- $pair
+  l=$(load1)
+  cl=$(run "cairn read $1" read --system cairn --mode "$1" --addrs "$CAIRN_HTTP" --clients 64 "${COMMON[@]}")
+  el=""
+  [ "$WITH_ETCD" = 1 ] && el=$(run "etcd read $2" read --system etcd --mode "$2" --addrs "$ETCD_HTTP" --clients 64 "${COMMON[@]}")
+  row "read, 64 clients: cairn $1 / etcd $2" "$cl" "$el" "$l"
+  echo "  read $1/$2: cairn [$cl] etcd [$el]"
+done
+stop_all
+rm -rf "$OUT/cairn" "$OUT/etcd"
+fi
+
+# ------------------------------------------------------------------ cairn alone
+if [[ " $PARTS " == *" alone "* ]]; then
+echo "cairn alone (fresh cluster, --raft-snapshot-threshold $SNAP_THRESHOLD)"
+: >"$OUT/alone.md"
+start_cairn --raft-snapshot-threshold "$SNAP_THRESHOLD"
+LEADER=$("$LOAD" leader --system cairn --addrs "$CAIRN_HTTP")
+leader_pid() { for i in 0 1 2; do [ "$LEADER" != "$(ch "$i")" ] || echo "${PIDS[s$i]}"; done; }
+
+l=$(load1)
+r=$(run register register --addrs "$CAIRN_HTTP" --clients 64 --seconds "$SECS" --warmup 1)
+if [ "$(field na "$r")" = 1 ]; then
+  note "catalog register, 64 clients" "n/a (catalog API not merged) — load $l"
+  CATALOG=0
+else
+  note "catalog register, 64 clients" "$(field tput "$r")/s, p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms — load $l"
+  CATALOG=1
+fi
+
+l=$(load1)
+r=$(run watch watch --addrs "$CAIRN_HTTP" --watchers "$WATCHERS")
+note "$WATCHERS blocking watchers on one KV key, one write → all returned" \
+  "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms ($(field woken "$r") woken, $(field errors "$r") errors; write acked in $(field write_ms "$r") ms) — load $l"
+
+l=$(load1)
+LP=$(leader_pid)
+rss0=$(rss_kib "$LP")
+if [ "$CATALOG" = 1 ]; then
+  run "register $RSS_N" register --addrs "$CAIRN_HTTP" --clients 64 --count "$RSS_N" >/dev/null
+  sleep 2
+  rss1=$(rss_kib "$LP")
+  note "leader RSS with $RSS_N service instances" \
+    "$((rss0 / 1024)) → $((rss1 / 1024)) MiB: $(((rss1 - rss0) * 1024 / RSS_N)) bytes per instance — load $l"
+else
+  note "leader RSS with $RSS_N service instances" "n/a (catalog API not merged)"
+fi
+rss0=$(rss_kib "$LP")
+run "fill $RSS_N" fill --addrs "$CAIRN_HTTP" --entries "$RSS_N" --value-size 64 >/dev/null
+sleep 2
+rss1=$(rss_kib "$LP")
+note "leader RSS with $RSS_N KV entries (16 B key, 64 B value)" \
+  "$((rss0 / 1024)) → $((rss1 / 1024)) MiB: $(((rss1 - rss0) * 1024 / RSS_N)) bytes per entry, $(((rss1 - rss0) * 1024 / RSS_N - 80)) beyond its 80 B of data — load $l"
+
+l=$(load1)
+r=$(run "fill $BIG_N" fill --addrs "$CAIRN_HTTP" --entries "$((BIG_N - RSS_N))" --start "$RSS_N" --value-size 64)
+note "load to $BIG_N KV entries (txn of 128 sets, 16 clients)" \
+  "$(field rate "$r") entries/s ($(field secs "$r") s for $((BIG_N - RSS_N))) — load $l"
+note "leader RSS at $BIG_N KV entries" "$(($(rss_kib "$LP") / 1024)) MiB"
+# Enough small writes after the load that every server snapshots past it.
+run "cross a snapshot" write --system cairn --addrs "$CAIRN_HTTP" --clients 64 --seconds 60 --warmup 0 \
+  --max-ops $((SNAP_THRESHOLD * 2)) --keys 1000 --value-size 256 >/dev/null
+LAST_KEY=$(printf 'fill/%011d' $((BIG_N - 1)))
+
+# Restart a follower: how long until it answers a read of the last entry.
+F=""
+for i in 0 1 2; do [ "$LEADER" = "$(ch "$i")" ] || { F=$i; break; }; done
+l=$(load1)
+stop_one "s$F"
+start_cairn_server "$F" --bootstrap-expect 3 "${JOINS[@]}" \
+  --raft-snapshot-threshold "$SNAP_THRESHOLD"
+r=$(run restart wait --addr "$(ch "$F")" --path "/v1/kv/$LAST_KEY?stale" --timeout 120)
+note "restart of a follower holding $BIG_N KV entries → serving reads" "$(field secs "$r") s — load $l"
+
+# A new server joins: how long until it has the state (snapshot + log).
+l=$(load1)
+start_cairn_server 3 "${JOINS[@]}" \
+  --raft-snapshot-threshold "$SNAP_THRESHOLD"
+r=$(run join wait --addr "$(ch 3)" --path "/v1/kv/$LAST_KEY?stale" --timeout 300)
+snap=$(sed "s/\x1b\[[0-9;]*m//g" "$OUT/cairn-s3.log" | grep -o "installed snapshot.*bytes=[0-9]*" | tail -1 | grep -o "bytes=[0-9]*" || true)
+note "new server (--join) receiving $BIG_N KV entries → serving reads" "$(field secs "$r") s (snapshot ${snap:-?}) — load $l"
+stop_all
+fi
+
+# ------------------------------------------------------------------ report
+echo
+echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
+echo
+cat "$TABLE"
+echo
+echo "## cairn alone"
+echo
+echo "| measure | result |"
+echo "| --- | --- |"
+cat "$OUT/alone.md" 2>/dev/null || true
+echo
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"
