@@ -7,6 +7,7 @@ pub mod discovery_chain;
 pub mod error;
 pub mod filter;
 pub mod http;
+pub mod merge;
 pub mod metrics;
 pub mod raft;
 pub mod server;
