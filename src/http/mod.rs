@@ -3,6 +3,7 @@
 //! `X-Consul-*` headers, and forwarding to the leader.
 
 mod config;
+mod dataplane;
 mod kv;
 mod status;
 
@@ -32,6 +33,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
         .merge(config::routes())
+        .merge(dataplane::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
