@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use openraft::error::{ClientWriteError, RaftError};
 
 use crate::error::{Error, Result};
@@ -99,7 +100,9 @@ impl Server {
             config.bootstrap_expect,
             config.join.clone(),
         ));
-        let listener = tokio::net::TcpListener::bind(config.raft_addr).await?;
+        let listener = tokio::net::TcpListener::bind(config.raft_addr)
+            .await
+            .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?;
         tokio::spawn(network::serve(listener, raft.clone(), cluster.clone()));
         tokio::spawn(cluster.clone().form(used));
         tokio::spawn(cluster.clone().lead());
@@ -184,7 +187,9 @@ impl Server {
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     let app = crate::http::router(server.clone());
-    let listener = tokio::net::TcpListener::bind(config.http_addr).await?;
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
     let stop = Arc::new(tokio::sync::Notify::new());
     let serve = axum::serve(listener, app).with_graceful_shutdown({

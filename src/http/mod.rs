@@ -6,6 +6,7 @@ mod config;
 mod dataplane;
 mod kv;
 mod status;
+mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,7 @@ pub fn router(server: App) -> Router {
         .merge(kv::routes())
         .merge(config::routes())
         .merge(dataplane::routes())
+        .merge(stream::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -57,7 +59,7 @@ async fn trace_request(req: Request, next: Next) -> Response {
     crate::metrics::HTTP_REQUESTS.inc();
     let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
     async move {
-        let resp = next.run(req).await;
+        let resp = bad_input_is_400(next.run(req).await);
         tracing::debug!(status = resp.status().as_u16(), "answered");
         resp
     }
@@ -65,9 +67,26 @@ async fn trace_request(req: Request, next: Next) -> Response {
     .await
 }
 
+/// The contract answers every kind of bad input with 400 and a one-line
+/// reason; axum's extractors answer some with 413/415/422.
+fn bad_input_is_400(resp: Response) -> Response {
+    match resp.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::bad(format!(
+            "Request body too large, max size: {MAX_BODY} bytes"
+        ))
+        .into_response(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
+            Error::bad("Request decode failed: malformed body").into_response()
+        }
+        _ => resp,
+    }
+}
+
 /// Endpoints any server answers itself, whatever the mode.
 fn always_local(path: &str) -> bool {
-    path.starts_with("/v1/agent/") || path.starts_with("/v1/status/")
+    path.starts_with("/v1/agent/")
+        || path.starts_with("/v1/status/")
+        || path == "/v1/internal/stream"
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a

@@ -209,10 +209,8 @@ impl Cluster {
             .add_learner(id, node, true)
             .await
             .map_err(|e| e.to_string())?;
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+            .await?;
         tracing::info!(id, "server promoted to voter");
         Ok(())
     }
@@ -227,11 +225,27 @@ impl Cluster {
             .ok_or_else(|| {
                 crate::error::Error::NotFound(format!("no raft peer with id {who:?}"))
             })?;
-        self.raft
-            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        self.change(ChangeMembers::RemoveVoters(BTreeSet::from([id])))
             .await
-            .map_err(|e| crate::error::Error::Internal(e.to_string()))?;
-        Ok(())
+            .map_err(crate::error::Error::Internal)
+    }
+
+    /// Changes membership, waiting out a change still in progress (joint
+    /// consensus allows one at a time) for a bounded time.
+    async fn change(&self, change: ChangeMembers<NodeId, ServerNode>) -> Result<(), String> {
+        use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match self.raft.change_membership(change.clone(), false).await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(_),
+                ))) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 
     /// Leader duties: give the cluster its id once.

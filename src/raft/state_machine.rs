@@ -147,6 +147,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut state = (*self.store.state()).clone();
         let mut responses = Vec::new();
         let mut sets = Vec::new();
+        let mut versions = Vec::new();
         for entry in entries {
             let index = entry.log_id.index;
             self.applied = Some(entry.log_id);
@@ -155,6 +156,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Normal(cmd) => {
                     let (resp, set) = apply_command(&mut state, index, &cmd);
                     responses.push(resp);
+                    // Each event is built from the version its command made
+                    // (cheap: the maps are shared, not copied).
+                    versions.push(Arc::new(state.clone()));
                     sets.push(set);
                 }
                 EntryPayload::Membership(m) => {
@@ -168,7 +172,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.store
             .commit(state, &sets, meta)
             .map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.publisher.publish(&sets);
+        self.publisher
+            .publish(sets.into_iter().zip(versions).collect());
         crate::metrics::APPLIED.add(responses.len() as u64);
         Ok(responses)
     }

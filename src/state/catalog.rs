@@ -185,6 +185,12 @@ pub struct Instance {
     pub checks: Vec<Arc<HealthCheck>>,
 }
 
+impl Instance {
+    pub fn service_node_name(&self) -> String {
+        self.node.node.clone()
+    }
+}
+
 /// Instances of `name` (or, with `connect`, the proxies and native services
 /// for `name`), in node order.
 pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instance> {

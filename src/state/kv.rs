@@ -152,3 +152,152 @@ pub fn list_keys(state: &State, prefix: &str, separator: &str) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, apply_command};
+
+    fn op(verb: KvVerb, key: &str, value: &str, index: u64) -> KvOp {
+        KvOp {
+            verb,
+            key: key.into(),
+            value: value.as_bytes().to_vec(),
+            flags: 0,
+            index,
+        }
+    }
+
+    fn run(st: &mut State, index: u64, cmd: Command) -> Response {
+        apply_command(st, index, &cmd).0
+    }
+
+    #[test]
+    fn set_keeps_create_index_and_bumps_modify_index() {
+        let mut st = State::default();
+        run(&mut st, 5, Command::Kv(op(KvVerb::Set, "a", "1", 0)));
+        run(&mut st, 9, Command::Kv(op(KvVerb::Set, "a", "2", 0)));
+        let e = st.kv.get("a").unwrap();
+        assert_eq!(
+            (e.create_index, e.modify_index, e.value.as_slice()),
+            (5, 9, &b"2"[..])
+        );
+        assert_eq!(read_index(&st, "a", false), 9);
+    }
+
+    #[test]
+    fn cas_follows_consul_rules() {
+        let mut st = State::default();
+        // index 0: only if absent
+        assert_eq!(
+            run(&mut st, 2, Command::Kv(op(KvVerb::Cas, "a", "x", 0))),
+            Response::Kv(KvOutcome::Done(true))
+        );
+        assert_eq!(
+            run(&mut st, 3, Command::Kv(op(KvVerb::Cas, "a", "y", 0))),
+            Response::Kv(KvOutcome::Done(false))
+        );
+        // a stale index fails, the current one succeeds
+        assert_eq!(
+            run(&mut st, 4, Command::Kv(op(KvVerb::Cas, "a", "y", 1))),
+            Response::Kv(KvOutcome::Done(false))
+        );
+        assert_eq!(
+            run(&mut st, 5, Command::Kv(op(KvVerb::Cas, "a", "y", 2))),
+            Response::Kv(KvOutcome::Done(true))
+        );
+        assert_eq!(st.kv.get("a").unwrap().value, b"y");
+        assert_eq!(
+            run(&mut st, 6, Command::Kv(op(KvVerb::DeleteCas, "a", "", 2))),
+            Response::Kv(KvOutcome::Done(false))
+        );
+        assert_eq!(
+            run(&mut st, 7, Command::Kv(op(KvVerb::DeleteCas, "a", "", 5))),
+            Response::Kv(KvOutcome::Done(true))
+        );
+        assert!(st.kv.is_empty());
+    }
+
+    #[test]
+    fn deletes_leave_a_tombstone_index() {
+        let mut st = State::default();
+        run(&mut st, 2, Command::Kv(op(KvVerb::Set, "a/1", "x", 0)));
+        run(&mut st, 3, Command::Kv(op(KvVerb::Set, "a/2", "x", 0)));
+        run(&mut st, 4, Command::Kv(op(KvVerb::Set, "b", "x", 0)));
+        run(&mut st, 8, Command::Kv(op(KvVerb::DeleteTree, "a/", "", 0)));
+        assert_eq!(st.kv.len(), 1);
+        // The index of a deleted key moves forward, never back to 1.
+        assert_eq!(read_index(&st, "a/1", false), 8);
+        assert_eq!(read_index(&st, "a/", true), 8);
+        assert_eq!(read_index(&st, "b", false), 4);
+        assert_eq!(read_index(&st, "never", false), 1);
+    }
+
+    #[test]
+    fn keys_fold_at_the_separator() {
+        let mut st = State::default();
+        for (i, k) in ["web/a", "web/b/c", "web/b/d", "webx", "zed"]
+            .iter()
+            .enumerate()
+        {
+            run(
+                &mut st,
+                i as u64 + 2,
+                Command::Kv(op(KvVerb::Set, k, "", 0)),
+            );
+        }
+        assert_eq!(list_keys(&st, "web", "/"), vec!["web/", "webx"]);
+        assert_eq!(list_keys(&st, "web/", "/"), vec!["web/a", "web/b/"]);
+        assert_eq!(
+            list_keys(&st, "", ""),
+            vec!["web/a", "web/b/c", "web/b/d", "webx", "zed"]
+        );
+    }
+
+    #[test]
+    fn a_failed_txn_changes_nothing() {
+        let mut st = State::default();
+        run(&mut st, 2, Command::Kv(op(KvVerb::Set, "a", "1", 0)));
+        let before = st.kv.clone();
+        let (resp, set) = apply_command(
+            &mut st,
+            3,
+            &Command::Txn(vec![
+                op(KvVerb::Set, "b", "2", 0),
+                op(KvVerb::Delete, "a", "", 0),
+                op(KvVerb::CheckIndex, "a", "", 99),
+            ]),
+        );
+        match resp {
+            Response::Txn(Err(errors)) => assert_eq!(errors[0].op_index, 2),
+            other => panic!("expected txn errors, got {other:?}"),
+        }
+        assert_eq!(st.kv, before);
+        assert!(set.changes.is_empty() && set.watch_keys.is_empty());
+    }
+
+    #[test]
+    fn a_good_txn_applies_all_and_returns_entries() {
+        let mut st = State::default();
+        let (resp, set) = apply_command(
+            &mut st,
+            3,
+            &Command::Txn(vec![
+                op(KvVerb::Set, "b", "2", 0),
+                op(KvVerb::Get, "b", "", 0),
+            ]),
+        );
+        match resp {
+            Response::Txn(Ok(entries)) => {
+                assert_eq!(entries.len(), 2);
+                assert!(
+                    entries[0].value.is_empty(),
+                    "writes come back without their value"
+                );
+                assert_eq!(entries[1].value, b"2");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(set.watch_keys.contains("kv/b"));
+    }
+}

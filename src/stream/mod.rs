@@ -1,44 +1,272 @@
-//! The event publisher: every applied change set, in commit order, for
-//! whatever reacts to change (the stream endpoint, proxycfg).
+//! The event publisher: every applied change becomes events on topics, in
+//! commit order; subscribers get a snapshot of a topic key, then each change.
 //!
-//! For now a broadcast of change sets; topics, buffers and snapshots build
-//! on it.
+//! The state machine hands each applied batch (change sets with the version
+//! of the state each produced) to `Publisher::publish`, which only queues it:
+//! a publisher task turns it into events outside the apply path. Every topic
+//! keeps a bounded buffer (count and bytes) of recent events; a subscription
+//! reads the buffer at its own pace, so a slow subscriber never blocks the
+//! publisher or anyone else — it falls behind the buffer and is told
+//! `NewSnapshotToFollow`.
 
-use std::sync::Arc;
+mod buffer;
+mod events;
 
-use tokio::sync::broadcast;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crate::state::ChangeSet;
+use tokio::sync::{mpsc, watch};
+
+pub use buffer::Buffer;
+pub use events::{Event, Topic, events_of, snapshot_events};
+
+use crate::state::{ChangeSet, State, Store};
+
+/// Limits of one topic's buffer.
+pub const BUFFER_EVENTS: usize = 16_384;
+pub const BUFFER_BYTES: usize = 32 << 20;
+/// How long a snapshot is shared by subscribers of the same topic key.
+const SNAPSHOT_TTL: Duration = Duration::from_millis(500);
+
+type Batch = Vec<(ChangeSet, Arc<State>)>;
+type SharedSnapshot = (Instant, u64, u64, Arc<Vec<Arc<Event>>>);
 
 pub struct Publisher {
-    tx: broadcast::Sender<Arc<ChangeSet>>,
+    queue: mpsc::UnboundedSender<Batch>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    topics: Mutex<HashMap<Topic, Arc<Buffer>>>,
+    /// The index of the last batch turned into events (0 = reset).
+    published: watch::Sender<u64>,
+    /// (topic, key) → (made at, index, buffer generation, events).
+    snapshots: Mutex<HashMap<(Topic, String), SharedSnapshot>>,
+}
+
+impl Inner {
+    fn buffer(&self, topic: Topic) -> Arc<Buffer> {
+        self.topics
+            .lock()
+            .unwrap()
+            .entry(topic)
+            .or_insert_with(|| Arc::new(Buffer::new(BUFFER_EVENTS, BUFFER_BYTES)))
+            .clone()
+    }
 }
 
 impl Default for Publisher {
     fn default() -> Self {
-        Publisher {
-            tx: broadcast::channel(1024).0,
+        let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
+        let inner = Arc::new(Inner {
+            topics: Mutex::new(HashMap::new()),
+            published: watch::channel(0).0,
+            snapshots: Mutex::new(HashMap::new()),
+        });
+        let worker = inner.clone();
+        let run = async move {
+            while let Some(batch) = rx.recv().await {
+                let mut last = 0;
+                for (set, state) in batch {
+                    let mut by_topic: HashMap<Topic, Vec<Arc<Event>>> = HashMap::new();
+                    for e in events_of(&set, &state) {
+                        by_topic.entry(e.topic).or_default().push(Arc::new(e));
+                    }
+                    for (topic, events) in by_topic {
+                        worker.buffer(topic).append(set.index, events);
+                    }
+                    last = set.index;
+                }
+                if last > 0 {
+                    worker.published.send_replace(last);
+                }
+            }
+        };
+        // Outside a runtime (unit tests of the store) nothing subscribes.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(run);
         }
+        Publisher { queue: tx, inner }
     }
+}
+
+/// What a subscriber receives, in order.
+#[derive(Debug, Clone)]
+pub enum Item {
+    Event(Arc<Event>),
+    /// The snapshot is complete up to this index.
+    EndOfSnapshot(u64),
+    /// The subscriber fell behind (or the state was replaced): a fresh
+    /// snapshot follows.
+    NewSnapshotToFollow,
 }
 
 impl Publisher {
-    /// Called after each applied batch, outside the state machine's writes.
-    pub fn publish(&self, sets: &[ChangeSet]) {
-        if self.tx.receiver_count() == 0 {
-            return;
-        }
-        for set in sets {
-            let _ = self.tx.send(Arc::new(set.clone()));
+    /// Queues an applied batch; called by the state machine after commit.
+    pub fn publish(&self, batch: Vec<(ChangeSet, Arc<State>)>) {
+        if !batch.is_empty() {
+            let _ = self.queue.send(batch);
         }
     }
 
-    /// The whole state was replaced: subscribers must start over.
+    /// The index of the last applied batch turned into events.
+    pub fn published_index(&self) -> u64 {
+        *self.inner.published.borrow()
+    }
+
+    /// The whole state was replaced (snapshot install): every buffer is
+    /// dropped so subscribers start over with a snapshot.
     pub fn reset(&self) {
-        let _ = self.tx.send(Arc::new(ChangeSet::default()));
+        for buf in self.inner.topics.lock().unwrap().values() {
+            buf.reset();
+        }
+        self.inner.snapshots.lock().unwrap().clear();
+        self.inner.published.send_modify(|_| {});
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<ChangeSet>> {
-        self.tx.subscribe()
+    /// Subscribes to `topic` events for `key` ("" or "*" for every key; a
+    /// prefix for KV). With `index` still covered by the buffer the
+    /// subscription resumes after it without a snapshot.
+    pub fn subscribe(
+        &self,
+        store: Arc<Store>,
+        topic: Topic,
+        key: &str,
+        index: u64,
+    ) -> Subscription {
+        let key = if key == "*" {
+            String::new()
+        } else {
+            key.to_string()
+        };
+        Subscription {
+            inner: self.inner.clone(),
+            buffer: self.inner.buffer(topic),
+            published: self.inner.published.subscribe(),
+            store,
+            topic,
+            key,
+            cursor: index,
+            pending: Vec::new().into_iter(),
+            need_snapshot: index == 0,
+            generation: None,
+        }
     }
 }
+
+pub struct Subscription {
+    inner: Arc<Inner>,
+    buffer: Arc<Buffer>,
+    published: watch::Receiver<u64>,
+    store: Arc<Store>,
+    topic: Topic,
+    key: String,
+    /// The index of the last event (or snapshot) delivered.
+    cursor: u64,
+    pending: std::vec::IntoIter<Item>,
+    need_snapshot: bool,
+    generation: Option<u64>,
+}
+
+impl Subscription {
+    fn wants(&self, e: &Event) -> bool {
+        self.key.is_empty()
+            || match self.topic {
+                Topic::Kv => e.key.starts_with(&self.key),
+                _ => e.key == self.key,
+            }
+    }
+
+    /// A snapshot at the current state, shared with other subscribers of
+    /// the same key for a moment to absorb thundering herds.
+    fn snapshot(&mut self) -> Vec<Item> {
+        let cache_key = (self.topic, self.key.clone());
+        // A shared snapshot serves only while the buffer still holds every
+        // event after it: the subscriber catches up from there.
+        let generation = self.buffer.generation();
+        let cached = {
+            let cache = self.inner.snapshots.lock().unwrap();
+            cache
+                .get(&cache_key)
+                .filter(|(at, i, g, _)| {
+                    at.elapsed() < SNAPSHOT_TTL && *g == generation && self.buffer.covers(*i)
+                })
+                .map(|(_, i, _, e)| (*i, e.clone()))
+        };
+        let (index, events) = cached.unwrap_or_else(|| {
+            let state = self.store.state();
+            let events: Arc<Vec<Arc<Event>>> = Arc::new(
+                snapshot_events(&state, self.topic, &self.key)
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+            );
+            let mut cache = self.inner.snapshots.lock().unwrap();
+            if cache.len() > 4096 {
+                cache.retain(|_, (at, _, _, _)| at.elapsed() < SNAPSHOT_TTL);
+            }
+            cache.insert(
+                cache_key,
+                (Instant::now(), state.index, generation, events.clone()),
+            );
+            (state.index, events)
+        });
+        self.cursor = index;
+        self.generation = Some(generation);
+        let mut items: Vec<Item> = events.iter().cloned().map(Item::Event).collect();
+        items.push(Item::EndOfSnapshot(index));
+        items
+    }
+
+    /// The next item, waiting for one if there is none yet.
+    pub async fn next(&mut self) -> Item {
+        loop {
+            if let Some(item) = self.pending.next() {
+                return item;
+            }
+            if self.need_snapshot {
+                self.need_snapshot = false;
+                self.pending = self.snapshot().into_iter();
+                continue;
+            }
+            self.published.borrow_and_update();
+            let generation = self.buffer.generation();
+            if self.generation.is_some_and(|g| g != generation) {
+                // The state was replaced under us.
+                self.need_snapshot = true;
+                return Item::NewSnapshotToFollow;
+            }
+            self.generation = Some(generation);
+            match self.buffer.after(self.cursor) {
+                None => {
+                    self.need_snapshot = true;
+                    return Item::NewSnapshotToFollow;
+                }
+                Some(events) if !events.is_empty() => {
+                    self.cursor = events.last().map(|e| e.index).unwrap_or(self.cursor);
+                    let wanted: Vec<Item> = events
+                        .into_iter()
+                        .filter(|e| self.wants(e))
+                        .map(Item::Event)
+                        .collect();
+                    self.pending = wanted.into_iter();
+                }
+                Some(_) => {
+                    if self.published.changed().await.is_err() {
+                        // The publisher is gone (shutdown): nothing more.
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The index of the last event or snapshot delivered.
+    pub fn index(&self) -> u64 {
+        self.cursor
+    }
+}
+
+#[cfg(test)]
+mod tests;

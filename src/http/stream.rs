@@ -1,0 +1,49 @@
+//! `GET /v1/internal/stream`: a topic key's events as newline-delimited
+//! JSON — a snapshot, `{"EndOfSnapshot":true,"Index":N}`, then each change
+//! as it commits. Any server answers from its own state.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::{App, Params};
+use crate::error::{Error, Result};
+use crate::stream::{Item, Topic};
+
+pub fn routes() -> Router<App> {
+    Router::new().route("/v1/internal/stream", get(stream))
+}
+
+fn line(item: Item) -> Bytes {
+    match item {
+        Item::Event(e) => e.line.clone(),
+        Item::EndOfSnapshot(index) => {
+            Bytes::from(format!("{{\"EndOfSnapshot\":true,\"Index\":{index}}}\n"))
+        }
+        Item::NewSnapshotToFollow => Bytes::from_static(b"{\"NewSnapshotToFollow\":true}\n"),
+    }
+}
+
+async fn stream(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let topic_name = p
+        .get("topic")
+        .ok_or_else(|| Error::bad("Missing topic parameter"))?;
+    let topic = Topic::parse(topic_name)
+        .ok_or_else(|| Error::bad(format!("Unknown topic {topic_name:?}")))?;
+    let key = p.get("key").unwrap_or("");
+    let index = p.u64("index")?.unwrap_or(0);
+    let sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
+    let body = futures_util::stream::unfold(sub, |mut sub| async move {
+        let item = sub.next().await;
+        Some((Ok::<_, std::convert::Infallible>(line(item)), sub))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response())
+}

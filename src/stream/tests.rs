@@ -1,0 +1,253 @@
+//! Publisher semantics: snapshot then changes in order, no gaps, resume
+//! from a buffered index, a fresh snapshot after falling behind or a reset,
+//! and health events for every instance a node change touches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::state::{Command, MemoryBackend, apply_command};
+use crate::structs::{HealthCheck, KvOp, KvVerb, NodeService, RegisterRequest};
+
+struct World {
+    store: Arc<Store>,
+    publisher: Publisher,
+    index: u64,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            store: Arc::new(Store::open(Box::new(MemoryBackend::default())).unwrap()),
+            publisher: Publisher::default(),
+            index: 1,
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        self.index += 1;
+        let mut st = (*self.store.state()).clone();
+        let (_, set) = apply_command(&mut st, self.index, &cmd);
+        self.store
+            .commit(st.clone(), std::slice::from_ref(&set), vec![])
+            .unwrap();
+        self.publisher.publish(vec![(set, Arc::new(st))]);
+    }
+
+    fn put(&mut self, key: &str) {
+        self.apply(Command::Kv(KvOp {
+            verb: KvVerb::Set,
+            key: key.into(),
+            value: b"v".to_vec(),
+            flags: 0,
+            index: 0,
+        }));
+    }
+
+    fn sub(&self, topic: Topic, key: &str, index: u64) -> Subscription {
+        self.publisher
+            .subscribe(self.store.clone(), topic, key, index)
+    }
+}
+
+async fn next(sub: &mut Subscription) -> Item {
+    tokio::time::timeout(Duration::from_secs(2), sub.next())
+        .await
+        .expect("an item within 2s")
+}
+
+fn event(item: Item) -> Arc<Event> {
+    match item {
+        Item::Event(e) => e,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn snapshot_then_every_change_in_order() {
+    let mut w = World::new();
+    w.put("a/1");
+    w.put("b/1");
+    let mut sub = w.sub(Topic::Kv, "a/", 0);
+    assert_eq!(event(next(&mut sub).await).key, "a/1");
+    assert!(matches!(next(&mut sub).await, Item::EndOfSnapshot(3)));
+    for i in 2..6 {
+        w.put(&format!("a/{i}"));
+        w.put("b/other");
+    }
+    let mut seen = Vec::new();
+    for _ in 2..6 {
+        let e = event(next(&mut sub).await);
+        seen.push((e.key.clone(), e.index));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("a/2".into(), 4),
+            ("a/3".into(), 6),
+            ("a/4".into(), 8),
+            ("a/5".into(), 10)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn resumes_from_a_buffered_index_without_a_snapshot() {
+    let mut w = World::new();
+    w.put("k/1");
+    let mut sub = w.sub(Topic::Kv, "k/", 0);
+    next(&mut sub).await;
+    next(&mut sub).await;
+    w.put("k/2");
+    let e = event(next(&mut sub).await);
+    let resume_at = e.index;
+    drop(sub);
+    w.put("k/3");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut again = w.sub(Topic::Kv, "k/", resume_at);
+    let e = event(next(&mut again).await);
+    assert_eq!((e.key.as_str(), e.op()), ("k/3", "Upsert"));
+}
+
+#[tokio::test]
+async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
+    let mut w = World::new();
+    w.put("x/0");
+    let mut slow = w.sub(Topic::Kv, "x/", 0);
+    next(&mut slow).await;
+    next(&mut slow).await;
+    // More events than the buffer holds, while the subscriber sleeps.
+    for i in 0..(BUFFER_EVENTS + 10) {
+        w.apply(Command::Txn(vec![KvOp {
+            verb: KvVerb::Set,
+            key: format!("x/{}", i % 50),
+            value: vec![],
+            flags: 0,
+            index: 0,
+        }]));
+    }
+    while w.publisher.published_index() < w.index {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(next(&mut slow).await, Item::NewSnapshotToFollow));
+    let mut keys = 0;
+    loop {
+        match next(&mut slow).await {
+            Item::Event(_) => keys += 1,
+            Item::EndOfSnapshot(i) => {
+                assert_eq!(i, w.index);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(keys, 50);
+    // And a fast subscriber was never held back meanwhile.
+    let mut fast = w.sub(Topic::Kv, "x/", 0);
+    assert!(matches!(next(&mut fast).await, Item::Event(_)));
+}
+
+#[tokio::test]
+async fn a_reset_makes_subscribers_start_over() {
+    let mut w = World::new();
+    w.put("r/1");
+    let mut sub = w.sub(Topic::Kv, "r/", 0);
+    next(&mut sub).await;
+    next(&mut sub).await;
+    w.publisher.reset();
+    w.put("r/2");
+    assert!(matches!(next(&mut sub).await, Item::NewSnapshotToFollow));
+    let mut n = 0;
+    while let Item::Event(_) = next(&mut sub).await {
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}
+
+fn register(node: &str, svc: Option<NodeService>, checks: Vec<HealthCheck>) -> Command {
+    Command::Register(Box::new(RegisterRequest {
+        node: node.into(),
+        address: "10.0.0.1".into(),
+        service: svc,
+        checks,
+        ..Default::default()
+    }))
+}
+
+fn service(id: &str, name: &str) -> NodeService {
+    NodeService {
+        id: id.into(),
+        service: name.into(),
+        port: 80,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn health_events_cover_node_checks_and_connect_proxies() {
+    let mut w = World::new();
+    w.apply(register("n1", Some(service("web1", "web")), vec![]));
+    w.apply(register("n1", Some(service("db1", "db")), vec![]));
+    let mut proxy = service("web1-proxy", "web-proxy");
+    proxy.kind = "connect-proxy".into();
+    proxy.proxy.destination_service_name = "web".into();
+    w.apply(register("n1", Some(proxy), vec![]));
+
+    let mut web = w.sub(Topic::ServiceHealth, "web", 0);
+    let mut connect = w.sub(Topic::ServiceHealthConnect, "web", 0);
+    assert_eq!(
+        event(next(&mut web).await).payload["Value"]["Service"]["ID"],
+        "web1"
+    );
+    assert!(matches!(next(&mut web).await, Item::EndOfSnapshot(_)));
+    assert_eq!(
+        event(next(&mut connect).await).payload["Value"]["Service"]["ID"],
+        "web1-proxy"
+    );
+    assert!(matches!(next(&mut connect).await, Item::EndOfSnapshot(_)));
+
+    // A node-level check touches every instance on the node.
+    let check = HealthCheck {
+        check_id: "serfHealth".into(),
+        name: "Serf".into(),
+        status: "critical".into(),
+        ..Default::default()
+    };
+    w.apply(register("n1", None, vec![check]));
+    let e = event(next(&mut web).await);
+    assert_eq!(e.op(), "Register");
+    assert_eq!(e.payload["Value"]["Checks"][0]["Status"], "critical");
+    let e = event(next(&mut connect).await);
+    assert_eq!(e.payload["Value"]["Service"]["ID"], "web1-proxy");
+
+    // Deregistering the node deregisters its instances.
+    w.apply(Command::Deregister(crate::structs::DeregisterRequest {
+        node: "n1".into(),
+        ..Default::default()
+    }));
+    let e = event(next(&mut web).await);
+    assert_eq!(
+        (e.op(), e.payload["Value"]["Service"]["ID"].as_str()),
+        ("Deregister", Some("web1"))
+    );
+}
+
+#[tokio::test]
+async fn config_entries_are_topics_keyed_by_name() {
+    let mut w = World::new();
+    let mut sub = w.sub(Topic::ServiceDefaults, "web", 0);
+    assert!(matches!(next(&mut sub).await, Item::EndOfSnapshot(_)));
+    w.apply(Command::ConfigSet {
+        entry: serde_json::json!({"Kind": "service-defaults", "Name": "db", "Protocol": "http"}),
+        cas: None,
+    });
+    w.apply(Command::ConfigSet {
+        entry: serde_json::json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
+        cas: None,
+    });
+    let e = event(next(&mut sub).await);
+    assert_eq!(
+        (e.key.as_str(), e.payload["Value"]["Protocol"].as_str()),
+        ("web", Some("http"))
+    );
+}
