@@ -281,6 +281,17 @@ pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<St
     out.into_iter().collect()
 }
 
+/// The extra watch keys of a `?merge-central-config` read of the instances
+/// of `name` (or, with `connect`, of its proxies), taken from the version
+/// the endpoint sees before it blocks. If the instances change, their own
+/// catalog key wakes the read first, so the set never goes stale unseen.
+pub fn service_watch_keys(state: &State, name: &str, connect: bool) -> Vec<String> {
+    watch_keys_for_instances(
+        state,
+        &crate::state::catalog::service_instances(state, name, connect),
+    )
+}
+
 /// The index of the config entries a merge of `svc` reads (1 when none was
 /// ever written): combine with the catalog keys' index for `X-Consul-Index`.
 pub fn merge_index(state: &State, svc: &NodeService) -> u64 {
