@@ -75,7 +75,9 @@ async fn health_connect_merge_cost() {
                     "Overrides": [ { "Name": "up-0", "Protocol": "grpc" } ] } }),
     ];
     for u in 0..UPSTREAMS {
-        entries.push(json!({ "Kind": "service-defaults", "Name": format!("up-{u}"), "Protocol": "http" }));
+        entries.push(
+            json!({ "Kind": "service-defaults", "Name": format!("up-{u}"), "Protocol": "http" }),
+        );
     }
     for e in &entries {
         assert_eq!(put(&c, &p, "/v1/config", e).await, 200);
@@ -103,8 +105,7 @@ async fn health_connect_merge_cost() {
     let rows: Vec<Value> = c.get(&merged).send().await.unwrap().json().await.unwrap();
     assert_eq!(rows.len(), PROXIES);
     assert_eq!(
-        rows[0]["Service"]["Proxy"]["Upstreams"][0]["Config"]["protocol"],
-        "grpc",
+        rows[0]["Service"]["Proxy"]["Upstreams"][0]["Config"]["protocol"], "grpc",
         "the read is really merged"
     );
     // Warm both paths up before measuring.

@@ -64,8 +64,8 @@ impl UpstreamKey {
 }
 
 /// What the registration contributes to the resolution (Consul's
-/// `ServiceConfigRequest`).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `ServiceConfigRequest`). Instances with equal requests resolve alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ResolveRequest {
     /// The service whose service-defaults apply: a sidecar's destination,
     /// a gateway's own name.

@@ -7,7 +7,7 @@
 //! `EnvoyExtensions` are exactly central config's (proxy-defaults', then
 //! service-defaults'), replacing any the registration carried.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -24,6 +24,7 @@ use crate::structs::config_entry::shape::is_empty;
 use crate::structs::config_entry::{Kind, PROXY_CONFIG_GLOBAL};
 
 const DEFAULT_TENANCY: &str = "default";
+const MESH_GATEWAY_KEY: &str = "mesh_gateway";
 
 /// Whether `?merge-central-config` applies to an instance: only connect
 /// proxies and gateways are merged; every other service reads as registered.
@@ -100,9 +101,56 @@ pub fn merge_node_service(state: &State, svc: &NodeService) -> NodeService {
 
 /// Replaces each proxy or gateway in `instances` by its merged form, sharing
 /// the rest with the state version. One call per read in the endpoints.
+///
+/// Instances of one service usually ask the resolver the same question (same
+/// destination, same upstreams), so each distinct question is resolved once
+/// per read, and recognised without building it again.
 pub fn merge_instances(state: &State, instances: &mut [Instance]) {
+    let mut resolved: Vec<(ResolveRequest, ResolvedServiceConfig)> = Vec::new();
     for i in instances.iter_mut().filter(|i| should_merge(&i.service)) {
-        i.service = Arc::new(merge_with_central_config(state, &i.service));
+        let at = match resolved.iter().position(|(r, _)| asks(&i.service, r)) {
+            Some(at) => at,
+            None => {
+                let req = resolve_request_for(&i.service);
+                let defaults = resolve_service_config(state, &req);
+                resolved.push((req, defaults));
+                resolved.len() - 1
+            }
+        };
+        i.service = Arc::new(merge_service_config(&resolved[at].1, &i.service));
+    }
+}
+
+/// Whether `svc` would ask the resolver exactly `req` (what
+/// `resolve_request_for` builds, compared without building it).
+fn asks(svc: &NodeService, req: &ResolveRequest) -> bool {
+    let sidecar = svc.is_connect_proxy();
+    let name = if sidecar {
+        &svc.proxy.destination_service_name
+    } else {
+        &svc.service
+    };
+    if *name != req.name
+        || svc.proxy.mode != req.mode
+        || svc.proxy.mesh_gateway.mode != req.mesh_gateway
+    {
+        return false;
+    }
+    if !sidecar {
+        return req.upstreams.is_empty();
+    }
+    let mut ups = svc
+        .proxy
+        .upstreams
+        .iter()
+        .filter(|u| is_service_upstream(u));
+    let mut want = req.upstreams.iter();
+    loop {
+        match (ups.next(), want.next()) {
+            (None, None) => return true,
+            (Some(u), Some(k)) if u.destination_name == k.name && u.destination_peer == k.peer => {}
+            _ => return false,
+        }
     }
 }
 
@@ -146,69 +194,71 @@ pub fn merge_service_config(defaults: &ResolvedServiceConfig, svc: &NodeService)
     p.transparent_proxy.dialed_directly |= defaults.transparent_proxy.dialed_directly;
     fill_str(&mut p.mutual_tls_mode, &defaults.mutual_tls_mode);
 
-    // Upstreams as central config would add them, keyed like the resolver.
-    let remote: BTreeMap<&UpstreamKey, Upstream> = defaults
-        .upstream_configs
-        .iter()
-        .map(|(k, cfg)| {
-            let up = Upstream {
-                destination_namespace: DEFAULT_TENANCY.into(),
-                destination_partition: DEFAULT_TENANCY.into(),
-                destination_name: k.name.clone(),
-                destination_peer: k.peer.clone(),
-                config: (!cfg.is_empty()).then(|| cfg.clone()),
-                mesh_gateway: MeshGatewayConfig {
-                    mode: mesh_gateway_mode_of(cfg),
-                },
-                centrally_configured: true,
-                ..Default::default()
-            };
-            (k, up)
-        })
-        .collect();
-
-    let mut local: BTreeSet<UpstreamKey> = BTreeSet::new();
+    let transparent = p.mode == MODE_TRANSPARENT;
+    let mut declared: BTreeSet<UpstreamKey> = BTreeSet::new();
     for us in p.upstreams.iter_mut().filter(|u| is_service_upstream(u)) {
         let key = upstream_key(us);
-        let Some(central) = remote.get(&key) else {
-            local.insert(key);
-            continue;
-        };
-        local.insert(key);
-        // The upstream's own mode is the most specific of all.
-        fill_str(&mut us.mesh_gateway.mode, &central.mesh_gateway.mode);
-        let cfg = us.config.get_or_insert_with(Map::new);
-        let registered_protocol = cfg.get("protocol").cloned();
-        if let Some(c) = &central.config {
-            fill(cfg, c);
+        if let Some(central) = defaults.upstream_configs.get(&key) {
+            merge_upstream(us, central);
         }
-        // A peer's protocol is the peer's business: central config of this
-        // cluster never changes it.
-        if !us.destination_peer.is_empty() {
-            match registered_protocol {
-                Some(p) => cfg.insert("protocol".into(), p),
-                None => cfg.remove("protocol"),
-            };
-        }
-        // The resolved mode is now in the typed field, where it may have
-        // lost to the upstream's own; the map copy would only mislead.
-        cfg.remove("mesh_gateway");
-        if cfg.is_empty() {
-            us.config = None;
+        if transparent {
+            declared.insert(key);
         }
     }
 
     // A transparent proxy dials upstreams it never declared, so centrally
     // configured ones (and the `*` defaults) join the list. Outside
     // transparent mode every upstream is declared already.
-    if p.mode == MODE_TRANSPARENT {
-        for (k, up) in remote {
-            if !local.contains(k) {
-                p.upstreams.push(up);
+    if transparent {
+        for (k, cfg) in &defaults.upstream_configs {
+            if !declared.contains(k) {
+                p.upstreams.push(central_upstream(k, cfg));
             }
         }
     }
     ns
+}
+
+/// Fills a declared upstream from its resolved central config.
+fn merge_upstream(us: &mut Upstream, central: &Map<String, Value>) {
+    // The upstream's own mode is the most specific of all.
+    if us.mesh_gateway.mode.is_empty() {
+        us.mesh_gateway.mode = mesh_gateway_mode_of(central);
+    }
+    let cfg = us.config.get_or_insert_with(Map::new);
+    let registered_protocol = cfg.get("protocol").cloned();
+    fill_except(cfg, central, MESH_GATEWAY_KEY);
+    // A peer's protocol is the peer's business: central config of this
+    // cluster never changes it.
+    if !us.destination_peer.is_empty() {
+        match registered_protocol {
+            Some(p) => cfg.insert("protocol".into(), p),
+            None => cfg.remove("protocol"),
+        };
+    }
+    // The resolved mode is now in the typed field, where it may have lost
+    // to the upstream's own; the map copy would only mislead.
+    cfg.remove(MESH_GATEWAY_KEY);
+    if cfg.is_empty() {
+        us.config = None;
+    }
+}
+
+/// An upstream only central config knows about, as a transparent proxy
+/// gets it: no local bind, tenancy spelled out, `CentrallyConfigured`.
+fn central_upstream(k: &UpstreamKey, cfg: &Map<String, Value>) -> Upstream {
+    Upstream {
+        destination_namespace: DEFAULT_TENANCY.into(),
+        destination_partition: DEFAULT_TENANCY.into(),
+        destination_name: k.name.clone(),
+        destination_peer: k.peer.clone(),
+        config: (!cfg.is_empty()).then(|| cfg.clone()),
+        mesh_gateway: MeshGatewayConfig {
+            mode: mesh_gateway_mode_of(cfg),
+        },
+        centrally_configured: true,
+        ..Default::default()
+    }
 }
 
 fn fill_str(dst: &mut String, src: &str) {
@@ -221,8 +271,14 @@ fn fill_str(dst: &mut String, src: &str) {
 /// `dst` has with a non-empty value stays; nested objects are merged the
 /// same way; empty or missing values are taken from `src`.
 fn fill(dst: &mut Map<String, Value>, src: &Map<String, Value>) {
+    fill_except(dst, src, "");
+}
+
+/// [`fill`], leaving out `src`'s member `skip` (a copy the caller would only
+/// delete again).
+fn fill_except(dst: &mut Map<String, Value>, src: &Map<String, Value>, skip: &str) {
     for (k, sv) in src {
-        if sv.is_null() {
+        if sv.is_null() || k == skip {
             continue;
         }
         match dst.get_mut(k) {

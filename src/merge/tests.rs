@@ -726,6 +726,86 @@ fn merging_never_changes_the_stored_registration() {
 }
 
 #[test]
+fn merging_a_list_equals_merging_each_instance_alone() {
+    // merge_instances resolves each distinct question once; instances that
+    // differ in destination, mode, mesh gateway or upstreams must not share.
+    let proxy = |node: &str, dest: &str, extra: Value| {
+        let mut p = json!({ "DestinationServiceName": dest });
+        p.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({ "Node": node, "Address": "10.0.0.1", "Service": {
+            "Kind": "connect-proxy", "ID": "p", "Service": format!("{dest}-proxy"), "Port": 1,
+            "Proxy": p } })
+    };
+    let regs = [
+        proxy(
+            "n1",
+            "web",
+            json!({ "Upstreams": [ { "DestinationName": "db", "LocalBindPort": 1 } ] }),
+        ),
+        proxy(
+            "n2",
+            "web",
+            json!({ "Upstreams": [ { "DestinationName": "db", "LocalBindPort": 1 } ] }),
+        ),
+        proxy(
+            "n3",
+            "web",
+            json!({ "Upstreams": [ { "DestinationName": "cache", "LocalBindPort": 1 } ] }),
+        ),
+        proxy(
+            "n4",
+            "web",
+            json!({ "Upstreams": [ { "DestinationName": "db", "DestinationPeer": "p", "LocalBindPort": 1 } ] }),
+        ),
+        proxy("n5", "web", json!({ "Mode": "transparent" })),
+        proxy(
+            "n6",
+            "web",
+            json!({ "MeshGateway": { "Mode": "remote" },
+                                    "Upstreams": [ { "DestinationName": "db", "LocalBindPort": 1 } ] }),
+        ),
+        proxy(
+            "n7",
+            "web",
+            json!({ "Upstreams": [
+            { "DestinationName": "db", "LocalBindPort": 1 },
+            { "DestinationType": "prepared_query", "DestinationName": "q", "LocalBindPort": 2 } ] }),
+        ),
+    ];
+    let st = state_with(
+        &[
+            pd(json!({ "MeshGateway": { "Mode": "local" } })),
+            sd("db", json!({ "Protocol": "http" })),
+            sd("cache", json!({ "Protocol": "grpc" })),
+            sd(
+                "web",
+                json!({ "UpstreamConfig": { "Defaults": { "ConnectTimeoutMs": 5 } } }),
+            ),
+        ],
+        &regs,
+    );
+    let mut together = crate::state::catalog::service_instances(&st, "web", true);
+    assert_eq!(together.len(), regs.len());
+    let alone: Vec<NodeService> = together
+        .iter()
+        .map(|i| merge_node_service(&st, &i.service))
+        .collect();
+    merge_instances(&st, &mut together);
+    for (t, a) in together.iter().zip(&alone) {
+        assert_eq!(*t.service, *a);
+    }
+    assert_eq!(
+        together[2].service.proxy.upstreams[0]
+            .config
+            .as_ref()
+            .unwrap()["protocol"],
+        "grpc"
+    );
+}
+
+#[test]
 fn watch_keys_cover_every_entry_the_merge_reads() {
     let st = state_with(
         &[sd(
@@ -787,4 +867,66 @@ fn merge_index_moves_when_a_feeding_entry_changes_and_only_then() {
         },
     );
     assert_eq!(merge_index(&st, &s), 13, "a delete moves the index too");
+}
+
+/// Function-level cost of merging, beside what serving the rows costs
+/// anyway (reading instances, serializing `{Node, Service, Checks}` rows).
+/// `cargo test --release --lib merge_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark: run on a release build with --ignored"]
+fn merge_cost() {
+    use std::time::Instant;
+    let ups: Vec<Value> = (0..10)
+        .map(|u| json!({ "DestinationName": format!("up-{u}"), "LocalBindPort": 9000 + u }))
+        .collect();
+    let mut list = vec![
+        pd(json!({ "MeshGateway": { "Mode": "local" }, "Config": { "protocol": "tcp" } })),
+        sd(
+            "web",
+            json!({ "Protocol": "http", "UpstreamConfig": {
+                "Defaults": { "ConnectTimeoutMs": 500, "Limits": { "MaxConnections": 512 } },
+                "Overrides": [ { "Name": "up-0", "Protocol": "grpc" } ] } }),
+        ),
+    ];
+    list.extend((0..10).map(|u| sd(&format!("up-{u}"), json!({ "Protocol": "http" }))));
+    let regs: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({ "Node": format!("n{i}"), "Address": "10.0.0.1", "Service": {
+                "Kind": "connect-proxy", "ID": "web-proxy", "Service": "web-proxy", "Port": 1,
+                "Proxy": { "DestinationServiceName": "web", "Upstreams": ups } } })
+        })
+        .collect();
+    let st = state_with(&list, &regs);
+    let rows = |inst: &[crate::state::catalog::Instance]| {
+        let v: Vec<Value> = inst
+            .iter()
+            .map(|i| json!({ "Node": &*i.node, "Service": &*i.service, "Checks": i.checks }))
+            .collect();
+        serde_json::to_vec(&v).unwrap().len()
+    };
+    let n = 300;
+    let t = Instant::now();
+    for _ in 0..n {
+        let inst = crate::state::catalog::service_instances(&st, "web", true);
+        std::hint::black_box(rows(&inst));
+    }
+    let plain = t.elapsed() / n;
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut inst = crate::state::catalog::service_instances(&st, "web", true);
+        merge_instances(&st, &mut inst);
+        std::hint::black_box(rows(&inst));
+    }
+    let merged = t.elapsed() / n;
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut inst = crate::state::catalog::service_instances(&st, "web", true);
+        merge_instances(&st, &mut inst);
+        std::hint::black_box(inst);
+    }
+    let merge_only = t.elapsed() / n;
+    eprintln!(
+        "100 proxies x 10 upstreams: rows {plain:?}, merged rows {merged:?} (x{:.2}), instances+merge alone {merge_only:?}",
+        merged.as_secs_f64() / plain.as_secs_f64()
+    );
 }
