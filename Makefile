@@ -16,7 +16,7 @@ release:
 	$(CARGO) build --release
 
 ## Every test: unit and integration tests (real processes), real clients, conformance.
-test: unit conformance
+test: unit clients conformance
 
 unit:
 	$(CARGO) test --workspace --no-fail-fast

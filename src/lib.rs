@@ -2,6 +2,7 @@
 //!
 //! The crate is split by concern; ARCHITECTURE.md is the map.
 
+pub mod cli;
 pub mod config_entry;
 pub mod discovery_chain;
 pub mod error;
@@ -9,6 +10,7 @@ pub mod filter;
 pub mod http;
 pub mod merge;
 pub mod metrics;
+pub mod proxycfg;
 pub mod raft;
 pub mod server;
 pub mod state;

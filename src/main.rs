@@ -20,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run a server.
     Server(ServerArgs),
+    /// Commands against a server's HTTP API (see `cairn::cli`).
+    #[command(flatten)]
+    Cli(cairn::cli::CliCommand),
 }
 
 #[derive(clap::Args)]
@@ -74,8 +77,9 @@ fn hostname() -> String {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
     match cli.command {
+        Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd)),
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
             let (data_dir, _tmp) = match (a.dev, a.data_dir) {

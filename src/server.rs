@@ -37,6 +37,7 @@ pub struct Server {
     pub store: Arc<Store>,
     pub publisher: Arc<Publisher>,
     pub cluster: Arc<Cluster>,
+    pub proxycfg: crate::proxycfg::Manager,
     pub http: reqwest::Client,
     db: sled::Db,
 }
@@ -112,7 +113,10 @@ impl Server {
             .pool_max_idle_per_host(256)
             .timeout(Duration::from_secs(660))
             .build()?;
+        let proxycfg =
+            crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
         Ok(Arc::new(Server {
+            proxycfg,
             config,
             raft,
             store,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use common::procs::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {

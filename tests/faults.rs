@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use common::procs::*;
 
 type Acked = Arc<Mutex<BTreeMap<String, String>>>;
 

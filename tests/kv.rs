@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use common::procs::*;
 use serde_json::{Value, json};
 
 async fn dev() -> (Proc, reqwest::Client) {

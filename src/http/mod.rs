@@ -2,11 +2,17 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
+mod catalog;
 mod config;
 mod dataplane;
+mod health;
 mod kv;
+mod proxycfg;
+mod query;
 mod status;
 mod stream;
+
+pub use catalog::validate_register;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +42,9 @@ pub fn router(server: App) -> Router {
         .merge(config::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
+        .merge(proxycfg::routes())
+        .merge(catalog::routes())
+        .merge(health::routes())
         .merge(status::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -87,6 +96,7 @@ fn always_local(path: &str) -> bool {
     path.starts_with("/v1/agent/")
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
+        || path.starts_with("/v1/internal/proxycfg/")
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a

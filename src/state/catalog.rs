@@ -10,8 +10,20 @@ use crate::structs::{
     DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService, RegisterRequest,
 };
 
-/// Registers a node and optionally a service and checks, all or nothing.
+/// Registers a node and optionally a service and checks, all or nothing:
+/// a refusal half-way (e.g. a check naming an unknown service) restores the
+/// version taken before, so nothing of the request is stored.
 pub fn register(tx: &mut Tx, req: &RegisterRequest) -> Result<(), String> {
+    let saved = tx.state.clone();
+    let result = register_all(tx, req);
+    if result.is_err() {
+        *tx.state = saved;
+        tx.discard();
+    }
+    result
+}
+
+fn register_all(tx: &mut Tx, req: &RegisterRequest) -> Result<(), String> {
     if req.node.is_empty() {
         return Err("Must provide node".into());
     }
@@ -220,4 +232,26 @@ pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instan
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, Response, apply_command};
+
+    #[test]
+    fn refused_registration_stores_nothing() {
+        let mut state = State::default();
+        let req: RegisterRequest = serde_json::from_value(serde_json::json!({
+            "Node": "n1", "Address": "10.0.0.1",
+            "Service": {"Service": "web"},
+            "Check": {"Name": "c", "ServiceID": "nope"},
+        }))
+        .unwrap();
+        let (resp, set) = apply_command(&mut state, 5, &Command::Register(Box::new(req)));
+        assert!(matches!(resp, Response::Rejected(r) if r.contains("nope")));
+        assert!(set.changes.is_empty() && set.watch_keys.is_empty());
+        assert!(state.nodes.is_empty() && state.services.is_empty());
+        assert!(state.service_names.is_empty() && state.indexes.is_empty());
+    }
 }

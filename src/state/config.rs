@@ -155,3 +155,69 @@ pub(crate) fn from_stored(v: &Value) -> anyhow::Result<ConfigEntry> {
     entry.set_indexes(create, modify);
     Ok(entry)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::discovery_chain::affected_chains;
+    use crate::state::{Command, apply_command};
+
+    /// `n` services, each with its own service-defaults, resolver and router.
+    fn populated(n: usize) -> State {
+        let mut st = State::default();
+        let mut index = 1;
+        for i in 0..n {
+            for entry in [
+                json!({"Kind": "service-defaults", "Name": format!("s{i}"), "Protocol": "http"}),
+                json!({"Kind": "service-resolver", "Name": format!("s{i}"),
+                       "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"}}}),
+                json!({"Kind": "service-router", "Name": format!("s{i}"),
+                       "Routes": [{"Match": {"HTTP": {"PathPrefix": "/v1"}},
+                                   "Destination": {"ServiceSubset": "v1"}}]}),
+            ] {
+                index += 1;
+                let (r, _) =
+                    apply_command(&mut st, index, &Command::ConfigSet { entry, cas: None });
+                assert_eq!(r, Response::Bool(true));
+            }
+        }
+        st
+    }
+
+    #[test]
+    fn a_write_only_recompiles_the_chains_it_affects() {
+        let st = populated(2_000);
+        let affected = affected_chains(&st, Kind::ServiceDefaults, "s42");
+        assert_eq!(
+            affected.into_iter().collect::<Vec<_>>(),
+            vec!["s42".to_string()]
+        );
+    }
+
+    /// `cargo test --release --lib config_write_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn config_write_cost() {
+        for n in [100, 10_000] {
+            let st = populated(n);
+            let rounds = 200;
+            let started = Instant::now();
+            for r in 0..rounds {
+                let mut st = st.clone();
+                let entry = json!({"Kind": "service-defaults", "Name": "s7", "Protocol": "http",
+                                   "Meta": {"round": r.to_string()}});
+                apply_command(
+                    &mut st,
+                    1_000_000 + r,
+                    &Command::ConfigSet { entry, cas: None },
+                );
+            }
+            let per = started.elapsed() / rounds as u32;
+            println!("config write with {n} services having their own entries: {per:?} per write");
+        }
+    }
+}

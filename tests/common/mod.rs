@@ -1,283 +1,453 @@
-//! Shared helpers for black-box tests: real `cairn` processes on loopback.
+//! Shared helpers for integration tests: start the real `cairn` binary on
+//! free ports, wait until it has a leader, talk HTTP to it, and stop it when
+//! the test ends (even on panic).
+//!
+//! The HTTP client here is a deliberately small, synchronous HTTP/1.1 client
+//! over `std::net::TcpStream`: tests stay plain `#[test]` functions, a
+//! blocking query is just a thread, and nothing depends on which features a
+//! client crate was built with.
+//!
+//! ```ignore
+//! let s = Server::dev();
+//! let r = s.put("/v1/catalog/register", r#"{"Node":"n1","Address":"10.0.0.1"}"#);
+//! assert_eq!(r.status, 200);
+//! let three = Server::builder().node("s1").bootstrap_expect(3).join(other.raft_addr).start();
+//! ```
+
 #![allow(dead_code)]
 
-use std::net::TcpListener;
+pub mod procs;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_cairn");
-
-/// A free loopback port (bound then released; good enough for tests).
+/// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
-/// One server process, killed when dropped.
-pub struct Proc {
-    pub name: String,
-    pub http: String,
-    pub raft: String,
-    pub data_dir: PathBuf,
-    pub log: PathBuf,
-    args: Vec<String>,
-    child: Option<Child>,
-    /// Removed when the process handle is dropped (dev servers).
-    _tmp: Option<tempfile::TempDir>,
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cairn")
 }
 
-impl Proc {
-    /// `cairn server --dev` on free ports.
-    pub fn dev() -> Proc {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut p = Proc::new("dev", tmp.path(), vec!["--dev".into()]);
-        p._tmp = Some(tmp);
-        p.start();
-        p
+/// How to start one server; `start()` runs it and waits for a leader.
+#[derive(Debug, Clone)]
+pub struct ServerBuilder {
+    dev: bool,
+    node: Option<String>,
+    data_dir: Option<PathBuf>,
+    http_port: Option<u16>,
+    raft_port: Option<u16>,
+    datacenter: Option<String>,
+    bootstrap_expect: Option<usize>,
+    join: Vec<String>,
+    extra: Vec<String>,
+    wait_leader: bool,
+}
+
+impl ServerBuilder {
+    /// `--dev`: one server on a throwaway data dir.
+    pub fn dev(mut self) -> Self {
+        self.dev = true;
+        self
+    }
+    pub fn node(mut self, name: &str) -> Self {
+        self.node = Some(name.into());
+        self
+    }
+    /// The data dir to use (kept after the server stops, so a test can
+    /// restart on it); without it a fresh temp dir is made and removed.
+    pub fn data_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.data_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    pub fn http_port(mut self, port: u16) -> Self {
+        self.http_port = Some(port);
+        self
+    }
+    pub fn raft_port(mut self, port: u16) -> Self {
+        self.raft_port = Some(port);
+        self
+    }
+    pub fn datacenter(mut self, dc: &str) -> Self {
+        self.datacenter = Some(dc.into());
+        self
+    }
+    pub fn bootstrap_expect(mut self, n: usize) -> Self {
+        self.bootstrap_expect = Some(n);
+        self
+    }
+    /// Another server's raft address (repeatable).
+    pub fn join(mut self, raft_addr: impl ToString) -> Self {
+        self.join.push(raft_addr.to_string());
+        self
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.extra.push(a.into());
+        self
+    }
+    /// Return as soon as the HTTP port answers, without waiting for a
+    /// leader (for cluster members that cannot elect one alone).
+    pub fn no_wait(mut self) -> Self {
+        self.wait_leader = false;
+        self
     }
 
-    /// A cluster member; `extra` holds --bootstrap-expect/--join and the like.
-    pub fn new(name: &str, dir: &Path, extra: Vec<String>) -> Proc {
-        let http = format!("127.0.0.1:{}", free_port());
-        let raft = format!("127.0.0.1:{}", free_port());
-        Proc::with_addrs(name, dir, &http, &raft, extra)
-    }
-
-    pub fn with_addrs(name: &str, dir: &Path, http: &str, raft: &str, extra: Vec<String>) -> Proc {
-        let data_dir = dir.join(name);
-        let mut args: Vec<String> = vec![
-            "server".into(),
-            "--node".into(),
-            name.into(),
-            "--http-addr".into(),
-            http.into(),
-            "--raft-addr".into(),
-            raft.into(),
-        ];
-        args.push("--data-dir".into());
-        args.push(data_dir.to_string_lossy().into_owned());
-        args.extend(extra);
-        Proc {
-            name: name.into(),
-            http: http.into(),
-            raft: raft.into(),
-            log: dir.join(format!("{name}.log")),
+    pub fn start(self) -> Server {
+        let http_port = self.http_port.unwrap_or_else(free_port);
+        let raft_port = self.raft_port.unwrap_or_else(free_port);
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let data_dir = match (&self.data_dir, self.dev) {
+            (Some(d), _) => Some(d.clone()),
+            (None, true) => None,
+            (None, false) => Some(tmp.path().join("data")),
+        };
+        let http_addr: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+        let raft_addr: SocketAddr = format!("127.0.0.1:{raft_port}").parse().unwrap();
+        let mut args: Vec<String> = vec!["server".into()];
+        if self.dev {
+            args.push("--dev".into());
+        }
+        if let Some(n) = &self.node {
+            args.extend(["--node".into(), n.clone()]);
+        }
+        if let Some(d) = &data_dir {
+            args.extend(["--data-dir".into(), d.display().to_string()]);
+        }
+        args.extend(["--http-addr".into(), http_addr.to_string()]);
+        args.extend(["--raft-addr".into(), raft_addr.to_string()]);
+        if let Some(dc) = &self.datacenter {
+            args.extend(["--datacenter".into(), dc.clone()]);
+        }
+        if let Some(n) = self.bootstrap_expect {
+            args.extend(["--bootstrap-expect".into(), n.to_string()]);
+        }
+        for j in &self.join {
+            args.extend(["--join".into(), j.clone()]);
+        }
+        args.extend(self.extra.iter().cloned());
+        let log_path = tmp.path().join("server.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(bin())
+            .args(&args)
+            .env("RUST_LOG", "info,openraft=warn,sled=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start cairn");
+        let server = Server {
+            child: Mutex::new(Some(child)),
+            http_addr,
+            raft_addr,
+            url: format!("http://{http_addr}"),
+            node: self.node.clone(),
             data_dir,
-            args,
-            child: None,
-            _tmp: None,
+            log_path,
+            _tmp: tmp,
+        };
+        if self.wait_leader {
+            server.wait_for_leader(Duration::from_secs(30));
+        } else {
+            server.wait_for_http(Duration::from_secs(30));
+        }
+        server
+    }
+}
+
+/// A running `cairn server`, killed when dropped.
+pub struct Server {
+    child: Mutex<Option<Child>>,
+    pub http_addr: SocketAddr,
+    pub raft_addr: SocketAddr,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    pub node: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub log_path: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Server {
+    /// `cairn server --dev` on free ports, with a leader.
+    pub fn dev() -> Server {
+        Server::builder().dev().start()
+    }
+
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            dev: false,
+            node: None,
+            data_dir: None,
+            http_port: None,
+            raft_port: None,
+            datacenter: None,
+            bootstrap_expect: None,
+            join: Vec::new(),
+            extra: Vec::new(),
+            wait_leader: true,
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.http, path)
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
-    pub fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(BIN)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn cairn");
-        self.child = Some(child);
+    /// A server that exited early will never answer: fail with its log
+    /// rather than wait out the timeout.
+    fn check_alive(&self) {
+        let mut guard = self.child.lock().unwrap();
+        if let Some(c) = guard.as_mut()
+            && let Ok(Some(st)) = c.try_wait()
+        {
+            guard.take();
+            drop(guard);
+            panic!(
+                "server on {} exited with {st}; log:\n{}",
+                self.http_addr,
+                self.log()
+            );
+        }
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
+    pub fn is_running(&self) -> bool {
+        let mut guard = self.child.lock().unwrap();
+        guard
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    pub fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .args([format!("-{sig}"), self.pid().to_string()])
-            .status()
-            .unwrap();
+    pub fn wait_for_http(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.http_addr).is_ok() {
+                return;
+            }
+            self.check_alive();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "server on {} did not open its HTTP port; log:\n{}",
+            self.http_addr,
+            self.log()
+        );
     }
 
-    /// SIGKILL, and reap.
+    /// Waits until `/v1/status/leader` names a leader.
+    pub fn wait_for_leader(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(r) = try_request(self.http_addr, "GET", "/v1/status/leader", None)
+                && r.status == 200
+                && r.body.trim() != "\"\""
+                && !r.body.trim().is_empty()
+            {
+                return;
+            }
+            self.check_alive();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "server on {} found no leader in {timeout:?}; log:\n{}",
+            self.http_addr,
+            self.log()
+        );
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        request(self.http_addr, "GET", path, None)
+    }
+    pub fn put(&self, path: &str, body: &str) -> Resp {
+        request(self.http_addr, "PUT", path, Some(body))
+    }
+    pub fn delete(&self, path: &str) -> Resp {
+        request(self.http_addr, "DELETE", path, None)
+    }
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let r = self.get(path);
+        assert_eq!(r.status, 200, "GET {path}: {}", r.body);
+        r.json()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
+    /// SIGTERM, then waits for a clean exit (SIGKILL after `timeout`).
+    pub fn stop(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.lock().unwrap().take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// SIGKILL at once (a crash).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
-
-    /// SIGTERM and wait for a clean exit; returns whether it exited 0.
-    pub fn stop(&mut self) -> bool {
-        let Some(mut c) = self.child.take() else {
-            return true;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = c.try_wait() {
-                return st.success();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        false
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
 }
 
-impl Drop for Proc {
+impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
     }
 }
 
-/// Starts `n` servers that form a cluster by themselves.
-pub fn cluster(dir: &Path, n: usize, extra: &[&str]) -> Vec<Proc> {
-    let addrs: Vec<(String, String)> = (0..n)
-        .map(|_| {
-            (
-                format!("127.0.0.1:{}", free_port()),
-                format!("127.0.0.1:{}", free_port()),
-            )
-        })
-        .collect();
-    let mut procs = Vec::new();
-    for i in 0..n {
-        let mut args = vec!["--bootstrap-expect".to_string(), n.to_string()];
-        for (j, (_, raft)) in addrs.iter().enumerate() {
-            if j != i {
-                args.push("--join".into());
-                args.push(raft.clone());
-            }
-        }
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut p = Proc::with_addrs(&format!("s{i}"), dir, &addrs[i].0, &addrs[i].1, args);
-        p.start();
-        procs.push(p);
+/// One HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    /// Lower-cased names.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
-    procs
+    /// `X-Consul-Index` as a number.
+    pub fn index(&self) -> u64 {
+        self.header("x-consul-index")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no X-Consul-Index in {self:?}"))
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
 }
 
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+/// Percent-encodes a query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
-/// Polls until `f` returns Some, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Resp {
+    try_request(addr, method, path, body)
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+}
+
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<Resp> {
+    let mut stream = TcpStream::connect(addr)?;
+    // Long enough for a blocking query's longest wait in tests.
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let body = body.unwrap_or("");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> std::io::Result<Resp> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut payload = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    if chunked {
+        payload = dechunk(&payload).ok_or_else(|| bad("bad chunked body"))?;
+    }
+    Ok(Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&payload).into_owned(),
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
+        let size_txt = std::str::from_utf8(&data[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_txt.split(';').next()?.trim(), 16).ok()?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(data.get(..size)?);
+        data = data.get(size + 2..)?;
+    }
+}
+
+/// Runs the `cairn` binary as a CLI with `CAIRN_HTTP_ADDR` set to `addr`.
+pub fn cli(addr: &str, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(args)
+        .env("CAIRN_HTTP_ADDR", addr)
+        .env_remove("CONSUL_HTTP_ADDR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cairn")
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout`.
+pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = f().await {
+        if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The leader's Raft address as `p` reports it, if any.
-pub async fn leader_of(c: &reqwest::Client, p: &Proc) -> Option<String> {
-    let r = c.get(p.url("/v1/status/leader")).send().await.ok()?;
-    let s: String = r.json().await.ok()?;
-    (!s.is_empty()).then_some(s)
-}
-
-/// Waits until every live server in `procs` names the same leader.
-pub async fn agreed_leader(c: &reqwest::Client, procs: &[&Proc]) -> String {
-    eventually(Duration::from_secs(20), "an agreed leader", || async {
-        let mut seen = None;
-        for p in procs {
-            let l = leader_of(c, p).await?;
-            if seen.get_or_insert(l.clone()) != &l {
-                return None;
-            }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
         }
-        seen
-    })
-    .await
-}
-
-pub async fn put(c: &reqwest::Client, p: &Proc, key: &str, value: &str) -> Result<bool, String> {
-    let r = c
-        .put(p.url(&format!("/v1/kv/{key}")))
-        .body(value.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = r.status();
-    let text = r.text().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {text}"));
+        std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(text.trim() == "true")
-}
-
-pub async fn get_raw(c: &reqwest::Client, p: &Proc, key: &str, mode: &str) -> Option<String> {
-    let r = c
-        .get(p.url(&format!("/v1/kv/{key}?raw&{mode}")))
-        .send()
-        .await
-        .ok()?;
-    if !r.status().is_success() {
-        return None;
-    }
-    r.text().await.ok()
-}
-
-pub fn base64_decode(s: &str) -> String {
-    use base64::Engine;
-    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(s).unwrap()).unwrap()
-}
-
-/// Index of the server whose Raft address is `raft`.
-pub fn by_raft(procs: &[Proc], raft: &str) -> usize {
-    procs
-        .iter()
-        .position(|p| p.raft == raft)
-        .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
-}
-
-/// Every KV entry under `prefix` as `p` has it (`?stale`: its own state).
-pub async fn kv_tree(
-    c: &reqwest::Client,
-    p: &Proc,
-    prefix: &str,
-) -> Option<std::collections::BTreeMap<String, String>> {
-    let r = c
-        .get(p.url(&format!("/v1/kv/{prefix}?recurse&stale")))
-        .send()
-        .await
-        .ok()?;
-    if r.status() == 404 {
-        return Some(Default::default());
-    }
-    let entries: Vec<serde_json::Value> = r.json().await.ok()?;
-    Some(
-        entries
-            .iter()
-            .map(|e| {
-                (
-                    e["Key"].as_str().unwrap_or_default().to_string(),
-                    base64_decode(e["Value"].as_str().unwrap_or("")),
-                )
-            })
-            .collect(),
-    )
 }

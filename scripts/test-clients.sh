@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Real-client tests: py-consul (catalog, health, a blocking query) and
+# Prometheus's Consul service discovery, each against a `cairn server
+# --dev` they start on free ports (tests/py/conftest.py).
+#
+# Builds cairn (debug, or CAIRN_BIN=path to use a given binary), installs
+# py-consul and pytest if missing, and runs pytest on tests/py. The
+# Prometheus test skips with a message when /usr/bin/prometheus (Debian
+# package `prometheus`) is absent or built without Consul SD (Debian's is).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -z "${CAIRN_BIN:-}" ]]; then
+    cargo build --quiet --bin cairn
+    export CAIRN_BIN="$PWD/target/debug/cairn"
+fi
+
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import consul, pytest' 2>/dev/null; then
+    "$PY" -m pip install --quiet py-consul pytest
+fi
+
+if ! command -v prometheus >/dev/null 2>&1 && [[ ! -x /usr/bin/prometheus ]]; then
+    echo "test-clients: prometheus not installed (apt-get install -y prometheus); its test will be skipped"
+fi
+
+exec "$PY" -m pytest -q -rs tests/py "$@"

@@ -1,0 +1,367 @@
+//! The `cairn` command line: Consul-style commands that talk HTTP to a
+//! server (`CAIRN_HTTP_ADDR`, then `CONSUL_HTTP_ADDR`, then
+//! `http://127.0.0.1:8500`).
+//!
+//! Layout, so more commands slot in beside these: `CliCommand` is the one
+//! list of top-level commands (flattened into the binary's own subcommands
+//! in `main.rs`); each area has its own file with its clap types and a
+//! `run` taking the shared `Client`; `Client` and `table` are the shared
+//! plumbing (address resolution, errors as one line and exit code 1,
+//! aligned tables). A command returns `Result<(), CliError>`; `run` prints
+//! the error and turns it into the exit code.
+
+mod catalog;
+mod kv;
+mod members;
+mod operator;
+mod services;
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::Value;
+
+pub use services::service_definition_to_register;
+
+/// Commands that talk to a server over HTTP.
+#[derive(Subcommand, Debug)]
+pub enum CliCommand {
+    /// Read the catalog: nodes, services.
+    #[command(subcommand)]
+    Catalog(catalog::CatalogCmd),
+    /// Register or deregister services from definition files.
+    #[command(subcommand)]
+    Services(services::ServicesCmd),
+    /// Cluster operations (Raft peers).
+    #[command(subcommand)]
+    Operator(operator::OperatorCmd),
+    /// List the servers of the cluster.
+    Members(members::MembersArgs),
+    /// Read and write the key/value store.
+    #[command(subcommand)]
+    Kv(kv::KvCmd),
+}
+
+/// A failed command: the one line to print.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+/// Runs one command; returns the process exit code.
+pub fn run(cmd: CliCommand) -> i32 {
+    let client = match Client::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}", e.0);
+            return 1;
+        }
+    };
+    let result = match cmd {
+        CliCommand::Catalog(c) => catalog::run(&client, c),
+        CliCommand::Services(c) => services::run(&client, c),
+        CliCommand::Operator(c) => operator::run(&client, c),
+        CliCommand::Members(a) => members::run(&client, a),
+        CliCommand::Kv(c) => kv::run(&client, c),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{}", e.0);
+            1
+        }
+    }
+}
+
+/// Consul's `-format` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    #[default]
+    Pretty,
+    Json,
+}
+
+/// The server address from the environment, as an `http://` base URL.
+pub fn http_addr_from_env() -> String {
+    ["CAIRN_HTTP_ADDR", "CONSUL_HTTP_ADDR"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .map(|v| v.trim().to_string())
+        .find(|v| !v.is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:8500".into())
+}
+
+/// Accepts `host:port`, `http://host:port` (and a trailing `/`).
+pub fn normalize_addr(addr: &str) -> Result<String, CliError> {
+    let addr = addr.trim().trim_end_matches('/');
+    if let Some(rest) = addr.strip_prefix("https://") {
+        return Err(CliError(format!(
+            "HTTPS is not supported: use http://{rest}"
+        )));
+    }
+    if addr.starts_with("http://") {
+        Ok(addr.to_string())
+    } else if addr.contains("://") {
+        Err(CliError(format!("Unsupported address scheme in {addr:?}")))
+    } else {
+        Ok(format!("http://{addr}"))
+    }
+}
+
+/// A blocking HTTP client over one small runtime (the CLI does one thing
+/// at a time).
+pub struct Client {
+    pub base: String,
+    http: reqwest::Client,
+    rt: tokio::runtime::Runtime,
+}
+
+/// One answer: status and body.
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Result<Value, CliError> {
+        serde_json::from_str(&self.body)
+            .map_err(|e| CliError(format!("Invalid JSON from the server: {e}")))
+    }
+}
+
+impl Client {
+    pub fn from_env() -> Result<Client, CliError> {
+        Client::new(&http_addr_from_env())
+    }
+
+    pub fn new(addr: &str) -> Result<Client, CliError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Client {
+            base: normalize_addr(addr)?,
+            http,
+            rt,
+        })
+    }
+
+    /// Sends a request; any answer (even 4xx/5xx) is a `Reply`, only an
+    /// unreachable server is an error.
+    pub fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Reply, CliError> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        self.rt.block_on(async {
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            let status = resp.status().as_u16();
+            let body = resp.text().await.map_err(|e| self.unreachable(&e))?;
+            Ok(Reply { status, body })
+        })
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> CliError {
+        // reqwest's own message is generic; the cause names the problem.
+        let mut cause = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            cause = s.to_string();
+            src = s.source();
+        }
+        CliError(format!(
+            "Error connecting to the cairn server at {}: {cause} \
+             (is a server running there? set CAIRN_HTTP_ADDR to change the address)",
+            self.base
+        ))
+    }
+
+    /// A request that must succeed (2xx); the answer's body otherwise.
+    pub fn expect_ok(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Reply, CliError> {
+        let r = self.send(method, path, body)?;
+        if !(200..300).contains(&r.status) {
+            return Err(CliError(format!(
+                "Unexpected response code: {} ({})",
+                r.status,
+                r.body.trim()
+            )));
+        }
+        Ok(r)
+    }
+
+    pub fn get_json(&self, path: &str) -> Result<Value, CliError> {
+        self.expect_ok(reqwest::Method::GET, path, None)?.json()
+    }
+
+    /// The node name of the agent (server) we talk to.
+    pub fn agent_node_name(&self) -> Result<String, CliError> {
+        let me = self.get_json("/v1/agent/self")?;
+        me["Config"]["NodeName"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .ok_or_else(|| CliError("The agent did not report its node name".into()))
+    }
+}
+
+/// Percent-encodes one path segment or query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Columns aligned with two spaces between them, as Consul prints tables.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0; cols];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Prints a JSON value the way `-format=json` does: indented.
+pub fn print_json(v: &Value) -> CliResult {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Go's `flag` package takes `-name=value` as well as `--name=value`, and
+/// Consul's docs write the single-dash form. Clap wants two dashes for long
+/// options, so single-dash words of two or more letters become long
+/// options (`-format=json` → `--format=json`); `-`, `-h`, negative numbers
+/// and everything after `--` are left alone.
+pub fn go_style_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = false;
+    for a in args {
+        if rest {
+            out.push(a);
+            continue;
+        }
+        if a == "--" {
+            rest = true;
+            out.push(a);
+            continue;
+        }
+        let name = a
+            .strip_prefix('-')
+            .filter(|r| !r.starts_with('-'))
+            .map(|r| r.split('=').next().unwrap_or(""));
+        match name {
+            Some(n)
+                if n.len() >= 2
+                    && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                    && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+            {
+                out.push(format!("-{a}"));
+            }
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            normalize_addr("127.0.0.1:8500").unwrap(),
+            "http://127.0.0.1:8500"
+        );
+        assert_eq!(
+            normalize_addr("http://localhost:1/").unwrap(),
+            "http://localhost:1"
+        );
+        assert!(normalize_addr("https://x:1").is_err());
+        assert!(normalize_addr("unix:///tmp/s").is_err());
+    }
+
+    #[test]
+    fn single_dash_long_flags() {
+        let got = go_style_args(
+            [
+                "cairn",
+                "members",
+                "-format=json",
+                "-id",
+                "x",
+                "-h",
+                "-",
+                "-5",
+                "--",
+                "-detailed",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(
+            got,
+            [
+                "cairn",
+                "members",
+                "--format=json",
+                "--id",
+                "x",
+                "-h",
+                "-",
+                "-5",
+                "--",
+                "-detailed"
+            ]
+        );
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(&[
+            vec!["Node".into(), "Address".into(), "DC".into()],
+            vec!["узел".into(), "10.0.0.1".into(), "dc1".into()],
+        ]);
+        assert_eq!(t, "Node  Address   DC\nузел  10.0.0.1  dc1\n");
+    }
+}

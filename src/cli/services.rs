@@ -1,0 +1,422 @@
+//! `cairn services register FILE` and `cairn services deregister ID`.
+//!
+//! Consul's `services register` hands a service definition to the local
+//! agent. A cairn server keeps no agent-local services, so the CLI turns
+//! the definition into a catalog registration (`PUT /v1/catalog/register`)
+//! on the node of the server it talks to (its `NodeName` from
+//! `/v1/agent/self`), with address 127.0.0.1 — that server's own host, as
+//! seen by a client agent on it — and `SkipNodeUpdate`, so an existing node
+//! keeps its address and metadata. Checks in the definition are registered
+//! with the service, in the status they name (critical when they name
+//! none, as an agent starts them); nothing runs them on a server.
+//!
+//! Definitions are JSON (`{"service": {...}}`, `{"services": [...]}` or a
+//! bare service object), with Consul's snake_case keys or the API's
+//! PascalCase ones.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use super::{CliError, CliResult, Client, enc};
+
+#[derive(Subcommand, Debug)]
+pub enum ServicesCmd {
+    /// Register the services of a definition file (JSON).
+    Register(RegisterArgs),
+    /// Deregister a service by ID (or the services of a definition file).
+    Deregister(DeregisterArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RegisterArgs {
+    /// A service definition file.
+    file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DeregisterArgs {
+    /// The service ID (or a definition file).
+    target: Option<String>,
+    /// The service ID, as Consul's `-id`.
+    #[arg(long)]
+    id: Option<String>,
+}
+
+pub fn run(c: &Client, cmd: ServicesCmd) -> CliResult {
+    match cmd {
+        ServicesCmd::Register(a) => register(c, a),
+        ServicesCmd::Deregister(a) => deregister(c, a),
+    }
+}
+
+/// Keys whose values are free-form maps: their keys are the user's and are
+/// never renamed.
+const FREE_FORM: &[&str] = &[
+    "Meta",
+    "NodeMeta",
+    "Header",
+    "Config",
+    "TaggedAddresses",
+    "Env",
+];
+
+/// snake_case (or lower-case) definition keys → the API's PascalCase.
+fn pascal(key: &str) -> String {
+    if key.chars().any(|c| c.is_ascii_uppercase()) {
+        return key.to_string();
+    }
+    let special = [
+        ("id", "ID"),
+        ("service_id", "ServiceID"),
+        ("serviceid", "ServiceID"),
+        ("check_id", "CheckID"),
+        ("checkid", "CheckID"),
+        ("http", "HTTP"),
+        ("tcp", "TCP"),
+        ("udp", "UDP"),
+        ("grpc", "GRPC"),
+        ("grpc_use_tls", "GRPCUseTLS"),
+        ("ttl", "TTL"),
+        ("h2ping", "H2PING"),
+        ("tls_skip_verify", "TLSSkipVerify"),
+        ("tls_server_name", "TLSServerName"),
+        ("tcp_use_tls", "TCPUseTLS"),
+        ("docker_container_id", "DockerContainerID"),
+        ("destination_service_id", "DestinationServiceID"),
+        ("os_service", "OSService"),
+    ];
+    if let Some((_, v)) = special.iter().find(|(k, _)| *k == key) {
+        return v.to_string();
+    }
+    key.split('_')
+        .map(|part| {
+            let mut cs = part.chars();
+            match cs.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + cs.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// Renames keys recursively, leaving free-form maps' own keys alone (but
+/// still normalizing objects inside them, e.g. tagged addresses).
+fn normalize(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| {
+                    let k = pascal(&k);
+                    let v = if FREE_FORM.contains(&k.as_str()) {
+                        match v {
+                            Value::Object(inner) => Value::Object(
+                                inner
+                                    .into_iter()
+                                    .map(|(ik, iv)| (ik, normalize(iv)))
+                                    .collect(),
+                            ),
+                            other => other,
+                        }
+                    } else {
+                        normalize(v)
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(normalize).collect()),
+        other => other,
+    }
+}
+
+/// The service objects of a definition file's JSON.
+fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, CliError> {
+    let doc = normalize(doc);
+    let Value::Object(mut top) = doc else {
+        return Err(CliError(
+            "A service definition must be a JSON object".into(),
+        ));
+    };
+    let list = if let Some(s) = top.remove("Service") {
+        vec![s]
+    } else if let Some(Value::Array(a)) = top.remove("Services") {
+        a
+    } else {
+        vec![Value::Object(top)]
+    };
+    list.into_iter()
+        .map(|s| match s {
+            Value::Object(m) => Ok(m),
+            _ => Err(CliError("A service definition must be an object".into())),
+        })
+        .collect()
+}
+
+/// Check-definition fields that go under `Definition` in the catalog.
+const DEFINITION_FIELDS: &[&str] = &[
+    "HTTP",
+    "Header",
+    "Method",
+    "Body",
+    "TLSServerName",
+    "TLSSkipVerify",
+    "TCP",
+    "TCPUseTLS",
+    "UDP",
+    "GRPC",
+    "GRPCUseTLS",
+    "H2PING",
+    "OSService",
+    "Args",
+    "ScriptArgs",
+    "DockerContainerID",
+    "Shell",
+    "AliasNode",
+    "AliasService",
+    "DeregisterCriticalServiceAfter",
+    "TTL",
+    "Interval",
+    "Timeout",
+];
+
+fn check_type(def: &Map<String, Value>) -> &'static str {
+    for (field, kind) in [
+        ("HTTP", "http"),
+        ("TCP", "tcp"),
+        ("UDP", "udp"),
+        ("GRPC", "grpc"),
+        ("H2PING", "h2ping"),
+        ("TTL", "ttl"),
+        ("AliasService", "alias"),
+        ("DockerContainerID", "docker"),
+        ("Args", "script"),
+        ("ScriptArgs", "script"),
+    ] {
+        if def.contains_key(field) {
+            return kind;
+        }
+    }
+    ""
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Builds the catalog registration for one service definition on `node`.
+pub fn service_definition_to_register(
+    mut svc: Map<String, Value>,
+    node: &str,
+) -> Result<Value, CliError> {
+    if let Some(name) = svc.remove("Name") {
+        svc.entry("Service").or_insert(name);
+    }
+    let name = text(svc.get("Service"));
+    if name.is_empty() {
+        return Err(CliError("Service definition is missing a name".into()));
+    }
+    let id = match text(svc.get("ID")) {
+        id if id.is_empty() => name.clone(),
+        id => id,
+    };
+    svc.insert("ID".into(), Value::String(id.clone()));
+
+    let mut defs: Vec<Value> = Vec::new();
+    if let Some(c) = svc.remove("Check") {
+        defs.push(c);
+    }
+    if let Some(Value::Array(cs)) = svc.remove("Checks") {
+        defs.extend(cs);
+    }
+    let many = defs.len() > 1;
+    let mut checks = Vec::new();
+    for (i, def) in defs.into_iter().enumerate() {
+        let Value::Object(def) = def else {
+            return Err(CliError("A check definition must be an object".into()));
+        };
+        // Consul's names for a service's checks: service:ID, or
+        // service:ID:N when there are several.
+        let default_id = if many {
+            format!("service:{id}:{}", i + 1)
+        } else {
+            format!("service:{id}")
+        };
+        let check_id = match text(def.get("CheckID")) {
+            c if c.is_empty() => default_id,
+            c => c,
+        };
+        let check_name = match text(def.get("Name")) {
+            n if n.is_empty() => format!("Service '{name}' check"),
+            n => n,
+        };
+        let definition: Map<String, Value> = def
+            .iter()
+            .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let status = match text(def.get("Status")) {
+            s if s.is_empty() => "critical".to_string(),
+            s => s,
+        };
+        checks.push(json!({
+            "CheckID": check_id,
+            "Name": check_name,
+            "Status": status,
+            "Notes": text(def.get("Notes")),
+            "ServiceID": id,
+            "Type": check_type(&def),
+            "Interval": text(def.get("Interval")),
+            "Timeout": text(def.get("Timeout")),
+            "Definition": definition,
+        }));
+    }
+    Ok(json!({
+        "Node": node,
+        "Address": "127.0.0.1",
+        "SkipNodeUpdate": true,
+        "Service": svc,
+        "Checks": checks,
+    }))
+}
+
+fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError(format!("Error reading {}: {e}", path.display())))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| {
+        CliError(format!(
+            "Error parsing {}: {e} (service definitions are read as JSON)",
+            path.display()
+        ))
+    })?;
+    let list = services_of(doc)?;
+    if list.is_empty() {
+        return Err(CliError(format!("No services in {}", path.display())));
+    }
+    Ok(list)
+}
+
+fn register(c: &Client, a: RegisterArgs) -> CliResult {
+    let defs = read_definitions(&a.file)?;
+    let node = c.agent_node_name()?;
+    for svc in defs {
+        let req = service_definition_to_register(svc, &node)?;
+        let name = req["Service"]["Service"].as_str().unwrap_or("").to_string();
+        c.expect_ok(
+            reqwest::Method::PUT,
+            "/v1/catalog/register",
+            Some(req.to_string()),
+        )
+        .map_err(|e| CliError(format!("Error registering service {name:?}: {}", e.0)))?;
+        println!("Registered service: {name}");
+    }
+    Ok(())
+}
+
+fn deregister(c: &Client, a: DeregisterArgs) -> CliResult {
+    let ids: Vec<String> = match (a.id, a.target) {
+        (Some(id), None) => vec![id],
+        (None, Some(t)) if std::path::Path::new(&t).is_file() => {
+            read_definitions(&PathBuf::from(&t))?
+                .into_iter()
+                .map(|s| {
+                    let id = text(s.get("ID"));
+                    if id.is_empty() {
+                        text(s.get("Name").or(s.get("Service")))
+                    } else {
+                        id
+                    }
+                })
+                .collect()
+        }
+        (None, Some(id)) => vec![id],
+        (Some(_), Some(_)) => {
+            return Err(CliError("Give either a service ID or -id, not both".into()));
+        }
+        (None, None) => {
+            return Err(CliError(
+                "Usage: cairn services deregister ID (or -id=ID, or a definition FILE)".into(),
+            ));
+        }
+    };
+    let node = c.agent_node_name()?;
+    let on_node = c.get_json(&format!("/v1/catalog/node-services/{}", enc(&node)))?;
+    for id in ids {
+        let known = on_node["Services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["ID"].as_str() == Some(id.as_str()));
+        if !known {
+            return Err(CliError(format!(
+                "Error deregistering service {id:?}: Unknown service ID {id:?} on node {node:?}"
+            )));
+        }
+        let req = json!({"Node": node, "ServiceID": id});
+        c.expect_ok(
+            reqwest::Method::PUT,
+            "/v1/catalog/deregister",
+            Some(req.to_string()),
+        )
+        .map_err(|e| CliError(format!("Error deregistering service {id:?}: {}", e.0)))?;
+        println!("Deregistered service: {id}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake_case_definition_with_checks() {
+        let doc = json!({"service": {
+            "name": "web", "port": 8080, "tags": ["a"],
+            "meta": {"some_key": "v"},
+            "tagged_addresses": {"lan": {"address": "10.0.0.1", "port": 80}},
+            "checks": [
+                {"http": "http://localhost:8080/health", "interval": "10s"},
+                {"ttl": "30s", "status": "passing"},
+            ],
+        }});
+        let svcs = services_of(doc).unwrap();
+        let req = service_definition_to_register(svcs.into_iter().next().unwrap(), "n1").unwrap();
+        assert_eq!(req["Node"], "n1");
+        assert_eq!(req["Address"], "127.0.0.1");
+        assert_eq!(req["SkipNodeUpdate"], true);
+        let s = &req["Service"];
+        assert_eq!(s["Service"], "web");
+        assert_eq!(s["ID"], "web");
+        assert_eq!(s["Port"], 8080);
+        assert_eq!(s["Meta"], json!({"some_key": "v"}));
+        assert_eq!(s["TaggedAddresses"]["lan"]["Address"], "10.0.0.1");
+        let checks = req["Checks"].as_array().unwrap();
+        assert_eq!(checks[0]["CheckID"], "service:web:1");
+        assert_eq!(checks[0]["Type"], "http");
+        assert_eq!(checks[0]["Status"], "critical");
+        assert_eq!(checks[0]["Interval"], "10s");
+        assert_eq!(
+            checks[0]["Definition"]["HTTP"],
+            "http://localhost:8080/health"
+        );
+        assert_eq!(checks[1]["Status"], "passing");
+        assert_eq!(checks[1]["ServiceID"], "web");
+    }
+
+    #[test]
+    fn bare_and_pascal_case_and_lists() {
+        let svcs = services_of(json!({"Name": "db", "ID": "db1", "Port": 5432})).unwrap();
+        let req = service_definition_to_register(svcs[0].clone(), "n").unwrap();
+        assert_eq!(req["Service"]["ID"], "db1");
+        assert_eq!(req["Service"]["Service"], "db");
+        let svcs = services_of(json!({"services": [{"name": "a"}, {"name": "b"}]})).unwrap();
+        assert_eq!(svcs.len(), 2);
+        let err = service_definition_to_register(Map::new(), "n").unwrap_err();
+        assert!(err.0.contains("name"));
+    }
+}

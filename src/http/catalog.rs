@@ -1,0 +1,687 @@
+//! `/v1/catalog`: register and deregister, and the catalog reads (nodes,
+//! services, one service's instances, one node's services).
+//!
+//! Writes are validated here, before anything reaches Raft, so bad input is
+//! a 400 that changes nothing; the state machine re-checks what only the
+//! state can tell (e.g. a check naming an unknown service) and answers
+//! `Rejected`, also a 400. Reads run through `blocking()` on the narrowest
+//! watch keys that cover what they show, so they wake only on relevant
+//! changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::query::{RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match};
+use super::{App, Params, QueryOptions, Watch, blocking, decode_json, json_at};
+use crate::error::{Error, Result};
+use crate::filter::{Schema, schemas};
+use crate::server::Server;
+use crate::state::catalog::{node_services, service_instances};
+use crate::state::{Command, Response as Applied, State as Tables, keys};
+use crate::structs::{
+    ConnectProxyConfig, DeregisterRequest, HealthCheck, Meta, Node, NodeService, RegisterRequest,
+    ServiceAddress, Weights, valid_health_status,
+};
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/catalog/register", put(register))
+        .route("/v1/catalog/deregister", put(deregister))
+        .route("/v1/catalog/nodes", get(nodes))
+        .route("/v1/catalog/services", get(services))
+        .route("/v1/catalog/service/", get(missing_service))
+        .route("/v1/catalog/service/{*name}", get(service))
+        .route("/v1/catalog/connect/", get(missing_service))
+        .route("/v1/catalog/connect/{*name}", get(connect))
+        .route("/v1/catalog/node/", get(missing_node))
+        .route("/v1/catalog/node/{*name}", get(node))
+        .route("/v1/catalog/node-services/", get(missing_node))
+        .route("/v1/catalog/node-services/{*name}", get(node_services_list))
+}
+
+async fn missing_service() -> Error {
+    Error::bad("Missing service name")
+}
+
+async fn missing_node() -> Error {
+    Error::bad("Missing node name")
+}
+
+/// Checks a registration and fills in what Consul defaults (the
+/// datacenter). Everything that can be refused without the state is
+/// refused here.
+pub fn validate_register(req: &mut RegisterRequest, dc: &str) -> Result<()> {
+    check_dc(&req.datacenter, dc)?;
+    req.datacenter = dc.to_string();
+    if req.node.is_empty() {
+        return Err(Error::bad("Must provide node"));
+    }
+    if req.address.is_empty() && !req.skip_node_update {
+        return Err(Error::bad("Must provide address"));
+    }
+    if let Some(svc) = &req.service {
+        validate_service(svc)?;
+    }
+    for check in req.check.iter().chain(req.checks.iter()) {
+        validate_check(check, &req.node)?;
+    }
+    Ok(())
+}
+
+fn check_dc(want: &str, dc: &str) -> Result<()> {
+    if !want.is_empty() && want != dc {
+        return Err(Error::bad(format!("No path to datacenter {want:?}")));
+    }
+    Ok(())
+}
+
+fn valid_port(p: i64) -> bool {
+    (0..=65535).contains(&p)
+}
+
+fn validate_service(svc: &NodeService) -> Result<()> {
+    if svc.service.is_empty() {
+        return Err(Error::bad("Must provide service name (Service.Service)"));
+    }
+    if !valid_port(svc.port) {
+        return Err(Error::bad(format!(
+            "Invalid service port {}: must be between 0 and 65535",
+            svc.port
+        )));
+    }
+    if svc.weights.passing < 0 || svc.weights.warning < 0 {
+        return Err(Error::bad("Service weights must not be negative"));
+    }
+    if svc.is_connect_proxy() {
+        if svc.proxy.destination_service_name.is_empty() {
+            return Err(Error::bad(
+                "Proxy.DestinationServiceName must be set for a Connect proxy",
+            ));
+        }
+        if svc.port == 0 && svc.socket_path.is_empty() {
+            return Err(Error::bad(
+                "Port or SocketPath must be set for a Connect proxy",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
+    if !check.node.is_empty() && check.node != node {
+        return Err(Error::bad(format!(
+            "Node {:?} of check {:?} does not match the registration's node {node:?}",
+            check.node, check.check_id
+        )));
+    }
+    if check.check_id.is_empty() && check.name.is_empty() {
+        return Err(Error::bad("Must provide a CheckID or Name for checks"));
+    }
+    if !check.status.is_empty() && !valid_health_status(&check.status) {
+        return Err(Error::bad(format!(
+            "Invalid check status {:?}: must be passing, warning or critical",
+            check.status
+        )));
+    }
+    Ok(())
+}
+
+async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
+    validate_register(&mut req, &s.config.datacenter)?;
+    done(s.write(Command::Register(Box::new(req))).await?)
+}
+
+async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
+    check_dc(&req.datacenter, &s.config.datacenter)?;
+    req.datacenter = s.config.datacenter.clone();
+    if req.node.is_empty() {
+        return Err(Error::bad("Must provide node"));
+    }
+    done(s.write(Command::Deregister(req)).await?)
+}
+
+/// The fields of a registration body, for matching keys the way Go's
+/// `encoding/json` does (case-insensitively): clients such as py-consul send
+/// `{"node": .., "address": .., "serviceid": ..}` and Consul accepts them.
+const REGISTER_FIELDS: Schema = Schema::Struct(&[
+    ("ID", Schema::String),
+    ("Node", Schema::String),
+    ("Address", Schema::String),
+    ("Datacenter", Schema::String),
+    ("TaggedAddresses", Schema::Map(&Schema::String)),
+    ("NodeMeta", Schema::Map(&Schema::String)),
+    ("Service", schemas::NODE_SERVICE),
+    ("Check", schemas::HEALTH_CHECK),
+    ("Checks", Schema::List(&schemas::HEALTH_CHECK)),
+    ("SkipNodeUpdate", Schema::Bool),
+]);
+
+const DEREGISTER_FIELDS: Schema = Schema::Struct(&[
+    ("Node", Schema::String),
+    ("Datacenter", Schema::String),
+    ("ServiceID", Schema::String),
+    ("CheckID", Schema::String),
+]);
+
+/// Renames keys that match a struct field only by case to the field's own
+/// spelling, recursively; map keys (metadata) are the user's and kept.
+fn fold_keys(v: &mut Value, schema: &Schema) {
+    match (v, schema) {
+        (Value::Object(m), Schema::Struct(fields)) => {
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                let Some((name, inner)) = fields
+                    .iter()
+                    .find(|(f, _)| *f == k)
+                    .or_else(|| fields.iter().find(|(f, _)| f.eq_ignore_ascii_case(&k)))
+                else {
+                    continue;
+                };
+                if *name != k && !m.contains_key(*name) {
+                    let val = m.remove(&k).unwrap_or(Value::Null);
+                    m.insert(name.to_string(), val);
+                }
+                if let Some(val) = m.get_mut(*name) {
+                    fold_keys(val, inner);
+                }
+            }
+        }
+        (Value::Object(m), Schema::Map(inner)) => {
+            for val in m.values_mut() {
+                fold_keys(val, inner);
+            }
+        }
+        (Value::Array(a), Schema::List(inner)) => {
+            for val in a {
+                fold_keys(val, inner);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Decodes a request body that must be a JSON object (serde would also
+/// take an array as a struct's fields in order, which Consul never does),
+/// matching field names case-insensitively as Consul does.
+pub fn decode_object<T: serde::de::DeserializeOwned>(body: &[u8], fields: &Schema) -> Result<T> {
+    let mut v: Value = decode_json(body)?;
+    if !v.is_object() {
+        return Err(Error::bad(
+            "Request decode failed: the body must be a JSON object",
+        ));
+    }
+    fold_keys(&mut v, fields);
+    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+}
+
+/// Writes answer `true`, as Consul's do.
+fn done(r: Applied) -> Result<Response> {
+    match r {
+        Applied::Ok | Applied::Bool(true) => Ok(axum::Json(true).into_response()),
+        Applied::Bool(false) => Ok(axum::Json(false).into_response()),
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Consul's `ServiceNode`: one service instance flattened with its node,
+/// borrowed from the state version so a large answer copies nothing.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServiceNodeRow<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    node: &'a str,
+    address: &'a str,
+    datacenter: &'a str,
+    tagged_addresses: &'a BTreeMap<String, String>,
+    node_meta: &'a Meta,
+    service_kind: &'a str,
+    #[serde(rename = "ServiceID")]
+    service_id: &'a str,
+    service_name: &'a str,
+    service_tags: &'a [String],
+    service_address: &'a str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    service_tagged_addresses: &'a BTreeMap<String, ServiceAddress>,
+    service_weights: &'a Weights,
+    service_meta: &'a Meta,
+    service_port: i64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    service_socket_path: &'a str,
+    service_enable_tag_override: bool,
+    service_proxy: &'a ConnectProxyConfig,
+    service_connect: &'a Map<String, Value>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    service_peer_name: &'a str,
+    create_index: u64,
+    modify_index: u64,
+}
+
+impl<'a> ServiceNodeRow<'a> {
+    pub fn new(node: &'a Node, svc: &'a NodeService, dc: &'a str) -> Self {
+        ServiceNodeRow {
+            id: &node.id,
+            node: &node.node,
+            address: &node.address,
+            datacenter: if node.datacenter.is_empty() {
+                dc
+            } else {
+                &node.datacenter
+            },
+            tagged_addresses: &node.tagged_addresses,
+            node_meta: &node.meta,
+            service_kind: &svc.kind,
+            service_id: &svc.id,
+            service_name: &svc.service,
+            service_tags: &svc.tags,
+            service_address: &svc.address,
+            service_tagged_addresses: &svc.tagged_addresses,
+            service_weights: &svc.weights,
+            service_meta: &svc.meta,
+            service_port: svc.port,
+            service_socket_path: &svc.socket_path,
+            service_enable_tag_override: svc.enable_tag_override,
+            service_proxy: &svc.proxy,
+            service_connect: &svc.connect,
+            service_peer_name: &svc.peer_name,
+            create_index: svc.create_index,
+            modify_index: svc.modify_index,
+        }
+    }
+}
+
+/// A node as shown in answers: the datacenter filled in when it was not
+/// recorded.
+fn shown_node(node: &Node, dc: &str) -> Node {
+    let mut n = node.clone();
+    if n.datacenter.is_empty() {
+        n.datacenter = dc.to_string();
+    }
+    n
+}
+
+struct ReadCtx {
+    p: Params,
+    opts: QueryOptions,
+}
+
+fn read_ctx(s: &Server, q: Option<String>) -> Result<ReadCtx> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    Ok(ReadCtx { p, opts })
+}
+
+async fn nodes(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::Nodes)?;
+    let meta = node_meta_filters(&p);
+    let dc = s.config.datacenter.clone();
+    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES.into()]), |st| {
+        let list: Vec<Node> = st
+            .nodes
+            .values()
+            .filter(|n| node_matches(n, &meta))
+            .map(|n| shown_node(n, &dc))
+            .collect();
+        (st.index_of([keys::NODES]), list)
+    })
+    .await?;
+    apply_filter(&filter, &mut list);
+    Ok(json_at(&s, index, &list))
+}
+
+async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
+    let meta = node_meta_filters(&p);
+    // Node-meta and filters look at node fields, which change under the
+    // nodes key rather than the services key.
+    let mut watch = vec![keys::SERVICES.to_string()];
+    if !meta.is_empty() || filter.is_some() {
+        watch.push(keys::NODES.into());
+    }
+    let dc = s.config.datacenter.clone();
+    let (index, map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+        let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for ((node, _), svc) in st.services.iter() {
+            let Some(n) = st.nodes.get(node) else {
+                continue;
+            };
+            if !node_matches(n, &meta) {
+                continue;
+            }
+            if let Some(f) = &filter {
+                let row = serde_json::to_value(ServiceNodeRow::new(n, svc, &dc));
+                if !row.is_ok_and(|r| f.matches(&r)) {
+                    continue;
+                }
+            }
+            map.entry(svc.service.clone())
+                .or_default()
+                .extend(svc.tags.iter().cloned());
+        }
+        (st.index_of(watch.iter().map(String::as_str)), map)
+    })
+    .await?;
+    Ok(json_at(&s, index, &map))
+}
+
+/// Instances of a service (or its connect endpoints) in `ServiceNode` form.
+async fn service_rows(s: App, q: Option<String>, name: String, connect: bool) -> Result<Response> {
+    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
+    let meta = node_meta_filters(&p);
+    let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
+    let key = if connect {
+        keys::connect(&name)
+    } else {
+        keys::service(&name)
+    };
+    let (index, instances) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+        (
+            st.index_of([key.as_str()]),
+            service_instances(st, &name, connect),
+        )
+    })
+    .await?;
+    let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
+    let dc = s.config.datacenter.as_str();
+    let mut rows: Vec<ServiceNodeRow> = instances
+        .iter()
+        .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tag_refs))
+        .map(|i| ServiceNodeRow::new(&i.node, &i.service, dc))
+        .collect();
+    apply_filter(&filter, &mut rows);
+    Ok(json_at(&s, index, &rows))
+}
+
+async fn service(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    service_rows(s, q, name, false).await
+}
+
+async fn connect(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    service_rows(s, q, name, true).await
+}
+
+/// One node and its services, read at the node's watch key.
+async fn read_node(
+    s: &Server,
+    opts: &QueryOptions,
+    name: &str,
+) -> Result<(u64, Option<(Node, Vec<NodeService>)>)> {
+    let key = keys::node(name);
+    let dc = s.config.datacenter.clone();
+    blocking(s, opts, Watch::Keys(vec![key.clone()]), |st: &Tables| {
+        let found = st.nodes.get(name).map(|n| {
+            (
+                shown_node(n, &dc),
+                node_services(st, name).cloned().collect::<Vec<_>>(),
+            )
+        });
+        (st.index_of([key.as_str()]), found)
+    })
+    .await
+}
+
+/// `{"Node": .., "Services": ..}`, a struct so the node keeps Consul's
+/// field order (a `json!` map would sort it).
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct NodeWith<'a, S> {
+    node: Option<&'a Node>,
+    services: S,
+}
+
+/// `{"Node": .., "Services": {id: service}}`, or `null` for an unknown node
+/// (with 200, as Consul answers).
+async fn node(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
+    let (index, found) = read_node(&s, &opts, &name).await?;
+    let Some((node, mut services)) = found else {
+        return Ok(json_at(&s, index, &Value::Null));
+    };
+    apply_filter(&filter, &mut services);
+    let map: BTreeMap<&str, &NodeService> =
+        services.iter().map(|svc| (svc.id.as_str(), svc)).collect();
+    Ok(json_at(
+        &s,
+        index,
+        &NodeWith {
+            node: Some(&node),
+            services: map,
+        },
+    ))
+}
+
+/// `{"Node": .., "Services": [..]}`; an unknown node gives `Node: null`.
+async fn node_services_list(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
+    let (index, found) = read_node(&s, &opts, &name).await?;
+    let (node, mut services) = match found {
+        Some((n, svcs)) => (Some(n), svcs),
+        None => (None, Vec::new()),
+    };
+    apply_filter(&filter, &mut services);
+    Ok(json_at(
+        &s,
+        index,
+        &NodeWith {
+            node: node.as_ref(),
+            services,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(v: Value) -> Result<RegisterRequest> {
+        let mut r: RegisterRequest = decode_object(v.to_string().as_bytes(), &REGISTER_FIELDS)?;
+        validate_register(&mut r, "dc1")?;
+        Ok(r)
+    }
+
+    fn reason(v: Value) -> String {
+        match req(v) {
+            Err(Error::BadRequest(r)) => r,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_full_registration() {
+        let r = req(serde_json::json!({
+            "Node": "n1", "Address": "10.0.0.1",
+            "Service": {"Service": "web", "Port": 80, "Tags": ["a"]},
+            "Check": {"Name": "web alive", "ServiceID": "web", "Status": "passing"},
+            "Checks": [{"CheckID": "c2", "Status": "warning"}],
+        }))
+        .unwrap();
+        assert_eq!(r.datacenter, "dc1");
+        assert_eq!(r.service.unwrap().port, 80);
+    }
+
+    #[test]
+    fn refuses_missing_node_or_address() {
+        assert!(reason(serde_json::json!({"Address": "1.2.3.4"})).contains("node"));
+        assert!(reason(serde_json::json!({"Node": "n"})).contains("address"));
+        // SkipNodeUpdate lets the state decide (the node may exist).
+        req(serde_json::json!({"Node": "n", "SkipNodeUpdate": true})).unwrap();
+    }
+
+    #[test]
+    fn refuses_bad_status_and_port() {
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a", "Check": {"Name": "c", "Status": "bogus"}
+        }));
+        assert!(r.contains("bogus"), "{r}");
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a", "Checks": [{"Name": "c", "Status": "maintenance"}]
+        }));
+        assert!(r.contains("maintenance"), "{r}");
+        for port in [-1, 65536, 100000] {
+            let r = reason(serde_json::json!({
+                "Node": "n", "Address": "a", "Service": {"Service": "s", "Port": port}
+            }));
+            assert!(r.contains("port"), "{r}");
+        }
+        req(serde_json::json!({
+            "Node": "n", "Address": "a", "Service": {"Service": "s", "Port": 65535}
+        }))
+        .unwrap();
+    }
+
+    #[test]
+    fn refuses_wrong_types_and_malformed_json() {
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a", "Service": {"Service": "s", "Port": "80"}
+        }));
+        assert!(r.starts_with("Request decode failed"), "{r}");
+        let r = reason(serde_json::json!({"Node": 5, "Address": "a"}));
+        assert!(r.starts_with("Request decode failed"), "{r}");
+        let mut bad: Result<RegisterRequest> = decode_object(b"{\"Node\": ", &REGISTER_FIELDS);
+        assert!(matches!(bad, Err(Error::BadRequest(_))));
+        bad = decode_object(b"[\"n1\", \"10.0.0.1\"]", &REGISTER_FIELDS);
+        assert!(matches!(bad, Err(Error::BadRequest(_))));
+    }
+
+    #[test]
+    fn refuses_service_without_name_or_foreign_dc() {
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a", "Service": {"ID": "x"}
+        }));
+        assert!(r.contains("service name"), "{r}");
+        let r = reason(serde_json::json!({"Node": "n", "Address": "a", "Datacenter": "dc9"}));
+        assert!(r.contains("dc9"), "{r}");
+    }
+
+    #[test]
+    fn refuses_proxy_without_destination() {
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a",
+            "Service": {"Service": "web-proxy", "Kind": "connect-proxy", "Port": 21000}
+        }));
+        assert!(r.contains("DestinationServiceName"), "{r}");
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_like_go() {
+        let r = req(serde_json::json!({
+            "node": "n1", "address": "10.0.0.1", "nodemeta": {"Rack": "r1"},
+            "service": {"service": "web", "id": "w1", "port": 80,
+                        "taggedaddresses": {"lan": {"address": "10.0.0.1", "port": 80}},
+                        "meta": {"someKey": "v"}},
+            "check": {"name": "c", "serviceid": "w1", "status": "passing",
+                      "definition": {"http": "http://x"}},
+        }))
+        .unwrap();
+        assert_eq!(r.node, "n1");
+        assert_eq!(r.node_meta.get("Rack").map(String::as_str), Some("r1"));
+        let svc = r.service.unwrap();
+        assert_eq!((svc.id.as_str(), svc.port), ("w1", 80));
+        assert_eq!(svc.tagged_addresses["lan"].address, "10.0.0.1");
+        assert!(svc.meta.contains_key("someKey"));
+        let check = r.check.unwrap();
+        assert_eq!(check.service_id, "w1");
+        assert_eq!(check.definition["HTTP"], "http://x");
+        let d: DeregisterRequest =
+            decode_object(br#"{"node": "n1", "serviceid": "w1"}"#, &DEREGISTER_FIELDS).unwrap();
+        assert_eq!((d.node.as_str(), d.service_id.as_str()), ("n1", "w1"));
+    }
+
+    #[test]
+    fn refuses_check_for_another_node() {
+        let r = reason(serde_json::json!({
+            "Node": "n", "Address": "a", "Check": {"Node": "other", "Name": "c"}
+        }));
+        assert!(r.contains("other"), "{r}");
+    }
+
+    #[test]
+    fn service_node_row_has_consul_fields_and_defaults() {
+        let node = Node {
+            id: "id1".into(),
+            node: "n1".into(),
+            address: "10.0.0.1".into(),
+            ..Default::default()
+        };
+        let svc = NodeService {
+            id: "web1".into(),
+            service: "web".into(),
+            port: 80,
+            ..Default::default()
+        };
+        let v = serde_json::to_value(ServiceNodeRow::new(&node, &svc, "dc1")).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        for k in [
+            "ID",
+            "Node",
+            "Address",
+            "Datacenter",
+            "TaggedAddresses",
+            "NodeMeta",
+            "ServiceKind",
+            "ServiceID",
+            "ServiceName",
+            "ServiceTags",
+            "ServiceAddress",
+            "ServiceWeights",
+            "ServiceMeta",
+            "ServicePort",
+            "ServiceEnableTagOverride",
+            "ServiceProxy",
+            "ServiceConnect",
+            "CreateIndex",
+            "ModifyIndex",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {v}");
+        }
+        assert_eq!(v["Datacenter"], "dc1");
+        assert_eq!(v["ServiceKind"], "");
+        assert_eq!(v["ServiceTags"], serde_json::json!([]));
+        assert_eq!(
+            v["ServiceWeights"],
+            serde_json::json!({"Passing": 1, "Warning": 1})
+        );
+        assert_eq!(
+            v["ServiceProxy"],
+            serde_json::json!({"MeshGateway": {}, "Expose": {}})
+        );
+        assert_eq!(v["ServiceConnect"], serde_json::json!({}));
+        assert!(v.get("ServiceTaggedAddresses").is_none());
+        assert!(v.get("ServiceSocketPath").is_none());
+    }
+}

@@ -1,0 +1,218 @@
+//! `/v1/health`: checks by node, by service and by state, and service
+//! instances with their health (`{Node, Service, Checks}` rows).
+//!
+//! An instance's health is its node's checks plus its own, as
+//! `state::catalog::service_instances` gathers them; `?passing` keeps the
+//! instances whose checks all pass.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Serialize;
+
+use super::query::{
+    RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
+};
+use super::{App, Params, QueryOptions, Watch, blocking, json_at};
+use crate::error::{Error, Result};
+use crate::state::catalog::{Instance, node_checks, service_instances};
+use crate::state::keys;
+use crate::structs::{HEALTH_PASSING, HealthCheck, Node, NodeService, valid_health_status};
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/health/node/", get(missing_node))
+        .route("/v1/health/node/{*name}", get(node))
+        .route("/v1/health/checks/", get(missing_service))
+        .route("/v1/health/checks/{*name}", get(service_checks))
+        .route("/v1/health/service/", get(missing_service))
+        .route("/v1/health/service/{*name}", get(service))
+        .route("/v1/health/connect/", get(missing_service))
+        .route("/v1/health/connect/{*name}", get(connect))
+        .route("/v1/health/state/", get(missing_state))
+        .route("/v1/health/state/{*state}", get(by_state))
+}
+
+async fn missing_service() -> Error {
+    Error::bad("Missing service name")
+}
+
+async fn missing_node() -> Error {
+    Error::bad("Missing node name")
+}
+
+async fn missing_state() -> Error {
+    Error::bad("Missing check state")
+}
+
+fn read_opts(s: &App, q: Option<String>) -> Result<(Params, QueryOptions)> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    Ok((p, opts))
+}
+
+/// The checks on a node, node-level and service-level.
+async fn node(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let (p, opts) = read_opts(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::Checks)?;
+    let key = keys::node(&name);
+    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+        let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
+        (st.index_of([key.as_str()]), checks)
+    })
+    .await?;
+    apply_filter(&filter, &mut checks);
+    Ok(json_at(&s, index, &checks))
+}
+
+/// The checks of a service's instances (their own checks, not node checks).
+async fn service_checks(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let (p, opts) = read_opts(&s, q)?;
+    let filter = RowFilter::from_params(&p, Rows::Checks)?;
+    let meta = node_meta_filters(&p);
+    let key = keys::service(&name);
+    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+        let mut checks = Vec::new();
+        for i in service_instances(st, &name, false) {
+            if !node_matches(&i.node, &meta) {
+                continue;
+            }
+            let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
+            checks.extend(own.map(|c| (**c).clone()));
+        }
+        (st.index_of([key.as_str()]), checks)
+    })
+    .await?;
+    apply_filter(&filter, &mut checks);
+    Ok(json_at(&s, index, &checks))
+}
+
+/// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
+async fn by_state(
+    State(s): State<App>,
+    Path(state): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let (p, opts) = read_opts(&s, q)?;
+    if state != "any" && !valid_health_status(&state) {
+        return Err(Error::bad(format!(
+            "Invalid check state {state:?}: must be any, passing, warning or critical"
+        )));
+    }
+    let filter = RowFilter::from_params(&p, Rows::Checks)?;
+    let meta = node_meta_filters(&p);
+    let mut watch = vec![keys::CHECKS.to_string()];
+    if !meta.is_empty() {
+        watch.push(keys::NODES.into());
+    }
+    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+        let checks: Vec<HealthCheck> = st
+            .checks
+            .values()
+            .filter(|c| state == "any" || c.status == state)
+            .filter(|c| {
+                meta.is_empty()
+                    || st
+                        .nodes
+                        .get(&c.node)
+                        .is_some_and(|n| node_matches(n, &meta))
+            })
+            .map(|c| (**c).clone())
+            .collect();
+        (st.index_of(watch.iter().map(String::as_str)), checks)
+    })
+    .await?;
+    apply_filter(&filter, &mut checks);
+    Ok(json_at(&s, index, &checks))
+}
+
+/// One `/v1/health/service` row, borrowed from the state version.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct CheckServiceNode<'a> {
+    node: &'a Node,
+    service: &'a NodeService,
+    checks: &'a [Arc<HealthCheck>],
+}
+
+fn all_passing(i: &Instance) -> bool {
+    i.checks.iter().all(|c| c.status == HEALTH_PASSING)
+}
+
+async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Result<Response> {
+    let (p, opts) = read_opts(&s, q)?;
+    let passing = passing_flag(&p)?;
+    let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
+    let meta = node_meta_filters(&p);
+    let tags: Vec<&str> = p.all("tag");
+    let key = if connect {
+        keys::connect(&name)
+    } else {
+        keys::service(&name)
+    };
+    let (index, found) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+        (
+            st.index_of([key.as_str()]),
+            service_instances(st, &name, connect),
+        )
+    })
+    .await?;
+    let dc = &s.config.datacenter;
+    // Nodes registered without a datacenter are shown in ours; only those
+    // few rows pay for a copy.
+    let nodes: Vec<std::borrow::Cow<Node>> = found
+        .iter()
+        .map(|i| {
+            if i.node.datacenter.is_empty() {
+                let mut n = (*i.node).clone();
+                n.datacenter = dc.clone();
+                std::borrow::Cow::Owned(n)
+            } else {
+                std::borrow::Cow::Borrowed(&*i.node)
+            }
+        })
+        .collect();
+    let mut rows: Vec<CheckServiceNode> = found
+        .iter()
+        .zip(nodes.iter())
+        .filter(|(i, _)| {
+            node_matches(&i.node, &meta)
+                && tags_match(&i.service, &tags)
+                && (!passing || all_passing(i))
+        })
+        .map(|(i, n)| CheckServiceNode {
+            node: n,
+            service: &i.service,
+            checks: &i.checks,
+        })
+        .collect();
+    apply_filter(&filter, &mut rows);
+    Ok(json_at(&s, index, &rows))
+}
+
+async fn service(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    instances(s, q, name, false).await
+}
+
+async fn connect(
+    State(s): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    instances(s, q, name, true).await
+}

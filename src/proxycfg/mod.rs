@@ -1,0 +1,287 @@
+//! Server-side proxycfg: a live snapshot for every connect proxy in the
+//! catalog — its registration with central config merged, and per upstream
+//! the compiled discovery chain and the healthy endpoints of each target.
+//!
+//! One manager serves every proxy. It subscribes to the publisher once per
+//! topic (service health, each config kind) and keeps a dependency index:
+//! each proxy holds *watches* (`Watch`, one per resource it read: a
+//! service's instances, a config entry), and an event marks dirty exactly the
+//! proxies watching what changed. Watches are derived from each rebuild, so
+//! they are started and cancelled as chains change; dropping a watch
+//! unregisters it. Rebuilds of dirty proxies are coalesced and run in
+//! batches on the blocking pool, so one global change cannot starve Raft.
+
+mod build;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+pub use build::{Snapshot, build};
+
+use crate::state::Store;
+use crate::stream::{Item, Publisher, Topic};
+use crate::structs::config_entry::Kind;
+
+/// (node, proxy service id).
+pub type ProxyKey = (String, String);
+
+/// A resource a proxy's snapshot was built from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dep {
+    /// The instances (and health) of a service.
+    Service(String),
+    Config(Kind, String),
+}
+
+/// Proxies rebuilt per batch before yielding.
+const BATCH: usize = 256;
+/// Pause after a wake-up so a burst of events becomes one rebuild.
+const COALESCE: Duration = Duration::from_millis(5);
+
+pub struct Manager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    datacenter: String,
+    proxies: Mutex<HashMap<ProxyKey, Proxy>>,
+    /// resource → proxies watching it, with the number of their watches on
+    /// it (a rebuild registers its new watches before dropping the old).
+    deps: Mutex<HashMap<Dep, HashMap<ProxyKey, usize>>>,
+    dirty: Mutex<BTreeSet<ProxyKey>>,
+    wake: Notify,
+    live_watches: AtomicUsize,
+}
+
+struct Proxy {
+    snapshot: watch::Sender<Option<Arc<Snapshot>>>,
+    watches: Vec<Watch>,
+}
+
+/// A proxy's interest in one resource; unregistered when dropped.
+pub struct Watch {
+    inner: Weak<Inner>,
+    dep: Dep,
+    proxy: ProxyKey,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            let mut deps = inner.deps.lock().unwrap();
+            if let Some(set) = deps.get_mut(&self.dep) {
+                if let Some(n) = set.get_mut(&self.proxy) {
+                    *n -= 1;
+                    if *n == 0 {
+                        set.remove(&self.proxy);
+                    }
+                }
+                if set.is_empty() {
+                    deps.remove(&self.dep);
+                }
+            }
+            inner.live_watches.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Inner {
+    fn watch(self: &Arc<Self>, dep: Dep, proxy: &ProxyKey) -> Watch {
+        *self
+            .deps
+            .lock()
+            .unwrap()
+            .entry(dep.clone())
+            .or_default()
+            .entry(proxy.clone())
+            .or_default() += 1;
+        self.live_watches.fetch_add(1, Ordering::Relaxed);
+        Watch {
+            inner: Arc::downgrade(self),
+            dep,
+            proxy: proxy.clone(),
+        }
+    }
+
+    fn mark(&self, keys: impl IntoIterator<Item = ProxyKey>) {
+        let mut dirty = self.dirty.lock().unwrap();
+        let before = dirty.len();
+        dirty.extend(keys);
+        if dirty.len() != before {
+            self.wake.notify_one();
+        }
+    }
+
+    fn mark_dep(&self, dep: &Dep) {
+        let keys: Vec<ProxyKey> = match self.deps.lock().unwrap().get(dep) {
+            Some(set) => set.keys().cloned().collect(),
+            None => return,
+        };
+        self.mark(keys);
+    }
+
+    /// Rebuilds dirty proxies until none is left.
+    async fn rebuild_dirty(self: &Arc<Self>) {
+        loop {
+            let batch: Vec<ProxyKey> = {
+                let mut dirty = self.dirty.lock().unwrap();
+                let take: Vec<ProxyKey> = dirty.iter().take(BATCH).cloned().collect();
+                for k in &take {
+                    dirty.remove(k);
+                }
+                take
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let state = self.store.state();
+            let dc = self.datacenter.clone();
+            let built = tokio::task::spawn_blocking(move || {
+                batch
+                    .into_iter()
+                    .map(|k| {
+                        let r = build(&state, &dc, &k);
+                        (k, r)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            for (key, result) in built {
+                self.install(key, result);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Installs a rebuilt snapshot and its watches (or tears the proxy down
+    /// when its registration is gone).
+    fn install(self: &Arc<Self>, key: ProxyKey, result: Option<(Snapshot, BTreeSet<Dep>)>) {
+        let Some((snapshot, deps)) = result else {
+            let gone = self.proxies.lock().unwrap().remove(&key);
+            drop(gone); // its watches unregister here, outside the lock
+            return;
+        };
+        let mut watches: Vec<Watch> = deps.into_iter().map(|d| self.watch(d, &key)).collect();
+        let mut proxies = self.proxies.lock().unwrap();
+        let proxy = proxies.entry(key).or_insert_with(|| Proxy {
+            snapshot: watch::channel(None).0,
+            watches: Vec::new(),
+        });
+        std::mem::swap(&mut proxy.watches, &mut watches);
+        let changed = proxy
+            .snapshot
+            .borrow()
+            .as_ref()
+            .is_none_or(|old| !old.same_content(&snapshot));
+        if changed {
+            let version = proxy.snapshot.borrow().as_ref().map_or(0, |s| s.version) + 1;
+            proxy.snapshot.send_replace(Some(Arc::new(Snapshot {
+                version,
+                ..snapshot
+            })));
+        }
+        drop(proxies);
+        drop(watches); // the previous watches, outside the lock
+    }
+}
+
+impl Manager {
+    /// Starts the manager: subscriptions and the rebuild loop.
+    pub fn start(store: Arc<Store>, publisher: &Publisher, datacenter: &str) -> Manager {
+        let inner = Arc::new(Inner {
+            store: store.clone(),
+            datacenter: datacenter.to_string(),
+            proxies: Mutex::new(HashMap::new()),
+            deps: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(BTreeSet::new()),
+            wake: Notify::new(),
+            live_watches: AtomicUsize::new(0),
+        });
+        let mut health = publisher.subscribe(store.clone(), Topic::ServiceHealth, "", 0);
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            loop {
+                let item = health.next().await;
+                let Some(inner) = weak.upgrade() else { return };
+                match item {
+                    Item::Event(e) => {
+                        inner.mark_dep(&Dep::Service(e.key.clone()));
+                        let svc = &e.payload["Value"]["Service"];
+                        if svc["Kind"] == "connect-proxy" {
+                            let node = e.payload["Value"]["Node"]["Node"]
+                                .as_str()
+                                .unwrap_or_default();
+                            let id = svc["ID"].as_str().unwrap_or_default();
+                            inner.mark([(node.to_string(), id.to_string())]);
+                        }
+                    }
+                    // Start over: every known proxy is checked again (those
+                    // gone are torn down by their rebuild).
+                    Item::NewSnapshotToFollow => {
+                        let all: Vec<ProxyKey> =
+                            inner.proxies.lock().unwrap().keys().cloned().collect();
+                        inner.mark(all);
+                    }
+                    Item::EndOfSnapshot(_) => {}
+                }
+            }
+        });
+        for kind in Kind::ALL {
+            let mut sub = publisher.subscribe(store.clone(), Topic::of_kind(kind), "", 0);
+            let weak = Arc::downgrade(&inner);
+            tokio::spawn(async move {
+                loop {
+                    let item = sub.next().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    match item {
+                        Item::Event(e) => inner.mark_dep(&Dep::Config(kind, e.key.clone())),
+                        Item::NewSnapshotToFollow => {
+                            let all: Vec<ProxyKey> =
+                                inner.proxies.lock().unwrap().keys().cloned().collect();
+                            inner.mark(all);
+                        }
+                        Item::EndOfSnapshot(_) => {}
+                    }
+                }
+            });
+        }
+        let worker = inner.clone();
+        tokio::spawn(async move {
+            loop {
+                if worker.dirty.lock().unwrap().is_empty() {
+                    worker.wake.notified().await;
+                    tokio::time::sleep(COALESCE).await;
+                }
+                worker.rebuild_dirty().await;
+            }
+        });
+        Manager { inner }
+    }
+
+    /// The current snapshot of a proxy and a way to wait for the next one.
+    pub fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
+        self.inner
+            .proxies
+            .lock()
+            .unwrap()
+            .get(key)
+            .map(|p| p.snapshot.subscribe())
+    }
+
+    /// Proxies with state, and watches registered for them (for tests and
+    /// metrics: a torn-down proxy leaves none behind).
+    pub fn counts(&self) -> (usize, usize) {
+        (
+            self.inner.proxies.lock().unwrap().len(),
+            self.inner.live_watches.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,204 @@
+//! proxycfg against a live store and publisher: a proxy's snapshot follows
+//! its upstream's chain and endpoints, and deregistration tears every watch
+//! down.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+use crate::state::{Command, MemoryBackend, apply_command};
+use crate::structs::{DeregisterRequest, HealthCheck, NodeService, RegisterRequest, Upstream};
+
+struct World {
+    store: Arc<Store>,
+    publisher: Publisher,
+    manager: Manager,
+    index: u64,
+}
+
+impl World {
+    fn new() -> World {
+        let store = Arc::new(Store::open(Box::new(MemoryBackend::default())).unwrap());
+        let publisher = Publisher::default();
+        let manager = Manager::start(store.clone(), &publisher, "dc1");
+        World {
+            store,
+            publisher,
+            manager,
+            index: 1,
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        self.index += 1;
+        let mut st = (*self.store.state()).clone();
+        let (_, set) = apply_command(&mut st, self.index, &cmd);
+        self.store
+            .commit(st.clone(), std::slice::from_ref(&set), vec![])
+            .unwrap();
+        self.publisher.publish(vec![(set, Arc::new(st))]);
+    }
+
+    fn register(&mut self, node: &str, svc: NodeService, status: &str) {
+        let check = HealthCheck {
+            check_id: format!("{}-check", svc.id),
+            name: "check".into(),
+            status: status.into(),
+            service_id: svc.id.clone(),
+            ..Default::default()
+        };
+        self.apply(Command::Register(Box::new(RegisterRequest {
+            node: node.into(),
+            address: "10.0.0.1".into(),
+            service: Some(svc),
+            checks: vec![check],
+            ..Default::default()
+        })));
+    }
+
+    /// Waits (≤ 1 s) for the proxy's snapshot to satisfy `pred`.
+    async fn until(
+        &self,
+        key: &ProxyKey,
+        what: &str,
+        pred: impl Fn(&Snapshot) -> bool,
+    ) -> Arc<Snapshot> {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            if let Some(rx) = self.manager.snapshot(key)
+                && let Some(s) = rx.borrow().clone()
+                && pred(&s)
+            {
+                return s;
+            }
+            if Instant::now() >= deadline {
+                let snap = self
+                    .manager
+                    .snapshot(key)
+                    .and_then(|rx| rx.borrow().clone());
+                panic!(
+                    "within 1s: {what}; have {:?}",
+                    snap.map(|s| serde_json::to_string(&s.upstreams).unwrap())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn instance(id: &str, name: &str, version: &str) -> NodeService {
+    NodeService {
+        id: id.into(),
+        service: name.into(),
+        port: 8080,
+        meta: [("version".to_string(), version.to_string())].into(),
+        ..Default::default()
+    }
+}
+
+fn proxy() -> NodeService {
+    let mut p = instance("web-proxy", "web-proxy", "");
+    p.kind = "connect-proxy".into();
+    p.proxy.destination_service_name = "web".into();
+    p.proxy.upstreams = vec![Upstream {
+        destination_name: "db".into(),
+        local_bind_port: 9191,
+        ..Default::default()
+    }];
+    p
+}
+
+fn endpoint_ids(s: &Snapshot, target: &str) -> Vec<String> {
+    s.upstreams["db"]
+        .endpoints
+        .get(target)
+        .map_or(vec![], |rows| {
+            rows.iter()
+                .map(|r| r["Service"]["ID"].as_str().unwrap().to_string())
+                .collect()
+        })
+}
+
+const DB: &str = "db.default.default.dc1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_follows_chain_health_and_instances() {
+    let mut w = World::new();
+    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register("n2", proxy(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    let s = w
+        .until(&key, "the upstream's chain and endpoint", |s| {
+            endpoint_ids(s, DB) == ["db1"]
+        })
+        .await;
+    assert!(s.upstreams["db"].chain.is_some());
+
+    // A new instance shows up.
+    w.register("n3", instance("db2", "db", "v2"), "passing");
+    w.until(&key, "a new instance", |s| {
+        endpoint_ids(s, DB) == ["db1", "db2"]
+    })
+    .await;
+
+    // A failing check takes it out.
+    w.register("n1", instance("db1", "db", "v1"), "critical");
+    w.until(&key, "the critical instance gone", |s| {
+        endpoint_ids(s, DB) == ["db2"]
+    })
+    .await;
+
+    // A splitter (with the resolver subsets it needs) reshapes the chain and
+    // starts watches on the new targets.
+    for entry in [
+        json!({"Kind": "service-defaults", "Name": "db", "Protocol": "http"}),
+        json!({"Kind": "service-resolver", "Name": "db", "Subsets": {
+            "v1": {"Filter": "Service.Meta.version == v1"}, "v2": {"Filter": "Service.Meta.version == v2"}}}),
+        json!({"Kind": "service-splitter", "Name": "db", "Splits": [
+            {"Weight": 90, "ServiceSubset": "v1"}, {"Weight": 10, "ServiceSubset": "v2"}]}),
+    ] {
+        w.apply(Command::ConfigSet { entry, cas: None });
+    }
+    let s = w
+        .until(&key, "the split chain", |s| {
+            s.upstreams["db"]
+                .chain
+                .as_ref()
+                .is_some_and(|c| c.start_node.starts_with("splitter:"))
+        })
+        .await;
+    assert_eq!(endpoint_ids(&s, "v2.db.default.default.dc1"), ["db2"]);
+    assert!(
+        endpoint_ids(&s, "v1.db.default.default.dc1").is_empty(),
+        "v1's only instance is critical"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deregistering_the_proxy_tears_down_its_watches() {
+    let mut w = World::new();
+    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register("n2", proxy(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    w.until(&key, "first snapshot", |s| !endpoint_ids(s, DB).is_empty())
+        .await;
+    let (proxies, watches) = w.manager.counts();
+    assert_eq!(proxies, 1);
+    assert!(watches > 0);
+    w.apply(Command::Deregister(DeregisterRequest {
+        node: "n2".into(),
+        service_id: "web-proxy".into(),
+        ..Default::default()
+    }));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while w.manager.counts() != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            w.manager.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,163 @@
+//! The `cairn` CLI against a real dev server: output, exit codes, and the
+//! address fallbacks.
+
+mod common;
+
+use common::{Server, cli};
+use serde_json::json;
+
+fn out(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn err(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn services_register_list_and_deregister() {
+    let s = Server::builder().dev().node("cli-node").start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.json");
+    std::fs::write(
+        &file,
+        json!({"service": {
+            "name": "web", "id": "web-1", "port": 8080, "tags": ["v1", "blue"],
+            "meta": {"team_name": "x"},
+            "check": {"http": "http://127.0.0.1:8080/health", "interval": "10s", "status": "passing"},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let o = cli(&s.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Registered service: web");
+
+    // What the catalog holds: on the server's node, address 127.0.0.1.
+    let rows = s.get_json("/v1/catalog/service/web");
+    assert_eq!(rows[0]["Node"], "cli-node");
+    assert_eq!(rows[0]["Address"], "127.0.0.1");
+    assert_eq!(rows[0]["ServiceID"], "web-1");
+    assert_eq!(rows[0]["ServicePort"], 8080);
+    assert_eq!(rows[0]["ServiceMeta"], json!({"team_name": "x"}));
+    let health = s.get_json("/v1/health/service/web?passing");
+    assert_eq!(health[0]["Checks"][0]["CheckID"], "service:web-1");
+    assert_eq!(health[0]["Checks"][0]["Type"], "http");
+
+    // A bare PascalCase object works too; host:port addresses as well.
+    let file2 = dir.path().join("db.json");
+    std::fs::write(&file2, r#"{"Name": "db", "Port": 5432}"#).unwrap();
+    let bare = s.http_addr.to_string();
+    let o = cli(&bare, &["services", "register", file2.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+
+    let o = cli(&s.url, &["catalog", "services"]);
+    assert!(o.status.success());
+    assert_eq!(out(&o), "db\nweb\n");
+    let o = cli(&s.url, &["catalog", "services", "-tags"]);
+    let text = out(&o);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("web") && l.ends_with("blue,v1")),
+        "{text}"
+    );
+
+    let o = cli(&s.url, &["catalog", "nodes"]);
+    assert!(o.status.success());
+    let text = out(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("Node") && lines[0].contains("Address"));
+    assert!(lines[1].starts_with("cli-node") && lines[1].contains("127.0.0.1"));
+    // Columns line up.
+    assert_eq!(lines[0].find("Address"), lines[1].find("127.0.0.1"));
+
+    let o = cli(&s.url, &["catalog", "nodes", "-format=json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["Node"], "cli-node");
+
+    let o = cli(&s.url, &["services", "deregister", "web-1"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Deregistered service: web-1");
+    assert_eq!(s.get_json("/v1/catalog/service/web"), json!([]));
+    assert_eq!(s.get_json("/v1/health/checks/web"), json!([]));
+    let o = cli(&s.url, &["services", "deregister", "-id=web-1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("web-1"));
+
+    // A broken definition is refused with a reason and changes nothing.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"service": {"name": "x", "port": 70000}}"#).unwrap();
+    let o = cli(&s.url, &["services", "register", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("port"), "{}", err(&o));
+    std::fs::write(&bad, "{not json").unwrap();
+    let o = cli(&s.url, &["services", "register", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(s.get_json("/v1/catalog/services").get("x").is_none());
+}
+
+#[test]
+fn operator_members_and_kv() {
+    let s = Server::builder().dev().node("solo").start();
+    let o = cli(&s.url, &["operator", "raft", "list-peers"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = out(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["Node", "ID", "Address", "State", "Voter", "RaftProtocol"]
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[0], "solo");
+    assert_eq!(row[2], s.raft_addr.to_string());
+    assert_eq!(&row[3..], ["leader", "true", "3"]);
+
+    let o = cli(&s.url, &["members"]);
+    assert!(o.status.success());
+    let text = out(&o);
+    assert!(text.starts_with("Node"), "{text}");
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..4],
+        ["solo", &s.raft_addr.to_string(), "alive", "server"]
+    );
+
+    let o = cli(&s.url, &["kv", "put", "app/config", "hello world"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).trim(), "Success! Data written to: app/config");
+    let o = cli(&s.url, &["kv", "get", "app/config"]);
+    assert_eq!(out(&o), "hello world\n");
+    let o = cli(&s.url, &["kv", "get", "app/missing"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("No key exists at: app/missing"));
+
+    let o = cli(&s.url, &["operator", "raft", "remove-peer", "-id=ghost"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("ghost"), "{}", err(&o));
+}
+
+#[test]
+fn unreachable_server_is_a_clear_error() {
+    let port = common::free_port();
+    for addr in [
+        format!("127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}"),
+    ] {
+        let o = cli(&addr, &["catalog", "nodes"]);
+        assert_eq!(o.status.code(), Some(1));
+        let e = err(&o);
+        assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+        assert!(e.to_lowercase().contains("refused"), "{e}");
+        assert!(out(&o).is_empty());
+    }
+    // CONSUL_HTTP_ADDR is the fallback when CAIRN_HTTP_ADDR is unset.
+    let o = std::process::Command::new(common::bin())
+        .args(["members"])
+        .env_remove("CAIRN_HTTP_ADDR")
+        .env("CONSUL_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains(&format!("127.0.0.1:{port}")));
+}

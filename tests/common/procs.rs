@@ -1,0 +1,277 @@
+//! Async helpers for cluster and fault tests: several real `cairn`
+//! processes on loopback, started, killed, frozen and restarted on their
+//! data dirs, driven with an async HTTP client.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use super::free_port;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cairn");
+
+/// One server process, killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub http: String,
+    pub raft: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    /// Removed when the process handle is dropped (dev servers).
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Proc {
+    /// `cairn server --dev` on free ports.
+    pub fn dev() -> Proc {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = Proc::new("dev", tmp.path(), vec!["--dev".into()]);
+        p._tmp = Some(tmp);
+        p.start();
+        p
+    }
+
+    /// A cluster member; `extra` holds --bootstrap-expect/--join and the like.
+    pub fn new(name: &str, dir: &Path, extra: Vec<String>) -> Proc {
+        let http = format!("127.0.0.1:{}", free_port());
+        let raft = format!("127.0.0.1:{}", free_port());
+        Proc::with_addrs(name, dir, &http, &raft, extra)
+    }
+
+    pub fn with_addrs(name: &str, dir: &Path, http: &str, raft: &str, extra: Vec<String>) -> Proc {
+        let data_dir = dir.join(name);
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--node".into(),
+            name.into(),
+            "--http-addr".into(),
+            http.into(),
+            "--raft-addr".into(),
+            raft.into(),
+        ];
+        args.push("--data-dir".into());
+        args.push(data_dir.to_string_lossy().into_owned());
+        args.extend(extra);
+        Proc {
+            name: name.into(),
+            http: http.into(),
+            raft: raft.into(),
+            log: dir.join(format!("{name}.log")),
+            data_dir,
+            args,
+            child: None,
+            _tmp: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn cairn");
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([format!("-{sig}"), self.pid().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns whether it exited 0.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = c.try_wait() {
+                return st.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        false
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `n` servers that form a cluster by themselves.
+pub fn cluster(dir: &Path, n: usize, extra: &[&str]) -> Vec<Proc> {
+    let addrs: Vec<(String, String)> = (0..n)
+        .map(|_| {
+            (
+                format!("127.0.0.1:{}", free_port()),
+                format!("127.0.0.1:{}", free_port()),
+            )
+        })
+        .collect();
+    let mut procs = Vec::new();
+    for i in 0..n {
+        let mut args = vec!["--bootstrap-expect".to_string(), n.to_string()];
+        for (j, (_, raft)) in addrs.iter().enumerate() {
+            if j != i {
+                args.push("--join".into());
+                args.push(raft.clone());
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Proc::with_addrs(&format!("s{i}"), dir, &addrs[i].0, &addrs[i].1, args);
+        p.start();
+        procs.push(p);
+    }
+    procs
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// Polls until `f` returns Some, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The leader's Raft address as `p` reports it, if any.
+pub async fn leader_of(c: &reqwest::Client, p: &Proc) -> Option<String> {
+    let r = c.get(p.url("/v1/status/leader")).send().await.ok()?;
+    let s: String = r.json().await.ok()?;
+    (!s.is_empty()).then_some(s)
+}
+
+/// Waits until every live server in `procs` names the same leader.
+pub async fn agreed_leader(c: &reqwest::Client, procs: &[&Proc]) -> String {
+    eventually(Duration::from_secs(20), "an agreed leader", || async {
+        let mut seen = None;
+        for p in procs {
+            let l = leader_of(c, p).await?;
+            if seen.get_or_insert(l.clone()) != &l {
+                return None;
+            }
+        }
+        seen
+    })
+    .await
+}
+
+pub async fn put(c: &reqwest::Client, p: &Proc, key: &str, value: &str) -> Result<bool, String> {
+    let r = c
+        .put(p.url(&format!("/v1/kv/{key}")))
+        .body(value.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    Ok(text.trim() == "true")
+}
+
+pub async fn get_raw(c: &reqwest::Client, p: &Proc, key: &str, mode: &str) -> Option<String> {
+    let r = c
+        .get(p.url(&format!("/v1/kv/{key}?raw&{mode}")))
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.text().await.ok()
+}
+
+pub fn base64_decode(s: &str) -> String {
+    use base64::Engine;
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(s).unwrap()).unwrap()
+}
+
+/// Index of the server whose Raft address is `raft`.
+pub fn by_raft(procs: &[Proc], raft: &str) -> usize {
+    procs
+        .iter()
+        .position(|p| p.raft == raft)
+        .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
+}
+
+/// Every KV entry under `prefix` as `p` has it (`?stale`: its own state).
+pub async fn kv_tree(
+    c: &reqwest::Client,
+    p: &Proc,
+    prefix: &str,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let r = c
+        .get(p.url(&format!("/v1/kv/{prefix}?recurse&stale")))
+        .send()
+        .await
+        .ok()?;
+    if r.status() == 404 {
+        return Some(Default::default());
+    }
+    let entries: Vec<serde_json::Value> = r.json().await.ok()?;
+    Some(
+        entries
+            .iter()
+            .map(|e| {
+                (
+                    e["Key"].as_str().unwrap_or_default().to_string(),
+                    base64_decode(e["Value"].as_str().unwrap_or("")),
+                )
+            })
+            .collect(),
+    )
+}

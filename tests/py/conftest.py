@@ -1,0 +1,75 @@
+"""Shared fixtures for the real-client tests: a `cairn server --dev` on free
+ports (the binary from $CAIRN_BIN, else target/debug/cairn), stopped when
+the session ends."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cairn_bin():
+    path = os.environ.get("CAIRN_BIN") or str(ROOT / "target" / "debug" / "cairn")
+    if not os.path.exists(path):
+        pytest.fail(f"cairn binary not found at {path}: run cargo build or set CAIRN_BIN")
+    return path
+
+
+class CairnServer:
+    def __init__(self):
+        self.http_port = free_port()
+        self.raft_port = free_port()
+        self.addr = f"127.0.0.1:{self.http_port}"
+        self.url = f"http://{self.addr}"
+        self.log = tempfile.NamedTemporaryFile(prefix="cairn-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [cairn_bin(), "server", "--dev", "--node", "py-node",
+             "--http-addr", self.addr, "--raft-addr", f"127.0.0.1:{self.raft_port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        self.wait_for_leader()
+
+    def wait_for_leader(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(self.url + "/v1/status/leader", timeout=2) as r:
+                    if json.loads(r.read() or b'""'):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("cairn did not elect a leader:\n" + pathlib.Path(self.log.name).read_text())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cairn():
+    server = CairnServer()
+    yield server
+    server.stop()
