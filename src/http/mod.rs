@@ -2,7 +2,7 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
-mod catalog;
+pub(crate) mod catalog;
 mod config;
 mod dataplane;
 mod health;

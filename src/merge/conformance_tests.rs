@@ -5,17 +5,18 @@
 //! shapes, and each JSON-pointer check is compared with `run.py`'s
 //! normalisation. Skips quietly if the directory is absent.
 //!
-//! The row builders are deliberately small (the fields the cases look at,
-//! in Consul's names); the real endpoints build the full rows.
+//! Catalog rows are the endpoint's own `ServiceNodeRow`; a health row is
+//! `{Node, Service, Checks}` as the health endpoint writes it.
 
 use std::path::PathBuf;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::merge_instances;
+use crate::http::catalog::ServiceNodeRow;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{Command, Response, State, apply_command};
-use crate::structs::catalog::{Node, NodeService, RegisterRequest};
+use crate::structs::catalog::RegisterRequest;
 use crate::structs::config_entry::shape::is_empty;
 
 /// Cases believed wrong, by file name, each with the reason. None so far.
@@ -113,34 +114,6 @@ fn health_row(i: &Instance) -> Value {
     json!({ "Node": &*i.node, "Service": &*i.service, "Checks": i.checks })
 }
 
-/// `/v1/catalog/{service,connect}/:s` row: Consul's flat `ServiceNode`.
-fn catalog_row(node: &Node, s: &NodeService) -> Value {
-    let mut m = Map::new();
-    let mut put = |k: &str, v: Value| {
-        m.insert(k.to_string(), v);
-    };
-    put("ID", json!(node.id));
-    put("Node", json!(node.node));
-    put("Address", json!(node.address));
-    put("Datacenter", json!(node.datacenter));
-    put("TaggedAddresses", json!(node.tagged_addresses));
-    put("NodeMeta", json!(node.meta));
-    put("ServiceKind", json!(s.kind));
-    put("ServiceID", json!(s.id));
-    put("ServiceName", json!(s.service));
-    put("ServiceTags", json!(s.tags));
-    put("ServiceAddress", json!(s.address));
-    put("ServiceWeights", json!(s.weights));
-    put("ServiceMeta", json!(s.meta));
-    put("ServicePort", json!(s.port));
-    put("ServiceEnableTagOverride", json!(s.enable_tag_override));
-    put("ServiceProxy", json!(s.proxy));
-    put("ServiceConnect", json!(s.connect));
-    put("CreateIndex", json!(s.create_index));
-    put("ModifyIndex", json!(s.modify_index));
-    Value::Object(m)
-}
-
 /// The answer `query` would give on `st`.
 fn answer(st: &State, query: &str) -> Result<Value, String> {
     let (path, q) = query.split_once('?').unwrap_or((query, ""));
@@ -164,7 +137,7 @@ fn answer(st: &State, query: &str) -> Result<Value, String> {
         .iter()
         .map(|i| match area {
             "health" => Ok(health_row(i)),
-            "catalog" => Ok(catalog_row(&i.node, &i.service)),
+            "catalog" => Ok(json!(ServiceNodeRow::new(&i.node, &i.service, "dc1"))),
             _ => Err(format!("unsupported query {query}")),
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -337,6 +337,26 @@ pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<St
     out.into_iter().collect()
 }
 
+/// The query parameter that asks a catalog or health read to merge.
+pub const PARAM: &str = "merge-central-config";
+
+/// The watch keys of a read of the instances of `name` (or, with `connect`,
+/// of its proxies): the read's own catalog key, and when it merges, the
+/// config entries the merge of the current instances reads.
+pub fn read_watch_keys(
+    state: &State,
+    catalog_key: String,
+    name: &str,
+    connect: bool,
+    merge: bool,
+) -> Vec<String> {
+    let mut keys = vec![catalog_key];
+    if merge {
+        keys.extend(service_watch_keys(state, name, connect));
+    }
+    keys
+}
+
 /// The extra watch keys of a `?merge-central-config` read of the instances
 /// of `name` (or, with `connect`, of its proxies), taken from the version
 /// the endpoint sees before it blocks. If the instances change, their own
