@@ -161,11 +161,14 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
     } else {
         keys::service(&name)
     };
-    let (index, found) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        (
-            st.index_of([key.as_str()]),
-            service_instances(st, &name, connect),
-        )
+    let merge = p.has(crate::merge::PARAM);
+    let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
+    let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+        let mut found = service_instances(st, &name, connect);
+        if merge {
+            crate::merge::merge_instances(st, &mut found);
+        }
+        (st.index_of(watch.iter().map(String::as_str)), found)
     })
     .await?;
     let dc = &s.config.datacenter;

@@ -2,8 +2,9 @@
 //! share — query parameters, consistency modes, blocking queries, the
 //! `X-Consul-*` headers, and forwarding to the leader.
 
-mod catalog;
+pub(crate) mod catalog;
 mod config;
+mod dataplane;
 mod health;
 mod kv;
 mod proxycfg;
@@ -39,6 +40,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
         .merge(config::routes())
+        .merge(dataplane::routes())
         .merge(stream::routes())
         .merge(proxycfg::routes())
         .merge(catalog::routes())

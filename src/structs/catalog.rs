@@ -83,12 +83,89 @@ pub struct Upstream {
     pub local_bind_port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "is_default")]
     pub mesh_gateway: MeshGatewayConfig,
     #[serde(skip_serializing_if = "is_default")]
     pub centrally_configured: bool,
     /// Fields cairn does not interpret, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// `Proxy.TransparentProxy`. Go would show an unset one as `{}`; we leave
+/// empty structs out (as the conformance cases expect), like empty fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TransparentProxyConfig {
+    #[serde(skip_serializing_if = "is_default")]
+    pub outbound_listener_port: i64,
+    #[serde(skip_serializing_if = "is_default")]
+    pub dialed_directly: bool,
+}
+
+/// `Proxy.Expose`: paths the proxy exposes without mTLS (e.g. health checks).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ExposeConfig {
+    #[serde(skip_serializing_if = "is_default")]
+    pub checks: bool,
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub paths: Vec<ExposePath>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ExposePath {
+    #[serde(skip_serializing_if = "is_default")]
+    pub listener_port: i64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    #[serde(skip_serializing_if = "is_default")]
+    pub local_path_port: i64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub protocol: String,
+    #[serde(skip_serializing_if = "is_default")]
+    pub parsed_from_check: bool,
+}
+
+/// `Proxy.AccessLogs`, as proxy-defaults sets them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AccessLogsConfig {
+    #[serde(skip_serializing_if = "is_default")]
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "is_default")]
+    pub disable_listener_logs: bool,
+    /// "", "file", "stdout" or "stderr".
+    #[serde(rename = "Type", skip_serializing_if = "String::is_empty")]
+    pub log_type: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    #[serde(rename = "JSONFormat", skip_serializing_if = "String::is_empty")]
+    pub json_format: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub text_format: String,
+}
+
+/// One of `Proxy.EnvoyExtensions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct EnvoyExtension {
+    pub name: String,
+    #[serde(skip_serializing_if = "is_default")]
+    pub required: bool,
+    #[serde(
+        skip_serializing_if = "Map::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub arguments: Map<String, Value>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub consul_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub envoy_version: String,
 }
 
 /// `Proxy` of a connect-proxy (or gateway) service.
@@ -115,13 +192,21 @@ pub struct ConnectProxyConfig {
         deserialize_with = "null_default"
     )]
     pub upstreams: Vec<Upstream>,
+    #[serde(skip_serializing_if = "is_default")]
     pub mesh_gateway: MeshGatewayConfig,
-    #[serde(deserialize_with = "null_default")]
-    pub expose: Map<String, Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub transparent_proxy: Option<Map<String, Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub access_logs: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
+    pub expose: ExposeConfig,
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
+    pub transparent_proxy: TransparentProxyConfig,
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
+    pub access_logs: AccessLogsConfig,
+    #[serde(rename = "MutualTLSMode", skip_serializing_if = "String::is_empty")]
+    pub mutual_tls_mode: String,
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub envoy_extensions: Vec<EnvoyExtension>,
     /// Fields cairn does not interpret, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -1,0 +1,184 @@
+//! Plays the shared merge-central-config cases
+//! (`../shared/conformance/merge-central-config`, see its FORMAT.md) against
+//! the state store and the merge, without HTTP: entries and registrations are
+//! applied as Raft commands, the query's rows are built here in Consul's row
+//! shapes, and each JSON-pointer check is compared with `run.py`'s
+//! normalisation. Skips quietly if the directory is absent.
+//!
+//! Catalog rows are the endpoint's own `ServiceNodeRow`; a health row is
+//! `{Node, Service, Checks}` as the health endpoint writes it.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::merge_instances;
+use crate::http::catalog::ServiceNodeRow;
+use crate::state::catalog::{Instance, service_instances};
+use crate::state::{Command, Response, State, apply_command};
+use crate::structs::catalog::RegisterRequest;
+use crate::structs::config_entry::shape::is_empty;
+
+/// Cases believed wrong, by file name, each with the reason. None so far.
+const KNOWN_WRONG: &[(&str, &str)] = &[];
+
+fn dir() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/conformance/merge-central-config"
+    ))
+}
+
+fn cases() -> Vec<(String, Value)> {
+    let Ok(rd) = std::fs::read_dir(dir()) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("readable case");
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name, serde_json::from_str(&text).expect("case is JSON"))
+        })
+        .collect()
+}
+
+/// run.py's normalisation: drop empty members, recursively.
+fn normalise(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), normalise(x)))
+                .filter(|(_, x)| !is_empty(x))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(normalise).collect()),
+        v => v.clone(),
+    }
+}
+
+fn same(e: &Value, a: &Value) -> bool {
+    match (e, a) {
+        (Value::Number(x), Value::Number(y)) => {
+            (x.as_f64().unwrap_or(f64::NAN) - y.as_f64().unwrap_or(f64::NAN)).abs() <= 0.01
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same(v, w))
+        }
+        _ => e == a,
+    }
+}
+
+/// Builds the state a case describes; an error names the refused step.
+fn build_state(case: &Value) -> Result<State, String> {
+    let mut st = State::default();
+    let mut index = 1;
+    for (i, e) in case["entries"].as_array().into_iter().flatten().enumerate() {
+        let cmd = Command::ConfigSet {
+            entry: e.clone(),
+            cas: None,
+        };
+        match apply_command(&mut st, index, &cmd).0 {
+            Response::Bool(true) => {}
+            other => return Err(format!("entries[{i}] refused: {other:?}")),
+        }
+        index += 1;
+    }
+    for (i, r) in case["register"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let req: RegisterRequest =
+            serde_json::from_value(r.clone()).map_err(|e| format!("register[{i}]: {e}"))?;
+        match apply_command(&mut st, index, &Command::Register(Box::new(req))).0 {
+            Response::Ok => {}
+            other => return Err(format!("register[{i}] refused: {other:?}")),
+        }
+        index += 1;
+    }
+    Ok(st)
+}
+
+/// `/v1/health/{service,connect}/:s` row: `{Node, Service, Checks}`.
+fn health_row(i: &Instance) -> Value {
+    json!({ "Node": &*i.node, "Service": &*i.service, "Checks": i.checks })
+}
+
+/// The answer `query` would give on `st`.
+fn answer(st: &State, query: &str) -> Result<Value, String> {
+    let (path, q) = query.split_once('?').unwrap_or((query, ""));
+    let merge = q
+        .split('&')
+        .any(|p| p.split('=').next() == Some("merge-central-config"));
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let [_, area, what, name] = parts[..] else {
+        return Err(format!("unsupported query {query}"));
+    };
+    let connect = match what {
+        "service" => false,
+        "connect" => true,
+        _ => return Err(format!("unsupported query {query}")),
+    };
+    let mut instances = service_instances(st, name, connect);
+    if merge {
+        merge_instances(st, &mut instances);
+    }
+    let rows = instances
+        .iter()
+        .map(|i| match area {
+            "health" => Ok(health_row(i)),
+            "catalog" => Ok(json!(ServiceNodeRow::new(&i.node, &i.service, "dc1"))),
+            _ => Err(format!("unsupported query {query}")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Value::Array(rows))
+}
+
+fn run(case: &Value) -> Result<(), String> {
+    let st = build_state(case)?;
+    let body = answer(&st, case["query"].as_str().ok_or("case has no query")?)?;
+    for check in case["expect"].as_array().into_iter().flatten() {
+        let pointer = check["pointer"].as_str().unwrap_or("");
+        let actual = body.pointer(pointer).cloned().unwrap_or(Value::Null);
+        let (e, a) = (normalise(&check["value"]), normalise(&actual));
+        if !same(&e, &a) {
+            return Err(format!("at {pointer}: expected {e}, got {a}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn merge_central_config_conformance() {
+    let all = cases();
+    if all.is_empty() {
+        eprintln!("merge-central-config cases not found; skipped");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut passed = 0;
+    for (name, case) in &all {
+        if case["expect_error"].is_string() {
+            failures.push(format!("{name}: expect_error cases are not supported here"));
+            continue;
+        }
+        match (run(case), KNOWN_WRONG.iter().find(|(n, _)| n == name)) {
+            (Ok(()), None) => passed += 1,
+            (Ok(()), Some(_)) => failures.push(format!("{name}: passes; drop it from KNOWN_WRONG")),
+            (Err(_), Some(_)) => {}
+            (Err(e), None) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    eprintln!("merge-central-config: {passed}/{} passed", all.len());
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
