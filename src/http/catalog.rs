@@ -679,10 +679,9 @@ mod tests {
             v["ServiceWeights"],
             serde_json::json!({"Passing": 1, "Warning": 1})
         );
-        assert_eq!(
-            v["ServiceProxy"],
-            serde_json::json!({"MeshGateway": {}, "Expose": {}})
-        );
+        // Empty proxy settings are left out, as the merge conformance
+        // cases (from Consul's tables) expect.
+        assert_eq!(v["ServiceProxy"], serde_json::json!({}));
         assert_eq!(v["ServiceConnect"], serde_json::json!({}));
         assert!(v.get("ServiceTaggedAddresses").is_none());
         assert!(v.get("ServiceSocketPath").is_none());
