@@ -80,7 +80,8 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            return Error::bad(format!("Request body too large or unreadable: {e}")).into_response();
+            return Error::bad(format!("Request body too large or unreadable: {e}"))
+                .into_response();
         }
     };
     // Retry while a new leader is being elected, within the hold time.
