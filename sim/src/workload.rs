@@ -74,12 +74,18 @@ fn kv(verb: KvVerb, key: &str, value: Option<u64>, index: u64) -> Command {
 }
 
 /// Runs one client until `until` (simulated time since the start).
+///
+/// A writer mixes every operation and sticks to one server until an error
+/// (as a client library does). A reader only reads, each time from a server
+/// picked at random: the reads that meet a deposed leader which does not
+/// know it yet, and so show what each read mode guarantees.
 pub async fn client(
     id: u64,
     seed: u64,
     servers: Vec<IpAddr>,
     until: Duration,
     history: History,
+    reader: bool,
 ) -> turmoil::Result {
     let mut rng = StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut target = rng.gen_range(0..servers.len());
@@ -92,7 +98,12 @@ pub async fn client(
         seq += 1;
         let fresh = (id << 40) | seq;
         let key = KEYS[rng.gen_range(0..KEYS.len())];
-        let dice = rng.gen_range(0..100);
+        let dice = if reader {
+            target = rng.gen_range(0..servers.len());
+            rng.gen_range(25..65)
+        } else {
+            rng.gen_range(0..100)
+        };
         let (kind, req) = if dice < 25 {
             (
                 Kind::Kv {
@@ -178,6 +189,7 @@ pub async fn client(
             }
         };
 
+        let asked = target;
         let addr = SocketAddr::new(servers[target], API_PORT);
         let started = now_us();
         let reply = call(addr, &req, false, CLIENT_TIMEOUT).await;
@@ -216,7 +228,7 @@ pub async fn client(
             call: started,
             ret: output.map(|_| ended),
             output,
-            server: target,
+            server: asked,
         });
         let pause = rng.gen_range(0..40);
         tokio::time::sleep(Duration::from_millis(pause)).await;
