@@ -151,7 +151,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot) -> turmoil::Result {
 /// A client request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ApiRequest {
-    Write(Command),
+    Write(Box<Command>),
     Get { key: String, consistent: bool },
 }
 
@@ -248,7 +248,7 @@ async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
         }
     }
     match req {
-        ApiRequest::Write(cmd) => ApiReply::Write(s.write(cmd).await.map_err(|e| e.to_string())),
+        ApiRequest::Write(cmd) => ApiReply::Write(s.write(*cmd).await.map_err(|e| e.to_string())),
         ApiRequest::Get { key, consistent } => {
             let opts = QueryOptions {
                 index: 0,

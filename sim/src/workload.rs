@@ -111,7 +111,7 @@ pub async fn client(
                     input: Input::Put(fresh),
                     consistent: false,
                 },
-                ApiRequest::Write(kv(KvVerb::Set, key, Some(fresh), 0)),
+                ApiRequest::Write(Box::new(kv(KvVerb::Set, key, Some(fresh), 0))),
             )
         } else if dice < 65 {
             let consistent = dice >= 45;
@@ -140,7 +140,7 @@ pub async fn client(
                     },
                     consistent: false,
                 },
-                ApiRequest::Write(kv(KvVerb::Cas, key, Some(fresh), index)),
+                ApiRequest::Write(Box::new(kv(KvVerb::Cas, key, Some(fresh), index))),
             )
         } else if dice < 87 {
             (
@@ -149,7 +149,7 @@ pub async fn client(
                     input: Input::Delete,
                     consistent: false,
                 },
-                ApiRequest::Write(kv(KvVerb::Delete, key, None, 0)),
+                ApiRequest::Write(Box::new(kv(KvVerb::Delete, key, None, 0))),
             )
         } else {
             let service = format!("svc-{id}-{}", rng.gen_range(0..3));
@@ -171,7 +171,7 @@ pub async fn client(
                         node: node.clone(),
                         service: service.clone(),
                     },
-                    ApiRequest::Write(Command::Register(req)),
+                    ApiRequest::Write(Box::new(Command::Register(req))),
                 )
             } else {
                 let req = DeregisterRequest {
@@ -184,7 +184,7 @@ pub async fn client(
                         node: node.clone(),
                         service: service.clone(),
                     },
-                    ApiRequest::Write(Command::Deregister(req)),
+                    ApiRequest::Write(Box::new(Command::Deregister(req))),
                 )
             }
         };

@@ -22,6 +22,8 @@ use crate::stream::Publisher;
 
 type Membership = StoredMembership<NodeId, ServerNode>;
 type Meta = SnapshotMeta<NodeId, ServerNode>;
+/// The last snapshot, held in memory.
+pub type SnapshotSlot = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
 
 /// Where the last snapshot is kept.
 #[derive(Clone)]
@@ -31,7 +33,7 @@ pub enum SnapshotStore {
     /// In memory, built inline: for the deterministic simulation, which has
     /// no disk and must not run threads. Clones share the slot, so a
     /// simulated restart finds the snapshot a crash left behind.
-    Memory(Arc<Mutex<Option<(Meta, Vec<u8>)>>>),
+    Memory(SnapshotSlot),
 }
 
 impl SnapshotStore {
@@ -39,9 +41,11 @@ impl SnapshotStore {
         SnapshotStore::Memory(Arc::default())
     }
 
-    fn save(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
+    fn save(&self, meta: &Meta, data: &[u8]) -> anyhow::Result<()> {
         match self {
-            SnapshotStore::Dir(dir) => save_snapshot(dir, meta, data),
+            SnapshotStore::Dir(dir) => {
+                save_snapshot(dir, meta, data).map_err(|e| anyhow::anyhow!(e.to_string()))
+            }
             SnapshotStore::Memory(slot) => {
                 *slot.lock().unwrap() = Some((meta.clone(), data.to_vec()));
                 Ok(())
@@ -49,14 +53,14 @@ impl SnapshotStore {
         }
     }
 
-    fn load(&self) -> Result<Option<(Meta, Vec<u8>)>, StorageError> {
+    fn load(&self) -> anyhow::Result<Option<(Meta, Vec<u8>)>> {
         match self {
             SnapshotStore::Dir(dir) => {
                 let Ok(meta_bytes) = std::fs::read(dir.join("snapshot.meta")) else {
                     return Ok(None);
                 };
-                let meta: Meta = bincode::deserialize(&meta_bytes).map_err(snap_err)?;
-                let data = std::fs::read(dir.join("snapshot.data")).map_err(snap_err)?;
+                let meta: Meta = bincode::deserialize(&meta_bytes)?;
+                let data = std::fs::read(dir.join("snapshot.data"))?;
                 Ok(Some((meta, data)))
             }
             SnapshotStore::Memory(slot) => Ok(slot.lock().unwrap().clone()),
@@ -169,7 +173,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id,
         };
-        self.snapshots.save(&meta, &data)?;
+        self.snapshots.save(&meta, &data).map_err(snap_err)?;
         tracing::info!(
             bytes = data.len(),
             index = ?self.applied.map(|l| l.index),
@@ -249,15 +253,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let rows = self.meta_rows()?;
         self.store.replace(state, rows).map_err(snap_err)?;
         self.publisher.reset();
-        self.snapshots.save(meta, &data)?;
+        self.snapshots.save(meta, &data).map_err(snap_err)?;
         tracing::info!(index = ?meta.last_log_id.map(|l| l.index), bytes = data.len(), "installed snapshot");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.snapshots.load()?.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        Ok(self
+            .snapshots
+            .load()
+            .map_err(snap_err)?
+            .map(|(meta, data)| Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(data)),
+            }))
     }
 }
