@@ -21,8 +21,9 @@ fn main() {
         None => vec![3, 5],
     };
     let verbose = single.is_some() || args.iter().any(|a| a == "-v");
+    let repeat = arg(&args, "--repeat").unwrap_or(1) as usize;
     let range: Vec<u64> = match single {
-        Some(s) => vec![s],
+        Some(s) => vec![s; repeat],
         None => (first..first + seeds).collect(),
     };
     let started = Instant::now();

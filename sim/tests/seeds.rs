@@ -6,7 +6,19 @@
 //! (`cargo test -p sim --release`) and 6 in a debug build, where a run
 //! takes several times longer.
 
+use std::sync::{Mutex, MutexGuard};
+
 use sim::run::{Report, Scenario, run};
+
+/// Runs the tests one at a time. Two runs of one seed on one thread match,
+/// also across processes; but once a run of seed 7 differed from its replay
+/// while other simulations ran on other threads of the process: some state
+/// shared across threads (not yet found) leaks into a run. Serial, the
+/// suite still takes well under the time budget in a release build.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn seeds() -> u64 {
     std::env::var("SIM_SEEDS")
@@ -16,6 +28,7 @@ fn seeds() -> u64 {
 }
 
 fn run_many(servers: usize) {
+    let _serial = serial();
     let scenario = Scenario::new(servers);
     let mut failed: Vec<Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
@@ -61,6 +74,7 @@ fn five_servers() {
 
 #[test]
 fn a_seed_replays_identically() {
+    let _serial = serial();
     let scenario = Scenario::new(3);
     let a = run(&scenario, 7);
     let b = run(&scenario, 7);
@@ -77,6 +91,7 @@ const BUG_SEEDS: u64 = 20;
 #[cfg(any(feature = "bug-ack-before-commit", feature = "bug-stale-read"))]
 #[test]
 fn catches_the_injected_bug() {
+    let _serial = serial();
     for servers in [3, 5] {
         let scenario = Scenario::new(servers);
         let caught = (0..BUG_SEEDS)
