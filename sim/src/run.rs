@@ -254,6 +254,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         });
     }
 
+    let mut hosts: Vec<String> = names.clone();
+    hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
+    hosts.push("checker".into());
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
@@ -287,9 +290,15 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         if !healed && now >= next_fault {
             let kind = *FAULTS.choose(&mut rng).expect("faults");
             let length = Duration::from_millis(rng.gen_range(300..3000));
-            if let Some((undo, what)) =
-                inject(&mut sim, &mut rng, kind, &names, &slots, &mut crashed)
-            {
+            if let Some((undo, what)) = inject(
+                &mut sim,
+                &mut rng,
+                kind,
+                &names,
+                &hosts,
+                &slots,
+                &mut crashed,
+            ) {
                 Event::Fault(ms(now), kind, &what).hash(&mut trace);
                 *report.faults.entry(kind).or_default() += 1;
                 active.push(Active {
@@ -389,6 +398,7 @@ fn inject(
     rng: &mut StdRng,
     kind: Fault,
     names: &[String],
+    hosts: &[String],
     slots: &[Slot],
     crashed: &mut BTreeSet<usize>,
 ) -> Option<(Undo, String)> {
@@ -445,7 +455,19 @@ fn inject(
             }
             let up: Vec<usize> = (0..n).filter(|i| !crashed.contains(i)).collect();
             let victim = *up.choose(rng)?;
-            sim.crash(names[victim].as_str());
+            // Dropping the host's tasks closes its sockets, in an order set
+            // by tokio's process-wide task ids: cut its links first so those
+            // last messages go nowhere and draw nothing from turmoil's RNG
+            // (else a run depends on what ran before it in the process).
+            let me = names[victim].as_str();
+            for other in hosts.iter().filter(|h| h.as_str() != me) {
+                sim.set_link_fail_rate(me, other.as_str(), 0.0);
+                sim.partition(me, other.as_str());
+            }
+            sim.crash(me);
+            for other in hosts.iter().filter(|h| h.as_str() != me) {
+                sim.repair(me, other.as_str());
+            }
             *slots[victim].lock().unwrap() = None;
             crashed.insert(victim);
             Some((Undo::Restart(victim), names[victim].clone()))

@@ -10,11 +10,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use sim::run::{Report, Scenario, run};
 
-/// Runs the tests one at a time. Two runs of one seed on one thread match,
-/// also across processes; but once a run of seed 7 differed from its replay
-/// while other simulations ran on other threads of the process: some state
-/// shared across threads (not yet found) leaks into a run. Serial, the
-/// suite still takes well under the time budget in a release build.
+/// Runs the tests one at a time, so that no run shares the process with
+/// another: tokio's task ids are process-wide, and a run once depended on
+/// them (a crash closed sockets in task-id order; `run` now cuts a host's
+/// links before crashing it). Serial, the suite still takes well under the
+/// time budget in a release build.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
