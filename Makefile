@@ -3,7 +3,7 @@
 CARGO ?= cargo
 SEEDS ?= 500
 
-.PHONY: run build release test unit clients conformance cluster bench sim fmt lint
+.PHONY: run build release test unit sim-test clients conformance cluster bench sim fmt lint
 
 ## Run one dev server on 127.0.0.1:8500 (data in a temporary directory).
 run:
@@ -15,11 +15,16 @@ build:
 release:
 	$(CARGO) build --release
 
-## Every test: unit and integration tests (real processes), real clients, conformance.
-test: unit clients conformance
+## Every test: unit and integration tests (real processes), the fault
+## simulation (50 seeds per scenario), real clients, conformance.
+test: unit sim-test clients conformance
 
 unit:
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test --workspace --exclude sim --no-fail-fast
+
+## The simulation runs in release: 50 seeds of each scenario in a few minutes.
+sim-test:
+	$(CARGO) test -p sim --release
 
 ## Real Consul clients (py-consul, Prometheus, VictoriaMetrics) against a dev server.
 clients: build

@@ -12,11 +12,13 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::raft::cluster::Cluster;
+use openraft::storage::RaftLogStorage;
+
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{self, Network};
-use crate::raft::state_machine::StateMachine;
-use crate::raft::{Raft, ServerNode, raft_config};
-use crate::state::{Command, Response, SledBackend, Store};
+use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
+use crate::raft::state_machine::{SnapshotStore, StateMachine};
+use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
+use crate::state::{Command, Persist, Response, SledBackend, Store};
 use crate::stream::Publisher;
 
 #[derive(Debug, Clone)]
@@ -40,7 +42,7 @@ pub struct Server {
     pub cluster: Arc<Cluster>,
     pub proxycfg: crate::proxycfg::Manager,
     pub http: reqwest::Client,
-    db: sled::Db,
+    db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
 }
 
@@ -72,6 +74,25 @@ fn node_id(db: &sled::Db) -> anyhow::Result<u64> {
     Ok(id)
 }
 
+/// What a server is assembled from: its identity, Raft timing, storage and
+/// transport. `Server::start` builds these on sled and TCP; the simulation
+/// builds them in memory on a simulated network.
+pub struct ServerParts<L, A> {
+    pub id: NodeId,
+    pub raft_config: openraft::Config,
+    /// The Raft log and vote.
+    pub log: L,
+    /// Where the state machine's tables live.
+    pub persist: Box<dyn Persist>,
+    pub snapshots: SnapshotStore,
+    /// Outgoing Raft and formation connections.
+    pub connector: Arc<dyn Connect>,
+    /// Incoming ones, already bound to `config.raft_addr`.
+    pub listener: A,
+    /// The sled database to flush on shutdown, if the parts live in one.
+    pub sled: Option<sled::Db>,
+}
+
 impl Server {
     /// Opens the data dir, starts Raft and its transport, and begins
     /// forming or rejoining the cluster.
@@ -83,20 +104,55 @@ impl Server {
             .cache_capacity(256 << 20)
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        let id = node_id(&db)?;
-        let log = LogStore::new(&db, &db_dir)?;
-        let used = log.is_used();
-        let store = Arc::new(Store::open(Box::new(SledBackend::new(&db)?))?);
+        let parts = ServerParts {
+            id: node_id(&db)?,
+            raft_config: raft_config(config.snapshot_threshold),
+            log: LogStore::new(&db, &db_dir)?,
+            persist: Box::new(SledBackend::new(&db)?),
+            snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
+            connector: Arc::new(TcpConnect),
+            listener: tokio::net::TcpListener::bind(config.raft_addr)
+                .await
+                .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?,
+            sled: Some(db),
+        };
+        Self::assemble(config, parts).await
+    }
+
+    /// Starts a server from its parts: Raft, the transport's accept loop,
+    /// cluster formation and the leader's duties.
+    pub async fn assemble<L, A>(
+        config: ServerConfig,
+        parts: ServerParts<L, A>,
+    ) -> anyhow::Result<Arc<Server>>
+    where
+        L: RaftLogStorage<TypeConfig>,
+        A: Accept,
+    {
+        let ServerParts {
+            id,
+            raft_config,
+            mut log,
+            persist,
+            snapshots,
+            connector,
+            listener,
+            sled,
+        } = parts;
+        // A store that ever held a vote or an entry belongs to a cluster: it
+        // rejoins and never bootstraps.
+        let used =
+            log.read_vote().await?.is_some() || log.get_log_state().await?.last_log_id.is_some();
+        if let SnapshotStore::Dir(dir) = &snapshots {
+            std::fs::create_dir_all(dir)?;
+        }
+        let store = Arc::new(Store::open(persist)?);
         let publisher = Arc::new(Publisher::default());
-        let sm = StateMachine::new(
-            store.clone(),
-            publisher.clone(),
-            config.data_dir.join("snapshots"),
-        )?;
+        let sm = StateMachine::with_snapshots(store.clone(), publisher.clone(), snapshots)?;
         let raft = Raft::new(
             id,
-            Arc::new(raft_config(config.snapshot_threshold).validate()?),
-            Network,
+            Arc::new(raft_config.validate()?),
+            Network::new(connector.clone()),
             log,
             sm,
         )
@@ -114,10 +170,8 @@ impl Server {
             store.clone(),
             config.bootstrap_expect,
             config.join.clone(),
+            connector,
         ));
-        let listener = tokio::net::TcpListener::bind(config.raft_addr)
-            .await
-            .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?;
         tokio::spawn(network::serve(listener, raft.clone(), cluster.clone()));
         tokio::spawn(cluster.clone().form(used));
         tokio::spawn(cluster.clone().lead());
@@ -139,7 +193,7 @@ impl Server {
             publisher,
             cluster,
             http,
-            db,
+            db: sled,
             proposals,
         }))
     }
@@ -153,6 +207,10 @@ impl Server {
     /// under concurrency one entry per write would cost one fsync per write.
     /// A lone writer is proposed at once, as its own entry.
     pub async fn write(&self, cmd: Command) -> Result<Response> {
+        #[cfg(feature = "bug-ack-before-commit")]
+        if let Some(r) = self.bug_ack_before_commit(&cmd).await {
+            return r;
+        }
         let (done, answer) = oneshot::channel();
         self.proposals
             .send(Proposal { cmd, done })
@@ -160,6 +218,23 @@ impl Server {
         answer
             .await
             .map_err(|_| Error::Internal("server shutting down".into()))?
+    }
+
+    /// BUG (deliberate): a leader answers a KV write as done once it has
+    /// proposed it, if the commit takes more than a few milliseconds.
+    #[cfg(feature = "bug-ack-before-commit")]
+    async fn bug_ack_before_commit(&self, cmd: &Command) -> Option<Result<Response>> {
+        if !matches!(cmd, Command::Kv(_)) || !self.cluster.is_leader() {
+            return None;
+        }
+        let raft = self.raft.clone();
+        let proposed = cmd.clone();
+        let mut commit = tokio::spawn(async move { raft.client_write(proposed).await });
+        match tokio::time::timeout(Duration::from_millis(20), &mut commit).await {
+            Ok(Ok(Ok(r))) => Some(Ok(r.data)),
+            Ok(_) => None,
+            Err(_) => Some(Ok(Response::Kv(crate::structs::KvOutcome::Done(true)))),
+        }
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.
@@ -182,6 +257,11 @@ impl Server {
     /// Confirms leadership with a quorum and waits for this server to apply
     /// everything committed before (`?consistent`).
     pub async fn linearize(&self) -> Result<()> {
+        #[cfg(feature = "bug-stale-read")]
+        if self.cluster.is_leader() {
+            // BUG (deliberate): trusts the local belief in leadership.
+            return Ok(());
+        }
         match tokio::time::timeout(LEADER_HOLD, self.raft.ensure_linearizable()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(Error::LeadershipLost),
@@ -192,7 +272,9 @@ impl Server {
     /// Stops Raft and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
-        let _ = self.db.flush_async().await;
+        if let Some(db) = &self.db {
+            let _ = db.flush_async().await;
+        }
         tracing::info!("server stopped");
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
 
-use super::network::{Conn, Formation, Hello, Reply, Request};
+use super::network::{Conn, Connect, Formation, Hello, Reply, Request};
 use super::{NodeId, Raft, ServerNode};
 use crate::state::{Command, Store};
 
@@ -46,6 +46,8 @@ pub struct Cluster {
     joins: Vec<String>,
     /// Servers that greeted us or answered our greeting.
     known: Mutex<BTreeMap<NodeId, ServerNode>>,
+    /// How formation messages reach other servers (TCP, or simulated).
+    connector: Arc<dyn Connect>,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,6 +60,7 @@ impl Cluster {
         store: Arc<Store>,
         expect: usize,
         joins: Vec<String>,
+        connector: Arc<dyn Connect>,
     ) -> Self {
         Cluster {
             id,
@@ -67,6 +70,7 @@ impl Cluster {
             expect,
             joins,
             known: Mutex::new(BTreeMap::new()),
+            connector,
         }
     }
 
@@ -131,7 +135,7 @@ impl Cluster {
             attempt += 1;
             let mut formed_peer = None;
             for addr in &self.joins {
-                let mut conn = Conn::new(addr.clone());
+                let mut conn = Conn::new(self.connector.clone(), addr.clone());
                 let reply = conn
                     .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
                     .await;
@@ -181,7 +185,7 @@ impl Cluster {
     }
 
     async fn ask_to_join(&self, addr: &str) -> Result<(), String> {
-        let mut conn = Conn::new(addr.to_string());
+        let mut conn = Conn::new(self.connector.clone(), addr.to_string());
         match conn
             .call(
                 &Request::Join(self.id, self.me.clone()),
@@ -292,7 +296,7 @@ impl Formation for Cluster {
 
 impl Cluster {
     async fn ask_forward(&self, addr: &str, id: NodeId, node: ServerNode) -> Result<(), String> {
-        let mut conn = Conn::new(addr.to_string());
+        let mut conn = Conn::new(self.connector.clone(), addr.to_string());
         match conn
             .call(&Request::Join(id, node), Duration::from_secs(60))
             .await

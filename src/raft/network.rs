@@ -4,7 +4,14 @@
 //!
 //! Besides Raft's own RPCs it carries the cluster formation messages
 //! (`Hello`, `Join`), so servers need only their Raft port to find each other.
+//!
+//! The byte streams come from a `Connect` (outgoing) and an `Accept`
+//! (incoming): tokio's TCP in a server, a simulated network in the
+//! deterministic simulation (`sim/`), with the same framing and timeouts.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +22,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{NodeId, ServerNode, TypeConfig};
@@ -53,7 +60,54 @@ pub enum Reply {
     Join(Result<(), String>),
 }
 
-async fn write_frame<T: Serialize>(s: &mut TcpStream, v: &T) -> std::io::Result<()> {
+/// A byte stream between two servers.
+pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static> PeerStream for T {}
+
+/// A boxed stream: one type for every transport, so `Conn`, `Network` and
+/// the cluster need no type parameter.
+pub type BoxStream = Box<dyn PeerStream>;
+
+/// Opens a stream to a peer's Raft address.
+pub trait Connect: Send + Sync + 'static {
+    fn connect<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
+}
+
+/// Accepts streams on this server's Raft address.
+pub trait Accept: Send + 'static {
+    fn accept(&mut self) -> impl Future<Output = io::Result<BoxStream>> + Send;
+}
+
+/// The production transport: TCP with Nagle off (RPCs are small and
+/// latency-bound).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnect;
+
+impl Connect for TcpConnect {
+    fn connect<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+        Box::pin(async move {
+            let s = TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            Ok(Box::new(s) as BoxStream)
+        })
+    }
+}
+
+impl Accept for TcpListener {
+    async fn accept(&mut self) -> io::Result<BoxStream> {
+        let (s, _) = TcpListener::accept(self).await?;
+        let _ = s.set_nodelay(true);
+        Ok(Box::new(s))
+    }
+}
+
+async fn write_frame<T: Serialize>(s: &mut BoxStream, v: &T) -> std::io::Result<()> {
     let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
     let mut buf = Vec::with_capacity(bytes.len() + 4);
     buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
@@ -61,7 +115,7 @@ async fn write_frame<T: Serialize>(s: &mut TcpStream, v: &T) -> std::io::Result<
     s.write_all(&buf).await
 }
 
-async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut TcpStream) -> std::io::Result<T> {
+async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> std::io::Result<T> {
     let len = s.read_u32().await? as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other(format!(
@@ -76,13 +130,15 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut TcpStream) -> std::i
 /// One connection to a peer, reopened on demand.
 pub struct Conn {
     addr: String,
-    stream: Option<TcpStream>,
+    connector: Arc<dyn Connect>,
+    stream: Option<BoxStream>,
 }
 
 impl Conn {
-    pub fn new(addr: impl Into<String>) -> Self {
+    pub fn new(connector: Arc<dyn Connect>, addr: impl Into<String>) -> Self {
         Conn {
             addr: addr.into(),
+            connector,
             stream: None,
         }
     }
@@ -91,9 +147,7 @@ impl Conn {
     pub async fn call(&mut self, req: &Request, timeout: Duration) -> std::io::Result<Reply> {
         let r = tokio::time::timeout(timeout, async {
             if self.stream.is_none() {
-                let s = TcpStream::connect(&self.addr).await?;
-                s.set_nodelay(true)?;
-                self.stream = Some(s);
+                self.stream = Some(self.connector.connect(&self.addr).await?);
             }
             let s = self.stream.as_mut().expect("connected above");
             write_frame(s, req).await?;
@@ -115,14 +169,29 @@ impl Conn {
 }
 
 /// Builds a client per peer for openraft.
-#[derive(Clone, Default)]
-pub struct Network;
+#[derive(Clone)]
+pub struct Network {
+    connector: Arc<dyn Connect>,
+}
+
+impl Network {
+    pub fn new(connector: Arc<dyn Connect>) -> Self {
+        Network { connector }
+    }
+}
+
+impl Default for Network {
+    /// TCP, as a server uses.
+    fn default() -> Self {
+        Network::new(Arc::new(TcpConnect))
+    }
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Conn;
 
     async fn new_client(&mut self, _target: NodeId, node: &ServerNode) -> Conn {
-        Conn::new(node.raft_addr.clone())
+        Conn::new(self.connector.clone(), node.raft_addr.clone())
     }
 }
 
@@ -199,9 +268,9 @@ pub trait Formation: Send + Sync + 'static {
 }
 
 /// Serves Raft and formation RPCs on the Raft port until the listener fails.
-pub async fn serve<F: Formation>(listener: TcpListener, raft: super::Raft, formation: Arc<F>) {
+pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, formation: Arc<F>) {
     loop {
-        let (mut stream, _) = match listener.accept().await {
+        let mut stream = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "raft accept failed");
@@ -209,7 +278,6 @@ pub async fn serve<F: Formation>(listener: TcpListener, raft: super::Raft, forma
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let raft = raft.clone();
         let formation = formation.clone();
         tokio::spawn(async move {

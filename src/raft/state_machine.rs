@@ -3,11 +3,12 @@
 //!
 //! The store persists every applied batch together with the last applied
 //! log id and membership, so a restart resumes from its own data dir.
-//! Snapshots are files in the data dir, used to catch up far-behind servers.
+//! Snapshots are files in the data dir, used to catch up far-behind servers
+//! (or, in the simulation, kept in memory: see `SnapshotStore`).
 
 use std::io::Cursor;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -20,11 +21,57 @@ use crate::state::{Response, State, Store, apply_command, snapshot};
 use crate::stream::Publisher;
 
 type Membership = StoredMembership<NodeId, ServerNode>;
+type Meta = SnapshotMeta<NodeId, ServerNode>;
+/// The last snapshot, held in memory.
+pub type SnapshotSlot = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
+
+/// Where the last snapshot is kept.
+#[derive(Clone)]
+pub enum SnapshotStore {
+    /// Files in a directory, written atomically; built on a blocking thread.
+    Dir(PathBuf),
+    /// In memory, built inline: for the deterministic simulation, which has
+    /// no disk and must not run threads. Clones share the slot, so a
+    /// simulated restart finds the snapshot a crash left behind.
+    Memory(SnapshotSlot),
+}
+
+impl SnapshotStore {
+    pub fn memory() -> Self {
+        SnapshotStore::Memory(Arc::default())
+    }
+
+    fn save(&self, meta: &Meta, data: &[u8]) -> anyhow::Result<()> {
+        match self {
+            SnapshotStore::Dir(dir) => {
+                save_snapshot(dir, meta, data).map_err(|e| anyhow::anyhow!(e.to_string()))
+            }
+            SnapshotStore::Memory(slot) => {
+                *slot.lock().unwrap() = Some((meta.clone(), data.to_vec()));
+                Ok(())
+            }
+        }
+    }
+
+    fn load(&self) -> anyhow::Result<Option<(Meta, Vec<u8>)>> {
+        match self {
+            SnapshotStore::Dir(dir) => {
+                let Ok(meta_bytes) = std::fs::read(dir.join("snapshot.meta")) else {
+                    return Ok(None);
+                };
+                let meta: Meta = bincode::deserialize(&meta_bytes)?;
+                let data = std::fs::read(dir.join("snapshot.data"))?;
+                Ok(Some((meta, data)))
+            }
+            SnapshotStore::Memory(slot) => Ok(slot.lock().unwrap().clone()),
+        }
+    }
+}
 
 pub struct StateMachine {
     store: Arc<Store>,
     publisher: Arc<Publisher>,
-    dir: PathBuf,
+    snapshots: SnapshotStore,
     applied: Option<LogId>,
     membership: Membership,
 }
@@ -38,7 +85,17 @@ fn snap_err(e: impl std::fmt::Display) -> StorageError {
 }
 
 impl StateMachine {
+    /// A state machine whose snapshots are files in `dir`.
     pub fn new(store: Arc<Store>, publisher: Arc<Publisher>, dir: PathBuf) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        Self::with_snapshots(store, publisher, SnapshotStore::Dir(dir))
+    }
+
+    pub fn with_snapshots(
+        store: Arc<Store>,
+        publisher: Arc<Publisher>,
+        snapshots: SnapshotStore,
+    ) -> anyhow::Result<Self> {
         let p = store.persist();
         let applied = match p.get(&meta_key("applied"))? {
             Some(v) => bincode::deserialize(&v)?,
@@ -48,11 +105,10 @@ impl StateMachine {
             Some(v) => bincode::deserialize(&v)?,
             None => Membership::default(),
         };
-        std::fs::create_dir_all(&dir)?;
         Ok(StateMachine {
             store,
             publisher,
-            dir,
+            snapshots,
             applied,
             membership,
         })
@@ -79,7 +135,7 @@ pub struct SnapshotBuilder {
     state: Arc<State>,
     applied: Option<LogId>,
     membership: Membership,
-    dir: PathBuf,
+    snapshots: SnapshotStore,
 }
 
 fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -91,11 +147,7 @@ fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn save_snapshot(
-    dir: &std::path::Path,
-    meta: &SnapshotMeta<NodeId, ServerNode>,
-    data: &[u8],
-) -> Result<(), StorageError> {
+fn save_snapshot(dir: &std::path::Path, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
     write_atomic(&dir.join("snapshot.data"), data).map_err(snap_err)?;
     let meta = bincode::serialize(meta).map_err(snap_err)?;
     write_atomic(&dir.join("snapshot.meta"), &meta).map_err(snap_err)
@@ -105,10 +157,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let started = std::time::Instant::now();
         let state = self.state.clone();
-        let data = tokio::task::spawn_blocking(move || snapshot::encode(&state))
-            .await
-            .map_err(snap_err)?
-            .map_err(snap_err)?;
+        let data = match &self.snapshots {
+            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(move || snapshot::encode(&state))
+                .await
+                .map_err(snap_err)?
+                .map_err(snap_err)?,
+            SnapshotStore::Memory(_) => snapshot::encode(&state).map_err(snap_err)?,
+        };
         let snapshot_id = match &self.applied {
             Some(l) => format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index),
             None => "empty".to_string(),
@@ -118,7 +173,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id,
         };
-        save_snapshot(&self.dir, &meta, &data)?;
+        self.snapshots.save(&meta, &data).map_err(snap_err)?;
         tracing::info!(
             bytes = data.len(),
             index = ?self.applied.map(|l| l.index),
@@ -183,7 +238,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             state: self.store.state(),
             applied: self.applied,
             membership: self.membership.clone(),
-            dir: self.dir.clone(),
+            snapshots: self.snapshots.clone(),
         }
     }
 
@@ -203,22 +258,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let rows = self.meta_rows()?;
         self.store.replace(state, rows).map_err(snap_err)?;
         self.publisher.reset();
-        save_snapshot(&self.dir, meta, &data)?;
+        self.snapshots.save(meta, &data).map_err(snap_err)?;
         tracing::info!(index = ?meta.last_log_id.map(|l| l.index), bytes = data.len(), "installed snapshot");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let meta_path = self.dir.join("snapshot.meta");
-        let Ok(meta_bytes) = std::fs::read(&meta_path) else {
-            return Ok(None);
-        };
-        let meta: SnapshotMeta<NodeId, ServerNode> =
-            bincode::deserialize(&meta_bytes).map_err(snap_err)?;
-        let data = std::fs::read(self.dir.join("snapshot.data")).map_err(snap_err)?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        Ok(self
+            .snapshots
+            .load()
+            .map_err(snap_err)?
+            .map(|(meta, data)| Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(data)),
+            }))
     }
 }

@@ -1,0 +1,71 @@
+//! `cargo run -p sim --release -- --seeds N`: runs N seeds of the 3- and
+//! 5-server scenarios and prints, for any failing seed, the one command that
+//! replays it (`--servers S --seed X`).
+
+use std::time::Instant;
+
+use sim::run::{Scenario, run};
+
+fn arg(args: &[String], name: &str) -> Option<u64> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1)?.parse().ok()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let seeds = arg(&args, "--seeds").unwrap_or(50);
+    let first = arg(&args, "--first").unwrap_or(0);
+    let single = arg(&args, "--seed");
+    let sizes: Vec<usize> = match arg(&args, "--servers") {
+        Some(n) => vec![n as usize],
+        None => vec![3, 5],
+    };
+    let verbose = single.is_some() || args.iter().any(|a| a == "-v");
+    let repeat = arg(&args, "--repeat").unwrap_or(1) as usize;
+    let range: Vec<u64> = match single {
+        Some(s) => vec![s; repeat],
+        None => (first..first + seeds).collect(),
+    };
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let mut runs = 0;
+    for &n in &sizes {
+        let scenario = Scenario::new(n);
+        for &seed in &range {
+            let t = Instant::now();
+            let r = run(&scenario, seed);
+            runs += 1;
+            if verbose || !r.passed() {
+                println!(
+                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, trace {:016x}",
+                    if r.passed() { "ok" } else { "FAILED" },
+                    t.elapsed(),
+                    r.ops,
+                    r.acked_writes,
+                    r.unknown_writes,
+                    r.reads,
+                    r.faults,
+                    r.max_concurrent_faults,
+                    r.stale_default_read_keys,
+                    r.trace_hash,
+                );
+            }
+            if !r.passed() {
+                for f in &r.failures {
+                    println!("  {f}");
+                }
+                println!("  reproduce: {}", r.repro());
+                failed.push(r.repro());
+            }
+        }
+    }
+    println!(
+        "{} passed, {} failed ({runs} runs in {:.1?})",
+        runs - failed.len(),
+        failed.len(),
+        started.elapsed()
+    );
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}

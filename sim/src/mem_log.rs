@@ -1,0 +1,255 @@
+//! An in-memory Raft log store whose "disk" survives a simulated crash.
+//!
+//! Sled runs threads of its own and fsyncs on a real disk: neither belongs
+//! in a deterministic simulation. This store keeps two copies of the log:
+//! the page cache (`mem`, what the running server reads) and the disk
+//! (`LogDisk`, shared with the server's next life). Writes land in the page
+//! cache at once and reach the disk only when flushed, as with sled:
+//!
+//! - `append` hands its callback to a flush that runs a moment later (a
+//!   simulated group commit); the callback completes only after the flush,
+//!   so openraft never counts an entry as stored before it is durable;
+//! - `save_vote` and `truncate` flush before returning (sled's code awaits
+//!   `flush_async` there);
+//! - `purge` and `save_committed` are flushed with the next flush, and may
+//!   be lost by a crash, which openraft tolerates.
+//!
+//! A flush writes every pending operation in order, like an fsync of the one
+//! sled database. A crash (turmoil drops the host's runtime) loses whatever
+//! was not flushed: `MemLogStore::open` on restart starts from the disk.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::raft::{LogId, NodeId, StorageError, TypeConfig};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, RaftLogReader, Vote};
+
+/// How long a group commit takes: long enough for a crash to land between
+/// an append and its flush.
+const FLUSH_DELAY: Duration = Duration::from_millis(2);
+
+#[derive(Clone, Default)]
+struct LogData {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+    log: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+/// One write, as it will reach the disk.
+enum Op {
+    Append(Vec<Entry<TypeConfig>>),
+    /// Remove entries from this index on.
+    Truncate(u64),
+    Purge(LogId),
+    Committed(Option<LogId>),
+    Vote(Vote<NodeId>),
+}
+
+impl LogData {
+    fn apply(&mut self, op: Op) {
+        match op {
+            Op::Append(entries) => {
+                for e in entries {
+                    self.log.insert(e.log_id.index, e);
+                }
+            }
+            Op::Truncate(from) => {
+                self.log.split_off(&from);
+            }
+            Op::Purge(upto) => {
+                self.purged = Some(upto);
+                self.log = self.log.split_off(&(upto.index + 1));
+            }
+            Op::Committed(c) => self.committed = c,
+            Op::Vote(v) => self.vote = Some(v),
+        }
+    }
+}
+
+/// A server's durable log: create one per simulated server and hand a clone
+/// to each of its lives.
+#[derive(Clone, Default)]
+pub struct LogDisk(Arc<Mutex<LogData>>);
+
+impl LogDisk {
+    /// Entries on disk (for reports).
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().log.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+struct Cache {
+    mem: LogData,
+    /// Written to `mem`, not yet to the disk.
+    pending: Vec<Op>,
+    /// Append callbacks waiting for the flush in progress.
+    waiting: Vec<LogFlushed<TypeConfig>>,
+    flush_scheduled: bool,
+}
+
+/// The log store of one life of a simulated server.
+#[derive(Clone)]
+pub struct MemLogStore {
+    disk: LogDisk,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl MemLogStore {
+    /// Opens the disk as a restarted server finds it.
+    pub fn open(disk: LogDisk) -> Self {
+        let mem = disk.0.lock().unwrap().clone();
+        MemLogStore {
+            disk,
+            cache: Arc::new(Mutex::new(Cache {
+                mem,
+                pending: Vec::new(),
+                waiting: Vec::new(),
+                flush_scheduled: false,
+            })),
+        }
+    }
+
+    fn write(&self, op_mem: Op, op_disk: Op) {
+        let mut c = self.cache.lock().unwrap();
+        c.mem.apply(op_mem);
+        c.pending.push(op_disk);
+    }
+
+    /// Writes every pending operation to the disk; returns the callbacks
+    /// that waited for it.
+    fn flush(&self) -> Vec<LogFlushed<TypeConfig>> {
+        let mut c = self.cache.lock().unwrap();
+        let mut disk = self.disk.0.lock().unwrap();
+        for op in c.pending.drain(..) {
+            disk.apply(op);
+        }
+        c.flush_scheduled = false;
+        std::mem::take(&mut c.waiting)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for MemLogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError> {
+        let c = self.cache.lock().unwrap();
+        let start = match range.start_bound() {
+            Bound::Included(i) => Bound::Included(*i),
+            Bound::Excluded(i) => Bound::Excluded(*i),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Bound::Included(*i),
+            Bound::Excluded(i) => Bound::Excluded(*i),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Ok(c.mem
+            .log
+            .range((start, end))
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for MemLogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let c = self.cache.lock().unwrap();
+        let last = c
+            .mem
+            .log
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(c.mem.purged);
+        Ok(LogState {
+            last_purged_log_id: c.mem.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        self.write(Op::Vote(*vote), Op::Vote(*vote));
+        // Durable before returning; callbacks still wait for their own flush.
+        let cbs = self.flush();
+        self.cache.lock().unwrap().waiting.extend(cbs);
+        self.schedule_flush();
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        Ok(self.cache.lock().unwrap().mem.vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.write(Op::Committed(committed), Op::Committed(committed));
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.cache.lock().unwrap().mem.committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        self.write(Op::Append(entries.clone()), Op::Append(entries));
+        self.cache.lock().unwrap().waiting.push(callback);
+        self.schedule_flush();
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.write(Op::Truncate(log_id.index), Op::Truncate(log_id.index));
+        let cbs = self.flush();
+        self.cache.lock().unwrap().waiting.extend(cbs);
+        self.schedule_flush();
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.write(Op::Purge(log_id), Op::Purge(log_id));
+        Ok(())
+    }
+}
+
+impl MemLogStore {
+    /// Starts the group commit if callbacks wait and none is under way.
+    fn schedule_flush(&self) {
+        {
+            let mut c = self.cache.lock().unwrap();
+            if c.flush_scheduled || c.waiting.is_empty() {
+                return;
+            }
+            c.flush_scheduled = true;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FLUSH_DELAY).await;
+            for cb in me.flush() {
+                cb.log_io_completed(Ok(()));
+            }
+        });
+    }
+}

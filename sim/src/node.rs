@@ -1,0 +1,266 @@
+//! A cairn server on a simulated host: the real `Server` assembled from
+//! in-memory storage and turmoil's network, plus the small API the
+//! simulated clients speak.
+//!
+//! The API stands in for HTTP (hyper over turmoil streams would work but
+//! costs build and run time the seeds need). It keeps the decisions of the
+//! HTTP request path: a server that is not the leader forwards to the leader
+//! (the `forward_to_leader` middleware), writes go through `Server::write`,
+//! reads through `http::blocking` with the same consistency options
+//! (default = the leader's local state, `consistent` = `linearize()` first).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::http::{QueryOptions, Watch, blocking};
+use cairn::raft::NodeId;
+use cairn::raft::network::{Accept, BoxStream, Connect};
+use cairn::raft::state_machine::SnapshotStore;
+use cairn::server::{Server, ServerConfig, ServerParts};
+use cairn::state::{Command, MemoryBackend, Response, keys};
+use cairn::structs::KvEntry;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::mem_log::{LogDisk, MemLogStore};
+
+pub const RAFT_PORT: u16 = 8300;
+pub const API_PORT: u16 = 8500;
+
+/// Opens turmoil TCP streams for the Raft transport.
+pub struct SimConnect;
+
+impl Connect for SimConnect {
+    fn connect<'a>(
+        &'a self,
+        addr: &'a str,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<BoxStream>> + Send + 'a>> {
+        Box::pin(async move {
+            let addr: SocketAddr = addr.parse().map_err(std::io::Error::other)?;
+            let s = turmoil::net::TcpStream::connect(addr).await?;
+            Ok(Box::new(s) as BoxStream)
+        })
+    }
+}
+
+/// Accepts turmoil TCP streams for the Raft transport.
+pub struct SimListener(pub turmoil::net::TcpListener);
+
+impl Accept for SimListener {
+    async fn accept(&mut self) -> std::io::Result<BoxStream> {
+        let (s, _) = self.0.accept().await?;
+        Ok(Box::new(s))
+    }
+}
+
+/// What survives a crash of one server: its log disk, its state tables and
+/// its last snapshot (each shared by the clones handed to its lives).
+#[derive(Clone)]
+pub struct Disk {
+    pub log: LogDisk,
+    pub state: MemoryBackend,
+    pub snapshots: SnapshotStore,
+}
+
+impl Default for Disk {
+    fn default() -> Self {
+        Disk {
+            log: LogDisk::default(),
+            state: MemoryBackend::default(),
+            snapshots: SnapshotStore::memory(),
+        }
+    }
+}
+
+/// How the harness sees a server: the running instance, if any.
+pub type Slot = Arc<Mutex<Option<Arc<Server>>>>;
+
+/// Raft timing for the simulation: a fixed election timeout per server and
+/// life, drawn from the seed, so openraft's own random draw (its runtime's
+/// `thread_rng`) has a range of one value and cannot break determinism.
+pub fn raft_config(election_timeout: u64, snapshot_threshold: u64) -> openraft::Config {
+    openraft::Config {
+        cluster_name: "cairn-sim".into(),
+        heartbeat_interval: 50,
+        election_timeout_min: election_timeout,
+        election_timeout_max: election_timeout + 1,
+        max_payload_entries: 64,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
+        max_in_snapshot_log_to_keep: snapshot_threshold / 4,
+        purge_batch_size: 16,
+        ..Default::default()
+    }
+}
+
+/// Everything one server life needs.
+pub struct Boot {
+    pub id: NodeId,
+    pub name: String,
+    pub ip: std::net::IpAddr,
+    pub peers: Vec<std::net::IpAddr>,
+    pub expect: usize,
+    pub election_timeout: u64,
+    pub snapshot_threshold: u64,
+}
+
+/// Runs one life of a server until the host crashes.
+pub async fn run_server(boot: Boot, disk: Disk, slot: Slot) -> turmoil::Result {
+    let raft_addr = SocketAddr::new(boot.ip, RAFT_PORT);
+    let config = ServerConfig {
+        node: boot.name.clone(),
+        datacenter: "dc1".into(),
+        data_dir: PathBuf::from("/nonexistent"),
+        http_addr: SocketAddr::new(boot.ip, API_PORT),
+        raft_addr,
+        bootstrap_expect: boot.expect,
+        join: boot
+            .peers
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, RAFT_PORT).to_string())
+            .collect(),
+        snapshot_threshold: boot.snapshot_threshold,
+    };
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
+    let parts = ServerParts {
+        id: boot.id,
+        raft_config: raft_config(boot.election_timeout, boot.snapshot_threshold),
+        log: MemLogStore::open(disk.log.clone()),
+        persist: Box::new(disk.state.clone()),
+        snapshots: disk.snapshots.clone(),
+        connector: Arc::new(SimConnect),
+        listener: SimListener(listener),
+        sled: None,
+    };
+    let server = Server::assemble(config, parts)
+        .await
+        .map_err(|e| e.to_string())?;
+    *slot.lock().unwrap() = Some(server.clone());
+    let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
+    loop {
+        let (stream, _) = api.accept().await?;
+        let server = server.clone();
+        tokio::spawn(async move {
+            let _ = serve_api(stream, server).await;
+        });
+    }
+}
+
+/// A client request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ApiRequest {
+    Write(Box<Command>),
+    Get { key: String, consistent: bool },
+}
+
+/// The answer, or the error text the HTTP API would have sent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ApiReply {
+    Write(Result<Response, String>),
+    Get(Result<Option<KvEntry>, String>),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    req: ApiRequest,
+    /// Sent by a server forwarding to the leader (`X-Cairn-Forwarded`).
+    forwarded: bool,
+}
+
+async fn write_msg<T: Serialize>(s: &mut turmoil::net::TcpStream, v: &T) -> std::io::Result<()> {
+    let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
+    s.write_u32(bytes.len() as u32).await?;
+    s.write_all(&bytes).await
+}
+
+async fn read_msg<T: serde::de::DeserializeOwned>(
+    s: &mut turmoil::net::TcpStream,
+) -> std::io::Result<T> {
+    let len = s.read_u32().await? as usize;
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await?;
+    bincode::deserialize(&buf).map_err(std::io::Error::other)
+}
+
+/// Sends one request on a fresh connection, within `timeout`.
+pub async fn call(
+    addr: SocketAddr,
+    req: &ApiRequest,
+    forwarded: bool,
+    timeout: Duration,
+) -> std::io::Result<ApiReply> {
+    let env = Envelope {
+        req: req.clone(),
+        forwarded,
+    };
+    tokio::time::timeout(timeout, async {
+        let mut s = turmoil::net::TcpStream::connect(addr).await?;
+        write_msg(&mut s, &env).await?;
+        read_msg(&mut s).await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "request timed out",
+        ))
+    })
+}
+
+async fn serve_api(
+    mut stream: turmoil::net::TcpStream,
+    server: Arc<Server>,
+) -> std::io::Result<()> {
+    let env: Envelope = read_msg(&mut stream).await?;
+    let reply = handle(&server, env.req, env.forwarded).await;
+    write_msg(&mut stream, &reply).await
+}
+
+fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
+    match req {
+        ApiRequest::Write(_) => ApiReply::Write(Err(e)),
+        ApiRequest::Get { .. } => ApiReply::Get(Err(e)),
+    }
+}
+
+/// How long a forwarding server waits for the leader's answer: past the
+/// leader's own hold time on a write.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
+
+async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
+    // As `forward_to_leader`: the leader (or a forwarded request) is
+    // answered here, anything else goes to the leader.
+    if !forwarded && !s.cluster.is_leader() {
+        match s.await_leader().await {
+            Ok((id, _)) if id == s.cluster.id => {}
+            Ok((_, leader)) => {
+                let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
+                    return error_reply(&req, "bad leader address".into());
+                };
+                return match call(addr, &req, true, FORWARD_TIMEOUT).await {
+                    Ok(r) => r,
+                    Err(e) => error_reply(&req, e.to_string()),
+                };
+            }
+            Err(e) => return error_reply(&req, e.to_string()),
+        }
+    }
+    match req {
+        ApiRequest::Write(cmd) => ApiReply::Write(s.write(*cmd).await.map_err(|e| e.to_string())),
+        ApiRequest::Get { key, consistent } => {
+            let opts = QueryOptions {
+                index: 0,
+                wait: Duration::from_secs(1),
+                consistent,
+                stale: false,
+            };
+            let read = blocking(s, &opts, Watch::Keys(vec![keys::kv(&key)]), |st| {
+                (st.index, st.kv.get(&key).map(|e| (**e).clone()))
+            })
+            .await;
+            ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
+        }
+    }
+}

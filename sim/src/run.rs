@@ -1,0 +1,574 @@
+//! One simulated run: a cluster of real cairn servers on turmoil hosts,
+//! clients, faults chosen by the seed, then heal and check.
+//!
+//! Determinism: turmoil steps every host's single-threaded tokio runtime in
+//! a fixed order with paused (simulated) time, and draws latencies and
+//! message loss from its own RNG seeded here. Everything this harness picks
+//! (faults, their timing, client operations, each server's election timeout
+//! per life) comes from RNGs seeded from the run's seed. Servers run no
+//! threads (in-memory log store, state backend and snapshots). The run's
+//! trace (every operation with its times and answer, every fault, every
+//! leader seen, the final state hashes) is hashed so that two runs of one
+//! seed can be compared.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::server::Server;
+use cairn::state::State;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::checks;
+use crate::node::{Boot, Disk, Slot, run_server};
+use crate::workload::{self, History};
+
+/// What a run does; `Scenario::new` gives the defaults the tests use.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub servers: usize,
+    /// Clients doing every kind of operation.
+    pub clients: usize,
+    /// Clients only reading, from a random server each time.
+    pub readers: usize,
+    /// Faults are injected from `warmup` to `warmup + faulty`.
+    pub warmup: Duration,
+    pub faulty: Duration,
+    /// Clients go on this long after the heal.
+    pub after_heal: Duration,
+    pub snapshot_threshold: u64,
+}
+
+impl Scenario {
+    pub fn new(servers: usize) -> Self {
+        Scenario {
+            servers,
+            clients: 4,
+            readers: 1,
+            warmup: Duration::from_secs(2),
+            faulty: Duration::from_secs(10),
+            after_heal: Duration::from_secs(3),
+            snapshot_threshold: 100,
+        }
+    }
+}
+
+/// The kinds of fault, counted per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    Partition,
+    OneWayPartition,
+    IsolateLeader,
+    CrashRestart,
+    MessageLoss,
+    Delay,
+}
+
+pub const FAULTS: [Fault; 6] = [
+    Fault::Partition,
+    Fault::OneWayPartition,
+    Fault::IsolateLeader,
+    Fault::CrashRestart,
+    Fault::MessageLoss,
+    Fault::Delay,
+];
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub servers: usize,
+    /// Hash of the whole trace: equal for two runs of one seed.
+    pub trace_hash: u64,
+    pub faults: BTreeMap<Fault, usize>,
+    /// At most this many faults were active at once.
+    pub max_concurrent_faults: usize,
+    pub ops: usize,
+    pub acked_writes: usize,
+    pub unknown_writes: usize,
+    pub reads: usize,
+    pub keys_checked: usize,
+    /// Keys whose history, default-mode reads included, is not
+    /// linearizable (a deposed leader answering from its own state: allowed
+    /// for default reads, as in Consul).
+    pub stale_default_read_keys: usize,
+    pub sim_time: Duration,
+    /// Broken guarantees; empty when the run passed.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The one command that replays this run.
+    pub fn repro(&self) -> String {
+        let features = if cfg!(feature = "bug-ack-before-commit") {
+            " --features bug-ack-before-commit"
+        } else if cfg!(feature = "bug-stale-read") {
+            " --features bug-stale-read"
+        } else {
+            ""
+        };
+        format!(
+            "cargo run -p sim --release{features} -- --servers {} --seed {}",
+            self.servers, self.seed
+        )
+    }
+}
+
+struct Active {
+    kind: Fault,
+    until: Duration,
+    undo: Undo,
+}
+
+enum Undo {
+    Repair(Vec<String>, Vec<String>),
+    RepairOneWay(Vec<String>, Vec<String>),
+    Restart(usize),
+    FailRate(Vec<(String, String)>),
+    Latency(Vec<(String, String)>),
+}
+
+/// Trace events other than client operations.
+#[derive(Hash)]
+enum Event<'a> {
+    Fault(u64, Fault, &'a str),
+    FaultEnds(u64, Fault),
+    Heal(u64),
+    Leader(u64, usize, Option<u64>, u64),
+}
+
+/// Hashes the state a server holds, without the cluster id (a random UUID
+/// drawn once per cluster, same on every server).
+pub fn state_hash(st: &State) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    st.index.hash(&mut h);
+    for (k, e) in &st.kv {
+        (
+            k,
+            &e.value,
+            e.flags,
+            e.create_index,
+            e.modify_index,
+            e.lock_index,
+        )
+            .hash(&mut h);
+    }
+    for (k, n) in &st.nodes {
+        (k, n.address.as_str(), n.create_index, n.modify_index).hash(&mut h);
+    }
+    for ((n, id), s) in &st.services {
+        (n, id, &s.service, s.port, s.create_index, s.modify_index).hash(&mut h);
+    }
+    for ((n, id), c) in &st.checks {
+        (n, id, &c.status, c.create_index, c.modify_index).hash(&mut h);
+    }
+    for (k, v) in &st.indexes {
+        (k, v).hash(&mut h);
+    }
+    h.finish()
+}
+
+fn server_name(i: usize) -> String {
+    format!("s{}", i + 1)
+}
+
+/// Runs one seed of a scenario.
+pub fn run(scenario: &Scenario, seed: u64) -> Report {
+    let mut report = Report {
+        seed,
+        servers: scenario.servers,
+        ..Default::default()
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .simulation_duration(Duration::from_secs(600))
+        .build();
+
+    let n = scenario.servers;
+    let names: Vec<String> = (0..n).map(server_name).collect();
+    let slots: Vec<Slot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
+    let disks: Vec<Disk> = (0..n).map(|_| Disk::default()).collect();
+    for i in 0..n {
+        let (slot, disk) = (slots[i].clone(), disks[i].clone());
+        let host = names[i].clone();
+        let names = names.clone();
+        let lives = Arc::new(Mutex::new(0u64));
+        let threshold = scenario.snapshot_threshold;
+        sim.host(host.as_str(), move || {
+            let (slot, disk, names) = (slot.clone(), disk.clone(), names.clone());
+            let life = {
+                let mut l = lives.lock().unwrap();
+                *l += 1;
+                *l
+            };
+            // A fixed election timeout per server and life, from the seed.
+            let mut t = StdRng::seed_from_u64(seed ^ ((i as u64) << 32) ^ life);
+            let election_timeout = t.gen_range(200..400);
+            async move {
+                let ip = turmoil::lookup(names[i].as_str());
+                let peers: Vec<IpAddr> = names
+                    .iter()
+                    .filter(|m| **m != names[i])
+                    .map(|m| turmoil::lookup(m.as_str()))
+                    .collect();
+                let boot = Boot {
+                    id: i as u64 + 1,
+                    name: names[i].clone(),
+                    ip,
+                    peers,
+                    expect: names.len(),
+                    election_timeout,
+                    snapshot_threshold: threshold,
+                };
+                run_server(boot, disk, slot).await
+            }
+        });
+    }
+    let ips: Vec<IpAddr> = names.iter().map(|h| sim.lookup(h.as_str())).collect();
+    let history: History = Arc::default();
+    let workload_end = scenario.warmup + scenario.faulty + scenario.after_heal;
+    for c in 0..scenario.clients + scenario.readers {
+        let (ips, history) = (ips.clone(), history.clone());
+        let reader = c >= scenario.clients;
+        sim.client(format!("c{}", c + 1), async move {
+            workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
+        });
+    }
+    {
+        let (ips, history) = (ips.clone(), history.clone());
+        sim.client("checker", async move {
+            tokio::time::sleep(workload_end).await;
+            workload::final_reads(ips, history).await
+        });
+    }
+
+    let mut hosts: Vec<String> = names.clone();
+    hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
+    hosts.push("checker".into());
+    let mut trace = std::hash::DefaultHasher::new();
+    let mut active: Vec<Active> = Vec::new();
+    let mut crashed: BTreeSet<usize> = BTreeSet::new();
+    let mut next_fault = scenario.warmup;
+    let heal_at = scenario.warmup + scenario.faulty;
+    let mut healed = false;
+    let mut leaders: Vec<(Option<u64>, u64)> = vec![(None, 0); n];
+    let ms = |d: Duration| d.as_millis() as u64;
+
+    loop {
+        let now = sim.elapsed();
+        // End faults whose time is up (or all of them at the heal).
+        let mut i = 0;
+        while i < active.len() {
+            if active[i].until <= now || (now >= heal_at && !healed) {
+                let a = active.remove(i);
+                Event::FaultEnds(ms(now), a.kind).hash(&mut trace);
+                undo(&mut sim, a.undo, &names, &mut crashed);
+            } else {
+                i += 1;
+            }
+        }
+        if now >= heal_at && !healed {
+            heal(&mut sim, &names);
+            for c in std::mem::take(&mut crashed) {
+                sim.bounce(names[c].as_str());
+            }
+            Event::Heal(ms(now)).hash(&mut trace);
+            healed = true;
+        }
+        if !healed && now >= next_fault {
+            let kind = *FAULTS.choose(&mut rng).expect("faults");
+            let length = Duration::from_millis(rng.gen_range(300..3000));
+            if let Some((undo, what)) = inject(
+                &mut sim,
+                &mut rng,
+                kind,
+                &names,
+                &hosts,
+                &slots,
+                &mut crashed,
+            ) {
+                Event::Fault(ms(now), kind, &what).hash(&mut trace);
+                *report.faults.entry(kind).or_default() += 1;
+                active.push(Active {
+                    kind,
+                    until: now + length,
+                    undo,
+                });
+                report.max_concurrent_faults = report.max_concurrent_faults.max(active.len());
+            }
+            next_fault = now + Duration::from_millis(rng.gen_range(200..1500));
+        }
+        if now.as_millis() % 50 == 0 {
+            for (i, slot) in slots.iter().enumerate() {
+                if let Some(s) = slot.lock().unwrap().as_ref() {
+                    let m = s.raft.metrics().borrow().clone();
+                    let seen = (m.current_leader, m.current_term);
+                    if seen != leaders[i] {
+                        leaders[i] = seen;
+                        if std::env::var_os("SIM_TRACE").is_some() {
+                            eprintln!(
+                                "{} ms: s{} sees leader {:?} term {}",
+                                ms(now),
+                                i + 1,
+                                seen.0,
+                                seen.1
+                            );
+                        }
+                        Event::Leader(ms(now), i, seen.0, seen.1).hash(&mut trace);
+                    }
+                }
+            }
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                report.failures.push(format!("simulation error: {e}"));
+                return report;
+            }
+        }
+    }
+
+    // Let every server catch up, then compare them.
+    let converged = wait_converged(&mut sim, &slots, Duration::from_secs(30));
+    report.sim_time = sim.elapsed();
+    let servers: Vec<Arc<Server>> = slots
+        .iter()
+        .filter_map(|s| s.lock().unwrap().clone())
+        .collect();
+    let hashes: Vec<u64> = servers
+        .iter()
+        .map(|s| state_hash(&s.store.state()))
+        .collect();
+    hashes.hash(&mut trace);
+    if servers.len() != n {
+        report.failures.push(format!(
+            "only {} of {n} servers running at the end",
+            servers.len()
+        ));
+    }
+    if !converged || hashes.windows(2).any(|w| w[0] != w[1]) {
+        let indexes: Vec<u64> = servers.iter().map(|s| s.store.state().index).collect();
+        report.failures.push(format!(
+            "servers differ after heal: applied indexes {indexes:?}, state hashes {hashes:x?}"
+        ));
+    }
+
+    let history = history.lock().unwrap().clone();
+    for r in &history {
+        r.hash(&mut trace);
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("{r:?}");
+        }
+    }
+    if std::env::var_os("SIM_TRACE").is_some() {
+        eprintln!("final state hashes {hashes:x?}");
+    }
+    if let Some(s) = servers.first() {
+        checks::check_history(&history, &s.store.state(), &mut report);
+    }
+    report.trace_hash = trace.finish();
+    report
+}
+
+fn all_pairs(names: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, a) in names.iter().enumerate() {
+        for b in &names[i + 1..] {
+            out.push((a.clone(), b.clone()));
+        }
+    }
+    out
+}
+
+fn inject(
+    sim: &mut turmoil::Sim,
+    rng: &mut StdRng,
+    kind: Fault,
+    names: &[String],
+    hosts: &[String],
+    slots: &[Slot],
+    crashed: &mut BTreeSet<usize>,
+) -> Option<(Undo, String)> {
+    let n = names.len();
+    match kind {
+        Fault::Partition => {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.shuffle(rng);
+            let cut = rng.gen_range(1..=n / 2);
+            let a: Vec<String> = order[..cut].iter().map(|&i| names[i].clone()).collect();
+            let b: Vec<String> = order[cut..].iter().map(|&i| names[i].clone()).collect();
+            for x in &a {
+                for y in &b {
+                    sim.partition(x.as_str(), y.as_str());
+                }
+            }
+            let what = format!("{a:?} | {b:?}");
+            Some((Undo::Repair(a, b), what))
+        }
+        Fault::OneWayPartition => {
+            let from = rng.gen_range(0..n);
+            let to: Vec<String> = (0..n)
+                .filter(|&j| j != from && rng.gen_bool(0.6))
+                .map(|j| names[j].clone())
+                .collect();
+            if to.is_empty() {
+                return None;
+            }
+            for t in &to {
+                sim.partition_oneway(names[from].as_str(), t.as_str());
+            }
+            let what = format!("{} -> {to:?}", names[from]);
+            Some((Undo::RepairOneWay(vec![names[from].clone()], to), what))
+        }
+        Fault::IsolateLeader => {
+            let leader = slots.iter().enumerate().find_map(|(i, s)| {
+                let s = s.lock().unwrap();
+                s.as_ref().filter(|s| s.cluster.is_leader()).map(|_| i)
+            })?;
+            let others: Vec<String> = (0..n)
+                .filter(|&j| j != leader)
+                .map(|j| names[j].clone())
+                .collect();
+            for o in &others {
+                sim.partition(names[leader].as_str(), o.as_str());
+            }
+            let what = names[leader].clone();
+            Some((Undo::Repair(vec![what.clone()], others), what))
+        }
+        Fault::CrashRestart => {
+            // Keep a majority running so that the run makes progress.
+            if crashed.len() + 1 > (n - 1) / 2 {
+                return None;
+            }
+            let up: Vec<usize> = (0..n).filter(|i| !crashed.contains(i)).collect();
+            let victim = *up.choose(rng)?;
+            // Dropping the host's tasks closes its sockets, in an order set
+            // by tokio's process-wide task ids: cut its links first so those
+            // last messages go nowhere and draw nothing from turmoil's RNG
+            // (else a run depends on what ran before it in the process).
+            let me = names[victim].as_str();
+            for other in hosts.iter().filter(|h| h.as_str() != me) {
+                sim.set_link_fail_rate(me, other.as_str(), 0.0);
+                sim.partition(me, other.as_str());
+            }
+            sim.crash(me);
+            for other in hosts.iter().filter(|h| h.as_str() != me) {
+                sim.repair(me, other.as_str());
+            }
+            *slots[victim].lock().unwrap() = None;
+            crashed.insert(victim);
+            Some((Undo::Restart(victim), names[victim].clone()))
+        }
+        Fault::MessageLoss => {
+            let pairs: Vec<(String, String)> = all_pairs(names)
+                .into_iter()
+                .filter(|_| rng.gen_bool(0.5))
+                .collect();
+            for (a, b) in &pairs {
+                sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.05);
+            }
+            let what = format!("{pairs:?}");
+            Some((Undo::FailRate(pairs), what))
+        }
+        Fault::Delay => {
+            let pairs: Vec<(String, String)> = all_pairs(names)
+                .into_iter()
+                .filter(|_| rng.gen_bool(0.5))
+                .collect();
+            let max = Duration::from_millis(rng.gen_range(20..400));
+            for (a, b) in &pairs {
+                sim.set_link_max_message_latency(a.as_str(), b.as_str(), max);
+            }
+            let what = format!("{pairs:?} {max:?}");
+            Some((Undo::Latency(pairs), what))
+        }
+    }
+}
+
+fn undo(sim: &mut turmoil::Sim, u: Undo, names: &[String], crashed: &mut BTreeSet<usize>) {
+    match u {
+        Undo::Repair(a, b) => {
+            for x in &a {
+                for y in &b {
+                    sim.repair(x.as_str(), y.as_str());
+                }
+            }
+        }
+        Undo::RepairOneWay(a, b) => {
+            for x in &a {
+                for y in &b {
+                    sim.repair_oneway(x.as_str(), y.as_str());
+                }
+            }
+        }
+        Undo::Restart(i) => {
+            if crashed.remove(&i) {
+                sim.bounce(names[i].as_str());
+            }
+        }
+        Undo::FailRate(pairs) => {
+            for (a, b) in &pairs {
+                sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0);
+                sim.repair(a.as_str(), b.as_str());
+            }
+        }
+        Undo::Latency(pairs) => {
+            for (a, b) in &pairs {
+                sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// Ends every fault (faults only ever touch links between servers).
+fn heal(sim: &mut turmoil::Sim, names: &[String]) {
+    for (a, b) in all_pairs(names) {
+        sim.repair(a.as_str(), b.as_str());
+        sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0);
+        sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(5));
+    }
+}
+
+/// Steps until every server has applied the same index as the leader's
+/// last log entry, or `limit` passes.
+fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bool {
+    let deadline = sim.elapsed() + limit;
+    while sim.elapsed() < deadline {
+        let servers: Vec<Arc<Server>> = slots
+            .iter()
+            .filter_map(|s| s.lock().unwrap().clone())
+            .collect();
+        if servers.len() == slots.len() {
+            let metrics: Vec<_> = servers
+                .iter()
+                .map(|s| s.raft.metrics().borrow().clone())
+                .collect();
+            let last = metrics[0].last_log_index;
+            let same = metrics.iter().all(|m| {
+                m.last_log_index == last
+                    && m.last_applied.map(|l| l.index) == last
+                    && m.current_leader.is_some()
+            });
+            if same {
+                return true;
+            }
+        }
+        if sim.step().is_err() {
+            return false;
+        }
+    }
+    false
+}

@@ -1,0 +1,279 @@
+//! Simulated clients: KV put/get/CAS/delete and catalog register/deregister,
+//! concurrently, against any server, recording each operation's call and
+//! return time (simulated) and its answer.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::state::{Command, Response};
+use cairn::structs::{DeregisterRequest, KvOp, KvOutcome, KvVerb, NodeService, RegisterRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::linearizability::{Input, Output};
+use crate::node::{API_PORT, ApiReply, ApiRequest, call};
+
+/// The keys every client works on: few, so that clients contend.
+pub const KEYS: [&str; 4] = ["k/a", "k/b", "k/c", "k/d"];
+
+/// Longer than a server's hold time on a write (7 s) plus forwarding.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(8);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Kv {
+        key: String,
+        input: Input,
+        consistent: bool,
+    },
+    Register {
+        node: String,
+        service: String,
+    },
+    Deregister {
+        node: String,
+        service: String,
+    },
+}
+
+/// One operation as the client saw it. Times are simulated microseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Record {
+    pub client: u64,
+    pub kind: Kind,
+    pub call: u64,
+    /// `None`: no answer (timeout or error), so the outcome is unknown.
+    pub ret: Option<u64>,
+    pub output: Option<Output>,
+    /// Which server the client asked.
+    pub server: usize,
+}
+
+pub type History = Arc<Mutex<Vec<Record>>>;
+
+pub fn now_us() -> u64 {
+    turmoil::sim_elapsed().unwrap_or_default().as_micros() as u64
+}
+
+fn value_of(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+fn kv(verb: KvVerb, key: &str, value: Option<u64>, index: u64) -> Command {
+    Command::Kv(KvOp {
+        verb,
+        key: key.to_string(),
+        value: value
+            .map(|v| v.to_string().into_bytes())
+            .unwrap_or_default(),
+        flags: 0,
+        index,
+    })
+}
+
+/// Runs one client until `until` (simulated time since the start).
+///
+/// A writer mixes every operation and sticks to one server until an error
+/// (as a client library does). A reader only reads, each time from a server
+/// picked at random: the reads that meet a deposed leader which does not
+/// know it yet, and so show what each read mode guarantees.
+pub async fn client(
+    id: u64,
+    seed: u64,
+    servers: Vec<IpAddr>,
+    until: Duration,
+    history: History,
+    reader: bool,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut target = rng.gen_range(0..servers.len());
+    // The last entry this client read per key: (value, ModifyIndex).
+    let mut seen: BTreeMap<&str, (Option<u64>, u64)> = BTreeMap::new();
+    let mut registered: BTreeMap<String, bool> = BTreeMap::new();
+    let node = format!("node-{id}");
+    let mut seq = 0u64;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        seq += 1;
+        let fresh = (id << 40) | seq;
+        let key = KEYS[rng.gen_range(0..KEYS.len())];
+        let dice = if reader {
+            target = rng.gen_range(0..servers.len());
+            rng.gen_range(25..65)
+        } else {
+            rng.gen_range(0..100)
+        };
+        let (kind, req) = if dice < 25 {
+            (
+                Kind::Kv {
+                    key: key.into(),
+                    input: Input::Put(fresh),
+                    consistent: false,
+                },
+                ApiRequest::Write(Box::new(kv(KvVerb::Set, key, Some(fresh), 0))),
+            )
+        } else if dice < 65 {
+            let consistent = dice >= 45;
+            (
+                Kind::Kv {
+                    key: key.into(),
+                    input: Input::Get,
+                    consistent,
+                },
+                ApiRequest::Get {
+                    key: key.into(),
+                    consistent,
+                },
+            )
+        } else if dice < 80 {
+            let (expected, index) = match seen.get(key) {
+                Some(&(Some(v), m)) => (Some(v), m),
+                _ => (None, 0),
+            };
+            (
+                Kind::Kv {
+                    key: key.into(),
+                    input: Input::Cas {
+                        expected,
+                        new: fresh,
+                    },
+                    consistent: false,
+                },
+                ApiRequest::Write(Box::new(kv(KvVerb::Cas, key, Some(fresh), index))),
+            )
+        } else if dice < 87 {
+            (
+                Kind::Kv {
+                    key: key.into(),
+                    input: Input::Delete,
+                    consistent: false,
+                },
+                ApiRequest::Write(Box::new(kv(KvVerb::Delete, key, None, 0))),
+            )
+        } else {
+            let service = format!("svc-{id}-{}", rng.gen_range(0..3));
+            let up = registered.get(&service).copied().unwrap_or(false);
+            if !up || rng.gen_bool(0.3) {
+                let req = RegisterRequest {
+                    node: node.clone(),
+                    address: format!("{node}.sim"),
+                    service: Some(NodeService {
+                        id: service.clone(),
+                        service: "web".into(),
+                        port: 8080,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                (
+                    Kind::Register {
+                        node: node.clone(),
+                        service: service.clone(),
+                    },
+                    ApiRequest::Write(Box::new(Command::Register(Box::new(req)))),
+                )
+            } else {
+                let req = DeregisterRequest {
+                    node: node.clone(),
+                    service_id: service.clone(),
+                    ..Default::default()
+                };
+                (
+                    Kind::Deregister {
+                        node: node.clone(),
+                        service: service.clone(),
+                    },
+                    ApiRequest::Write(Box::new(Command::Deregister(req))),
+                )
+            }
+        };
+
+        let asked = target;
+        let addr = SocketAddr::new(servers[target], API_PORT);
+        let started = now_us();
+        let reply = call(addr, &req, false, CLIENT_TIMEOUT).await;
+        let ended = now_us();
+        let output = match (&kind, reply) {
+            (
+                Kind::Kv { input, .. },
+                Ok(ApiReply::Write(Ok(Response::Kv(KvOutcome::Done(ok))))),
+            ) => match input {
+                Input::Cas { .. } => Some(Output::Cas(ok)),
+                _ if ok => Some(Output::Done),
+                _ => None,
+            },
+            (Kind::Kv { .. }, Ok(ApiReply::Get(Ok(entry)))) => {
+                let v = entry.as_ref().and_then(|e| value_of(&e.value));
+                seen.insert(key, (v, entry.map_or(0, |e| e.modify_index)));
+                Some(Output::Value(v))
+            }
+            (Kind::Register { service, .. }, Ok(ApiReply::Write(Ok(Response::Ok)))) => {
+                registered.insert(service.clone(), true);
+                Some(Output::Done)
+            }
+            (Kind::Deregister { service, .. }, Ok(ApiReply::Write(Ok(Response::Ok)))) => {
+                registered.insert(service.clone(), false);
+                Some(Output::Done)
+            }
+            _ => None,
+        };
+        if output.is_none() {
+            // Try another server next time, as a client library would.
+            target = rng.gen_range(0..servers.len());
+        }
+        history.lock().unwrap().push(Record {
+            client: id,
+            kind,
+            call: started,
+            ret: output.map(|_| ended),
+            output,
+            server: asked,
+        });
+        let pause = rng.gen_range(0..40);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+    Ok(())
+}
+
+/// After the faults heal: one `?consistent` read of every key, retried
+/// until it is answered, recorded like any other read.
+pub async fn final_reads(servers: Vec<IpAddr>, history: History) -> turmoil::Result {
+    for (i, key) in KEYS.iter().enumerate() {
+        let mut target = i % servers.len();
+        loop {
+            let req = ApiRequest::Get {
+                key: key.to_string(),
+                consistent: true,
+            };
+            let started = now_us();
+            let reply = call(
+                SocketAddr::new(servers[target], API_PORT),
+                &req,
+                false,
+                CLIENT_TIMEOUT,
+            )
+            .await;
+            let ended = now_us();
+            if let Ok(ApiReply::Get(Ok(entry))) = reply {
+                let v = entry.and_then(|e| value_of(&e.value));
+                history.lock().unwrap().push(Record {
+                    client: u64::MAX,
+                    kind: Kind::Kv {
+                        key: key.to_string(),
+                        input: Input::Get,
+                        consistent: true,
+                    },
+                    call: started,
+                    ret: Some(ended),
+                    output: Some(Output::Value(v)),
+                    server: target,
+                });
+                break;
+            }
+            target = (target + 1) % servers.len();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
