@@ -400,10 +400,17 @@ fn add_watch_keys(state: &State, svc: &NodeService, out: &mut BTreeSet<String>) 
 }
 
 /// The watch keys of merging every instance in `instances`, deduplicated.
+/// Instances asking the same question read the same entries, so each
+/// distinct question is looked at once.
 pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<String> {
     let mut out = BTreeSet::new();
+    let mut asked: Vec<ResolveRequest> = Vec::new();
     for i in instances.iter().filter(|i| should_merge(&i.service)) {
+        if asked.iter().any(|r| asks(&i.service, r)) {
+            continue;
+        }
         add_watch_keys(state, &i.service, &mut out);
+        asked.push(resolve_request_for(&i.service));
     }
     out.into_iter().collect()
 }
