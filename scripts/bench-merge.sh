@@ -5,6 +5,8 @@
 # config: proxy-defaults (Config, MeshGateway), service-defaults for web
 # (Protocol, UpstreamConfig Defaults and one Override) and for every
 # upstream (Protocol). Loads each variant with wrk (Debian package `wrk`).
+# A third read, of proxies registered with the merged content already, is
+# the control: the same bytes without merging.
 # Usage: scripts/bench-merge.sh [N] [U] [SECONDS] [CONNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,11 +46,18 @@ for i in range(n):
 rows = json.load(urllib.request.urlopen(f"http://{addr}/v1/health/connect/web?merge-central-config"))
 assert len(rows) == n, len(rows)
 assert rows[0]["Service"]["Proxy"]["Upstreams"][0]["Config"]["protocol"] == "grpc", "not merged"
-print(f"registered {n} proxies for web, {u} upstreams each")
+# Control: proxies for `api` registered with what merging gives web's, so
+# an unmerged read of api serializes as much as a merged read of web.
+for r in rows:
+    svc = dict(r["Service"], ID="api-proxy", Service="api-proxy")
+    svc["Proxy"] = dict(svc["Proxy"], DestinationServiceName="api")
+    put("/v1/catalog/register", {"Node": r["Node"]["Node"], "Address": r["Node"]["Address"],
+                                 "Service": svc})
+print(f"registered {n} proxies for web, {u} upstreams each (and {n} pre-merged ones for api)")
 PY
-for q in "" "?merge-central-config"; do
-    URL="http://$HTTP/v1/health/connect/web$q"
-    echo "== GET /v1/health/connect/web$q: $(curl -s "$URL" | wc -c) bytes"
+for path in web "web?merge-central-config" api; do
+    URL="http://$HTTP/v1/health/connect/$path"
+    echo "== GET /v1/health/connect/$path: $(curl -s "$URL" | wc -c) bytes"
     wrk -t2 -c"$CONNS" -d2s "$URL" >/dev/null   # warm-up
     wrk -t2 -c"$CONNS" -d"${SECS}s" --latency "$URL" | grep -E "Requests/sec|Latency|  50%|  99%"
 done
