@@ -123,7 +123,7 @@ pub fn bootstrap_params_for(
         } else {
             node.datacenter.clone()
         },
-        config: merged.proxy.config.clone().unwrap_or_default(),
+        config: merged.proxy.config.as_deref().cloned().unwrap_or_default(),
         node_id: node.id.clone(),
         node_name: node.node.clone(),
         access_logs: access_logs(&merged.proxy.access_logs),

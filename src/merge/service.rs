@@ -103,21 +103,23 @@ pub fn merge_node_service(state: &State, svc: &NodeService) -> NodeService {
 /// the rest with the state version. One call per read in the endpoints.
 ///
 /// Instances of one service usually ask the resolver the same question (same
-/// destination, same upstreams), so each distinct question is resolved once
-/// per read, and recognised without building it again.
+/// destination, same upstreams): each distinct question is resolved and
+/// prepared once per read, and recognised without building it again.
 pub fn merge_instances(state: &State, instances: &mut [Instance]) {
-    let mut resolved: Vec<(ResolveRequest, ResolvedServiceConfig)> = Vec::new();
+    let mut seen: Vec<(ResolveRequest, ResolvedServiceConfig, Prepared)> = Vec::new();
     for i in instances.iter_mut().filter(|i| should_merge(&i.service)) {
-        let at = match resolved.iter().position(|(r, _)| asks(&i.service, r)) {
+        let at = match seen.iter().position(|(r, ..)| asks(&i.service, r)) {
             Some(at) => at,
             None => {
                 let req = resolve_request_for(&i.service);
                 let defaults = resolve_service_config(state, &req);
-                resolved.push((req, defaults));
-                resolved.len() - 1
+                let prepared = prepare(&defaults, &req.upstreams);
+                seen.push((req, defaults, prepared));
+                seen.len() - 1
             }
         };
-        i.service = Arc::new(merge_service_config(&resolved[at].1, &i.service));
+        let (_, defaults, prepared) = &seen[at];
+        i.service = Arc::new(merge_prepared(defaults, prepared, &i.service));
     }
 }
 
@@ -154,16 +156,79 @@ fn asks(svc: &NodeService, req: &ResolveRequest) -> bool {
     }
 }
 
+/// What every instance asking the same question gets, worked out once and
+/// shared (`Arc`) rather than copied into each.
+struct Prepared {
+    /// `Proxy.Config` for a registration that set none.
+    proxy_config: Option<Arc<Map<String, Value>>>,
+    /// One per declared service upstream, in order: `None` where central
+    /// config says nothing about it.
+    slots: Vec<Option<Slot>>,
+}
+
+/// Central config for one declared upstream.
+struct Slot {
+    /// The resolved opaque config.
+    central: Map<String, Value>,
+    /// The mesh gateway mode it resolves to.
+    mode: String,
+    /// What an upstream that registered no `Config` of its own ends up with.
+    bare: Option<Arc<Map<String, Value>>>,
+}
+
+fn prepare(defaults: &ResolvedServiceConfig, keys: &[UpstreamKey]) -> Prepared {
+    let slots = keys
+        .iter()
+        .map(|k| {
+            let central = defaults.upstream_configs.get(k)?;
+            let mut bare = Map::new();
+            fill_except(&mut bare, central, MESH_GATEWAY_KEY);
+            if !k.peer.is_empty() {
+                bare.remove("protocol");
+            }
+            Some(Slot {
+                central: central.clone(),
+                mode: mesh_gateway_mode_of(central),
+                bare: (!bare.is_empty()).then(|| Arc::new(bare)),
+            })
+        })
+        .collect();
+    let mut proxy_config = Map::new();
+    fill(&mut proxy_config, &defaults.proxy_config);
+    Prepared {
+        proxy_config: (!proxy_config.is_empty()).then(|| Arc::new(proxy_config)),
+        slots,
+    }
+}
+
 /// Merges resolved central config under a registration (Consul's
 /// `MergeServiceConfig`). Registration values win everywhere; central values
 /// fill what is unset.
 pub fn merge_service_config(defaults: &ResolvedServiceConfig, svc: &NodeService) -> NodeService {
+    let keys: Vec<UpstreamKey> = svc
+        .proxy
+        .upstreams
+        .iter()
+        .filter(|u| is_service_upstream(u))
+        .map(upstream_key)
+        .collect();
+    merge_prepared(defaults, &prepare(defaults, &keys), svc)
+}
+
+/// [`merge_service_config`] with `prepared` for `svc`'s service upstreams,
+/// in their order.
+fn merge_prepared(
+    defaults: &ResolvedServiceConfig,
+    prepared: &Prepared,
+    svc: &NodeService,
+) -> NodeService {
     let mut ns = svc.clone();
     let p = &mut ns.proxy;
 
-    if !defaults.proxy_config.is_empty() {
-        let cfg = p.config.get_or_insert_with(Map::new);
-        fill(cfg, &defaults.proxy_config);
+    match (&mut p.config, &prepared.proxy_config) {
+        (_, None) => {}
+        (Some(cfg), Some(_)) if !cfg.is_empty() => fill(Arc::make_mut(cfg), &defaults.proxy_config),
+        (cfg, Some(central)) => *cfg = Some(central.clone()),
     }
 
     if !p.expose.checks {
@@ -194,22 +259,23 @@ pub fn merge_service_config(defaults: &ResolvedServiceConfig, svc: &NodeService)
     p.transparent_proxy.dialed_directly |= defaults.transparent_proxy.dialed_directly;
     fill_str(&mut p.mutual_tls_mode, &defaults.mutual_tls_mode);
 
-    let transparent = p.mode == MODE_TRANSPARENT;
-    let mut declared: BTreeSet<UpstreamKey> = BTreeSet::new();
-    for us in p.upstreams.iter_mut().filter(|u| is_service_upstream(u)) {
-        let key = upstream_key(us);
-        if let Some(central) = defaults.upstream_configs.get(&key) {
-            merge_upstream(us, central);
-        }
-        if transparent {
-            declared.insert(key);
+    let ups = p.upstreams.iter_mut().filter(|u| is_service_upstream(u));
+    for (us, slot) in ups.zip(&prepared.slots) {
+        if let Some(slot) = slot {
+            merge_upstream(us, slot);
         }
     }
 
     // A transparent proxy dials upstreams it never declared, so centrally
     // configured ones (and the `*` defaults) join the list. Outside
     // transparent mode every upstream is declared already.
-    if transparent {
+    if p.mode == MODE_TRANSPARENT {
+        let declared: BTreeSet<UpstreamKey> = p
+            .upstreams
+            .iter()
+            .filter(|u| is_service_upstream(u))
+            .map(upstream_key)
+            .collect();
         for (k, cfg) in &defaults.upstream_configs {
             if !declared.contains(k) {
                 p.upstreams.push(central_upstream(k, cfg));
@@ -220,14 +286,19 @@ pub fn merge_service_config(defaults: &ResolvedServiceConfig, svc: &NodeService)
 }
 
 /// Fills a declared upstream from its resolved central config.
-fn merge_upstream(us: &mut Upstream, central: &Map<String, Value>) {
+fn merge_upstream(us: &mut Upstream, slot: &Slot) {
     // The upstream's own mode is the most specific of all.
-    if us.mesh_gateway.mode.is_empty() {
-        us.mesh_gateway.mode = mesh_gateway_mode_of(central);
-    }
-    let cfg = us.config.get_or_insert_with(Map::new);
+    fill_str(&mut us.mesh_gateway.mode, &slot.mode);
+    let Some(cfg) = us.config.as_mut().filter(|c| !c.is_empty()) else {
+        // The common case: nothing registered, so the prepared result.
+        us.config = slot.bare.clone();
+        return;
+    };
+    // Copies the registration's map (shared with the stored catalog) before
+    // changing it.
+    let cfg = Arc::make_mut(cfg);
     let registered_protocol = cfg.get("protocol").cloned();
-    fill_except(cfg, central, MESH_GATEWAY_KEY);
+    fill_except(cfg, &slot.central, MESH_GATEWAY_KEY);
     // A peer's protocol is the peer's business: central config of this
     // cluster never changes it.
     if !us.destination_peer.is_empty() {
@@ -236,8 +307,8 @@ fn merge_upstream(us: &mut Upstream, central: &Map<String, Value>) {
             None => cfg.remove("protocol"),
         };
     }
-    // The resolved mode is now in the typed field, where it may have lost
-    // to the upstream's own; the map copy would only mislead.
+    // The resolved mode is in the typed field, where it may have lost to the
+    // upstream's own; a copy in the map would only mislead.
     cfg.remove(MESH_GATEWAY_KEY);
     if cfg.is_empty() {
         us.config = None;
@@ -252,7 +323,7 @@ fn central_upstream(k: &UpstreamKey, cfg: &Map<String, Value>) -> Upstream {
         destination_partition: DEFAULT_TENANCY.into(),
         destination_name: k.name.clone(),
         destination_peer: k.peer.clone(),
-        config: (!cfg.is_empty()).then(|| cfg.clone()),
+        config: (!cfg.is_empty()).then(|| Arc::new(cfg.clone())),
         mesh_gateway: MeshGatewayConfig {
             mode: mesh_gateway_mode_of(cfg),
         },
@@ -329,10 +400,17 @@ fn add_watch_keys(state: &State, svc: &NodeService, out: &mut BTreeSet<String>) 
 }
 
 /// The watch keys of merging every instance in `instances`, deduplicated.
+/// Instances asking the same question read the same entries, so each
+/// distinct question is looked at once.
 pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<String> {
     let mut out = BTreeSet::new();
+    let mut asked: Vec<ResolveRequest> = Vec::new();
     for i in instances.iter().filter(|i| should_merge(&i.service)) {
+        if asked.iter().any(|r| asks(&i.service, r)) {
+            continue;
+        }
         add_watch_keys(state, &i.service, &mut out);
+        asked.push(resolve_request_for(&i.service));
     }
     out.into_iter().collect()
 }

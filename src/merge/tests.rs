@@ -792,6 +792,14 @@ fn merging_a_list_equals_merging_each_instance_alone() {
         .iter()
         .map(|i| merge_node_service(&st, &i.service))
         .collect();
+    // The list's watch keys are the union of each instance's.
+    let mut union: Vec<String> = together
+        .iter()
+        .flat_map(|i| merge_watch_keys(&st, &i.service))
+        .collect();
+    union.sort();
+    union.dedup();
+    assert_eq!(watch_keys_for_instances(&st, &together), union);
     merge_instances(&st, &mut together);
     for (t, a) in together.iter().zip(&alone) {
         assert_eq!(*t.service, *a);

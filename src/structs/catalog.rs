@@ -5,6 +5,7 @@
 //! so they may skip empty fields the way Consul's `omitempty` does.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -81,8 +82,10 @@ pub struct Upstream {
     pub local_bind_address: String,
     #[serde(skip_serializing_if = "is_default")]
     pub local_bind_port: u16,
+    /// Opaque; shared (`Arc`) because a merged read hands the same central
+    /// config to every instance that declares this upstream.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub config: Option<Map<String, Value>>,
+    pub config: Option<Arc<Map<String, Value>>>,
     #[serde(skip_serializing_if = "is_default")]
     pub mesh_gateway: MeshGatewayConfig,
     #[serde(skip_serializing_if = "is_default")]
@@ -185,8 +188,9 @@ pub struct ConnectProxyConfig {
     pub local_service_port: u16,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub mode: String,
+    /// Opaque; shared (`Arc`) for the same reason as `Upstream::config`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub config: Option<Map<String, Value>>,
+    pub config: Option<Arc<Map<String, Value>>>,
     #[serde(
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_default"
