@@ -16,3 +16,5 @@ pub mod server;
 pub mod state;
 pub mod stream;
 pub mod structs;
+#[cfg(test)]
+pub(crate) mod testing;

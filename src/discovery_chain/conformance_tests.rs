@@ -4,9 +4,8 @@
 
 use super::*;
 use crate::config_entry::{ConfigEntryError, decode_and_validate};
-use crate::structs::config_entry::shape::is_empty;
+use crate::testing::{conformance_cases, first_diff, normalise};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 
 const TRUST_DOMAIN: &str = "11111111-2222-3333-4444-555555555555.consul";
 
@@ -15,82 +14,6 @@ const KNOWN_WRONG: &[(&str, &str)] = &[];
 
 /// Feature tags not served (cluster peering needs peers).
 const SKIPPED_FEATURES: &[&str] = &[];
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/conformance"
-    ))
-}
-
-fn cases(dir: &str) -> Vec<(String, Value)> {
-    let Ok(rd) = std::fs::read_dir(root().join(dir)) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|p: &PathBuf| {
-            let text = std::fs::read_to_string(p).expect("readable case");
-            let name = Path::new(p)
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .to_string();
-            (name, serde_json::from_str(&text).expect("case is JSON"))
-        })
-        .collect()
-}
-
-/// run.py's normalisation: drop empty members, recursively.
-fn normalise(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| (k.clone(), normalise(x)))
-                .filter(|(_, x)| !is_empty(x))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(normalise).collect()),
-        v => v.clone(),
-    }
-}
-
-fn first_diff(e: &Value, a: &Value, path: &str) -> Option<String> {
-    match (e, a) {
-        (Value::Object(em), Value::Object(am)) => {
-            let keys: std::collections::BTreeSet<&String> = em.keys().chain(am.keys()).collect();
-            keys.into_iter().find_map(|k| {
-                let sub = format!("{path}/{k}");
-                match (em.get(k), am.get(k)) {
-                    (Some(x), Some(y)) => first_diff(x, y, &sub),
-                    (x, y) => Some(format!("at {sub}: expected {x:?}, got {y:?}")),
-                }
-            })
-        }
-        (Value::Array(ea), Value::Array(aa)) => ea
-            .iter()
-            .zip(aa)
-            .enumerate()
-            .find_map(|(i, (x, y))| first_diff(x, y, &format!("{path}/{i}")))
-            .or_else(|| {
-                (ea.len() != aa.len())
-                    .then(|| format!("at {path}: length {} vs {}", ea.len(), aa.len()))
-            }),
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (
-                x.as_f64().unwrap_or(f64::NAN),
-                y.as_f64().unwrap_or(f64::NAN),
-            );
-            ((x - y).abs() > 0.01).then(|| format!("at {path}: expected {x}, got {y}"))
-        }
-        _ => (e != a).then(|| format!("at {path}: expected {e}, got {a}")),
-    }
-}
 
 fn write(store: &mut MemoryEntries, body: &Value) -> Result<(), ConfigEntryError> {
     let entry = decode_and_validate(body)?;
@@ -179,7 +102,7 @@ fn run_validation_case(case: &Value) -> Result<(), String> {
 
 fn run_dir(dir: &str, run: fn(&Value) -> Result<(), String>) -> (usize, Vec<String>, usize) {
     let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
-    for (name, case) in cases(dir) {
+    for (name, case) in conformance_cases(dir) {
         let features: Vec<&str> = case["features"]
             .as_array()
             .into_iter()

@@ -8,8 +8,6 @@
 //! Catalog rows are the endpoint's own `ServiceNodeRow`; a health row is
 //! `{Node, Service, Checks}` as the health endpoint writes it.
 
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 
 use super::merge_instances;
@@ -17,65 +15,10 @@ use crate::http::catalog::ServiceNodeRow;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{Command, Response, State, apply_command};
 use crate::structs::catalog::RegisterRequest;
-use crate::structs::config_entry::shape::is_empty;
+use crate::testing::{conformance_cases, first_diff, normalise};
 
 /// Cases believed wrong, by file name, each with the reason. None so far.
 const KNOWN_WRONG: &[(&str, &str)] = &[];
-
-fn dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/conformance/merge-central-config"
-    ))
-}
-
-fn cases() -> Vec<(String, Value)> {
-    let Ok(rd) = std::fs::read_dir(dir()) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).expect("readable case");
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            (name, serde_json::from_str(&text).expect("case is JSON"))
-        })
-        .collect()
-}
-
-/// run.py's normalisation: drop empty members, recursively.
-fn normalise(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| (k.clone(), normalise(x)))
-                .filter(|(_, x)| !is_empty(x))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(normalise).collect()),
-        v => v.clone(),
-    }
-}
-
-fn same(e: &Value, a: &Value) -> bool {
-    match (e, a) {
-        (Value::Number(x), Value::Number(y)) => {
-            (x.as_f64().unwrap_or(f64::NAN) - y.as_f64().unwrap_or(f64::NAN)).abs() <= 0.01
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same(v, w))
-        }
-        _ => e == a,
-    }
-}
 
 /// Builds the state a case describes; an error names the refused step.
 fn build_state(case: &Value) -> Result<State, String> {
@@ -151,7 +94,7 @@ fn run(case: &Value) -> Result<(), String> {
         let pointer = check["pointer"].as_str().unwrap_or("");
         let actual = body.pointer(pointer).cloned().unwrap_or(Value::Null);
         let (e, a) = (normalise(&check["value"]), normalise(&actual));
-        if !same(&e, &a) {
+        if first_diff(&e, &a, "").is_some() {
             return Err(format!("at {pointer}: expected {e}, got {a}"));
         }
     }
@@ -160,7 +103,7 @@ fn run(case: &Value) -> Result<(), String> {
 
 #[test]
 fn merge_central_config_conformance() {
-    let all = cases();
+    let all = conformance_cases("merge-central-config");
     if all.is_empty() {
         eprintln!("merge-central-config cases not found; skipped");
         return;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::{Dep, ProxyKey};
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, compile};
 use crate::filter::Filter;
-use crate::state::State;
 use crate::state::catalog::service_instances;
+use crate::state::{State, keys};
 use crate::structs::config_entry::Kind;
 use crate::structs::{HEALTH_CRITICAL, HEALTH_MAINT, HEALTH_PASSING, NodeService};
 
@@ -55,10 +55,10 @@ pub fn build(state: &State, datacenter: &str, key: &ProxyKey) -> Option<(Snapsho
         return None;
     }
     let mut deps = BTreeSet::new();
-    deps.insert(Dep::Service(registered.service.clone()));
-    deps.insert(Dep::Config(Kind::ProxyDefaults, "global".into()));
-    let dest = registered.proxy.destination_service_name.clone();
-    deps.insert(Dep::Config(Kind::ServiceDefaults, dest));
+    deps.insert(keys::service(&registered.service));
+    // What the merge read: proxy-defaults, service-defaults of the
+    // destination, of each upstream and of each override.
+    deps.extend(crate::merge::merge_watch_keys(state, registered));
     let service = crate::merge::merge_node_service(state, registered);
     let trust_domain = format!("{}.consul", state.cluster_id);
 
@@ -73,7 +73,6 @@ pub fn build(state: &State, datacenter: &str, key: &ProxyKey) -> Option<(Snapsho
         } else {
             &up.datacenter
         };
-        deps.insert(Dep::Config(Kind::ServiceDefaults, name.clone()));
         chain_deps(&mut deps, name);
         let req = CompileRequest::new(name, dc, &trust_domain);
         let entry = match compile(&req, state) {
@@ -81,7 +80,7 @@ pub fn build(state: &State, datacenter: &str, key: &ProxyKey) -> Option<(Snapsho
                 let mut endpoints = BTreeMap::new();
                 for (id, target) in &chain.targets {
                     chain_deps(&mut deps, &target.service);
-                    deps.insert(Dep::Service(target.service.clone()));
+                    deps.insert(keys::service(&target.service));
                     if target.datacenter != datacenter || !target.peer.is_empty() {
                         continue; // other datacenters are reached via gateways
                     }
@@ -129,7 +128,7 @@ fn chain_deps(deps: &mut BTreeSet<Dep>, service: &str) {
         Kind::ServiceResolver,
         Kind::ServiceDefaults,
     ] {
-        deps.insert(Dep::Config(kind, service.to_string()));
+        deps.insert(keys::config(kind.as_str(), service));
     }
 }
 

@@ -24,20 +24,17 @@ use tokio::sync::{Notify, watch};
 
 pub use build::{Snapshot, build};
 
-use crate::state::Store;
+use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
 use crate::structs::config_entry::Kind;
 
 /// (node, proxy service id).
 pub type ProxyKey = (String, String);
 
-/// A resource a proxy's snapshot was built from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dep {
-    /// The instances (and health) of a service.
-    Service(String),
-    Config(Kind, String),
-}
+/// A resource a proxy's snapshot was built from, named by the state
+/// store's watch key (`crate::state::keys`): a service's instances, a
+/// config entry.
+pub type Dep = String;
 
 /// Proxies rebuilt per batch before yielding.
 const BATCH: usize = 256;
@@ -213,7 +210,7 @@ impl Manager {
                 let Some(inner) = weak.upgrade() else { return };
                 match item {
                     Item::Event(e) => {
-                        inner.mark_dep(&Dep::Service(e.key.clone()));
+                        inner.mark_dep(&keys::service(&e.key));
                         let svc = &e.payload["Value"]["Service"];
                         if svc["Kind"] == "connect-proxy" {
                             let node = e.payload["Value"]["Node"]["Node"]
@@ -242,7 +239,7 @@ impl Manager {
                     let item = sub.next().await;
                     let Some(inner) = weak.upgrade() else { return };
                     match item {
-                        Item::Event(e) => inner.mark_dep(&Dep::Config(kind, e.key.clone())),
+                        Item::Event(e) => inner.mark_dep(&keys::config(kind.as_str(), &e.key)),
                         Item::NewSnapshotToFollow => {
                             let all: Vec<ProxyKey> =
                                 inner.proxies.lock().unwrap().keys().cloned().collect();

@@ -8,37 +8,24 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
-use crate::state::{Command, MemoryBackend, apply_command};
+use crate::state::Command;
 use crate::structs::{DeregisterRequest, HealthCheck, NodeService, RegisterRequest, Upstream};
 
+/// The shared store and publisher, with a proxycfg manager on them.
 struct World {
-    store: Arc<Store>,
-    publisher: Publisher,
+    base: crate::testing::World,
     manager: Manager,
-    index: u64,
 }
 
 impl World {
     fn new() -> World {
-        let store = Arc::new(Store::open(Box::new(MemoryBackend::default())).unwrap());
-        let publisher = Publisher::default();
-        let manager = Manager::start(store.clone(), &publisher, "dc1");
-        World {
-            store,
-            publisher,
-            manager,
-            index: 1,
-        }
+        let base = crate::testing::World::new();
+        let manager = Manager::start(base.store.clone(), &base.publisher, "dc1");
+        World { base, manager }
     }
 
     fn apply(&mut self, cmd: Command) {
-        self.index += 1;
-        let mut st = (*self.store.state()).clone();
-        let (_, set) = apply_command(&mut st, self.index, &cmd);
-        self.store
-            .commit(st.clone(), std::slice::from_ref(&set), vec![])
-            .unwrap();
-        self.publisher.publish(vec![(set, Arc::new(st))]);
+        self.base.apply(cmd);
     }
 
     fn register(&mut self, node: &str, svc: NodeService, status: &str) {

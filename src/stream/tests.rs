@@ -6,48 +6,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::state::{Command, MemoryBackend, apply_command};
+use crate::state::Command;
 use crate::structs::{HealthCheck, KvOp, KvVerb, NodeService, RegisterRequest};
+use crate::testing::World;
 
-struct World {
-    store: Arc<Store>,
-    publisher: Publisher,
-    index: u64,
+fn put(w: &mut World, key: &str) {
+    w.apply(Command::Kv(KvOp {
+        verb: KvVerb::Set,
+        key: key.into(),
+        value: b"v".to_vec(),
+        flags: 0,
+        index: 0,
+    }));
 }
 
-impl World {
-    fn new() -> World {
-        World {
-            store: Arc::new(Store::open(Box::new(MemoryBackend::default())).unwrap()),
-            publisher: Publisher::default(),
-            index: 1,
-        }
-    }
-
-    fn apply(&mut self, cmd: Command) {
-        self.index += 1;
-        let mut st = (*self.store.state()).clone();
-        let (_, set) = apply_command(&mut st, self.index, &cmd);
-        self.store
-            .commit(st.clone(), std::slice::from_ref(&set), vec![])
-            .unwrap();
-        self.publisher.publish(vec![(set, Arc::new(st))]);
-    }
-
-    fn put(&mut self, key: &str) {
-        self.apply(Command::Kv(KvOp {
-            verb: KvVerb::Set,
-            key: key.into(),
-            value: b"v".to_vec(),
-            flags: 0,
-            index: 0,
-        }));
-    }
-
-    fn sub(&self, topic: Topic, key: &str, index: u64) -> Subscription {
-        self.publisher
-            .subscribe(self.store.clone(), topic, key, index)
-    }
+fn subscribe(w: &World, topic: Topic, key: &str, index: u64) -> Subscription {
+    w.publisher.subscribe(w.store.clone(), topic, key, index)
 }
 
 async fn next(sub: &mut Subscription) -> Item {
@@ -66,14 +40,14 @@ fn event(item: Item) -> Arc<Event> {
 #[tokio::test]
 async fn snapshot_then_every_change_in_order() {
     let mut w = World::new();
-    w.put("a/1");
-    w.put("b/1");
-    let mut sub = w.sub(Topic::Kv, "a/", 0);
+    put(&mut w, "a/1");
+    put(&mut w, "b/1");
+    let mut sub = subscribe(&w, Topic::Kv, "a/", 0);
     assert_eq!(event(next(&mut sub).await).key, "a/1");
     assert!(matches!(next(&mut sub).await, Item::EndOfSnapshot(3)));
     for i in 2..6 {
-        w.put(&format!("a/{i}"));
-        w.put("b/other");
+        put(&mut w, &format!("a/{i}"));
+        put(&mut w, "b/other");
     }
     let mut seen = Vec::new();
     for _ in 2..6 {
@@ -94,17 +68,17 @@ async fn snapshot_then_every_change_in_order() {
 #[tokio::test]
 async fn resumes_from_a_buffered_index_without_a_snapshot() {
     let mut w = World::new();
-    w.put("k/1");
-    let mut sub = w.sub(Topic::Kv, "k/", 0);
+    put(&mut w, "k/1");
+    let mut sub = subscribe(&w, Topic::Kv, "k/", 0);
     next(&mut sub).await;
     next(&mut sub).await;
-    w.put("k/2");
+    put(&mut w, "k/2");
     let e = event(next(&mut sub).await);
     let resume_at = e.index;
     drop(sub);
-    w.put("k/3");
+    put(&mut w, "k/3");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut again = w.sub(Topic::Kv, "k/", resume_at);
+    let mut again = subscribe(&w, Topic::Kv, "k/", resume_at);
     let e = event(next(&mut again).await);
     assert_eq!((e.key.as_str(), e.op()), ("k/3", "Upsert"));
 }
@@ -112,8 +86,8 @@ async fn resumes_from_a_buffered_index_without_a_snapshot() {
 #[tokio::test]
 async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
     let mut w = World::new();
-    w.put("x/0");
-    let mut slow = w.sub(Topic::Kv, "x/", 0);
+    put(&mut w, "x/0");
+    let mut slow = subscribe(&w, Topic::Kv, "x/", 0);
     next(&mut slow).await;
     next(&mut slow).await;
     // More events than the buffer holds, while the subscriber sleeps.
@@ -143,19 +117,19 @@ async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
     }
     assert_eq!(keys, 50);
     // And a fast subscriber was never held back meanwhile.
-    let mut fast = w.sub(Topic::Kv, "x/", 0);
+    let mut fast = subscribe(&w, Topic::Kv, "x/", 0);
     assert!(matches!(next(&mut fast).await, Item::Event(_)));
 }
 
 #[tokio::test]
 async fn a_reset_makes_subscribers_start_over() {
     let mut w = World::new();
-    w.put("r/1");
-    let mut sub = w.sub(Topic::Kv, "r/", 0);
+    put(&mut w, "r/1");
+    let mut sub = subscribe(&w, Topic::Kv, "r/", 0);
     next(&mut sub).await;
     next(&mut sub).await;
     w.publisher.reset();
-    w.put("r/2");
+    put(&mut w, "r/2");
     assert!(matches!(next(&mut sub).await, Item::NewSnapshotToFollow));
     let mut n = 0;
     while let Item::Event(_) = next(&mut sub).await {
@@ -193,8 +167,8 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
     proxy.proxy.destination_service_name = "web".into();
     w.apply(register("n1", Some(proxy), vec![]));
 
-    let mut web = w.sub(Topic::ServiceHealth, "web", 0);
-    let mut connect = w.sub(Topic::ServiceHealthConnect, "web", 0);
+    let mut web = subscribe(&w, Topic::ServiceHealth, "web", 0);
+    let mut connect = subscribe(&w, Topic::ServiceHealthConnect, "web", 0);
     assert_eq!(
         event(next(&mut web).await).payload["Value"]["Service"]["ID"],
         "web1"
@@ -235,7 +209,7 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
 #[tokio::test]
 async fn config_entries_are_topics_keyed_by_name() {
     let mut w = World::new();
-    let mut sub = w.sub(Topic::ServiceDefaults, "web", 0);
+    let mut sub = subscribe(&w, Topic::ServiceDefaults, "web", 0);
     assert!(matches!(next(&mut sub).await, Item::EndOfSnapshot(_)));
     w.apply(Command::ConfigSet {
         entry: serde_json::json!({"Kind": "service-defaults", "Name": "db", "Protocol": "http"}),

@@ -21,6 +21,18 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+def put(url, body):
+    """PUT `body` as JSON; the decoded JSON answer."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def get(url):
+    """GET; the decoded JSON answer."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
 
 def cairn_bin():
     path = os.environ.get("CAIRN_BIN") or str(ROOT / "target" / "debug" / "cairn")

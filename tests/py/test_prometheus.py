@@ -5,7 +5,6 @@ Prometheus calls /v1/agent/self, then /v1/catalog/services and
 /v1/health/service/:s as blocking queries (with ?stale). Skipped when the
 prometheus binary is absent (Debian package `prometheus`)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,24 +14,13 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, get, put
 
 PROMETHEUS = os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus") or "/usr/bin/prometheus"
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(PROMETHEUS), reason=f"prometheus binary not found ({PROMETHEUS})"
 )
-
-
-def put(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ there); VictoriaMetrics implements it itself: /v1/agent/self for the
 datacenter, then /v1/catalog/services and /v1/health/service/:s as blocking
 queries. Skipped when the binary is absent."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, get, put
 
 VM = (os.environ.get("VICTORIA_METRICS_BIN") or shutil.which("victoria-metrics")
       or shutil.which("victoria-metrics-prod") or "/usr/bin/victoria-metrics")
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.skipif(
     not os.path.exists(VM),
     reason=f"victoria-metrics binary not found ({VM}); apt-get install victoria-metrics",
 )
-
-
-def put(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
 
 
 @pytest.fixture
