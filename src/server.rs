@@ -91,6 +91,9 @@ pub struct ServerParts<L, A> {
     pub listener: A,
     /// The sled database to flush on shutdown, if the parts live in one.
     pub sled: Option<sled::Db>,
+    /// Sees every applied change set, before it is published (the
+    /// simulation records what was committed with it).
+    pub tap: Option<crate::stream::Tap>,
 }
 
 impl Server {
@@ -115,6 +118,7 @@ impl Server {
                 .await
                 .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?,
             sled: Some(db),
+            tap: None,
         };
         Self::assemble(config, parts).await
     }
@@ -138,6 +142,7 @@ impl Server {
             connector,
             listener,
             sled,
+            tap,
         } = parts;
         // A store that ever held a vote or an entry belongs to a cluster: it
         // rejoins and never bootstraps.
@@ -147,7 +152,10 @@ impl Server {
             std::fs::create_dir_all(dir)?;
         }
         let store = Arc::new(Store::open(persist)?);
-        let publisher = Arc::new(Publisher::default());
+        // Events start after the state loaded from disk.
+        let mut publisher = Publisher::new(store.state().index);
+        publisher.tap = tap;
+        let publisher = Arc::new(publisher);
         let sm = StateMachine::with_snapshots(store.clone(), publisher.clone(), snapshots)?;
         let raft = Raft::new(
             id,

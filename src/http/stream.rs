@@ -37,9 +37,19 @@ async fn stream(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response>
     let key = p.get("key").unwrap_or("");
     let index = p.u64("index")?.unwrap_or(0);
     let sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
+    // One chunk per batch: an index's events are written together.
     let body = futures_util::stream::unfold(sub, |mut sub| async move {
-        let item = sub.next().await;
-        Some((Ok::<_, std::convert::Infallible>(line(item)), sub))
+        let items = sub.next_batch().await;
+        let chunk = if items.len() == 1 {
+            line(items.into_iter().next().expect("one item"))
+        } else {
+            let mut buf = bytes::BytesMut::new();
+            for item in items {
+                buf.extend_from_slice(&line(item));
+            }
+            buf.freeze()
+        };
+        Some((Ok::<_, std::convert::Infallible>(chunk), sub))
     });
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],

@@ -257,7 +257,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = meta.last_membership.clone();
         let rows = self.meta_rows()?;
         self.store.replace(state, rows).map_err(snap_err)?;
-        self.publisher.reset();
+        self.publisher
+            .reset(meta.last_log_id.map(|l| l.index).unwrap_or(0));
         self.snapshots.save(meta, &data).map_err(snap_err)?;
         tracing::info!(index = ?meta.last_log_id.map(|l| l.index), bytes = data.len(), "installed snapshot");
         Ok(())

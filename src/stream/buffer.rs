@@ -16,20 +16,22 @@ pub struct Buffer {
 struct Inner {
     events: VecDeque<Arc<Event>>,
     bytes: usize,
-    /// Highest index whose events were evicted: a subscriber whose cursor
-    /// is below it may have missed some.
+    /// Highest index whose events were evicted (or never held: the state
+    /// the publisher started from): a subscriber whose cursor is below it
+    /// may have missed some.
     evicted_upto: u64,
     /// Bumped when the state is replaced; subscribers must start over.
     generation: u64,
 }
 
 impl Buffer {
-    pub fn new(max_events: usize, max_bytes: usize) -> Self {
+    /// A buffer holding every event after `floor`.
+    pub fn new(max_events: usize, max_bytes: usize, floor: u64) -> Self {
         Buffer {
             inner: Mutex::new(Inner {
                 events: VecDeque::new(),
                 bytes: 0,
-                evicted_upto: 0,
+                evicted_upto: floor,
                 generation: 0,
             }),
             max_events,
@@ -71,11 +73,12 @@ impl Buffer {
         self.inner.lock().unwrap().generation
     }
 
-    pub fn reset(&self) {
+    /// The state was replaced at `floor`: nothing before it is here.
+    pub fn reset(&self, floor: u64) {
         let mut b = self.inner.lock().unwrap();
         b.events.clear();
         b.bytes = 0;
-        b.evicted_upto = 0;
+        b.evicted_upto = floor;
         b.generation += 1;
     }
 

@@ -30,15 +30,32 @@ pub const BUFFER_BYTES: usize = 32 << 20;
 const SNAPSHOT_TTL: Duration = Duration::from_millis(500);
 
 type Batch = Vec<(ChangeSet, Arc<State>)>;
+
+/// What the publisher task is handed, in commit order.
+enum Msg {
+    Batch(Batch),
+    /// The state was replaced by a snapshot at this index.
+    Reset(u64),
+}
 type SharedSnapshot = (Instant, u64, u64, Arc<Vec<Arc<Event>>>);
 
 pub struct Publisher {
-    queue: mpsc::UnboundedSender<Batch>,
+    queue: mpsc::UnboundedSender<Msg>,
     inner: Arc<Inner>,
+    /// Called with every change set handed to `publish`, in commit order.
+    pub tap: Option<Tap>,
 }
+
+/// An observer of applied change sets.
+pub type Tap = Arc<dyn Fn(&ChangeSet) + Send + Sync>;
 
 struct Inner {
     topics: Mutex<HashMap<Topic, Arc<Buffer>>>,
+    /// Buffers hold every event after this index and none before: the
+    /// state the publisher started from (a restart's loaded state) or was
+    /// reset to (a snapshot install). A subscriber resuming from below it
+    /// may have missed events another server delivered, so it starts over.
+    floor: Mutex<u64>,
     /// The index of the last batch turned into events (0 = reset).
     published: watch::Sender<u64>,
     /// (topic, key) → (made at, index, buffer generation, events).
@@ -51,22 +68,50 @@ impl Inner {
             .lock()
             .unwrap()
             .entry(topic)
-            .or_insert_with(|| Arc::new(Buffer::new(BUFFER_EVENTS, BUFFER_BYTES)))
+            .or_insert_with(|| {
+                let floor = *self.floor.lock().unwrap();
+                Arc::new(Buffer::new(BUFFER_EVENTS, BUFFER_BYTES, floor))
+            })
             .clone()
+    }
+
+    fn reset(&self, index: u64) {
+        *self.floor.lock().unwrap() = index;
+        for buf in self.topics.lock().unwrap().values() {
+            buf.reset(index);
+        }
+        self.snapshots.lock().unwrap().clear();
+        self.published.send_modify(|_| {});
     }
 }
 
 impl Default for Publisher {
     fn default() -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Batch>();
+        Publisher::new(0)
+    }
+}
+
+impl Publisher {
+    /// A publisher for a state at index `floor`: it publishes what is
+    /// applied after it.
+    pub fn new(floor: u64) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         let inner = Arc::new(Inner {
             topics: Mutex::new(HashMap::new()),
+            floor: Mutex::new(floor),
             published: watch::channel(0).0,
             snapshots: Mutex::new(HashMap::new()),
         });
         let worker = inner.clone();
         let run = async move {
-            while let Some(batch) = rx.recv().await {
+            while let Some(msg) = rx.recv().await {
+                let batch = match msg {
+                    Msg::Batch(batch) => batch,
+                    Msg::Reset(index) => {
+                        worker.reset(index);
+                        continue;
+                    }
+                };
                 let mut last = 0;
                 for (set, state) in batch {
                     let mut by_topic: HashMap<Topic, Vec<Arc<Event>>> = HashMap::new();
@@ -87,7 +132,11 @@ impl Default for Publisher {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(run);
         }
-        Publisher { queue: tx, inner }
+        Publisher {
+            queue: tx,
+            inner,
+            tap: None,
+        }
     }
 }
 
@@ -105,8 +154,13 @@ pub enum Item {
 impl Publisher {
     /// Queues an applied batch; called by the state machine after commit.
     pub fn publish(&self, batch: Vec<(ChangeSet, Arc<State>)>) {
+        if let Some(tap) = &self.tap {
+            for (set, _) in &batch {
+                tap(set);
+            }
+        }
         if !batch.is_empty() {
-            let _ = self.queue.send(batch);
+            let _ = self.queue.send(Msg::Batch(batch));
         }
     }
 
@@ -115,14 +169,11 @@ impl Publisher {
         *self.inner.published.borrow()
     }
 
-    /// The whole state was replaced (snapshot install): every buffer is
-    /// dropped so subscribers start over with a snapshot.
-    pub fn reset(&self) {
-        for buf in self.inner.topics.lock().unwrap().values() {
-            buf.reset();
-        }
-        self.inner.snapshots.lock().unwrap().clear();
-        self.inner.published.send_modify(|_| {});
+    /// The whole state was replaced by a snapshot at `index`: every buffer
+    /// is dropped (in order with the batches queued before) so subscribers
+    /// start over with a snapshot.
+    pub fn reset(&self, index: u64) {
+        let _ = self.queue.send(Msg::Reset(index));
     }
 
     /// Subscribes to `topic` events for `key` ("" or "*" for every key; a
@@ -260,6 +311,15 @@ impl Subscription {
                 }
             }
         }
+    }
+
+    /// Every item ready now (at least one, waiting for it): whole indexes
+    /// only, so that a consumer that writes each batch at once never leaves
+    /// a reader with half of an index.
+    pub async fn next_batch(&mut self) -> Vec<Item> {
+        let mut items = vec![self.next().await];
+        items.extend(self.pending.by_ref());
+        items
     }
 
     /// The index of the last event or snapshot delivered.
