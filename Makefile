@@ -3,7 +3,7 @@
 CARGO ?= cargo
 SEEDS ?= 500
 
-.PHONY: run build release test unit sim-test clients conformance cluster bench sim fmt lint
+.PHONY: run build release test unit sim-test sim-bugs clients conformance cluster bench sim fmt lint
 
 ## Run one dev server on 127.0.0.1:8500 (data in a temporary directory).
 run:
@@ -50,3 +50,10 @@ fmt:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Each injected bug (a build feature of cairn) must be caught by the
+## simulation within a bounded number of seeds. Three release builds: slow.
+sim-bugs:
+	for bug in bug-ack-before-commit bug-stale-read bug-stream-back-in-time; do \
+	  $(CARGO) test -p sim --release --features $$bug --test seeds -- --nocapture || exit 1; \
+	done

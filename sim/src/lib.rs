@@ -12,6 +12,9 @@
 //!   partitions, an isolated leader, crash and restart with the stored
 //!   state, message loss, delay, several at once), heal, convergence.
 //! - `checks` and `linearizability`: the history checkers.
+//! - `stream_check`: checker (d), a KV event-stream subscriber moving
+//!   between servers against what every server committed (recorded by a
+//!   tap on each server's publisher).
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
@@ -33,4 +36,5 @@ pub mod linearizability;
 pub mod mem_log;
 pub mod node;
 pub mod run;
+pub mod stream_check;
 pub mod workload;

@@ -37,7 +37,7 @@ fn main() {
             runs += 1;
             if verbose || !r.passed() {
                 println!(
-                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, trace {:016x}",
+                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, trace {:016x}",
                     if r.passed() { "ok" } else { "FAILED" },
                     t.elapsed(),
                     r.ops,
@@ -47,6 +47,10 @@ fn main() {
                     r.faults,
                     r.max_concurrent_faults,
                     r.stale_default_read_keys,
+                    r.stream.indexes,
+                    r.stream.resumes,
+                    r.stream.snapshots,
+                    r.stream.restarts,
                     r.trace_hash,
                 );
             }

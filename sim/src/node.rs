@@ -9,6 +9,7 @@
 //! reads through `http::blocking` with the same consistency options
 //! (default = the leader's local state, `consistent` = `linearize()` first).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -20,7 +21,8 @@ use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect};
 use cairn::raft::state_machine::SnapshotStore;
 use cairn::server::{Server, ServerConfig, ServerParts};
-use cairn::state::{Command, MemoryBackend, Response, keys};
+use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, keys};
+use cairn::stream::{Item, Topic};
 use cairn::structs::KvEntry;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -106,8 +108,52 @@ pub struct Boot {
     pub snapshot_threshold: u64,
 }
 
+/// What was committed, as every server applied it: per Raft index, each KV
+/// key changed there and its entry afterwards (JSON, as events carry it;
+/// `None`: deleted). The event-stream checker's ground truth.
+#[derive(Debug, Default)]
+pub struct Committed {
+    pub kv: BTreeMap<u64, BTreeMap<String, Option<String>>>,
+    /// Indexes two servers applied differently.
+    pub conflicts: Vec<String>,
+}
+
+pub type Truth = Arc<Mutex<Committed>>;
+
+fn record(truth: &Truth, server: &str, set: &ChangeSet) {
+    let changes: BTreeMap<String, Option<String>> = set
+        .changes
+        .iter()
+        .filter(|c| c.table == Table::Kv && (c.before.is_some() || c.after.is_some()))
+        .map(|c| {
+            let after = match &c.after {
+                Some(Row::Kv(e)) => serde_json::to_value(&**e).ok().map(|v| v.to_string()),
+                _ => None,
+            };
+            (c.key.clone(), after)
+        })
+        .collect();
+    if changes.is_empty() {
+        return;
+    }
+    let mut t = truth.lock().unwrap();
+    match t.kv.get(&set.index) {
+        Some(seen) if *seen != changes => {
+            let msg = format!(
+                "{server} applied index {} as {changes:?}, another server as {seen:?}",
+                set.index
+            );
+            t.conflicts.push(msg);
+        }
+        Some(_) => {}
+        None => {
+            t.kv.insert(set.index, changes);
+        }
+    }
+}
+
 /// Runs one life of a server until the host crashes.
-pub async fn run_server(boot: Boot, disk: Disk, slot: Slot) -> turmoil::Result {
+pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> turmoil::Result {
     let raft_addr = SocketAddr::new(boot.ip, RAFT_PORT);
     let config = ServerConfig {
         node: boot.name.clone(),
@@ -133,6 +179,10 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot) -> turmoil::Result {
         connector: Arc::new(SimConnect),
         listener: SimListener(listener),
         sled: None,
+        tap: Some({
+            let name = boot.name.clone();
+            Arc::new(move |set: &ChangeSet| record(&truth, &name, set))
+        }),
     };
     let server = Server::assemble(config, parts)
         .await
@@ -152,7 +202,43 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot) -> turmoil::Result {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ApiRequest {
     Write(Box<Command>),
-    Get { key: String, consistent: bool },
+    Get {
+        key: String,
+        consistent: bool,
+    },
+    /// The KV topic's event stream, as `/v1/internal/stream?topic=KV`:
+    /// answered by this server from its own state, one `ApiReply::Stream`
+    /// per batch until the connection closes.
+    Subscribe {
+        index: u64,
+    },
+}
+
+/// One stream item: an event (`value`: the entry's JSON; `None` for a
+/// delete), or a marker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StreamItem {
+    Event {
+        index: u64,
+        key: String,
+        value: Option<String>,
+    },
+    EndOfSnapshot(u64),
+    NewSnapshotToFollow,
+}
+
+impl From<Item> for StreamItem {
+    fn from(item: Item) -> Self {
+        match item {
+            Item::Event(e) => StreamItem::Event {
+                index: e.index,
+                key: e.key.clone(),
+                value: (e.op() != "Delete").then(|| e.payload["Value"].to_string()),
+            },
+            Item::EndOfSnapshot(i) => StreamItem::EndOfSnapshot(i),
+            Item::NewSnapshotToFollow => StreamItem::NewSnapshotToFollow,
+        }
+    }
 }
 
 /// The answer, or the error text the HTTP API would have sent.
@@ -160,22 +246,26 @@ pub enum ApiRequest {
 pub enum ApiReply {
     Write(Result<Response, String>),
     Get(Result<Option<KvEntry>, String>),
+    Stream(Vec<StreamItem>),
 }
 
 #[derive(Serialize, Deserialize)]
-struct Envelope {
-    req: ApiRequest,
+pub struct Envelope {
+    pub req: ApiRequest,
     /// Sent by a server forwarding to the leader (`X-Cairn-Forwarded`).
-    forwarded: bool,
+    pub forwarded: bool,
 }
 
-async fn write_msg<T: Serialize>(s: &mut turmoil::net::TcpStream, v: &T) -> std::io::Result<()> {
+pub async fn write_msg<T: Serialize>(
+    s: &mut turmoil::net::TcpStream,
+    v: &T,
+) -> std::io::Result<()> {
     let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
     s.write_u32(bytes.len() as u32).await?;
     s.write_all(&bytes).await
 }
 
-async fn read_msg<T: serde::de::DeserializeOwned>(
+pub async fn read_msg<T: serde::de::DeserializeOwned>(
     s: &mut turmoil::net::TcpStream,
 ) -> std::io::Result<T> {
     let len = s.read_u32().await? as usize;
@@ -214,6 +304,16 @@ async fn serve_api(
     server: Arc<Server>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
+    if let ApiRequest::Subscribe { index } = env.req {
+        let mut sub = server
+            .publisher
+            .subscribe(server.store.clone(), Topic::Kv, "", index);
+        loop {
+            let items = sub.next_batch().await;
+            let batch = items.into_iter().map(StreamItem::from).collect();
+            write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
+        }
+    }
     let reply = handle(&server, env.req, env.forwarded).await;
     write_msg(&mut stream, &reply).await
 }
@@ -222,6 +322,7 @@ fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
         ApiRequest::Write(_) => ApiReply::Write(Err(e)),
         ApiRequest::Get { .. } => ApiReply::Get(Err(e)),
+        ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
     }
 }
 
@@ -262,5 +363,6 @@ async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
             .await;
             ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
         }
+        ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
     }
 }

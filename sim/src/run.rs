@@ -24,8 +24,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::checks;
-use crate::node::{Boot, Disk, Slot, run_server};
-use crate::workload::{self, History};
+use crate::node::{Boot, Disk, Slot, Truth, run_server};
+use crate::stream_check::{StreamStats, check_stream};
+use crate::workload::{self, History, StreamLog};
 
 /// What a run does; `Scenario::new` gives the defaults the tests use.
 #[derive(Debug, Clone)]
@@ -97,6 +98,8 @@ pub struct Report {
     /// for default reads, as in Consul).
     pub stale_default_read_keys: usize,
     pub sim_time: Duration,
+    /// What the event-stream subscriber saw (checker d).
+    pub stream: StreamStats,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }
@@ -200,14 +203,16 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let names: Vec<String> = (0..n).map(server_name).collect();
     let slots: Vec<Slot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let disks: Vec<Disk> = (0..n).map(|_| Disk::default()).collect();
+    let truth: Truth = Arc::default();
     for i in 0..n {
-        let (slot, disk) = (slots[i].clone(), disks[i].clone());
+        let (slot, disk, truth) = (slots[i].clone(), disks[i].clone(), truth.clone());
         let host = names[i].clone();
         let names = names.clone();
         let lives = Arc::new(Mutex::new(0u64));
         let threshold = scenario.snapshot_threshold;
         sim.host(host.as_str(), move || {
-            let (slot, disk, names) = (slot.clone(), disk.clone(), names.clone());
+            let (slot, disk, names, truth) =
+                (slot.clone(), disk.clone(), names.clone(), truth.clone());
             let life = {
                 let mut l = lives.lock().unwrap();
                 *l += 1;
@@ -232,7 +237,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                     election_timeout,
                     snapshot_threshold: threshold,
                 };
-                run_server(boot, disk, slot).await
+                run_server(boot, disk, slot, truth).await
             }
         });
     }
@@ -246,6 +251,15 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
         });
     }
+    let stream_log: StreamLog = Arc::default();
+    {
+        // Follows the stream past the workload's end, to catch up.
+        let (ips, log) = (ips.clone(), stream_log.clone());
+        let until = workload_end + Duration::from_secs(4);
+        sim.client("subscriber", async move {
+            workload::subscriber(seed, ips, until, log).await
+        });
+    }
     {
         let (ips, history) = (ips.clone(), history.clone());
         sim.client("checker", async move {
@@ -257,6 +271,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let mut hosts: Vec<String> = names.clone();
     hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
     hosts.push("checker".into());
+    hosts.push("subscriber".into());
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
@@ -379,6 +394,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     if let Some(s) = servers.first() {
         checks::check_history(&history, &s.store.state(), &mut report);
     }
+    let stream_log = stream_log.lock().unwrap().clone();
+    stream_log.hash(&mut trace);
+    report.stream = check_stream(&stream_log, &truth.lock().unwrap());
+    report
+        .failures
+        .extend(report.stream.failures.iter().cloned());
     report.trace_hash = trace.finish();
     report
 }

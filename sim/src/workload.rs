@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::linearizability::{Input, Output};
-use crate::node::{API_PORT, ApiReply, ApiRequest, call};
+use crate::node::{API_PORT, ApiReply, ApiRequest, StreamItem, call, read_msg, write_msg};
 
 /// The keys every client works on: few, so that clients contend.
 pub const KEYS: [&str; 4] = ["k/a", "k/b", "k/c", "k/d"];
@@ -276,4 +276,79 @@ pub async fn final_reads(servers: Vec<IpAddr>, history: History) -> turmoil::Res
         }
     }
     Ok(())
+}
+
+/// What the stream subscriber saw, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StreamRecord {
+    /// Subscribed at `server` from `index` (0: with a snapshot).
+    Connect { server: usize, index: u64 },
+    /// One batch as it arrived (whole indexes).
+    Batch(Vec<StreamItem>),
+}
+
+pub type StreamLog = Arc<Mutex<Vec<StreamRecord>>>;
+
+/// Follows the KV topic's event stream until `until`, moving to another
+/// server every so often (and on any error), resuming from the last index
+/// it holds, as a streaming client does. Records every batch.
+pub async fn subscriber(
+    seed: u64,
+    servers: Vec<IpAddr>,
+    until: Duration,
+    log: StreamLog,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_0F_5EED);
+    // The index the subscriber's view is complete up to.
+    let mut cursor = 0u64;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        let server = rng.gen_range(0..servers.len());
+        let stay = Duration::from_millis(rng.gen_range(300..3000));
+        let leave_at = turmoil::sim_elapsed().unwrap_or_default() + stay;
+        let addr = SocketAddr::new(servers[server], API_PORT);
+        let connected = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut s = turmoil::net::TcpStream::connect(addr).await?;
+            let env = crate::node::Envelope {
+                req: ApiRequest::Subscribe { index: cursor },
+                forwarded: false,
+            };
+            write_msg(&mut s, &env).await?;
+            Ok::<_, std::io::Error>(s)
+        })
+        .await;
+        let Ok(Ok(mut stream)) = connected else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        log.lock().unwrap().push(StreamRecord::Connect {
+            server,
+            index: cursor,
+        });
+        loop {
+            let now = turmoil::sim_elapsed().unwrap_or_default();
+            let left = leave_at.min(until).saturating_sub(now);
+            if left.is_zero() {
+                break;
+            }
+            let Ok(Ok(ApiReply::Stream(items))) =
+                tokio::time::timeout(left, read_msg::<ApiReply>(&mut stream)).await
+            else {
+                break;
+            };
+            for item in &items {
+                match item {
+                    StreamItem::EndOfSnapshot(i) => cursor = *i,
+                    StreamItem::Event { index, .. } if !is_snapshot(&items) => cursor = *index,
+                    _ => {}
+                }
+            }
+            log.lock().unwrap().push(StreamRecord::Batch(items));
+        }
+    }
+    Ok(())
+}
+
+/// A snapshot arrives as one batch ending in `EndOfSnapshot`.
+pub fn is_snapshot(items: &[StreamItem]) -> bool {
+    matches!(items.last(), Some(StreamItem::EndOfSnapshot(_)))
 }

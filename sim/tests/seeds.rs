@@ -32,12 +32,18 @@ fn run_many(servers: usize) {
     let scenario = Scenario::new(servers);
     let mut failed: Vec<Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
+    let mut stream = (0, 0, 0, 0, 0);
     for seed in 0..seeds() {
         let r = run(&scenario, seed);
         totals.0 += r.ops;
         totals.1 += r.acked_writes;
         totals.2 += r.faults.values().sum::<usize>();
         totals.3 += r.stale_default_read_keys;
+        stream.0 += r.stream.indexes;
+        stream.1 += r.stream.events;
+        stream.2 += r.stream.resumes;
+        stream.3 += r.stream.snapshots;
+        stream.4 += r.stream.restarts;
         if !r.passed() {
             failed.push(r);
         }
@@ -50,6 +56,10 @@ fn run_many(servers: usize) {
         totals.2,
         totals.3
     );
+    println!(
+        "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",
+        stream.0, stream.1, stream.2, stream.3, stream.4
+    );
     for r in &failed {
         println!("seed {} failed:", r.seed);
         for f in &r.failures {
@@ -60,13 +70,21 @@ fn run_many(servers: usize) {
     assert!(failed.is_empty(), "{} seeds failed", failed.len());
 }
 
-#[cfg(not(any(feature = "bug-ack-before-commit", feature = "bug-stale-read")))]
+#[cfg(not(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+)))]
 #[test]
 fn three_servers() {
     run_many(3);
 }
 
-#[cfg(not(any(feature = "bug-ack-before-commit", feature = "bug-stale-read")))]
+#[cfg(not(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+)))]
 #[test]
 fn five_servers() {
     run_many(5);
@@ -85,10 +103,18 @@ fn a_seed_replays_identically() {
 }
 
 /// Within this many seeds the injected bug must be caught.
-#[cfg(any(feature = "bug-ack-before-commit", feature = "bug-stale-read"))]
-const BUG_SEEDS: u64 = 20;
+#[cfg(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+))]
+const BUG_SEEDS: u64 = 40;
 
-#[cfg(any(feature = "bug-ack-before-commit", feature = "bug-stale-read"))]
+#[cfg(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+))]
 #[test]
 fn catches_the_injected_bug() {
     let _serial = serial();

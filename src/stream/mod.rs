@@ -241,7 +241,10 @@ impl Subscription {
             cache
                 .get(&cache_key)
                 .filter(|(at, i, g, _)| {
-                    at.elapsed() < SNAPSHOT_TTL && *g == generation && self.buffer.covers(*i)
+                    at.elapsed() < SNAPSHOT_TTL
+                        && *g == generation
+                        && (*i >= self.cursor || cfg!(feature = "bug-stream-back-in-time"))
+                        && self.buffer.covers(*i)
                 })
                 .map(|(_, i, _, e)| (*i, e.clone()))
         };
@@ -277,6 +280,20 @@ impl Subscription {
                 return item;
             }
             if self.need_snapshot {
+                // A server behind what the subscriber already holds (it
+                // moved here from a server further ahead) waits to catch
+                // up: a snapshot never takes the subscriber back in time.
+                if !cfg!(feature = "bug-stream-back-in-time")
+                    && self.store.state().index < self.cursor
+                {
+                    self.published.borrow_and_update();
+                    if self.store.state().index < self.cursor
+                        && self.published.changed().await.is_err()
+                    {
+                        std::future::pending::<()>().await;
+                    }
+                    continue;
+                }
                 self.need_snapshot = false;
                 self.pending = self.snapshot().into_iter();
                 continue;

@@ -243,3 +243,30 @@ async fn config_entries_are_topics_keyed_by_name() {
         ("web", Some("http"))
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_never_takes_a_subscriber_back_in_time() {
+    // The subscriber saw index N on a server further ahead and moved here;
+    // this server is behind N and its state is then replaced: the fresh
+    // snapshot waits until this server has caught up with N.
+    let mut w = World::new();
+    put(&mut w, "t/0");
+    let ahead = w.index + 2;
+    let mut sub = subscribe(&w, Topic::Kv, "t/", ahead);
+    w.publisher.reset(w.index);
+    assert!(matches!(next(&mut sub).await, Item::NewSnapshotToFollow));
+    let early = tokio::time::timeout(Duration::from_millis(200), sub.next()).await;
+    assert!(early.is_err(), "a snapshot behind {ahead}: {early:?}");
+    put(&mut w, "t/1");
+    put(&mut w, "t/2");
+    let mut keys = Vec::new();
+    let end = loop {
+        match next(&mut sub).await {
+            Item::Event(e) => keys.push(e.key.clone()),
+            Item::EndOfSnapshot(i) => break i,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(end >= ahead, "snapshot at {end}, subscriber held {ahead}");
+    assert_eq!(keys, vec!["t/0", "t/1", "t/2"]);
+}
