@@ -29,12 +29,20 @@ fn main() {
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut runs = 0;
+    let mut faults = std::collections::BTreeMap::new();
+    let (mut ops, mut acked, mut indexes) = (0, 0, 0);
     for &n in &sizes {
         let scenario = Scenario::new(n);
         for &seed in &range {
             let t = Instant::now();
             let r = run(&scenario, seed);
             runs += 1;
+            for (kind, n) in &r.faults {
+                *faults.entry(*kind).or_insert(0) += n;
+            }
+            ops += r.ops;
+            acked += r.acked_writes;
+            indexes += r.stream.indexes;
             if verbose || !r.passed() {
                 println!(
                     "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, trace {:016x}",
@@ -68,6 +76,9 @@ fn main() {
         runs - failed.len(),
         failed.len(),
         started.elapsed()
+    );
+    println!(
+        "checked: {ops} operations ({acked} acknowledged writes), {indexes} event-stream indexes; faults injected: {faults:?}"
     );
     if !failed.is_empty() {
         std::process::exit(1);
