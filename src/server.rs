@@ -41,6 +41,8 @@ pub struct Server {
     pub publisher: Arc<Publisher>,
     pub cluster: Arc<Cluster>,
     pub proxycfg: crate::proxycfg::Manager,
+    /// Materialized health views for blocking reads.
+    pub views: Arc<crate::stream::view::Views>,
     pub http: reqwest::Client,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
@@ -193,8 +195,10 @@ impl Server {
             .build()?;
         let proxycfg =
             crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
+        let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
         Ok(Arc::new(Server {
             proxycfg,
+            views,
             config,
             raft,
             store,

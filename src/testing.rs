@@ -92,7 +92,7 @@ pub fn first_diff(e: &Value, a: &Value, path: &str) -> Option<String> {
 /// committed and published as the state machine does.
 pub struct World {
     pub store: Arc<Store>,
-    pub publisher: Publisher,
+    pub publisher: Arc<Publisher>,
     pub index: u64,
 }
 
@@ -100,7 +100,7 @@ impl World {
     pub fn new() -> World {
         World {
             store: Arc::new(Store::open(Box::new(MemoryBackend::default())).unwrap()),
-            publisher: Publisher::default(),
+            publisher: Arc::new(Publisher::default()),
             index: 1,
         }
     }

@@ -615,3 +615,53 @@ fn filter_expressions_on_list_endpoints() {
     ));
     assert_eq!(r.status, 400, "{}", r.body);
 }
+
+#[test]
+fn blocking_health_reads_answer_what_plain_reads_answer() {
+    // Blocking health reads come from a materialized view of the service
+    // (fed by the event publisher); plain reads from the state. Both must
+    // give the same rows and index, with every filter.
+    let s = Server::dev();
+    seed(&s);
+    let queries = [
+        "/v1/health/service/web",
+        "/v1/health/service/web?passing",
+        "/v1/health/service/web?tag=primary",
+        "/v1/health/service/web?node-meta=rack:r1",
+        "/v1/health/service/web?filter=Service.Port%20%3D%3D%2080",
+        "/v1/health/service/db",
+        "/v1/health/service/nothing-here",
+    ];
+    let compare = |when: &str| {
+        for q in queries {
+            let plain = s.get(q);
+            let sep = if q.contains('?') { '&' } else { '?' };
+            // Past the plain read's index less one: the view has caught up.
+            let since = (plain.index() - 1).max(1);
+            let blocking = s.get(&format!("{q}{sep}index={since}&wait=2s"));
+            assert_eq!(plain.status, 200, "{q}: {}", plain.body);
+            assert_eq!(blocking.status, 200, "{q}: {}", blocking.body);
+            assert_eq!(blocking.json(), plain.json(), "{when}: {q}");
+            assert_eq!(blocking.index(), plain.index(), "{when}: {q} index");
+        }
+    };
+    compare("after seeding");
+    // A node check turning critical, a new instance, and a deregistration.
+    register(
+        &s,
+        json!({"Node": "n1", "Address": "10.0.0.1", "NodeMeta": {"rack": "r1"},
+               "Check": {"CheckID": "n1-disk", "Name": "disk", "Status": "critical"}}),
+    );
+    register(
+        &s,
+        json!({"Node": "n3", "Address": "10.0.0.3",
+               "Service": {"ID": "web3", "Service": "web", "Port": 80, "Tags": ["primary"]}}),
+    );
+    deregister(&s, json!({"Node": "n2", "ServiceID": "db"}));
+    compare("after changes");
+    let metrics = s.get("/v1/agent/metrics").body;
+    assert!(
+        metrics.contains("cairn_health_views 3"),
+        "one view each for web, db and nothing-here:\n{metrics}"
+    );
+}

@@ -20,6 +20,7 @@ use super::{App, Params, QueryOptions, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
+use crate::stream::Topic;
 use crate::structs::{HEALTH_PASSING, HealthCheck, Node, NodeService, valid_health_status};
 
 pub fn routes() -> Router<App> {
@@ -156,21 +157,39 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
     let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
     let meta = node_meta_filters(&p);
     let tags: Vec<&str> = p.all("tag");
-    let key = if connect {
-        keys::connect(&name)
-    } else {
-        keys::service(&name)
-    };
     let merge = p.has(crate::merge::PARAM);
-    let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
-    let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
-        let mut found = service_instances(st, &name, connect);
-        if merge {
-            crate::merge::merge_instances(st, &mut found);
-        }
-        (st.index_of(watch.iter().map(String::as_str)), found)
-    })
-    .await?;
+    // Blocking reads come from the service's materialized view (they wake
+    // on its events only). `?consistent` reads the state after confirming
+    // leadership, and merged reads also depend on config entries: both read
+    // the state, waking on watch keys.
+    let (index, found): (u64, Vec<Arc<Instance>>) = if opts.index > 0 && !opts.consistent && !merge
+    {
+        crate::metrics::BLOCKING_QUERIES.inc();
+        let topic = if connect {
+            Topic::ServiceHealthConnect
+        } else {
+            Topic::ServiceHealth
+        };
+        let view = s.views.get(topic, &name);
+        let answer = view.wait(opts.index, opts.deadline()).await;
+        (answer.index, answer.instances.values().cloned().collect())
+    } else {
+        let key = if connect {
+            keys::connect(&name)
+        } else {
+            keys::service(&name)
+        };
+        let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
+        let (index, mut found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+            let mut found = service_instances(st, &name, connect);
+            if merge {
+                crate::merge::merge_instances(st, &mut found);
+            }
+            (st.index_of(watch.iter().map(String::as_str)), found)
+        })
+        .await?;
+        (index, found.drain(..).map(Arc::new).collect())
+    };
     let dc = &s.config.datacenter;
     // Nodes registered without a datacenter are shown in ours; only those
     // few rows pay for a copy.

@@ -309,6 +309,16 @@ impl QueryOptions {
     }
 }
 
+impl QueryOptions {
+    /// When a blocking query started now gives up: `?wait`, jittered by up
+    /// to 1/16 as Consul does, so watchers do not all return at once.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        let jitter = self.wait.as_millis() as u64 / 16;
+        let wait = self.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
+        tokio::time::Instant::now() + wait
+    }
+}
+
 /// What a blocking query waits on.
 pub enum Watch {
     Keys(Vec<String>),
@@ -318,8 +328,7 @@ pub enum Watch {
 /// Runs a read, blocking while its index is not past `?index`.
 ///
 /// Subscribes before reading so a change in between is never missed; wakes
-/// only when a watched key changes (or the wait, jittered by up to 1/16 as
-/// Consul does, runs out).
+/// only when a watched key changes (or the wait runs out).
 pub async fn blocking<T>(
     s: &Server,
     opts: &QueryOptions,
@@ -333,9 +342,7 @@ pub async fn blocking<T>(
         return Ok(read(&s.store.state()));
     }
     crate::metrics::BLOCKING_QUERIES.inc();
-    let jitter = opts.wait.as_millis() as u64 / 16;
-    let wait = opts.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = opts.deadline();
     loop {
         let mut rxs = match &watch {
             Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),

@@ -165,6 +165,21 @@ async fn metrics(State(s): State<App>) -> Response {
             "watch keys with waiting queries",
             s.store.watches.active() as f64,
         ),
+        (
+            "cairn_health_views",
+            "materialized service health views serving blocking reads",
+            s.views.len() as f64,
+        ),
+        (
+            "cairn_proxycfg_proxies",
+            "proxies with a server-side proxycfg snapshot",
+            s.proxycfg.counts().0 as f64,
+        ),
+        (
+            "cairn_proxycfg_watches",
+            "resources watched by proxycfg snapshots",
+            s.proxycfg.counts().1 as f64,
+        ),
     ];
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

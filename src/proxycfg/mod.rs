@@ -211,13 +211,10 @@ impl Manager {
                 match item {
                     Item::Event(e) => {
                         inner.mark_dep(&keys::service(&e.key));
-                        let svc = &e.payload["Value"]["Service"];
-                        if svc["Kind"] == "connect-proxy" {
-                            let node = e.payload["Value"]["Node"]["Node"]
-                                .as_str()
-                                .unwrap_or_default();
-                            let id = svc["ID"].as_str().unwrap_or_default();
-                            inner.mark([(node.to_string(), id.to_string())]);
+                        if let Some(i) =
+                            e.instance.as_ref().filter(|i| i.service.is_connect_proxy())
+                        {
+                            inner.mark([(i.node.node.clone(), i.service.id.clone())]);
                         }
                     }
                     // Start over: every known proxy is checked again (those

@@ -191,6 +191,7 @@ pub fn node_checks<'a>(state: &'a State, node: &'a str) -> impl Iterator<Item = 
 
 /// One instance of a service with its node and the checks that decide its
 /// health (node checks and its own).
+#[derive(Debug, Clone)]
 pub struct Instance {
     pub node: Arc<Node>,
     pub service: Arc<NodeService>,
@@ -215,23 +216,26 @@ pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instan
         return Vec::new();
     };
     set.iter()
-        .filter_map(|k| {
-            let service = state.services.get(k)?.clone();
-            let node = state.nodes.get(&k.0)?.clone();
-            let checks = state
-                .checks
-                .range((k.0.clone(), String::new())..)
-                .take_while(|((n, _), _)| *n == k.0)
-                .filter(|(_, c)| c.service_id.is_empty() || c.service_id == k.1)
-                .map(|(_, c)| c.clone())
-                .collect();
-            Some(Instance {
-                node,
-                service,
-                checks,
-            })
-        })
+        .filter_map(|k| instance_of(state, &k.0, state.services.get(k)?))
         .collect()
+}
+
+/// `service` on `node` with its node and health checks (none if the node
+/// is missing).
+pub fn instance_of(state: &State, node: &str, service: &Arc<NodeService>) -> Option<Instance> {
+    let node = state.nodes.get(node)?.clone();
+    let checks = state
+        .checks
+        .range((node.node.clone(), String::new())..)
+        .take_while(|((n, _), _)| *n == node.node)
+        .filter(|(_, c)| c.service_id.is_empty() || c.service_id == service.id)
+        .map(|(_, c)| c.clone())
+        .collect();
+    Some(Instance {
+        node,
+        service: service.clone(),
+        checks,
+    })
 }
 
 #[cfg(test)]

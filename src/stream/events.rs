@@ -6,17 +6,17 @@
 //! on the connect topic); each config entry kind is a topic keyed by name;
 //! `KV` is keyed by key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::state::catalog::node_services;
-use crate::state::{ChangeSet, Row, State, Table};
-use crate::structs::NodeService;
+use crate::state::catalog::{Instance, instance_of, node_services};
+use crate::state::{ChangeSet, Row, State, Table, keys};
 use crate::structs::config_entry::Kind;
+use crate::structs::{Node, NodeService};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Topic {
@@ -76,6 +76,9 @@ pub struct Event {
     pub index: u64,
     pub payload: Value,
     pub line: Bytes,
+    /// On the health topics, the instance itself (shared with the state
+    /// version), so consumers need not decode the payload.
+    pub instance: Option<Arc<Instance>>,
 }
 
 impl Event {
@@ -92,6 +95,18 @@ impl Event {
             index,
             payload,
             line: Bytes::from(line),
+            instance: None,
+        }
+    }
+
+    /// A health event carrying `instance`.
+    fn health(topic: Topic, key: String, index: u64, op: &str, instance: &Arc<Instance>) -> Event {
+        let value = json!({
+            "Node": instance.node, "Service": instance.service, "Checks": instance.checks,
+        });
+        Event {
+            instance: Some(instance.clone()),
+            ..Event::new(topic, key, index, op, value)
         }
     }
 
@@ -103,14 +118,6 @@ impl Event {
     pub fn op(&self) -> &str {
         self.payload["Op"].as_str().unwrap_or_default()
     }
-}
-
-/// `{Node, Service, Checks}` for one instance in `state`.
-fn check_service_node(state: &State, node: &str, svc: &NodeService) -> Value {
-    let checks: Vec<_> = crate::state::catalog::node_checks(state, node)
-        .filter(|c| c.service_id.is_empty() || c.service_id == svc.id)
-        .collect();
-    json!({ "Node": state.nodes.get(node), "Service": svc, "Checks": checks })
 }
 
 /// Topic keys an instance is published under.
@@ -131,9 +138,10 @@ fn health_keys(svc: &NodeService) -> Vec<(Topic, String)> {
 /// state it left behind.
 pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
     let mut out = Vec::new();
-    // Instances whose health view changed: (node, service id) → the row
-    // before (for a deregistration).
-    let mut instances: BTreeMap<(String, String), Option<Arc<NodeService>>> = BTreeMap::new();
+    // Instances whose health view changed, and the registration each had
+    // before the command (its old topic keys may need a deregistration).
+    let mut touched: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut before_cmd: BTreeMap<(String, String), Arc<NodeService>> = BTreeMap::new();
     for c in &set.changes {
         match (c.table, &c.before, &c.after) {
             (Table::Kv, before, after) => {
@@ -165,17 +173,13 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     e.to_json(),
                 ));
             }
-            (Table::Services, before, after) => {
+            (Table::Services, before, _) => {
                 let (node, id) = c.key.split_once('\0').unwrap_or_default();
-                let before = match before {
-                    Some(Row::Service(s)) => Some(s.clone()),
-                    _ => None,
-                };
-                if after.is_none() {
-                    instances.insert((node.into(), id.into()), before);
-                } else {
-                    instances.entry((node.into(), id.into())).or_insert(None);
+                let k = (node.to_string(), id.to_string());
+                if let Some(Row::Service(s)) = before {
+                    before_cmd.entry(k.clone()).or_insert_with(|| s.clone());
                 }
+                touched.insert(k);
             }
             (Table::Checks, before, after) => {
                 let check = match (after, before) {
@@ -184,51 +188,67 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                 };
                 if check.service_id.is_empty() {
                     for s in node_services(state, &check.node) {
-                        instances
-                            .entry((check.node.clone(), s.id.clone()))
-                            .or_insert(None);
+                        touched.insert((check.node.clone(), s.id.clone()));
                     }
                 } else {
-                    instances
-                        .entry((check.node.clone(), check.service_id.clone()))
-                        .or_insert(None);
+                    touched.insert((check.node.clone(), check.service_id.clone()));
                 }
             }
             (Table::Nodes, _, _) => {
                 for s in node_services(state, &c.key) {
-                    instances
-                        .entry((c.key.clone(), s.id.clone()))
-                        .or_insert(None);
+                    touched.insert((c.key.clone(), s.id.clone()));
                 }
             }
             _ => {}
         }
     }
-    for ((node, id), removed) in instances {
-        let current = state.services.get(&(node.clone(), id.clone()));
-        match (current, removed) {
-            (Some(svc), _) => {
-                let value = check_service_node(state, &node, svc);
-                for (topic, key) in health_keys(svc) {
-                    out.push(Event::new(topic, key, set.index, "Register", value.clone()));
+    for k in touched {
+        let current = state.services.get(&k);
+        let now_keys = current.map(|s| health_keys(s)).unwrap_or_default();
+        // Gone from a topic key: deregistered, renamed, or a proxy moved to
+        // another destination.
+        if let Some(old) = before_cmd.get(&k) {
+            let gone: Vec<_> = health_keys(old)
+                .into_iter()
+                .filter(|x| !now_keys.contains(x))
+                .collect();
+            if !gone.is_empty() {
+                let node = state.nodes.get(&k.0).cloned().unwrap_or_else(|| {
+                    Arc::new(Node {
+                        node: k.0.clone(),
+                        ..Node::default()
+                    })
+                });
+                let inst = Arc::new(Instance {
+                    node,
+                    service: old.clone(),
+                    checks: Vec::new(),
+                });
+                for (topic, key) in gone {
+                    out.push(Event::health(topic, key, set.index, "Deregister", &inst));
                 }
             }
-            (None, Some(old)) => {
-                let value = json!({ "Node": { "Node": node }, "Service": old, "Checks": [] });
-                for (topic, key) in health_keys(&old) {
-                    out.push(Event::new(
-                        topic,
-                        key,
-                        set.index,
-                        "Deregister",
-                        value.clone(),
-                    ));
-                }
+        }
+        if let Some(inst) = current.and_then(|svc| instance_of(state, &k.0, svc)) {
+            let inst = Arc::new(inst);
+            for (topic, key) in now_keys {
+                out.push(Event::health(topic, key, set.index, "Register", &inst));
             }
-            (None, None) => {}
         }
     }
     out
+}
+
+/// The index a snapshot of `key` reports: for one service's health, the
+/// last change to it (as the health endpoints report); otherwise the
+/// state's index.
+pub fn snapshot_index(state: &State, topic: Topic, key: &str) -> u64 {
+    match topic {
+        _ if key.is_empty() => state.index,
+        Topic::ServiceHealth => state.index_of([keys::service(key).as_str()]),
+        Topic::ServiceHealthConnect => state.index_of([keys::connect(key).as_str()]),
+        _ => state.index,
+    }
 }
 
 /// Events describing everything `key` of `topic` holds now ("" = all).
@@ -253,8 +273,8 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
             let mut out = Vec::new();
             for name in names {
                 for inst in crate::state::catalog::service_instances(state, &name, connect) {
-                    let value = check_service_node(state, &inst.service_node_name(), &inst.service);
-                    out.push(Event::new(topic, name.clone(), index, "Register", value));
+                    let inst = Arc::new(inst);
+                    out.push(Event::health(topic, name.clone(), index, "Register", &inst));
                 }
             }
             out

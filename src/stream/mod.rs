@@ -11,6 +11,7 @@
 
 mod buffer;
 mod events;
+pub mod view;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 pub use buffer::Buffer;
-pub use events::{Event, Topic, events_of, snapshot_events};
+pub use events::{Event, Topic, events_of, snapshot_events, snapshot_index};
 
 use crate::state::{ChangeSet, State, Store};
 
@@ -37,7 +38,8 @@ enum Msg {
     /// The state was replaced by a snapshot at this index.
     Reset(u64),
 }
-type SharedSnapshot = (Instant, u64, u64, Arc<Vec<Arc<Event>>>);
+/// (made at, index, buffer generation, the key's own index, events).
+type SharedSnapshot = (Instant, u64, u64, u64, Arc<Vec<Arc<Event>>>);
 
 pub struct Publisher {
     queue: mpsc::UnboundedSender<Msg>,
@@ -58,7 +60,7 @@ struct Inner {
     floor: Mutex<u64>,
     /// The index of the last batch turned into events (0 = reset).
     published: watch::Sender<u64>,
-    /// (topic, key) → (made at, index, buffer generation, events).
+    /// (topic, key) → the last snapshot made of it.
     snapshots: Mutex<HashMap<(Topic, String), SharedSnapshot>>,
 }
 
@@ -202,6 +204,7 @@ impl Publisher {
             pending: Vec::new().into_iter(),
             need_snapshot: index == 0,
             generation: None,
+            key_index: 0,
         }
     }
 }
@@ -218,6 +221,8 @@ pub struct Subscription {
     pending: std::vec::IntoIter<Item>,
     need_snapshot: bool,
     generation: Option<u64>,
+    /// The last snapshot's index of the key itself (`snapshot_index`).
+    key_index: u64,
 }
 
 impl Subscription {
@@ -240,15 +245,15 @@ impl Subscription {
             let cache = self.inner.snapshots.lock().unwrap();
             cache
                 .get(&cache_key)
-                .filter(|(at, i, g, _)| {
+                .filter(|(at, i, g, _, _)| {
                     at.elapsed() < SNAPSHOT_TTL
                         && *g == generation
                         && (*i >= self.cursor || cfg!(feature = "bug-stream-back-in-time"))
                         && self.buffer.covers(*i)
                 })
-                .map(|(_, i, _, e)| (*i, e.clone()))
+                .map(|(_, i, _, k, e)| (*i, *k, e.clone()))
         };
-        let (index, events) = cached.unwrap_or_else(|| {
+        let (index, key_index, events) = cached.unwrap_or_else(|| {
             let state = self.store.state();
             let events: Arc<Vec<Arc<Event>>> = Arc::new(
                 snapshot_events(&state, self.topic, &self.key)
@@ -256,17 +261,25 @@ impl Subscription {
                     .map(Arc::new)
                     .collect(),
             );
+            let key_index = snapshot_index(&state, self.topic, &self.key);
             let mut cache = self.inner.snapshots.lock().unwrap();
             if cache.len() > 4096 {
-                cache.retain(|_, (at, _, _, _)| at.elapsed() < SNAPSHOT_TTL);
+                cache.retain(|_, (at, _, _, _, _)| at.elapsed() < SNAPSHOT_TTL);
             }
             cache.insert(
                 cache_key,
-                (Instant::now(), state.index, generation, events.clone()),
+                (
+                    Instant::now(),
+                    state.index,
+                    generation,
+                    key_index,
+                    events.clone(),
+                ),
             );
-            (state.index, events)
+            (state.index, key_index, events)
         });
         self.cursor = index;
+        self.key_index = key_index;
         self.generation = Some(generation);
         let mut items: Vec<Item> = events.iter().cloned().map(Item::Event).collect();
         items.push(Item::EndOfSnapshot(index));
@@ -342,6 +355,13 @@ impl Subscription {
     /// The index of the last event or snapshot delivered.
     pub fn index(&self) -> u64 {
         self.cursor
+    }
+
+    /// The index of the key itself in the last snapshot delivered: for one
+    /// service's health, its last change (what a blocking health read
+    /// reports), which can be older than the snapshot's index.
+    pub fn snapshot_key_index(&self) -> u64 {
+        self.key_index
     }
 }
 

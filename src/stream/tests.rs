@@ -92,7 +92,7 @@ async fn a_restarted_publisher_does_not_resume_from_before_its_start() {
     for i in 0..4 {
         put(&mut w, &format!("f/{i}"));
     }
-    w.publisher = Publisher::new(w.index);
+    w.publisher = Arc::new(Publisher::new(w.index));
     let mut behind = subscribe(&w, Topic::Kv, "f/", w.index - 2);
     assert!(matches!(next(&mut behind).await, Item::NewSnapshotToFollow));
     let mut at = subscribe(&w, Topic::Kv, "f/", w.index);
@@ -269,4 +269,122 @@ async fn a_snapshot_never_takes_a_subscriber_back_in_time() {
     };
     assert!(end >= ahead, "snapshot at {end}, subscriber held {ahead}");
     assert_eq!(keys, vec!["t/0", "t/1", "t/2"]);
+}
+
+#[tokio::test]
+async fn renaming_an_instance_deregisters_it_under_its_old_name() {
+    let mut w = World::new();
+    w.apply(register("n1", Some(service("s1", "old")), vec![]));
+    let mut old = subscribe(&w, Topic::ServiceHealth, "old", 0);
+    assert_eq!(event(next(&mut old).await).op(), "Register");
+    assert!(matches!(next(&mut old).await, Item::EndOfSnapshot(_)));
+    let mut new = subscribe(&w, Topic::ServiceHealth, "new", 0);
+    assert!(matches!(next(&mut new).await, Item::EndOfSnapshot(_)));
+    w.apply(register("n1", Some(service("s1", "new")), vec![]));
+    let e = event(next(&mut old).await);
+    assert_eq!((e.op(), e.key.as_str()), ("Deregister", "old"));
+    let e = event(next(&mut new).await);
+    assert_eq!((e.op(), e.key.as_str()), ("Register", "new"));
+    assert_eq!(e.instance.as_ref().unwrap().service.id, "s1");
+}
+
+mod views {
+    //! Materialized health views: built from the snapshot, kept current by
+    //! events of their service only.
+
+    use super::*;
+    use crate::stream::view::Views;
+
+    fn deadline(ms: u64) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(ms)
+    }
+
+    fn ids(answer: &crate::stream::view::Answer) -> Vec<String> {
+        answer
+            .instances
+            .values()
+            .map(|i| i.service.id.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_view_answers_at_the_services_own_index_and_wakes_only_for_it() {
+        let mut w = World::new();
+        w.apply(register("n1", Some(service("web1", "web")), vec![]));
+        let web_index = w.index;
+        w.apply(register("n2", Some(service("db1", "db")), vec![]));
+        let views = Views::new(w.store.clone(), w.publisher.clone());
+        let view = views.get(Topic::ServiceHealth, "web");
+
+        // Not blocking: the snapshot, at the index of web's last change
+        // (db's later registration is not web's).
+        let first = view.wait(0, deadline(2000)).await;
+        assert_eq!((first.index, ids(&first)), (web_index, vec!["web1".into()]));
+
+        // A write to another service does not wake a watcher of web.
+        let watcher = {
+            let view = view.clone();
+            tokio::spawn(async move { view.wait(web_index, deadline(5000)).await })
+        };
+        w.apply(register("n2", Some(service("db2", "db")), vec![]));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!watcher.is_finished(), "woken by a write to db");
+
+        // A new web instance does, at its own index.
+        w.apply(register("n2", Some(service("web2", "web")), vec![]));
+        let woke = tokio::time::timeout(Duration::from_secs(2), watcher)
+            .await
+            .expect("woken within 2s")
+            .unwrap();
+        assert_eq!(woke.index, w.index);
+        assert_eq!(ids(&woke), vec!["web1", "web2"]);
+
+        // A failing node check changes web1's health in the view.
+        let check = HealthCheck {
+            check_id: "serfHealth".into(),
+            status: "critical".into(),
+            ..Default::default()
+        };
+        w.apply(register("n1", None, vec![check]));
+        let after = view.wait(woke.index, deadline(2000)).await;
+        let web1 = after.instances.values().find(|i| i.service.id == "web1");
+        assert_eq!(web1.unwrap().checks[0].status, "critical");
+
+        // Deregistering removes it.
+        w.apply(Command::Deregister(crate::structs::DeregisterRequest {
+            node: "n2".into(),
+            service_id: "web2".into(),
+            ..Default::default()
+        }));
+        let after = view.wait(after.index, deadline(2000)).await;
+        assert_eq!(ids(&after), vec!["web1"]);
+        assert_eq!(views.len(), 1, "one view per service, shared");
+    }
+
+    #[tokio::test]
+    async fn a_watcher_returns_at_its_deadline_with_the_current_answer() {
+        let mut w = World::new();
+        w.apply(register("n1", Some(service("web1", "web")), vec![]));
+        let views = Views::new(w.store.clone(), w.publisher.clone());
+        let view = views.get(Topic::ServiceHealth, "web");
+        let started = tokio::time::Instant::now();
+        let answer = view.wait(w.index, deadline(200)).await;
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!((answer.index, ids(&answer)), (w.index, vec!["web1".into()]));
+    }
+
+    #[tokio::test]
+    async fn a_connect_view_holds_the_proxies_of_a_destination() {
+        let mut w = World::new();
+        let views = Views::new(w.store.clone(), w.publisher.clone());
+        let view = views.get(Topic::ServiceHealthConnect, "web");
+        let empty = view.wait(0, deadline(2000)).await;
+        assert!(empty.instances.is_empty());
+        let mut proxy = service("web1-proxy", "web-proxy");
+        proxy.kind = "connect-proxy".into();
+        proxy.proxy.destination_service_name = "web".into();
+        w.apply(register("n1", Some(proxy), vec![]));
+        let answer = view.wait(empty.index, deadline(2000)).await;
+        assert_eq!(ids(&answer), vec!["web1-proxy"]);
+    }
 }
