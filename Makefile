@@ -40,6 +40,7 @@ cluster: release
 
 bench: release
 	bash scripts/bench.sh
+	$(CARGO) run --release --example proxycfg_bench
 
 sim:
 	$(CARGO) run -p sim --release -- --seeds $(SEEDS)

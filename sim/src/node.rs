@@ -233,7 +233,7 @@ impl From<Item> for StreamItem {
             Item::Event(e) => StreamItem::Event {
                 index: e.index,
                 key: e.key.clone(),
-                value: (e.op() != "Delete").then(|| e.payload["Value"].to_string()),
+                value: (e.op() != "Delete").then(|| e.payload()["Value"].to_string()),
             },
             Item::EndOfSnapshot(i) => StreamItem::EndOfSnapshot(i),
             Item::NewSnapshotToFollow => StreamItem::NewSnapshotToFollow,

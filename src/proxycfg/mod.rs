@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-pub use build::{Snapshot, build};
+pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -51,13 +51,22 @@ struct Inner {
     proxies: Mutex<HashMap<ProxyKey, Proxy>>,
     /// resource → proxies watching it, with the number of their watches on
     /// it (a rebuild registers its new watches before dropping the old).
-    deps: Mutex<HashMap<Dep, HashMap<ProxyKey, usize>>>,
+    /// Keys and proxies are shared `Arc`s: 10,000 proxies with 18 watches
+    /// each hold one copy of every name.
+    deps: Mutex<HashMap<Arc<str>, Watchers>>,
     dirty: Mutex<BTreeSet<ProxyKey>>,
+    /// Chains and endpoint lists shared by snapshots (only the rebuild
+    /// loop, one batch at a time, uses it).
+    shared: Arc<Mutex<Shared>>,
     wake: Notify,
     live_watches: AtomicUsize,
 }
 
+/// The proxies watching one resource, with how many watches each has on it.
+type Watchers = HashMap<Arc<ProxyKey>, usize>;
+
 struct Proxy {
+    key: Arc<ProxyKey>,
     snapshot: watch::Sender<Option<Arc<Snapshot>>>,
     watches: Vec<Watch>,
 }
@@ -65,8 +74,8 @@ struct Proxy {
 /// A proxy's interest in one resource; unregistered when dropped.
 pub struct Watch {
     inner: Weak<Inner>,
-    dep: Dep,
-    proxy: ProxyKey,
+    dep: Arc<str>,
+    proxy: Arc<ProxyKey>,
 }
 
 impl Drop for Watch {
@@ -90,21 +99,31 @@ impl Drop for Watch {
 }
 
 impl Inner {
-    fn watch(self: &Arc<Self>, dep: Dep, proxy: &ProxyKey) -> Watch {
-        *self
-            .deps
-            .lock()
-            .unwrap()
-            .entry(dep.clone())
-            .or_default()
-            .entry(proxy.clone())
-            .or_default() += 1;
-        self.live_watches.fetch_add(1, Ordering::Relaxed);
-        Watch {
-            inner: Arc::downgrade(self),
-            dep,
-            proxy: proxy.clone(),
-        }
+    /// Registers `proxy`'s watches on `deps`.
+    fn watch_all(self: &Arc<Self>, deps: BTreeSet<Dep>, proxy: &Arc<ProxyKey>) -> Vec<Watch> {
+        let mut index = self.deps.lock().unwrap();
+        let watches: Vec<Watch> = deps
+            .into_iter()
+            .map(|dep| {
+                let dep: Arc<str> = match index.get_key_value(dep.as_str()) {
+                    Some((shared, _)) => shared.clone(),
+                    None => dep.into(),
+                };
+                *index
+                    .entry(dep.clone())
+                    .or_default()
+                    .entry(proxy.clone())
+                    .or_default() += 1;
+                Watch {
+                    inner: Arc::downgrade(self),
+                    dep,
+                    proxy: proxy.clone(),
+                }
+            })
+            .collect();
+        self.live_watches
+            .fetch_add(watches.len(), Ordering::Relaxed);
+        watches
     }
 
     fn mark(&self, keys: impl IntoIterator<Item = ProxyKey>) {
@@ -116,9 +135,9 @@ impl Inner {
         }
     }
 
-    fn mark_dep(&self, dep: &Dep) {
+    fn mark_dep(&self, dep: &str) {
         let keys: Vec<ProxyKey> = match self.deps.lock().unwrap().get(dep) {
-            Some(set) => set.keys().cloned().collect(),
+            Some(set) => set.keys().map(|k| (**k).clone()).collect(),
             None => return,
         };
         self.mark(keys);
@@ -136,15 +155,18 @@ impl Inner {
                 take
             };
             if batch.is_empty() {
+                self.shared.lock().unwrap().prune();
                 return;
             }
             let state = self.store.state();
             let dc = self.datacenter.clone();
+            let shared = self.shared.clone();
             let built = tokio::task::spawn_blocking(move || {
+                let mut shared = shared.lock().unwrap();
                 batch
                     .into_iter()
                     .map(|k| {
-                        let r = build(&state, &dc, &k);
+                        let r = build(&state, &dc, &k, &mut shared);
                         (k, r)
                     })
                     .collect::<Vec<_>>()
@@ -166,12 +188,25 @@ impl Inner {
             drop(gone); // its watches unregister here, outside the lock
             return;
         };
-        let mut watches: Vec<Watch> = deps.into_iter().map(|d| self.watch(d, &key)).collect();
+        // Only this loop adds or removes proxies: the entry made here is
+        // still there below.
+        let shared_key = self
+            .proxies
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .or_insert_with(|| Proxy {
+                key: Arc::new(key.clone()),
+                snapshot: watch::channel(None).0,
+                watches: Vec::new(),
+            })
+            .key
+            .clone();
+        let mut watches = self.watch_all(deps, &shared_key);
         let mut proxies = self.proxies.lock().unwrap();
-        let proxy = proxies.entry(key).or_insert_with(|| Proxy {
-            snapshot: watch::channel(None).0,
-            watches: Vec::new(),
-        });
+        let Some(proxy) = proxies.get_mut(&key) else {
+            return;
+        };
         std::mem::swap(&mut proxy.watches, &mut watches);
         let changed = proxy
             .snapshot
@@ -199,6 +234,7 @@ impl Manager {
             proxies: Mutex::new(HashMap::new()),
             deps: Mutex::new(HashMap::new()),
             dirty: Mutex::new(BTreeSet::new()),
+            shared: Arc::default(),
             wake: Notify::new(),
             live_watches: AtomicUsize::new(0),
         });

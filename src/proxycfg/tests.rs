@@ -102,9 +102,7 @@ fn endpoint_ids(s: &Snapshot, target: &str) -> Vec<String> {
         .endpoints
         .get(target)
         .map_or(vec![], |rows| {
-            rows.iter()
-                .map(|r| r["Service"]["ID"].as_str().unwrap().to_string())
-                .collect()
+            rows.iter().map(|r| r.service.id.clone()).collect()
         })
 }
 
@@ -188,4 +186,48 @@ async fn deregistering_the_proxy_tears_down_its_watches() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_with_the_same_upstream_share_its_chain_and_endpoints() {
+    let mut w = World::new();
+    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register("n2", proxy(), "passing");
+    let mut other = proxy();
+    other.id = "api-proxy".into();
+    other.proxy.destination_service_name = "api".into();
+    w.register("n3", other, "passing");
+    let a = w
+        .until(&("n2".into(), "web-proxy".into()), "first", |s| {
+            !endpoint_ids(s, DB).is_empty()
+        })
+        .await;
+    let b = w
+        .until(&("n3".into(), "api-proxy".into()), "second", |s| {
+            !endpoint_ids(s, DB).is_empty()
+        })
+        .await;
+    let (ua, ub) = (&a.upstreams["db"], &b.upstreams["db"]);
+    assert!(Arc::ptr_eq(
+        ua.chain.as_ref().unwrap(),
+        ub.chain.as_ref().unwrap()
+    ));
+    assert!(Arc::ptr_eq(&ua.endpoints[DB], &ub.endpoints[DB]));
+
+    // A change to db's instances gives both the same new list.
+    w.register("n4", instance("db2", "db", "v2"), "passing");
+    let a = w
+        .until(&("n2".into(), "web-proxy".into()), "db2 in web's", |s| {
+            endpoint_ids(s, DB) == ["db1", "db2"]
+        })
+        .await;
+    let b = w
+        .until(&("n3".into(), "api-proxy".into()), "db2 in api's", |s| {
+            endpoint_ids(s, DB) == ["db1", "db2"]
+        })
+        .await;
+    assert!(Arc::ptr_eq(
+        &a.upstreams["db"].endpoints[DB],
+        &b.upstreams["db"].endpoints[DB]
+    ));
 }

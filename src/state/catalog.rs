@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use serde::Serialize;
+
 use super::State;
 use super::apply::Tx;
 use crate::structs::{
@@ -190,8 +192,10 @@ pub fn node_checks<'a>(state: &'a State, node: &'a str) -> impl Iterator<Item = 
 }
 
 /// One instance of a service with its node and the checks that decide its
-/// health (node checks and its own).
-#[derive(Debug, Clone)]
+/// health (node checks and its own); its JSON is a health row,
+/// `{Node, Service, Checks}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
 pub struct Instance {
     pub node: Arc<Node>,
     pub service: Arc<NodeService>,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::state::catalog::{Instance, instance_of, node_services};
 use crate::state::{ChangeSet, Row, State, Table, keys};
@@ -68,55 +68,92 @@ impl Topic {
     }
 }
 
-/// One event, serialized once when it is made (its NDJSON line).
+/// One event, serialized once when it is made (its NDJSON line): buffers
+/// hold the line, not a JSON tree.
 #[derive(Debug)]
 pub struct Event {
     pub topic: Topic,
     pub key: String,
     pub index: u64,
-    pub payload: Value,
+    op: &'static str,
     pub line: Bytes,
     /// On the health topics, the instance itself (shared with the state
-    /// version), so consumers need not decode the payload.
+    /// version), so consumers need not decode the line.
     pub instance: Option<Arc<Instance>>,
 }
 
+/// An event's line: `{"Topic","Key","Index","Payload":{"Op","Value"}}`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Line<'a, T: Serialize> {
+    topic: Topic,
+    key: &'a str,
+    index: u64,
+    payload: Payload<'a, T>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Payload<'a, T: Serialize> {
+    op: &'a str,
+    value: &'a T,
+}
+
 impl Event {
-    fn new(topic: Topic, key: String, index: u64, op: &str, value: Value) -> Event {
-        let payload = json!({ "Op": op, "Value": value });
-        let mut line = serde_json::to_vec(&json!({
-            "Topic": topic, "Key": key, "Index": index, "Payload": payload,
-        }))
+    fn new<T: Serialize>(
+        topic: Topic,
+        key: String,
+        index: u64,
+        op: &'static str,
+        value: &T,
+    ) -> Event {
+        let mut line = serde_json::to_vec(&Line {
+            topic,
+            key: &key,
+            index,
+            payload: Payload { op, value },
+        })
         .expect("events serialize");
         line.push(b'\n');
         Event {
             topic,
             key,
             index,
-            payload,
+            op,
             line: Bytes::from(line),
             instance: None,
         }
     }
 
     /// A health event carrying `instance`.
-    fn health(topic: Topic, key: String, index: u64, op: &str, instance: &Arc<Instance>) -> Event {
-        let value = json!({
-            "Node": instance.node, "Service": instance.service, "Checks": instance.checks,
-        });
+    fn health(
+        topic: Topic,
+        key: String,
+        index: u64,
+        op: &'static str,
+        instance: &Arc<Instance>,
+    ) -> Event {
         Event {
             instance: Some(instance.clone()),
-            ..Event::new(topic, key, index, op, value)
+            ..Event::new(topic, key, index, op, &**instance)
         }
     }
 
     /// Bytes this event holds in a buffer (for the memory cap).
     pub fn size(&self) -> usize {
-        self.line.len() * 2 + self.key.len() + 64
+        self.line.len() + self.key.len() + 96
     }
 
-    pub fn op(&self) -> &str {
-        self.payload["Op"].as_str().unwrap_or_default()
+    /// `Register`, `Deregister`, `Upsert` or `Delete`.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// `{"Op", "Value"}`, decoded from the line: for tests and tools
+    /// (consumers that care for speed read `instance` or pass the line on).
+    pub fn payload(&self) -> Value {
+        let mut line: Value = serde_json::from_slice(&self.line).expect("events are JSON");
+        line["Payload"].take()
     }
 }
 
@@ -150,13 +187,7 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     (None, Some(Row::Kv(e))) => ("Delete", e),
                     _ => continue,
                 };
-                out.push(Event::new(
-                    Topic::Kv,
-                    row.key.clone(),
-                    set.index,
-                    op,
-                    json!(row),
-                ));
+                out.push(Event::new(Topic::Kv, row.key.clone(), set.index, op, row));
             }
             (Table::Config, before, after) => {
                 let (op, e) = match (after, before) {
@@ -170,7 +201,7 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     e.name().to_string(),
                     set.index,
                     op,
-                    e.to_json(),
+                    &e.to_json(),
                 ));
             }
             (Table::Services, before, _) => {
@@ -256,7 +287,7 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
     let index = state.index;
     match topic {
         Topic::Kv => crate::state::kv::prefix_iter(state, key)
-            .map(|e| Event::new(Topic::Kv, e.key.clone(), index, "Upsert", json!(e)))
+            .map(|e| Event::new(Topic::Kv, e.key.clone(), index, "Upsert", e))
             .collect(),
         Topic::ServiceHealth | Topic::ServiceHealthConnect => {
             let connect = topic == Topic::ServiceHealthConnect;
@@ -286,7 +317,7 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
                 .range((kind, String::new())..)
                 .take_while(|((k, _), _)| *k == kind)
                 .filter(|((_, n), _)| key.is_empty() || n == key)
-                .map(|((_, n), e)| Event::new(topic, n.clone(), index, "Upsert", e.to_json()))
+                .map(|((_, n), e)| Event::new(topic, n.clone(), index, "Upsert", &e.to_json()))
                 .collect()
         }
     }

@@ -188,12 +188,12 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
     let mut web = subscribe(&w, Topic::ServiceHealth, "web", 0);
     let mut connect = subscribe(&w, Topic::ServiceHealthConnect, "web", 0);
     assert_eq!(
-        event(next(&mut web).await).payload["Value"]["Service"]["ID"],
+        event(next(&mut web).await).payload()["Value"]["Service"]["ID"],
         "web1"
     );
     assert!(matches!(next(&mut web).await, Item::EndOfSnapshot(_)));
     assert_eq!(
-        event(next(&mut connect).await).payload["Value"]["Service"]["ID"],
+        event(next(&mut connect).await).payload()["Value"]["Service"]["ID"],
         "web1-proxy"
     );
     assert!(matches!(next(&mut connect).await, Item::EndOfSnapshot(_)));
@@ -208,9 +208,9 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
     w.apply(register("n1", None, vec![check]));
     let e = event(next(&mut web).await);
     assert_eq!(e.op(), "Register");
-    assert_eq!(e.payload["Value"]["Checks"][0]["Status"], "critical");
+    assert_eq!(e.payload()["Value"]["Checks"][0]["Status"], "critical");
     let e = event(next(&mut connect).await);
-    assert_eq!(e.payload["Value"]["Service"]["ID"], "web1-proxy");
+    assert_eq!(e.payload()["Value"]["Service"]["ID"], "web1-proxy");
 
     // Deregistering the node deregisters its instances.
     w.apply(Command::Deregister(crate::structs::DeregisterRequest {
@@ -219,7 +219,7 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
     }));
     let e = event(next(&mut web).await);
     assert_eq!(
-        (e.op(), e.payload["Value"]["Service"]["ID"].as_str()),
+        (e.op(), e.payload()["Value"]["Service"]["ID"].as_str()),
         ("Deregister", Some("web1"))
     );
 }
@@ -239,7 +239,7 @@ async fn config_entries_are_topics_keyed_by_name() {
     });
     let e = event(next(&mut sub).await);
     assert_eq!(
-        (e.key.as_str(), e.payload["Value"]["Protocol"].as_str()),
+        (e.key.as_str(), e.payload()["Value"]["Protocol"].as_str()),
         ("web", Some("http"))
     );
 }
