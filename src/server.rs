@@ -42,6 +42,8 @@ pub struct Server {
     pub cluster: Arc<Cluster>,
     pub proxycfg: crate::proxycfg::Manager,
     pub http: reqwest::Client,
+    /// Client agents' liveness leases (used by the leader).
+    pub liveness: crate::agent::Leases,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
 }
@@ -201,6 +203,7 @@ impl Server {
             publisher,
             cluster,
             http,
+            liveness: Default::default(),
             db: sled,
             proposals,
         }))
@@ -376,6 +379,7 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
 /// Runs a server until SIGINT or SIGTERM.
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
+    tokio::spawn(crate::agent::liveness::reap(server.clone()));
     let app = crate::http::router(server.clone());
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
