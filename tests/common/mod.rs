@@ -16,6 +16,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod procs;
 
 use std::io::{Read, Write};
