@@ -543,3 +543,34 @@ fn bad_input_is_refused_and_changes_nothing() {
     let filtered = a.get_json("/v1/agent/services?filter=Service%20%3D%3D%20ok");
     assert!(filtered.get("ok").is_some(), "{filtered}");
 }
+
+#[test]
+fn cli_services_commands_talk_to_the_agent() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("api.hcl");
+    std::fs::write(&file, "service {\n  name = \"api\"\n  port = 9000\n}\n").unwrap();
+    let out = common::cli(&a.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(a.get_json("/v1/agent/services")["api"]["Port"], 9000);
+    // Owned by the agent, so anti-entropy keeps it.
+    eventually(DEADLINE, "api in the catalog", || {
+        (instances(&s, "api").len() == 1).then_some(())
+    });
+    wait_full_syncs(&a, 2.0);
+    assert_eq!(instances(&s, "api").len(), 1);
+    let out = common::cli(&a.url, &["services", "deregister", "api"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(DEADLINE, "api gone", || {
+        instances(&s, "api").is_empty().then_some(())
+    });
+}
