@@ -536,6 +536,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         a.get("/v1/agent/services?filter=Nope%20%3D%3D%201").status,
         400
     );
+    assert_eq!(a.get("/v1/agent/host").status, 404);
     assert_eq!(a.get_json("/v1/agent/services"), json!({}));
     assert_eq!(a.get_json("/v1/agent/checks"), json!({}));
     // The agent is still fine, and registers good input.
@@ -572,5 +573,69 @@ fn cli_services_commands_talk_to_the_agent() {
     );
     eventually(DEADLINE, "api gone", || {
         instances(&s, "api").is_empty().then_some(())
+    });
+}
+
+/// Leases survive a leader change: a new leader gives live agents a grace
+/// period, then marks the ones that died (even with the old leader).
+#[test]
+fn liveness_survives_a_leader_change() {
+    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .raft_port(raft[i])
+                .bootstrap_expect(3)
+                .no_wait();
+            for (j, p) in raft.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{p}"));
+                }
+            }
+            b.start()
+        })
+        .collect();
+    for s in &servers {
+        s.wait_for_leader(DEADLINE);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let agent = |name: &str| {
+        let mut b = Agent::builder(name, &urls[0]);
+        for u in &urls[1..] {
+            b = b.server(u);
+        }
+        b.start()
+    };
+    let a1 = agent("a1");
+    let mut a2 = agent("a2");
+    put_ok(&a1, "/v1/agent/service/register", json!({"Name": "web"}));
+    eventually(DEADLINE, "both agents alive", || {
+        let ok = ["a1", "a2"]
+            .iter()
+            .all(|n| check_status(&servers[0], n, "serfHealth").as_deref() == Some("passing"));
+        ok.then_some(())
+    });
+
+    // The leader and an agent die together.
+    let leader = servers[0].get_json("/v1/status/leader");
+    let li = servers
+        .iter()
+        .position(|s| json!(s.raft_addr.to_string()) == leader)
+        .expect("a leader among the servers");
+    servers[li].kill();
+    a2.kill();
+    let survivor = &servers[(li + 1) % 3];
+    eventually(DEADLINE, "a2 critical under the new leader", || {
+        (check_status(survivor, "a2", "serfHealth").as_deref() == Some("critical")).then_some(())
+    });
+    assert_eq!(
+        check_status(survivor, "a1", "serfHealth").as_deref(),
+        Some("passing")
+    );
+    // a1 keeps syncing through the surviving servers.
+    put_ok(&a1, "/v1/agent/service/register", json!({"Name": "api"}));
+    eventually(DEADLINE, "api in the catalog", || {
+        (instances(survivor, "api").len() == 1).then_some(())
     });
 }

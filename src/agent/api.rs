@@ -314,10 +314,12 @@ async fn forward(State(a): State<App>, req: Request) -> Response {
 
 async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
     let (parts, body) = req.into_parts();
-    if !parts.uri.path().starts_with("/v1/") {
+    let p = parts.uri.path();
+    // `/v1/agent/...` is about this agent: only the member list (the
+    // servers know every member) is a server's to answer.
+    if !p.starts_with("/v1/") || (p.starts_with("/v1/agent/") && p != "/v1/agent/members") {
         return Err(Error::NotFound(format!(
-            "no such path: {}",
-            parts.uri.path()
+            "no such path on a client agent: {p}"
         )));
     }
     FORWARDED.inc();
