@@ -46,9 +46,7 @@ pub fn router(agent: App) -> Router {
         .route("/v1/agent/checks", get(checks))
         .route("/v1/agent/check/register", put(register_check))
         .route("/v1/agent/check/deregister/{id}", put(deregister_check))
-        .route("/v1/agent/check/pass/{id}", put(pass))
-        .route("/v1/agent/check/warn/{id}", put(warn))
-        .route("/v1/agent/check/fail/{id}", put(fail))
+        .route("/v1/agent/check/{verb}/{id}", put(ttl))
         .route("/v1/agent/check/update/{id}", put(update))
         .fallback(forward)
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -147,11 +145,17 @@ async fn services(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Respons
             })
             .collect()
     });
+    Ok(filtered(all, filter))
+}
+
+/// A map answer (`/v1/agent/services`, `/checks`) keeping the values
+/// `?filter` lets through.
+fn filtered(all: Map<String, Value>, filter: Option<RowFilter>) -> Response {
     let out: Map<String, Value> = all
         .into_iter()
         .filter(|(_, v)| filter.as_ref().is_none_or(|f| f.matches(v)))
         .collect();
-    Ok(axum::Json(out).into_response())
+    axum::Json(out).into_response()
 }
 
 fn content_hash(v: &Map<String, Value>) -> String {
@@ -216,11 +220,7 @@ async fn checks(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response>
             })
             .collect()
     });
-    let out: Map<String, Value> = all
-        .into_iter()
-        .filter(|(_, v)| filter.as_ref().is_none_or(|f| f.matches(v)))
-        .collect();
-    Ok(axum::Json(out).into_response())
+    Ok(filtered(all, filter))
 }
 
 async fn register_service(
@@ -252,35 +252,26 @@ async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Resul
     Ok(ok())
 }
 
-async fn ttl(a: App, id: String, q: Option<String>, status: &str) -> Result<Response> {
+/// `PUT /v1/agent/check/pass|warn|fail/:id?note=`.
+async fn ttl(
+    State(a): State<App>,
+    Path((verb, id)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let status = match verb.as_str() {
+        "pass" => HEALTH_PASSING,
+        "warn" => HEALTH_WARNING,
+        "fail" => HEALTH_CRITICAL,
+        _ => {
+            return Err(Error::NotFound(format!(
+                "no such path: /v1/agent/check/{verb}"
+            )));
+        }
+    };
     let p = Params::parse(q.as_deref());
-    let note = p.get("note").unwrap_or("").to_string();
-    a.update_ttl(&id, status, &note).await?;
+    a.update_ttl(&id, status, p.get("note").unwrap_or(""))
+        .await?;
     Ok(ok())
-}
-
-async fn pass(
-    State(a): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    ttl(a, id, q, HEALTH_PASSING).await
-}
-
-async fn warn(
-    State(a): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    ttl(a, id, q, HEALTH_WARNING).await
-}
-
-async fn fail(
-    State(a): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    ttl(a, id, q, HEALTH_CRITICAL).await
 }
 
 #[derive(Deserialize)]

@@ -372,12 +372,8 @@ mod tests {
 
     #[test]
     fn deregistration_is_due_after_the_critical_period() {
-        use crate::agent::local::{NodeInfo, Source, Tables};
-        use crate::structs::NodeService;
-        let mut t = Tables::new(NodeInfo {
-            name: "a".into(),
-            ..Default::default()
-        });
+        use crate::agent::local::fixtures::{add, svc, tables};
+        let mut t = tables();
         let t0 = Instant::now();
         let c = check(json!({"TTL": "5s", "DeregisterCriticalServiceAfter": "1m"}));
         let c = HealthCheck {
@@ -385,12 +381,7 @@ mod tests {
             ..c
         };
         let spec = CheckSpec::parse(&c).unwrap();
-        let svc = NodeService {
-            id: "web".into(),
-            service: "web".into(),
-            ..Default::default()
-        };
-        t.put_service(svc, vec![(c, spec)], Source::Api, false, t0);
+        add(&mut t, svc("web", &[]), vec![(c, spec)], t0);
         assert!(due_for_deregistration(&t, t0 + Duration::from_secs(59)).is_empty());
         assert_eq!(
             due_for_deregistration(&t, t0 + Duration::from_secs(60)),

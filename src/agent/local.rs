@@ -463,12 +463,13 @@ impl Local {
     }
 }
 
+/// Builders shared by the agent's unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
-    use crate::agent::checks::CheckSpec;
 
-    fn tables() -> Tables {
+    /// An empty local state for node `a1`.
+    pub fn tables() -> Tables {
         Tables::new(NodeInfo {
             name: "a1".into(),
             address: "10.0.0.1".into(),
@@ -476,15 +477,17 @@ mod tests {
         })
     }
 
-    fn svc(id: &str) -> NodeService {
+    pub fn svc(id: &str, tags: &[&str]) -> NodeService {
         NodeService {
             id: id.into(),
             service: id.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
             ..Default::default()
         }
     }
 
-    fn ttl_check(id: &str, service: &str) -> (HealthCheck, CheckSpec) {
+    /// A TTL check (critical until passed) of `service` ("" for the node).
+    pub fn ttl(id: &str, service: &str) -> (HealthCheck, CheckSpec) {
         let c = HealthCheck {
             check_id: id.into(),
             name: id.into(),
@@ -500,17 +503,27 @@ mod tests {
         (c, spec)
     }
 
+    /// Registers a service with its checks through the API.
+    pub fn add(
+        t: &mut Tables,
+        s: NodeService,
+        checks: Vec<(HealthCheck, CheckSpec)>,
+        now: Instant,
+    ) {
+        t.put_service(s, checks, Source::Api, false, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
     #[test]
     fn changes_mark_out_of_sync_and_pushes_mark_back_only_if_unchanged() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web"),
-            vec![ttl_check("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
         let g = t.services["web"].mark.generation;
         assert!(!t.services["web"].mark.in_sync);
         assert_eq!(t.checks["c1"].check.status, HEALTH_CRITICAL);
@@ -531,13 +544,7 @@ mod tests {
     fn output_only_changes_do_not_ask_for_a_push() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web"),
-            vec![ttl_check("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
         let g = t.checks["c1"].mark.generation;
         t.synced(&[(Item::Check("c1".into()), g)]);
         t.dirty = false;
@@ -551,13 +558,7 @@ mod tests {
     fn removing_a_service_takes_its_checks_and_leaves_a_tombstone() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web"),
-            vec![ttl_check("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
         assert!(t.remove_service("web"));
         assert!(!t.remove_service("web"));
         assert!(t.checks.is_empty());
@@ -571,16 +572,15 @@ mod tests {
     fn replace_existing_checks_removes_the_others() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web"),
-            vec![ttl_check("c1", "web"), ttl_check("c2", "web")],
-            Source::Api,
-            false,
+        add(
+            &mut t,
+            svc("web", &[]),
+            vec![ttl("c1", "web"), ttl("c2", "web")],
             now,
         );
         t.put_service(
-            svc("web"),
-            vec![ttl_check("c2", "web")],
+            svc("web", &[]),
+            vec![ttl("c2", "web")],
             Source::Api,
             true,
             now,
@@ -592,15 +592,9 @@ mod tests {
     #[test]
     fn expected_check_carries_the_service_name_and_tags() {
         let mut t = tables();
-        let mut s = svc("web");
+        let mut s = svc("web", &[]);
         s.tags = vec!["a".into()];
-        t.put_service(
-            s,
-            vec![ttl_check("c1", "web")],
-            Source::Api,
-            false,
-            Instant::now(),
-        );
+        add(&mut t, s, vec![ttl("c1", "web")], Instant::now());
         let e = t.expected_check(&t.checks["c1"].check);
         assert_eq!(e.node, "a1");
         assert_eq!(e.service_name, "web");

@@ -373,32 +373,13 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         "agent HTTP API listening"
     );
     let app = api::router(agent.clone());
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let serve = axum::serve(listener, app).with_graceful_shutdown({
-        let stop = stop.clone();
-        async move { stop.notified().await }
-    });
+    // Not graceful: a forwarded blocking query may hold its connection for
+    // minutes, and nothing an agent serves needs finishing.
     tokio::select! {
-        r = serve => r?,
-        _ = shutdown_signal() => {
-            stop.notify_one();
-            liveness::leave_cluster(&agent).await;
-        }
-        _ = agent.leave.notified() => {
-            stop.notify_one();
-            liveness::leave_cluster(&agent).await;
-        }
+        r = axum::serve(listener, app) => r?,
+        _ = crate::server::shutdown_signal() => liveness::leave_cluster(&agent).await,
+        _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
     }
     tracing::info!("agent stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
 }

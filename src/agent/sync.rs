@@ -406,43 +406,9 @@ pub async fn run(a: Arc<Agent>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::checks::CheckSpec;
-    use crate::agent::local::NodeInfo;
+    use crate::agent::local::fixtures::*;
     use rand::SeedableRng;
     use std::time::Instant;
-
-    fn tables() -> Tables {
-        Tables::new(NodeInfo {
-            name: "a1".into(),
-            address: "10.0.0.1".into(),
-            ..Default::default()
-        })
-    }
-
-    fn svc(id: &str, tags: &[&str]) -> NodeService {
-        NodeService {
-            id: id.into(),
-            service: id.into(),
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
-    fn ttl(id: &str, service: &str) -> (HealthCheck, CheckSpec) {
-        let c = HealthCheck {
-            check_id: id.into(),
-            name: id.into(),
-            service_id: service.into(),
-            check_type: "ttl".into(),
-            definition: serde_json::json!({"TTL": "10s"})
-                .as_object()
-                .unwrap()
-                .clone(),
-            ..Default::default()
-        };
-        let spec = CheckSpec::parse(&c).unwrap();
-        (c, spec)
-    }
 
     /// What the catalog holds after applying every push of `plan` (a tiny
     /// model of the server's register/deregister).
@@ -528,13 +494,7 @@ mod tests {
     fn empty_catalog_gets_everything_then_nothing() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web", &["a"]),
-            vec![ttl("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &["a"]), vec![ttl("c1", "web")], now);
         t.put_check(
             ttl("node-check", "").0,
             ttl("node-check", "").1,
@@ -564,13 +524,7 @@ mod tests {
     fn catalog_drift_is_undone() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web", &["a"]),
-            vec![ttl("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &["a"]), vec![ttl("c1", "web")], now);
         let mut remote = Remote::default();
         reconcile(&mut t, &remote);
         let p = plan(&t);
@@ -618,11 +572,10 @@ mod tests {
     fn a_changed_check_resends_its_service_with_all_checks() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
+        add(
+            &mut t,
             svc("web", &[]),
             vec![ttl("c1", "web"), ttl("c2", "web")],
-            Source::Api,
-            false,
             now,
         );
         let p = plan(&t);
@@ -644,8 +597,8 @@ mod tests {
         let mut s = svc("web", &["v1"]);
         s.enable_tag_override = true;
         s.port = 80;
-        t.put_service(s, vec![], Source::Api, false, now);
-        t.put_service(svc("plain", &["v1"]), vec![], Source::Api, false, now);
+        add(&mut t, s, vec![], now);
+        add(&mut t, svc("plain", &["v1"]), vec![], now);
         let mut remote = Remote::default();
         reconcile(&mut t, &remote);
         let p = plan(&t);
@@ -671,13 +624,7 @@ mod tests {
     fn local_removals_are_pushed_as_deregistrations() {
         let mut t = tables();
         let now = Instant::now();
-        t.put_service(
-            svc("web", &[]),
-            vec![ttl("c1", "web")],
-            Source::Api,
-            false,
-            now,
-        );
+        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
         t.put_check(ttl("n1", "").0, ttl("n1", "").1, Source::Api, now);
         let p = plan(&t);
         synced_all(&mut t, &p);

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Resp, bin, free_port, request};
+use super::{Resp, bin, free_port, request, terminate};
 
 pub struct AgentBuilder {
     node: String,
@@ -207,19 +207,7 @@ impl Agent {
 
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut c = self.child.take()?;
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = c.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        c.wait().ok()
+        terminate(self.child.take()?, Duration::from_secs(20))
     }
 
     /// Starts it again on the same data dir and port.
