@@ -54,3 +54,16 @@ impl From<anyhow::Error> for Error {
         Error::Internal(e.to_string())
     }
 }
+
+/// A client agent's failed request to its servers, as its HTTP API
+/// answers it: none reachable is Consul's "No known Consul servers".
+impl From<crate::agent::ServerError> for Error {
+    fn from(e: crate::agent::ServerError) -> Self {
+        match e {
+            crate::agent::ServerError::Unreachable(_) => {
+                Error::Internal("No known Consul servers".into())
+            }
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}

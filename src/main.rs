@@ -20,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run a server.
     Server(ServerArgs),
+    /// Run a client agent: keeps its node's services and checks, runs the
+    /// checks, and keeps the catalog in step by anti-entropy.
+    Agent(AgentArgs),
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
@@ -54,6 +57,39 @@ struct ServerArgs {
     log_json: bool,
 }
 
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// This agent's node name (default: the host name).
+    #[arg(long)]
+    node: Option<String>,
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:8500")]
+    http_addr: SocketAddr,
+    /// A server's HTTP address (repeatable): http://host:port or host:port.
+    #[arg(long = "server", required = true)]
+    servers: Vec<String>,
+    /// A directory of service (and check) definitions, JSON or HCL.
+    #[arg(long)]
+    config_dir: Option<PathBuf>,
+    /// The full anti-entropy period before scaling by cluster size
+    /// (a Go duration; default 1m).
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    sync_interval: std::time::Duration,
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = cairn::structs::duration::Duration::parse(s)?;
+    if d.nanos() <= 0 {
+        return Err("must be positive".into());
+    }
+    Ok(std::time::Duration::from_nanos(d.nanos() as u64))
+}
+
 fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("{level},openraft=warn,sled=warn"))
@@ -80,6 +116,26 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
     match cli.command {
         Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd)),
+        Command::Agent(a) => {
+            init_logging(&a.log_level, a.log_json);
+            let servers = a
+                .servers
+                .iter()
+                .map(|s| cairn::cli::normalize_addr(s).map_err(|e| anyhow::anyhow!(e.0)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let config = cairn::agent::AgentConfig {
+                node: a.node.unwrap_or_else(hostname),
+                data_dir: a.data_dir,
+                http_addr: a.http_addr,
+                servers,
+                config_dir: a.config_dir,
+                sync_interval: a.sync_interval,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(cairn::agent::run(config))
+        }
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
             let (data_dir, _tmp) = match (a.dev, a.data_dir) {

@@ -63,8 +63,13 @@ static ALL: &[&Counter] = &[
 
 /// Renders the counters plus gauges supplied by the caller.
 pub fn render(gauges: &[(&str, &str, f64)]) -> String {
+    render_with(ALL, gauges)
+}
+
+/// Renders the given counters (e.g. a client agent's own) plus gauges.
+pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> String {
     let mut out = String::new();
-    for c in ALL {
+    for c in counters {
         let _ = writeln!(
             out,
             "# HELP {} {}\n# TYPE {} counter\n{} {}",

@@ -44,6 +44,8 @@ pub struct Server {
     /// Materialized health views for blocking reads.
     pub views: Arc<crate::stream::view::Views>,
     pub http: reqwest::Client,
+    /// Client agents' liveness leases (used by the leader).
+    pub liveness: crate::agent::Leases,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
 }
@@ -205,6 +207,7 @@ impl Server {
             publisher,
             cluster,
             http,
+            liveness: Default::default(),
             db: sled,
             proposals,
         }))
@@ -380,6 +383,7 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
 /// Runs a server until SIGINT or SIGTERM.
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
+    tokio::spawn(crate::agent::liveness::reap(server.clone()));
     let app = crate::http::router(server.clone());
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
@@ -403,7 +407,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("signal handler");
     tokio::select! {

@@ -11,11 +11,11 @@
 //! the error and turns it into the exit code.
 
 mod catalog;
-mod config;
+pub(crate) mod config;
 mod kv;
 mod members;
 mod operator;
-mod services;
+pub mod services;
 
 use std::time::Duration;
 

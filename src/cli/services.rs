@@ -1,8 +1,11 @@
 //! `cairn services register FILE` and `cairn services deregister ID`.
 //!
 //! Consul's `services register` hands a service definition to the local
-//! agent. A cairn server keeps no agent-local services, so the CLI turns
-//! the definition into a catalog registration (`PUT /v1/catalog/register`)
+//! agent. Pointed at a `cairn agent` (`/v1/agent/self` says `"Server":
+//! false`), the CLI does just that (`PUT /v1/agent/service/register`), and
+//! the agent runs the checks and keeps the catalog in step. A cairn server
+//! keeps no agent-local services, so against a server the CLI turns the
+//! definition into a catalog registration (`PUT /v1/catalog/register`)
 //! on the node of the server it talks to (its `NodeName` from
 //! `/v1/agent/self`), with address 127.0.0.1 — that server's own host, as
 //! seen by a client agent on it — and `SkipNodeUpdate`, so an existing node
@@ -104,7 +107,7 @@ fn pascal(key: &str) -> String {
 
 /// Renames keys recursively, leaving free-form maps' own keys alone (but
 /// still normalizing objects inside them, e.g. tagged addresses).
-fn normalize(v: Value) -> Value {
+pub fn normalize(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.into_iter()
@@ -133,7 +136,7 @@ fn normalize(v: Value) -> Value {
 }
 
 /// The service objects of a definition file's JSON.
-fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, CliError> {
+pub fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, CliError> {
     let doc = normalize(doc);
     let Value::Object(mut top) = doc else {
         return Err(CliError(
@@ -206,12 +209,52 @@ fn check_type(def: &Map<String, Value>) -> &'static str {
     ""
 }
 
-fn text(v: Option<&Value>) -> String {
+pub fn text(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => String::new(),
     }
+}
+
+/// The catalog form (`HealthCheck` JSON) of one check definition: its
+/// runnable fields go under `Definition`, its type is derived from them,
+/// and it starts critical unless it names a status.
+pub fn check_definition_to_health_check(
+    def: &Map<String, Value>,
+    default_id: String,
+    default_name: String,
+    service_id: &str,
+) -> Value {
+    // Definitions name a check's id `id` (API: `ID`) or `CheckID`.
+    let check_id = match text(def.get("CheckID").or(def.get("ID"))) {
+        c if c.is_empty() => default_id,
+        c => c,
+    };
+    let check_name = match text(def.get("Name")) {
+        n if n.is_empty() => default_name,
+        n => n,
+    };
+    let definition: Map<String, Value> = def
+        .iter()
+        .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let status = match text(def.get("Status")) {
+        s if s.is_empty() => "critical".to_string(),
+        s => s,
+    };
+    json!({
+        "CheckID": check_id,
+        "Name": check_name,
+        "Status": status,
+        "Notes": text(def.get("Notes")),
+        "ServiceID": service_id,
+        "Type": check_type(def),
+        "Interval": text(def.get("Interval")),
+        "Timeout": text(def.get("Timeout")),
+        "Definition": definition,
+    })
 }
 
 /// Builds the catalog registration for one service definition on `node`.
@@ -255,34 +298,12 @@ pub fn service_definition_to_register(
         } else {
             format!("service:{id}")
         };
-        let check_id = match text(def.get("CheckID")) {
-            c if c.is_empty() => default_id,
-            c => c,
-        };
-        let check_name = match text(def.get("Name")) {
-            n if n.is_empty() => format!("Service '{name}' check"),
-            n => n,
-        };
-        let definition: Map<String, Value> = def
-            .iter()
-            .filter(|(k, _)| DEFINITION_FIELDS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let status = match text(def.get("Status")) {
-            s if s.is_empty() => "critical".to_string(),
-            s => s,
-        };
-        checks.push(json!({
-            "CheckID": check_id,
-            "Name": check_name,
-            "Status": status,
-            "Notes": text(def.get("Notes")),
-            "ServiceID": id,
-            "Type": check_type(&def),
-            "Interval": text(def.get("Interval")),
-            "Timeout": text(def.get("Timeout")),
-            "Definition": definition,
-        }));
+        checks.push(check_definition_to_health_check(
+            &def,
+            default_id,
+            format!("Service '{name}' check"),
+            &id,
+        ));
     }
     Ok(json!({
         "Node": node,
@@ -293,7 +314,7 @@ pub fn service_definition_to_register(
     }))
 }
 
-fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliError> {
+pub fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError(format!("Error reading {}: {e}", path.display())))?;
     let doc = super::config::parse_json_or_hcl(&text, &path.display().to_string())?;
@@ -304,8 +325,27 @@ fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliError>
     Ok(list)
 }
 
+/// Whether the address is a client agent (which keeps services itself).
+fn is_client_agent(c: &Client) -> Result<bool, CliError> {
+    let me = c.get_json("/v1/agent/self")?;
+    Ok(me["Config"]["Server"] == Value::Bool(false))
+}
+
 fn register(c: &Client, a: RegisterArgs) -> CliResult {
     let defs = read_definitions(&a.file)?;
+    if is_client_agent(c)? {
+        for svc in defs {
+            let name = text(svc.get("Name").or(svc.get("Service")));
+            c.expect_ok(
+                reqwest::Method::PUT,
+                "/v1/agent/service/register",
+                Some(Value::Object(svc).to_string()),
+            )
+            .map_err(|e| CliError(format!("Error registering service {name:?}: {}", e.0)))?;
+            println!("Registered service: {name}");
+        }
+        return Ok(());
+    }
     let node = c.agent_node_name()?;
     for svc in defs {
         let req = service_definition_to_register(svc, &node)?;
@@ -347,6 +387,18 @@ fn deregister(c: &Client, a: DeregisterArgs) -> CliResult {
             ));
         }
     };
+    if is_client_agent(c)? {
+        for id in ids {
+            c.expect_ok(
+                reqwest::Method::PUT,
+                &format!("/v1/agent/service/deregister/{}", enc(&id)),
+                None,
+            )
+            .map_err(|e| CliError(format!("Error deregistering service {id:?}: {}", e.0)))?;
+            println!("Deregistered service: {id}");
+        }
+        return Ok(());
+    }
     let node = c.agent_node_name()?;
     let on_node = c.get_json(&format!("/v1/catalog/node-services/{}", enc(&node)))?;
     for id in ids {

@@ -8,7 +8,7 @@ mod dataplane;
 mod health;
 mod kv;
 mod proxycfg;
-mod query;
+pub(crate) mod query;
 mod status;
 mod stream;
 
@@ -46,6 +46,7 @@ pub fn router(server: App) -> Router {
         .merge(catalog::routes())
         .merge(health::routes())
         .merge(status::routes())
+        .merge(crate::agent::liveness::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,
@@ -58,12 +59,12 @@ pub fn router(server: App) -> Router {
         .with_state(server)
 }
 
-fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
+pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
     tracing::error!("handler panicked");
     (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
 }
 
-async fn trace_request(req: Request, next: Next) -> Response {
+pub(crate) async fn trace_request(req: Request, next: Next) -> Response {
     use tracing::Instrument;
     crate::metrics::HTTP_REQUESTS.inc();
     let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());

@@ -116,12 +116,16 @@ async fn agent_self(State(s): State<App>) -> Response {
 }
 
 async fn members(State(s): State<App>) -> Response {
-    let list: Vec<Value> = s
+    let mut list: Vec<Value> = s
         .cluster
         .members()
         .into_iter()
         .map(|(_, n, _)| member_json(&s, &n.name, &n.raft_addr))
         .collect();
+    list.extend(crate::agent::liveness::agent_members(
+        &s.store.state(),
+        &s.config.datacenter,
+    ));
     axum::Json(list).into_response()
 }
 

@@ -16,6 +16,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod procs;
 
 use std::io::{Read, Write};
@@ -282,19 +283,8 @@ impl Server {
 
     /// SIGTERM, then waits for a clean exit (SIGKILL after `timeout`).
     pub fn stop(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.lock().unwrap().take()?;
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        child.wait().ok()
+        let child = self.child.lock().unwrap().take()?;
+        terminate(child, timeout)
     }
 
     /// SIGKILL at once (a crash).
@@ -304,6 +294,22 @@ impl Server {
             let _ = c.wait();
         }
     }
+}
+
+/// SIGTERM, then waits for a clean exit (SIGKILL after `timeout`).
+pub fn terminate(mut child: Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait().ok()
 }
 
 impl Drop for Server {

@@ -1,0 +1,354 @@
+//! The agent's HTTP API: Consul's `/v1/agent/...` endpoints for the node's
+//! own services and checks, answered from the local state; every other
+//! `/v1/` request is forwarded to a server and its answer streamed back
+//! unchanged (Consul agents forward to servers the same way), so clients
+//! pointed at the agent work as if it were a server.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::Agent;
+use super::define;
+use super::local::{Source, Tables};
+use super::servers::{self, FORWARDED};
+use crate::error::{Error, Result};
+use crate::http::query::{RowFilter, Rows};
+use crate::http::{MAX_BODY, Params, decode_json};
+use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, valid_health_status};
+
+type App = Arc<Agent>;
+
+/// Forwarded requests may be blocking queries (up to 10 min + jitter).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
+const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+pub fn router(agent: App) -> Router {
+    Router::new()
+        .route("/v1/agent/self", get(agent_self))
+        .route("/v1/agent/metrics", get(metrics))
+        .route("/v1/agent/leave", put(leave))
+        .route("/v1/agent/services", get(services))
+        .route("/v1/agent/service/register", put(register_service))
+        .route("/v1/agent/service/deregister/{id}", put(deregister_service))
+        .route("/v1/agent/service/{id}", get(service))
+        .route("/v1/agent/checks", get(checks))
+        .route("/v1/agent/check/register", put(register_check))
+        .route("/v1/agent/check/deregister/{id}", put(deregister_check))
+        .route("/v1/agent/check/{verb}/{id}", put(ttl))
+        .route("/v1/agent/check/update/{id}", put(update))
+        .fallback(forward)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            crate::http::panic_response,
+        ))
+        .layer(middleware::from_fn(crate::http::trace_request))
+        .with_state(agent)
+}
+
+fn ok() -> Response {
+    StatusCode::OK.into_response()
+}
+
+async fn agent_self(State(a): State<App>) -> Response {
+    let dc = a.datacenter();
+    let meta = a.local.with(|t| t.node.meta.clone());
+    axum::Json(json!({
+        "Config": {
+            "Datacenter": dc,
+            "PrimaryDatacenter": dc,
+            "NodeName": a.config.node,
+            "NodeID": a.node_id,
+            "Server": false,
+            "Revision": "cairn",
+            "Version": env!("CARGO_PKG_VERSION"),
+        },
+        "Member": {
+            "Name": a.config.node,
+            "Addr": a.config.http_addr.ip().to_string(),
+            "Port": a.config.http_addr.port(),
+            "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
+            "Status": 1,
+            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+        },
+        "Meta": meta,
+    }))
+    .into_response()
+}
+
+async fn metrics(State(a): State<App>) -> Response {
+    let (services, checks) = a
+        .local
+        .with(|t| (t.live_services().count(), t.live_checks().count()));
+    let gauges = [
+        (
+            "cairn_agent_services",
+            "services registered on this agent",
+            services as f64,
+        ),
+        (
+            "cairn_agent_checks",
+            "checks registered on this agent",
+            checks as f64,
+        ),
+        (
+            "cairn_agent_cluster_size",
+            "live agents plus servers, as the last heartbeat said",
+            a.cluster_size() as f64,
+        ),
+    ];
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        crate::metrics::render_with(servers::ALL, &gauges),
+    )
+        .into_response()
+}
+
+async fn leave(State(a): State<App>) -> Response {
+    a.leave.notify_one();
+    ok()
+}
+
+/// A service as `/v1/agent/services` shows it.
+fn service_view(t: &Tables, id: &str, dc: &str) -> Option<Map<String, Value>> {
+    let s = t.live_service(id)?;
+    let Ok(Value::Object(mut m)) = serde_json::to_value(&s.effective) else {
+        return None;
+    };
+    m.remove("CreateIndex");
+    m.remove("ModifyIndex");
+    m.insert("Datacenter".into(), dc.into());
+    Some(m)
+}
+
+async fn services(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
+    let dc = a.datacenter();
+    let all: Map<String, Value> = a.local.with(|t| {
+        t.live_services()
+            .filter_map(|s| {
+                let id = &s.registered.id;
+                Some((id.clone(), Value::Object(service_view(t, id, &dc)?)))
+            })
+            .collect()
+    });
+    Ok(filtered(all, filter))
+}
+
+/// A map answer (`/v1/agent/services`, `/checks`) keeping the values
+/// `?filter` lets through.
+fn filtered(all: Map<String, Value>, filter: Option<RowFilter>) -> Response {
+    let out: Map<String, Value> = all
+        .into_iter()
+        .filter(|(_, v)| filter.as_ref().is_none_or(|f| f.matches(v)))
+        .collect();
+    axum::Json(out).into_response()
+}
+
+fn content_hash(v: &Map<String, Value>) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(v).unwrap_or_default().hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+fn wait_of(p: &Params) -> Result<Duration> {
+    Ok(match p.get("wait") {
+        None | Some("") => DEFAULT_WAIT,
+        Some(w) => {
+            let d = crate::structs::duration::Duration::parse(w)
+                .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?;
+            Duration::from_nanos(d.nanos().max(0) as u64)
+        }
+    }
+    .min(MAX_WAIT))
+}
+
+/// One service with central config merged, with `ContentHash`; blocks
+/// while `?hash=` still matches (Consul's hash-based blocking).
+async fn service(
+    State(a): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let wait = wait_of(&p)?;
+    let want = p.get("hash").filter(|h| !h.is_empty()).map(String::from);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let mut changes = a.local.version.subscribe();
+        let dc = a.datacenter();
+        let view = a
+            .local
+            .with(|t| service_view(t, &id, &dc))
+            .ok_or_else(|| Error::NotFound(format!("unknown service ID: {id}")))?;
+        let hash = content_hash(&view);
+        let expired = tokio::time::Instant::now() >= deadline;
+        if want.as_deref() != Some(hash.as_str()) || expired {
+            let mut view = view;
+            view.insert("ContentHash".into(), hash.clone().into());
+            let mut resp = axum::Json(view).into_response();
+            if let Ok(h) = HeaderValue::from_str(&hash) {
+                resp.headers_mut().insert("x-consul-contenthash", h);
+            }
+            return Ok(resp);
+        }
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+    }
+}
+
+async fn checks(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let filter = RowFilter::from_params(&p, Rows::Checks)?;
+    let all: Map<String, Value> = a.local.with(|t| {
+        t.live_checks()
+            .filter_map(|c| {
+                let v = serde_json::to_value(t.expected_check(&c.check)).ok()?;
+                Some((c.check.check_id.clone(), v))
+            })
+            .collect()
+    });
+    Ok(filtered(all, filter))
+}
+
+async fn register_service(
+    State(a): State<App>,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let def = define::service(decode_json(&body)?, &a.config.node)?;
+    let replace = p.has("replace-existing-checks")
+        && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
+    a.register_service(def, Source::Api, replace).await?;
+    Ok(ok())
+}
+
+async fn deregister_service(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
+    a.deregister_service(&id).await?;
+    Ok(ok())
+}
+
+async fn register_check(State(a): State<App>, body: Bytes) -> Result<Response> {
+    let check = define::check(decode_json(&body)?)?;
+    a.register_check(check, Source::Api).await?;
+    Ok(ok())
+}
+
+async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
+    a.deregister_check(&id).await?;
+    Ok(ok())
+}
+
+/// `PUT /v1/agent/check/pass|warn|fail/:id?note=`.
+async fn ttl(
+    State(a): State<App>,
+    Path((verb, id)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let status = match verb.as_str() {
+        "pass" => HEALTH_PASSING,
+        "warn" => HEALTH_WARNING,
+        "fail" => HEALTH_CRITICAL,
+        _ => {
+            return Err(Error::NotFound(format!(
+                "no such path: /v1/agent/check/{verb}"
+            )));
+        }
+    };
+    let p = Params::parse(q.as_deref());
+    a.update_ttl(&id, status, p.get("note").unwrap_or(""))
+        .await?;
+    Ok(ok())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CheckUpdate {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    output: String,
+}
+
+async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Result<Response> {
+    let u: CheckUpdate = decode_json(&body)?;
+    if !valid_health_status(&u.status) {
+        return Err(Error::bad(format!(
+            "Invalid status {:?}: must be passing, warning or critical",
+            u.status
+        )));
+    }
+    a.update_ttl(&id, &u.status, &u.output).await?;
+    Ok(ok())
+}
+
+/// Any other request: to a server, and its answer back as it streams.
+async fn forward(State(a): State<App>, req: Request) -> Response {
+    match forward_inner(&a, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
+    let (parts, body) = req.into_parts();
+    let p = parts.uri.path();
+    // `/v1/agent/...` is about this agent: only the member list (the
+    // servers know every member) is a server's to answer.
+    if !p.starts_with("/v1/") || (p.starts_with("/v1/agent/") && p != "/v1/agent/members") {
+        return Err(Error::NotFound(format!(
+            "no such path on a client agent: {p}"
+        )));
+    }
+    FORWARDED.inc();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| Error::bad(format!("Request body too large or unreadable: {e}")))?;
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let ct = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = (!body.is_empty() || ct.is_some()).then_some((body, ct));
+    let resp = a
+        .servers
+        .send(parts.method.clone(), path, body, FORWARD_TIMEOUT)
+        .await?;
+    let mut builder = Response::builder().status(resp.status().as_u16());
+    for (k, v) in resp.headers() {
+        let name = k.as_str();
+        if name.starts_with("x-consul-") || name == "content-type" {
+            builder = builder.header(name, v.as_bytes());
+        }
+    }
+    // Streamed: `/v1/internal/stream` answers for as long as it is read.
+    let stream = futures_util::stream::unfold(Some(resp), |resp| async move {
+        let mut resp = resp?;
+        match resp.chunk().await {
+            Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), Some(resp))),
+            Ok(None) => None,
+            Err(e) => Some((Err(std::io::Error::other(e)), None)),
+        }
+    });
+    builder
+        .body(Body::from_stream(stream))
+        .map_err(|e| Error::Internal(e.to_string()))
+}

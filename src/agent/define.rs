@@ -1,0 +1,281 @@
+//! Service and check definitions as Consul agents accept them — API bodies
+//! (`PUT /v1/agent/service/register`, `/v1/agent/check/register`) and
+//! `--config-dir` files (JSON or HCL) — turned into catalog-shaped
+//! `NodeService` and `HealthCheck` values with a parsed [`CheckSpec`].
+//!
+//! The parsing itself is `cli::services`' (the same definitions `cairn
+//! services register` reads), so both paths accept exactly the same input.
+//! Anything the agent cannot honour is refused here, with a one-line reason,
+//! before any state changes.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::checks::CheckSpec;
+use super::local::SERF_CHECK_ID;
+use crate::cli::services::{
+    check_definition_to_health_check, normalize, service_definition_to_register, services_of, text,
+};
+use crate::error::{Error, Result};
+use crate::structs::{HealthCheck, NodeService, RegisterRequest, valid_health_status};
+
+/// A service with the checks that came with it.
+#[derive(Debug, Clone)]
+pub struct ServiceDef {
+    pub service: NodeService,
+    pub checks: Vec<(HealthCheck, CheckSpec)>,
+}
+
+fn object(body: Value) -> Result<Map<String, Value>> {
+    match normalize(body) {
+        Value::Object(m) => Ok(m),
+        _ => Err(Error::bad(
+            "Request decode failed: the body must be a JSON object",
+        )),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+}
+
+fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> {
+    if check.check_id == SERF_CHECK_ID {
+        return Err(Error::bad(format!(
+            "Check ID {SERF_CHECK_ID:?} is reserved for the servers"
+        )));
+    }
+    if !valid_health_status(&check.status) {
+        return Err(Error::bad(format!(
+            "Invalid check status {:?}: must be passing, warning or critical",
+            check.status
+        )));
+    }
+    let spec = CheckSpec::parse(&check).map_err(Error::BadRequest)?;
+    Ok((check, spec))
+}
+
+/// A service definition (one object, snake_case or PascalCase keys).
+pub fn service(def: Value, node: &str) -> Result<ServiceDef> {
+    let def = object(def)?;
+    if let Some(Value::Object(c)) = def.get("Connect")
+        && c.contains_key("SidecarService")
+    {
+        return Err(Error::bad(
+            "Connect.SidecarService is not supported: register the sidecar proxy as its own service",
+        ));
+    }
+    let reg = service_definition_to_register(def, node).map_err(|e| Error::BadRequest(e.0))?;
+    let service: NodeService = decode(reg["Service"].clone())?;
+    let checks: Vec<HealthCheck> = decode(reg["Checks"].clone())?;
+    // The catalog's own validation (ports, proxy fields, check statuses).
+    let mut req = RegisterRequest {
+        node: node.to_string(),
+        address: "-".into(),
+        service: Some(service),
+        checks,
+        ..Default::default()
+    };
+    crate::http::validate_register(&mut req, "")?;
+    let checks = req
+        .checks
+        .into_iter()
+        .map(with_spec)
+        .collect::<Result<Vec<_>>>()?;
+    let mut ids: Vec<&str> = checks.iter().map(|(c, _)| c.check_id.as_str()).collect();
+    ids.sort();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::bad("Check IDs of a service must be unique"));
+    }
+    Ok(ServiceDef {
+        service: req.service.unwrap_or_default(),
+        checks,
+    })
+}
+
+/// A check definition for `PUT /v1/agent/check/register`: `Name` is
+/// required, the ID defaults to it.
+pub fn check(def: Value) -> Result<(HealthCheck, CheckSpec)> {
+    let def = object(def)?;
+    let name = text(def.get("Name"));
+    if name.is_empty() {
+        return Err(Error::bad("Missing check name"));
+    }
+    let service_id = text(def.get("ServiceID"));
+    let check = check_definition_to_health_check(&def, name.clone(), name, &service_id);
+    with_spec(decode(check)?)
+}
+
+/// What a `--config-dir` holds: service definitions, and node-level checks.
+#[derive(Debug, Default)]
+pub struct ConfigDir {
+    pub services: Vec<ServiceDef>,
+    pub checks: Vec<(HealthCheck, CheckSpec)>,
+}
+
+/// Reads every `.json` and `.hcl` file of `dir`, in name order. A file that
+/// cannot be read or holds an invalid definition stops the agent from
+/// starting (as it stops Consul); files with neither services nor checks
+/// are skipped.
+pub fn config_dir(dir: &Path, node: &str) -> anyhow::Result<ConfigDir> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read --config-dir {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "hcl")))
+        .collect();
+    files.sort();
+    let mut out = ConfigDir::default();
+    for f in files {
+        let what = f.display().to_string();
+        let bad = |e: String| anyhow::anyhow!("{what}: {e}");
+        let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
+        let doc = crate::cli::config::parse_json_or_hcl(&text, &what).map_err(|e| bad(e.0))?;
+        let Value::Object(top) = normalize(doc) else {
+            return Err(bad("not an object".into()));
+        };
+        let mut found = false;
+        if top.contains_key("Service") || top.contains_key("Services") {
+            found = true;
+            let mut svcs = Map::new();
+            for k in ["Service", "Services"] {
+                if let Some(v) = top.get(k) {
+                    svcs.insert(k.into(), v.clone());
+                }
+            }
+            for def in services_of(Value::Object(svcs)).map_err(|e| bad(e.0))? {
+                out.services
+                    .push(service(Value::Object(def), node).map_err(|e| bad(e.to_string()))?);
+            }
+        }
+        for k in ["Check", "Checks"] {
+            let defs = match top.get(k) {
+                Some(Value::Array(a)) => a.clone(),
+                Some(v) => vec![v.clone()],
+                None => continue,
+            };
+            found = true;
+            for def in defs {
+                out.checks.push(check(def).map_err(|e| bad(e.to_string()))?);
+            }
+        }
+        if !found {
+            tracing::warn!(file = %what, "no service or check definitions: skipped");
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn api_service_with_checks() {
+        let d = service(
+            json!({"Name": "web", "Port": 80, "Tags": ["a"], "EnableTagOverride": true,
+                   "Check": {"TTL": "10s", "Status": "passing"}}),
+            "n1",
+        )
+        .unwrap();
+        assert_eq!(d.service.id, "web");
+        assert_eq!(d.service.service, "web");
+        assert!(d.service.enable_tag_override);
+        assert_eq!(d.checks.len(), 1);
+        assert_eq!(d.checks[0].0.check_id, "service:web");
+        assert_eq!(d.checks[0].0.status, "passing");
+        let d = service(
+            json!({"name": "db", "id": "db1", "checks": [
+                {"id": "db-tcp", "tcp": "127.0.0.1:5432", "interval": "5s"},
+                {"ttl": "30s"}]}),
+            "n1",
+        )
+        .unwrap();
+        assert_eq!(d.service.id, "db1");
+        let ids: Vec<&str> = d.checks.iter().map(|(c, _)| c.check_id.as_str()).collect();
+        assert_eq!(ids, ["db-tcp", "service:db1:2"]);
+        assert_eq!(d.checks[1].0.status, "critical");
+    }
+
+    #[test]
+    fn bad_services_are_refused_with_a_reason() {
+        for (body, want) in [
+            (json!([1]), "JSON object"),
+            (json!({"Port": 80}), "missing a name"),
+            (json!({"Name": "w", "Port": "x"}), "Request decode failed"),
+            (json!({"Name": "w", "Port": 70000}), "Invalid service port"),
+            (
+                json!({"Name": "w", "Check": {"Interval": "1s"}}),
+                "not supported",
+            ),
+            (
+                json!({"Name": "w", "Check": {"TTL": "1s", "Status": "up"}}),
+                "Invalid check status",
+            ),
+            (
+                json!({"Name": "w", "Kind": "connect-proxy", "Port": 1}),
+                "DestinationServiceName",
+            ),
+            (
+                json!({"Name": "w", "Connect": {"SidecarService": {}}}),
+                "SidecarService",
+            ),
+            (
+                json!({"Name": "w", "Checks": [{"ID": "x", "TTL": "1s"}, {"ID": "x", "TTL": "2s"}]}),
+                "unique",
+            ),
+        ] {
+            let err = service(body.clone(), "n").unwrap_err().to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn api_checks() {
+        let (c, spec) = check(json!({"Name": "mem", "TTL": "5s", "ServiceID": "web"})).unwrap();
+        assert_eq!(c.check_id, "mem");
+        assert_eq!(c.service_id, "web");
+        assert!(spec.is_ttl());
+        let (c, _) =
+            check(json!({"ID": "m2", "Name": "mem", "TCP": "x:1", "Interval": "1s"})).unwrap();
+        assert_eq!(c.check_id, "m2");
+        assert!(
+            check(json!({"TTL": "5s"}))
+                .unwrap_err()
+                .to_string()
+                .contains("Missing check name")
+        );
+        assert!(check(json!({"Name": SERF_CHECK_ID, "TTL": "5s"})).is_err());
+    }
+
+    #[test]
+    fn config_dir_reads_json_and_hcl() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.json"),
+            r#"{"service": {"name": "api", "port": 9000, "check": {"ttl": "30s"}}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("b.hcl"),
+            "service {\n name = \"cache\"\n port = 6379\n}\nservice {\n name = \"queue\"\n}\n\
+             check {\n id = \"disk\"\n name = \"disk\"\n ttl = \"1m\"\n}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("agent.hcl"), "datacenter = \"dc1\"\n").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let c = config_dir(dir.path(), "n").unwrap();
+        let names: Vec<&str> = c
+            .services
+            .iter()
+            .map(|s| s.service.service.as_str())
+            .collect();
+        assert_eq!(names, ["api", "cache", "queue"]);
+        assert_eq!(c.checks.len(), 1);
+        assert_eq!(c.checks[0].0.check_id, "disk");
+        std::fs::write(dir.path().join("c.json"), r#"{"service": {"port": 1}}"#).unwrap();
+        let err = config_dir(dir.path(), "n").unwrap_err().to_string();
+        assert!(err.contains("c.json"), "{err}");
+    }
+}

@@ -1,0 +1,385 @@
+//! The client agent (`cairn agent`): the agentful path.
+//!
+//! An agent owns one node of the catalog. Its services and checks are
+//! registered with it (HTTP API or `--config-dir`), kept in its data dir,
+//! run by it, and pushed to the servers by anti-entropy; the agent's view
+//! wins over the catalog's. Other `/v1/` requests are forwarded to a server,
+//! so Consul clients can talk to the agent as they would to Consul's.
+//!
+//! Rooms:
+//!
+//! | file | job |
+//! | --- | --- |
+//! | `local.rs` | the local state and what of it is in sync (pure) |
+//! | `define.rs` | service and check definitions (API bodies, config files) |
+//! | `checks.rs` | TTL, HTTP and TCP checks and their runners |
+//! | `sync.rs` | anti-entropy: reconcile with the catalog, push, periodic full sync |
+//! | `central.rs` | central config watched on the servers and merged into proxies |
+//! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
+//! | `servers.rs` | the HTTP client to the servers (failover, errors, counters) |
+//! | `persist.rs` | the data dir |
+//! | `api.rs` | the agent's HTTP API, and forwarding the rest |
+
+mod api;
+mod central;
+pub mod checks;
+mod define;
+pub mod liveness;
+pub mod local;
+mod persist;
+mod servers;
+pub mod sync;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tracing::Instrument;
+
+pub use liveness::Leases;
+pub use servers::ServerError;
+
+use crate::error::{Error, Result};
+use define::ServiceDef;
+use local::{Local, NodeInfo, Source, Tables};
+use servers::Servers;
+
+/// How `cairn agent` was started.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node: String,
+    pub data_dir: PathBuf,
+    pub http_addr: SocketAddr,
+    /// Server base URLs (`http://host:port`).
+    pub servers: Vec<String>,
+    pub config_dir: Option<PathBuf>,
+    /// The full-sync period before scaling by cluster size.
+    pub sync_interval: Duration,
+}
+
+/// A running agent: shared by its tasks and HTTP handlers.
+pub struct Agent {
+    pub config: AgentConfig,
+    pub local: Arc<Local>,
+    servers: Servers,
+    node_id: String,
+    /// Check id → (registration it runs, its task).
+    runners: Mutex<HashMap<String, (u64, tokio::task::AbortHandle)>>,
+    /// Serializes writes of the data dir (the last one holds the latest).
+    persisting: tokio::sync::Mutex<()>,
+    /// Live agents plus servers, as the last heartbeat said.
+    cluster_size: AtomicUsize,
+    datacenter: RwLock<String>,
+    /// `PUT /v1/agent/leave`: leave the cluster and stop.
+    leave: tokio::sync::Notify,
+}
+
+/// Percent-encodes a path segment.
+fn enc(s: &str) -> String {
+    crate::cli::enc(s)
+}
+
+impl Agent {
+    pub fn cluster_size(&self) -> usize {
+        self.cluster_size.load(Ordering::Relaxed).max(1)
+    }
+
+    pub fn datacenter(&self) -> String {
+        self.datacenter
+            .read()
+            .map(|d| d.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records what a heartbeat told about the cluster.
+    fn learn(&self, members: usize, dc: &str) {
+        self.cluster_size.store(members, Ordering::Relaxed);
+        if !dc.is_empty()
+            && let Ok(mut d) = self.datacenter.write()
+            && *d != dc
+        {
+            *d = dc.to_string();
+        }
+    }
+
+    /// Writes the API-registered services and checks to the data dir.
+    async fn persist(&self) -> Result<()> {
+        let _one_at_a_time = self.persisting.lock().await;
+        let state = self.local.with(|t| persist::Persisted {
+            node_id: self.node_id.clone(),
+            services: t
+                .live_services()
+                .filter(|s| s.source == Source::Api)
+                .map(|s| s.registered.clone())
+                .collect(),
+            checks: t
+                .live_checks()
+                .filter(|c| c.source == Source::Api)
+                .map(|c| c.check.clone())
+                .collect(),
+        });
+        let dir = self.config.data_dir.clone();
+        tokio::task::spawn_blocking(move || persist::save(&dir, &state))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot write the agent's data dir");
+                Error::Internal(format!("cannot persist agent state: {e}"))
+            })
+    }
+
+    /// Starts runners for new or re-registered checks, stops those of
+    /// checks that are gone.
+    fn sync_runners(self: &Arc<Self>) {
+        let wanted: BTreeMap<String, (u64, checks::CheckSpec)> = self.local.with(|t| {
+            t.live_checks()
+                .filter_map(|c| Some((c.check.check_id.clone(), (c.run_id, c.spec.clone()?))))
+                .collect()
+        });
+        let mut runners = self.runners.lock().unwrap_or_else(|p| p.into_inner());
+        runners.retain(|id, (run, task)| {
+            let keep = wanted.get(id).is_some_and(|(r, _)| r == run);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (id, (run, spec)) in wanted {
+            if runners.contains_key(&id) {
+                continue;
+            }
+            let span = tracing::debug_span!("check", id = %id);
+            let task = tokio::spawn(
+                checks::run(
+                    self.local.clone(),
+                    self.servers.http.clone(),
+                    id.clone(),
+                    spec,
+                )
+                .instrument(span),
+            );
+            runners.insert(id, (run, task.abort_handle()));
+        }
+    }
+
+    /// Adds (or replaces) a service with its checks.
+    async fn register_service(
+        self: &Arc<Self>,
+        def: ServiceDef,
+        source: Source,
+        replace_checks: bool,
+    ) -> Result<()> {
+        let id = def.service.id.clone();
+        tracing::info!(service = %id, "service registered");
+        self.local.with(|t| {
+            t.put_service(
+                def.service,
+                def.checks,
+                source,
+                replace_checks,
+                Instant::now(),
+            )
+        });
+        self.sync_runners();
+        self.persist().await
+    }
+
+    async fn deregister_service(self: &Arc<Self>, id: &str) -> Result<()> {
+        if !self.local.with(|t| t.remove_service(id)) {
+            return Err(Error::NotFound(format!(
+                "Unknown service ID {id:?}. Ensure that the service ID is passed, not the service name."
+            )));
+        }
+        tracing::info!(service = %id, "service deregistered");
+        self.sync_runners();
+        self.persist().await
+    }
+
+    async fn register_check(
+        self: &Arc<Self>,
+        (check, spec): (crate::structs::HealthCheck, checks::CheckSpec),
+        source: Source,
+    ) -> Result<()> {
+        let sid = check.service_id.clone();
+        let added = self.local.with(|t| {
+            if !sid.is_empty() && t.live_service(&sid).is_none() {
+                return false;
+            }
+            t.put_check(check, spec, source, Instant::now());
+            true
+        });
+        if !added {
+            return Err(Error::bad(format!("ServiceID {sid:?} does not exist")));
+        }
+        self.sync_runners();
+        self.persist().await
+    }
+
+    async fn deregister_check(self: &Arc<Self>, id: &str) -> Result<()> {
+        if !self.local.with(|t| t.remove_check(id)) {
+            return Err(Error::NotFound(format!("Unknown check ID {id:?}")));
+        }
+        self.sync_runners();
+        self.persist().await
+    }
+
+    /// `/v1/agent/check/pass|warn|fail|update`: sets a TTL check's status
+    /// and renews its TTL.
+    async fn update_ttl(self: &Arc<Self>, id: &str, status: &str, output: &str) -> Result<()> {
+        let reset = self.local.with(|t| {
+            let c = t
+                .live_check(id)
+                .ok_or_else(|| Error::NotFound(format!("Unknown check ID {id:?}")))?;
+            if !c.spec.as_ref().is_some_and(|s| s.is_ttl()) {
+                return Err(Error::bad(format!(
+                    "CheckID {id:?} does not have associated TTL"
+                )));
+            }
+            let reset = c.ttl_reset.clone();
+            t.set_check_status(id, status, output, Instant::now());
+            Ok(reset)
+        })?;
+        reset.notify_one();
+        self.persist().await
+    }
+}
+
+/// Deregisters services whose check stayed critical longer than its
+/// `DeregisterCriticalServiceAfter` (Consul reaps every 30 s).
+async fn reap_critical(a: Arc<Agent>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let due = a
+            .local
+            .with(|t| checks::due_for_deregistration(t, Instant::now()));
+        for id in due {
+            tracing::warn!(service = %id, "critical for too long: deregistering");
+            if let Err(e) = a.deregister_service(&id).await {
+                tracing::warn!(service = %id, error = %e, "could not deregister");
+            }
+        }
+    }
+}
+
+/// The node as the agent registers it: addressed by its HTTP address (a
+/// wildcard address advertises loopback).
+fn node_info(config: &AgentConfig, id: String) -> NodeInfo {
+    let ip = match config.http_addr.ip() {
+        ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+        ip => ip.to_string(),
+    };
+    let tagged = ["lan", "lan_ipv4", "wan", "wan_ipv4"]
+        .iter()
+        .map(|k| (k.to_string(), ip.clone()))
+        .collect();
+    NodeInfo {
+        name: config.node.clone(),
+        id,
+        address: ip,
+        tagged_addresses: tagged,
+        meta: [(
+            liveness::AGENT_META.to_string(),
+            config.http_addr.to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    }
+}
+
+/// Loads the data dir and the config dir into a new agent.
+async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create --data-dir {}", config.data_dir.display()))?;
+    let saved = persist::load(&config.data_dir)?.unwrap_or_default();
+    let node_id = if saved.node_id.is_empty() {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        saved.node_id.clone()
+    };
+    let from_dir = match &config.config_dir {
+        Some(d) => define::config_dir(d, &config.node)?,
+        None => Default::default(),
+    };
+    let tables = Tables::new(node_info(&config, node_id.clone()));
+    let agent = Arc::new(Agent {
+        servers: Servers::new(config.servers.clone())?,
+        config,
+        local: Arc::new(Local::new(tables)),
+        node_id,
+        runners: Mutex::new(HashMap::new()),
+        persisting: tokio::sync::Mutex::new(()),
+        cluster_size: AtomicUsize::new(1),
+        datacenter: RwLock::new("dc1".into()),
+        leave: tokio::sync::Notify::new(),
+    });
+    let now = Instant::now();
+    let restored = agent.local.with(|t| {
+        for svc in saved.services {
+            t.put_service(svc, Vec::new(), Source::Api, false, now);
+        }
+        let mut n = 0;
+        for c in saved.checks {
+            if !c.service_id.is_empty() && t.live_service(&c.service_id).is_none() {
+                continue;
+            }
+            // Stored checks were valid when registered; one that no longer
+            // parses (older version) is dropped rather than fatal.
+            match checks::CheckSpec::parse(&c) {
+                Ok(spec) => {
+                    t.put_check(c, spec, Source::Api, now);
+                    n += 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "stored check dropped"),
+            }
+        }
+        for def in from_dir.services {
+            t.put_service(def.service, def.checks, Source::Config, false, now);
+        }
+        for (c, spec) in from_dir.checks {
+            t.put_check(c, spec, Source::Config, now);
+        }
+        (t.services.len(), n)
+    });
+    tracing::info!(
+        node = %agent.config.node,
+        services = restored.0,
+        checks = restored.1,
+        "agent state loaded"
+    );
+    agent.sync_runners();
+    // Re-written so that the node id is kept even before any registration.
+    agent.persist().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(agent)
+}
+
+/// Runs an agent until SIGINT or SIGTERM, then leaves the cluster.
+pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    let agent = start(config).await?;
+    tokio::spawn(sync::run(agent.clone()));
+    tokio::spawn(liveness::heartbeat_loop(agent.clone()));
+    tokio::spawn(reap_critical(agent.clone()));
+    central::spawn(&agent);
+    tracing::info!(
+        addr = %agent.config.http_addr,
+        node = %agent.config.node,
+        servers = ?agent.config.servers,
+        "agent HTTP API listening"
+    );
+    let app = api::router(agent.clone());
+    // Not graceful: a forwarded blocking query may hold its connection for
+    // minutes, and nothing an agent serves needs finishing.
+    tokio::select! {
+        r = axum::serve(listener, app) => r?,
+        _ = crate::server::shutdown_signal() => liveness::leave_cluster(&agent).await,
+        _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
+    }
+    tracing::info!("agent stopped");
+    Ok(())
+}

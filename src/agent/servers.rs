@@ -1,0 +1,201 @@
+//! The agent's way to the servers: the `--server` URLs, one in use at a
+//! time, moving on to the next when it cannot be reached.
+//!
+//! A request that never connected was never seen, so it is safe to try it
+//! on the next server; one that failed after connecting is reported to the
+//! caller (anti-entropy retries it with backoff, the HTTP proxy answers
+//! with the error).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::metrics::Counter;
+
+/// Requests sent to servers, by purpose (rendered at the agent's
+/// `/v1/agent/metrics`; the steady-state sync traffic is read off these).
+pub static SYNC_READS: Counter = Counter::new(
+    "cairn_agent_sync_reads_total",
+    "catalog reads made by full anti-entropy syncs",
+);
+pub static SYNC_WRITES: Counter = Counter::new(
+    "cairn_agent_sync_writes_total",
+    "catalog registrations and deregistrations pushed by anti-entropy",
+);
+pub static HEARTBEATS: Counter = Counter::new(
+    "cairn_agent_heartbeats_total",
+    "liveness heartbeats sent to the servers",
+);
+pub static CONFIG_WATCHES: Counter = Counter::new(
+    "cairn_agent_config_watch_requests_total",
+    "blocking reads of central config entries",
+);
+pub static FORWARDED: Counter = Counter::new(
+    "cairn_agent_forwarded_total",
+    "client requests forwarded to a server",
+);
+pub static FULL_SYNCS: Counter = Counter::new(
+    "cairn_agent_full_syncs_total",
+    "full anti-entropy syncs completed",
+);
+pub static SYNC_FAILURES: Counter = Counter::new(
+    "cairn_agent_sync_failures_total",
+    "anti-entropy runs that failed (retried with backoff)",
+);
+
+pub static ALL: &[&Counter] = &[
+    &SYNC_READS,
+    &SYNC_WRITES,
+    &HEARTBEATS,
+    &CONFIG_WATCHES,
+    &FORWARDED,
+    &FULL_SYNCS,
+    &SYNC_FAILURES,
+];
+
+/// Why a request to the servers failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("no server reachable: {0}")]
+    Unreachable(String),
+    #[error("{what}: server answered {status}: {body}")]
+    Refused {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{what}: {reason}")]
+    Failed { what: String, reason: String },
+}
+
+pub struct Servers {
+    urls: Vec<String>,
+    current: AtomicUsize,
+    pub http: reqwest::Client,
+}
+
+/// How long a sync read or write may take.
+pub const SHORT: Duration = Duration::from_secs(30);
+
+impl Servers {
+    /// `urls` are base URLs (`http://host:port`), at least one.
+    pub fn new(urls: Vec<String>) -> anyhow::Result<Self> {
+        anyhow::ensure!(!urls.is_empty(), "at least one --server is needed");
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()?;
+        Ok(Servers {
+            urls,
+            current: AtomicUsize::new(0),
+            http,
+        })
+    }
+
+    /// Sends a request to the server in use, moving on to the next ones
+    /// while they cannot be connected to.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(Bytes, Option<String>)>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, ServerError> {
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for i in 0..self.urls.len() {
+            let at = (start + i) % self.urls.len();
+            let url = format!("{}{}", self.urls[at], path_and_query);
+            let mut req = self.http.request(method.clone(), &url).timeout(timeout);
+            if let Some((b, ct)) = &body {
+                req = req.body(b.clone());
+                if let Some(ct) = ct {
+                    req = req.header("content-type", ct);
+                }
+            }
+            match req.send().await {
+                Ok(r) => {
+                    self.current.store(at, Ordering::Relaxed);
+                    return Ok(r);
+                }
+                Err(e) if e.is_connect() => {
+                    tracing::debug!(server = %self.urls[at], error = %e, "server unreachable");
+                    last = format!("{}: {e}", self.urls[at]);
+                }
+                Err(e) => {
+                    return Err(ServerError::Failed {
+                        what: format!("{method} {path_and_query}"),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Err(ServerError::Unreachable(last))
+    }
+
+    /// A JSON read, with its `X-Consul-Index`.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(T, u64), ServerError> {
+        let resp = self.send(reqwest::Method::GET, path, None, timeout).await?;
+        let what = || format!("GET {path}");
+        let status = resp.status();
+        let index = resp
+            .headers()
+            .get("x-consul-index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
+            what: what(),
+            reason: e.to_string(),
+        })?;
+        if !status.is_success() {
+            return Err(ServerError::Refused {
+                what: what(),
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).trim().to_string(),
+            });
+        }
+        let value = serde_json::from_slice(&bytes).map_err(|e| ServerError::Failed {
+            what: what(),
+            reason: format!("invalid JSON: {e}"),
+        })?;
+        Ok((value, index))
+    }
+
+    /// A JSON write; the answer's body on success.
+    pub async fn put<B: Serialize>(&self, path: &str, body: &B) -> Result<Bytes, ServerError> {
+        let what = || format!("PUT {path}");
+        let json = serde_json::to_vec(body).map_err(|e| ServerError::Failed {
+            what: what(),
+            reason: e.to_string(),
+        })?;
+        let resp = self
+            .send(
+                reqwest::Method::PUT,
+                path,
+                Some((Bytes::from(json), Some("application/json".into()))),
+                SHORT,
+            )
+            .await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
+            what: what(),
+            reason: e.to_string(),
+        })?;
+        if !status.is_success() {
+            return Err(ServerError::Refused {
+                what: what(),
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).trim().to_string(),
+            });
+        }
+        Ok(bytes)
+    }
+}

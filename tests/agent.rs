@@ -1,0 +1,641 @@
+//! The client agent against a real server: services registered on agents
+//! reach the catalog and stay as the agents say (anti-entropy), checks
+//! drive health, a killed agent's node turns critical, tag override, state
+//! kept across agent and server restarts, config-dir definitions, central
+//! config merged into an agent's proxy, and bad input refused.
+//!
+//! Every wait polls with a generous deadline (the machine may be loaded);
+//! nothing sleeps a fixed time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::agent::Agent;
+use common::{Server, eventually};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn put_ok(a: &Agent, path: &str, body: Value) {
+    let r = a.put(path, &body.to_string());
+    assert_eq!(r.status, 200, "PUT {path} {body}: {}", r.body);
+}
+
+/// The catalog's instances of `service`: (node, service JSON).
+fn instances(s: &Server, service: &str) -> Vec<(String, Value)> {
+    s.get_json(&format!("/v1/catalog/service/{service}"))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["Node"].as_str().unwrap().to_string(), r.clone()))
+        .collect()
+}
+
+/// A check's status on a node, as the catalog has it.
+fn check_status(s: &Server, node: &str, check: &str) -> Option<String> {
+    s.get_json(&format!("/v1/health/node/{node}"))
+        .as_array()?
+        .iter()
+        .find(|c| c["CheckID"] == check)
+        .map(|c| c["Status"].as_str().unwrap_or("").to_string())
+}
+
+fn applied_index(s: &Server) -> u64 {
+    let text = s.get("/v1/agent/metrics").body;
+    text.lines()
+        .find_map(|l| l.strip_prefix("cairn_raft_applied_index "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("applied index") as u64
+}
+
+/// Waits until the agent has completed `n` more full syncs.
+fn wait_full_syncs(a: &Agent, n: f64) {
+    let start = a.metric("cairn_agent_full_syncs_total");
+    eventually(DEADLINE, "full syncs", || {
+        (a.metric("cairn_agent_full_syncs_total") >= start + n).then_some(())
+    });
+}
+
+#[test]
+fn agent_services_reach_the_catalog_and_drift_is_undone() {
+    let s = Server::dev();
+    let a1 = Agent::builder("a1", &s.url).start();
+    let a2 = Agent::builder("a2", &s.url).start();
+    put_ok(
+        &a1,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 80, "Tags": ["v1"], "Check": {"TTL": "1m", "Status": "passing"}}),
+    );
+    put_ok(
+        &a2,
+        "/v1/agent/service/register",
+        json!({"name": "db", "port": 5432}),
+    );
+
+    eventually(DEADLINE, "web and db in the catalog", || {
+        let web = instances(&s, "web");
+        let db = instances(&s, "db");
+        (web.len() == 1 && web[0].0 == "a1" && db.len() == 1 && db[0].0 == "a2").then_some(())
+    });
+    let web = &instances(&s, "web")[0].1;
+    assert_eq!(web["ServiceTags"], json!(["v1"]));
+    assert_eq!(web["ServicePort"], 80);
+    assert_eq!(
+        check_status(&s, "a1", "service:web").as_deref(),
+        Some("passing")
+    );
+
+    // Steady state: full syncs find nothing to write.
+    wait_full_syncs(&a1, 1.0);
+    let before = applied_index(&s);
+    wait_full_syncs(&a1, 3.0);
+    wait_full_syncs(&a2, 1.0);
+    assert_eq!(
+        applied_index(&s),
+        before,
+        "an idle agent wrote to the catalog"
+    );
+
+    // Deleted from the catalog behind the agent's back: restored.
+    let r = s.put(
+        "/v1/catalog/deregister",
+        r#"{"Node": "a1", "ServiceID": "web"}"#,
+    );
+    assert_eq!(r.status, 200);
+    assert!(instances(&s, "web").is_empty());
+    eventually(DEADLINE, "web restored", || {
+        let ok = instances(&s, "web").len() == 1
+            && check_status(&s, "a1", "service:web").as_deref() == Some("passing");
+        ok.then_some(())
+    });
+
+    // Registered on the agent's node behind its back: removed.
+    let r = s.put(
+        "/v1/catalog/register",
+        r#"{"Node": "a1", "Address": "127.0.0.1", "Service": {"Service": "stranger"},
+            "Check": {"CheckID": "odd", "Status": "passing"}}"#,
+    );
+    assert_eq!(r.status, 200);
+    eventually(DEADLINE, "stranger and odd check removed", || {
+        let gone = instances(&s, "stranger").is_empty()
+            && check_status(&s, "a1", "odd").is_none()
+            && check_status(&s, "a1", "serfHealth").as_deref() == Some("passing");
+        gone.then_some(())
+    });
+
+    // Reads and writes of other endpoints go through the agent to a server.
+    let services = a1.get_json("/v1/catalog/services");
+    assert!(
+        services.get("web").is_some() && services.get("db").is_some(),
+        "{services}"
+    );
+    assert_eq!(a1.put("/v1/kv/via-agent", "hi").body.trim(), "true");
+    assert_eq!(s.get("/v1/kv/via-agent?raw").body, "hi");
+    let members = a1.get_json("/v1/agent/members");
+    let alive: Vec<&str> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["Status"] == 1 && m["Tags"]["role"] == "node")
+        .map(|m| m["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(alive.len(), 2, "{members}");
+
+    // Deregistered on the agent: gone from the catalog.
+    put_ok(&a2, "/v1/agent/service/deregister/db", json!({}));
+    eventually(DEADLINE, "db deregistered", || {
+        instances(&s, "db").is_empty().then_some(())
+    });
+    assert_eq!(a2.get("/v1/agent/service/db").status, 404);
+}
+
+#[test]
+fn failing_checks_turn_the_service_critical() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    let closed = common::free_port();
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 80, "Checks": [
+            {"CheckID": "ttl", "TTL": "5m", "Status": "passing"},
+            {"CheckID": "http", "HTTP": format!("{}/v1/status/leader", s.url), "Interval": "1s"},
+            {"CheckID": "tcp", "TCP": s.http_addr.to_string(), "Interval": "1s"},
+        ]}),
+    );
+    eventually(DEADLINE, "web passing", || {
+        let rows = s.get_json("/v1/health/service/web?passing");
+        (rows.as_array().unwrap().len() == 1).then_some(())
+    });
+
+    // A failing TTL check: the catalog shows it critical almost at once.
+    let t0 = Instant::now();
+    put_ok(&a, "/v1/agent/check/fail/ttl?note=boom", json!({}));
+    eventually(DEADLINE, "web critical", || {
+        let rows = s.get_json("/v1/health/service/web");
+        let checks = rows[0]["Checks"].as_array()?.clone();
+        checks
+            .iter()
+            .any(|c| c["CheckID"] == "ttl" && c["Status"] == "critical" && c["Output"] == "boom")
+            .then_some(())
+    });
+    eprintln!("check failure reached the catalog in {:?}", t0.elapsed());
+    assert_eq!(s.get_json("/v1/health/service/web?passing"), json!([]));
+    let checks = a.get_json("/v1/agent/checks");
+    assert_eq!(checks["ttl"]["Status"], "critical");
+    assert_eq!(checks["http"]["Status"], "passing");
+    assert_eq!(checks["tcp"]["Status"], "passing");
+    put_ok(&a, "/v1/agent/check/pass/ttl", json!({}));
+    eventually(DEADLINE, "web passing again", || {
+        (s.get_json("/v1/health/service/web?passing")
+            .as_array()?
+            .len()
+            == 1)
+            .then_some(())
+    });
+
+    // HTTP and TCP checks against a closed port; a TTL that runs out.
+    put_ok(
+        &a,
+        "/v1/agent/check/register",
+        json!({"Name": "dead-http", "ServiceID": "web", "HTTP": format!("http://127.0.0.1:{closed}/"),
+               "Interval": "1s", "Timeout": "1s", "Status": "passing"}),
+    );
+    put_ok(
+        &a,
+        "/v1/agent/check/register",
+        json!({"ID": "dead-tcp", "Name": "dead tcp", "TCP": format!("127.0.0.1:{closed}"),
+               "Interval": "1s", "Status": "passing"}),
+    );
+    put_ok(
+        &a,
+        "/v1/agent/check/register",
+        json!({"Name": "short-ttl", "TTL": "1s", "Status": "passing"}),
+    );
+    eventually(DEADLINE, "the three checks critical in the catalog", || {
+        let all = ["dead-http", "dead-tcp", "short-ttl"]
+            .iter()
+            .all(|c| check_status(&s, "a1", c).as_deref() == Some("critical"));
+        all.then_some(())
+    });
+    let checks = a.get_json("/v1/agent/checks");
+    assert_eq!(checks["short-ttl"]["Output"], "TTL expired");
+    assert!(
+        checks["dead-tcp"]["Output"]
+            .as_str()
+            .unwrap()
+            .contains("dial tcp")
+    );
+    assert_eq!(checks["dead-http"]["ServiceName"], "web");
+
+    // TTL endpoints on checks that are not TTL, or unknown.
+    assert_eq!(a.put("/v1/agent/check/pass/http", "").status, 400);
+    assert_eq!(a.put("/v1/agent/check/pass/nope", "").status, 404);
+    let r = a.put("/v1/agent/check/update/ttl", r#"{"Status": "fine"}"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    put_ok(
+        &a,
+        "/v1/agent/check/update/ttl",
+        json!({"Status": "warning", "Output": "meh"}),
+    );
+    assert_eq!(a.get_json("/v1/agent/checks")["ttl"]["Status"], "warning");
+    put_ok(&a, "/v1/agent/check/deregister/dead-tcp", json!({}));
+    eventually(DEADLINE, "dead-tcp gone", || {
+        check_status(&s, "a1", "dead-tcp").is_none().then_some(())
+    });
+}
+
+#[test]
+fn killed_agent_turns_critical_and_a_restart_keeps_its_services() {
+    let s = Server::dev();
+    let mut a1 = Agent::builder("a1", &s.url).start();
+    let _a2 = Agent::builder("a2", &s.url).start();
+    put_ok(
+        &a1,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
+    );
+    eventually(DEADLINE, "both nodes alive, web in the catalog", || {
+        let ok = check_status(&s, "a1", "serfHealth").as_deref() == Some("passing")
+            && check_status(&s, "a2", "serfHealth").as_deref() == Some("passing")
+            && instances(&s, "web").len() == 1;
+        ok.then_some(())
+    });
+
+    a1.kill();
+    let t0 = Instant::now();
+    eventually(DEADLINE, "a1 critical", || {
+        (check_status(&s, "a1", "serfHealth").as_deref() == Some("critical")).then_some(())
+    });
+    eprintln!("killed agent's node critical after {:?}", t0.elapsed());
+    assert_eq!(s.get_json("/v1/health/service/web?passing"), json!([]));
+    assert_eq!(
+        check_status(&s, "a2", "serfHealth").as_deref(),
+        Some("passing")
+    );
+    let members = s.get_json("/v1/agent/members");
+    let status = |name: &str| {
+        members
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["Name"] == name)
+            .map(|m| m["Status"].clone())
+    };
+    assert_eq!(status("a1"), Some(json!(4)), "{members}");
+    assert_eq!(status("a2"), Some(json!(1)), "{members}");
+
+    // Restarted on its data dir: it still has web, and comes back alive.
+    a1.restart();
+    let services = a1.get_json("/v1/agent/services");
+    assert_eq!(services["web"]["Port"], 80, "{services}");
+    assert_eq!(
+        a1.get_json("/v1/agent/checks")["service:web"]["Status"],
+        "passing"
+    );
+    eventually(DEADLINE, "a1 alive again", || {
+        let ok = check_status(&s, "a1", "serfHealth").as_deref() == Some("passing")
+            && s.get_json("/v1/health/service/web?passing")
+                .as_array()?
+                .len()
+                == 1;
+        ok.then_some(())
+    });
+
+    // A clean stop leaves the cluster: the node is deregistered.
+    assert!(a1.stop().is_some_and(|st| st.success()));
+    eventually(DEADLINE, "a1 gone", || {
+        let nodes = s.get_json("/v1/catalog/nodes");
+        let gone = !nodes.as_array()?.iter().any(|n| n["Node"] == "a1");
+        gone.then_some(())
+    });
+}
+
+#[test]
+fn tag_override_keeps_catalog_tags() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "redis", "Port": 6379, "Tags": ["v1"], "EnableTagOverride": true}),
+    );
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "plain", "Port": 7000, "Tags": ["v1"]}),
+    );
+    eventually(DEADLINE, "both in the catalog", || {
+        (instances(&s, "redis").len() == 1 && instances(&s, "plain").len() == 1).then_some(())
+    });
+    // An outside tool retags both (and moves redis's port).
+    for (svc, port) in [("redis", 6380), ("plain", 7000)] {
+        let r = s.put(
+            "/v1/catalog/register",
+            &json!({"Node": "a1", "SkipNodeUpdate": true,
+                    "Service": {"Service": svc, "ID": svc, "Port": port, "Tags": ["primary"],
+                                "EnableTagOverride": svc == "redis"}})
+            .to_string(),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    eventually(DEADLINE, "plain's tags and redis's port reverted", || {
+        let plain = &instances(&s, "plain")[0].1;
+        let redis = &instances(&s, "redis")[0].1;
+        (plain["ServiceTags"] == json!(["v1"]) && redis["ServicePort"] == 6379).then_some(())
+    });
+    let redis = &instances(&s, "redis")[0].1;
+    assert_eq!(redis["ServiceTags"], json!(["primary"]));
+    assert_eq!(
+        a.get_json("/v1/agent/service/redis")["Tags"],
+        json!(["primary"])
+    );
+    // And it stays so over further syncs.
+    wait_full_syncs(&a, 2.0);
+    assert_eq!(
+        instances(&s, "redis")[0].1["ServiceTags"],
+        json!(["primary"])
+    );
+}
+
+#[test]
+fn a_server_that_lost_its_state_gets_the_agents_services_back() {
+    let mut s = Server::dev();
+    let port = s.http_addr.port();
+    let a = Agent::builder("a1", &s.url).start();
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
+    );
+    eventually(DEADLINE, "web in the catalog", || {
+        (instances(&s, "web").len() == 1).then_some(())
+    });
+
+    // A fresh server (empty data dir) on the same address.
+    s.kill();
+    let s = Server::builder().dev().http_port(port).start();
+    assert!(instances(&s, "web").is_empty());
+    eventually(DEADLINE, "web re-synced into the new server", || {
+        let ok = instances(&s, "web").len() == 1
+            && check_status(&s, "a1", "service:web").as_deref() == Some("passing")
+            && check_status(&s, "a1", "serfHealth").as_deref() == Some("passing");
+        ok.then_some(())
+    });
+}
+
+#[test]
+fn config_dir_definitions_are_loaded() {
+    let s = Server::dev();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("web.json"),
+        r#"{"service": {"name": "web", "port": 8080, "tags": ["from-file"],
+             "check": {"id": "web-ttl", "ttl": "10m", "status": "passing"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("cache.hcl"),
+        "service {\n  name = \"cache\"\n  port = 6379\n}\n",
+    )
+    .unwrap();
+    let mut a = Agent::builder("a1", &s.url).config_dir(dir.path()).start();
+    let services = a.get_json("/v1/agent/services");
+    assert_eq!(services["web"]["Tags"], json!(["from-file"]), "{services}");
+    assert_eq!(services["cache"]["Port"], 6379);
+    eventually(DEADLINE, "both in the catalog", || {
+        let ok = instances(&s, "web").len() == 1
+            && instances(&s, "cache").len() == 1
+            && check_status(&s, "a1", "web-ttl").as_deref() == Some("passing");
+        ok.then_some(())
+    });
+
+    // A definition removed from the directory is gone after a restart.
+    std::fs::remove_file(dir.path().join("cache.hcl")).unwrap();
+    a.restart();
+    assert!(a.get_json("/v1/agent/services").get("cache").is_none());
+    eventually(DEADLINE, "cache deregistered", || {
+        instances(&s, "cache").is_empty().then_some(())
+    });
+
+    // An invalid definition stops the agent with a reason naming the file.
+    std::fs::write(dir.path().join("bad.json"), r#"{"service": {"port": 1}}"#).unwrap();
+    let (status, log) = Agent::builder("a2", &s.url)
+        .config_dir(dir.path())
+        .start_and_wait_exit(DEADLINE);
+    assert!(status.is_some_and(|st| !st.success()), "{log}");
+    assert!(log.contains("bad.json"), "{log}");
+}
+
+#[test]
+fn agent_proxies_get_central_config_merged() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Kind": "connect-proxy", "Name": "web-proxy", "Port": 21000,
+               "Proxy": {"DestinationServiceName": "web",
+                         "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}),
+    );
+    let r = s.put(
+        "/v1/config",
+        r#"{"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually(DEADLINE, "proxy-defaults merged", || {
+        let svc = a.get_json("/v1/agent/service/web-proxy");
+        (svc["Proxy"]["Config"]["protocol"] == "http").then_some(())
+    });
+    let first = a.get("/v1/agent/service/web-proxy");
+    let hash = first.header("x-consul-contenthash").unwrap().to_string();
+    assert_eq!(first.json()["ContentHash"], hash.as_str());
+
+    // A change to an entry: a hash-blocking read wakes with it.
+    let addr = a.http_addr;
+    let path = format!("/v1/agent/service/web-proxy?hash={hash}&wait=20s");
+    let waiter = std::thread::spawn(move || common::request(addr, "GET", &path, None));
+    let t0 = Instant::now();
+    let r = s.put(
+        "/v1/config",
+        r#"{"Kind": "service-defaults", "Name": "web", "Protocol": "grpc"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let woke = waiter.join().unwrap().json();
+    eprintln!(
+        "config entry change reached the agent in {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(woke["Proxy"]["Config"]["protocol"], "grpc", "{woke}");
+    assert_ne!(woke["ContentHash"], hash.as_str());
+    // Anti-entropy writes the merged registration to the catalog too.
+    eventually(DEADLINE, "merged proxy in the catalog", || {
+        let rows = instances(&s, "web-proxy");
+        (rows.first()?.1["ServiceProxy"]["Config"]["protocol"] == "grpc").then_some(())
+    });
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    for (path, body, want) in [
+        (
+            "/v1/agent/service/register",
+            "{not json",
+            "Request decode failed",
+        ),
+        ("/v1/agent/service/register", "[1, 2]", "JSON object"),
+        ("/v1/agent/service/register", r#"{"Port": 80}"#, "name"),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Port": "eighty"}"#,
+            "Request decode failed",
+        ),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Port": 99999}"#,
+            "port",
+        ),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Check": {"Args": ["/bin/true"], "Interval": "1s"}}"#,
+            "not supported",
+        ),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Check": {"HTTP": "http://x", "Interval": "soon"}}"#,
+            "Invalid Interval",
+        ),
+        (
+            "/v1/agent/check/register",
+            r#"{"TTL": "1s"}"#,
+            "Missing check name",
+        ),
+        (
+            "/v1/agent/check/register",
+            r#"{"Name": "c", "TTL": "1s", "ServiceID": "nope"}"#,
+            "does not exist",
+        ),
+        (
+            "/v1/agent/check/register",
+            r#"{"Name": "serfHealth", "TTL": "1s"}"#,
+            "reserved",
+        ),
+    ] {
+        let r = a.put(path, body);
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
+        assert!(r.body.contains(want), "{path} {body}: {}", r.body);
+        assert_eq!(r.body.trim().lines().count(), 1, "one line: {}", r.body);
+    }
+    assert_eq!(a.put("/v1/agent/service/deregister/nope", "").status, 404);
+    assert_eq!(a.put("/v1/agent/check/deregister/nope", "").status, 404);
+    assert_eq!(a.get("/v1/agent/service/nope").status, 404);
+    assert_eq!(
+        a.get("/v1/agent/services?filter=Nope%20%3D%3D%201").status,
+        400
+    );
+    assert_eq!(a.get("/v1/agent/host").status, 404);
+    assert_eq!(a.get_json("/v1/agent/services"), json!({}));
+    assert_eq!(a.get_json("/v1/agent/checks"), json!({}));
+    // The agent is still fine, and registers good input.
+    put_ok(&a, "/v1/agent/service/register", json!({"Name": "ok"}));
+    let filtered = a.get_json("/v1/agent/services?filter=Service%20%3D%3D%20ok");
+    assert!(filtered.get("ok").is_some(), "{filtered}");
+}
+
+#[test]
+fn cli_services_commands_talk_to_the_agent() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("api.hcl");
+    std::fs::write(&file, "service {\n  name = \"api\"\n  port = 9000\n}\n").unwrap();
+    let out = common::cli(&a.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(a.get_json("/v1/agent/services")["api"]["Port"], 9000);
+    // Owned by the agent, so anti-entropy keeps it.
+    eventually(DEADLINE, "api in the catalog", || {
+        (instances(&s, "api").len() == 1).then_some(())
+    });
+    wait_full_syncs(&a, 2.0);
+    assert_eq!(instances(&s, "api").len(), 1);
+    let out = common::cli(&a.url, &["services", "deregister", "api"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(DEADLINE, "api gone", || {
+        instances(&s, "api").is_empty().then_some(())
+    });
+}
+
+/// Leases survive a leader change: a new leader gives live agents a grace
+/// period, then marks the ones that died (even with the old leader).
+#[test]
+fn liveness_survives_a_leader_change() {
+    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .raft_port(raft[i])
+                .bootstrap_expect(3)
+                .no_wait();
+            for (j, p) in raft.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{p}"));
+                }
+            }
+            b.start()
+        })
+        .collect();
+    for s in &servers {
+        s.wait_for_leader(DEADLINE);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let agent = |name: &str| {
+        let mut b = Agent::builder(name, &urls[0]);
+        for u in &urls[1..] {
+            b = b.server(u);
+        }
+        b.start()
+    };
+    let a1 = agent("a1");
+    let mut a2 = agent("a2");
+    put_ok(&a1, "/v1/agent/service/register", json!({"Name": "web"}));
+    eventually(DEADLINE, "both agents alive", || {
+        let ok = ["a1", "a2"]
+            .iter()
+            .all(|n| check_status(&servers[0], n, "serfHealth").as_deref() == Some("passing"));
+        ok.then_some(())
+    });
+
+    // The leader and an agent die together.
+    let leader = servers[0].get_json("/v1/status/leader");
+    let li = servers
+        .iter()
+        .position(|s| json!(s.raft_addr.to_string()) == leader)
+        .expect("a leader among the servers");
+    servers[li].kill();
+    a2.kill();
+    let survivor = &servers[(li + 1) % 3];
+    eventually(DEADLINE, "a2 critical under the new leader", || {
+        (check_status(survivor, "a2", "serfHealth").as_deref() == Some("critical")).then_some(())
+    });
+    assert_eq!(
+        check_status(survivor, "a1", "serfHealth").as_deref(),
+        Some("passing")
+    );
+    // a1 keeps syncing through the surviving servers.
+    put_ok(&a1, "/v1/agent/service/register", json!({"Name": "api"}));
+    eventually(DEADLINE, "api in the catalog", || {
+        (instances(survivor, "api").len() == 1).then_some(())
+    });
+}
