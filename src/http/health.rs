@@ -162,15 +162,16 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
     // on its events only). `?consistent` reads the state after confirming
     // leadership, and merged reads also depend on config entries: both read
     // the state, waking on watch keys.
-    let (index, found): (u64, Vec<Arc<Instance>>) = if opts.index > 0 && !opts.consistent && !merge
-    {
+    let topic = if connect {
+        Topic::ServiceHealthConnect
+    } else {
+        Topic::ServiceHealth
+    };
+    let view = (opts.index > 0 && !opts.consistent && !merge)
+        .then(|| s.views.get(topic, &name))
+        .flatten();
+    let (index, found): (u64, Vec<Arc<Instance>>) = if let Some(view) = view {
         crate::metrics::BLOCKING_QUERIES.inc();
-        let topic = if connect {
-            Topic::ServiceHealthConnect
-        } else {
-            Topic::ServiceHealth
-        };
-        let view = s.views.get(topic, &name);
         let answer = view.wait(opts.index, opts.deadline()).await;
         (answer.index, answer.instances.values().cloned().collect())
     } else {
@@ -180,7 +181,7 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
             keys::service(&name)
         };
         let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
-        let (index, mut found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+        let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
             let mut found = service_instances(st, &name, connect);
             if merge {
                 crate::merge::merge_instances(st, &mut found);
@@ -188,7 +189,7 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
             (st.index_of(watch.iter().map(String::as_str)), found)
         })
         .await?;
-        (index, found.drain(..).map(Arc::new).collect())
+        (index, found.into_iter().map(Arc::new).collect())
     };
     let dc = &s.config.datacenter;
     // Nodes registered without a datacenter are shown in ours; only those

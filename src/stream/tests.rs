@@ -314,7 +314,7 @@ mod views {
         let web_index = w.index;
         w.apply(register("n2", Some(service("db1", "db")), vec![]));
         let views = Views::new(w.store.clone(), w.publisher.clone());
-        let view = views.get(Topic::ServiceHealth, "web");
+        let view = views.get(Topic::ServiceHealth, "web").unwrap();
 
         // Not blocking: the snapshot, at the index of web's last change
         // (db's later registration is not web's).
@@ -366,7 +366,7 @@ mod views {
         let mut w = World::new();
         w.apply(register("n1", Some(service("web1", "web")), vec![]));
         let views = Views::new(w.store.clone(), w.publisher.clone());
-        let view = views.get(Topic::ServiceHealth, "web");
+        let view = views.get(Topic::ServiceHealth, "web").unwrap();
         let started = tokio::time::Instant::now();
         let answer = view.wait(w.index, deadline(200)).await;
         assert!(started.elapsed() >= Duration::from_millis(200));
@@ -377,7 +377,7 @@ mod views {
     async fn a_connect_view_holds_the_proxies_of_a_destination() {
         let mut w = World::new();
         let views = Views::new(w.store.clone(), w.publisher.clone());
-        let view = views.get(Topic::ServiceHealthConnect, "web");
+        let view = views.get(Topic::ServiceHealthConnect, "web").unwrap();
         let empty = view.wait(0, deadline(2000)).await;
         assert!(empty.instances.is_empty());
         let mut proxy = service("web1-proxy", "web-proxy");

@@ -22,6 +22,9 @@ use crate::state::{NodeKey, Store};
 
 /// How long an unread view is kept.
 const IDLE: Duration = Duration::from_secs(60);
+/// The most views a server keeps: past it (a client asking for many
+/// distinct names), reads are answered from the state instead.
+const MAX_VIEWS: usize = 10_000;
 
 /// One version of a view: the service's instances at `index`.
 #[derive(Debug, Default)]
@@ -149,20 +152,25 @@ impl Views {
         views
     }
 
-    /// The view of `name` on a health topic, started if there is none.
-    pub fn get(&self, topic: Topic, name: &str) -> Arc<View> {
+    /// The view of `name` on a health topic, started if there is none
+    /// (none when the server already keeps `MAX_VIEWS`).
+    pub fn get(&self, topic: Topic, name: &str) -> Option<Arc<View>> {
         let mut views = self.views.lock().unwrap();
-        views
-            .entry((topic, name.to_string()))
-            .or_insert_with(|| {
-                Arc::new(View::start(
-                    self.store.clone(),
-                    &self.publisher,
-                    topic,
-                    name,
-                ))
-            })
-            .clone()
+        let key = (topic, name.to_string());
+        if let Some(v) = views.get(&key) {
+            return Some(v.clone());
+        }
+        if views.len() >= MAX_VIEWS {
+            return None;
+        }
+        let view = Arc::new(View::start(
+            self.store.clone(),
+            &self.publisher,
+            topic,
+            name,
+        ));
+        views.insert(key, view.clone());
+        Some(view)
     }
 
     /// Views kept now (a gauge).
