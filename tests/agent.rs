@@ -2,7 +2,9 @@
 //! reach the catalog and stay as the agents say (anti-entropy), checks
 //! drive health, a killed agent's node turns critical, tag override, state
 //! kept across agent and server restarts, config-dir definitions, central
-//! config merged into an agent's proxy, and bad input refused.
+//! config merged into an agent's proxy, sidecars expanded from
+//! `Connect.SidecarService` (API and config dir), check thresholds, the
+//! local health endpoints, and bad input refused.
 //!
 //! Every wait polls with a generous deadline (the machine may be loaded);
 //! nothing sleeps a fixed time.
@@ -509,6 +511,22 @@ fn bad_input_is_refused_and_changes_nothing() {
             "Invalid Interval",
         ),
         (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Connect": {"SidecarService": {"ID": "mine"}}}"#,
+            "cannot set its ID",
+        ),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Connect": {"SidecarService": {"Kind": "mesh-gateway"}}}"#,
+            "cannot set Kind",
+        ),
+        (
+            "/v1/agent/service/register",
+            r#"{"Name": "w", "Check": {"TCP": "x:1", "Interval": "1s",
+                "FailuresBeforeWarning": 3, "FailuresBeforeCritical": 1}}"#,
+            "FailuresBeforeWarning",
+        ),
+        (
             "/v1/agent/check/register",
             r#"{"TTL": "1s"}"#,
             "Missing check name",
@@ -537,6 +555,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         400
     );
     assert_eq!(a.get("/v1/agent/host").status, 404);
+    assert_eq!(a.get("/v1/agent/health/service/id/nope").status, 404);
+    assert_eq!(a.get("/v1/agent/health/service/name/nope").status, 404);
     assert_eq!(a.get_json("/v1/agent/services"), json!({}));
     assert_eq!(a.get_json("/v1/agent/checks"), json!({}));
     // The agent is still fine, and registers good input.
@@ -638,4 +658,232 @@ fn liveness_survives_a_leader_change() {
     eventually(DEADLINE, "api in the catalog", || {
         (instances(survivor, "api").len() == 1).then_some(())
     });
+}
+
+/// A connect proxy instance of `parent` in the catalog with the given ID.
+fn proxy_of(s: &Server, parent: &str, id: &str) -> Option<Value> {
+    s.get_json(&format!("/v1/catalog/connect/{parent}"))
+        .as_array()?
+        .iter()
+        .find(|r| r["ServiceID"] == id)
+        .cloned()
+}
+
+/// A check's status in the `/v1/health/connect/:parent` entry of proxy `id`.
+fn connect_check(s: &Server, parent: &str, id: &str, check: &str) -> Option<String> {
+    let rows = s.get_json(&format!("/v1/health/connect/{parent}"));
+    let row = rows
+        .as_array()?
+        .iter()
+        .find(|r| r["Service"]["ID"] == id)?
+        .clone();
+    row["Checks"]
+        .as_array()?
+        .iter()
+        .find(|c| c["CheckID"] == check)
+        .map(|c| c["Status"].as_str().unwrap_or("").to_string())
+}
+
+#[test]
+fn sidecar_services_from_a_config_dir_and_the_api_become_connect_proxies() {
+    let s = Server::dev();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a-pay.hcl"),
+        r#"service {
+  name = "pay"
+  port = 7000
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "db"
+          local_bind_port  = 9191
+        }
+      }
+    }
+  }
+}
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b-shop.json"),
+        r#"{"service": {"name": "shop", "port": 7100, "connect": {"sidecar_service": {}}}}"#,
+    )
+    .unwrap();
+    let mut a = Agent::builder("a1", &s.url).config_dir(dir.path()).start();
+    let local = a.get_json("/v1/agent/services");
+    assert_eq!(local["pay-sidecar-proxy"]["Port"], 21000, "{local}");
+    assert_eq!(local["shop-sidecar-proxy"]["Port"], 21001, "{local}");
+    assert_eq!(local["pay-sidecar-proxy"]["Kind"], "connect-proxy");
+
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 8080, "Tags": ["v1"], "Meta": {"team": "a"},
+               "Check": {"CheckID": "web-ttl", "TTL": "10m", "Status": "passing"},
+               "Connect": {"SidecarService": {"Proxy": {
+                   "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9292}]}}}}),
+    );
+    let web_proxy = eventually(DEADLINE, "web's sidecar in the catalog", || {
+        proxy_of(&s, "web", "web-sidecar-proxy")
+    });
+    assert_eq!(web_proxy["ServiceKind"], "connect-proxy");
+    assert_eq!(web_proxy["ServiceName"], "web-sidecar-proxy");
+    assert_eq!(web_proxy["ServicePort"], 21002);
+    assert_eq!(web_proxy["ServiceTags"], json!(["v1"]));
+    assert_eq!(web_proxy["ServiceMeta"], json!({"team": "a"}));
+    let p = &web_proxy["ServiceProxy"];
+    assert_eq!(p["DestinationServiceName"], "web");
+    assert_eq!(p["DestinationServiceID"], "web");
+    assert_eq!(p["LocalServiceAddress"], "127.0.0.1");
+    assert_eq!(p["LocalServicePort"], 8080);
+    assert_eq!(p["Upstreams"][0]["DestinationName"], "db");
+    assert_eq!(p["Upstreams"][0]["LocalBindPort"], 9292);
+    let pay_proxy = eventually(DEADLINE, "pay's sidecar in the catalog", || {
+        proxy_of(&s, "pay", "pay-sidecar-proxy")
+    });
+    assert_eq!(pay_proxy["ServiceProxy"]["LocalServicePort"], 7000);
+    assert_eq!(
+        pay_proxy["ServiceProxy"]["Upstreams"][0]["LocalBindPort"],
+        9191
+    );
+
+    // Consul's default checks: a TCP check on the proxy's port, and an
+    // alias of the parent, which follows web's health.
+    let checks = a.get_json("/v1/agent/checks");
+    let tcp = &checks["service:web-sidecar-proxy:1"];
+    assert_eq!(tcp["Name"], "Connect Sidecar Listening");
+    assert_eq!(tcp["Definition"]["TCP"], "127.0.0.1:21002", "{tcp}");
+    let alias_in_catalog = |want: &str| {
+        eventually(
+            DEADLINE,
+            &format!("the alias check {want} in the catalog"),
+            || {
+                let st = connect_check(
+                    &s,
+                    "web",
+                    "web-sidecar-proxy",
+                    "service:web-sidecar-proxy:2",
+                );
+                (st.as_deref() == Some(want)).then_some(())
+            },
+        )
+    };
+    alias_in_catalog("passing");
+    put_ok(&a, "/v1/agent/check/fail/web-ttl", json!({}));
+    alias_in_catalog("critical");
+    put_ok(&a, "/v1/agent/check/pass/web-ttl", json!({}));
+    assert_eq!(
+        a.get_json("/v1/agent/checks")["service:web-sidecar-proxy:2"]["Status"],
+        "passing",
+        "an alias follows at once"
+    );
+
+    // Central config is merged into a sidecar like into any agent proxy.
+    let r = s.put(
+        "/v1/config",
+        r#"{"Kind": "service-defaults", "Name": "web", "Protocol": "http"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually(DEADLINE, "service-defaults merged into the sidecar", || {
+        let svc = a.get_json("/v1/agent/service/web-sidecar-proxy");
+        (svc["Proxy"]["Config"]["protocol"] == "http").then_some(())
+    });
+
+    // Deregistering the parent deregisters its sidecar.
+    put_ok(&a, "/v1/agent/service/deregister/web", json!({}));
+    assert!(
+        a.get_json("/v1/agent/services")
+            .get("web-sidecar-proxy")
+            .is_none()
+    );
+    eventually(
+        DEADLINE,
+        "web and its sidecar gone from the catalog",
+        || {
+            let gone =
+                instances(&s, "web").is_empty() && instances(&s, "web-sidecar-proxy").is_empty();
+            gone.then_some(())
+        },
+    );
+
+    // A restart without pay's file: pay and its sidecar go, shop's sidecar
+    // keeps its port (the lowest free one would now be 21000).
+    std::fs::remove_file(dir.path().join("a-pay.hcl")).unwrap();
+    a.restart();
+    let local = a.get_json("/v1/agent/services");
+    assert!(local.get("pay-sidecar-proxy").is_none(), "{local}");
+    assert_eq!(local["shop-sidecar-proxy"]["Port"], 21001, "{local}");
+    eventually(DEADLINE, "pay's sidecar gone from the catalog", || {
+        instances(&s, "pay-sidecar-proxy").is_empty().then_some(())
+    });
+}
+
+#[test]
+fn threshold_checks_flip_only_after_n_results_and_local_health_follows() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    // Nothing listens there yet.
+    let port = common::free_port();
+    let t0 = Instant::now();
+    put_ok(
+        &a,
+        "/v1/agent/service/register",
+        json!({"Name": "db", "Port": port, "Check": {
+            "CheckID": "db-tcp", "TCP": format!("127.0.0.1:{port}"), "Interval": "1s",
+            "Status": "passing", "SuccessBeforePassing": 2, "FailuresBeforeCritical": 3}}),
+    );
+    assert_eq!(a.get("/v1/agent/health/service/id/db").status, 200);
+    let status = || a.get_json("/v1/agent/checks")["db-tcp"]["Status"].clone();
+    eventually(DEADLINE, "db-tcp critical", || {
+        (status() == "critical").then_some(())
+    });
+    // The third failure comes two intervals after the first, at the
+    // earliest (without the threshold, the first turns it critical).
+    let took = t0.elapsed();
+    eprintln!("three failures took {took:?}");
+    assert!(
+        took >= Duration::from_millis(1900),
+        "critical after {took:?}"
+    );
+    let r = a.get("/v1/agent/health/service/id/db?format=text");
+    assert_eq!((r.status, r.body.trim()), (503, "critical"));
+    let by_name = a.get("/v1/agent/health/service/name/db");
+    assert_eq!(by_name.status, 503);
+    assert_eq!(by_name.json()[0]["AggregatedStatus"], "critical");
+    assert_eq!(by_name.json()[0]["Service"]["ID"], "db");
+    eventually(DEADLINE, "critical in the catalog", || {
+        (check_status(&s, "a1", "db-tcp").as_deref() == Some("critical")).then_some(())
+    });
+
+    // Listening now: two successes in a row to pass.
+    let _listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the port");
+    let t1 = Instant::now();
+    eventually(DEADLINE, "db-tcp passing", || {
+        (status() == "passing").then_some(())
+    });
+    let took = t1.elapsed();
+    eprintln!("two successes took {took:?}");
+    assert!(took >= Duration::from_millis(900), "passing after {took:?}");
+    let r = a.get("/v1/agent/health/service/id/db");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["AggregatedStatus"], "passing");
+    assert_eq!(r.json()["Checks"][0]["CheckID"], "db-tcp");
+    assert!(
+        r.json()["Checks"][0]["Definition"]
+            .get("SuccessBeforePassing")
+            .is_none(),
+        "thresholds stay on the agent"
+    );
+
+    // A warning is 429.
+    put_ok(
+        &a,
+        "/v1/agent/check/register",
+        json!({"Name": "db-ttl", "ServiceID": "db", "TTL": "10m", "Status": "warning"}),
+    );
+    let r = a.get("/v1/agent/health/service/name/db?format=text");
+    assert_eq!((r.status, r.body.trim()), (429, "warning"));
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
@@ -43,6 +43,8 @@ pub fn router(agent: App) -> Router {
         .route("/v1/agent/service/register", put(register_service))
         .route("/v1/agent/service/deregister/{id}", put(deregister_service))
         .route("/v1/agent/service/{id}", get(service))
+        .route("/v1/agent/health/service/id/{id}", get(health_by_id))
+        .route("/v1/agent/health/service/name/{name}", get(health_by_name))
         .route("/v1/agent/checks", get(checks))
         .route("/v1/agent/check/register", put(register_check))
         .route("/v1/agent/check/deregister/{id}", put(deregister_check))
@@ -207,6 +209,83 @@ async fn service(
         }
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
     }
+}
+
+/// A service's aggregated local health, as `/v1/agent/health/service/...`
+/// shows it: the worst of its checks (passing when it has none).
+fn health_entry(t: &Tables, id: &str, dc: &str) -> Option<(&'static str, Value)> {
+    let service = service_view(t, id, dc)?;
+    let checks: Vec<crate::structs::HealthCheck> = t
+        .live_checks()
+        .filter(|c| c.check.service_id == id)
+        .map(|c| t.expected_check(&c.check))
+        .collect();
+    let status = checks
+        .iter()
+        .fold(HEALTH_PASSING, |w, c| super::checks::worse(w, &c.status));
+    let entry = json!({"AggregatedStatus": status, "Service": service, "Checks": checks});
+    Some((status, entry))
+}
+
+/// Consul's codes for an aggregated status: 200 passing, 429 warning, 503
+/// critical; the body is the JSON, or the status alone with `?format=text`
+/// or `Accept: text/plain`.
+fn health_response(p: &Params, headers: &HeaderMap, status: &str, body: Value) -> Response {
+    let code = match status {
+        HEALTH_PASSING => StatusCode::OK,
+        HEALTH_WARNING => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let text = p.get("format") == Some("text")
+        || headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"));
+    if text {
+        (code, status.to_string()).into_response()
+    } else {
+        (code, axum::Json(body)).into_response()
+    }
+}
+
+async fn health_by_id(
+    State(a): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let dc = a.datacenter();
+    let (status, entry) = a
+        .local
+        .with(|t| health_entry(t, &id, &dc))
+        .ok_or_else(|| Error::NotFound(format!("ServiceId {id} not found")))?;
+    Ok(health_response(&p, &headers, status, entry))
+}
+
+/// Every instance of the service on this agent, and the worst status.
+async fn health_by_name(
+    State(a): State<App>,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let dc = a.datacenter();
+    let entries: Vec<(&'static str, Value)> = a.local.with(|t| {
+        t.live_services()
+            .filter(|s| s.registered.service == name)
+            .filter_map(|s| health_entry(t, &s.registered.id, &dc))
+            .collect()
+    });
+    if entries.is_empty() {
+        return Err(Error::NotFound(format!("ServiceName {name} Not Found")));
+    }
+    let status = entries
+        .iter()
+        .fold(HEALTH_PASSING, |w, (s, _)| super::checks::worse(w, s));
+    let body = Value::Array(entries.into_iter().map(|(_, e)| e).collect());
+    Ok(health_response(&p, &headers, status, body))
 }
 
 async fn checks(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {

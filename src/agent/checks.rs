@@ -1,6 +1,12 @@
-//! Health checks the agent runs: TTL, HTTP and TCP, with interval, timeout
-//! and `DeregisterCriticalServiceAfter`, as Consul defines them. Results go
-//! into the local state; anti-entropy carries status changes to the catalog.
+//! Health checks the agent runs: TTL, HTTP, TCP and alias, with interval,
+//! timeout, `DeregisterCriticalServiceAfter` and the consecutive-result
+//! thresholds (`SuccessBeforePassing`, `FailuresBeforeWarning`,
+//! `FailuresBeforeCritical`), as Consul defines them. Results go into the
+//! local state; anti-entropy carries status changes to the catalog.
+//!
+//! Alias checks of a service on this agent have no runner: the local state
+//! recomputes them on every change of a check or service ([`alias_status`]),
+//! so they follow the aliased service at once and cost nothing while idle.
 //!
 //! A check's definition lives in its `Definition` (the catalog's shape, as
 //! `cli::services` builds it); [`CheckSpec::parse`] reads it once, at
@@ -36,6 +42,58 @@ pub enum Probe {
         body: String,
     },
     Tcp(String),
+    /// Mirrors the health of a service on this agent (by ID).
+    Alias(String),
+}
+
+/// Definition fields only the agent reads: the catalog's copy of a check
+/// goes without them, as Consul's does.
+pub const AGENT_ONLY_FIELDS: &[&str] = &[
+    "SuccessBeforePassing",
+    "FailuresBeforeWarning",
+    "FailuresBeforeCritical",
+];
+
+/// Consecutive results needed before a check changes status (Consul's
+/// `SuccessBeforePassing`, `FailuresBeforeWarning`,
+/// `FailuresBeforeCritical`); all 0 means every result counts at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Thresholds {
+    pub success_before_passing: u32,
+    pub failures_before_warning: u32,
+    pub failures_before_critical: u32,
+}
+
+/// The current run of results of one check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Streak {
+    successes: u32,
+    failures: u32,
+}
+
+impl Streak {
+    /// Counts a result and says which status to record, if any: a passing
+    /// (or warning) result after `SuccessBeforePassing` in a row; a
+    /// critical one as critical after `FailuresBeforeCritical` in a row,
+    /// as warning after `FailuresBeforeWarning`. `None`: the check keeps
+    /// the status (and output) it has.
+    pub fn observe(&mut self, t: &Thresholds, status: &'static str) -> Option<&'static str> {
+        if status == HEALTH_CRITICAL {
+            self.successes = 0;
+            self.failures = self.failures.saturating_add(1);
+            if self.failures >= t.failures_before_critical {
+                Some(HEALTH_CRITICAL)
+            } else if self.failures >= t.failures_before_warning {
+                Some(HEALTH_WARNING)
+            } else {
+                None
+            }
+        } else {
+            self.failures = 0;
+            self.successes = self.successes.saturating_add(1);
+            (self.successes >= t.success_before_passing).then_some(status)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +103,9 @@ pub struct CheckSpec {
     pub timeout: Duration,
     /// The service is deregistered after its check was critical this long.
     pub deregister_after: Option<Duration>,
+    /// Only for checks with a runner (HTTP, TCP); TTL and alias statuses
+    /// are taken as they come, as in Consul.
+    pub thresholds: Thresholds,
 }
 
 fn field<'a>(c: &'a HealthCheck, name: &str) -> Option<&'a Value> {
@@ -86,6 +147,46 @@ fn duration(c: &HealthCheck, name: &str) -> Result<Option<Duration>, String> {
     Ok((nanos > 0).then(|| Duration::from_nanos(nanos as u64)))
 }
 
+/// A non-negative count (JSON number, or digits in a string as HCL may
+/// give), 0 when absent.
+fn count(c: &HealthCheck, name: &str) -> Result<u32, String> {
+    let bad = |v: &Value| {
+        format!(
+            "Invalid {name} for check {:?}: {v} is not a non-negative integer",
+            c.check_id
+        )
+    };
+    match field(c, name) {
+        None => Ok(0),
+        Some(v @ Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| bad(v)),
+        Some(v @ Value::String(s)) => s.trim().parse().map_err(|_| bad(v)),
+        Some(v) => Err(bad(v)),
+    }
+}
+
+fn thresholds(c: &HealthCheck) -> Result<Thresholds, String> {
+    let critical = count(c, "FailuresBeforeCritical")?;
+    let warning = match field(c, "FailuresBeforeWarning") {
+        // Unset: warn no earlier than turning critical (Consul's default).
+        None => critical,
+        Some(_) => count(c, "FailuresBeforeWarning")?,
+    };
+    if warning > critical {
+        return Err(format!(
+            "Invalid FailuresBeforeWarning for check {:?}: {warning} is more than FailuresBeforeCritical ({critical})",
+            c.check_id
+        ));
+    }
+    Ok(Thresholds {
+        success_before_passing: count(c, "SuccessBeforePassing")?,
+        failures_before_warning: warning,
+        failures_before_critical: critical,
+    })
+}
+
 fn headers(c: &HealthCheck) -> Result<Vec<(String, String)>, String> {
     let Some(h) = field(c, "Header") else {
         return Ok(Vec::new());
@@ -120,50 +221,70 @@ impl CheckSpec {
         let timeout = duration(c, "Timeout")?.unwrap_or(DEFAULT_TIMEOUT);
         let deregister_after = duration(c, "DeregisterCriticalServiceAfter")?;
         let ttl = duration(c, "TTL")?;
-        let probe = match (ttl, text(c, "HTTP"), text(c, "TCP")) {
-            (Some(ttl), None, None) => Probe::Ttl(ttl),
-            (None, Some(url), None) => {
-                if !url.starts_with("http://") {
-                    return Err(format!(
-                        "Invalid HTTP check {:?}: only http:// URLs are supported, got {url:?}",
-                        c.check_id
-                    ));
-                }
-                let method = text(c, "Method").unwrap_or_else(|| "GET".into());
-                if reqwest::Method::from_bytes(method.as_bytes()).is_err() {
-                    return Err(format!(
-                        "Invalid Method {method:?} for check {:?}",
-                        c.check_id
-                    ));
-                }
-                Probe::Http {
-                    url,
-                    method,
-                    headers: headers(c)?,
-                    body: text(c, "Body").unwrap_or_default(),
-                }
-            }
-            (None, None, Some(addr)) => Probe::Tcp(addr),
-            (None, None, None) => {
+        if text(c, "AliasNode").is_some() {
+            return Err(format!(
+                "Check {:?}: AliasNode is not supported: cairn agents alias services on their own node",
+                c.check_id
+            ));
+        }
+        let http = text(c, "HTTP");
+        let tcp = text(c, "TCP");
+        let alias = text(c, "AliasService");
+        let kinds = [
+            ttl.is_some(),
+            http.is_some(),
+            tcp.is_some(),
+            alias.is_some(),
+        ];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
                 let kind = if c.check_type.is_empty() {
-                    "without TTL, HTTP or TCP".to_string()
+                    "without TTL, HTTP, TCP or AliasService".to_string()
                 } else {
                     format!("of type {:?}", c.check_type)
                 };
                 return Err(format!(
-                    "Check {:?} {kind} is not supported: cairn agents run TTL, HTTP and TCP checks",
+                    "Check {:?} {kind} is not supported: cairn agents run TTL, HTTP, TCP and alias checks",
                     c.check_id
                 ));
             }
+            1 => {}
             _ => {
                 return Err(format!(
-                    "Check {:?} must have exactly one of TTL, HTTP or TCP",
+                    "Check {:?} must have exactly one of TTL, HTTP, TCP or AliasService",
                     c.check_id
                 ));
             }
+        }
+        let probe = if let Some(ttl) = ttl {
+            Probe::Ttl(ttl)
+        } else if let Some(url) = http {
+            if !url.starts_with("http://") {
+                return Err(format!(
+                    "Invalid HTTP check {:?}: only http:// URLs are supported, got {url:?}",
+                    c.check_id
+                ));
+            }
+            let method = text(c, "Method").unwrap_or_else(|| "GET".into());
+            if reqwest::Method::from_bytes(method.as_bytes()).is_err() {
+                return Err(format!(
+                    "Invalid Method {method:?} for check {:?}",
+                    c.check_id
+                ));
+            }
+            Probe::Http {
+                url,
+                method,
+                headers: headers(c)?,
+                body: text(c, "Body").unwrap_or_default(),
+            }
+        } else if let Some(addr) = tcp {
+            Probe::Tcp(addr)
+        } else {
+            Probe::Alias(alias.unwrap_or_default())
         };
         let interval = match (&probe, interval) {
-            (Probe::Ttl(_), i) => i.unwrap_or_default(),
+            (Probe::Ttl(_) | Probe::Alias(_), i) => i.unwrap_or_default(),
             (_, None) => {
                 return Err(format!(
                     "Check {:?}: Interval must be > 0 for HTTP and TCP checks",
@@ -177,11 +298,20 @@ impl CheckSpec {
             interval,
             timeout,
             deregister_after: deregister_after.map(|d| d.max(MIN_DEREGISTER_AFTER)),
+            thresholds: thresholds(c)?,
         })
     }
 
     pub fn is_ttl(&self) -> bool {
         matches!(self.probe, Probe::Ttl(_))
+    }
+
+    /// The service an alias check mirrors.
+    pub fn alias_of(&self) -> Option<&str> {
+        match &self.probe {
+            Probe::Alias(s) => Some(s),
+            _ => None,
+        }
     }
 }
 
@@ -200,6 +330,47 @@ pub fn due_for_deregistration(t: &super::local::Tables, now: Instant) -> Vec<Str
     out.sort();
     out.dedup();
     out
+}
+
+/// What an alias check of `service` shows: critical if the service is not
+/// on this agent or any of its checks (or of this node's) is critical,
+/// warning if one warns, passing otherwise. `own` (the alias check itself)
+/// is left out.
+pub fn alias_status(t: &super::local::Tables, service: &str, own: &str) -> (&'static str, String) {
+    if t.live_service(service).is_none() {
+        return (
+            HEALTH_CRITICAL,
+            format!("Service {service:?} is not registered on this agent"),
+        );
+    }
+    let worst = t
+        .live_checks()
+        .filter(|c| c.check.check_id != own)
+        .filter(|c| c.check.service_id == service || c.check.service_id.is_empty())
+        .map(|c| c.check.status.as_str())
+        .fold(HEALTH_PASSING, |w, s| worse(w, s));
+    let output = match worst {
+        HEALTH_PASSING => "All checks passing".to_string(),
+        HEALTH_WARNING => format!("Aliased service {service:?} has a check warning"),
+        _ => format!("Aliased service {service:?} has a check critical"),
+    };
+    (worst, output)
+}
+
+/// The worse of two statuses (unknown ones count as critical).
+pub fn worse(a: &'static str, b: &str) -> &'static str {
+    fn rank(s: &str) -> u8 {
+        match s {
+            HEALTH_PASSING => 0,
+            HEALTH_WARNING => 1,
+            _ => 2,
+        }
+    }
+    match rank(a).max(rank(b)) {
+        0 => HEALTH_PASSING,
+        1 => HEALTH_WARNING,
+        _ => HEALTH_CRITICAL,
+    }
 }
 
 fn truncate(mut s: String) -> String {
@@ -261,9 +432,11 @@ async fn tcp_probe(addr: &str, timeout: Duration) -> (&'static str, String) {
 }
 
 /// Runs one check until aborted (the agent aborts it when the check is
-/// replaced or removed).
+/// replaced or removed). Alias checks need no runner.
 pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: CheckSpec) {
+    let mut streak = Streak::default();
     match spec.probe.clone() {
+        Probe::Alias(_) => {}
         Probe::Ttl(ttl) => {
             let Some(reset) = local.with(|t| t.live_check(&id).map(|c| c.ttl_reset.clone())) else {
                 return;
@@ -288,11 +461,19 @@ pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: C
                     body,
                 } => http_probe(&client, url, method, headers, body, spec.timeout).await,
                 Probe::Tcp(addr) => tcp_probe(addr, spec.timeout).await,
-                Probe::Ttl(_) => unreachable!("handled above"),
+                Probe::Ttl(_) | Probe::Alias(_) => unreachable!("handled above"),
             };
-            let changed = local.with(|t| t.set_check_status(&id, status, &output, Instant::now()));
-            if changed {
-                tracing::debug!(check = %id, status, "check result");
+            match streak.observe(&spec.thresholds, status) {
+                Some(status) => {
+                    let changed =
+                        local.with(|t| t.set_check_status(&id, status, &output, Instant::now()));
+                    if changed {
+                        tracing::debug!(check = %id, status, "check result");
+                    }
+                }
+                None => {
+                    tracing::debug!(check = %id, result = status, "below its threshold: status kept");
+                }
             }
             tokio::time::sleep(spec.interval).await;
         },
@@ -359,6 +540,23 @@ mod tests {
                 "only http://",
             ),
             (json!({"TTL": "ten"}), "Invalid TTL"),
+            (
+                json!({"AliasService": "web", "AliasNode": "n2"}),
+                "AliasNode is not supported",
+            ),
+            (json!({"TTL": "1s", "AliasService": "web"}), "exactly one"),
+            (
+                json!({"TCP": "x:1", "Interval": "1s", "FailuresBeforeCritical": -1}),
+                "Invalid FailuresBeforeCritical",
+            ),
+            (
+                json!({"TCP": "x:1", "Interval": "1s", "SuccessBeforePassing": "many"}),
+                "Invalid SuccessBeforePassing",
+            ),
+            (
+                json!({"TCP": "x:1", "Interval": "1s", "FailuresBeforeWarning": 3, "FailuresBeforeCritical": 2}),
+                "more than FailuresBeforeCritical",
+            ),
             (json!({"TTL": "-1s"}), "negative"),
             (
                 json!({"HTTP": "http://x", "Interval": "1s", "Header": 3}),
@@ -368,6 +566,129 @@ mod tests {
             let err = CheckSpec::parse(&check(def.clone())).unwrap_err();
             assert!(err.contains(want), "{def}: {err}");
         }
+    }
+
+    #[test]
+    fn parses_aliases_and_thresholds() {
+        let s = CheckSpec::parse(&check(json!({"AliasService": "web"}))).unwrap();
+        assert_eq!(s.alias_of(), Some("web"));
+        assert_eq!(s.thresholds, Thresholds::default());
+        let s = CheckSpec::parse(&check(json!({
+            "TCP": "x:1", "Interval": "1s", "SuccessBeforePassing": 2, "FailuresBeforeCritical": "3",
+        })))
+        .unwrap();
+        assert_eq!(
+            s.thresholds,
+            Thresholds {
+                success_before_passing: 2,
+                failures_before_warning: 3,
+                failures_before_critical: 3,
+            },
+            "warning defaults to the critical threshold"
+        );
+    }
+
+    /// Feeds results and collects what would be recorded.
+    fn feed(t: Thresholds, results: &[&'static str]) -> Vec<Option<&'static str>> {
+        let mut streak = Streak::default();
+        results.iter().map(|r| streak.observe(&t, r)).collect()
+    }
+
+    #[test]
+    fn thresholds_count_consecutive_results() {
+        const P: &str = HEALTH_PASSING;
+        const W: &str = HEALTH_WARNING;
+        const C: &str = HEALTH_CRITICAL;
+        // No thresholds: every result counts.
+        assert_eq!(
+            feed(Thresholds::default(), &[P, C, W]),
+            [Some(P), Some(C), Some(W)]
+        );
+        let t = Thresholds {
+            success_before_passing: 3,
+            failures_before_warning: 2,
+            failures_before_critical: 2,
+        };
+        // Three passes in a row to pass; a failure in between starts over.
+        assert_eq!(
+            feed(t, &[P, P, C, P, P, P, P]),
+            [None, None, None, None, None, Some(P), Some(P)]
+        );
+        // Two failures in a row to turn critical; a warning result is not
+        // a failure, and counts toward passing.
+        assert_eq!(
+            feed(t, &[C, W, C, C, C]),
+            [None, None, None, Some(C), Some(C)]
+        );
+        // Warning earlier than critical when asked.
+        let t = Thresholds {
+            success_before_passing: 0,
+            failures_before_warning: 1,
+            failures_before_critical: 3,
+        };
+        assert_eq!(feed(t, &[C, C, C, P]), [Some(W), Some(W), Some(C), Some(P)]);
+    }
+
+    #[test]
+    fn alias_checks_mirror_the_aliased_service() {
+        use crate::agent::local::Source;
+        use crate::agent::local::fixtures::{add, svc, tables, ttl};
+        let mut t = tables();
+        let now = Instant::now();
+        let alias = |id: &str, of: &str, owner: &str| {
+            let c = HealthCheck {
+                check_id: id.into(),
+                service_id: owner.into(),
+                definition: json!({"AliasService": of}).as_object().unwrap().clone(),
+                ..Default::default()
+            };
+            let spec = CheckSpec::parse(&c).unwrap();
+            (c, spec)
+        };
+        add(
+            &mut t,
+            svc("proxy", &[]),
+            vec![alias("a", "web", "proxy")],
+            now,
+        );
+        let status = |t: &super::super::local::Tables, id: &str| t.checks[id].check.status.clone();
+        assert_eq!(status(&t, "a"), HEALTH_CRITICAL, "no such service yet");
+        add(&mut t, svc("web", &[]), vec![], now);
+        assert_eq!(status(&t, "a"), HEALTH_PASSING, "a service without checks");
+        t.put_check(ttl("w1", "web").0, ttl("w1", "web").1, Source::Api, now);
+        assert_eq!(status(&t, "a"), HEALTH_CRITICAL);
+        t.set_check_status("w1", HEALTH_WARNING, "", now);
+        assert_eq!(status(&t, "a"), HEALTH_WARNING);
+        assert!(!t.checks["a"].mark.in_sync, "an alias change is pushed");
+        t.set_check_status("w1", HEALTH_PASSING, "", now);
+        assert_eq!(status(&t, "a"), HEALTH_PASSING);
+        // Node-level checks count; the proxy's own checks do not.
+        t.put_check(ttl("node", "").0, ttl("node", "").1, Source::Api, now);
+        assert_eq!(status(&t, "a"), HEALTH_CRITICAL);
+        t.remove_check("node");
+        assert_eq!(status(&t, "a"), HEALTH_PASSING);
+        t.put_check(ttl("p1", "proxy").0, ttl("p1", "proxy").1, Source::Api, now);
+        assert_eq!(status(&t, "a"), HEALTH_PASSING);
+        // A chain: an alias of the proxy follows through the first alias.
+        add(
+            &mut t,
+            svc("outer", &[]),
+            vec![alias("b", "proxy", "outer")],
+            now,
+        );
+        t.set_check_status("p1", HEALTH_PASSING, "", now);
+        assert_eq!(status(&t, "b"), HEALTH_PASSING);
+        t.set_check_status("w1", HEALTH_CRITICAL, "", now);
+        assert_eq!(status(&t, "a"), HEALTH_CRITICAL);
+        assert_eq!(status(&t, "b"), HEALTH_CRITICAL);
+        t.remove_service("web");
+        assert_eq!(status(&t, "a"), HEALTH_CRITICAL);
+        // A cycle settles without looping forever (each holds the other
+        // critical, as each started).
+        add(&mut t, svc("x", &[]), vec![alias("cx", "y", "x")], now);
+        add(&mut t, svc("y", &[]), vec![alias("cy", "x", "y")], now);
+        assert_eq!(status(&t, "cx"), HEALTH_CRITICAL);
+        assert_eq!(status(&t, "cy"), HEALTH_CRITICAL);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! The parsing itself is `cli::services`' (the same definitions `cairn
 //! services register` reads), so both paths accept exactly the same input.
 //! Anything the agent cannot honour is refused here, with a one-line reason,
-//! before any state changes.
+//! before any state changes. A `Connect.SidecarService` is expanded here
+//! too (`sidecar`), all but its port, which the local state picks.
 
 use std::path::Path;
 
@@ -14,17 +15,20 @@ use serde_json::{Map, Value};
 
 use super::checks::CheckSpec;
 use super::local::SERF_CHECK_ID;
+use super::sidecar::{self, SidecarDef};
 use crate::cli::services::{
     check_definition_to_health_check, normalize, service_definition_to_register, services_of, text,
 };
 use crate::error::{Error, Result};
 use crate::structs::{HealthCheck, NodeService, RegisterRequest, valid_health_status};
 
-/// A service with the checks that came with it.
+/// A service with the checks that came with it, and its sidecar if it
+/// declared one.
 #[derive(Debug, Clone)]
 pub struct ServiceDef {
     pub service: NodeService,
     pub checks: Vec<(HealthCheck, CheckSpec)>,
+    pub sidecar: Option<Box<SidecarDef>>,
 }
 
 fn object(body: Value) -> Result<Map<String, Value>> {
@@ -40,7 +44,12 @@ fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
     serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
 }
 
-fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> {
+/// A definition field as text ("" when absent).
+pub(super) fn text_field(m: &Map<String, Value>, key: &str) -> String {
+    text(m.get(key))
+}
+
+pub(super) fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> {
     if check.check_id == SERF_CHECK_ID {
         return Err(Error::bad(format!(
             "Check ID {SERF_CHECK_ID:?} is reserved for the servers"
@@ -56,15 +65,27 @@ fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> {
     Ok((check, spec))
 }
 
-/// A service definition (one object, snake_case or PascalCase keys).
+/// A service definition (one object, snake_case or PascalCase keys), with
+/// its sidecar expanded.
 pub fn service(def: Value, node: &str) -> Result<ServiceDef> {
-    let def = object(def)?;
-    if let Some(Value::Object(c)) = def.get("Connect")
-        && c.contains_key("SidecarService")
+    let mut def = object(def)?;
+    let sidecar = sidecar::take(&mut def)?;
+    let mut parsed = parse_service(def, node)?;
+    if let Some(sc) = sidecar {
+        parsed.sidecar = Some(Box::new(sidecar::define(&parsed.service, sc, node)?));
+    }
+    Ok(parsed)
+}
+
+/// One service definition, already normalized, without a sidecar.
+pub(super) fn parse_service(mut def: Map<String, Value>, node: &str) -> Result<ServiceDef> {
+    // HCL writes one `upstreams { ... }` block as an object: it is a list
+    // of one, as Consul reads it.
+    if let Some(Value::Object(proxy)) = def.get_mut("Proxy")
+        && let Some(up) = proxy.get_mut("Upstreams")
+        && up.is_object()
     {
-        return Err(Error::bad(
-            "Connect.SidecarService is not supported: register the sidecar proxy as its own service",
-        ));
+        *up = Value::Array(vec![up.take()]);
     }
     let reg = service_definition_to_register(def, node).map_err(|e| Error::BadRequest(e.0))?;
     let service: NodeService = decode(reg["Service"].clone())?;
@@ -91,6 +112,7 @@ pub fn service(def: Value, node: &str) -> Result<ServiceDef> {
     Ok(ServiceDef {
         service: req.service.unwrap_or_default(),
         checks,
+        sidecar: None,
     })
 }
 
@@ -218,10 +240,6 @@ mod tests {
                 "DestinationServiceName",
             ),
             (
-                json!({"Name": "w", "Connect": {"SidecarService": {}}}),
-                "SidecarService",
-            ),
-            (
                 json!({"Name": "w", "Checks": [{"ID": "x", "TTL": "1s"}, {"ID": "x", "TTL": "2s"}]}),
                 "unique",
             ),
@@ -274,6 +292,40 @@ mod tests {
         assert_eq!(names, ["api", "cache", "queue"]);
         assert_eq!(c.checks.len(), 1);
         assert_eq!(c.checks[0].0.check_id, "disk");
+        // Consul's HCL for a sidecar: nested blocks, one upstream block.
+        std::fs::write(
+            dir.path().join("d.hcl"),
+            r#"service {
+  name = "pay"
+  port = 7000
+  connect {
+    sidecar_service {
+      proxy {
+        upstreams {
+          destination_name = "db"
+          local_bind_port  = 9191
+        }
+        config {
+          handshake_timeout_ms = 1000
+        }
+      }
+    }
+  }
+}
+"#,
+        )
+        .unwrap();
+        let c = config_dir(dir.path(), "n").unwrap();
+        let pay = c.services.iter().find(|s| s.service.id == "pay").unwrap();
+        let sc = &pay.sidecar.as_ref().expect("a sidecar").service;
+        assert_eq!(sc.id, "pay-sidecar-proxy");
+        assert_eq!(sc.proxy.local_service_port, 7000);
+        assert_eq!(sc.proxy.upstreams[0].destination_name, "db");
+        assert_eq!(sc.proxy.upstreams[0].local_bind_port, 9191);
+        assert_eq!(
+            sc.proxy.config.as_ref().unwrap()["handshake_timeout_ms"],
+            1000
+        );
         std::fs::write(dir.path().join("c.json"), r#"{"service": {"port": 1}}"#).unwrap();
         let err = config_dir(dir.path(), "n").unwrap_err().to_string();
         assert!(err.contains("c.json"), "{err}");

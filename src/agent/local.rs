@@ -7,6 +7,11 @@
 //! goes out of sync. Every change bumps a generation: a push marks an entry
 //! in sync only if it has not changed since the push was planned, so a
 //! change racing a push is never lost.
+//!
+//! Alias checks are computed here, not run: every change of a check or a
+//! service recomputes them ([`Tables::refresh_aliases`]). A service
+//! registered with a sidecar remembers it (`sidecar_of`), so deregistering
+//! or re-registering the parent without one removes the sidecar too.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,8 +20,11 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, watch};
 
-use super::checks::CheckSpec;
+use super::checks::{self, CheckSpec};
+use super::define::ServiceDef;
+use super::sidecar;
 use crate::discovery_chain::{EntryLookup, MemoryEntries};
+use crate::error::{Error, Result};
 use crate::merge::{merge_with_central_config, should_merge};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{HEALTH_CRITICAL, HealthCheck, Meta, Node, NodeService, RegisterRequest};
@@ -82,6 +90,8 @@ pub struct LocalService {
     /// A tombstone: the catalog still has it and must lose it.
     pub deleted: bool,
     pub mark: SyncMark,
+    /// For a sidecar expanded from `Connect.SidecarService`: its parent's ID.
+    pub sidecar_of: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +202,7 @@ impl Tables {
                 source,
                 deleted: false,
                 mark,
+                sidecar_of: None,
             },
         );
         if replace_checks {
@@ -208,13 +219,82 @@ impl Tables {
         for (check, spec) in checks {
             self.put_check(check, spec, source, now);
         }
+        self.refresh_aliases(now);
     }
 
-    /// Removes a service and its checks; the catalog loses them at the next
-    /// push. False if there was no such service.
+    /// Registers a service definition: the service with its checks, and
+    /// its sidecar on a port chosen here (under the state's lock, so two
+    /// registrations never pick the same one; `hint` is a port to prefer),
+    /// or — when it declares none — without the sidecar an earlier
+    /// registration gave it. Nothing changes on error.
+    pub fn put_definition(
+        &mut self,
+        def: ServiceDef,
+        source: Source,
+        replace_checks: bool,
+        now: Instant,
+        hint: Option<u16>,
+    ) -> Result<()> {
+        let parent = def.service.id.clone();
+        let sidecar = match def.sidecar {
+            None => None,
+            Some(sd) => {
+                let port = match u16::try_from(sd.service.port) {
+                    Ok(p) if p > 0 => p,
+                    _ => {
+                        sidecar::choose_port(self, &sd.service.id, &parent, def.service.port, hint)
+                            .ok_or_else(|| {
+                                Error::bad(format!(
+                                    "No free sidecar port in {}-{} on this agent for {:?}",
+                                    sidecar::MIN_PORT,
+                                    sidecar::MAX_PORT,
+                                    sd.service.id
+                                ))
+                            })?
+                    }
+                };
+                Some(sidecar::finish(*sd, port)?)
+            }
+        };
+        self.put_service(def.service, def.checks, source, replace_checks, now);
+        match sidecar {
+            Some(sc) => {
+                let id = sc.service.id.clone();
+                // The sidecar's checks are all its definition's.
+                self.put_service(sc.service, sc.checks, source, true, now);
+                self.set_sidecar_of(&id, &parent);
+            }
+            None => {
+                for id in self.sidecars_of(&parent) {
+                    self.remove_service(&id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that service `id` is the sidecar of `parent`.
+    pub fn set_sidecar_of(&mut self, id: &str, parent: &str) {
+        if let Some(s) = self.services.get_mut(id).filter(|s| !s.deleted) {
+            s.sidecar_of = Some(parent.to_string());
+        }
+    }
+
+    fn sidecars_of(&self, parent: &str) -> Vec<String> {
+        self.live_services()
+            .filter(|s| s.sidecar_of.as_deref() == Some(parent))
+            .map(|s| s.registered.id.clone())
+            .collect()
+    }
+
+    /// Removes a service, its checks and its sidecar; the catalog loses
+    /// them at the next push. False if there was no such service.
     pub fn remove_service(&mut self, id: &str) -> bool {
         if self.live_service(id).is_none() {
             return false;
+        }
+        for sc in self.sidecars_of(id) {
+            self.remove_service(&sc);
         }
         // Deregistering the service in the catalog takes its checks along.
         self.checks
@@ -222,8 +302,11 @@ impl Tables {
         let mark = self.change();
         if let Some(s) = self.services.get_mut(id) {
             s.deleted = true;
+            s.sidecar_of = None;
             s.mark = mark;
         }
+        // Alias checks of it turn critical.
+        self.refresh_aliases(Instant::now());
         true
     }
 
@@ -256,6 +339,7 @@ impl Tables {
                 run_id: mark.generation,
             },
         );
+        self.refresh_aliases(now);
     }
 
     /// Removes a check. False if there was no such check.
@@ -269,13 +353,46 @@ impl Tables {
             c.spec = None;
             c.mark = mark;
         }
+        self.refresh_aliases(Instant::now());
         true
     }
 
     /// Records a check result. A new status is pushed at once; a new output
     /// alone waits for the next full sync (as Consul defers output-only
-    /// updates), so a chatty check does not write on every run.
+    /// updates), so a chatty check does not write on every run. Alias
+    /// checks follow.
     pub fn set_check_status(&mut self, id: &str, status: &str, output: &str, now: Instant) -> bool {
+        let changed = self.record_status(id, status, output, now);
+        if changed {
+            self.refresh_aliases(now);
+        }
+        changed
+    }
+
+    /// Brings every alias check in line with the service it mirrors. A
+    /// chain of aliases settles in as many rounds as there are alias
+    /// checks; a cycle stops there.
+    pub fn refresh_aliases(&mut self, now: Instant) {
+        let aliases: Vec<(String, String)> = self
+            .live_checks()
+            .filter_map(|c| {
+                let target = c.spec.as_ref()?.alias_of()?;
+                Some((c.check.check_id.clone(), target.to_string()))
+            })
+            .collect();
+        for _ in 0..=aliases.len() {
+            let mut changed = false;
+            for (id, target) in &aliases {
+                let (status, output) = checks::alias_status(self, target, id);
+                changed |= self.record_status(id, status, &output, now);
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    fn record_status(&mut self, id: &str, status: &str, output: &str, now: Instant) -> bool {
         let Some(c) = self.checks.get(id).filter(|c| !c.deleted) else {
             return false;
         };
@@ -347,6 +464,10 @@ impl Tables {
     /// service's name and (effective) tags.
     pub fn expected_check(&self, c: &HealthCheck) -> HealthCheck {
         let mut out = c.clone();
+        // Thresholds are the agent's business, not the catalog's.
+        for k in checks::AGENT_ONLY_FIELDS {
+            out.definition.remove(*k);
+        }
         out.node = self.node.name.clone();
         out.create_index = 0;
         out.modify_index = 0;
@@ -587,6 +708,95 @@ mod tests {
         );
         assert!(t.checks["c1"].deleted);
         assert!(!t.checks["c2"].deleted);
+    }
+
+    fn with_sidecar(body: serde_json::Value) -> ServiceDef {
+        crate::agent::define::service(body, "a1").unwrap()
+    }
+
+    #[test]
+    fn a_sidecar_is_registered_with_its_parent_and_goes_with_it() {
+        let mut t = tables();
+        let now = Instant::now();
+        let def = || {
+            with_sidecar(serde_json::json!({"Name": "web", "Port": 8080,
+            "Connect": {"SidecarService": {}}}))
+        };
+        t.put_definition(def(), Source::Api, false, now, None)
+            .unwrap();
+        let sc = t.live_service("web-sidecar-proxy").expect("the sidecar");
+        assert_eq!(sc.sidecar_of.as_deref(), Some("web"));
+        assert_eq!(sc.registered.port, 21000);
+        assert!(sc.effective.is_connect_proxy());
+        assert_eq!(
+            t.checks["service:web-sidecar-proxy:2"].check.status, "passing",
+            "the alias of a web without checks"
+        );
+        // Re-registered (another service took 21001 since): the same port.
+        let mut other = svc("other", &[]);
+        other.port = 21001;
+        add(&mut t, other, vec![], now);
+        t.put_definition(def(), Source::Api, false, now, None)
+            .unwrap();
+        assert_eq!(t.services["web-sidecar-proxy"].registered.port, 21000);
+        // A second parent gets the next free port.
+        let api = with_sidecar(serde_json::json!({"Name": "api",
+            "Connect": {"SidecarService": {}}}));
+        t.put_definition(api, Source::Api, false, now, None)
+            .unwrap();
+        assert_eq!(t.services["api-sidecar-proxy"].registered.port, 21002);
+        // Deregistering the parent takes the sidecar and its checks.
+        assert!(t.remove_service("web"));
+        assert!(t.live_service("web-sidecar-proxy").is_none());
+        assert!(
+            t.live_checks()
+                .all(|c| c.check.service_id != "web-sidecar-proxy")
+        );
+        // Re-registered without one: its old sidecar goes; a proxy
+        // registered on its own for the same parent stays.
+        let mut own = svc("api-proxy", &[]);
+        own.kind = "connect-proxy".into();
+        own.proxy.destination_service_id = "api".into();
+        add(&mut t, own, vec![], now);
+        let plain = with_sidecar(serde_json::json!({"Name": "api"}));
+        t.put_definition(plain, Source::Api, false, now, None)
+            .unwrap();
+        assert!(t.live_service("api-sidecar-proxy").is_none());
+        assert!(t.live_service("api-proxy").is_some());
+    }
+
+    #[test]
+    fn a_full_sidecar_range_is_refused_and_changes_nothing() {
+        let mut t = tables();
+        let now = Instant::now();
+        for p in sidecar::MIN_PORT..=sidecar::MAX_PORT {
+            let mut s = svc(&format!("s{p}"), &[]);
+            s.port = i64::from(p);
+            add(&mut t, s, vec![], now);
+        }
+        let before = t.services.len();
+        let def = with_sidecar(serde_json::json!({"Name": "web",
+            "Connect": {"SidecarService": {}}}));
+        let err = t
+            .put_definition(def, Source::Api, false, now, None)
+            .unwrap_err();
+        assert!(err.to_string().contains("No free sidecar port"), "{err}");
+        assert_eq!(t.services.len(), before);
+        assert!(t.live_service("web").is_none());
+    }
+
+    #[test]
+    fn thresholds_stay_out_of_the_catalogs_copy() {
+        let mut t = tables();
+        let d = with_sidecar(serde_json::json!({"Name": "web", "Check": {
+            "TCP": "127.0.0.1:1", "Interval": "5s", "FailuresBeforeCritical": 3}}));
+        t.put_definition(d, Source::Api, false, Instant::now(), None)
+            .unwrap();
+        let c = &t.checks["service:web"].check;
+        assert_eq!(c.definition["FailuresBeforeCritical"], 3);
+        let e = t.expected_check(c);
+        assert!(e.definition.get("FailuresBeforeCritical").is_none());
+        assert_eq!(e.definition["TCP"], "127.0.0.1:1");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! | --- | --- |
 //! | `local.rs` | the local state and what of it is in sync (pure) |
 //! | `define.rs` | service and check definitions (API bodies, config files) |
-//! | `checks.rs` | TTL, HTTP and TCP checks and their runners |
+//! | `sidecar.rs` | `Connect.SidecarService` expanded into a second service |
+//! | `checks.rs` | TTL, HTTP, TCP and alias checks, thresholds, runners |
 //! | `sync.rs` | anti-entropy: reconcile with the catalog, push, periodic full sync |
 //! | `central.rs` | central config watched on the servers and merged into proxies |
 //! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
@@ -28,6 +29,7 @@ pub mod liveness;
 pub mod local;
 mod persist;
 mod servers;
+mod sidecar;
 pub mod sync;
 
 use std::collections::{BTreeMap, HashMap};
@@ -121,6 +123,16 @@ impl Agent {
                 .filter(|c| c.source == Source::Api)
                 .map(|c| c.check.clone())
                 .collect(),
+            sidecars: t
+                .live_services()
+                .filter_map(|s| {
+                    let record = persist::SidecarRecord {
+                        parent: s.sidecar_of.clone()?,
+                        port: u16::try_from(s.registered.port).unwrap_or(0),
+                    };
+                    Some((s.registered.id.clone(), record))
+                })
+                .collect(),
         });
         let dir = self.config.data_dir.clone();
         tokio::task::spawn_blocking(move || persist::save(&dir, &state))
@@ -135,9 +147,11 @@ impl Agent {
     /// Starts runners for new or re-registered checks, stops those of
     /// checks that are gone.
     fn sync_runners(self: &Arc<Self>) {
+        // Alias checks have no runner: the local state computes them.
         let wanted: BTreeMap<String, (u64, checks::CheckSpec)> = self.local.with(|t| {
             t.live_checks()
                 .filter_map(|c| Some((c.check.check_id.clone(), (c.run_id, c.spec.clone()?))))
+                .filter(|(_, (_, spec))| spec.alias_of().is_none())
                 .collect()
         });
         let mut runners = self.runners.lock().unwrap_or_else(|p| p.into_inner());
@@ -166,7 +180,7 @@ impl Agent {
         }
     }
 
-    /// Adds (or replaces) a service with its checks.
+    /// Adds (or replaces) a service with its checks and its sidecar.
     async fn register_service(
         self: &Arc<Self>,
         def: ServiceDef,
@@ -174,16 +188,10 @@ impl Agent {
         replace_checks: bool,
     ) -> Result<()> {
         let id = def.service.id.clone();
-        tracing::info!(service = %id, "service registered");
-        self.local.with(|t| {
-            t.put_service(
-                def.service,
-                def.checks,
-                source,
-                replace_checks,
-                Instant::now(),
-            )
-        });
+        let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
+        self.local
+            .with(|t| t.put_definition(def, source, replace_checks, Instant::now(), None))?;
+        tracing::info!(service = %id, sidecar = ?sidecar, "service registered");
         self.sync_runners();
         self.persist().await
     }
@@ -317,33 +325,45 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         leave: tokio::sync::Notify::new(),
     });
     let now = Instant::now();
-    let restored = agent.local.with(|t| {
-        for svc in saved.services {
-            t.put_service(svc, Vec::new(), Source::Api, false, now);
-        }
-        let mut n = 0;
-        for c in saved.checks {
-            if !c.service_id.is_empty() && t.live_service(&c.service_id).is_none() {
-                continue;
+    let restored = agent
+        .local
+        .with(|t| {
+            for svc in saved.services {
+                t.put_service(svc, Vec::new(), Source::Api, false, now);
             }
-            // Stored checks were valid when registered; one that no longer
-            // parses (older version) is dropped rather than fatal.
-            match checks::CheckSpec::parse(&c) {
-                Ok(spec) => {
-                    t.put_check(c, spec, Source::Api, now);
-                    n += 1;
+            for (id, r) in &saved.sidecars {
+                t.set_sidecar_of(id, &r.parent);
+            }
+            let mut n = 0;
+            for c in saved.checks {
+                if !c.service_id.is_empty() && t.live_service(&c.service_id).is_none() {
+                    continue;
                 }
-                Err(e) => tracing::warn!(error = %e, "stored check dropped"),
+                // Stored checks were valid when registered; one that no longer
+                // parses (older version) is dropped rather than fatal.
+                match checks::CheckSpec::parse(&c) {
+                    Ok(spec) => {
+                        t.put_check(c, spec, Source::Api, now);
+                        n += 1;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "stored check dropped"),
+                }
             }
-        }
-        for def in from_dir.services {
-            t.put_service(def.service, def.checks, Source::Config, false, now);
-        }
-        for (c, spec) in from_dir.checks {
-            t.put_check(c, spec, Source::Config, now);
-        }
-        (t.services.len(), n)
-    });
+            for def in from_dir.services {
+                // A config-dir sidecar gets the port it had before a restart.
+                let hint = def
+                    .sidecar
+                    .as_ref()
+                    .and_then(|s| saved.sidecars.get(&s.service.id))
+                    .map(|r| r.port);
+                t.put_definition(def, Source::Config, false, now, hint)?;
+            }
+            for (c, spec) in from_dir.checks {
+                t.put_check(c, spec, Source::Config, now);
+            }
+            Ok::<_, Error>((t.services.len(), n))
+        })
+        .map_err(|e| anyhow::anyhow!("--config-dir: {e}"))?;
     tracing::info!(
         node = %agent.config.node,
         services = restored.0,

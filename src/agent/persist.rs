@@ -1,12 +1,15 @@
 //! The agent's data dir: its node id and the services and checks registered
 //! through the API (with check status and output), so a restarted agent
 //! comes back with them. Definitions from `--config-dir` are not kept here:
-//! they are read from the directory at every start.
+//! they are read from the directory at every start. Every sidecar's parent
+//! and port are kept (config-dir ones too), so a restarted agent knows
+//! which services are sidecars and gives them the ports they had.
 //!
 //! One JSON file, replaced atomically (write a temporary file, fsync it,
 //! rename it over the old one, fsync the directory): a crash leaves either
 //! the old state or the new, never a torn file.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -23,6 +26,15 @@ pub struct Persisted {
     pub node_id: String,
     pub services: Vec<NodeService>,
     pub checks: Vec<HealthCheck>,
+    /// Sidecar service ID → its parent and port.
+    pub sidecars: BTreeMap<String, SidecarRecord>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct SidecarRecord {
+    pub parent: String,
+    pub port: u16,
 }
 
 fn path(dir: &Path) -> PathBuf {
@@ -74,9 +86,21 @@ mod tests {
                 status: "passing".into(),
                 ..Default::default()
             }],
+            sidecars: [(
+                "web-sidecar-proxy".to_string(),
+                SidecarRecord {
+                    parent: "web".into(),
+                    port: 21000,
+                },
+            )]
+            .into_iter()
+            .collect(),
         };
         save(dir.path(), &state).unwrap();
         assert_eq!(load(dir.path()).unwrap(), Some(state));
+        // A file written before sidecars were kept still loads.
+        std::fs::write(dir.path().join(FILE), r#"{"NodeID": "old"}"#).unwrap();
+        assert_eq!(load(dir.path()).unwrap().unwrap().node_id, "old");
         std::fs::write(dir.path().join(FILE), "{not json").unwrap();
         assert!(load(dir.path()).is_err());
     }

@@ -109,6 +109,7 @@ pub fn reconcile(t: &mut Tables, remote: &Remote) -> bool {
                     source: Source::Api,
                     deleted: true,
                     mark,
+                    sidecar_of: None,
                 },
             );
         }

@@ -187,6 +187,9 @@ const DEFINITION_FIELDS: &[&str] = &[
     "TTL",
     "Interval",
     "Timeout",
+    "SuccessBeforePassing",
+    "FailuresBeforeWarning",
+    "FailuresBeforeCritical",
 ];
 
 fn check_type(def: &Map<String, Value>) -> &'static str {
