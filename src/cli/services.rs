@@ -279,14 +279,14 @@ pub fn service_definition_to_register(
     svc.insert("ID".into(), Value::String(id.clone()));
 
     let mut defs: Vec<Value> = Vec::new();
-    match svc.remove("Check") {
-        // Repeated `check { ... }` blocks in HCL come as a list.
-        Some(Value::Array(cs)) => defs.extend(cs),
-        Some(c) => defs.push(c),
-        None => {}
-    }
-    if let Some(Value::Array(cs)) = svc.remove("Checks") {
-        defs.extend(cs);
+    for key in ["Check", "Checks"] {
+        match svc.remove(key) {
+            // Repeated `check { ... }` blocks in HCL come as a list, a
+            // single `checks { ... }` block as one object.
+            Some(Value::Array(cs)) => defs.extend(cs),
+            Some(Value::Null) | None => {}
+            Some(c) => defs.push(c),
+        }
     }
     let many = defs.len() > 1;
     let mut checks = Vec::new();
@@ -464,6 +464,26 @@ mod tests {
         );
         assert_eq!(checks[1]["Status"], "passing");
         assert_eq!(checks[1]["ServiceID"], "web");
+    }
+
+    #[test]
+    fn a_single_hcl_checks_block_is_one_check() {
+        let hcl = r#"
+            service {
+              name = "web"
+              port = 80
+              checks {
+                ttl = "10s"
+              }
+            }
+        "#;
+        let doc = super::super::config::parse_json_or_hcl(hcl, "web.hcl").unwrap();
+        let svc = services_of(doc).unwrap().into_iter().next().unwrap();
+        let req = service_definition_to_register(svc, "n1").unwrap();
+        let checks = req["Checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 1, "{req}");
+        assert_eq!(checks[0]["CheckID"], "service:web");
+        assert_eq!(checks[0]["Definition"]["TTL"], "10s");
     }
 
     #[test]
