@@ -12,6 +12,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::raft::cluster::Cluster;
+use openraft::RaftLogReader;
+use openraft::async_runtime::WatchReceiver;
 use openraft::storage::RaftLogStorage;
 
 use crate::raft::log_store::LogStore;
@@ -146,8 +148,8 @@ impl Server {
         } = parts;
         // A store that ever held a vote or an entry belongs to a cluster: it
         // rejoins and never bootstraps.
-        let used =
-            log.read_vote().await?.is_some() || log.get_log_state().await?.last_log_id.is_some();
+        let used = log.get_log_reader().await.read_vote().await?.is_some()
+            || log.get_log_state().await?.last_log_id.is_some();
         if let SnapshotStore::Dir(dir) = &snapshots {
             std::fs::create_dir_all(dir)?;
         }
@@ -270,7 +272,13 @@ impl Server {
             // BUG (deliberate): trusts the local belief in leadership.
             return Ok(());
         }
-        match tokio::time::timeout(LEADER_HOLD, self.raft.ensure_linearizable()).await {
+        match tokio::time::timeout(
+            LEADER_HOLD,
+            self.raft
+                .ensure_linearizable(openraft::ReadPolicy::ReadIndex),
+        )
+        .await
+        {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(Error::LeadershipLost),
             Err(_) => Err(Error::NoLeader),

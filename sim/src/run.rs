@@ -198,6 +198,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .max_message_latency(Duration::from_millis(5))
         .simulation_duration(Duration::from_secs(600))
         .build();
+    // openraft's own random draws (the first tick's phase) come from this
+    // thread's generator: seeded, they replay with the run.
+    cairn::raft::runtime::seed_rng(seed);
 
     let n = scenario.servers;
     let names: Vec<String> = (0..n).map(server_name).collect();
@@ -328,7 +331,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         if now.as_millis() % 50 == 0 {
             for (i, slot) in slots.iter().enumerate() {
                 if let Some(s) = slot.lock().unwrap().as_ref() {
-                    let m = s.raft.metrics().borrow().clone();
+                    let m = s.cluster.metrics();
                     let seen = (m.current_leader, m.current_term);
                     if seen != leaders[i] {
                         leaders[i] = seen;
@@ -573,10 +576,7 @@ fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bo
             .filter_map(|s| s.lock().unwrap().clone())
             .collect();
         if servers.len() == slots.len() {
-            let metrics: Vec<_> = servers
-                .iter()
-                .map(|s| s.raft.metrics().borrow().clone())
-                .collect();
+            let metrics: Vec<_> = servers.iter().map(|s| s.cluster.metrics()).collect();
             let last = metrics[0].last_log_index;
             let same = metrics.iter().all(|m| {
                 m.last_log_index == last

@@ -298,7 +298,7 @@ pub async fn subscriber(
     until: Duration,
     log: StreamLog,
 ) -> turmoil::Result {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_0F_5EED);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED);
     // The index the subscriber's view is complete up to.
     let mut cursor = 0u64;
     while turmoil::sim_elapsed().unwrap_or_default() < until {

@@ -13,10 +13,10 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::mpsc;
 
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{Entry, ErrorSubject, ErrorVerb, RaftLogReader, Vote};
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
 
-use super::{LogId, NodeId, StorageError, TypeConfig, io_err};
+use super::{Entry, LogId, StorageError, TypeConfig, Vote, io_err};
 
 const VOTE: &[u8] = b"vote";
 const PURGED: &[u8] = b"last_purged";
@@ -27,7 +27,7 @@ pub struct LogStore {
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
-    flusher: mpsc::Sender<LogFlushed<TypeConfig>>,
+    flusher: mpsc::Sender<IOFlushed<TypeConfig>>,
     /// sled's file, for `fdatasync` after its flush.
     file: std::sync::Arc<std::fs::File>,
 }
@@ -37,17 +37,17 @@ fn key(index: u64) -> [u8; 8] {
 }
 
 fn read_err(e: impl std::fmt::Display) -> StorageError {
-    io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
+    io_err("reading the raft log", e)
 }
 
 fn write_err(e: impl std::fmt::Display) -> StorageError {
-    io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
+    io_err("writing the raft log", e)
 }
 
 impl LogStore {
     /// `db_dir` is the directory sled was opened in (its file is synced).
     pub fn new(db: &sled::Db, db_dir: &std::path::Path) -> anyhow::Result<Self> {
-        let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
+        let (tx, rx) = mpsc::channel::<IOFlushed<TypeConfig>>();
         let flush_db = db.clone();
         let file = std::sync::Arc::new(
             std::fs::OpenOptions::new()
@@ -72,7 +72,7 @@ impl LogStore {
                             Ok(()) => Ok(()),
                             Err(e) => Err(std::io::Error::other(e.to_string())),
                         };
-                        cb.log_io_completed(r);
+                        cb.io_completed(r);
                     }
                 }
             })?;
@@ -117,10 +117,10 @@ impl LogStore {
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError> {
+    ) -> Result<Vec<Entry>, StorageError> {
         let start = match range.start_bound() {
             Bound::Included(i) => *i,
             Bound::Excluded(i) => i + 1,
@@ -138,6 +138,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         }
         Ok(out)
     }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.get_meta(VOTE)
+    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
@@ -147,7 +151,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged: Option<LogId> = self.get_meta(PURGED)?;
         let last = match self.log.last().map_err(read_err)? {
             Some((_, v)) => {
-                let e: Entry<TypeConfig> = bincode::deserialize(&v).map_err(read_err)?;
+                let e: Entry = bincode::deserialize(&v).map_err(read_err)?;
                 Some(e.log_id)
             }
             None => last_purged,
@@ -162,16 +166,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.put_meta(VOTE, vote)?;
         self.sync()
             .await
-            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))?;
+            .map_err(|e| io_err("saving the vote", e))?;
         Ok(())
-    }
-
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        self.get_meta(VOTE)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
@@ -185,11 +185,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
+        callback: IOFlushed<TypeConfig>,
     ) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
     {
         let mut batch = sled::Batch::default();
         for e in entries {
@@ -203,9 +203,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
+        let from = last.map_or(0, |l| l.index + 1);
         let mut batch = sled::Batch::default();
-        for item in self.log.range(key(log_id.index)..) {
+        for item in self.log.range(key(from)..) {
             let (k, _) = item.map_err(write_err)?;
             batch.remove(k);
         }
