@@ -112,7 +112,7 @@ impl Server {
         let parts = ServerParts {
             id: node_id(&db)?,
             raft_config: raft_config(config.snapshot_threshold),
-            log: LogStore::new(&db, &db_dir)?,
+            log: LogStore::open(&db, &db_dir, &config.data_dir.join("raft-log"))?,
             persist: Box::new(SledBackend::new(&db)?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),

@@ -114,7 +114,8 @@ mod storage_suite {
                 .path(dir.path().join("db"))
                 .open()
                 .expect("sled");
-            let log = LogStore::new(&db, &dir.path().join("db")).expect("log store");
+            let log = LogStore::open(&db, &dir.path().join("db"), &dir.path().join("log"))
+                .expect("log store");
             let store = Arc::new(
                 Store::open(Box::new(SledBackend::new(&db).expect("tree"))).expect("store"),
             );
