@@ -55,7 +55,10 @@ struct Proposal {
 }
 
 /// Batches proposed at once; writes arriving meanwhile wait and go together.
-const BATCHES_IN_FLIGHT: usize = 4;
+/// Measured with openraft 0.10 (A/B, 1-256 writers): each client write as
+/// its own entry costs ~25% more CPU per write at 256 writers; 8 in flight
+/// lets 16 writers go nearly unbatched and still batches at 256.
+const BATCHES_IN_FLIGHT: usize = 8;
 /// The most client writes in one Raft entry.
 const MAX_BATCH: usize = 256;
 
@@ -211,11 +214,12 @@ impl Server {
     /// Commits a command through Raft and returns what the state machine
     /// answered. Only the leader can; waits up to `LEADER_HOLD` for one.
     ///
-    /// Writes that arrive while earlier ones are being committed are proposed
-    /// together as one `Command::Batch` entry: openraft 0.9 appends and
-    /// fsyncs every entry on its own before taking the next client write, so
-    /// under concurrency one entry per write would cost one fsync per write.
-    /// A lone writer is proposed at once, as its own entry.
+    /// Writes that arrive while `BATCHES_IN_FLIGHT` earlier batches are
+    /// being committed are proposed together as one `Command::Batch` entry.
+    /// openraft 0.10 already group-commits entries (one append and one fsync
+    /// for all it has queued), so this only saves the per-entry costs
+    /// (encoding, log records, apply and publish per entry): ~25% of the CPU
+    /// per write at 256 writers. A lone writer is proposed at once.
     pub async fn write(&self, cmd: Command) -> Result<Response> {
         #[cfg(feature = "bug-ack-before-commit")]
         if let Some(r) = self.bug_ack_before_commit(&cmd).await {
