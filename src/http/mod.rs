@@ -336,11 +336,14 @@ pub async fn blocking<T>(
     let jitter = opts.wait.as_millis() as u64 / 16;
     let wait = opts.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
     let deadline = tokio::time::Instant::now() + wait;
+    // Subscribed once: a receiver that woke keeps its place, so a wake that
+    // does not move the index waits on the same channels (10,000 watchers
+    // of one key woken at once do not queue on the watch map's lock again).
+    let mut rxs: Vec<_> = match &watch {
+        Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
+        Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
+    };
     loop {
-        let mut rxs = match &watch {
-            Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
-            Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
-        };
         let (index, value) = read(&s.store.state());
         if index > opts.index || tokio::time::Instant::now() >= deadline {
             return Ok((index, value));

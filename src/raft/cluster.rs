@@ -108,7 +108,9 @@ impl Cluster {
 
     /// The leader as this server knows it.
     pub fn leader(&self) -> Option<(NodeId, ServerNode)> {
-        let m = self.metrics();
+        // Borrowed, not cloned: every read answer asks (X-Consul-KnownLeader).
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?.clone();
         Some((id, node))
