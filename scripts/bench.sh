@@ -193,7 +193,8 @@ l=$(load1)
 LP=$(leader_pid)
 rss0=$(rss_kib "$LP")
 if [ "$CATALOG" = 1 ]; then
-  run "register $RSS_N" register --addrs "$CAIRN_HTTP" --clients 64 --count "$RSS_N" >/dev/null
+  # Numbered past the throughput row's instances: every one is new.
+  run "register $RSS_N" register --addrs "$CAIRN_HTTP" --clients 64 --count "$RSS_N" --start 100000000 >/dev/null
   sleep 2
   rss1=$(rss_kib "$LP")
   note "leader RSS with $RSS_N service instances" \

@@ -254,13 +254,18 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
         });
     }
-    let stream_log: StreamLog = Arc::default();
-    {
-        // Follows the stream past the workload's end, to catch up.
-        let (ips, log) = (ips.clone(), stream_log.clone());
+    // Two subscribers follow the stream past the workload's end, to catch
+    // up: one stays 0.3-3 s on a server, the other hops every 50-600 ms, so
+    // it often lands on a server still catching up (after a restart or a
+    // partition) while it holds a later index than that server.
+    let subscribers: [(&str, std::ops::Range<u64>); 2] =
+        [("subscriber", 300..3000), ("hopper", 50..600)];
+    let stream_logs: Vec<StreamLog> = subscribers.iter().map(|_| Arc::default()).collect();
+    for ((name, stay), log) in subscribers.iter().zip(&stream_logs) {
+        let (ips, log, stay) = (ips.clone(), log.clone(), stay.clone());
         let until = workload_end + Duration::from_secs(4);
-        sim.client("subscriber", async move {
-            workload::subscriber(seed, ips, until, log).await
+        sim.client(*name, async move {
+            workload::subscriber(seed, ips, until, stay, log).await
         });
     }
     {
@@ -274,7 +279,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let mut hosts: Vec<String> = names.clone();
     hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
     hosts.push("checker".into());
-    hosts.push("subscriber".into());
+    hosts.extend(subscribers.iter().map(|(name, _)| name.to_string()));
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
@@ -397,9 +402,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     if let Some(s) = servers.first() {
         checks::check_history(&history, &s.store.state(), &mut report);
     }
-    let stream_log = stream_log.lock().unwrap().clone();
-    stream_log.hash(&mut trace);
-    report.stream = check_stream(&stream_log, &truth.lock().unwrap());
+    for log in &stream_logs {
+        let log = log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        report
+            .stream
+            .add(check_stream(&log, &truth.lock().unwrap()));
+    }
     report
         .failures
         .extend(report.stream.failures.iter().cloned());

@@ -61,6 +61,19 @@ fn diff(expected: &View, got: &View) -> String {
     out.join("; ")
 }
 
+impl StreamStats {
+    /// Adds another subscriber's figures and failures.
+    pub fn add(&mut self, o: StreamStats) {
+        self.connects += o.connects;
+        self.resumes += o.resumes;
+        self.snapshots += o.snapshots;
+        self.restarts += o.restarts;
+        self.events += o.events;
+        self.indexes += o.indexes;
+        self.failures.extend(o.failures);
+    }
+}
+
 pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
     let mut st = StreamStats::default();
     st.failures.extend(truth.conflicts.iter().cloned());
