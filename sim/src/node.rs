@@ -93,6 +93,8 @@ pub fn raft_config(election_timeout: u64, snapshot_threshold: u64) -> openraft::
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
         max_in_snapshot_log_to_keep: snapshot_threshold / 4,
         purge_batch_size: 16,
+        // As cairn::raft::raft_config: a restarted leader stands for election.
+        enable_leader_restore: Some(false),
         ..Default::default()
     }
 }

@@ -84,6 +84,11 @@ pub fn raft_config(snapshot_threshold: u64) -> openraft::Config {
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
         max_in_snapshot_log_to_keep: (snapshot_threshold / 10).min(1_000),
         purge_batch_size: (snapshot_threshold / 4).clamp(1, 1024),
+        // openraft 0.10 lets a restarted leader resume leading without an
+        // election by default; its docs warn that this is unsafe when the
+        // state machine is not flushed by apply and the committed id is not
+        // persisted, which is cairn's case (the log is the durable record).
+        enable_leader_restore: Some(false),
         ..Default::default()
     }
 }
