@@ -29,7 +29,9 @@
 //!
 //! Determinism needs `--cfg tokio_unstable` (set in `.cargo/config.toml`):
 //! with it turmoil seeds each host's tokio runtime, whose RNG decides which
-//! ready branch an unbiased `tokio::select!` takes (openraft has some).
+//! ready branch an unbiased `tokio::select!` takes (openraft has some). And
+//! openraft draws random numbers of its own (the first tick's phase):
+//! `run` seeds them from the run's seed (`cairn::raft::runtime::seed_rng`).
 
 pub mod checks;
 pub mod linearizability;

@@ -24,9 +24,9 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::raft::{LogId, NodeId, StorageError, TypeConfig};
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{Entry, RaftLogReader, Vote};
+use cairn::raft::{Entry, LogId, StorageError, TypeConfig, Vote};
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
 
 /// How long a group commit takes: long enough for a crash to land between
 /// an append and its flush.
@@ -34,20 +34,20 @@ const FLUSH_DELAY: Duration = Duration::from_millis(2);
 
 #[derive(Clone, Default)]
 struct LogData {
-    vote: Option<Vote<NodeId>>,
+    vote: Option<Vote>,
     committed: Option<LogId>,
     purged: Option<LogId>,
-    log: BTreeMap<u64, Entry<TypeConfig>>,
+    log: BTreeMap<u64, Entry>,
 }
 
 /// One write, as it will reach the disk.
 enum Op {
-    Append(Vec<Entry<TypeConfig>>),
+    Append(Vec<Entry>),
     /// Remove entries from this index on.
     Truncate(u64),
     Purge(LogId),
     Committed(Option<LogId>),
-    Vote(Vote<NodeId>),
+    Vote(Vote),
 }
 
 impl LogData {
@@ -92,7 +92,7 @@ struct Cache {
     /// Written to `mem`, not yet to the disk.
     pending: Vec<Op>,
     /// Append callbacks waiting for the flush in progress.
-    waiting: Vec<LogFlushed<TypeConfig>>,
+    waiting: Vec<IOFlushed<TypeConfig>>,
     flush_scheduled: bool,
 }
 
@@ -126,7 +126,7 @@ impl MemLogStore {
 
     /// Writes every pending operation to the disk; returns the callbacks
     /// that waited for it.
-    fn flush(&self) -> Vec<LogFlushed<TypeConfig>> {
+    fn flush(&self) -> Vec<IOFlushed<TypeConfig>> {
         let mut c = self.cache.lock().unwrap();
         let mut disk = self.disk.0.lock().unwrap();
         for op in c.pending.drain(..) {
@@ -138,10 +138,10 @@ impl MemLogStore {
 }
 
 impl RaftLogReader<TypeConfig> for MemLogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry<TypeConfig>>, StorageError> {
+    ) -> Result<Vec<Entry>, StorageError> {
         let c = self.cache.lock().unwrap();
         let start = match range.start_bound() {
             Bound::Included(i) => Bound::Included(*i),
@@ -158,6 +158,10 @@ impl RaftLogReader<TypeConfig> for MemLogStore {
             .range((start, end))
             .map(|(_, e)| e.clone())
             .collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(self.cache.lock().unwrap().mem.vote)
     }
 }
 
@@ -182,17 +186,13 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.write(Op::Vote(*vote), Op::Vote(*vote));
         // Durable before returning; callbacks still wait for their own flush.
         let cbs = self.flush();
         self.cache.lock().unwrap().waiting.extend(cbs);
         self.schedule_flush();
         Ok(())
-    }
-
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        Ok(self.cache.lock().unwrap().mem.vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
@@ -207,11 +207,11 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
+        callback: IOFlushed<TypeConfig>,
     ) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
     {
         let entries: Vec<_> = entries.into_iter().collect();
         self.write(Op::Append(entries.clone()), Op::Append(entries));
@@ -220,8 +220,9 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
         Ok(())
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.write(Op::Truncate(log_id.index), Op::Truncate(log_id.index));
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
+        let from = last.map_or(0, |l| l.index + 1);
+        self.write(Op::Truncate(from), Op::Truncate(from));
         let cbs = self.flush();
         self.cache.lock().unwrap().waiting.extend(cbs);
         self.schedule_flush();
@@ -248,7 +249,7 @@ impl MemLogStore {
         tokio::spawn(async move {
             tokio::time::sleep(FLUSH_DELAY).await;
             for cb in me.flush() {
-                cb.log_io_completed(Ok(()));
+                cb.io_completed(Ok(()));
             }
         });
     }

@@ -81,8 +81,8 @@ impl Default for Disk {
 pub type Slot = Arc<Mutex<Option<Arc<Server>>>>;
 
 /// Raft timing for the simulation: a fixed election timeout per server and
-/// life, drawn from the seed, so openraft's own random draw (its runtime's
-/// `thread_rng`) has a range of one value and cannot break determinism.
+/// life, drawn from the seed (openraft's own draws, seeded by `run`, then
+/// have a range of one value here).
 pub fn raft_config(election_timeout: u64, snapshot_threshold: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "cairn-sim".into(),
@@ -93,6 +93,8 @@ pub fn raft_config(election_timeout: u64, snapshot_threshold: u64) -> openraft::
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_threshold),
         max_in_snapshot_log_to_keep: snapshot_threshold / 4,
         purge_batch_size: 16,
+        // As cairn::raft::raft_config: a restarted leader stands for election.
+        enable_leader_restore: Some(false),
         ..Default::default()
     }
 }

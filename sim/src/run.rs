@@ -198,6 +198,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .max_message_latency(Duration::from_millis(5))
         .simulation_duration(Duration::from_secs(600))
         .build();
+    // openraft's own random draws (the first tick's phase) come from this
+    // thread's generator: seeded, they replay with the run.
+    cairn::raft::runtime::seed_rng(seed);
 
     let n = scenario.servers;
     let names: Vec<String> = (0..n).map(server_name).collect();
@@ -251,13 +254,18 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
         });
     }
-    let stream_log: StreamLog = Arc::default();
-    {
-        // Follows the stream past the workload's end, to catch up.
-        let (ips, log) = (ips.clone(), stream_log.clone());
+    // Two subscribers follow the stream past the workload's end, to catch
+    // up: one stays 0.3-3 s on a server, the other hops every 50-600 ms, so
+    // it often lands on a server still catching up (after a restart or a
+    // partition) while it holds a later index than that server.
+    let subscribers: [(&str, std::ops::Range<u64>); 2] =
+        [("subscriber", 300..3000), ("hopper", 50..600)];
+    let stream_logs: Vec<StreamLog> = subscribers.iter().map(|_| Arc::default()).collect();
+    for ((name, stay), log) in subscribers.iter().zip(&stream_logs) {
+        let (ips, log, stay) = (ips.clone(), log.clone(), stay.clone());
         let until = workload_end + Duration::from_secs(4);
-        sim.client("subscriber", async move {
-            workload::subscriber(seed, ips, until, log).await
+        sim.client(*name, async move {
+            workload::subscriber(seed, ips, until, stay, log).await
         });
     }
     {
@@ -271,7 +279,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let mut hosts: Vec<String> = names.clone();
     hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
     hosts.push("checker".into());
-    hosts.push("subscriber".into());
+    hosts.extend(subscribers.iter().map(|(name, _)| name.to_string()));
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
@@ -328,7 +336,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         if now.as_millis() % 50 == 0 {
             for (i, slot) in slots.iter().enumerate() {
                 if let Some(s) = slot.lock().unwrap().as_ref() {
-                    let m = s.raft.metrics().borrow().clone();
+                    let m = s.cluster.metrics();
                     let seen = (m.current_leader, m.current_term);
                     if seen != leaders[i] {
                         leaders[i] = seen;
@@ -394,9 +402,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     if let Some(s) = servers.first() {
         checks::check_history(&history, &s.store.state(), &mut report);
     }
-    let stream_log = stream_log.lock().unwrap().clone();
-    stream_log.hash(&mut trace);
-    report.stream = check_stream(&stream_log, &truth.lock().unwrap());
+    for log in &stream_logs {
+        let log = log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        report
+            .stream
+            .add(check_stream(&log, &truth.lock().unwrap()));
+    }
     report
         .failures
         .extend(report.stream.failures.iter().cloned());
@@ -573,10 +585,7 @@ fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bo
             .filter_map(|s| s.lock().unwrap().clone())
             .collect();
         if servers.len() == slots.len() {
-            let metrics: Vec<_> = servers
-                .iter()
-                .map(|s| s.raft.metrics().borrow().clone())
-                .collect();
+            let metrics: Vec<_> = servers.iter().map(|s| s.cluster.metrics()).collect();
             let last = metrics[0].last_log_index;
             let same = metrics.iter().all(|m| {
                 m.last_log_index == last

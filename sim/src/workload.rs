@@ -296,14 +296,15 @@ pub async fn subscriber(
     seed: u64,
     servers: Vec<IpAddr>,
     until: Duration,
+    stay_ms: std::ops::Range<u64>,
     log: StreamLog,
 ) -> turmoil::Result {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED ^ stay_ms.start);
     // The index the subscriber's view is complete up to.
     let mut cursor = 0u64;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let server = rng.gen_range(0..servers.len());
-        let stay = Duration::from_millis(rng.gen_range(300..3000));
+        let stay = Duration::from_millis(rng.gen_range(stay_ms.clone()));
         let leave_at = turmoil::sim_elapsed().unwrap_or_default() + stay;
         let addr = SocketAddr::new(servers[server], API_PORT);
         let connected = tokio::time::timeout(Duration::from_secs(1), async {

@@ -104,6 +104,10 @@ enum Cmd {
         /// Instances per node.
         #[arg(long, default_value_t = 100)]
         per_node: u64,
+        /// Number of the first instance (runs that must not re-register
+        /// an earlier run's instances start past them).
+        #[arg(long, default_value_t = 0)]
+        start: u64,
     },
     /// Loads KV entries through `PUT /v1/txn`, `batch` sets per transaction.
     Fill {
@@ -525,7 +529,7 @@ async fn cmd_read(c: Common, mode: ReadMode) -> Result<()> {
     run_load(&leader, &c, next, &format!("{system:?} read {mode:?}")).await
 }
 
-async fn cmd_register(c: Common, count: Option<u64>, per_node: u64) -> Result<()> {
+async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) -> Result<()> {
     let leader = find_leader(System::Cairn, &c.addrs).await?;
     let mut probe = Conn::new(&leader);
     let op = register_op(u64::MAX / 2, 1);
@@ -544,7 +548,7 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64) -> Result<()
         .await;
     match count {
         None => {
-            let counter = Arc::new(AtomicU64::new(0));
+            let counter = Arc::new(AtomicU64::new(start));
             let next = Arc::new(move |_, _| {
                 register_op(counter.fetch_add(1, Ordering::Relaxed), per_node)
             });
@@ -557,7 +561,7 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64) -> Result<()
                 seconds: 600.0,
                 ..c
             };
-            let counter = Arc::new(AtomicU64::new(0));
+            let counter = Arc::new(AtomicU64::new(start));
             let next = Arc::new(move |_, _| {
                 register_op(counter.fetch_add(1, Ordering::Relaxed), per_node)
             });
@@ -801,7 +805,8 @@ fn main() -> Result<()> {
                 common,
                 count,
                 per_node,
-            } => cmd_register(common, count, per_node).await,
+                start,
+            } => cmd_register(common, count, per_node, start).await,
             Cmd::Fill {
                 addrs,
                 entries,

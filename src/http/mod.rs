@@ -344,11 +344,14 @@ pub async fn blocking<T>(
     }
     crate::metrics::BLOCKING_QUERIES.inc();
     let deadline = opts.deadline();
+    // Subscribed once: a receiver that woke keeps its place, so a wake that
+    // does not move the index waits on the same channels (10,000 watchers
+    // of one key woken at once do not queue on the watch map's lock again).
+    let mut rxs: Vec<_> = match &watch {
+        Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
+        Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
+    };
     loop {
-        let mut rxs = match &watch {
-            Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
-            Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
-        };
         let (index, value) = read(&s.store.state());
         if index > opts.index || tokio::time::Instant::now() >= deadline {
             return Ok((index, value));

@@ -45,7 +45,7 @@ async fn peers(State(s): State<App>) -> Response {
 
 async fn configuration(State(s): State<App>) -> Response {
     let leader = s.cluster.leader().map(|(id, _)| id);
-    let m = s.raft.metrics().borrow().clone();
+    let m = s.cluster.metrics();
     let servers: Vec<Value> = s
         .cluster
         .members()
@@ -91,7 +91,7 @@ fn member_json(s: &App, name: &str, addr: &str) -> Value {
 }
 
 async fn agent_self(State(s): State<App>) -> Response {
-    let m = s.raft.metrics().borrow().clone();
+    let m = s.cluster.metrics();
     axum::Json(json!({
         "Config": {
             "Datacenter": s.config.datacenter,
@@ -130,7 +130,7 @@ async fn members(State(s): State<App>) -> Response {
 }
 
 async fn metrics(State(s): State<App>) -> Response {
-    let m = s.raft.metrics().borrow().clone();
+    let m = s.cluster.metrics();
     let st = s.store.state();
     let gauges = [
         (

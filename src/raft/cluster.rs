@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
+use openraft::async_runtime::WatchReceiver;
 
 use super::network::{Conn, Connect, Formation, Hello, Reply, Request};
 use super::{NodeId, Raft, ServerNode};
@@ -74,9 +75,19 @@ impl Cluster {
         }
     }
 
+    /// What Raft reports now (leader, term, indexes, membership).
+    pub fn metrics(&self) -> openraft::RaftMetrics<super::TypeConfig> {
+        self.raft.metrics().borrow_watched().clone()
+    }
+
     /// The servers in the current membership (voters and learners).
     pub fn members(&self) -> Vec<(NodeId, ServerNode, bool)> {
-        let m = self.raft.metrics().borrow().membership_config.clone();
+        let m = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .clone();
         let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
         m.membership()
             .nodes()
@@ -87,7 +98,7 @@ impl Cluster {
     pub fn is_initialized(&self) -> bool {
         self.raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .membership_config
             .membership()
             .voter_ids()
@@ -97,14 +108,16 @@ impl Cluster {
 
     /// The leader as this server knows it.
     pub fn leader(&self) -> Option<(NodeId, ServerNode)> {
-        let m = self.raft.metrics().borrow().clone();
+        // Borrowed, not cloned: every read answer asks (X-Consul-KnownLeader).
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?.clone();
         Some((id, node))
     }
 
     pub fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id)
+        self.raft.metrics().borrow_watched().current_leader == Some(self.id)
     }
 
     fn hello_msg(&self) -> Hello {

@@ -15,20 +15,23 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{NodeId, ServerNode, TypeConfig};
+use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Frames above this are refused: a snapshot chunk is a few MiB.
 const MAX_FRAME: usize = 64 << 20;
+
+/// A snapshot travels in chunks of this size (frames stay small, and each
+/// chunk gets its own timeout).
+const SNAPSHOT_CHUNK: usize = 4 << 20;
 
 /// What a server says about itself when servers look for each other.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,18 +47,29 @@ pub struct Hello {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
     Append(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Vote(VoteRequest<TypeConfig>),
+    /// A piece of a snapshot, sent in order on one connection; the receiver
+    /// installs it when `done`.
+    SnapshotChunk {
+        vote: Vote,
+        meta: SnapshotMeta,
+        offset: u64,
+        data: Vec<u8>,
+        done: bool,
+    },
     Hello(Hello),
     /// Add the sender to the cluster (answered by the leader).
     Join(NodeId, ServerNode),
 }
 
+/// Raft's answers carry a failure as text: the only failure the local Raft
+/// returns to a peer's RPC is that it is shutting down.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
-    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
-    Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    Append(Result<AppendEntriesResponse<TypeConfig>, String>),
+    Vote(Result<VoteResponse<TypeConfig>, String>),
+    /// `None`: chunk received, send the next one.
+    Snapshot(Result<Option<SnapshotResponse<TypeConfig>>, String>),
     Hello(Hello),
     Join(Result<(), String>),
 }
@@ -195,7 +209,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     }
 }
 
-fn unreachable<E: std::error::Error>(e: std::io::Error) -> RPCError<NodeId, ServerNode, E> {
+fn unreachable(e: std::io::Error) -> RPCError<TypeConfig> {
     if e.kind() == std::io::ErrorKind::ConnectionRefused || e.kind() == std::io::ErrorKind::TimedOut
     {
         RPCError::Unreachable(Unreachable::new(&e))
@@ -204,55 +218,78 @@ fn unreachable<E: std::error::Error>(e: std::io::Error) -> RPCError<NodeId, Serv
     }
 }
 
-fn unexpected<E: std::error::Error>() -> RPCError<NodeId, ServerNode, E> {
-    let e = std::io::Error::other("unexpected reply");
-    RPCError::Network(NetworkError::new(&e))
+fn network_err(e: impl std::fmt::Display) -> NetworkError<TypeConfig> {
+    NetworkError::new(&std::io::Error::other(e.to_string()))
 }
 
-impl RaftNetwork<TypeConfig> for Conn {
+impl RaftNetworkV2<TypeConfig> for Conn {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, ServerNode, RaftError<NodeId>>>
-    {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         match self.call(&Request::Append(rpc), option.hard_ttl()).await {
-            Ok(Reply::Append(r)) => {
-                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
-            }
-            Ok(_) => Err(unexpected()),
-            Err(e) => Err(unreachable(e)),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, ServerNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        match self.call(&Request::Snapshot(rpc), option.hard_ttl()).await {
-            Ok(Reply::Snapshot(r)) => {
-                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
-            }
-            Ok(_) => Err(unexpected()),
+            Ok(Reply::Append(Ok(r))) => Ok(r),
+            Ok(Reply::Append(Err(e))) => Err(RPCError::Network(network_err(e))),
+            Ok(_) => Err(RPCError::Network(network_err("unexpected reply"))),
             Err(e) => Err(unreachable(e)),
         }
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, ServerNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         match self.call(&Request::Vote(rpc), option.hard_ttl()).await {
-            Ok(Reply::Vote(r)) => {
-                r.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(0, e)))
-            }
-            Ok(_) => Err(unexpected()),
+            Ok(Reply::Vote(Ok(r))) => Ok(r),
+            Ok(Reply::Vote(Err(e))) => Err(RPCError::Network(network_err(e))),
+            Ok(_) => Err(RPCError::Network(network_err("unexpected reply"))),
             Err(e) => Err(unreachable(e)),
+        }
+    }
+
+    /// Sends the snapshot in chunks on this connection, each within the
+    /// RPC's time limit; stops when replication is closed.
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut cancel = std::pin::pin!(cancel);
+        let data = &snapshot.snapshot;
+        let mut offset = 0usize;
+        loop {
+            let end = (offset + SNAPSHOT_CHUNK).min(data.len());
+            let done = end == data.len();
+            let req = Request::SnapshotChunk {
+                vote,
+                meta: snapshot.meta.clone(),
+                offset: offset as u64,
+                data: data[offset..end].to_vec(),
+                done,
+            };
+            let reply = tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                r = self.call(&req, option.hard_ttl()) => r,
+            };
+            match reply {
+                Ok(Reply::Snapshot(Ok(Some(r)))) if done => return Ok(r),
+                Ok(Reply::Snapshot(Ok(None))) if !done => offset = end,
+                Ok(Reply::Snapshot(Err(e))) => return Err(network_err(e).into()),
+                Ok(_) => return Err(network_err("unexpected reply to a snapshot chunk").into()),
+                Err(e) => {
+                    return Err(match unreachable(e) {
+                        RPCError::Unreachable(u) => u.into(),
+                        RPCError::Network(n) => n.into(),
+                        other => network_err(other).into(),
+                    });
+                }
+            }
         }
     }
 }
@@ -281,16 +318,28 @@ pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, 
         let raft = raft.clone();
         let formation = formation.clone();
         tokio::spawn(async move {
+            // The snapshot being received on this connection: its meta and
+            // the bytes so far.
+            let mut receiving: Option<(SnapshotMeta, Vec<u8>)> = None;
             while let Ok(req) = read_frame::<Request>(&mut stream).await {
                 let reply = match req {
                     Request::Append(r) => {
                         crate::raft::cluster::touch_leader_contact();
-                        Reply::Append(raft.append_entries(r).await)
+                        Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
                     }
-                    Request::Vote(r) => Reply::Vote(raft.vote(r).await),
-                    Request::Snapshot(r) => {
+                    Request::Vote(r) => Reply::Vote(raft.vote(r).await.map_err(|e| e.to_string())),
+                    Request::SnapshotChunk {
+                        vote,
+                        meta,
+                        offset,
+                        data,
+                        done,
+                    } => {
                         crate::raft::cluster::touch_leader_contact();
-                        Reply::Snapshot(raft.install_snapshot(r).await)
+                        Reply::Snapshot(
+                            receive_chunk(&raft, &mut receiving, vote, meta, offset, data, done)
+                                .await,
+                        )
                     }
                     Request::Hello(h) => Reply::Hello(formation.hello(h).await),
                     Request::Join(id, node) => Reply::Join(formation.join(id, node).await),
@@ -301,4 +350,39 @@ pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, 
             }
         });
     }
+}
+
+/// Adds a chunk to the snapshot being received; installs it after the last.
+async fn receive_chunk(
+    raft: &super::Raft,
+    receiving: &mut Option<(SnapshotMeta, Vec<u8>)>,
+    vote: Vote,
+    meta: SnapshotMeta,
+    offset: u64,
+    data: Vec<u8>,
+    done: bool,
+) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
+    if offset == 0 {
+        *receiving = Some((meta.clone(), Vec::new()));
+    }
+    let Some((m, buf)) = receiving.as_mut() else {
+        return Err("snapshot chunk without its start".into());
+    };
+    if *m != meta || buf.len() as u64 != offset {
+        *receiving = None;
+        return Err("snapshot chunk out of order".into());
+    }
+    buf.extend_from_slice(&data);
+    if !done {
+        return Ok(None);
+    }
+    let (meta, bytes) = receiving.take().expect("checked above");
+    let snapshot = Snapshot {
+        meta,
+        snapshot: bytes,
+    };
+    raft.install_full_snapshot(vote, snapshot)
+        .await
+        .map(Some)
+        .map_err(|e| e.to_string())
 }

@@ -6,22 +6,21 @@
 //! Snapshots are files in the data dir, used to catch up far-behind servers
 //! (or, in the simulation, kept in memory: see `SnapshotStore`).
 
-use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    Entry, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, StoredMembership,
-};
+use futures_util::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
 
-use super::{LogId, NodeId, ServerNode, StorageError, TypeConfig, io_err};
+use super::{
+    LogId, Membership, Snapshot, SnapshotData, SnapshotMeta as Meta, StorageError, TypeConfig,
+    io_err,
+};
 use crate::state::persist::meta_key;
 use crate::state::{Response, State, Store, apply_command, snapshot};
 use crate::stream::Publisher;
 
-type Membership = StoredMembership<NodeId, ServerNode>;
-type Meta = SnapshotMeta<NodeId, ServerNode>;
 /// The last snapshot, held in memory.
 pub type SnapshotSlot = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
 
@@ -76,12 +75,12 @@ pub struct StateMachine {
     membership: Membership,
 }
 
-fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
-    io_err(ErrorSubject::StateMachine, verb, e)
+fn sm_err(e: impl std::fmt::Display) -> StorageError {
+    io_err("writing the state machine", e)
 }
 
 fn snap_err(e: impl std::fmt::Display) -> StorageError {
-    io_err(ErrorSubject::Snapshot(None), ErrorVerb::Write, e)
+    io_err("writing a snapshot", e)
 }
 
 impl StateMachine {
@@ -118,14 +117,11 @@ impl StateMachine {
         Ok(vec![
             (
                 meta_key("applied"),
-                Some(bincode::serialize(&self.applied).map_err(|e| sm_err(ErrorVerb::Write, e))?),
+                Some(bincode::serialize(&self.applied).map_err(sm_err)?),
             ),
             (
                 meta_key("membership"),
-                Some(
-                    bincode::serialize(&self.membership)
-                        .map_err(|e| sm_err(ErrorVerb::Write, e))?,
-                ),
+                Some(bincode::serialize(&self.membership).map_err(sm_err)?),
             ),
         ])
     }
@@ -154,7 +150,9 @@ fn save_snapshot(dir: &std::path::Path, meta: &Meta, data: &[u8]) -> Result<(), 
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = std::time::Instant::now();
         let state = self.state.clone();
         let data = match &self.snapshots {
@@ -164,14 +162,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 .map_err(snap_err)?,
             SnapshotStore::Memory(_) => snapshot::encode(&state).map_err(snap_err)?,
         };
-        let snapshot_id = match &self.applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index),
-            None => "empty".to_string(),
-        };
-        let meta = SnapshotMeta {
+        let meta = Meta {
             last_log_id: self.applied,
             last_membership: self.membership.clone(),
-            snapshot_id,
         };
         self.snapshots.save(&meta, &data).map_err(snap_err)?;
         tracing::info!(
@@ -182,55 +175,69 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         );
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: data,
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
         Ok((self.applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    /// Applies every entry the stream holds as one batch: one new state
+    /// version, one atomic sled batch, one hand-over to the publisher; then
+    /// answers each client write. An answer never precedes the sled batch.
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        Strm:
+            Stream<Item = Result<EntryResponder<TypeConfig>, StorageError>> + Unpin + OptionalSend,
     {
         let mut state = (*self.store.state()).clone();
-        let mut responses = Vec::new();
+        let mut answers = Vec::new();
         let mut sets = Vec::new();
         let mut versions = Vec::new();
-        for entry in entries {
+        let mut applied = 0u64;
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
             let index = entry.log_id.index;
-            self.applied = Some(entry.log_id);
-            match entry.payload {
-                EntryPayload::Blank => responses.push(Response::Ok),
+            applied += 1;
+            let response = match entry.payload {
+                EntryPayload::Blank => Response::Ok,
                 EntryPayload::Normal(cmd) => {
                     let (resp, set) = apply_command(&mut state, index, &cmd);
-                    responses.push(resp);
                     // Each event is built from the version its command made
                     // (cheap: the maps are shared, not copied).
                     versions.push(Arc::new(state.clone()));
                     sets.push(set);
+                    resp
                 }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), m);
-                    responses.push(Response::Ok);
+                    Response::Ok
                 }
-            }
+            };
+            self.applied = Some(entry.log_id);
             state.index = state.index.max(index);
+            if let Some(r) = responder {
+                answers.push((r, response));
+            }
+        }
+        if applied == 0 {
+            return Ok(());
         }
         let meta = self.meta_rows()?;
-        self.store
-            .commit(state, &sets, meta)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.store.commit(state, &sets, meta).map_err(sm_err)?;
         self.publisher
             .publish(sets.into_iter().zip(versions).collect());
-        crate::metrics::APPLIED.add(responses.len() as u64);
-        Ok(responses)
+        crate::metrics::APPLIED.add(applied);
+        for (r, response) in answers {
+            r.send(response);
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -242,36 +249,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, ServerNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &Meta,
+        data: SnapshotData,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
         let state = snapshot::decode(&data).map_err(snap_err)?;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         let rows = self.meta_rows()?;
         self.store.replace(state, rows).map_err(snap_err)?;
         self.publisher
-            .reset(meta.last_log_id.map(|l| l.index).unwrap_or(0));
+            .reset(meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0));
         self.snapshots.save(meta, &data).map_err(snap_err)?;
-        tracing::info!(index = ?meta.last_log_id.map(|l| l.index), bytes = data.len(), "installed snapshot");
+        tracing::info!(index = ?meta.last_log_id.as_ref().map(|l| l.index), bytes = data.len(), "installed snapshot");
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         Ok(self
             .snapshots
             .load()
             .map_err(snap_err)?
             .map(|(meta, data)| Snapshot {
                 meta,
-                snapshot: Box::new(Cursor::new(data)),
+                snapshot: data,
             }))
     }
 }

@@ -25,6 +25,16 @@ pub trait Persist: Send + Sync {
     /// emptied in the same step.
     fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()>;
     fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()>;
+    /// The rows whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
+        self.scan(&mut |k, v| {
+            if k.starts_with(prefix) {
+                f(k, v)
+            } else {
+                Ok(())
+            }
+        })
+    }
 }
 
 /// Called with each row of a scan, in key order.
@@ -158,49 +168,85 @@ fn be_u64(v: &[u8]) -> u64 {
 }
 
 /// Loads every table from the key space.
+///
+/// The KV table is read and built on a thread of its own while this one
+/// reads the others (the per-key indexes are as many rows as KV entries):
+/// a restart with a million entries spends its time decoding rows and
+/// inserting them into the maps, and the two halves take about as long.
 pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
-    let mut st = State::default();
-    let mut loaded = 0u64;
-    p.scan(&mut |k, v| {
-        let (tag, key) = (k[0], std::str::from_utf8(&k[1..]).context("row key")?);
-        match tag {
-            KV => {
-                let e: KvEntry = bincode::deserialize(v)?;
-                st.kv.insert(key.to_string(), Arc::new(e));
-            }
-            NODE => {
-                let n: Node = serde_json::from_slice(v)?;
-                st.nodes.insert(key.to_string(), Arc::new(n));
-            }
-            SERVICE => {
-                let s: NodeService = serde_json::from_slice(v)?;
-                let node = key.split('\0').next().unwrap_or_default().to_string();
-                st.services.insert((node, s.id.clone()), Arc::new(s));
-            }
-            CHECK => {
-                let c: HealthCheck = serde_json::from_slice(v)?;
-                st.checks
-                    .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
-            }
-            CONFIG => {
-                let e = super::config::from_stored(&serde_json::from_slice(v)?)?;
-                st.config
-                    .insert((e.kind(), e.name().to_string()), Arc::new(e));
-            }
-            INDEX => {
-                st.indexes.insert(key.to_string(), be_u64(v));
-            }
-            META if k == META_INDEX => st.index = be_u64(v),
-            META if k == META_CLUSTER => st.cluster_id = String::from_utf8_lossy(v).into_owned(),
-            _ => {}
-        }
-        loaded += 1;
-        if loaded.is_multiple_of(250_000) {
-            tracing::info!(rows = loaded, "loading state");
-        }
+    let started = std::time::Instant::now();
+    let (kv, mut st) = std::thread::scope(|scope| {
+        let kv = std::thread::Builder::new()
+            .name("load-kv".into())
+            .spawn_scoped(scope, || load_kv(p))
+            .map_err(anyhow::Error::from);
+        let rest = load_rest(p);
+        let kv = kv.and_then(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("loading the KV table panicked"))?
+        });
+        Ok::<_, anyhow::Error>((kv?, rest?))
+    })?;
+    st.kv = kv;
+    super::apply::reindex(&mut st);
+    tracing::info!(
+        kv = st.kv.len(),
+        indexes = st.indexes.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "state loaded"
+    );
+    Ok(st)
+}
+
+fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>> {
+    let mut kv = imbl::OrdMap::new();
+    p.scan_prefix(&[KV], &mut |k, v| {
+        let key = std::str::from_utf8(&k[1..]).context("row key")?;
+        let e: KvEntry = bincode::deserialize(v)?;
+        kv.insert(key.to_string(), Arc::new(e));
         Ok(())
     })?;
-    super::apply::reindex(&mut st);
+    Ok(kv)
+}
+
+/// Every table but KV.
+fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
+    let mut st = State::default();
+    for tag in [NODE, SERVICE, CHECK, CONFIG, INDEX, META] {
+        p.scan_prefix(&[tag], &mut |k, v| {
+            let key = std::str::from_utf8(&k[1..]).context("row key")?;
+            match tag {
+                NODE => {
+                    let n: Node = serde_json::from_slice(v)?;
+                    st.nodes.insert(key.to_string(), Arc::new(n));
+                }
+                SERVICE => {
+                    let s: NodeService = serde_json::from_slice(v)?;
+                    let node = key.split('\0').next().unwrap_or_default().to_string();
+                    st.services.insert((node, s.id.clone()), Arc::new(s));
+                }
+                CHECK => {
+                    let c: HealthCheck = serde_json::from_slice(v)?;
+                    st.checks
+                        .insert((c.node.clone(), c.check_id.clone()), Arc::new(c));
+                }
+                CONFIG => {
+                    let e = super::config::from_stored(&serde_json::from_slice(v)?)?;
+                    st.config
+                        .insert((e.kind(), e.name().to_string()), Arc::new(e));
+                }
+                INDEX => {
+                    st.indexes.insert(key.to_string(), be_u64(v));
+                }
+                META if k == META_INDEX => st.index = be_u64(v),
+                META if k == META_CLUSTER => {
+                    st.cluster_id = String::from_utf8_lossy(v).into_owned()
+                }
+                _ => {}
+            }
+            Ok(())
+        })?;
+    }
     Ok(st)
 }
 
@@ -242,6 +288,13 @@ impl Persist for SledBackend {
 
     fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()> {
         for kv in self.tree.iter() {
+            let (k, v) = kv?;
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+    fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
+        for kv in self.tree.scan_prefix(prefix) {
             let (k, v) = kv?;
             f(&k, &v)?;
         }
