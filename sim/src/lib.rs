@@ -24,8 +24,9 @@
 //!   seeds of both scenarios; a failing seed prints the command replaying it
 //!   (`--servers S --seed X`; `SIM_TRACE=1` prints leaders and operations).
 //! - `cargo test -p sim --release --features bug-ack-before-commit` (or
-//!   `bug-stale-read`): builds cairn with a deliberate bug and expects the
-//!   simulation to catch it within 20 seeds.
+//!   `bug-stale-read`, `bug-stream-back-in-time`; `make sim-bugs` runs all
+//!   three): builds cairn with a deliberate bug and expects the simulation
+//!   to catch it within 40 seeds.
 //!
 //! Determinism needs `--cfg tokio_unstable` (set in `.cargo/config.toml`):
 //! with it turmoil seeds each host's tokio runtime, whose RNG decides which

@@ -111,10 +111,13 @@ impl Report {
 
     /// The one command that replays this run.
     pub fn repro(&self) -> String {
+        // The build's injected bug, if any: the replay needs the same one.
         let features = if cfg!(feature = "bug-ack-before-commit") {
             " --features bug-ack-before-commit"
         } else if cfg!(feature = "bug-stale-read") {
             " --features bug-stale-read"
+        } else if cfg!(feature = "bug-stream-back-in-time") {
+            " --features bug-stream-back-in-time"
         } else {
             ""
         };

@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use sim::run::{Report, Scenario, run};
+use sim::run::{Scenario, run};
 
 /// Runs the tests one at a time, so that no run shares the process with
 /// another: tokio's task ids are process-wide, and a run once depended on
@@ -20,6 +20,11 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[cfg(not(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+)))]
 fn seeds() -> u64 {
     std::env::var("SIM_SEEDS")
         .ok()
@@ -27,10 +32,15 @@ fn seeds() -> u64 {
         .unwrap_or(if cfg!(debug_assertions) { 6 } else { 50 })
 }
 
+#[cfg(not(any(
+    feature = "bug-ack-before-commit",
+    feature = "bug-stale-read",
+    feature = "bug-stream-back-in-time"
+)))]
 fn run_many(servers: usize) {
     let _serial = serial();
     let scenario = Scenario::new(servers);
-    let mut failed: Vec<Report> = Vec::new();
+    let mut failed: Vec<sim::run::Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
     let mut stream = (0, 0, 0, 0, 0);
     for seed in 0..seeds() {
