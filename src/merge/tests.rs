@@ -204,7 +204,10 @@ fn transparent_proxy_fields_resolve_one_by_one() {
             json!({ "TransparentProxy": { "DialedDirectly": true } }),
         ),
     ];
-    let t = merged(&list, &sidecar(json!({}))).proxy.transparent_proxy;
+    let t = merged(&list, &sidecar(json!({})))
+        .proxy
+        .transparent_proxy
+        .clone();
     assert_eq!((t.outbound_listener_port, t.dialed_directly), (10101, true));
 
     let list = [
@@ -214,11 +217,14 @@ fn transparent_proxy_fields_resolve_one_by_one() {
             json!({ "TransparentProxy": { "OutboundListenerPort": 2020 } }),
         ),
     ];
-    let t = merged(&list, &sidecar(json!({}))).proxy.transparent_proxy;
+    let t = merged(&list, &sidecar(json!({})))
+        .proxy
+        .transparent_proxy
+        .clone();
     assert_eq!(t.outbound_listener_port, 2020);
 
     let reg = sidecar(json!({ "TransparentProxy": { "OutboundListenerPort": 808 } }));
-    let t = merged(&list, &reg).proxy.transparent_proxy;
+    let t = merged(&list, &reg).proxy.transparent_proxy.clone();
     assert_eq!(t.outbound_listener_port, 808);
 }
 
@@ -267,13 +273,13 @@ fn expose_paths_from_service_defaults_replace_proxy_defaults_and_registration_wi
             json!({ "Expose": { "Checks": true, "Paths": [ { "ListenerPort": 2, "Path": "/sd" } ] } }),
         ),
     ];
-    let e = merged(&list, &sidecar(json!({}))).proxy.expose;
+    let e = merged(&list, &sidecar(json!({}))).proxy.expose.clone();
     assert!(e.checks);
     assert_eq!(e.paths.len(), 1);
     assert_eq!(e.paths[0].path, "/sd");
 
     let reg = sidecar(json!({ "Expose": { "Paths": [ { "ListenerPort": 3, "Path": "/own" } ] } }));
-    let e = merged(&list, &reg).proxy.expose;
+    let e = merged(&list, &reg).proxy.expose.clone();
     assert!(e.checks, "checks still come from central config");
     assert_eq!(e.paths[0].path, "/own");
 }
@@ -283,7 +289,7 @@ fn access_logs_come_from_proxy_defaults_and_registration_fields_win() {
     let list = [pd(
         json!({ "AccessLogs": { "Enabled": true, "Type": "file", "Path": "/var/log/a" } }),
     )];
-    let l = merged(&list, &sidecar(json!({}))).proxy.access_logs;
+    let l = merged(&list, &sidecar(json!({}))).proxy.access_logs.clone();
     assert!(l.enabled);
     assert_eq!(
         (l.log_type.as_str(), l.path.as_str()),
@@ -291,7 +297,7 @@ fn access_logs_come_from_proxy_defaults_and_registration_fields_win() {
     );
 
     let reg = sidecar(json!({ "AccessLogs": { "Path": "/mine" } }));
-    let l = merged(&list, &reg).proxy.access_logs;
+    let l = merged(&list, &reg).proxy.access_logs.clone();
     assert_eq!((l.log_type.as_str(), l.path.as_str()), ("file", "/mine"));
 }
 
@@ -307,7 +313,7 @@ fn envoy_extensions_are_central_ones_in_order_replacing_the_registrations() {
         ),
     ];
     let reg = sidecar(json!({ "EnvoyExtensions": [ { "Name": "mine" } ] }));
-    let ext = merged(&list, &reg).proxy.envoy_extensions;
+    let ext = merged(&list, &reg).proxy.envoy_extensions.clone();
     let names: Vec<&str> = ext.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["builtin/lua", "builtin/aws/lambda"]);
     assert!(ext[1].required);
