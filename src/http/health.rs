@@ -161,7 +161,8 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
     // Blocking reads come from the service's materialized view (they wake
     // on its events only). `?consistent` reads the state after confirming
     // leadership, and merged reads also depend on config entries: both read
-    // the state, waking on watch keys.
+    // the state, waking on their watch keys only (Consul, too, serves
+    // merged reads from its blocking-query path, not its streaming views).
     let topic = if connect {
         Topic::ServiceHealthConnect
     } else {
