@@ -546,14 +546,10 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) 
             Bytes::from(json!({"Node": format!("bench-node-{:06}", u64::MAX / 2)}).to_string()),
         )
         .await;
+    let counter = Arc::new(AtomicU64::new(start));
+    let next = Arc::new(move |_, _| register_op(counter.fetch_add(1, Ordering::Relaxed), per_node));
     match count {
-        None => {
-            let counter = Arc::new(AtomicU64::new(start));
-            let next = Arc::new(move |_, _| {
-                register_op(counter.fetch_add(1, Ordering::Relaxed), per_node)
-            });
-            run_load(&leader, &c, next, "register").await
-        }
+        None => run_load(&leader, &c, next, "register").await,
         Some(total) => {
             let c = Common {
                 max_ops: total,
@@ -561,10 +557,6 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) 
                 seconds: 600.0,
                 ..c
             };
-            let counter = Arc::new(AtomicU64::new(start));
-            let next = Arc::new(move |_, _| {
-                register_op(counter.fetch_add(1, Ordering::Relaxed), per_node)
-            });
             run_load(&leader, &c, next, "register (fill)").await
         }
     }

@@ -229,7 +229,14 @@ impl Log {
 
     /// Writes the entries at the end of the current segment; returns the
     /// file to sync for them.
+    #[cfg(test)]
     fn append(&mut self, entries: Vec<Entry>) -> io::Result<Arc<File>> {
+        self.write(Records::encode(entries)?)
+    }
+
+    /// Writes encoded records at the end of the current segment; returns
+    /// the file to sync for them.
+    fn write(&mut self, records: Records) -> io::Result<Arc<File>> {
         if self.current().1.len >= SEGMENT_BYTES {
             // The full segment is synced before the next one starts, so the
             // flusher only ever needs to sync the current segment.
@@ -237,13 +244,7 @@ impl Log {
             let prev = self.last();
             self.start_segment(prev)?;
         }
-        let mut buf = Vec::new();
-        let mut placed = Vec::with_capacity(entries.len());
-        for e in &entries {
-            let start = buf.len();
-            encode_record(&bincode::serialize(e).map_err(io::Error::other)?, &mut buf);
-            placed.push((e.log_id, start, buf.len() - start));
-        }
+        let Records { buf, placed } = records;
         let (&key, seg) = self.current();
         seg.file.write_all_at(&buf, seg.len)?;
         let base = seg.len;
@@ -320,9 +321,29 @@ impl Log {
                 fs::remove_file(&seg.path)?;
             }
         }
-        let keep = self.entries.split_off(&(upto.index + 1));
-        self.entries = keep;
+        self.entries = self.entries.split_off(&(upto.index + 1));
         Ok(())
+    }
+}
+
+/// Entries encoded as log records, before the log is locked to write them
+/// (encoding does not hold up readers such as replication).
+struct Records {
+    buf: Vec<u8>,
+    /// Each entry's id, and where its record starts in `buf` and how long.
+    placed: Vec<(LogId, usize, usize)>,
+}
+
+impl Records {
+    fn encode(entries: impl IntoIterator<Item = Entry>) -> io::Result<Records> {
+        let mut buf = Vec::new();
+        let mut placed = Vec::new();
+        for e in entries {
+            let start = buf.len();
+            encode_record(&bincode::serialize(&e).map_err(io::Error::other)?, &mut buf);
+            placed.push((e.log_id, start, buf.len() - start));
+        }
+        Ok(Records { buf, placed })
     }
 }
 
@@ -364,11 +385,6 @@ impl LogStore {
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(io::Error::other)?
-    }
-
-    /// Whether this store has ever held Raft state (a restart, not a new server).
-    pub fn is_used(&self) -> bool {
-        self.log.lock().unwrap().last().is_some() || self.meta.contains_key(VOTE).unwrap_or(false)
     }
 }
 
@@ -457,13 +473,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        let file = self
-            .log
-            .lock()
-            .unwrap()
-            .append(entries)
-            .map_err(write_err)?;
+        let records = Records::encode(entries).map_err(write_err)?;
+        let file = self.log.lock().unwrap().write(records).map_err(write_err)?;
         self.flusher
             .send((file, callback))
             .map_err(|_| write_err("log flusher stopped"))

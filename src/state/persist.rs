@@ -24,17 +24,8 @@ pub trait Persist: Send + Sync {
     /// Applies all ops atomically; with `clear_first` the key space is
     /// emptied in the same step.
     fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()>;
-    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()>;
     /// The rows whose key starts with `prefix`, in key order.
-    fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
-        self.scan(&mut |k, v| {
-            if k.starts_with(prefix) {
-                f(k, v)
-            } else {
-                Ok(())
-            }
-        })
-    }
+    fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()>;
 }
 
 /// Called with each row of a scan, in key order.
@@ -204,6 +195,9 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
         let key = std::str::from_utf8(&k[1..]).context("row key")?;
         let e: KvEntry = bincode::deserialize(v)?;
         kv.insert(key.to_string(), Arc::new(e));
+        if kv.len().is_multiple_of(250_000) {
+            tracing::info!(entries = kv.len(), "loading the KV table");
+        }
         Ok(())
     })?;
     Ok(kv)
@@ -286,13 +280,6 @@ impl Persist for SledBackend {
         Ok(())
     }
 
-    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()> {
-        for kv in self.tree.iter() {
-            let (k, v) = kv?;
-            f(&k, &v)?;
-        }
-        Ok(())
-    }
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
         for kv in self.tree.scan_prefix(prefix) {
             let (k, v) = kv?;
@@ -328,9 +315,18 @@ impl Persist for MemoryBackend {
         Ok(())
     }
 
-    fn scan(&self, f: &mut RowVisitor) -> anyhow::Result<()> {
-        let map = self.map.lock().unwrap().clone();
-        for (k, v) in &map {
+    fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
+        // Copied out first: the visitor may take a while, and the map's
+        // lock is the simulated disk's.
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = self
+            .map
+            .lock()
+            .unwrap()
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, v) in &rows {
             f(k, v)?;
         }
         Ok(())
