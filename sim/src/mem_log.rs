@@ -4,18 +4,20 @@
 //! in a deterministic simulation. This store keeps two copies of the log:
 //! the page cache (`mem`, what the running server reads) and the disk
 //! (`LogDisk`, shared with the server's next life). Writes land in the page
-//! cache at once and reach the disk only when flushed, as with sled:
+//! cache at once and reach the disk only when flushed, as with cairn's
+//! segment files:
 //!
 //! - `append` hands its callback to a flush that runs a moment later (a
 //!   simulated group commit); the callback completes only after the flush,
 //!   so openraft never counts an entry as stored before it is durable;
-//! - `save_vote` and `truncate` flush before returning (sled's code awaits
-//!   `flush_async` there);
-//! - `purge` and `save_committed` are flushed with the next flush, and may
-//!   be lost by a crash, which openraft tolerates.
+//! - `save_vote` and `truncate` flush before returning (as the real store
+//!   syncs there);
+//! - `purge` is flushed with the next flush, and may be lost by a crash,
+//!   which openraft tolerates;
+//! - like the real store, it keeps no committed id (openraft's default):
+//!   a restart resumes from the state machine's applied id.
 //!
-//! A flush writes every pending operation in order, like an fsync of the one
-//! sled database. A crash (turmoil drops the host's runtime) loses whatever
+//! A flush writes every pending operation in order, like one fsync. A crash (turmoil drops the host's runtime) loses whatever
 //! was not flushed: `MemLogStore::open` on restart starts from the disk.
 
 use std::collections::BTreeMap;
@@ -35,7 +37,6 @@ const FLUSH_DELAY: Duration = Duration::from_millis(2);
 #[derive(Clone, Default)]
 struct LogData {
     vote: Option<Vote>,
-    committed: Option<LogId>,
     purged: Option<LogId>,
     log: BTreeMap<u64, Entry>,
 }
@@ -46,7 +47,6 @@ enum Op {
     /// Remove entries from this index on.
     Truncate(u64),
     Purge(LogId),
-    Committed(Option<LogId>),
     Vote(Vote),
 }
 
@@ -65,7 +65,6 @@ impl LogData {
                 self.purged = Some(upto);
                 self.log = self.log.split_off(&(upto.index + 1));
             }
-            Op::Committed(c) => self.committed = c,
             Op::Vote(v) => self.vote = Some(v),
         }
     }
@@ -193,15 +192,6 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
         self.cache.lock().unwrap().waiting.extend(cbs);
         self.schedule_flush();
         Ok(())
-    }
-
-    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.write(Op::Committed(committed), Op::Committed(committed));
-        Ok(())
-    }
-
-    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.cache.lock().unwrap().mem.committed)
     }
 
     async fn append<I>(
