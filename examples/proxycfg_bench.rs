@@ -60,7 +60,10 @@ fn instance_reg(s: usize, i: usize) -> Command {
     let req: RegisterRequest = serde_json::from_value(json!({
         "Node": format!("app-{i}-{}", s % 50), "Address": format!("10.1.{i}.{}", s % 50),
         "Datacenter": "dc1",
-        "Service": {"ID": format!("{}-{i}", svc(s)), "Service": svc(s), "Port": 8080},
+        // Connect-native, so the instance itself is an upstream endpoint
+        // (proxies dial only connect-capable instances).
+        "Service": {"ID": format!("{}-{i}", svc(s)), "Service": svc(s), "Port": 8080,
+                    "Connect": {"Native": true}},
         "Check": {"CheckID": format!("{}-{i}-alive", svc(s)), "Name": "alive",
                   "ServiceID": format!("{}-{i}", svc(s)), "Status": "passing"},
     }))

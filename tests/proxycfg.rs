@@ -1,6 +1,6 @@
 //! `GET /v1/internal/proxycfg/:id` end to end against a real server: a
 //! registered proxy's snapshot carries its upstream's chain and healthy
-//! endpoints, a blocking read wakes within a second of a splitter, a failing
+//! endpoints (the upstream's sidecars, never its application port), a blocking read wakes within a second of a splitter, a failing
 //! check or a new instance, and deregistering tears every watch down.
 
 mod common;
@@ -17,6 +17,9 @@ fn register(s: &Server, body: Value) {
     assert_eq!(r.status, 200, "register {body}: {}", r.body);
 }
 
+/// A `db` instance on its application port and its sidecar proxy on
+/// `SIDECAR_PORT` (with the parent's meta, as an agent copies it), both
+/// with a check in `status`.
 fn db_instance(s: &Server, node: &str, id: &str, version: &str, status: &str) {
     register(
         s,
@@ -25,14 +28,44 @@ fn db_instance(s: &Server, node: &str, id: &str, version: &str, status: &str) {
                "Check": {"CheckID": format!("{id}-alive"), "Name": "alive", "ServiceID": id,
                          "Status": status}}),
     );
+    let proxy = format!("{id}-sidecar-proxy");
+    register(
+        s,
+        json!({"Node": node, "Address": "10.0.0.1",
+               "Service": {"ID": proxy, "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                           "Port": SIDECAR_PORT, "Meta": {"version": version},
+                           "Proxy": {"DestinationServiceName": "db", "DestinationServiceID": id,
+                                     "LocalServicePort": 5432}},
+               "Check": {"CheckID": format!("{proxy}-alive"), "Name": "alive",
+                         "ServiceID": proxy, "Status": status}}),
+    );
 }
 
+const SIDECAR_PORT: u16 = 21001;
+
+/// `web`'s sidecar on node n2, with `db` as its upstream.
+fn web_proxy(s: &Server) {
+    register(
+        s,
+        json!({"Node": "n2", "Address": "10.0.0.2",
+               "Service": {"ID": "web-proxy", "Service": "web-proxy", "Kind": "connect-proxy",
+                           "Port": 21000, "Proxy": {"DestinationServiceName": "web",
+                           "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}}),
+    );
+}
+
+/// The service IDs of a target's endpoints; every endpoint must be a
+/// sidecar on its proxy port, never the application's own port.
 fn endpoint_ids(snap: &Value, target: &str) -> Vec<String> {
     snap["Upstreams"]["db"]["Endpoints"][target]
         .as_array()
         .map(|rows| {
             rows.iter()
-                .map(|r| r["Service"]["ID"].as_str().unwrap().to_string())
+                .map(|r| {
+                    assert_eq!(r["Service"]["Kind"], "connect-proxy", "{r}");
+                    assert_eq!(r["Service"]["Port"], SIDECAR_PORT, "{r}");
+                    r["Service"]["ID"].as_str().unwrap().to_string()
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -87,13 +120,7 @@ fn gauge(s: &Server, name: &str) -> u64 {
 fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
     let s = Server::dev();
     db_instance(&s, "n1", "db1", "v1", "passing");
-    register(
-        &s,
-        json!({"Node": "n2", "Address": "10.0.0.2",
-               "Service": {"ID": "web-proxy", "Service": "web-proxy", "Kind": "connect-proxy",
-                           "Port": 21000, "Proxy": {"DestinationServiceName": "web",
-                           "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}}),
-    );
+    web_proxy(&s);
     let r = s.get("/v1/internal/proxycfg/web-proxy?node=n2");
     assert_eq!(r.status, 200, "{}", r.body);
     let snap = r.json();
@@ -103,7 +130,7 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
     );
     assert_eq!(snap["Service"]["Proxy"]["DestinationServiceName"], "web");
     assert_eq!(snap["Upstreams"]["db"]["Chain"]["ServiceName"], "db");
-    assert_eq!(endpoint_ids(&snap, DB), ["db1"]);
+    assert_eq!(endpoint_ids(&snap, DB), ["db1-sidecar-proxy"]);
     assert_eq!(snap["Version"].as_u64(), Some(r.index()));
 
     // A new instance.
@@ -111,14 +138,14 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
         &s,
         r.index(),
         || db_instance(&s, "n3", "db2", "v2", "passing"),
-        |snap| endpoint_ids(snap, DB) == ["db1", "db2"],
+        |snap| endpoint_ids(snap, DB) == ["db1-sidecar-proxy", "db2-sidecar-proxy"],
     );
     // A failing check.
     let r = after_change(
         &s,
         r.index(),
         || db_instance(&s, "n1", "db1", "v1", "critical"),
-        |snap| endpoint_ids(snap, DB) == ["db2"],
+        |snap| endpoint_ids(snap, DB) == ["db2-sidecar-proxy"],
     );
     // A splitter (with the protocol and subsets it needs).
     let r = after_change(
@@ -144,9 +171,13 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
         },
     );
     let snap = r.json();
-    assert_eq!(endpoint_ids(&snap, "v2.db.default.default.dc1"), ["db2"]);
+    assert_eq!(
+        endpoint_ids(&snap, "v2.db.default.default.dc1"),
+        ["db2-sidecar-proxy"]
+    );
     assert!(endpoint_ids(&snap, "v1.db.default.default.dc1").is_empty());
-    assert_eq!(gauge(&s, "cairn_proxycfg_proxies"), 1);
+    // web's proxy and db's two sidecars.
+    assert_eq!(gauge(&s, "cairn_proxycfg_proxies"), 3);
     assert!(gauge(&s, "cairn_proxycfg_watches") > 0);
 
     // Deregistering the proxy: the blocking reader is told, and no watch
@@ -164,6 +195,13 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
     );
     assert_eq!(d.status, 200);
     assert_eq!(waiting.join().unwrap().status, 404);
+    for (node, id) in [("n1", "db1-sidecar-proxy"), ("n3", "db2-sidecar-proxy")] {
+        let d = s.put(
+            "/v1/catalog/deregister",
+            &json!({"Node": node, "ServiceID": id}).to_string(),
+        );
+        assert_eq!(d.status, 200);
+    }
     common::eventually(Duration::from_secs(2), "every watch dropped", || {
         (gauge(&s, "cairn_proxycfg_proxies") == 0 && gauge(&s, "cairn_proxycfg_watches") == 0)
             .then_some(())
@@ -173,6 +211,48 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
             .status,
         404
     );
+}
+
+/// A subset filter naming a selector the health rows lack is accepted (as
+/// Consul checks only its syntax) and leaves that subset empty, never a 500.
+#[test]
+fn a_subset_filter_with_an_unknown_selector_matches_nothing() {
+    let s = Server::dev();
+    db_instance(&s, "n1", "db1", "v1", "passing");
+    web_proxy(&s);
+    let resolver = json!({"Kind": "service-resolver", "Name": "db", "DefaultSubset": "prod",
+        "Subsets": {"prod": {"Filter": "ServiceMeta.env == prod"},
+                    "v1": {"Filter": "Service.Meta.version == v1"}}});
+    let w = s.put("/v1/config", &resolver.to_string());
+    assert_eq!(w.status, 200, "{}", w.body);
+    let chain = s.get("/v1/discovery-chain/db");
+    assert_eq!(chain.status, 200, "{}", chain.body);
+    common::eventually(
+        Duration::from_secs(2),
+        "the resolver in the snapshot",
+        || {
+            let r = s.get("/v1/internal/proxycfg/web-proxy?node=n2");
+            assert_eq!(r.status, 200, "{}", r.body);
+            let snap = r.json();
+            snap["Upstreams"]["db"]["Endpoints"]
+                .get("prod.db.default.default.dc1")
+                .is_some()
+                .then_some(snap)
+        },
+    );
+    let snap = s.get("/v1/internal/proxycfg/web-proxy?node=n2").json();
+    assert!(endpoint_ids(&snap, "prod.db.default.default.dc1").is_empty());
+
+    // A well-formed subset of the same resolver still selects.
+    let resolver = json!({"Kind": "service-resolver", "Name": "db", "DefaultSubset": "v1",
+        "Subsets": {"prod": {"Filter": "ServiceMeta.env == prod"},
+                    "v1": {"Filter": "Service.Meta.version == v1"}}});
+    let w = s.put("/v1/config", &resolver.to_string());
+    assert_eq!(w.status, 200, "{}", w.body);
+    common::eventually(Duration::from_secs(2), "the v1 subset's sidecar", || {
+        let snap = s.get("/v1/internal/proxycfg/web-proxy?node=n2").json();
+        (endpoint_ids(&snap, "v1.db.default.default.dc1") == ["db1-sidecar-proxy"]).then_some(())
+    });
 }
 
 #[test]

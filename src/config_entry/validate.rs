@@ -541,11 +541,10 @@ fn validate_resolver(e: &ServiceResolverConfigEntry) -> Result {
         if let Err(m) = validate_subset_name(name) {
             return Err(invalid(format!("Subset {name:?} is invalid: {m}")));
         }
+        // Syntax only, as Consul (`bexpr.CreateEvaluator(filter, nil)`): a
+        // selector the health rows lack is accepted and matches nothing.
         if !subset.filter.is_empty()
-            && let Err(m) = crate::filter::Filter::parse_for(
-                &subset.filter,
-                &crate::filter::schemas::HEALTH_SERVICE,
-            )
+            && let Err(m) = crate::filter::Filter::parse(&subset.filter)
         {
             return Err(invalid(format!(
                 "Filter for subset {name:?} is not a valid expression: {m}"
@@ -766,6 +765,25 @@ mod tests {
         );
         let e = decode_and_validate(&json!({"Kind": "proxy-defaults"})).unwrap();
         assert_eq!(e.name(), "global");
+    }
+
+    #[test]
+    fn resolver_subset_filters_are_checked_for_syntax_only() {
+        let resolver = |filter: &str| {
+            json!({"Kind": "service-resolver", "Name": "db",
+                   "Subsets": {"prod": {"Filter": filter}}})
+        };
+        assert!(
+            err_of(resolver("Service.Meta.env =="))
+                .contains(r#"Filter for subset "prod" is not a valid expression"#)
+        );
+        assert!(
+            err_of(resolver("Service.Meta.env == prod and")).contains("not a valid expression")
+        );
+        // Consul accepts selectors the health rows do not know
+        // (`bexpr.CreateEvaluator(filter, nil)`); they match nothing later.
+        decode_and_validate(&resolver("ServiceMeta.env == prod")).unwrap();
+        decode_and_validate(&resolver("Bogus.Field != x")).unwrap();
     }
 
     #[test]

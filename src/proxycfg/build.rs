@@ -17,6 +17,7 @@ use super::{Dep, ProxyKey};
 use crate::config_entry::ConfigEntry;
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, EntryLookup, compile};
 use crate::filter::Filter;
+use crate::filter::schemas::HEALTH_SERVICE;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{State, keys};
 use crate::structs::config_entry::Kind;
@@ -36,7 +37,8 @@ pub struct Snapshot {
     pub upstreams: BTreeMap<String, UpstreamSnapshot>,
 }
 
-/// Healthy instances of one chain target (`{Node, Service, Checks}`).
+/// Healthy connect-capable instances of one chain target (`{Node, Service,
+/// Checks}`): its sidecar proxies and connect-native instances.
 pub type Endpoints = Arc<Vec<Arc<Instance>>>;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,7 +81,8 @@ type ChainResult = Result<Arc<CompiledDiscoveryChain>, String>;
 pub struct Shared {
     /// (service, datacenter) → its compiled chain.
     chains: HashMap<(String, String), Stamped<ChainResult>>,
-    /// (service, subset filter, only passing) → its healthy instances.
+    /// (service, subset filter, only passing) → its healthy connect-capable
+    /// instances.
     endpoints: HashMap<(String, String, bool), Stamped<Endpoints>>,
 }
 
@@ -133,19 +136,25 @@ impl Shared {
         if let Some((hit, _)) = self.endpoints.get(&key).and_then(|e| e.current(state)) {
             return hit;
         }
-        let filter = Filter::parse_optional(filter).ok().flatten();
-        let rows: Vec<Arc<Instance>> = service_instances(state, service, false)
+        let filter = (!filter.is_empty()).then(|| Filter::parse_for(filter, &HEALTH_SERVICE));
+        // A proxy dials the target's sidecars (or connect-native instances),
+        // never the application's own port: as Consul's proxycfg asks
+        // `Health` with `Connect: true` for every chain target.
+        let rows: Vec<Arc<Instance>> = service_instances(state, service, true)
             .into_iter()
             .filter(|i| healthy(&i.checks, only_passing))
-            .filter(|i| {
-                filter
-                    .as_ref()
-                    .is_none_or(|f| serde_json::to_value(i).is_ok_and(|row| f.matches(&row)))
+            .filter(|i| match &filter {
+                None => true,
+                Some(Ok(f)) => serde_json::to_value(i).is_ok_and(|row| f.matches(&row)),
+                // A subset filter is checked for its syntax only when written
+                // (as Consul does); one whose selectors the health rows do not
+                // have fails to evaluate, which leaves the subset empty.
+                Some(Err(_)) => false,
             })
             .map(Arc::new)
             .collect();
         let value = Arc::new(rows);
-        let dep = keys::service(service);
+        let dep = keys::connect(service);
         let stamp = state.index_of([dep.as_str()]);
         self.endpoints.insert(
             key,
@@ -234,7 +243,7 @@ pub fn build(
             Ok(chain) => {
                 let mut endpoints = BTreeMap::new();
                 for (id, target) in &chain.targets {
-                    deps.insert(keys::service(&target.service));
+                    deps.insert(keys::connect(&target.service));
                     if target.datacenter != datacenter || !target.peer.is_empty() {
                         continue; // other datacenters are reached via gateways
                     }

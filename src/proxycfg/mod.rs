@@ -3,7 +3,7 @@
 //! the compiled discovery chain and the healthy endpoints of each target.
 //!
 //! One manager serves every proxy. It subscribes to the publisher once per
-//! topic (service health, each config kind) and keeps a dependency index:
+//! topic (service health, connect health, each config kind) and keeps a dependency index:
 //! each proxy holds *watches* (`Watch`, one per resource it read: a
 //! service's instances, a config entry), and an event marks dirty exactly the
 //! proxies watching what changed. Watches are derived from each rebuild, so
@@ -225,6 +225,34 @@ impl Inner {
     }
 }
 
+/// Follows one topic for as long as the manager lives: each event goes to
+/// `on_event`; on a restart of the stream every known proxy is checked
+/// again (those gone are torn down by their rebuild).
+fn follow(
+    inner: &Arc<Inner>,
+    publisher: &Publisher,
+    topic: Topic,
+    on_event: impl Fn(&Inner, &crate::stream::Event) + Send + 'static,
+) {
+    let mut sub = publisher.subscribe(inner.store.clone(), topic, "", 0);
+    let weak = Arc::downgrade(inner);
+    tokio::spawn(async move {
+        loop {
+            let item = sub.next().await;
+            let Some(inner) = weak.upgrade() else { return };
+            match item {
+                Item::Event(e) => on_event(&inner, &e),
+                Item::NewSnapshotToFollow => {
+                    let all: Vec<ProxyKey> =
+                        inner.proxies.lock().unwrap().keys().cloned().collect();
+                    inner.mark(all);
+                }
+                Item::EndOfSnapshot(_) => {}
+            }
+        }
+    });
+}
+
 impl Manager {
     /// Starts the manager: subscriptions and the rebuild loop.
     pub fn start(store: Arc<Store>, publisher: &Publisher, datacenter: &str) -> Manager {
@@ -238,49 +266,23 @@ impl Manager {
             wake: Notify::new(),
             live_watches: AtomicUsize::new(0),
         });
-        let mut health = publisher.subscribe(store.clone(), Topic::ServiceHealth, "", 0);
-        let weak = Arc::downgrade(&inner);
-        tokio::spawn(async move {
-            loop {
-                let item = health.next().await;
-                let Some(inner) = weak.upgrade() else { return };
-                match item {
-                    Item::Event(e) => {
-                        inner.mark_dep(&keys::service(&e.key));
-                        if let Some(i) =
-                            e.instance.as_ref().filter(|i| i.service.is_connect_proxy())
-                        {
-                            inner.mark([(i.node.node.clone(), i.service.id.clone())]);
-                        }
-                    }
-                    // Start over: every known proxy is checked again (those
-                    // gone are torn down by their rebuild).
-                    Item::NewSnapshotToFollow => {
-                        let all: Vec<ProxyKey> =
-                            inner.proxies.lock().unwrap().keys().cloned().collect();
-                        inner.mark(all);
-                    }
-                    Item::EndOfSnapshot(_) => {}
-                }
+        follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
+            inner.mark_dep(&keys::service(&e.key));
+            if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_connect_proxy()) {
+                inner.mark([(i.node.node.clone(), i.service.id.clone())]);
             }
         });
+        // Chain targets' endpoints are their connect-capable instances,
+        // keyed on this topic by the service they front.
+        follow(
+            &inner,
+            publisher,
+            Topic::ServiceHealthConnect,
+            |inner, e| inner.mark_dep(&keys::connect(&e.key)),
+        );
         for kind in Kind::ALL {
-            let mut sub = publisher.subscribe(store.clone(), Topic::of_kind(kind), "", 0);
-            let weak = Arc::downgrade(&inner);
-            tokio::spawn(async move {
-                loop {
-                    let item = sub.next().await;
-                    let Some(inner) = weak.upgrade() else { return };
-                    match item {
-                        Item::Event(e) => inner.mark_dep(&keys::config(kind.as_str(), &e.key)),
-                        Item::NewSnapshotToFollow => {
-                            let all: Vec<ProxyKey> =
-                                inner.proxies.lock().unwrap().keys().cloned().collect();
-                            inner.mark(all);
-                        }
-                        Item::EndOfSnapshot(_) => {}
-                    }
-                }
+            follow(&inner, publisher, Topic::of_kind(kind), move |inner, e| {
+                inner.mark_dep(&keys::config(kind.as_str(), &e.key))
             });
         }
         let worker = inner.clone();

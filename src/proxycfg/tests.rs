@@ -45,6 +45,18 @@ impl World {
         })));
     }
 
+    /// A `db` instance and its sidecar proxy (carrying the parent's meta,
+    /// as an agent copies it), both with a check in `status`.
+    fn register_db(&mut self, node: &str, id: &str, version: &str, status: &str) {
+        self.register(node, instance(id, "db", version), status);
+        let mut sidecar = instance(&format!("{id}-sidecar-proxy"), "db-sidecar-proxy", version);
+        sidecar.kind = "connect-proxy".into();
+        sidecar.port = SIDECAR_PORT;
+        sidecar.proxy.destination_service_name = "db".into();
+        sidecar.proxy.destination_service_id = id.into();
+        self.register(node, sidecar, status);
+    }
+
     /// Waits (≤ 1 s) for the proxy's snapshot to satisfy `pred`.
     async fn until(
         &self,
@@ -97,12 +109,22 @@ fn proxy() -> NodeService {
     p
 }
 
+const SIDECAR_PORT: i64 = 21001;
+
+/// The endpoints' service IDs, checking each is a sidecar on its proxy
+/// port (a proxy never dials the application's own port).
 fn endpoint_ids(s: &Snapshot, target: &str) -> Vec<String> {
     s.upstreams["db"]
         .endpoints
         .get(target)
         .map_or(vec![], |rows| {
-            rows.iter().map(|r| r.service.id.clone()).collect()
+            rows.iter()
+                .map(|r| {
+                    assert!(r.service.is_connect_proxy(), "{:?}", r.service);
+                    assert_eq!(r.service.port, SIDECAR_PORT);
+                    r.service.id.clone()
+                })
+                .collect()
         })
 }
 
@@ -111,27 +133,27 @@ const DB: &str = "db.default.default.dc1";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_follows_chain_health_and_instances() {
     let mut w = World::new();
-    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register_db("n1", "db1", "v1", "passing");
     w.register("n2", proxy(), "passing");
     let key = ("n2".to_string(), "web-proxy".to_string());
     let s = w
         .until(&key, "the upstream's chain and endpoint", |s| {
-            endpoint_ids(s, DB) == ["db1"]
+            endpoint_ids(s, DB) == ["db1-sidecar-proxy"]
         })
         .await;
     assert!(s.upstreams["db"].chain.is_some());
 
     // A new instance shows up.
-    w.register("n3", instance("db2", "db", "v2"), "passing");
+    w.register_db("n3", "db2", "v2", "passing");
     w.until(&key, "a new instance", |s| {
-        endpoint_ids(s, DB) == ["db1", "db2"]
+        endpoint_ids(s, DB) == ["db1-sidecar-proxy", "db2-sidecar-proxy"]
     })
     .await;
 
     // A failing check takes it out.
-    w.register("n1", instance("db1", "db", "v1"), "critical");
+    w.register_db("n1", "db1", "v1", "critical");
     w.until(&key, "the critical instance gone", |s| {
-        endpoint_ids(s, DB) == ["db2"]
+        endpoint_ids(s, DB) == ["db2-sidecar-proxy"]
     })
     .await;
 
@@ -154,7 +176,10 @@ async fn snapshot_follows_chain_health_and_instances() {
                 .is_some_and(|c| c.start_node.starts_with("splitter:"))
         })
         .await;
-    assert_eq!(endpoint_ids(&s, "v2.db.default.default.dc1"), ["db2"]);
+    assert_eq!(
+        endpoint_ids(&s, "v2.db.default.default.dc1"),
+        ["db2-sidecar-proxy"]
+    );
     assert!(
         endpoint_ids(&s, "v1.db.default.default.dc1").is_empty(),
         "v1's only instance is critical"
@@ -164,21 +189,25 @@ async fn snapshot_follows_chain_health_and_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deregistering_the_proxy_tears_down_its_watches() {
     let mut w = World::new();
-    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register_db("n1", "db1", "v1", "passing");
+    // db's sidecar is a proxy too: what it holds is the baseline.
+    let sidecar = ("n1".to_string(), "db1-sidecar-proxy".to_string());
+    w.until(&sidecar, "the sidecar's snapshot", |_| true).await;
+    let baseline = w.manager.counts();
     w.register("n2", proxy(), "passing");
     let key = ("n2".to_string(), "web-proxy".to_string());
     w.until(&key, "first snapshot", |s| !endpoint_ids(s, DB).is_empty())
         .await;
     let (proxies, watches) = w.manager.counts();
-    assert_eq!(proxies, 1);
-    assert!(watches > 0);
+    assert_eq!(proxies, baseline.0 + 1);
+    assert!(watches > baseline.1);
     w.apply(Command::Deregister(DeregisterRequest {
         node: "n2".into(),
         service_id: "web-proxy".into(),
         ..Default::default()
     }));
     let deadline = Instant::now() + Duration::from_secs(1);
-    while w.manager.counts() != (0, 0) {
+    while w.manager.counts() != baseline {
         assert!(
             Instant::now() < deadline,
             "left behind: {:?}",
@@ -191,7 +220,7 @@ async fn deregistering_the_proxy_tears_down_its_watches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxies_with_the_same_upstream_share_its_chain_and_endpoints() {
     let mut w = World::new();
-    w.register("n1", instance("db1", "db", "v1"), "passing");
+    w.register_db("n1", "db1", "v1", "passing");
     w.register("n2", proxy(), "passing");
     let mut other = proxy();
     other.id = "api-proxy".into();
@@ -215,15 +244,15 @@ async fn proxies_with_the_same_upstream_share_its_chain_and_endpoints() {
     assert!(Arc::ptr_eq(&ua.endpoints[DB], &ub.endpoints[DB]));
 
     // A change to db's instances gives both the same new list.
-    w.register("n4", instance("db2", "db", "v2"), "passing");
+    w.register_db("n4", "db2", "v2", "passing");
     let a = w
         .until(&("n2".into(), "web-proxy".into()), "db2 in web's", |s| {
-            endpoint_ids(s, DB) == ["db1", "db2"]
+            endpoint_ids(s, DB) == ["db1-sidecar-proxy", "db2-sidecar-proxy"]
         })
         .await;
     let b = w
         .until(&("n3".into(), "api-proxy".into()), "db2 in api's", |s| {
-            endpoint_ids(s, DB) == ["db1", "db2"]
+            endpoint_ids(s, DB) == ["db1-sidecar-proxy", "db2-sidecar-proxy"]
         })
         .await;
     assert!(Arc::ptr_eq(
