@@ -275,6 +275,25 @@ impl Server {
         }
     }
 
+    /// The cluster id, which the first leader writes right after its
+    /// election: a read that comes in between waits for it (up to
+    /// `LEADER_HOLD`), so a server that reports a leader never answers as if
+    /// there were none.
+    pub async fn cluster_id(&self) -> Result<String> {
+        let deadline = tokio::time::Instant::now() + LEADER_HOLD;
+        let mut changed = self.store.watches.subscribe(crate::state::keys::CLUSTER);
+        loop {
+            let id = &self.store.state().cluster_id;
+            if !id.is_empty() {
+                return Ok(id.clone());
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Error::NoLeader),
+            }
+        }
+    }
+
     /// Confirms leadership with a quorum and waits for this server to apply
     /// everything committed before (`?consistent`).
     pub async fn linearize(&self) -> Result<()> {

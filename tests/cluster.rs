@@ -335,3 +335,62 @@ async fn without_a_quorum_writes_answer_no_cluster_leader() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+/// Right after formation (every server names a leader and the configuration
+/// lists three voters) every server answers the CA roots with the cluster's
+/// trust domain: the first leader's write of the cluster id is waited for,
+/// never reported as "No cluster leader". Several fresh clusters, polled
+/// tightly, to catch the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
+    let c = client();
+    for round in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let procs = cluster(dir.path(), 3, &[]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut formed = true;
+            for p in &procs {
+                formed &= leader_of(&c, p).await.is_some();
+            }
+            if formed {
+                let conf: serde_json::Value = c
+                    .get(procs[0].url("/v1/operator/raft/configuration?stale"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let voters = conf["Servers"]
+                    .as_array()
+                    .map_or(0, |s| s.iter().filter(|s| s["Voter"] == true).count());
+                if voters == 3 {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no cluster formed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut domains = Vec::new();
+        for p in &procs {
+            for mode in ["", "?stale"] {
+                let r = c
+                    .get(p.url(&format!("/v1/connect/ca/roots{mode}")))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status();
+                let body = r.text().await.unwrap();
+                assert_eq!(status, 200, "round {round}, {} {mode}: {body}", p.name);
+                let roots: serde_json::Value = serde_json::from_str(&body).unwrap();
+                domains.push(roots["TrustDomain"].as_str().unwrap().to_string());
+            }
+        }
+        assert!(domains[0].len() > ".consul".len() && domains[0].ends_with(".consul"));
+        assert!(domains.iter().all(|d| *d == domains[0]), "{domains:?}");
+    }
+}

@@ -173,8 +173,8 @@ async fn chain(
         .unwrap_or(&s.config.datacenter)
         .to_string();
     let watch = chain_keys();
+    let trust_domain = format!("{}.consul", s.cluster_id().await?);
     let (index, result) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
-        let trust_domain = format!("{}.consul", st.cluster_id);
         let mut req =
             CompileRequest::new(&service, &dc, &trust_domain).with_overrides(overrides.clone());
         req.server_datacenter = s.config.datacenter.clone();

@@ -197,17 +197,14 @@ async fn datacenters(State(s): State<App>) -> Response {
 }
 
 async fn ca_roots(State(s): State<App>) -> Result<Response> {
-    let st = s.store.state();
-    if st.cluster_id.is_empty() {
-        return Err(Error::NoLeader);
-    }
-    let index = st.index_of([crate::state::keys::CLUSTER]);
+    let cluster_id = s.cluster_id().await?;
+    let index = s.store.state().index_of([crate::state::keys::CLUSTER]);
     Ok(json_at(
         &s,
         index,
         &json!({
             "ActiveRootID": "",
-            "TrustDomain": format!("{}.consul", st.cluster_id),
+            "TrustDomain": format!("{cluster_id}.consul"),
             "Roots": [],
         }),
     ))
