@@ -51,6 +51,7 @@ pub fn router(agent: App) -> Router {
         .route("/v1/agent/check/{verb}/{id}", put(ttl))
         .route("/v1/agent/check/update/{id}", put(update))
         .fallback(forward)
+        .layer(middleware::from_fn(crate::http::refuse_enterprise_tenancy))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::http::panic_response,

@@ -51,12 +51,53 @@ pub fn router(server: App) -> Router {
             server.clone(),
             forward_to_leader,
         ))
+        .layer(middleware::from_fn(refuse_enterprise_tenancy))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
         .layer(middleware::from_fn(trace_request))
         .with_state(server)
+}
+
+/// Namespaces and admin partitions are Consul Enterprise features: like
+/// Consul's open-source edition, refuse a request that names one (rather
+/// than answer from the default namespace), so a client configured for
+/// them learns at once that they are not there.
+pub(crate) async fn refuse_enterprise_tenancy(req: Request, next: Next) -> Response {
+    match enterprise_tenancy(&req) {
+        Some(reason) => Error::bad(reason).into_response(),
+        None => next.run(req).await,
+    }
+}
+
+fn enterprise_tenancy(req: &Request) -> Option<&'static str> {
+    let header = |name: &str| req.headers().get(name).is_some_and(|v| !v.is_empty());
+    let params = Params::parse(req.uri().query());
+    let param = |name: &str| params.get(name).filter(|v| !v.is_empty());
+    if header("x-consul-namespace") {
+        return Some(
+            r#"Invalid header: "X-Consul-Namespace" - Namespaces are a Consul Enterprise feature"#,
+        );
+    }
+    if param("ns").is_some() {
+        return Some(
+            r#"Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature"#,
+        );
+    }
+    let not_default = |v: &str| !v.eq_ignore_ascii_case("default");
+    let header_ap = req.headers().get("x-consul-partition");
+    if header_ap.is_some_and(|v| v.to_str().map_or(true, |v| !v.is_empty() && not_default(v))) {
+        return Some(
+            r#"Invalid header: "X-Consul-Partition" - Partitions are a Consul Enterprise feature"#,
+        );
+    }
+    if param("partition").is_some_and(not_default) {
+        return Some(
+            r#"Invalid query parameter: "partition" - Partitions are a Consul Enterprise feature"#,
+        );
+    }
+    None
 }
 
 pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
