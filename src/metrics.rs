@@ -51,6 +51,49 @@ pub static LOG_FSYNC_BATCH: Counter = Counter::new(
 pub static BLOCKING_QUERIES: Counter =
     Counter::new("cairn_blocking_queries_total", "blocking queries started");
 
+/// A value that goes up and down.
+pub struct Gauge {
+    name: &'static str,
+    help: &'static str,
+    value: AtomicU64,
+}
+
+impl Gauge {
+    pub const fn new(name: &'static str, help: &'static str) -> Self {
+        Gauge {
+            name,
+            help,
+            value: AtomicU64::new(0),
+        }
+    }
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+    /// Counts one more until the guard is dropped.
+    pub fn hold(&'static self) -> Held {
+        self.value.fetch_add(1, Ordering::Relaxed);
+        Held(self)
+    }
+}
+
+/// One unit of a [`Gauge`], given back on drop.
+pub struct Held(&'static Gauge);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.value.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Blocking queries waiting for a change right now: tests wait for their
+/// query to be parked before they write, so a wake-up is really tested.
+pub static BLOCKING_PARKED: Gauge = Gauge::new(
+    "cairn_blocking_queries_parked",
+    "blocking queries waiting for a change",
+);
+
+static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED];
+
 static ALL: &[&Counter] = &[
     &HTTP_REQUESTS,
     &HTTP_ERRORS,
@@ -78,6 +121,17 @@ pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> Strin
             c.name,
             c.name,
             c.get()
+        );
+    }
+    for g in GAUGES {
+        let _ = writeln!(
+            out,
+            "# HELP {} {}\n# TYPE {} gauge\n{} {}",
+            g.name,
+            g.help,
+            g.name,
+            g.name,
+            g.get()
         );
     }
     for (name, help, v) in gauges {

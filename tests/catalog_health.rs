@@ -367,7 +367,7 @@ fn blocking_queries_wake_only_on_their_own_changes() {
         .zip(&indexes)
         .map(|(e, i)| block_on(&s, format!("{e}?index={i}&wait=1500ms")))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_parked(endpoints.len() as u64);
     register(
         &s,
         json!({"Node": "n3", "Address": "10.0.0.3", "Service": {"Service": "cache", "Port": 6379}}),
@@ -395,7 +395,7 @@ fn blocking_queries_wake_only_on_their_own_changes() {
         .zip(&indexes)
         .map(|(e, i)| block_on(&s, format!("{e}?index={i}&wait=20s")))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_parked(endpoints.len() as u64);
     register(
         &s,
         json!({
@@ -418,7 +418,7 @@ fn blocking_queries_wake_only_on_their_own_changes() {
     // Catalog-wide lists wake on their tables.
     let i = s.get("/v1/catalog/services").index();
     let w = block_on(&s, format!("/v1/catalog/services?index={i}&wait=20s"));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     register(
         &s,
         json!({"Node": "n4", "Address": "10.0.0.4", "Service": {"Service": "queue"}}),
@@ -429,7 +429,7 @@ fn blocking_queries_wake_only_on_their_own_changes() {
 
     let i = s.get("/v1/health/state/any").index();
     let w = block_on(&s, format!("/v1/health/state/critical?index={i}&wait=20s"));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     register(
         &s,
         json!({"Node": "n4", "Address": "10.0.0.4", "Check": {"Name": "disk", "Status": "critical"}}),
@@ -441,7 +441,7 @@ fn blocking_queries_wake_only_on_their_own_changes() {
     // Deregistration wakes too.
     let i = s.get("/v1/catalog/nodes").index();
     let w = block_on(&s, format!("/v1/catalog/nodes?index={i}&wait=20s"));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     deregister(&s, json!({"Node": "n4"}));
     let (took, r) = w.join().unwrap();
     assert!(took < Duration::from_secs(10));

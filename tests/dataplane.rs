@@ -114,7 +114,7 @@ fn bootstrap_params_merge_central_config() {
     let path = format!("{PATH}/web-proxy-1?node=n1&index={index}&wait=10s");
     let started = Instant::now();
     let waiter = std::thread::spawn(move || request(addr, "GET", &path, None));
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_parked(1);
     put_ok(
         &s,
         "/v1/config",
@@ -132,7 +132,7 @@ fn bootstrap_params_merge_central_config() {
     let index = r.index();
     let path = format!("{PATH}/web-proxy-1?node=n1&index={index}&wait=1s");
     let waiter = std::thread::spawn(move || request(addr, "GET", &path, None));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     put_ok(
         &s,
         "/v1/config",

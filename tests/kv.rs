@@ -121,7 +121,7 @@ async fn blocking_get_wakes_on_its_key_only() {
             .unwrap();
         (i, started.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_parked(&c, &p, 1).await;
     // An unrelated write must not wake it...
     c.put(p.url("/v1/kv/unrelated"))
         .body("x")

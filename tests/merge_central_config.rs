@@ -64,7 +64,7 @@ fn block_then(
     let path = format!("{path}&index={index}&wait=2s");
     let started = Instant::now();
     let waiter = std::thread::spawn(move || request(addr, "GET", &path, None));
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_parked(1);
     write();
     let r = waiter.join().unwrap();
     (r, started.elapsed())

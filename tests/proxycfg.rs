@@ -82,7 +82,7 @@ fn after_change(
     let addr = s.http_addr;
     let path = format!("/v1/internal/proxycfg/web-proxy?node=n2&index={index}&wait=20s");
     let waiting = std::thread::spawn(move || common::request(addr, "GET", &path, None));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     let t = Instant::now();
     change();
     let mut r = waiting.join().unwrap();
@@ -109,11 +109,7 @@ fn after_change(
 }
 
 fn gauge(s: &Server, name: &str) -> u64 {
-    let body = s.get("/v1/agent/metrics").body;
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("{name} in {body}")) as u64
+    s.metric(name) as u64
 }
 
 #[test]
@@ -188,7 +184,7 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
         r.index()
     );
     let waiting = std::thread::spawn(move || common::request(addr, "GET", &path, None));
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(1);
     let d = s.put(
         "/v1/catalog/deregister",
         &json!({"Node": "n2", "ServiceID": "web-proxy"}).to_string(),

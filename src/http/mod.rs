@@ -398,6 +398,7 @@ pub async fn blocking<T>(
             return Ok((index, value));
         }
         let changed = select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
+        let _parked = crate::metrics::BLOCKING_PARKED.hold();
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             return Ok(read(&s.store.state()));
         }

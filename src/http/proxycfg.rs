@@ -54,7 +54,10 @@ async fn snapshot(
         if opts.index == 0 || snap.version > opts.index {
             return Ok(json_at(&s, snap.version, &*snap));
         }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
+        let parked = crate::metrics::BLOCKING_PARKED.hold();
+        let changed = tokio::time::timeout_at(deadline, rx.changed()).await;
+        drop(parked);
+        match changed {
             Ok(Ok(())) => continue,
             // Timed out, or the proxy was torn down.
             Ok(Err(_)) => {

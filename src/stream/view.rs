@@ -112,6 +112,7 @@ impl View {
                 return answer;
             }
             let changed = rx.changed();
+            let _parked = ready.then(|| crate::metrics::BLOCKING_PARKED.hold());
             let woke = if ready {
                 tokio::time::timeout_at(deadline, changed).await.ok()
             } else {

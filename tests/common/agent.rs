@@ -187,14 +187,7 @@ impl Agent {
 
     /// A counter or gauge of the agent's `/v1/agent/metrics`.
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.get("/v1/agent/metrics").body;
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                (k == name).then(|| v.trim().parse().ok())?
-            })
-            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+        super::metric_in(&self.get(super::METRICS).body, name)
     }
 
     /// SIGKILL (a crash: no leave).

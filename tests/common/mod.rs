@@ -286,6 +286,20 @@ impl Server {
         r.json()
     }
 
+    /// A gauge or counter from the server's Prometheus metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        metric_in(&self.get(METRICS).body, name)
+    }
+
+    /// Waits until `n` blocking queries are parked on this server, so that
+    /// a write that follows tests their wake-up (a query arriving after the
+    /// write would answer at once and prove nothing).
+    pub fn wait_parked(&self, n: u64) {
+        eventually(Duration::from_secs(10), "parked blocking queries", || {
+            (self.metric("cairn_blocking_queries_parked") as u64 >= n).then_some(())
+        });
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.lock().unwrap().as_ref().map(|c| c.id())
     }
@@ -451,6 +465,17 @@ pub fn cli(addr: &str, args: &[&str]) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .expect("run cairn")
+}
+
+/// Where a server's metrics are scraped in Prometheus text.
+pub const METRICS: &str = "/v1/agent/metrics?format=prometheus";
+
+/// The value of metric `name` in a Prometheus text exposition.
+pub fn metric_in(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout`.

@@ -186,6 +186,27 @@ where
     }
 }
 
+/// Waits until `n` blocking queries are parked on `p` (see
+/// `Server::wait_parked`).
+pub async fn wait_parked(c: &reqwest::Client, p: &Proc, n: u64) {
+    eventually(
+        Duration::from_secs(10),
+        "parked blocking queries",
+        || async {
+            let body = c
+                .get(p.url(super::METRICS))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (super::metric_in(&body, "cairn_blocking_queries_parked") as u64 >= n).then_some(())
+        },
+    )
+    .await
+}
+
 /// The leader's Raft address as `p` reports it, if any.
 pub async fn leader_of(c: &reqwest::Client, p: &Proc) -> Option<String> {
     let r = c.get(p.url("/v1/status/leader")).send().await.ok()?;
