@@ -7,7 +7,7 @@ BIN=${CAIRN_BIN:-target/debug/cairn}
 CASES=${CONFORMANCE_DIR:-../shared/conformance}
 DIRS=${CONFORMANCE_DIRS:-"discovery-chain config-validation merge-central-config"}
 PORT=${PORT:-18555}
-if [ ! -d "$CASES" ]; then echo "conformance: $CASES not found, skipped"; exit 0; fi
+if [ ! -d "$CASES" ]; then echo "conformance: $CASES not found" >&2; exit 1; fi
 "$BIN" server --dev --http-addr "127.0.0.1:$PORT" --raft-addr "127.0.0.1:$((PORT + 1))" 2>/tmp/cairn-conformance.log &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
@@ -18,4 +18,10 @@ for _ in $(seq 1 100); do
 done
 paths=()
 for d in $DIRS; do paths+=("$CASES/$d"); done
-python3 "$CASES/run.py" --url "http://127.0.0.1:$PORT" --feature-exclude peering "${paths[@]}"
+status=0
+out=$(python3 "$CASES/run.py" --url "http://127.0.0.1:$PORT" --feature-exclude peering "${paths[@]}") || status=$?
+echo "$out"
+# A run that played nothing proves nothing: it fails.
+passed=$(echo "$out" | sed -n 's/^\([0-9][0-9]*\) passed, .*/\1/p' | tail -n 1)
+if [ "${passed:-0}" -eq 0 ]; then echo "conformance: no case passed (none played?)" >&2; exit 1; fi
+exit $status

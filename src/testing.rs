@@ -18,16 +18,19 @@ pub fn conformance_root() -> PathBuf {
     ))
 }
 
-/// The cases of one conformance directory, by file name (none if absent).
+/// The cases of one conformance directory, by file name. A directory that
+/// is absent or holds no case fails the test: a conformance run that plays
+/// nothing must not pass.
 pub fn conformance_cases(dir: &str) -> Vec<(String, Value)> {
-    let Ok(rd) = std::fs::read_dir(conformance_root().join(dir)) else {
-        return Vec::new();
-    };
+    let path = conformance_root().join(dir);
+    let rd = std::fs::read_dir(&path)
+        .unwrap_or_else(|e| panic!("conformance cases {}: {e}", path.display()));
     let mut files: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
+    assert!(!files.is_empty(), "no conformance case in {}", path.display());
     files
         .iter()
         .map(|p: &PathBuf| {

@@ -1,6 +1,6 @@
 //! Plays the shared conformance cases (`../shared/conformance`, see its
 //! FORMAT.md) against decode → validate → validate_write → compile, with the
-//! same comparison `run.py` uses. Skips quietly if the directory is absent.
+//! same comparison `run.py` uses. Fails if the directory is absent or empty.
 
 use super::*;
 use crate::config_entry::{ConfigEntryError, decode_and_validate};
@@ -129,14 +129,16 @@ fn run_dir(dir: &str, run: fn(&Value) -> Result<(), String>) -> (usize, Vec<Stri
 
 #[test]
 fn conformance_discovery_chain() {
-    let (_, failed, _) = run_dir("discovery-chain", run_chain_case);
+    let (passed, failed, _) = run_dir("discovery-chain", run_chain_case);
     assert!(failed.is_empty(), "failures:\n{}", failed.join("\n"));
+    assert!(passed > 0, "no discovery-chain case was played");
 }
 
 #[test]
 fn conformance_config_validation() {
-    let (_, failed, _) = run_dir("config-validation", run_validation_case);
+    let (passed, failed, _) = run_dir("config-validation", run_validation_case);
     assert!(failed.is_empty(), "failures:\n{}", failed.join("\n"));
+    assert!(passed > 0, "no config-validation case was played");
 }
 
 #[test]

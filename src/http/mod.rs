@@ -235,9 +235,9 @@ impl Params {
     pub fn parse(q: Option<&str>) -> Self {
         let q = q.unwrap_or("");
         Params(
-            form_urlencoded(q)
-                .into_iter()
+            form_urlencoded::parse(q.as_bytes())
                 .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect(),
         )
     }
@@ -267,45 +267,6 @@ impl Params {
                 .map_err(|_| Error::bad(format!("Invalid {k} parameter: {v:?} is not a number"))),
         }
     }
-}
-
-fn form_urlencoded(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
-}
-
-/// Decodes `%XX` and `+`; a malformed escape is kept as written.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b, hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// How a read wants to be answered.
