@@ -30,7 +30,11 @@ pub fn conformance_cases(dir: &str) -> Vec<(String, Value)> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no conformance case in {}", path.display());
+    assert!(
+        !files.is_empty(),
+        "no conformance case in {}",
+        path.display()
+    );
     files
         .iter()
         .map(|p: &PathBuf| {

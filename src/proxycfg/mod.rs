@@ -17,7 +17,9 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -81,7 +83,7 @@ pub struct Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.upgrade() {
-            let mut deps = inner.deps.lock().unwrap();
+            let mut deps = inner.deps.lock();
             if let Some(set) = deps.get_mut(&self.dep) {
                 if let Some(n) = set.get_mut(&self.proxy) {
                     *n -= 1;
@@ -101,7 +103,7 @@ impl Drop for Watch {
 impl Inner {
     /// Registers `proxy`'s watches on `deps`.
     fn watch_all(self: &Arc<Self>, deps: BTreeSet<Dep>, proxy: &Arc<ProxyKey>) -> Vec<Watch> {
-        let mut index = self.deps.lock().unwrap();
+        let mut index = self.deps.lock();
         let watches: Vec<Watch> = deps
             .into_iter()
             .map(|dep| {
@@ -127,7 +129,7 @@ impl Inner {
     }
 
     fn mark(&self, keys: impl IntoIterator<Item = ProxyKey>) {
-        let mut dirty = self.dirty.lock().unwrap();
+        let mut dirty = self.dirty.lock();
         let before = dirty.len();
         dirty.extend(keys);
         if dirty.len() != before {
@@ -136,7 +138,7 @@ impl Inner {
     }
 
     fn mark_dep(&self, dep: &str) {
-        let keys: Vec<ProxyKey> = match self.deps.lock().unwrap().get(dep) {
+        let keys: Vec<ProxyKey> = match self.deps.lock().get(dep) {
             Some(set) => set.keys().map(|k| (**k).clone()).collect(),
             None => return,
         };
@@ -147,7 +149,7 @@ impl Inner {
     async fn rebuild_dirty(self: &Arc<Self>) {
         loop {
             let batch: Vec<ProxyKey> = {
-                let mut dirty = self.dirty.lock().unwrap();
+                let mut dirty = self.dirty.lock();
                 let take: Vec<ProxyKey> = dirty.iter().take(BATCH).cloned().collect();
                 for k in &take {
                     dirty.remove(k);
@@ -155,14 +157,14 @@ impl Inner {
                 take
             };
             if batch.is_empty() {
-                self.shared.lock().unwrap().prune();
+                self.shared.lock().prune();
                 return;
             }
             let state = self.store.state();
             let dc = self.datacenter.clone();
             let shared = self.shared.clone();
             let built = tokio::task::spawn_blocking(move || {
-                let mut shared = shared.lock().unwrap();
+                let mut shared = shared.lock();
                 batch
                     .into_iter()
                     .map(|k| {
@@ -184,7 +186,7 @@ impl Inner {
     /// when its registration is gone).
     fn install(self: &Arc<Self>, key: ProxyKey, result: Option<(Snapshot, BTreeSet<Dep>)>) {
         let Some((snapshot, deps)) = result else {
-            let gone = self.proxies.lock().unwrap().remove(&key);
+            let gone = self.proxies.lock().remove(&key);
             drop(gone); // its watches unregister here, outside the lock
             return;
         };
@@ -193,7 +195,6 @@ impl Inner {
         let shared_key = self
             .proxies
             .lock()
-            .unwrap()
             .entry(key.clone())
             .or_insert_with(|| Proxy {
                 key: Arc::new(key.clone()),
@@ -203,7 +204,7 @@ impl Inner {
             .key
             .clone();
         let mut watches = self.watch_all(deps, &shared_key);
-        let mut proxies = self.proxies.lock().unwrap();
+        let mut proxies = self.proxies.lock();
         let Some(proxy) = proxies.get_mut(&key) else {
             return;
         };
@@ -243,8 +244,7 @@ fn follow(
             match item {
                 Item::Event(e) => on_event(&inner, &e),
                 Item::NewSnapshotToFollow => {
-                    let all: Vec<ProxyKey> =
-                        inner.proxies.lock().unwrap().keys().cloned().collect();
+                    let all: Vec<ProxyKey> = inner.proxies.lock().keys().cloned().collect();
                     inner.mark(all);
                 }
                 Item::EndOfSnapshot(_) => {}
@@ -288,7 +288,7 @@ impl Manager {
         let worker = inner.clone();
         tokio::spawn(async move {
             loop {
-                if worker.dirty.lock().unwrap().is_empty() {
+                if worker.dirty.lock().is_empty() {
                     worker.wake.notified().await;
                     tokio::time::sleep(COALESCE).await;
                 }
@@ -303,7 +303,6 @@ impl Manager {
         self.inner
             .proxies
             .lock()
-            .unwrap()
             .get(key)
             .map(|p| p.snapshot.subscribe())
     }
@@ -312,7 +311,7 @@ impl Manager {
     /// metrics: a torn-down proxy leaves none behind).
     pub fn counts(&self) -> (usize, usize) {
         (
-            self.inner.proxies.lock().unwrap().len(),
+            self.inner.proxies.lock().len(),
             self.inner.live_watches.load(Ordering::Relaxed),
         )
     }

@@ -5,8 +5,8 @@
 //! any of them to change; a `watch` channel remembers a change that happened
 //! in between, so no wake-up is lost.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use tokio::sync::watch;
 
@@ -24,7 +24,7 @@ fn subscribe_in(
     map: &Mutex<HashMap<String, watch::Sender<u64>>>,
     key: &str,
 ) -> watch::Receiver<u64> {
-    let mut map = map.lock().unwrap();
+    let mut map = map.lock();
     if map.len() >= SWEEP_AT && !map.contains_key(key) {
         map.retain(|_, tx| tx.receiver_count() > 0);
     }
@@ -47,14 +47,14 @@ impl Watches {
             return;
         }
         {
-            let map = self.exact.lock().unwrap();
+            let map = self.exact.lock();
             for k in keys {
                 if let Some(tx) = map.get(k) {
                     tx.send_replace(index);
                 }
             }
         }
-        let map = self.prefixes.lock().unwrap();
+        let map = self.prefixes.lock();
         if map.is_empty() {
             return;
         }
@@ -68,7 +68,7 @@ impl Watches {
     /// Wakes every waiter (the whole state was replaced).
     pub fn notify_all(&self) {
         for map in [&self.exact, &self.prefixes] {
-            for tx in map.lock().unwrap().values() {
+            for tx in map.lock().values() {
                 tx.send_modify(|v| *v += 1);
             }
         }
@@ -78,13 +78,7 @@ impl Watches {
     pub fn active(&self) -> usize {
         [&self.exact, &self.prefixes]
             .iter()
-            .map(|m| {
-                m.lock()
-                    .unwrap()
-                    .values()
-                    .filter(|t| t.receiver_count() > 0)
-                    .count()
-            })
+            .map(|m| m.lock().values().filter(|t| t.receiver_count() > 0).count())
             .sum()
     }
 }

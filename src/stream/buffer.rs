@@ -1,9 +1,9 @@
 //! One topic's buffer of recent events: ordered by index, bounded in count
 //! and bytes, read by subscribers at their own pace.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::Mutex;
 
 use super::Event;
 
@@ -42,7 +42,7 @@ impl Buffer {
     /// Appends the events of one index (in order), evicting the oldest
     /// beyond the limits.
     pub fn append(&self, _index: u64, events: Vec<Arc<Event>>) {
-        let mut b = self.inner.lock().unwrap();
+        let mut b = self.inner.lock();
         for e in events {
             b.bytes += e.size();
             b.events.push_back(e);
@@ -56,7 +56,7 @@ impl Buffer {
 
     /// Events after `cursor`, or `None` if some of them were evicted.
     pub fn after(&self, cursor: u64) -> Option<Vec<Arc<Event>>> {
-        let b = self.inner.lock().unwrap();
+        let b = self.inner.lock();
         if cursor < b.evicted_upto {
             return None;
         }
@@ -66,16 +66,16 @@ impl Buffer {
 
     /// Whether every event after `index` is still here.
     pub fn covers(&self, index: u64) -> bool {
-        index >= self.inner.lock().unwrap().evicted_upto
+        index >= self.inner.lock().evicted_upto
     }
 
     pub fn generation(&self) -> u64 {
-        self.inner.lock().unwrap().generation
+        self.inner.lock().generation
     }
 
     /// The state was replaced at `floor`: nothing before it is here.
     pub fn reset(&self, floor: u64) {
-        let mut b = self.inner.lock().unwrap();
+        let mut b = self.inner.lock();
         b.events.clear();
         b.bytes = 0;
         b.evicted_upto = floor;
@@ -83,7 +83,7 @@ impl Buffer {
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap().events.len()
+        self.inner.lock().events.len()
     }
 
     pub fn is_empty(&self) -> bool {

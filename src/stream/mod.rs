@@ -14,7 +14,9 @@ mod events;
 pub mod view;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
@@ -68,21 +70,20 @@ impl Inner {
     fn buffer(&self, topic: Topic) -> Arc<Buffer> {
         self.topics
             .lock()
-            .unwrap()
             .entry(topic)
             .or_insert_with(|| {
-                let floor = *self.floor.lock().unwrap();
+                let floor = *self.floor.lock();
                 Arc::new(Buffer::new(BUFFER_EVENTS, BUFFER_BYTES, floor))
             })
             .clone()
     }
 
     fn reset(&self, index: u64) {
-        *self.floor.lock().unwrap() = index;
-        for buf in self.topics.lock().unwrap().values() {
+        *self.floor.lock() = index;
+        for buf in self.topics.lock().values() {
             buf.reset(index);
         }
-        self.snapshots.lock().unwrap().clear();
+        self.snapshots.lock().clear();
         self.published.send_modify(|_| {});
     }
 }
@@ -242,7 +243,7 @@ impl Subscription {
         // event after it: the subscriber catches up from there.
         let generation = self.buffer.generation();
         let cached = {
-            let cache = self.inner.snapshots.lock().unwrap();
+            let cache = self.inner.snapshots.lock();
             cache
                 .get(&cache_key)
                 .filter(|(at, i, g, _, _)| {
@@ -262,7 +263,7 @@ impl Subscription {
                     .collect(),
             );
             let key_index = snapshot_index(&state, self.topic, &self.key);
-            let mut cache = self.inner.snapshots.lock().unwrap();
+            let mut cache = self.inner.snapshots.lock();
             if cache.len() > 4096 {
                 cache.retain(|_, (at, _, _, _, _)| at.elapsed() < SNAPSHOT_TTL);
             }

@@ -10,7 +10,9 @@
 //! while after (`IDLE`), then its subscription is dropped.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use imbl::OrdMap;
@@ -103,7 +105,7 @@ impl View {
     /// The view once its index is past `index`, or at `deadline` whatever
     /// it holds (never before its first snapshot is complete).
     pub async fn wait(&self, index: u64, deadline: tokio::time::Instant) -> Arc<Answer> {
-        *self.last_read.lock().unwrap() = Instant::now();
+        *self.last_read.lock() = Instant::now();
         let mut rx = self.current.clone();
         loop {
             let answer = rx.borrow_and_update().clone();
@@ -156,7 +158,7 @@ impl Views {
     /// The view of `name` on a health topic, started if there is none
     /// (none when the server already keeps `MAX_VIEWS`).
     pub fn get(&self, topic: Topic, name: &str) -> Option<Arc<View>> {
-        let mut views = self.views.lock().unwrap();
+        let mut views = self.views.lock();
         let key = (topic, name.to_string());
         if let Some(v) = views.get(&key) {
             return Some(v.clone());
@@ -176,7 +178,7 @@ impl Views {
 
     /// Views kept now (a gauge).
     pub fn len(&self) -> usize {
-        self.views.lock().unwrap().len()
+        self.views.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -186,12 +188,10 @@ impl Views {
     /// Drops views nobody read for `IDLE` and nobody is waiting on.
     fn drop_idle(&self) {
         let gone: Vec<Arc<View>> = {
-            let mut views = self.views.lock().unwrap();
+            let mut views = self.views.lock();
             let idle: Vec<(Topic, String)> = views
                 .iter()
-                .filter(|(_, v)| {
-                    Arc::strong_count(v) == 1 && v.last_read.lock().unwrap().elapsed() > IDLE
-                })
+                .filter(|(_, v)| Arc::strong_count(v) == 1 && v.last_read.lock().elapsed() > IDLE)
                 .map(|(k, _)| k.clone())
                 .collect();
             idle.iter().filter_map(|k| views.remove(k)).collect()
