@@ -44,7 +44,7 @@ fn check_status(s: &Server, node: &str, check: &str) -> Option<String> {
 }
 
 fn applied_index(s: &Server) -> u64 {
-    let text = s.get("/v1/agent/metrics").body;
+    let text = s.get("/v1/agent/metrics?format=prometheus").body;
     text.lines()
         .find_map(|l| l.strip_prefix("cairn_raft_applied_index "))
         .and_then(|v| v.trim().parse::<f64>().ok())

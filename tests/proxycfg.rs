@@ -76,7 +76,7 @@ fn after_change(
 }
 
 fn gauge(s: &Server, name: &str) -> u64 {
-    let body = s.get("/v1/agent/metrics").body;
+    let body = s.get("/v1/agent/metrics?format=prometheus").body;
     body.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse::<f64>().ok())

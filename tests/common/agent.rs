@@ -187,7 +187,7 @@ impl Agent {
 
     /// A counter or gauge of the agent's `/v1/agent/metrics`.
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.get("/v1/agent/metrics").body;
+        let text = self.get("/v1/agent/metrics?format=prometheus").body;
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .find_map(|l| {
