@@ -366,6 +366,7 @@ async fn sync_full(a: &Agent) -> Result<usize, ServerError> {
 /// The anti-entropy task: a full sync at start, then changes as they come
 /// and a full sync every staggered period.
 pub async fn run(a: Arc<Agent>) {
+    a.announced().await;
     let mut failures = 0u32;
     let mut next_full = tokio::time::Instant::now();
     loop {
