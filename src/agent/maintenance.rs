@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::structs::{HEALTH_CRITICAL, HealthCheck};
 
 pub const NODE_CHECK_ID: &str = "_node_maintenance";
-const SERVICE_CHECK_PREFIX: &str = "_service_maintenance:";
+pub const SERVICE_CHECK_PREFIX: &str = "_service_maintenance:";
 /// Consul's check type for these checks.
 const CHECK_TYPE: &str = "maintenance";
 

@@ -44,7 +44,7 @@ use anyhow::Context;
 use tracing::Instrument;
 
 pub use liveness::Leases;
-pub use maintenance::MaintenanceError;
+pub use maintenance::{MaintenanceError, NODE_CHECK_ID, SERVICE_CHECK_PREFIX};
 pub use servers::ServerError;
 
 use crate::error::{Error, Result};
