@@ -23,6 +23,7 @@ use super::define;
 use super::local::{Source, Tables};
 use super::maintenance;
 use super::servers::{self, FORWARDED};
+use super::sync;
 use crate::error::{Error, Result};
 use crate::http::query::{RowFilter, Rows};
 use crate::http::{MAX_BODY, Params, decode_json};
@@ -388,22 +389,26 @@ async fn register_service(
     let replace = p.has("replace-existing-checks")
         && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
     a.register_service(def, Source::Api, replace).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn deregister_service(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
     a.deregister_service(&id).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn register_check(State(a): State<App>, body: Bytes) -> Result<Response> {
     let check = define::check(decode_json(&body)?)?;
     a.register_check(check, Source::Api).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
     a.deregister_check(&id).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -426,6 +431,7 @@ async fn ttl(
     let p = Params::parse(q.as_deref());
     a.update_ttl(&id, status, p.get("note").unwrap_or(""))
         .await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -447,6 +453,7 @@ async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Re
         )));
     }
     a.update_ttl(&id, &u.status, &u.output).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -456,6 +463,7 @@ async fn node_maintenance(State(a): State<App>, RawQuery(q): RawQuery) -> Result
     let enable = maintenance::parse_enable(p.get("enable"))?;
     a.node_maintenance(enable, p.get("reason").unwrap_or(""))
         .await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -469,6 +477,7 @@ async fn service_maintenance(
     let enable = maintenance::parse_enable(p.get("enable"))?;
     a.service_maintenance(&id, enable, p.get("reason").unwrap_or(""))
         .await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 

@@ -93,6 +93,9 @@ pub struct Agent {
     /// of its own, no `serfHealth`), and catalog-only registrations on its
     /// node name are left alone until then.
     announced: tokio::sync::watch::Sender<bool>,
+    /// Anti-entropy runs so far, and whether the last one succeeded (API
+    /// writes wait on it: [`sync::pushed`]).
+    sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
 }
 
 /// Percent-encodes a path segment.
@@ -355,6 +358,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         datacenter: RwLock::new(config.datacenter.clone()),
         leave: tokio::sync::Notify::new(),
         announced: tokio::sync::watch::Sender::new(!config.in_server),
+        sync_runs: tokio::sync::watch::Sender::new((0, true)),
         config,
     });
     let now = Instant::now();
