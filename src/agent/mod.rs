@@ -1,4 +1,5 @@
-//! The client agent (`cairn agent`): the agentful path.
+//! The agent: `cairn agent` (the agentful path), and the agent every
+//! server runs for its own node ([`embedded`]).
 //!
 //! An agent owns one node of the catalog. Its services and checks are
 //! registered with it (HTTP API or `--config-dir`), kept in its data dir,
@@ -19,6 +20,7 @@
 //! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
 //! | `servers.rs` | the HTTP client to the servers (failover, errors, counters) |
 //! | `persist.rs` | the data dir |
+//! | `maintenance.rs` | maintenance mode (critical checks nothing runs) |
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
 
 pub mod api;
