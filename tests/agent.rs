@@ -1138,6 +1138,8 @@ fn maintenance_mode_on_servers_and_agents() {
         (400, "Missing value for enable")
     );
     assert_eq!(s.put("/v1/agent/maintenance?enable=maybe", "").status, 400);
+    let r = s.put("/v1/agent/service/maintenance/?enable=true", "");
+    assert_eq!((r.status, r.body.as_str()), (400, "Missing service ID"));
     let r = s.put("/v1/agent/service/maintenance/nope?enable=true", "");
     assert_eq!(r.status, 404, "{}", r.body);
     let o = common::cli(&a.url, &["maint", "-enable", "-service", "nope"]);

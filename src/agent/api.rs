@@ -56,6 +56,10 @@ fn local_routes() -> Router<App> {
         .route("/v1/agent/check/{verb}/{id}", put(ttl))
         .route("/v1/agent/check/update/{id}", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
+        .route(
+            "/v1/agent/service/maintenance/",
+            put(service_maintenance_no_id),
+        )
 }
 
 /// What every agent router is wrapped in (as the server's own routes are).
@@ -479,6 +483,11 @@ async fn service_maintenance(
         .await?;
     sync::pushed(&a).await;
     Ok(ok())
+}
+
+/// `PUT /v1/agent/service/maintenance/` without an ID: Consul's 400.
+async fn service_maintenance_no_id() -> Result<Response> {
+    Err(maintenance::MaintenanceError::MissingService.into())
 }
 
 /// Any other request: to a server, and its answer back as it streams.
