@@ -1193,3 +1193,64 @@ fn a_restarted_server_keeps_its_agent_services() {
     assert_eq!(s.put("/v1/agent/maintenance?enable=false", "").status, 200);
     assert!(passing_on(&s, "web", "srv"));
 }
+
+/// In a cluster, a follower is the agent of its own node too: its agent
+/// writes reach the leader's catalog through the usual forwarding, its
+/// maintenance mode drops its instance, and a killed follower's node turns
+/// critical as any agent's does.
+#[test]
+fn a_follower_server_is_an_agent_too() {
+    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .raft_port(raft[i])
+                .bootstrap_expect(3)
+                .no_wait();
+            for (j, p) in raft.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{p}"));
+                }
+            }
+            b.start()
+        })
+        .collect();
+    for s in &servers {
+        s.wait_for_leader(DEADLINE);
+    }
+    let leader = servers[0].get_json("/v1/status/leader");
+    let li = servers
+        .iter()
+        .position(|s| json!(s.raft_addr.to_string()) == leader)
+        .expect("a leader among the servers");
+    let fi = (li + 1) % 3;
+    let follower = format!("s{fi}");
+    let body = json!({"Name": "web", "Check": {"TTL": "10m", "Status": "passing"}});
+    let r = servers[fi].put("/v1/agent/service/register", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Answered once the leader has it.
+    assert_eq!(instances(&servers[li], "web")[0].0, follower);
+    eventually(DEADLINE, "the follower's node alive", || {
+        (check_status(&servers[li], &follower, "serfHealth").as_deref() == Some("passing"))
+            .then_some(())
+    });
+    assert!(passing_on(&servers[li], "web", &follower));
+    // Three servers, each listed once.
+    let members = servers[li].get_json("/v1/agent/members");
+    assert_eq!(members.as_array().unwrap().len(), 3, "{members}");
+
+    let r = servers[fi].put("/v1/agent/maintenance?enable=true", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!passing_on(&servers[li], "web", &follower));
+    let r = servers[fi].put("/v1/agent/maintenance?enable=false", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(passing_on(&servers[li], "web", &follower));
+
+    servers[fi].kill();
+    eventually(DEADLINE, "the killed follower's node critical", || {
+        (check_status(&servers[li], &follower, "serfHealth").as_deref() == Some("critical"))
+            .then_some(())
+    });
+    assert!(!passing_on(&servers[li], "web", &follower));
+}
