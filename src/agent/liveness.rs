@@ -409,4 +409,15 @@ mod tests {
         l.step_down();
         assert!(l.is_empty() && !l.in_office());
     }
+
+    #[test]
+    fn servers_leases_are_not_counted_twice() {
+        let l = Leases::default();
+        let now = Instant::now();
+        for n in ["s1", "a1", "a2"] {
+            l.renew(n, now);
+        }
+        let servers = ["s1".to_string(), "s2".to_string()];
+        assert_eq!(l.len_except(&servers), 2);
+    }
 }
