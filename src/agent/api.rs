@@ -123,6 +123,7 @@ const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
 /// serves no gRPC, HTTPS or DNS listener).
 pub fn debug_config(a: &Agent) -> Value {
     let dc = a.datacenter();
+    let ttl_min = crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64);
     json!({
         "Datacenter": dc,
         "PrimaryDatacenter": dc,
@@ -137,8 +138,7 @@ pub fn debug_config(a: &Agent) -> Value {
         "GRPCPort": -1,
         "GRPCTLSPort": -1,
         "DNSPort": -1,
-        "SessionTTLMin": crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64).to_string(),
-        "ConnectEnabled": true,
+        "SessionTTLMin": ttl_min.to_string(),
         "ACLsEnabled": false,
         "DataDir": a.config.data_dir.display().to_string(),
     })

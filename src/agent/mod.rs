@@ -106,10 +106,6 @@ fn enc(s: &str) -> String {
 }
 
 impl Agent {
-    pub fn node_id(&self) -> &str {
-        &self.node_id
-    }
-
     /// The node takes part in the catalog from now on.
     fn announce(&self) {
         self.announced
