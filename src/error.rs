@@ -67,3 +67,17 @@ impl From<crate::agent::ServerError> for Error {
         }
     }
 }
+
+/// A refused maintenance request, with Consul's codes: a missing or bad
+/// `enable` is 400, an unknown service 404.
+impl From<crate::agent::MaintenanceError> for Error {
+    fn from(e: crate::agent::MaintenanceError) -> Self {
+        use crate::agent::MaintenanceError as M;
+        match e {
+            M::MissingEnable | M::InvalidEnable(_) | M::MissingService => {
+                Error::BadRequest(e.to_string())
+            }
+            M::UnknownService(_) => Error::NotFound(e.to_string()),
+        }
+    }
+}

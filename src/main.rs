@@ -136,6 +136,8 @@ fn main() -> anyhow::Result<()> {
                 servers,
                 config_dir: a.config_dir,
                 sync_interval: a.sync_interval,
+                datacenter: "dc1".into(),
+                in_server: false,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -1,4 +1,6 @@
-//! Process metrics, rendered at `/v1/agent/metrics` in Prometheus text.
+//! Process metrics, rendered at `/v1/agent/metrics` in Consul's JSON form,
+//! or in Prometheus text with `?format=prometheus` (what Prometheus
+//! scraping Consul asks for).
 //!
 //! Plain atomics: counting must never contend on the request path.
 
@@ -94,7 +96,7 @@ pub static BLOCKING_PARKED: Gauge = Gauge::new(
 
 static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED];
 
-static ALL: &[&Counter] = &[
+pub static ALL: &[&Counter] = &[
     &HTTP_REQUESTS,
     &HTTP_ERRORS,
     &HTTP_FORWARDED,
@@ -138,4 +140,125 @@ pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> Strin
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
     out
+}
+
+/// Whether a `/v1/agent/metrics` request asked for Prometheus text.
+pub fn wants_prometheus(query: Option<&str>) -> bool {
+    crate::http::Params::parse(query).get("format") == Some("prometheus")
+}
+
+/// `/v1/agent/metrics`: JSON unless `?format=prometheus`.
+pub fn response(
+    query: Option<&str>,
+    counters: &[&Counter],
+    gauges: &[(&str, &str, f64)],
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if wants_prometheus(query) {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            render_with(counters, gauges),
+        )
+            .into_response()
+    } else {
+        axum::Json(render_json(counters, gauges, std::time::SystemTime::now())).into_response()
+    }
+}
+
+/// Consul's JSON form (go-metrics' in-memory summary). Consul reports each
+/// counter over its last 10 s interval; cairn's counters are totals since
+/// the process started, so `Count` and `Sum` are that total and the
+/// per-increment figures are those of unit increments. `Points` (Consul's
+/// rarely used raw points) and `Samples` (timings: cairn keeps none) are
+/// empty lists, as in a Consul agent with nothing recorded.
+pub fn render_json(
+    counters: &[&Counter],
+    gauges: &[(&str, &str, f64)],
+    now: std::time::SystemTime,
+) -> serde_json::Value {
+    use serde_json::json;
+    let gauges: Vec<_> = GAUGES
+        .iter()
+        .map(|g| (g.name, g.get() as f64))
+        .chain(gauges.iter().map(|(name, _, v)| (*name, *v)))
+        .map(|(name, v)| json!({"Name": name, "Value": v, "Labels": {}}))
+        .collect();
+    let counters: Vec<_> = counters
+        .iter()
+        .map(|c| {
+            let n = c.get();
+            let unit = if n > 0 { 1.0 } else { 0.0 };
+            json!({
+                "Name": c.name, "Count": n, "Rate": 0.0, "Sum": n as f64,
+                "Min": unit, "Max": unit, "Mean": unit, "Stddev": 0.0, "Labels": {},
+            })
+        })
+        .collect();
+    json!({
+        "Timestamp": go_utc(now),
+        "Gauges": gauges,
+        "Points": [],
+        "Counters": counters,
+        "Samples": [],
+    })
+}
+
+/// A time as Go prints a UTC `time.Time` (`2017-08-08 02:55:10 +0000 UTC`),
+/// which is how Consul writes `Timestamp`.
+fn go_utc(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} +0000 UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn go_timestamps() {
+        assert_eq!(go_utc(UNIX_EPOCH), "1970-01-01 00:00:00 +0000 UTC");
+        let t = UNIX_EPOCH + Duration::from_secs(1_502_160_910);
+        assert_eq!(go_utc(t), "2017-08-08 02:55:10 +0000 UTC");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_825_600);
+        assert_eq!(go_utc(leap), "2000-02-29 12:00:00 +0000 UTC");
+    }
+
+    #[test]
+    fn json_form() {
+        static C: Counter = Counter::new("c_total", "help");
+        C.add(3);
+        let v = render_json(&[&C], &[("g", "help", 2.5)], UNIX_EPOCH);
+        assert_eq!(v["Gauges"][0]["Name"], "g");
+        assert_eq!(v["Gauges"][0]["Value"], 2.5);
+        assert_eq!(v["Counters"][0]["Count"], 3);
+        assert_eq!(v["Counters"][0]["Sum"], 3.0);
+        assert_eq!(v["Points"], serde_json::json!([]));
+        assert_eq!(v["Samples"], serde_json::json!([]));
+        assert!(wants_prometheus(Some("format=prometheus")));
+        assert!(!wants_prometheus(Some("format=json")));
+        assert!(!wants_prometheus(None));
+    }
 }

@@ -48,6 +48,8 @@ pub struct Server {
     pub http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
     pub liveness: crate::agent::Leases,
+    /// The agent of this server's own node (set once `run` started it).
+    pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
 }
@@ -213,6 +215,7 @@ impl Server {
             cluster,
             http,
             liveness: Default::default(),
+            agent: std::sync::OnceLock::new(),
             db: sled,
             proposals,
         }))
@@ -415,10 +418,13 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(crate::agent::liveness::reap(server.clone()));
-    let app = crate::http::router(server.clone());
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    // Bound first: the agent talks to this server through that address.
+    let agent = crate::agent::embedded(agent_config(&config)).await?;
+    let _ = server.agent.set(agent.clone());
+    let app = crate::http::router(server.clone()).merge(crate::agent::api::server_routes(agent));
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
     let stop = Arc::new(tokio::sync::Notify::new());
     let serve = axum::serve(listener, app).with_graceful_shutdown({
@@ -436,6 +442,28 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
     server.shutdown().await;
     Ok(())
+}
+
+/// The server's own agent: its node, in `<data-dir>/agent`, talking to
+/// this server's HTTP API (loopback for a wildcard address).
+fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
+    let mut local = config.http_addr;
+    if local.ip().is_unspecified() {
+        local.set_ip(match local {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    crate::agent::AgentConfig {
+        node: config.node.clone(),
+        data_dir: config.data_dir.join("agent"),
+        http_addr: config.http_addr,
+        servers: vec![format!("http://{local}")],
+        config_dir: None,
+        sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
+        datacenter: config.datacenter.clone(),
+        in_server: true,
+    }
 }
 
 pub(crate) async fn shutdown_signal() {

@@ -44,7 +44,7 @@ fn check_status(s: &Server, node: &str, check: &str) -> Option<String> {
 }
 
 fn applied_index(s: &Server) -> u64 {
-    let text = s.get("/v1/agent/metrics").body;
+    let text = s.get("/v1/agent/metrics?format=prometheus").body;
     text.lines()
         .find_map(|l| l.strip_prefix("cairn_raft_applied_index "))
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -886,4 +886,371 @@ fn threshold_checks_flip_only_after_n_results_and_local_health_follows() {
     );
     let r = a.get("/v1/agent/health/service/name/db?format=text");
     assert_eq!((r.status, r.body.trim()), (429, "warning"));
+}
+
+/// Whether `service` has an instance on `node` in `/v1/health/service`
+/// with `?passing`.
+fn passing_on(s: &Server, service: &str, node: &str) -> bool {
+    s.get_json(&format!("/v1/health/service/{service}?passing"))
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["Node"]["Node"] == node)
+}
+
+/// Every server is the agent of its own node: the agent API registers on
+/// it, answering once the catalog has the change, TTL checks flip health,
+/// and the node gets a `serfHealth` check as an agent's does.
+#[test]
+fn a_server_is_the_agent_of_its_own_node() {
+    let s = Server::builder().dev().node("srv").start();
+    // Nothing registered on it yet: the server's node is not in the catalog.
+    assert_eq!(s.get_json("/v1/catalog/nodes"), json!([]));
+    let r = s.put(
+        "/v1/agent/service/register",
+        &json!({"Name": "web", "ID": "web-1", "Port": 8080, "Tags": ["v1"],
+                "Check": {"CheckID": "web-ttl", "TTL": "10m"}})
+        .to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // In the catalog as soon as the write answered (no waiting).
+    let rows = instances(&s, "web");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].0, "srv");
+    assert_eq!(rows[0].1["ServicePort"], 8080);
+    assert_eq!(rows[0].1["Address"], "127.0.0.1");
+    // A TTL check starts critical: not passing until the client says so.
+    assert!(!passing_on(&s, "web", "srv"));
+    let r = s.put("/v1/agent/check/pass/web-ttl?note=ok", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(passing_on(&s, "web", "srv"));
+    let r = s.put(
+        "/v1/agent/check/update/web-ttl",
+        r#"{"Status": "critical", "Output": "down"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!passing_on(&s, "web", "srv"));
+    assert_eq!(
+        check_status(&s, "srv", "web-ttl").as_deref(),
+        Some("critical")
+    );
+    eventually(DEADLINE, "the server's node alive", || {
+        (check_status(&s, "srv", "serfHealth").as_deref() == Some("passing")).then_some(())
+    });
+
+    // The agent's own views.
+    let services = s.get_json("/v1/agent/services");
+    assert_eq!(services["web-1"]["Service"], "web");
+    assert_eq!(services["web-1"]["Datacenter"], "dc1");
+    assert_eq!(s.get_json("/v1/agent/service/web-1")["Tags"], json!(["v1"]));
+    assert_eq!(s.get_json("/v1/agent/checks")["web-ttl"]["Output"], "down");
+    assert_eq!(s.get("/v1/agent/health/service/id/web-1").status, 503);
+    // A node check through the agent, and away again.
+    let r = s.put(
+        "/v1/agent/check/register",
+        r#"{"Name": "disk", "TTL": "10m", "Status": "passing"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(check_status(&s, "srv", "disk").as_deref(), Some("passing"));
+    assert_eq!(s.put("/v1/agent/check/deregister/disk", "").status, 200);
+    assert_eq!(check_status(&s, "srv", "disk"), None);
+    // The server lists itself once, as a server.
+    let members = s.get_json("/v1/agent/members");
+    assert_eq!(members.as_array().unwrap().len(), 1, "{members}");
+    assert_eq!(members[0]["Tags"]["role"], "consul");
+
+    assert_eq!(s.put("/v1/agent/service/deregister/web-1", "").status, 200);
+    assert!(instances(&s, "web").is_empty());
+    assert_eq!(s.put("/v1/agent/service/deregister/web-1", "").status, 404);
+}
+
+/// `/v1/agent/self` carries what clients read (Consul's `Config` and
+/// `DebugConfig` fields), on a server and on a client agent.
+#[test]
+fn agent_self_tells_clients_what_they_read() {
+    let s = Server::builder().dev().node("srv").start();
+    let me = s.get_json("/v1/agent/self");
+    let config = &me["Config"];
+    assert_eq!(config["Datacenter"], "dc1");
+    assert_eq!(config["NodeName"], "srv");
+    assert_eq!(config["Server"], true);
+    assert_eq!(config["Version"], env!("CARGO_PKG_VERSION"));
+    let id = config["NodeID"].as_str().unwrap();
+    assert!(uuid_like(id), "{id}");
+    // Patroni reads Config.SessionTTLMin in nanoseconds; Nomad reads
+    // DebugConfig.GRPCPort (-1: no gRPC listener).
+    assert_eq!(config["SessionTTLMin"], 10_000_000_000u64);
+    let debug = &me["DebugConfig"];
+    assert_eq!(debug["GRPCPort"], -1);
+    assert_eq!(debug["SessionTTLMin"], "10s");
+    assert_eq!(debug["HTTPPort"], s.http_addr.port());
+    assert_eq!(debug["ServerMode"], true);
+    assert_eq!(debug["NodeName"], "srv");
+    // The node registers with the same ID.
+    let r = s.put("/v1/agent/service/register", r#"{"Name": "x"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(instances(&s, "x")[0].1["ID"], id);
+
+    let a = Agent::builder("a1", &s.url).start();
+    let me = a.get_json("/v1/agent/self");
+    assert_eq!(me["Config"]["Server"], false);
+    assert_eq!(me["Config"]["NodeName"], "a1");
+    assert_eq!(me["DebugConfig"]["ServerMode"], false);
+    assert_eq!(me["DebugConfig"]["HTTPPort"], a.http_addr.port());
+}
+
+fn uuid_like(s: &str) -> bool {
+    let parts: Vec<usize> = s.split('-').map(str::len).collect();
+    parts == [8, 4, 4, 4, 12] && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// `/v1/agent/metrics` answers Consul's JSON form, and Prometheus text with
+/// `?format=prometheus`, on a server and on a client agent.
+#[test]
+fn agent_metrics_json_and_prometheus() {
+    let s = Server::dev();
+    let r = s.get("/v1/agent/metrics");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/json")
+    );
+    let m = r.json();
+    assert!(
+        m["Timestamp"].as_str().unwrap().ends_with(" +0000 UTC"),
+        "{m}"
+    );
+    assert!(m["Points"].is_array() && m["Samples"].is_array(), "{m}");
+    let gauge = |name: &str| {
+        m["Gauges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["Name"] == name)
+            .map(|g| g["Value"].as_f64().unwrap())
+    };
+    assert_eq!(gauge("cairn_raft_is_leader"), Some(1.0));
+    assert_eq!(gauge("cairn_agent_services"), Some(0.0));
+    let requests = m["Counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["Name"] == "cairn_http_requests_total")
+        .expect("request counter");
+    assert!(requests["Count"].as_u64().unwrap() > 0, "{requests}");
+
+    let r = s.get("/v1/agent/metrics?format=prometheus");
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    assert!(
+        r.body
+            .contains("# TYPE cairn_raft_is_leader gauge\ncairn_raft_is_leader 1")
+    );
+
+    let a = Agent::builder("a1", &s.url).start();
+    let m = a.get_json("/v1/agent/metrics");
+    assert!(
+        m["Counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["Name"] == "cairn_agent_heartbeats_total"),
+        "{m}"
+    );
+    assert!(
+        a.get("/v1/agent/metrics?format=prometheus")
+            .body
+            .contains("# TYPE cairn_agent_heartbeats_total counter")
+    );
+}
+
+/// Maintenance mode as Consul: on a server (node-wide) and on a client
+/// agent (one service), through the HTTP API and `cairn maint`; health
+/// drops the instances while it is on, and gets them back after.
+#[test]
+fn maintenance_mode_on_servers_and_agents() {
+    let s = Server::builder().dev().node("srv").start();
+    let a = Agent::builder("a1", &s.url).start();
+    let passing = json!({"Name": "web", "Check": {"TTL": "10m", "Status": "passing"}});
+    let r = s.put("/v1/agent/service/register", &passing.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    put_ok(&a, "/v1/agent/service/register", passing);
+    eventually(DEADLINE, "web passing on both nodes", || {
+        (passing_on(&s, "web", "srv") && passing_on(&s, "web", "a1")).then_some(())
+    });
+
+    // The server's node in maintenance: its instance drops, a1's stays.
+    let r = s.put(
+        "/v1/agent/maintenance?enable=true&reason=kernel+upgrade",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!passing_on(&s, "web", "srv"));
+    assert!(passing_on(&s, "web", "a1"));
+    let checks = s.get_json("/v1/health/node/srv");
+    let maint = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["CheckID"] == "_node_maintenance")
+        .expect("maintenance check");
+    assert_eq!(maint["Status"], "critical");
+    assert_eq!(maint["Notes"], "kernel upgrade");
+    assert_eq!(maint["Name"], "Node Maintenance Mode");
+    assert_eq!(s.put("/v1/agent/maintenance?enable=false", "").status, 200);
+    assert!(passing_on(&s, "web", "srv"));
+    assert_eq!(check_status(&s, "srv", "_node_maintenance"), None);
+
+    // One service on the client agent, by the CLI.
+    let o = common::cli(
+        &a.url,
+        &["maint", "-enable", "-service", "web", "-reason", "deploy"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "Service maintenance is now enabled for \"web\""
+    );
+    assert!(!passing_on(&s, "web", "a1"));
+    assert!(passing_on(&s, "web", "srv"));
+    let check = &a.get_json("/v1/agent/checks")["_service_maintenance:web"];
+    assert_eq!(check["Status"], "critical");
+    assert_eq!(check["Notes"], "deploy");
+    assert_eq!(check["ServiceID"], "web");
+    let o = common::cli(&a.url, &["maint"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ID:     web"));
+    let o = common::cli(&a.url, &["maint", "-disable", "-service", "web"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(passing_on(&s, "web", "a1"));
+
+    // The node-wide form by the CLI, against the server.
+    let o = common::cli(&s.url, &["maint", "-enable"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!passing_on(&s, "web", "srv"));
+    let o = common::cli(&s.url, &["maint", "-disable"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(passing_on(&s, "web", "srv"));
+
+    // Refused: no enable, a bad one, an unknown service (nothing changes).
+    let r = a.put("/v1/agent/service/maintenance/web", "");
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (400, "Missing value for enable")
+    );
+    assert_eq!(s.put("/v1/agent/maintenance?enable=maybe", "").status, 400);
+    let r = s.put("/v1/agent/service/maintenance/?enable=true", "");
+    assert_eq!((r.status, r.body.as_str()), (400, "Missing service ID"));
+    let r = s.put("/v1/agent/service/maintenance/nope?enable=true", "");
+    assert_eq!(r.status, 404, "{}", r.body);
+    let o = common::cli(&a.url, &["maint", "-enable", "-service", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(passing_on(&s, "web", "srv") && passing_on(&s, "web", "a1"));
+}
+
+/// A server's agent-registered services, and its maintenance mode, are
+/// kept in its data dir: a restarted server has them in its agent and
+/// keeps them in the catalog.
+#[test]
+fn a_restarted_server_keeps_its_agent_services() {
+    let dir = tempfile::tempdir().unwrap();
+    let builder = Server::builder()
+        .node("srv")
+        .data_dir(dir.path())
+        .http_port(common::free_port())
+        .raft_port(common::free_port())
+        .bootstrap_expect(1);
+    let mut s = builder.clone().start();
+    let r = s.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "web", "ID": "web-1", "Check": {"TTL": "10m", "Status": "passing"}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.put("/v1/agent/maintenance?enable=true", "").status, 200);
+    let id = s.get_json("/v1/agent/self")["Config"]["NodeID"].clone();
+    s.stop(Duration::from_secs(10));
+
+    let s = builder.start();
+    assert_eq!(s.get_json("/v1/agent/services")["web-1"]["Service"], "web");
+    assert_eq!(s.get_json("/v1/agent/self")["Config"]["NodeID"], id);
+    assert_eq!(
+        s.get_json("/v1/agent/checks")["_node_maintenance"]["Status"],
+        "critical"
+    );
+    // After the restarted agent's full sync the catalog still has them.
+    eventually(DEADLINE, "a full sync after the restart", || {
+        let m = s.get_json("/v1/agent/metrics");
+        let synced =
+            m["Counters"].as_array().unwrap().iter().any(|c| {
+                c["Name"] == "cairn_agent_full_syncs_total" && c["Count"].as_u64() >= Some(1)
+            });
+        synced.then_some(())
+    });
+    assert_eq!(instances(&s, "web").len(), 1);
+    assert_eq!(
+        check_status(&s, "srv", "_node_maintenance").as_deref(),
+        Some("critical")
+    );
+    assert_eq!(s.put("/v1/agent/maintenance?enable=false", "").status, 200);
+    assert!(passing_on(&s, "web", "srv"));
+}
+
+/// In a cluster, a follower is the agent of its own node too: its agent
+/// writes reach the leader's catalog through the usual forwarding, its
+/// maintenance mode drops its instance, and a killed follower's node turns
+/// critical as any agent's does.
+#[test]
+fn a_follower_server_is_an_agent_too() {
+    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .raft_port(raft[i])
+                .bootstrap_expect(3)
+                .no_wait();
+            for (j, p) in raft.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{p}"));
+                }
+            }
+            b.start()
+        })
+        .collect();
+    for s in &servers {
+        s.wait_for_leader(DEADLINE);
+    }
+    let leader = servers[0].get_json("/v1/status/leader");
+    let li = servers
+        .iter()
+        .position(|s| json!(s.raft_addr.to_string()) == leader)
+        .expect("a leader among the servers");
+    let fi = (li + 1) % 3;
+    let follower = format!("s{fi}");
+    let body = json!({"Name": "web", "Check": {"TTL": "10m", "Status": "passing"}});
+    let r = servers[fi].put("/v1/agent/service/register", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Answered once the leader has it.
+    assert_eq!(instances(&servers[li], "web")[0].0, follower);
+    eventually(DEADLINE, "the follower's node alive", || {
+        (check_status(&servers[li], &follower, "serfHealth").as_deref() == Some("passing"))
+            .then_some(())
+    });
+    assert!(passing_on(&servers[li], "web", &follower));
+    // Three servers, each listed once.
+    let members = servers[li].get_json("/v1/agent/members");
+    assert_eq!(members.as_array().unwrap().len(), 3, "{members}");
+
+    let r = servers[fi].put("/v1/agent/maintenance?enable=true", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!passing_on(&servers[li], "web", &follower));
+    let r = servers[fi].put("/v1/agent/maintenance?enable=false", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(passing_on(&servers[li], "web", &follower));
+
+    servers[fi].kill();
+    eventually(DEADLINE, "the killed follower's node critical", || {
+        (check_status(&servers[li], &follower, "serfHealth").as_deref() == Some("critical"))
+            .then_some(())
+    });
+    assert!(!passing_on(&servers[li], "web", &follower));
 }

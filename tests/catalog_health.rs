@@ -659,7 +659,7 @@ fn blocking_health_reads_answer_what_plain_reads_answer() {
     );
     deregister(&s, json!({"Node": "n2", "ServiceID": "db"}));
     compare("after changes");
-    let metrics = s.get("/v1/agent/metrics").body;
+    let metrics = s.get("/v1/agent/metrics?format=prometheus").body;
     assert!(
         metrics.contains("cairn_health_views 3"),
         "one view each for web, db and nothing-here:\n{metrics}"

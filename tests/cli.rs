@@ -25,7 +25,8 @@ fn services_register_list_and_deregister() {
         json!({"service": {
             "name": "web", "id": "web-1", "port": 8080, "tags": ["v1", "blue"],
             "meta": {"team_name": "x"},
-            "check": {"http": "http://127.0.0.1:8080/health", "interval": "10s", "status": "passing"},
+            // The server's own port: the agent runs the check, and it passes.
+            "check": {"http": format!("{}/v1/status/leader", s.url), "interval": "10s", "status": "passing"},
         }})
         .to_string(),
     )
@@ -34,16 +35,19 @@ fn services_register_list_and_deregister() {
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(out(&o).trim(), "Registered service: web");
 
-    // What the catalog holds: on the server's node, address 127.0.0.1.
+    // What the catalog holds: on the server's node (registered by the
+    // server's own agent), address 127.0.0.1.
     let rows = s.get_json("/v1/catalog/service/web");
     assert_eq!(rows[0]["Node"], "cli-node");
     assert_eq!(rows[0]["Address"], "127.0.0.1");
     assert_eq!(rows[0]["ServiceID"], "web-1");
     assert_eq!(rows[0]["ServicePort"], 8080);
     assert_eq!(rows[0]["ServiceMeta"], json!({"team_name": "x"}));
+    // The node's serfHealth (the server's agent is alive) and the service's.
     let health = s.get_json("/v1/health/service/web?passing");
-    assert_eq!(health[0]["Checks"][0]["CheckID"], "service:web-1");
-    assert_eq!(health[0]["Checks"][0]["Type"], "http");
+    assert_eq!(health[0]["Checks"][0]["CheckID"], "serfHealth");
+    assert_eq!(health[0]["Checks"][1]["CheckID"], "service:web-1");
+    assert_eq!(health[0]["Checks"][1]["Type"], "http");
 
     // A bare PascalCase object works too; host:port addresses as well.
     let file2 = dir.path().join("db.json");
@@ -311,21 +315,24 @@ fn services_register_hcl() {
     let file = dir.path().join("web.hcl");
     std::fs::write(
         &file,
-        r#"service {
+        format!(
+            r#"service {{
   name = "web"
   id   = "web-1"
   port = 80
   tags = ["a"]
-  meta {
+  meta {{
     team = "x"
-  }
-  check {
-    http     = "http://127.0.0.1:80/health"
+  }}
+  check {{
+    http     = "{url}/v1/status/leader"
     interval = "10s"
     status   = "passing"
-  }
-}
+  }}
+}}
 "#,
+            url = s.url
+        ),
     )
     .unwrap();
     let o = cli(&s.url, &["services", "register", file.to_str().unwrap()]);
@@ -338,9 +345,10 @@ fn services_register_hcl() {
     assert_eq!(rows[0]["ServiceMeta"], json!({"team": "x"}));
     let health = s.get_json("/v1/health/service/web?passing");
     let checks = health[0]["Checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 1, "{checks:?}");
-    assert_eq!(checks[0]["CheckID"], "service:web-1");
-    assert_eq!(checks[0]["Type"], "http");
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert_eq!(checks[0]["CheckID"], "serfHealth");
+    assert_eq!(checks[1]["CheckID"], "service:web-1");
+    assert_eq!(checks[1]["Type"], "http");
 
     // Two check blocks are two checks; two service blocks two services.
     std::fs::write(

@@ -261,7 +261,7 @@ async fn metrics_and_agent_self() {
     let (p, c) = dev().await;
     c.put(p.url("/v1/kv/m")).body("1").send().await.unwrap();
     let text = c
-        .get(p.url("/v1/agent/metrics"))
+        .get(p.url("/v1/agent/metrics?format=prometheus"))
         .send()
         .await
         .unwrap()

@@ -21,7 +21,9 @@ use serde_json::{Map, Value, json};
 use super::Agent;
 use super::define;
 use super::local::{Source, Tables};
+use super::maintenance;
 use super::servers::{self, FORWARDED};
+use super::sync;
 use crate::error::{Error, Result};
 use crate::http::query::{RowFilter, Rows};
 use crate::http::{MAX_BODY, Params, decode_json};
@@ -34,14 +36,17 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 const MAX_WAIT: Duration = Duration::from_secs(600);
 
-pub fn router(agent: App) -> Router {
+/// The endpoints about this agent's own node, services and checks: served
+/// by `cairn agent` and by every server for its own node.
+fn local_routes() -> Router<App> {
     Router::new()
-        .route("/v1/agent/self", get(agent_self))
-        .route("/v1/agent/metrics", get(metrics))
-        .route("/v1/agent/leave", put(leave))
         .route("/v1/agent/services", get(services))
         .route("/v1/agent/service/register", put(register_service))
         .route("/v1/agent/service/deregister/{id}", put(deregister_service))
+        .route(
+            "/v1/agent/service/maintenance/{id}",
+            put(service_maintenance),
+        )
         .route("/v1/agent/service/{id}", get(service))
         .route("/v1/agent/health/service/id/{id}", get(health_by_id))
         .route("/v1/agent/health/service/name/{name}", get(health_by_name))
@@ -50,52 +55,110 @@ pub fn router(agent: App) -> Router {
         .route("/v1/agent/check/deregister/{id}", put(deregister_check))
         .route("/v1/agent/check/{verb}/{id}", put(ttl))
         .route("/v1/agent/check/update/{id}", put(update))
-        .fallback(forward)
+        .route("/v1/agent/maintenance", put(node_maintenance))
+        .route(
+            "/v1/agent/service/maintenance/",
+            put(service_maintenance_no_id),
+        )
+}
+
+/// What every agent router is wrapped in (as the server's own routes are).
+fn layered(routes: Router) -> Router {
+    routes
         .layer(middleware::from_fn(crate::http::refuse_enterprise_tenancy))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::http::panic_response,
         ))
         .layer(middleware::from_fn(crate::http::trace_request))
-        .with_state(agent)
+}
+
+/// `cairn agent`'s whole HTTP API.
+pub fn router(agent: App) -> Router {
+    layered(
+        local_routes()
+            .route("/v1/agent/self", get(agent_self))
+            .route("/v1/agent/metrics", get(metrics))
+            .route("/v1/agent/leave", put(leave))
+            .fallback(forward)
+            .with_state(agent),
+    )
+}
+
+/// A server's agent endpoints, merged into the server's router. The server
+/// answers `/v1/agent/self`, `/metrics` and `/members` itself (with this
+/// agent's part in them); there is no `leave`: a server leaves the cluster
+/// through `operator raft remove-peer`.
+pub fn server_routes(agent: App) -> Router {
+    layered(local_routes().with_state(agent))
 }
 
 fn ok() -> Response {
     StatusCode::OK.into_response()
 }
 
-async fn agent_self(State(a): State<App>) -> Response {
+/// Consul's `/v1/agent/self` `Config` block: what clients read to learn
+/// where they are (`Server` tells a client agent from a server).
+/// `SessionTTLMin` in nanoseconds is the old place Patroni still reads.
+pub fn self_config(a: &Agent) -> Value {
     let dc = a.datacenter();
-    let meta = a.local.with(|t| t.node.meta.clone());
-    axum::Json(json!({
-        "Config": {
-            "Datacenter": dc,
-            "PrimaryDatacenter": dc,
-            "NodeName": a.config.node,
-            "NodeID": a.node_id,
-            "Server": false,
-            "Revision": "cairn",
-            "Version": env!("CARGO_PKG_VERSION"),
-        },
-        "Member": {
-            "Name": a.config.node,
-            "Addr": a.config.http_addr.ip().to_string(),
-            "Port": a.config.http_addr.port(),
-            "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
-            "Status": 1,
-            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-        },
-        "Meta": meta,
-    }))
-    .into_response()
+    json!({
+        "Datacenter": dc,
+        "PrimaryDatacenter": dc,
+        "NodeName": a.config.node,
+        "NodeID": a.node_id,
+        "Server": a.config.in_server,
+        "Revision": "cairn",
+        "Version": env!("CARGO_PKG_VERSION"),
+        "SessionTTLMin": SESSION_TTL_MIN.as_nanos() as u64,
+    })
 }
 
-async fn metrics(State(a): State<App>) -> Response {
+/// Consul's minimum session TTL (its `session_ttl_min` default).
+const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
+
+/// Consul's `DebugConfig` block: the running configuration, read by
+/// clients for ports and limits (Nomad takes `GRPCPort` for Connect,
+/// Patroni `SessionTTLMin`). Durations are Go strings, as Consul writes
+/// them; a port that is not served is -1, Consul's "disabled" (this build
+/// serves no gRPC, HTTPS or DNS listener).
+pub fn debug_config(a: &Agent) -> Value {
+    let dc = a.datacenter();
+    let ttl_min = crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64);
+    json!({
+        "Datacenter": dc,
+        "PrimaryDatacenter": dc,
+        "NodeName": a.config.node,
+        "NodeID": a.node_id,
+        "ServerMode": a.config.in_server,
+        "Revision": "cairn",
+        "Version": env!("CARGO_PKG_VERSION"),
+        "ClientAddrs": [a.config.http_addr.ip().to_string()],
+        "HTTPPort": a.config.http_addr.port(),
+        "HTTPSPort": -1,
+        "GRPCPort": -1,
+        "GRPCTLSPort": -1,
+        "DNSPort": -1,
+        "SessionTTLMin": ttl_min.to_string(),
+        "ACLsEnabled": false,
+        "DataDir": a.config.data_dir.display().to_string(),
+    })
+}
+
+/// This agent's node meta, as `/v1/agent/self` shows it.
+pub fn node_meta(a: &Agent) -> Value {
+    json!(a.local.with(|t| t.node.meta.clone()))
+}
+
+/// This agent's counters (anti-entropy, heartbeats, forwarding).
+pub static COUNTERS: &[&crate::metrics::Counter] = servers::ALL;
+
+/// This agent's gauges (a server adds its own).
+pub fn metric_gauges(a: &Agent) -> [(&'static str, &'static str, f64); 3] {
     let (services, checks) = a
         .local
         .with(|t| (t.live_services().count(), t.live_checks().count()));
-    let gauges = [
+    [
         (
             "cairn_agent_services",
             "services registered on this agent",
@@ -111,12 +174,30 @@ async fn metrics(State(a): State<App>) -> Response {
             "live agents plus servers, as the last heartbeat said",
             a.cluster_size() as f64,
         ),
-    ];
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        crate::metrics::render_with(servers::ALL, &gauges),
-    )
-        .into_response()
+    ]
+}
+
+async fn agent_self(State(a): State<App>) -> Response {
+    let dc = a.datacenter();
+    axum::Json(json!({
+        "Config": self_config(&a),
+        "DebugConfig": debug_config(&a),
+        "Member": {
+            "Name": a.config.node,
+            "Addr": a.config.http_addr.ip().to_string(),
+            "Port": a.config.http_addr.port(),
+            "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
+            "Status": 1,
+            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+        },
+        "Meta": node_meta(&a),
+    }))
+    .into_response()
+}
+
+async fn metrics(State(a): State<App>, RawQuery(q): RawQuery) -> Response {
+    crate::metrics::response(q.as_deref(), servers::ALL, &metric_gauges(&a))
 }
 
 async fn leave(State(a): State<App>) -> Response {
@@ -313,22 +394,26 @@ async fn register_service(
     let replace = p.has("replace-existing-checks")
         && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
     a.register_service(def, Source::Api, replace).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn deregister_service(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
     a.deregister_service(&id).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn register_check(State(a): State<App>, body: Bytes) -> Result<Response> {
     let check = define::check(decode_json(&body)?)?;
     a.register_check(check, Source::Api).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
 async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
     a.deregister_check(&id).await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -351,6 +436,7 @@ async fn ttl(
     let p = Params::parse(q.as_deref());
     a.update_ttl(&id, status, p.get("note").unwrap_or(""))
         .await?;
+    sync::pushed(&a).await;
     Ok(ok())
 }
 
@@ -372,7 +458,37 @@ async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Re
         )));
     }
     a.update_ttl(&id, &u.status, &u.output).await?;
+    sync::pushed(&a).await;
     Ok(ok())
+}
+
+/// `PUT /v1/agent/maintenance?enable=&reason=`.
+async fn node_maintenance(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let enable = maintenance::parse_enable(p.get("enable"))?;
+    a.node_maintenance(enable, p.get("reason").unwrap_or(""))
+        .await?;
+    sync::pushed(&a).await;
+    Ok(ok())
+}
+
+/// `PUT /v1/agent/service/maintenance/:id?enable=&reason=`.
+async fn service_maintenance(
+    State(a): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let enable = maintenance::parse_enable(p.get("enable"))?;
+    a.service_maintenance(&id, enable, p.get("reason").unwrap_or(""))
+        .await?;
+    sync::pushed(&a).await;
+    Ok(ok())
+}
+
+/// `PUT /v1/agent/service/maintenance/` without an ID: Consul's 400.
+async fn service_maintenance_no_id() -> Result<Response> {
+    Err(maintenance::MaintenanceError::MissingService.into())
 }
 
 /// Any other request: to a server, and its answer back as it streams.

@@ -44,6 +44,9 @@ pub enum Probe {
     Tcp(String),
     /// Mirrors the health of a service on this agent (by ID).
     Alias(String),
+    /// Maintenance mode (`agent::maintenance`): critical for as long as
+    /// it is registered; nothing runs it.
+    Maintenance,
 }
 
 /// Definition fields only the agent reads: the catalog's copy of a check
@@ -306,6 +309,12 @@ impl CheckSpec {
         matches!(self.probe, Probe::Ttl(_))
     }
 
+    /// Whether a task runs this check (alias checks are computed by the
+    /// local state, maintenance checks are fixed).
+    pub fn has_runner(&self) -> bool {
+        !matches!(self.probe, Probe::Alias(_) | Probe::Maintenance)
+    }
+
     /// The service an alias check mirrors.
     pub fn alias_of(&self) -> Option<&str> {
         match &self.probe {
@@ -436,7 +445,7 @@ async fn tcp_probe(addr: &str, timeout: Duration) -> (&'static str, String) {
 pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: CheckSpec) {
     let mut streak = Streak::default();
     match spec.probe.clone() {
-        Probe::Alias(_) => {}
+        Probe::Alias(_) | Probe::Maintenance => {}
         Probe::Ttl(ttl) => {
             let Some(reset) = local.with(|t| t.live_check(&id).map(|c| c.ttl_reset.clone())) else {
                 return;
@@ -461,7 +470,9 @@ pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: C
                     body,
                 } => http_probe(&client, url, method, headers, body, spec.timeout).await,
                 Probe::Tcp(addr) => tcp_probe(addr, spec.timeout).await,
-                Probe::Ttl(_) | Probe::Alias(_) => unreachable!("handled above"),
+                Probe::Ttl(_) | Probe::Alias(_) | Probe::Maintenance => {
+                    unreachable!("handled above")
+                }
             };
             match streak.observe(&spec.thresholds, status) {
                 Some(status) => {

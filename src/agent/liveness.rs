@@ -90,6 +90,16 @@ impl Leases {
         self.len() == 0
     }
 
+    /// Leases held by nodes other than `servers` (servers' own agents hold
+    /// leases too, and are already counted as servers).
+    fn len_except(&self, servers: &[String]) -> usize {
+        self.lock()
+            .seen
+            .keys()
+            .filter(|n| !servers.contains(n))
+            .count()
+    }
+
     /// Not the leader: leases mean nothing until the next term in office.
     fn step_down(&self) {
         let mut l = self.lock();
@@ -200,9 +210,9 @@ async fn heartbeat(State(s): State<App>, body: Bytes) -> Result<Response> {
         req.check = Some(serf_check(&req.node, HEALTH_PASSING, ALIVE_OUTPUT));
         commit(&s, Command::Register(Box::new(req))).await?;
     }
-    let servers = s.cluster.members().len();
+    let servers = server_names(&s);
     Ok(axum::Json(HeartbeatReply {
-        members: s.liveness.len() + servers,
+        members: s.liveness.len_except(&servers) + servers.len(),
         known,
         datacenter: s.config.datacenter.clone(),
     })
@@ -287,11 +297,22 @@ pub async fn reap(s: Arc<Server>) {
     }
 }
 
+/// The names of the cluster's servers.
+pub fn server_names(s: &Server) -> Vec<String> {
+    s.cluster
+        .members()
+        .into_iter()
+        .map(|(_, n, _)| n.name)
+        .collect()
+}
+
 /// `/v1/agent/members` rows for agent nodes: alive while `serfHealth`
-/// passes, failed when it is critical.
-pub fn agent_members(st: &Tables, dc: &str) -> Vec<Value> {
+/// passes, failed when it is critical. `servers` are left out: a server's
+/// node is an agent node too, but it is listed once, as a server.
+pub fn agent_members(st: &Tables, dc: &str, servers: &[String]) -> Vec<Value> {
     st.nodes
         .values()
+        .filter(|n| !servers.contains(&n.node))
         .filter_map(|n| {
             let addr = n.meta.get(AGENT_META)?;
             let port = addr
@@ -317,6 +338,8 @@ pub fn agent_members(st: &Tables, dc: &str) -> Vec<Value> {
 
 /// The agent's side: heartbeats for as long as it runs.
 pub async fn heartbeat_loop(a: Arc<Agent>) {
+    // A heartbeat registers the node: not before it takes part.
+    a.announced().await;
     let mut failing = false;
     loop {
         HEARTBEATS.inc();
@@ -385,5 +408,16 @@ mod tests {
         assert!(!l.still_expired("a", later, LEASE_TTL));
         l.step_down();
         assert!(l.is_empty() && !l.in_office());
+    }
+
+    #[test]
+    fn servers_leases_are_not_counted_twice() {
+        let l = Leases::default();
+        let now = Instant::now();
+        for n in ["s1", "a1", "a2"] {
+            l.renew(n, now);
+        }
+        let servers = ["s1".to_string(), "s2".to_string()];
+        assert_eq!(l.len_except(&servers), 2);
     }
 }

@@ -499,6 +499,13 @@ impl Tables {
         self.drop_synced_tombstones();
     }
 
+    /// Whether the catalog has everything as of now (nothing to push).
+    pub fn all_in_sync(&self) -> bool {
+        self.node_mark.in_sync
+            && self.services.values().all(|s| s.mark.in_sync)
+            && self.checks.values().all(|c| c.mark.in_sync)
+    }
+
     pub fn drop_synced_tombstones(&mut self) {
         self.services.retain(|_, s| !(s.deleted && s.mark.in_sync));
         self.checks.retain(|_, c| !(c.deleted && c.mark.in_sync));

@@ -1,4 +1,5 @@
-//! The client agent (`cairn agent`): the agentful path.
+//! The agent: `cairn agent` (the agentful path), and the agent every
+//! server runs for its own node ([`embedded`]).
 //!
 //! An agent owns one node of the catalog. Its services and checks are
 //! registered with it (HTTP API or `--config-dir`), kept in its data dir,
@@ -19,14 +20,16 @@
 //! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
 //! | `servers.rs` | the HTTP client to the servers (failover, errors, counters) |
 //! | `persist.rs` | the data dir |
+//! | `maintenance.rs` | maintenance mode (critical checks nothing runs) |
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
 
-mod api;
+pub mod api;
 mod central;
 pub mod checks;
 mod define;
 pub mod liveness;
 pub mod local;
+mod maintenance;
 mod persist;
 mod servers;
 mod sidecar;
@@ -43,6 +46,7 @@ use anyhow::Context;
 use tracing::Instrument;
 
 pub use liveness::Leases;
+pub use maintenance::{MaintenanceError, NODE_CHECK_ID, SERVICE_CHECK_PREFIX};
 pub use servers::ServerError;
 
 use crate::error::{Error, Result};
@@ -61,6 +65,12 @@ pub struct AgentConfig {
     pub config_dir: Option<PathBuf>,
     /// The full-sync period before scaling by cluster size.
     pub sync_interval: Duration,
+    /// The datacenter until the servers say otherwise.
+    pub datacenter: String,
+    /// Runs inside a server, for the server's own node: `servers` is that
+    /// server's own HTTP address, and the node is only registered once
+    /// something is registered on it (see [`Agent::announce`]).
+    pub in_server: bool,
 }
 
 /// A running agent: shared by its tasks and HTTP handlers.
@@ -78,6 +88,16 @@ pub struct Agent {
     datacenter: RwLock<String>,
     /// `PUT /v1/agent/leave`: leave the cluster and stop.
     leave: tokio::sync::Notify,
+    /// Whether the node takes part in the catalog (anti-entropy and
+    /// heartbeats run). Always for a client agent; a server's agent waits
+    /// for its first registration, so a server nobody registers anything
+    /// on keeps the catalog as it was before servers were agents (no node
+    /// of its own, no `serfHealth`), and catalog-only registrations on its
+    /// node name are left alone until then.
+    announced: tokio::sync::watch::Sender<bool>,
+    /// Anti-entropy runs so far, and whether the last one succeeded (API
+    /// writes wait on it: [`sync::pushed`]).
+    sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
 }
 
 /// Percent-encodes a path segment.
@@ -86,6 +106,18 @@ fn enc(s: &str) -> String {
 }
 
 impl Agent {
+    /// The node takes part in the catalog from now on.
+    fn announce(&self) {
+        self.announced
+            .send_if_modified(|a| !std::mem::replace(a, true));
+    }
+
+    /// Returns once the node takes part in the catalog.
+    async fn announced(&self) {
+        let mut rx = self.announced.subscribe();
+        let _ = rx.wait_for(|a| *a).await;
+    }
+
     pub fn cluster_size(&self) -> usize {
         self.cluster_size.load(Ordering::Relaxed).max(1)
     }
@@ -147,11 +179,10 @@ impl Agent {
     /// Starts runners for new or re-registered checks, stops those of
     /// checks that are gone.
     fn sync_runners(self: &Arc<Self>) {
-        // Alias checks have no runner: the local state computes them.
         let wanted: BTreeMap<String, (u64, checks::CheckSpec)> = self.local.with(|t| {
             t.live_checks()
                 .filter_map(|c| Some((c.check.check_id.clone(), (c.run_id, c.spec.clone()?))))
-                .filter(|(_, (_, spec))| spec.alias_of().is_none())
+                .filter(|(_, (_, spec))| spec.has_runner())
                 .collect()
         });
         let mut runners = self.runners.lock().unwrap_or_else(|p| p.into_inner());
@@ -191,6 +222,7 @@ impl Agent {
         let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
         self.local
             .with(|t| t.put_definition(def, source, replace_checks, Instant::now(), None))?;
+        self.announce();
         tracing::info!(service = %id, sidecar = ?sidecar, "service registered");
         self.sync_runners();
         self.persist().await
@@ -223,6 +255,7 @@ impl Agent {
         if !added {
             return Err(Error::bad(format!("ServiceID {sid:?} does not exist")));
         }
+        self.announce();
         self.sync_runners();
         self.persist().await
     }
@@ -315,14 +348,16 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
     let tables = Tables::new(node_info(&config, node_id.clone()));
     let agent = Arc::new(Agent {
         servers: Servers::new(config.servers.clone())?,
-        config,
         local: Arc::new(Local::new(tables)),
         node_id,
         runners: Mutex::new(HashMap::new()),
         persisting: tokio::sync::Mutex::new(()),
         cluster_size: AtomicUsize::new(1),
-        datacenter: RwLock::new("dc1".into()),
+        datacenter: RwLock::new(config.datacenter.clone()),
         leave: tokio::sync::Notify::new(),
+        announced: tokio::sync::watch::Sender::new(!config.in_server),
+        sync_runs: tokio::sync::watch::Sender::new((0, true)),
+        config,
     });
     let now = Instant::now();
     let restored = agent
@@ -341,7 +376,10 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
                 }
                 // Stored checks were valid when registered; one that no longer
                 // parses (older version) is dropped rather than fatal.
-                match checks::CheckSpec::parse(&c) {
+                match maintenance::spec_of(&c)
+                    .map(Ok)
+                    .unwrap_or_else(|| checks::CheckSpec::parse(&c))
+                {
                     Ok(spec) => {
                         t.put_check(c, spec, Source::Api, now);
                         n += 1;
@@ -370,9 +408,33 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         checks = restored.1,
         "agent state loaded"
     );
+    if restored.0 > 0 || agent.local.with(|t| t.live_checks().next().is_some()) {
+        agent.announce();
+    }
     agent.sync_runners();
     // Re-written so that the node id is kept even before any registration.
     agent.persist().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(agent)
+}
+
+/// Starts an agent's background work: anti-entropy, heartbeats, the
+/// critical-service reaper and central config.
+fn spawn_tasks(agent: &Arc<Agent>) {
+    tokio::spawn(sync::run(agent.clone()));
+    tokio::spawn(liveness::heartbeat_loop(agent.clone()));
+    tokio::spawn(reap_critical(agent.clone()));
+    central::spawn(agent);
+}
+
+/// The agent of a server's own node: the same agent as `cairn agent`,
+/// whose server is the server it runs in (its HTTP API, over loopback, so
+/// writes take the server's usual path to the leader). Its endpoints are
+/// served by the server's router ([`api::server_routes`]); it never leaves
+/// the cluster on shutdown, as a Consul server does not: its node and
+/// services stay registered across a restart.
+pub async fn embedded(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
+    let agent = start(config).await?;
+    spawn_tasks(&agent);
     Ok(agent)
 }
 
@@ -382,10 +444,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
     let agent = start(config).await?;
-    tokio::spawn(sync::run(agent.clone()));
-    tokio::spawn(liveness::heartbeat_loop(agent.clone()));
-    tokio::spawn(reap_critical(agent.clone()));
-    central::spawn(&agent);
+    spawn_tasks(&agent);
     tracing::info!(
         addr = %agent.config.http_addr,
         node = %agent.config.node,

@@ -363,9 +363,34 @@ async fn sync_full(a: &Agent) -> Result<usize, ServerError> {
     Ok(n)
 }
 
+/// The longest an API write waits for its change to reach the catalog.
+const PUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until the local state is in the catalog (every change made before
+/// the call pushed), a push fails, or [`PUSH_WAIT`] passes. Consul's agent
+/// endpoints sync their change before answering (a failure is only
+/// logged), so a client that registers through the agent and then reads
+/// the catalog finds its service; the pushing itself stays the sync
+/// task's, so writes to the catalog never race each other.
+pub async fn pushed(a: &Agent) {
+    let mut runs = a.sync_runs.subscribe();
+    runs.borrow_and_update();
+    let deadline = tokio::time::Instant::now() + PUSH_WAIT;
+    loop {
+        if a.local.with(|t| t.all_in_sync()) {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, runs.changed()).await {
+            Ok(Ok(())) if runs.borrow_and_update().1 => {}
+            _ => return,
+        }
+    }
+}
+
 /// The anti-entropy task: a full sync at start, then changes as they come
 /// and a full sync every staggered period.
 pub async fn run(a: Arc<Agent>) {
+    a.announced().await;
     let mut failures = 0u32;
     let mut next_full = tokio::time::Instant::now();
     loop {
@@ -379,6 +404,11 @@ pub async fn run(a: Arc<Agent>) {
         } else {
             sync_changes(&a).await
         };
+        let ok = result.is_ok();
+        a.sync_runs.send_modify(|(runs, last_ok)| {
+            *runs += 1;
+            *last_ok = ok;
+        });
         let mut rng = rand::thread_rng();
         match result {
             Ok(n) => {

@@ -634,7 +634,11 @@ async fn cmd_fill(
 async fn metric(addr: &str, name: &str) -> Result<u64> {
     let mut c = Conn::new(addr);
     let (_, _, body) = c
-        .call(Method::GET, "/v1/agent/metrics", Bytes::new())
+        .call(
+            Method::GET,
+            "/v1/agent/metrics?format=prometheus",
+            Bytes::new(),
+        )
         .await?;
     let text = String::from_utf8_lossy(&body);
     text.lines()

@@ -13,6 +13,7 @@
 mod catalog;
 pub(crate) mod config;
 mod kv;
+mod maint;
 mod members;
 mod operator;
 pub mod services;
@@ -46,6 +47,8 @@ pub enum CliCommand {
     Config(config::ConfigCmd),
     /// Print the compiled discovery chain of a service (JSON).
     DiscoveryChain(config::ChainArgs),
+    /// Put the node, or one service, into or out of maintenance mode.
+    Maint(maint::MaintArgs),
 }
 
 /// A failed command: the one line to print.
@@ -77,6 +80,7 @@ pub fn run(cmd: CliCommand) -> i32 {
         CliCommand::Kv(c) => kv::run(&client, c),
         CliCommand::Config(c) => config::run(&client, c),
         CliCommand::DiscoveryChain(a) => config::discovery_chain(&client, a),
+        CliCommand::Maint(a) => maint::run(&client, a),
     };
     match result {
         Ok(()) => 0,

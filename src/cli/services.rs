@@ -1,17 +1,11 @@
 //! `cairn services register FILE` and `cairn services deregister ID`.
 //!
-//! Consul's `services register` hands a service definition to the local
-//! agent. Pointed at a `cairn agent` (`/v1/agent/self` says `"Server":
-//! false`), the CLI does just that (`PUT /v1/agent/service/register`), and
-//! the agent runs the checks and keeps the catalog in step. A cairn server
-//! keeps no agent-local services, so against a server the CLI turns the
-//! definition into a catalog registration (`PUT /v1/catalog/register`)
-//! on the node of the server it talks to (its `NodeName` from
-//! `/v1/agent/self`), with address 127.0.0.1 — that server's own host, as
-//! seen by a client agent on it — and `SkipNodeUpdate`, so an existing node
-//! keeps its address and metadata. Checks in the definition are registered
-//! with the service, in the status they name (critical when they name
-//! none, as an agent starts them); nothing runs them on a server.
+//! As Consul's, these hand the definition to the agent the CLI talks to
+//! (`PUT /v1/agent/service/register`, `/deregister/:id`), a client agent or
+//! a server (every server is the agent of its own node): the agent runs
+//! the checks and keeps the catalog in step. Registering straight into the
+//! catalog on the server's node, as the CLI did before servers were
+//! agents, would now be undone by that node's anti-entropy.
 //!
 //! Definitions are JSON (`{"service": {...}}`, `{"services": [...]}` or a
 //! bare service object) or HCL (`service { name = "web" check { ... } }`,
@@ -328,35 +322,14 @@ pub fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, CliEr
     Ok(list)
 }
 
-/// Whether the address is a client agent (which keeps services itself).
-fn is_client_agent(c: &Client) -> Result<bool, CliError> {
-    let me = c.get_json("/v1/agent/self")?;
-    Ok(me["Config"]["Server"] == Value::Bool(false))
-}
-
 fn register(c: &Client, a: RegisterArgs) -> CliResult {
     let defs = read_definitions(&a.file)?;
-    if is_client_agent(c)? {
-        for svc in defs {
-            let name = text(svc.get("Name").or(svc.get("Service")));
-            c.expect_ok(
-                reqwest::Method::PUT,
-                "/v1/agent/service/register",
-                Some(Value::Object(svc).to_string()),
-            )
-            .map_err(|e| CliError(format!("Error registering service {name:?}: {}", e.0)))?;
-            println!("Registered service: {name}");
-        }
-        return Ok(());
-    }
-    let node = c.agent_node_name()?;
     for svc in defs {
-        let req = service_definition_to_register(svc, &node)?;
-        let name = req["Service"]["Service"].as_str().unwrap_or("").to_string();
+        let name = text(svc.get("Name").or(svc.get("Service")));
         c.expect_ok(
             reqwest::Method::PUT,
-            "/v1/catalog/register",
-            Some(req.to_string()),
+            "/v1/agent/service/register",
+            Some(Value::Object(svc).to_string()),
         )
         .map_err(|e| CliError(format!("Error registering service {name:?}: {}", e.0)))?;
         println!("Registered service: {name}");
@@ -390,36 +363,11 @@ fn deregister(c: &Client, a: DeregisterArgs) -> CliResult {
             ));
         }
     };
-    if is_client_agent(c)? {
-        for id in ids {
-            c.expect_ok(
-                reqwest::Method::PUT,
-                &format!("/v1/agent/service/deregister/{}", enc(&id)),
-                None,
-            )
-            .map_err(|e| CliError(format!("Error deregistering service {id:?}: {}", e.0)))?;
-            println!("Deregistered service: {id}");
-        }
-        return Ok(());
-    }
-    let node = c.agent_node_name()?;
-    let on_node = c.get_json(&format!("/v1/catalog/node-services/{}", enc(&node)))?;
     for id in ids {
-        let known = on_node["Services"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| s["ID"].as_str() == Some(id.as_str()));
-        if !known {
-            return Err(CliError(format!(
-                "Error deregistering service {id:?}: Unknown service ID {id:?} on node {node:?}"
-            )));
-        }
-        let req = json!({"Node": node, "ServiceID": id});
         c.expect_ok(
             reqwest::Method::PUT,
-            "/v1/catalog/deregister",
-            Some(req.to_string()),
+            &format!("/v1/agent/service/deregister/{}", enc(&id)),
+            None,
         )
         .map_err(|e| CliError(format!("Error deregistering service {id:?}: {}", e.0)))?;
         println!("Deregistered service: {id}");

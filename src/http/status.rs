@@ -2,7 +2,6 @@
 
 use axum::Router;
 use axum::extract::{RawQuery, State};
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use serde_json::{Value, json};
@@ -92,8 +91,12 @@ fn member_json(s: &App, name: &str, addr: &str) -> Value {
 
 async fn agent_self(State(s): State<App>) -> Response {
     let m = s.cluster.metrics();
-    axum::Json(json!({
-        "Config": {
+    // The server's own agent (absent only while starting, and in the
+    // simulation) owns the node's identity and configuration.
+    let agent = s.agent.get();
+    let config = match agent {
+        Some(a) => crate::agent::api::self_config(a),
+        None => json!({
             "Datacenter": s.config.datacenter,
             "PrimaryDatacenter": s.config.datacenter,
             "NodeName": s.config.node,
@@ -101,8 +104,13 @@ async fn agent_self(State(s): State<App>) -> Response {
             "Server": true,
             "Revision": "cairn",
             "Version": env!("CARGO_PKG_VERSION"),
-        },
+        }),
+    };
+    axum::Json(json!({
+        "Config": config,
+        "DebugConfig": agent.map(|a| crate::agent::api::debug_config(a)),
         "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
+        "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
         "Stats": {
             "raft": {
                 "state": format!("{:?}", m.state),
@@ -116,6 +124,7 @@ async fn agent_self(State(s): State<App>) -> Response {
 }
 
 async fn members(State(s): State<App>) -> Response {
+    let servers = crate::agent::liveness::server_names(&s);
     let mut list: Vec<Value> = s
         .cluster
         .members()
@@ -125,11 +134,12 @@ async fn members(State(s): State<App>) -> Response {
     list.extend(crate::agent::liveness::agent_members(
         &s.store.state(),
         &s.config.datacenter,
+        &servers,
     ));
     axum::Json(list).into_response()
 }
 
-async fn metrics(State(s): State<App>) -> Response {
+async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
     let m = s.cluster.metrics();
     let st = s.store.state();
     let gauges = [
@@ -185,11 +195,14 @@ async fn metrics(State(s): State<App>) -> Response {
             s.proxycfg.counts().1 as f64,
         ),
     ];
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        crate::metrics::render(&gauges),
-    )
-        .into_response()
+    // The server's agent counts and gauges its own work, as on a client.
+    let mut all = gauges.to_vec();
+    let mut counters = crate::metrics::ALL.to_vec();
+    if let Some(a) = s.agent.get() {
+        all.extend(crate::agent::api::metric_gauges(a));
+        counters.extend(crate::agent::api::COUNTERS);
+    }
+    crate::metrics::response(q.as_deref(), &counters, &all)
 }
 
 async fn datacenters(State(s): State<App>) -> Response {

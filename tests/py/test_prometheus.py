@@ -1,15 +1,18 @@
-"""Prometheus's Consul service discovery against cairn: a registered
-service shows up as a scrape target with its `__meta_consul_*` labels.
+"""Prometheus against cairn: its Consul service discovery finds a
+registered service as a scrape target with its `__meta_consul_*` labels,
+and it scrapes cairn's own /v1/agent/metrics?format=prometheus.
 
 Prometheus calls /v1/agent/self, then /v1/catalog/services and
 /v1/health/service/:s as blocking queries (with ?stale). Skipped when the
-prometheus binary is absent (Debian package `prometheus`)."""
+prometheus binary is absent (Debian package `prometheus`); the discovery
+test also when the binary lacks Consul SD (Debian's does)."""
 
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -23,19 +26,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def prometheus(cairn):
+def run_prometheus(config):
+    """Starts Prometheus on `config`; yields (url, tmp dir), or skips when
+    this build lacks Consul SD and the config needs it."""
     tmp = tempfile.mkdtemp(prefix="cairn-prom-")
     port = free_port()
-    config = f"""
-global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: cairn-services
-    consul_sd_configs:
-      - server: "{cairn.addr}"
-        refresh_interval: 2s
-"""
     with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
         f.write(config)
     log = open(os.path.join(tmp, "prometheus.log"), "w")
@@ -71,6 +66,55 @@ scrape_configs:
         proc.kill()
         proc.wait()
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def prometheus(cairn):
+    yield from run_prometheus(f"""
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: cairn-services
+    consul_sd_configs:
+      - server: "{cairn.addr}"
+        refresh_interval: 2s
+""")
+
+
+@pytest.fixture
+def prometheus_scraping_cairn(cairn):
+    # No Consul SD here, so this runs on Debian's build too.
+    yield from run_prometheus(f"""
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: cairn-self
+    metrics_path: /v1/agent/metrics
+    params:
+      format: [prometheus]
+    static_configs:
+      - targets: ["{cairn.addr}"]
+""")
+
+
+def test_prometheus_scrapes_cairn_metrics(cairn, prometheus_scraping_cairn):
+    """cairn's /v1/agent/metrics scraped as Prometheus scrapes Consul's
+    (`format=prometheus`; without it the endpoint answers JSON)."""
+    prom, tmp = prometheus_scraping_cairn
+    query = urllib.parse.quote('cairn_raft_is_leader{job="cairn-self"}')
+    deadline = time.time() + 60
+    result = []
+    while not result and time.time() < deadline:
+        try:
+            result = get(f"{prom}/api/v1/query?query={query}")["data"]["result"]
+        except OSError:
+            result = []
+        if not result:
+            time.sleep(1)
+    if not result:
+        targets = get(prom + "/api/v1/targets")["data"]["activeTargets"]
+        pytest.fail(f"prometheus scraped no cairn_raft_is_leader within 60s; targets: {targets}")
+    assert result[0]["value"][1] == "1"
 
 
 def test_prometheus_discovers_registered_service(cairn, prometheus):

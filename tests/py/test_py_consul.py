@@ -115,3 +115,64 @@ def test_bad_input_is_rejected(c):
         c.catalog.register("bad", "10.9.9.9", check={"Name": "x", "Status": "bogus"})
     _, node = c.catalog.node("bad")
     assert node is None
+
+
+# The agent API of the server itself (`cairn server --dev` is an agent too,
+# as `consul agent -dev`): registrations through it reach the catalog and
+# health at once, and maintenance mode takes instances out of health.
+
+def passing_ids(c, service):
+    _, rows = c.health.service(service, passing=True)
+    return [r["Service"]["ID"] for r in rows]
+
+
+def test_agent_register_on_the_server_reaches_catalog_and_health(c):
+    assert c.agent.service.register(
+        "pyapi", service_id="pyapi-1", port=9090, tags=["blue"], check=consul.Check.ttl("10m")
+    ) is True
+    _, rows = c.catalog.service("pyapi")
+    assert [(r["Node"], r["ServiceID"], r["ServicePort"]) for r in rows] == [("py-node", "pyapi-1", 9090)]
+    _, rows = c.health.service("pyapi")
+    assert [r["Service"]["ID"] for r in rows] == ["pyapi-1"]
+    # A TTL check starts critical; passing it through the agent flips health.
+    assert passing_ids(c, "pyapi") == []
+    assert c.agent.check.ttl_pass("service:pyapi-1", notes="ok") is True
+    assert passing_ids(c, "pyapi") == ["pyapi-1"]
+    assert c.agent.services()["pyapi-1"]["Tags"] == ["blue"]
+    assert c.agent.checks()["service:pyapi-1"]["Status"] == "passing"
+
+
+def test_agent_self_and_metrics(c):
+    me = c.agent.self()
+    assert me["Config"]["Server"] is True
+    assert me["Config"]["NodeName"] == "py-node"
+    assert me["Config"]["Datacenter"] == "dc1"
+    assert me["DebugConfig"]["GRPCPort"] == -1
+    assert me["DebugConfig"]["SessionTTLMin"] == "10s"
+    metrics = c.agent.metrics()
+    assert {"Timestamp", "Gauges", "Points", "Counters", "Samples"} <= set(metrics)
+    assert any(g["Name"] == "cairn_agent_services" and g["Value"] == 1 for g in metrics["Gauges"])
+
+
+def test_maintenance_mode_drops_the_instance(c):
+    assert c.agent.service.maintenance("pyapi-1", True, reason="deploy") is True
+    assert passing_ids(c, "pyapi") == []
+    _, checks = c.health.checks("pyapi")
+    maint = [ch for ch in checks if ch["CheckID"] == "_service_maintenance:pyapi-1"]
+    assert [(ch["Status"], ch["Notes"]) for ch in maint] == [("critical", "deploy")]
+    assert c.agent.service.maintenance("pyapi-1", False) is True
+    assert passing_ids(c, "pyapi") == ["pyapi-1"]
+
+    assert c.agent.maintenance(True, reason="reboot") is True
+    assert passing_ids(c, "pyapi") == []
+    assert c.agent.maintenance(False) is True
+    assert passing_ids(c, "pyapi") == ["pyapi-1"]
+
+    # An unknown service is a 404, which py-consul reports as False.
+    assert c.agent.service.maintenance("no-such-service", True) is False
+
+
+def test_agent_deregister_on_the_server(c):
+    assert c.agent.service.deregister("pyapi-1") is True
+    _, rows = c.catalog.service("pyapi")
+    assert rows == []

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -39,6 +40,13 @@ scrape_configs:
   - job_name: cairn-services
     consul_sd_configs:
       - server: "{cairn.addr}"
+  # cairn's own metrics, scraped as Prometheus scrapes Consul's.
+  - job_name: cairn-self
+    metrics_path: /v1/agent/metrics
+    params:
+      format: [prometheus]
+    static_configs:
+      - targets: ["{cairn.addr}"]
 """
     with open(os.path.join(tmp, "scrape.yml"), "w") as f:
         f.write(config)
@@ -125,3 +133,24 @@ def test_victoria_metrics_discovers_registered_service(cairn, victoria):
     while find() is not None and time.time() < deadline:
         time.sleep(1)
     assert find() is None, "the deregistered service is still a target after 60s"
+
+
+def test_victoria_metrics_scrapes_cairn_metrics(cairn, victoria):
+    """/v1/agent/metrics?format=prometheus is text a real scraper ingests
+    (without the parameter the endpoint answers Consul's JSON)."""
+    vm, tmp = victoria
+    query = urllib.parse.quote('cairn_raft_is_leader{job="cairn-self"}')
+    deadline = time.time() + 60
+    result = []
+    while not result and time.time() < deadline:
+        try:
+            result = get(f"{vm}/api/v1/query?query={query}")["data"]["result"]
+        except OSError:
+            result = []
+        if not result:
+            time.sleep(1)
+    if not result:
+        log = open(os.path.join(tmp, "vm.log")).read()
+        pytest.fail("victoria-metrics scraped no cairn_raft_is_leader within 60s; log:\n"
+                    + log[-4000:])
+    assert result[0]["value"][1] == "1"
