@@ -186,6 +186,10 @@ fn server_name(i: usize) -> String {
     format!("s{}", i + 1)
 }
 
+/// Progress every seed must show for its checks to mean something.
+const MIN_ACKED_WRITES: usize = 100;
+const MIN_STREAM_INDEXES: usize = 100;
+
 /// Runs one seed of a scenario.
 pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let mut report = Report {
@@ -415,6 +419,21 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     report
         .failures
         .extend(report.stream.failures.iter().cloned());
+    // A run that made no progress checks nothing: every seed must show
+    // acknowledged writes and a followed event stream (seeds commonly
+    // reach 400-650 and 450-700).
+    if report.acked_writes < MIN_ACKED_WRITES {
+        report.failures.push(format!(
+            "no progress: {} acknowledged writes (at least {MIN_ACKED_WRITES} expected)",
+            report.acked_writes
+        ));
+    }
+    if report.stream.indexes < MIN_STREAM_INDEXES {
+        report.failures.push(format!(
+            "no progress: the event stream checked {} indexes (at least {MIN_STREAM_INDEXES} expected)",
+            report.stream.indexes
+        ));
+    }
     report.trace_hash = trace.finish();
     report
 }
