@@ -41,6 +41,7 @@ mod eval;
 mod parser;
 mod schema;
 pub mod schemas;
+mod validate;
 
 #[cfg(test)]
 mod tests;
@@ -104,7 +105,7 @@ impl Filter {
     /// `Invalid match operator "Matches" for selector "ServicePort"`,
     /// `Failed to coerce value "x" for selector "ServicePort": ...`.
     pub fn validate(&self, schema: &Schema) -> Result<(), FilterError> {
-        schema::validate(&self.expr, schema)
+        validate::validate(&self.expr, schema)
     }
 
     /// Evaluates the filter against one row. Errors only arise when the row

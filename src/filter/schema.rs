@@ -22,8 +22,7 @@
 
 use serde_json::Value;
 
-use super::ast::{Expr, MatchExpr, MatchOp};
-use super::coerce;
+use super::ast::MatchOp;
 use super::error::FilterError;
 
 /// A named struct field.
@@ -150,38 +149,4 @@ impl Schema {
             node.collect(&path, out);
         }
     }
-}
-
-/// Checks every match in `expr` against `schema` (bexpr's validation pass).
-pub(crate) fn validate(expr: &Expr, schema: &Schema) -> Result<(), FilterError> {
-    match expr {
-        Expr::And(items) | Expr::Or(items) => items.iter().try_for_each(|e| validate(e, schema)),
-        Expr::Not(inner) => validate(inner, schema),
-        Expr::Match(m) => validate_match(m, schema),
-    }
-}
-
-fn validate_match(m: &MatchExpr, schema: &Schema) -> Result<(), FilterError> {
-    let node = schema.resolve(&m.selector.path)?;
-    if !node.supports(m.op) {
-        return Err(FilterError::InvalidOperator {
-            op: m.op,
-            selector: m.selector.dotted(),
-        });
-    }
-    let Some(raw) = &m.value else {
-        return Ok(());
-    };
-    // The value must convert to the type it will be compared with: the
-    // field itself, or the element type for `in` on a list.
-    let target = match node {
-        Schema::List(elem) => *elem,
-        Schema::Map(_) => &Schema::String,
-        other => other,
-    };
-    coerce::check(raw, target).map_err(|reason| FilterError::Coerce {
-        value: raw.clone(),
-        selector: m.selector.dotted(),
-        reason,
-    })
 }
