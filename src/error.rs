@@ -54,30 +54,3 @@ impl From<anyhow::Error> for Error {
         Error::Internal(e.to_string())
     }
 }
-
-/// A client agent's failed request to its servers, as its HTTP API
-/// answers it: none reachable is Consul's "No known Consul servers".
-impl From<crate::agent::ServerError> for Error {
-    fn from(e: crate::agent::ServerError) -> Self {
-        match e {
-            crate::agent::ServerError::Unreachable(_) => {
-                Error::Internal("No known Consul servers".into())
-            }
-            other => Error::Internal(other.to_string()),
-        }
-    }
-}
-
-/// A refused maintenance request, with Consul's codes: a missing or bad
-/// `enable` is 400, an unknown service 404.
-impl From<crate::agent::MaintenanceError> for Error {
-    fn from(e: crate::agent::MaintenanceError) -> Self {
-        use crate::agent::MaintenanceError as M;
-        match e {
-            M::MissingEnable | M::InvalidEnable(_) | M::MissingService => {
-                Error::BadRequest(e.to_string())
-            }
-            M::UnknownService(_) => Error::NotFound(e.to_string()),
-        }
-    }
-}

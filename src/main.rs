@@ -168,7 +168,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::server::run(config))
+                .block_on(cairn::http::serve(config))
         }
     }
 }

@@ -142,32 +142,6 @@ pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> Strin
     out
 }
 
-/// Whether a `/v1/agent/metrics` request asked for Prometheus text.
-pub fn wants_prometheus(query: Option<&str>) -> bool {
-    crate::http::Params::parse(query).get("format") == Some("prometheus")
-}
-
-/// `/v1/agent/metrics`: JSON unless `?format=prometheus`.
-pub fn response(
-    query: Option<&str>,
-    counters: &[&Counter],
-    gauges: &[(&str, &str, f64)],
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if wants_prometheus(query) {
-        (
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            render_with(counters, gauges),
-        )
-            .into_response()
-    } else {
-        axum::Json(render_json(counters, gauges, std::time::SystemTime::now())).into_response()
-    }
-}
-
 /// Consul's JSON form (go-metrics' in-memory summary). Consul reports each
 /// counter over its last 10 s interval; cairn's counters are totals since
 /// the process started, so `Count` and `Sum` are that total and the
@@ -267,8 +241,5 @@ mod tests {
         assert_eq!(v["Counters"][0]["Sum"], 3.0);
         assert_eq!(v["Points"], serde_json::json!([]));
         assert_eq!(v["Samples"], serde_json::json!([]));
-        assert!(wants_prometheus(Some("format=prometheus")));
-        assert!(!wants_prometheus(Some("format=json")));
-        assert!(!wants_prometheus(None));
     }
 }

@@ -47,7 +47,7 @@ pub struct Server {
     pub views: Arc<crate::stream::view::Views>,
     pub http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
-    pub liveness: crate::agent::Leases,
+    pub liveness: crate::leases::Leases,
     /// The agent of this server's own node (set once `run` started it).
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     db: Option<sled::Db>,
@@ -412,66 +412,4 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Runs a server until SIGINT or SIGTERM.
-pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
-    let server = Server::start(config.clone()).await?;
-    tokio::spawn(crate::agent::liveness::reap(server.clone()));
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
-    // Bound first: the agent talks to this server through that address.
-    let agent = crate::agent::embedded(agent_config(&config)).await?;
-    let _ = server.agent.set(agent.clone());
-    let app = crate::http::router(server.clone()).merge(crate::agent::api::server_routes(agent));
-    tracing::info!(addr = %config.http_addr, "HTTP API listening");
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let serve = axum::serve(listener, app).with_graceful_shutdown({
-        let stop = stop.clone();
-        async move { stop.notified().await }
-    });
-    tokio::select! {
-        r = serve => r?,
-        _ = shutdown_signal() => {
-            // Blocking queries may wait minutes: give requests in flight a
-            // moment to finish, then stop regardless.
-            stop.notify_one();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-    server.shutdown().await;
-    Ok(())
-}
-
-/// The server's own agent: its node, in `<data-dir>/agent`, talking to
-/// this server's HTTP API (loopback for a wildcard address).
-fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
-    let mut local = config.http_addr;
-    if local.ip().is_unspecified() {
-        local.set_ip(match local {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    crate::agent::AgentConfig {
-        node: config.node.clone(),
-        data_dir: config.data_dir.join("agent"),
-        http_addr: config.http_addr,
-        servers: vec![format!("http://{local}")],
-        config_dir: None,
-        sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
-        datacenter: config.datacenter.clone(),
-        in_server: true,
-    }
-}
-
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("signal handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
 }

@@ -16,10 +16,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::http::{QueryOptions, Watch, blocking};
+use cairn::http::{Watch, blocking};
 use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect};
 use cairn::raft::state_machine::SnapshotStore;
+use cairn::request::QueryOptions;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, keys};
 use cairn::stream::{Item, Topic};

@@ -25,16 +25,14 @@ use super::maintenance;
 use super::servers::{self, FORWARDED};
 use super::sync;
 use crate::error::{Error, Result};
-use crate::http::query::{RowFilter, Rows};
-use crate::http::{MAX_BODY, Params, decode_json};
+use crate::request::rows::{RowFilter, Rows};
+use crate::request::{MAX_BODY, Params, decode_json, wait_of};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, valid_health_status};
 
 type App = Arc<Agent>;
 
 /// Forwarded requests may be blocking queries (up to 10 min + jitter).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
-const DEFAULT_WAIT: Duration = Duration::from_secs(300);
-const MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// The endpoints about this agent's own node, services and checks: served
 /// by `cairn agent` and by every server for its own node.
@@ -65,12 +63,14 @@ fn local_routes() -> Router<App> {
 /// What every agent router is wrapped in (as the server's own routes are).
 fn layered(routes: Router) -> Router {
     routes
-        .layer(middleware::from_fn(crate::http::refuse_enterprise_tenancy))
+        .layer(middleware::from_fn(
+            crate::request::refuse_enterprise_tenancy,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            crate::http::panic_response,
+            crate::request::panic_response,
         ))
-        .layer(middleware::from_fn(crate::http::trace_request))
+        .layer(middleware::from_fn(crate::request::trace_request))
 }
 
 /// `cairn agent`'s whole HTTP API.
@@ -197,7 +197,7 @@ async fn agent_self(State(a): State<App>) -> Response {
 }
 
 async fn metrics(State(a): State<App>, RawQuery(q): RawQuery) -> Response {
-    crate::metrics::response(q.as_deref(), servers::ALL, &metric_gauges(&a))
+    crate::request::metrics_response(q.as_deref(), servers::ALL, &metric_gauges(&a))
 }
 
 async fn leave(State(a): State<App>) -> Response {
@@ -246,18 +246,6 @@ fn content_hash(v: &Map<String, Value>) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(v).unwrap_or_default().hash(&mut h);
     format!("{:016x}", h.finish())
-}
-
-fn wait_of(p: &Params) -> Result<Duration> {
-    Ok(match p.get("wait") {
-        None | Some("") => DEFAULT_WAIT,
-        Some(w) => {
-            let d = crate::structs::duration::Duration::parse(w)
-                .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?;
-            Duration::from_nanos(d.nanos().max(0) as u64)
-        }
-    }
-    .min(MAX_WAIT))
 }
 
 /// One service with central config merged, with `ContentHash`; blocks

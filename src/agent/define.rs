@@ -14,12 +14,12 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::checks::CheckSpec;
-use super::local::SERF_CHECK_ID;
 use super::sidecar::{self, SidecarDef};
-use crate::cli::services::{
+use crate::definition::{
     check_definition_to_health_check, normalize, service_definition_to_register, services_of, text,
 };
 use crate::error::{Error, Result};
+use crate::structs::agent::SERF_CHECK_ID;
 use crate::structs::{HealthCheck, NodeService, RegisterRequest, valid_health_status};
 
 /// A service with the checks that came with it, and its sidecar if it
@@ -98,7 +98,7 @@ pub(super) fn parse_service(mut def: Map<String, Value>, node: &str) -> Result<S
         checks,
         ..Default::default()
     };
-    crate::http::validate_register(&mut req, "")?;
+    crate::structs::validate::validate_register(&mut req, "")?;
     let checks = req
         .checks
         .into_iter()
@@ -152,7 +152,7 @@ pub fn config_dir(dir: &Path, node: &str) -> anyhow::Result<ConfigDir> {
         let what = f.display().to_string();
         let bad = |e: String| anyhow::anyhow!("{what}: {e}");
         let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
-        let doc = crate::cli::config::parse_json_or_hcl(&text, &what).map_err(|e| bad(e.0))?;
+        let doc = crate::definition::parse_json_or_hcl(&text, &what).map_err(|e| bad(e.0))?;
         let Value::Object(top) = normalize(doc) else {
             return Err(bad("not an object".into()));
         };

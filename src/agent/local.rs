@@ -29,9 +29,6 @@ use crate::merge::{merge_with_central_config, should_merge};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{HEALTH_CRITICAL, HealthCheck, Meta, Node, NodeService, RegisterRequest};
 
-/// The check the servers own on every agent's node (Consul's name).
-pub const SERF_CHECK_ID: &str = "serfHealth";
-
 /// Where an entry came from: definitions in `--config-dir` are read again
 /// at every start, so only API registrations are persisted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 use super::Agent;
 use super::checks::{CheckSpec, Probe, Thresholds};
 use super::local::Source;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::structs::agent::{NODE_MAINTENANCE_CHECK_ID, SERVICE_MAINTENANCE_CHECK_PREFIX};
 use crate::structs::{HEALTH_CRITICAL, HealthCheck};
 
-pub const NODE_CHECK_ID: &str = "_node_maintenance";
-pub const SERVICE_CHECK_PREFIX: &str = "_service_maintenance:";
 /// Consul's check type for these checks.
 const CHECK_TYPE: &str = "maintenance";
 
@@ -36,7 +35,7 @@ pub enum MaintenanceError {
 }
 
 pub fn service_check_id(service_id: &str) -> String {
-    format!("{SERVICE_CHECK_PREFIX}{service_id}")
+    format!("{SERVICE_MAINTENANCE_CHECK_PREFIX}{service_id}")
 }
 
 /// `?enable=` as Consul reads it (Go's `strconv.ParseBool`); required.
@@ -63,7 +62,8 @@ fn spec() -> CheckSpec {
 /// not how to run it; these have no definition to parse).
 pub fn spec_of(c: &HealthCheck) -> Option<CheckSpec> {
     let ours = c.check_type == CHECK_TYPE
-        && (c.check_id == NODE_CHECK_ID || c.check_id.starts_with(SERVICE_CHECK_PREFIX));
+        && (c.check_id == NODE_MAINTENANCE_CHECK_ID
+            || c.check_id.starts_with(SERVICE_MAINTENANCE_CHECK_PREFIX));
     ours.then(spec)
 }
 
@@ -88,11 +88,11 @@ impl Agent {
         reason: &str,
     ) -> Result<()> {
         let changed = self.local.with(|t| {
-            let on = t.live_check(NODE_CHECK_ID).is_some();
+            let on = t.live_check(NODE_MAINTENANCE_CHECK_ID).is_some();
             match (enable, on) {
                 (true, false) => {
                     let c = check(
-                        NODE_CHECK_ID.into(),
+                        NODE_MAINTENANCE_CHECK_ID.into(),
                         "Node Maintenance Mode",
                         "",
                         reason,
@@ -101,7 +101,7 @@ impl Agent {
                     t.put_check(c, spec(), Source::Api, Instant::now());
                     true
                 }
-                (false, true) => t.remove_check(NODE_CHECK_ID),
+                (false, true) => t.remove_check(NODE_MAINTENANCE_CHECK_ID),
                 _ => false,
             }
         });
@@ -153,6 +153,20 @@ impl Agent {
     }
 }
 
+/// A refused maintenance request, with Consul's codes: a missing or bad
+/// `enable` is 400, an unknown service 404.
+impl From<MaintenanceError> for Error {
+    fn from(e: MaintenanceError) -> Self {
+        use MaintenanceError as M;
+        match e {
+            M::MissingEnable | M::InvalidEnable(_) | M::MissingService => {
+                Error::BadRequest(e.to_string())
+            }
+            M::UnknownService(_) => Error::NotFound(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,14 +192,14 @@ mod tests {
 
     #[test]
     fn stored_maintenance_checks_get_their_spec_back() {
-        let node = check(NODE_CHECK_ID.into(), "n", "", "", "d");
+        let node = check(NODE_MAINTENANCE_CHECK_ID.into(), "n", "", "", "d");
         assert_eq!(spec_of(&node).unwrap().probe, Probe::Maintenance);
         let svc = check(service_check_id("web-1"), "s", "web-1", "why", "d");
         assert_eq!(svc.notes, "why");
         assert!(spec_of(&svc).is_some());
         // A user's check that only borrows the name is parsed as usual.
         let other = HealthCheck {
-            check_id: NODE_CHECK_ID.into(),
+            check_id: NODE_MAINTENANCE_CHECK_ID.into(),
             check_type: "ttl".into(),
             ..Default::default()
         };

@@ -45,8 +45,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tracing::Instrument;
 
-pub use liveness::Leases;
-pub use maintenance::{MaintenanceError, NODE_CHECK_ID, SERVICE_CHECK_PREFIX};
+pub use maintenance::MaintenanceError;
 pub use servers::ServerError;
 
 use crate::error::{Error, Result};
@@ -98,11 +97,6 @@ pub struct Agent {
     /// Anti-entropy runs so far, and whether the last one succeeded (API
     /// writes wait on it: [`sync::pushed`]).
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
-}
-
-/// Percent-encodes a path segment.
-fn enc(s: &str) -> String {
-    crate::cli::enc(s)
 }
 
 impl Agent {
@@ -323,7 +317,7 @@ fn node_info(config: &AgentConfig, id: String) -> NodeInfo {
         address: ip,
         tagged_addresses: tagged,
         meta: [(
-            liveness::AGENT_META.to_string(),
+            crate::structs::agent::AGENT_META.to_string(),
             config.http_addr.to_string(),
         )]
         .into_iter()
@@ -456,7 +450,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     // minutes, and nothing an agent serves needs finishing.
     tokio::select! {
         r = axum::serve(listener, app) => r?,
-        _ = crate::server::shutdown_signal() => liveness::leave_cluster(&agent).await,
+        _ = crate::signal::shutdown() => liveness::leave_cluster(&agent).await,
         _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
     }
     tracing::info!("agent stopped");

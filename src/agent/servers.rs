@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::error::Error;
 use crate::metrics::Counter;
 
 /// Requests sent to servers, by purpose (rendered at the agent's
@@ -197,5 +198,16 @@ impl Servers {
             });
         }
         Ok(bytes)
+    }
+}
+
+/// A client agent's failed request to its servers, as its HTTP API
+/// answers it: none reachable is Consul's "No known Consul servers".
+impl From<ServerError> for Error {
+    fn from(e: ServerError) -> Self {
+        match e {
+            ServerError::Unreachable(_) => Error::Internal("No known Consul servers".into()),
+            other => Error::Internal(other.to_string()),
+        }
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use super::checks::CheckSpec;
 use super::define::{ServiceDef, with_spec};
 use super::local::Tables;
-use crate::cli::services::check_definition_to_health_check;
+use crate::definition::check_definition_to_health_check;
 use crate::error::{Error, Result};
 use crate::structs::{HealthCheck, NodeService};
 

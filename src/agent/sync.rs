@@ -25,8 +25,9 @@ use rand::Rng;
 use serde::Deserialize;
 
 use super::Agent;
-use super::local::{Item, LocalCheck, LocalService, SERF_CHECK_ID, Source, SyncMark, Tables};
+use super::local::{Item, LocalCheck, LocalService, Source, SyncMark, Tables};
 use super::servers::{FULL_SYNCS, SHORT, SYNC_FAILURES, SYNC_READS, SYNC_WRITES, ServerError};
+use crate::structs::agent::SERF_CHECK_ID;
 use crate::structs::{DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest};
 
 /// Consul's full-sync period for clusters of up to [`SCALE_THRESHOLD`] nodes.
@@ -314,7 +315,7 @@ struct NodeServices {
 
 /// Reads the catalog's view of the node: two reads.
 async fn fetch_remote(a: &Agent) -> Result<Remote, ServerError> {
-    let node = super::enc(&a.config.node);
+    let node = crate::request::enc(&a.config.node);
     SYNC_READS.add(2);
     let (ns, _): (Option<NodeServices>, u64) = a
         .servers

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::{CliError, CliResult, Client, enc, print_json};
+use crate::definition::parse_json_or_hcl;
 
 #[derive(Subcommand, Debug)]
 pub enum ConfigCmd {
@@ -66,26 +67,6 @@ pub fn run(c: &Client, cmd: ConfigCmd) -> CliResult {
         ConfigCmd::List(a) => list(c, a),
         ConfigCmd::Delete(a) => delete(c, a),
     }
-}
-
-/// Parses a file's text as JSON when it looks like JSON, as HCL otherwise.
-/// HCL blocks become JSON objects (a single `check { ... }` is an object,
-/// not a one-element list); blocks repeated under one name become a list.
-pub fn parse_json_or_hcl(text: &str, what: &str) -> Result<Value, CliError> {
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text)
-            .map_err(|e| CliError(format!("Error parsing {what} as JSON: {e}")));
-    }
-    let first = match hcl::from_str::<Value>(text) {
-        Ok(v) => return Ok(v),
-        Err(e) => e,
-    };
-    // Consul's docs write entries in HCL 1, which allows blocks inside
-    // object values (`Routes = [{ Match { HTTP { ... } } }]`); HCL 2 wants
-    // `Match = { ... }` there. Retry with every `Name {` as `Name = {`.
-    let re = regex::Regex::new(r"([A-Za-z_][A-Za-z0-9_-]*)(\s*)\{").expect("valid regex");
-    hcl::from_str::<Value>(&re.replace_all(text, "${1}${2}= {"))
-        .map_err(|_| CliError(format!("Error parsing {what} (as HCL or JSON): {first}")))
 }
 
 /// The text of a file, or of standard input for `-`.
@@ -210,67 +191,4 @@ pub fn discovery_chain(c: &Client, a: ChainArgs) -> CliResult {
             ))
         })?;
     print_json(&v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn hcl_entries_and_blocks() {
-        let v = parse_json_or_hcl(
-            r#"
-Kind = "service-defaults"
-Name = "web"
-protocol = "http"
-Meta {
-  team = "a"
-}
-"#,
-            "t",
-        )
-        .unwrap();
-        assert_eq!(
-            v,
-            json!({"Kind": "service-defaults", "Name": "web", "protocol": "http",
-                   "Meta": {"team": "a"}})
-        );
-        // One block is an object; a repeated block a list.
-        let v = parse_json_or_hcl(
-            r#"service {
-  name = "web"
-  port = 80
-  check {
-    ttl = "10s"
-  }
-}"#,
-            "t",
-        )
-        .unwrap();
-        assert_eq!(
-            v,
-            json!({"service": {"name": "web", "port": 80, "check": {"ttl": "10s"}}})
-        );
-        let v = parse_json_or_hcl("check {\n a = 1\n}\ncheck {\n a = 2\n}\n", "t").unwrap();
-        assert_eq!(v, json!({"check": [{"a": 1}, {"a": 2}]}));
-        // HCL 1's blocks inside objects, as Consul's docs write them.
-        let v = parse_json_or_hcl(
-            "Kind = \"service-router\"\nName = \"web\"\nRoutes = [\n  {\n    Match { HTTP { PathPrefix = \"/admin\" } }\n    Destination {\n      Service = \"admin\"\n    }\n  },\n]\n",
-            "t",
-        )
-        .unwrap();
-        assert_eq!(
-            v["Routes"],
-            json!([{"Match": {"HTTP": {"PathPrefix": "/admin"}},
-                    "Destination": {"Service": "admin"}}])
-        );
-        // JSON still parses as JSON; broken input is an error naming it.
-        assert_eq!(
-            parse_json_or_hcl(r#" {"a": 1}"#, "t").unwrap(),
-            json!({"a": 1})
-        );
-        let e = parse_json_or_hcl("Kind = ", "f.hcl").unwrap_err();
-        assert!(e.0.contains("f.hcl"), "{}", e.0);
-    }
 }

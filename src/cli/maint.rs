@@ -5,7 +5,7 @@
 use clap::Args;
 
 use super::{CliError, CliResult, Client, enc};
-use crate::agent::{NODE_CHECK_ID, SERVICE_CHECK_PREFIX};
+use crate::structs::agent::{NODE_MAINTENANCE_CHECK_ID, SERVICE_MAINTENANCE_CHECK_PREFIX};
 
 #[derive(Args, Debug)]
 pub struct MaintArgs {
@@ -77,9 +77,9 @@ fn list(c: &Client) -> CliResult {
     for check in all {
         let id = check["CheckID"].as_str().unwrap_or("");
         let reason = check["Notes"].as_str().unwrap_or("");
-        if id == NODE_CHECK_ID {
+        if id == NODE_MAINTENANCE_CHECK_ID {
             println!("Node:\n  Name:   {node}\n  Reason: {reason}");
-        } else if id.starts_with(SERVICE_CHECK_PREFIX) {
+        } else if id.starts_with(SERVICE_MAINTENANCE_CHECK_PREFIX) {
             let service = check["ServiceID"].as_str().unwrap_or("");
             println!("Service:\n  ID:     {service}\n  Reason: {reason}");
         }

@@ -23,7 +23,8 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::Value;
 
-pub use services::service_definition_to_register;
+pub use crate::definition::service_definition_to_register;
+pub use crate::request::enc;
 
 /// Commands that talk to a server over HTTP.
 #[derive(Subcommand, Debug)]
@@ -234,19 +235,6 @@ impl Client {
             .map(String::from)
             .ok_or_else(|| CliError("The agent did not report its node name".into()))
     }
-}
-
-/// Percent-encodes one path segment or query value.
-pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Columns aligned with two spaces between them, as Consul prints tables.

@@ -18,16 +18,20 @@ use axum::routing::{get, put};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::query::{RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match};
-use super::{App, Params, QueryOptions, Watch, blocking, decode_json, json_at};
+use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
+use crate::request::rows::{
+    RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
+};
+use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
 use crate::state::{Command, Response as Applied, State as Tables, keys};
+use crate::structs::validate::{check_dc, validate_register};
 use crate::structs::{
-    ConnectProxyConfig, DeregisterRequest, HealthCheck, Meta, Node, NodeService, RegisterRequest,
-    ServiceAddress, Weights, valid_health_status,
+    ConnectProxyConfig, DeregisterRequest, Meta, Node, NodeService, RegisterRequest,
+    ServiceAddress, Weights,
 };
 
 pub fn routes() -> Router<App> {
@@ -52,85 +56,6 @@ async fn missing_service() -> Error {
 
 async fn missing_node() -> Error {
     Error::bad("Missing node name")
-}
-
-/// Checks a registration and fills in what Consul defaults (the
-/// datacenter). Everything that can be refused without the state is
-/// refused here.
-pub fn validate_register(req: &mut RegisterRequest, dc: &str) -> Result<()> {
-    check_dc(&req.datacenter, dc)?;
-    req.datacenter = dc.to_string();
-    if req.node.is_empty() {
-        return Err(Error::bad("Must provide node"));
-    }
-    if req.address.is_empty() && !req.skip_node_update {
-        return Err(Error::bad("Must provide address"));
-    }
-    if let Some(svc) = &req.service {
-        validate_service(svc)?;
-    }
-    for check in req.check.iter().chain(req.checks.iter()) {
-        validate_check(check, &req.node)?;
-    }
-    Ok(())
-}
-
-fn check_dc(want: &str, dc: &str) -> Result<()> {
-    if !want.is_empty() && want != dc {
-        return Err(Error::bad(format!("No path to datacenter {want:?}")));
-    }
-    Ok(())
-}
-
-fn valid_port(p: i64) -> bool {
-    (0..=65535).contains(&p)
-}
-
-fn validate_service(svc: &NodeService) -> Result<()> {
-    if svc.service.is_empty() {
-        return Err(Error::bad("Must provide service name (Service.Service)"));
-    }
-    if !valid_port(svc.port) {
-        return Err(Error::bad(format!(
-            "Invalid service port {}: must be between 0 and 65535",
-            svc.port
-        )));
-    }
-    if svc.weights.passing < 0 || svc.weights.warning < 0 {
-        return Err(Error::bad("Service weights must not be negative"));
-    }
-    if svc.is_connect_proxy() {
-        if svc.proxy.destination_service_name.is_empty() {
-            return Err(Error::bad(
-                "Proxy.DestinationServiceName must be set for a Connect proxy",
-            ));
-        }
-        if svc.port == 0 && svc.socket_path.is_empty() {
-            return Err(Error::bad(
-                "Port or SocketPath must be set for a Connect proxy",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
-    if !check.node.is_empty() && check.node != node {
-        return Err(Error::bad(format!(
-            "Node {:?} of check {:?} does not match the registration's node {node:?}",
-            check.node, check.check_id
-        )));
-    }
-    if check.check_id.is_empty() && check.name.is_empty() {
-        return Err(Error::bad("Must provide a CheckID or Name for checks"));
-    }
-    if !check.status.is_empty() && !valid_health_status(&check.status) {
-        return Err(Error::bad(format!(
-            "Invalid check status {:?}: must be passing, warning or critical",
-            check.status
-        )));
-    }
-    Ok(())
 }
 
 async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {

@@ -8,12 +8,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{App, Params, QueryOptions, Watch, blocking, decode_json, json_at, meta_headers};
+use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::config_entry::{ConfigEntryError, decode_and_validate};
 use crate::discovery_chain::{
     ChainError, CompileOverrides, CompileRequest, EntryChange, compile, validate_write,
 };
 use crate::error::{Error, Result};
+use crate::request::{Params, QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::config_entry::Kind;
 

@@ -14,9 +14,10 @@ use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{App, Params, QueryOptions, Watch, blocking, json_at};
+use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::merge;
+use crate::request::{Params, QueryOptions};
 use crate::state::{State as Tables, keys};
 use crate::structs::catalog::{AccessLogsConfig, Node, NodeService};
 

@@ -13,11 +13,12 @@ use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
 
-use super::query::{
+use super::{App, Watch, blocking, json_at};
+use crate::error::{Error, Result};
+use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
-use super::{App, Params, QueryOptions, Watch, blocking, json_at};
-use crate::error::{Error, Result};
+use crate::request::{Params, QueryOptions};
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
 use crate::stream::Topic;

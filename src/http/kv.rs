@@ -10,8 +10,9 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Params, QueryOptions, Watch, blocking, json_at, meta_headers};
+use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::error::{Error, Result};
+use crate::request::{Params, QueryOptions};
 use crate::state::kv::{list_keys, prefix_iter, read_index};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb};
@@ -180,7 +181,7 @@ struct TxnKv {
 }
 
 fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
-    let ops: Vec<Value> = super::decode_json(body)?;
+    let ops: Vec<Value> = crate::request::decode_json(body)?;
     if ops.len() > MAX_TXN_OPS {
         return Err(Error::bad(format!(
             "Transaction contains too many operations ({} > {MAX_TXN_OPS})",

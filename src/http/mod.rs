@@ -1,39 +1,40 @@
-//! The Consul-compatible HTTP API: routers per area, and the plumbing they
-//! share — query parameters, consistency modes, blocking queries, the
-//! `X-Consul-*` headers, and forwarding to the leader.
+//! The servers' Consul-compatible HTTP API: routers per area, and what
+//! needs a server — consistency modes, blocking queries, the `X-Consul-*`
+//! headers, and forwarding to the leader. Plumbing shared with the client
+//! agent's router (parameters, bodies, layers) is in `crate::request`.
 
 pub(crate) mod catalog;
 mod config;
 mod dataplane;
 mod health;
 mod kv;
+pub mod liveness;
 mod proxycfg;
-pub(crate) mod query;
 mod status;
 mod stream;
 
-pub use catalog::validate_register;
-
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::select_all;
-use rand::Rng;
 
 use crate::error::{Error, Result};
-use crate::server::Server;
+use crate::request::{
+    MAX_BODY, Params, QueryOptions, panic_response, refuse_enterprise_tenancy, trace_request,
+};
+use crate::server::{Server, ServerConfig};
 use crate::state::State as Tables;
 
 pub type App = Arc<Server>;
 
-/// Request bodies above this are refused before they are read.
-pub const MAX_BODY: usize = 4 << 20;
 const FORWARDED: &str = "x-cairn-forwarded";
 
 pub fn router(server: App) -> Router {
@@ -46,7 +47,7 @@ pub fn router(server: App) -> Router {
         .merge(catalog::routes())
         .merge(health::routes())
         .merge(status::routes())
-        .merge(crate::agent::liveness::routes())
+        .merge(liveness::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,
@@ -58,79 +59,6 @@ pub fn router(server: App) -> Router {
         ))
         .layer(middleware::from_fn(trace_request))
         .with_state(server)
-}
-
-/// Namespaces and admin partitions are Consul Enterprise features: like
-/// Consul's open-source edition, refuse a request that names one (rather
-/// than answer from the default namespace), so a client configured for
-/// them learns at once that they are not there.
-pub(crate) async fn refuse_enterprise_tenancy(req: Request, next: Next) -> Response {
-    match enterprise_tenancy(&req) {
-        Some(reason) => Error::bad(reason).into_response(),
-        None => next.run(req).await,
-    }
-}
-
-fn enterprise_tenancy(req: &Request) -> Option<&'static str> {
-    let header = |name: &str| req.headers().get(name).is_some_and(|v| !v.is_empty());
-    let params = Params::parse(req.uri().query());
-    let param = |name: &str| params.get(name).filter(|v| !v.is_empty());
-    if header("x-consul-namespace") {
-        return Some(
-            r#"Invalid header: "X-Consul-Namespace" - Namespaces are a Consul Enterprise feature"#,
-        );
-    }
-    if param("ns").is_some() {
-        return Some(
-            r#"Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature"#,
-        );
-    }
-    let not_default = |v: &str| !v.eq_ignore_ascii_case("default");
-    let header_ap = req.headers().get("x-consul-partition");
-    if header_ap.is_some_and(|v| v.to_str().map_or(true, |v| !v.is_empty() && not_default(v))) {
-        return Some(
-            r#"Invalid header: "X-Consul-Partition" - Partitions are a Consul Enterprise feature"#,
-        );
-    }
-    if param("partition").is_some_and(not_default) {
-        return Some(
-            r#"Invalid query parameter: "partition" - Partitions are a Consul Enterprise feature"#,
-        );
-    }
-    None
-}
-
-pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
-    tracing::error!("handler panicked");
-    (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
-}
-
-pub(crate) async fn trace_request(req: Request, next: Next) -> Response {
-    use tracing::Instrument;
-    crate::metrics::HTTP_REQUESTS.inc();
-    let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
-    async move {
-        let resp = bad_input_is_400(next.run(req).await);
-        tracing::debug!(status = resp.status().as_u16(), "answered");
-        resp
-    }
-    .instrument(span)
-    .await
-}
-
-/// The contract answers every kind of bad input with 400 and a one-line
-/// reason; axum's extractors answer some with 413/415/422.
-fn bad_input_is_400(resp: Response) -> Response {
-    match resp.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => Error::bad(format!(
-            "Request body too large, max size: {MAX_BODY} bytes"
-        ))
-        .into_response(),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
-            Error::bad("Request decode failed: malformed body").into_response()
-        }
-        _ => resp,
-    }
 }
 
 /// Endpoints any server answers itself, whatever the mode.
@@ -227,101 +155,6 @@ async fn proxy(
         .map_err(|e| Error::Internal(e.to_string()))
 }
 
-/// Query parameters as Consul reads them: flags without values, repeats.
-#[derive(Debug, Default)]
-pub struct Params(Vec<(String, String)>);
-
-impl Params {
-    pub fn parse(q: Option<&str>) -> Self {
-        let q = q.unwrap_or("");
-        Params(
-            form_urlencoded::parse(q.as_bytes())
-                .filter(|(k, _)| !k.is_empty())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
-    }
-
-    pub fn has(&self, k: &str) -> bool {
-        self.0.iter().any(|(n, _)| n == k)
-    }
-
-    pub fn all(&self, k: &str) -> Vec<&str> {
-        self.0
-            .iter()
-            .filter(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    pub fn u64(&self, k: &str) -> Result<Option<u64>> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::bad(format!("Invalid {k} parameter: {v:?} is not a number"))),
-        }
-    }
-}
-
-/// How a read wants to be answered.
-pub struct QueryOptions {
-    pub index: u64,
-    pub wait: Duration,
-    pub consistent: bool,
-    pub stale: bool,
-}
-
-const DEFAULT_WAIT: Duration = Duration::from_secs(300);
-const MAX_WAIT: Duration = Duration::from_secs(600);
-
-impl QueryOptions {
-    pub fn from(p: &Params, dc: &str) -> Result<Self> {
-        if let Some(want) = p.get("dc")
-            && !want.is_empty()
-            && want != dc
-        {
-            return Err(Error::bad(format!("No path to datacenter {want:?}")));
-        }
-        let stale = p.has("stale");
-        let consistent = p.has("consistent");
-        if stale && consistent {
-            return Err(Error::bad(
-                "Cannot specify ?stale with ?consistent, conflicting semantics.",
-            ));
-        }
-        let wait = match p.get("wait") {
-            None | Some("") => DEFAULT_WAIT,
-            Some(w) => {
-                let d = crate::structs::duration::Duration::parse(w)
-                    .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?;
-                Duration::from_nanos(d.nanos().max(0) as u64)
-            }
-        };
-        Ok(QueryOptions {
-            index: p.u64("index")?.unwrap_or(0),
-            wait: wait.min(MAX_WAIT),
-            consistent,
-            stale,
-        })
-    }
-}
-
-impl QueryOptions {
-    /// When a blocking query started now gives up: `?wait`, jittered by up
-    /// to 1/16 as Consul does, so watchers do not all return at once.
-    pub fn deadline(&self) -> tokio::time::Instant {
-        let jitter = self.wait.as_millis() as u64 / 16;
-        let wait = self.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
-        tokio::time::Instant::now() + wait
-    }
-}
-
 /// What a blocking query waits on.
 pub enum Watch {
     Keys(Vec<String>),
@@ -391,7 +224,55 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
     resp
 }
 
-/// Decodes a JSON body, answering 400 with the reason on failure.
-pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
-    serde_json::from_slice(body).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+/// Runs a server process until SIGINT or SIGTERM: its Raft core, the
+/// leader's reaper, this HTTP API and the server's own agent.
+pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+    let server = Server::start(config.clone()).await?;
+    tokio::spawn(liveness::reap(server.clone()));
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    // Bound first: the agent talks to this server through that address.
+    let agent = crate::agent::embedded(agent_config(&config)).await?;
+    let _ = server.agent.set(agent.clone());
+    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
+    tracing::info!(addr = %config.http_addr, "HTTP API listening");
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let serve = axum::serve(listener, app).with_graceful_shutdown({
+        let stop = stop.clone();
+        async move { stop.notified().await }
+    });
+    tokio::select! {
+        r = serve => r?,
+        _ = crate::signal::shutdown() => {
+            // Blocking queries may wait minutes: give requests in flight a
+            // moment to finish, then stop regardless.
+            stop.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
+/// The server's own agent: its node, in `<data-dir>/agent`, talking to
+/// this server's HTTP API (loopback for a wildcard address).
+fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
+    let mut local = config.http_addr;
+    if local.ip().is_unspecified() {
+        local.set_ip(match local {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    crate::agent::AgentConfig {
+        node: config.node.clone(),
+        data_dir: config.data_dir.join("agent"),
+        http_addr: config.http_addr,
+        servers: vec![format!("http://{local}")],
+        config_dir: None,
+        sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
+        datacenter: config.datacenter.clone(),
+        in_server: true,
+    }
 }

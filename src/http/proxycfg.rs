@@ -9,8 +9,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::{App, Params, QueryOptions, json_at};
+use super::{App, json_at};
 use crate::error::{Error, Result};
+use crate::request::{Params, QueryOptions};
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/proxycfg/{id}", get(snapshot))

@@ -6,8 +6,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use serde_json::{Value, json};
 
-use super::{App, Params, json_at};
+use super::{App, json_at};
 use crate::error::{Error, Result};
+use crate::request::Params;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -124,14 +125,14 @@ async fn agent_self(State(s): State<App>) -> Response {
 }
 
 async fn members(State(s): State<App>) -> Response {
-    let servers = crate::agent::liveness::server_names(&s);
+    let servers = super::liveness::server_names(&s);
     let mut list: Vec<Value> = s
         .cluster
         .members()
         .into_iter()
         .map(|(_, n, _)| member_json(&s, &n.name, &n.raft_addr))
         .collect();
-    list.extend(crate::agent::liveness::agent_members(
+    list.extend(super::liveness::agent_members(
         &s.store.state(),
         &s.config.datacenter,
         &servers,
@@ -202,7 +203,7 @@ async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
         all.extend(crate::agent::api::metric_gauges(a));
         counters.extend(crate::agent::api::COUNTERS);
     }
-    crate::metrics::response(q.as_deref(), &counters, &all)
+    crate::request::metrics_response(q.as_deref(), &counters, &all)
 }
 
 async fn datacenters(State(s): State<App>) -> Response {

@@ -9,8 +9,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use super::{App, Params};
+use super::App;
 use crate::error::{Error, Result};
+use crate::request::Params;
 use crate::stream::{Item, Topic};
 
 pub fn routes() -> Router<App> {

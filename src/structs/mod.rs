@@ -3,11 +3,13 @@
 //! Every type here serializes exactly as Consul's HTTP API shows it, so the
 //! HTTP layer hands them to serde and nothing else re-declares them.
 
+pub mod agent;
 pub mod catalog;
 pub mod config_entry;
 pub mod duration;
 pub mod kv;
 pub mod serde_util;
+pub mod validate;
 
 pub use catalog::*;
 pub use kv::*;

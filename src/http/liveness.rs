@@ -1,0 +1,233 @@
+//! Node liveness for agents, the servers' side: a lease on the leader,
+//! renewed by each agent's heartbeat, instead of gossip.
+//!
+//! - An agent sends `PUT /v1/internal/agent/heartbeat` (its node
+//!   registration) every few seconds; followers forward it to the leader
+//!   like any write.
+//! - The leader renews the node's lease in memory and, when the node's
+//!   `serfHealth` check is not passing (new node, or back from the dead),
+//!   registers it passing — a Raft write only on that transition.
+//! - The leader's reaper ([`reap`]) marks `serfHealth` critical for nodes
+//!   whose lease ran out ([`LEASE_TTL`]).
+//! - Leases are soft state. A new leader seeds one for every agent node whose
+//!   `serfHealth` is passing, so a node that died with the old leader is
+//!   still marked critical one lease later. The catalog (in Raft) holds the
+//!   outcome every server agrees on, and `/v1/agent/members` is built from it.
+//! - `PUT /v1/internal/agent/leave`: a clean shutdown deregisters the node,
+//!   as a Consul client leaving the cluster does.
+//!
+//! Agent nodes are recognised by their [`AGENT_META`] node meta key (the
+//! agent's HTTP address). Steady state costs one small request per agent per
+//! heartbeat and no Raft write. The agents' side is `crate::agent::liveness`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::put;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::App;
+use crate::error::{Error, Result};
+use crate::request::decode_json;
+use crate::server::Server;
+use crate::state::{Command, Response as Applied, State as Tables};
+use crate::structs::agent::{AGENT_META, HeartbeatReply, SERF_CHECK_ID};
+use crate::structs::validate::validate_register;
+use crate::structs::{
+    DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, RegisterRequest,
+};
+
+/// A node whose lease is this old is marked critical: four missed
+/// heartbeats, so a loaded machine does not flap.
+pub const LEASE_TTL: Duration = Duration::from_secs(8);
+/// How often the leader looks for expired leases.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+const ALIVE_OUTPUT: &str = "Agent alive and reachable";
+const DEAD_OUTPUT: &str = "Agent not live or unreachable";
+
+fn serf_status<'a>(st: &'a Tables, node: &str) -> Option<&'a str> {
+    st.checks
+        .get(&(node.to_string(), SERF_CHECK_ID.to_string()))
+        .map(|c| c.status.as_str())
+}
+
+fn serf_check(node: &str, status: &str, output: &str) -> HealthCheck {
+    HealthCheck {
+        node: node.to_string(),
+        check_id: SERF_CHECK_ID.into(),
+        name: "Serf Health Status".into(),
+        status: status.into(),
+        output: output.into(),
+        ..Default::default()
+    }
+}
+
+fn is_agent_node(st: &Tables, node: &str) -> bool {
+    st.nodes
+        .get(node)
+        .is_some_and(|n| n.meta.contains_key(AGENT_META))
+}
+
+/// Agent nodes whose `serfHealth` is passing.
+fn live_agent_nodes(st: &Tables) -> impl Iterator<Item = String> + '_ {
+    st.nodes
+        .values()
+        .filter(|n| n.meta.contains_key(AGENT_META))
+        .filter(|n| serf_status(st, &n.node) == Some(HEALTH_PASSING))
+        .map(|n| n.node.clone())
+}
+
+async fn commit(s: &Server, cmd: Command) -> Result<()> {
+    match s.write(cmd).await? {
+        Applied::Ok | Applied::Bool(true) => Ok(()),
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+async fn heartbeat(State(s): State<App>, body: Bytes) -> Result<Response> {
+    let mut req: RegisterRequest = decode_json(&body)?;
+    req.service = None;
+    req.check = None;
+    req.checks.clear();
+    validate_register(&mut req, &s.config.datacenter)?;
+    let st = s.store.state();
+    let known = st.nodes.contains_key(&req.node);
+    s.liveness.renew(&req.node, Instant::now());
+    if serf_status(&st, &req.node) != Some(HEALTH_PASSING) {
+        tracing::info!(node = %req.node, "agent alive");
+        req.skip_node_update = known;
+        req.check = Some(serf_check(&req.node, HEALTH_PASSING, ALIVE_OUTPUT));
+        commit(&s, Command::Register(Box::new(req))).await?;
+    }
+    let servers = server_names(&s);
+    Ok(axum::Json(HeartbeatReply {
+        members: s.liveness.len_except(&servers) + servers.len(),
+        known,
+        datacenter: s.config.datacenter.clone(),
+    })
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct LeaveRequest {
+    node: String,
+}
+
+async fn leave(State(s): State<App>, body: Bytes) -> Result<Response> {
+    let req: LeaveRequest = decode_json(&body)?;
+    if req.node.is_empty() {
+        return Err(Error::bad("Must provide node"));
+    }
+    s.liveness.forget(&req.node);
+    tracing::info!(node = %req.node, "agent left");
+    commit(
+        &s,
+        Command::Deregister(DeregisterRequest {
+            node: req.node,
+            datacenter: s.config.datacenter.clone(),
+            ..Default::default()
+        }),
+    )
+    .await?;
+    Ok(axum::Json(true).into_response())
+}
+
+/// The server's liveness endpoints (writes: answered by the leader).
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/internal/agent/heartbeat", put(heartbeat))
+        .route("/v1/internal/agent/leave", put(leave))
+}
+
+/// The leader's duty: mark nodes whose lease ran out critical. Runs for the
+/// server's life; does nothing while it does not lead.
+pub async fn reap(s: Arc<Server>) {
+    let mut tick = tokio::time::interval(REAP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut ticks = 0u64;
+    loop {
+        tick.tick().await;
+        ticks += 1;
+        if !s.cluster.is_leader() {
+            s.liveness.step_down();
+            continue;
+        }
+        let st = s.store.state();
+        let now = Instant::now();
+        // Seed at the start of a term in office, and now and then for
+        // agent nodes that became live without a heartbeat here.
+        if !s.liveness.in_office() || ticks.is_multiple_of(30) {
+            s.liveness.seed(live_agent_nodes(&st), now);
+        }
+        for node in s.liveness.expired(now, LEASE_TTL) {
+            if !is_agent_node(&st, &node) || serf_status(&st, &node) != Some(HEALTH_PASSING) {
+                // Gone, or already marked: nothing to watch until it
+                // heartbeats again.
+                s.liveness.forget(&node);
+                continue;
+            }
+            if !s.liveness.still_expired(&node, Instant::now(), LEASE_TTL) {
+                continue;
+            }
+            tracing::warn!(node = %node, "agent missed its heartbeats: marking it critical");
+            let req = RegisterRequest {
+                node: node.clone(),
+                datacenter: s.config.datacenter.clone(),
+                skip_node_update: true,
+                check: Some(serf_check(&node, HEALTH_CRITICAL, DEAD_OUTPUT)),
+                ..Default::default()
+            };
+            if let Err(e) = commit(&s, Command::Register(Box::new(req))).await {
+                // Kept: the next tick tries again.
+                tracing::warn!(node = %node, error = %e, "could not mark agent critical");
+            }
+        }
+    }
+}
+
+/// The names of the cluster's servers.
+pub fn server_names(s: &Server) -> Vec<String> {
+    s.cluster
+        .members()
+        .into_iter()
+        .map(|(_, n, _)| n.name)
+        .collect()
+}
+
+/// `/v1/agent/members` rows for agent nodes: alive while `serfHealth`
+/// passes, failed when it is critical. `servers` are left out: a server's
+/// node is an agent node too, but it is listed once, as a server.
+pub fn agent_members(st: &Tables, dc: &str, servers: &[String]) -> Vec<Value> {
+    st.nodes
+        .values()
+        .filter(|n| !servers.contains(&n.node))
+        .filter_map(|n| {
+            let addr = n.meta.get(AGENT_META)?;
+            let port = addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .unwrap_or(0);
+            let status = match serf_status(st, &n.node) {
+                Some(HEALTH_CRITICAL) => 4,
+                _ => 1,
+            };
+            Some(json!({
+                "Name": n.node,
+                "Addr": n.address,
+                "Port": port,
+                "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
+                "Status": status,
+                "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+                "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+            }))
+        })
+        .collect()
+}

@@ -1,0 +1,270 @@
+//! Request plumbing shared by every HTTP router (the servers' and the
+//! client agents'): query parameters and read options, JSON bodies, the
+//! layers every request passes (tracing, panics, body limits, tenancy), and
+//! `?filter`/`?node-meta`/`?tag` row matching. It knows nothing of a
+//! server or an agent: both routers build on it.
+
+pub mod rows;
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rand::Rng;
+
+use crate::error::{Error, Result};
+
+/// Request bodies above this are refused before they are read.
+pub const MAX_BODY: usize = 4 << 20;
+
+/// Query parameters as Consul reads them: flags without values, repeats.
+#[derive(Debug, Default)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn parse(q: Option<&str>) -> Self {
+        let q = q.unwrap_or("");
+        Params(
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, k: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == k)
+    }
+
+    pub fn all(&self, k: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn u64(&self, k: &str) -> Result<Option<u64>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::bad(format!("Invalid {k} parameter: {v:?} is not a number"))),
+        }
+    }
+}
+
+/// How a read wants to be answered.
+pub struct QueryOptions {
+    pub index: u64,
+    pub wait: Duration,
+    pub consistent: bool,
+    pub stale: bool,
+}
+
+const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// `?wait` as Consul reads it: a Go duration, 5 min by default, at most 10.
+pub fn wait_of(p: &Params) -> Result<Duration> {
+    Ok(match p.get("wait") {
+        None | Some("") => DEFAULT_WAIT,
+        Some(w) => {
+            let d = crate::structs::duration::Duration::parse(w)
+                .map_err(|e| Error::bad(format!("Invalid wait time: {e}")))?;
+            Duration::from_nanos(d.nanos().max(0) as u64)
+        }
+    }
+    .min(MAX_WAIT))
+}
+
+impl QueryOptions {
+    pub fn from(p: &Params, dc: &str) -> Result<Self> {
+        if let Some(want) = p.get("dc")
+            && !want.is_empty()
+            && want != dc
+        {
+            return Err(Error::bad(format!("No path to datacenter {want:?}")));
+        }
+        let stale = p.has("stale");
+        let consistent = p.has("consistent");
+        if stale && consistent {
+            return Err(Error::bad(
+                "Cannot specify ?stale with ?consistent, conflicting semantics.",
+            ));
+        }
+        Ok(QueryOptions {
+            index: p.u64("index")?.unwrap_or(0),
+            wait: wait_of(p)?,
+            consistent,
+            stale,
+        })
+    }
+}
+
+impl QueryOptions {
+    /// When a blocking query started now gives up: `?wait`, jittered by up
+    /// to 1/16 as Consul does, so watchers do not all return at once.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        let jitter = self.wait.as_millis() as u64 / 16;
+        let wait = self.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
+        tokio::time::Instant::now() + wait
+    }
+}
+
+/// Percent-encodes one path segment or query value (everything but
+/// RFC 3986's unreserved characters), for requests this process sends.
+pub fn enc(s: &str) -> String {
+    const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, RESERVED).to_string()
+}
+
+/// Whether a `/v1/agent/metrics` request asked for Prometheus text.
+fn wants_prometheus(query: Option<&str>) -> bool {
+    Params::parse(query).get("format") == Some("prometheus")
+}
+
+/// `/v1/agent/metrics` (servers' and agents'): Consul's JSON form unless
+/// `?format=prometheus`.
+pub fn metrics_response(
+    query: Option<&str>,
+    counters: &[&crate::metrics::Counter],
+    gauges: &[(&str, &str, f64)],
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if wants_prometheus(query) {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics::render_with(counters, gauges),
+        )
+            .into_response()
+    } else {
+        axum::Json(crate::metrics::render_json(
+            counters,
+            gauges,
+            std::time::SystemTime::now(),
+        ))
+        .into_response()
+    }
+}
+
+/// Decodes a JSON body, answering 400 with the reason on failure.
+pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+}
+
+/// Namespaces and admin partitions are Consul Enterprise features: like
+/// Consul's open-source edition, refuse a request that names one (rather
+/// than answer from the default namespace), so a client configured for
+/// them learns at once that they are not there.
+pub async fn refuse_enterprise_tenancy(req: Request, next: Next) -> Response {
+    match enterprise_tenancy(&req) {
+        Some(reason) => Error::bad(reason).into_response(),
+        None => next.run(req).await,
+    }
+}
+
+fn enterprise_tenancy(req: &Request) -> Option<&'static str> {
+    let header = |name: &str| req.headers().get(name).is_some_and(|v| !v.is_empty());
+    let params = Params::parse(req.uri().query());
+    let param = |name: &str| params.get(name).filter(|v| !v.is_empty());
+    if header("x-consul-namespace") {
+        return Some(
+            r#"Invalid header: "X-Consul-Namespace" - Namespaces are a Consul Enterprise feature"#,
+        );
+    }
+    if param("ns").is_some() {
+        return Some(
+            r#"Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature"#,
+        );
+    }
+    let not_default = |v: &str| !v.eq_ignore_ascii_case("default");
+    let header_ap = req.headers().get("x-consul-partition");
+    if header_ap.is_some_and(|v| v.to_str().map_or(true, |v| !v.is_empty() && not_default(v))) {
+        return Some(
+            r#"Invalid header: "X-Consul-Partition" - Partitions are a Consul Enterprise feature"#,
+        );
+    }
+    if param("partition").is_some_and(not_default) {
+        return Some(
+            r#"Invalid query parameter: "partition" - Partitions are a Consul Enterprise feature"#,
+        );
+    }
+    None
+}
+
+pub fn panic_response(_: Box<dyn std::any::Any + Send>) -> Response {
+    tracing::error!("handler panicked");
+    (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+}
+
+pub async fn trace_request(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    crate::metrics::HTTP_REQUESTS.inc();
+    let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
+    async move {
+        let resp = bad_input_is_400(next.run(req).await);
+        tracing::debug!(status = resp.status().as_u16(), "answered");
+        resp
+    }
+    .instrument(span)
+    .await
+}
+
+/// The contract answers every kind of bad input with 400 and a one-line
+/// reason; axum's extractors answer some with 413/415/422.
+fn bad_input_is_400(resp: Response) -> Response {
+    match resp.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::bad(format!(
+            "Request body too large, max size: {MAX_BODY} bytes"
+        ))
+        .into_response(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
+            Error::bad("Request decode failed: malformed body").into_response()
+        }
+        _ => resp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_format() {
+        assert!(wants_prometheus(Some("format=prometheus")));
+        assert!(!wants_prometheus(Some("format=json")));
+        assert!(!wants_prometheus(None));
+    }
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(enc("a b/c?d"), "a%20b%2Fc%3Fd");
+        assert_eq!(enc("web-1_x.y~z"), "web-1_x.y~z");
+        assert_eq!(enc("ü"), "%C3%BC");
+    }
+
+    #[test]
+    fn query_strings_are_decoded() {
+        let p = Params::parse(Some("a=1&flag&b=x%20y+z&=skipped&a=2"));
+        assert_eq!(p.get("a"), Some("1"));
+        assert_eq!(p.all("a"), ["1", "2"]);
+        assert!(p.has("flag"));
+        assert_eq!(p.get("b"), Some("x y z"));
+        assert!(!p.has(""));
+    }
+}
