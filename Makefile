@@ -50,6 +50,7 @@ fmt:
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) test --test layers
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Each injected bug (a build feature of cairn) must be caught by the
