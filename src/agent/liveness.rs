@@ -23,7 +23,10 @@ pub async fn heartbeat_loop(a: Arc<Agent>) {
     loop {
         HEARTBEATS.inc();
         let node = a.local.with(|t| t.node.register());
-        match a.servers.put("/v1/internal/agent/heartbeat", &node).await {
+        let talking = a.talking.read().await;
+        let sent = a.servers.put("/v1/internal/agent/heartbeat", &node).await;
+        drop(talking);
+        match sent {
             Ok(body) => {
                 if failing {
                     tracing::info!("heartbeats reach the servers again");
@@ -50,8 +53,11 @@ pub async fn heartbeat_loop(a: Arc<Agent>) {
     }
 }
 
-/// A clean shutdown: the servers deregister the node.
+/// A clean shutdown: the servers deregister the node. Heartbeats and
+/// anti-entropy stop first (what they have in flight finishes), so nothing
+/// registers the node again behind the leave.
 pub async fn leave_cluster(a: &Agent) {
+    let _quiet = tokio::time::timeout(Duration::from_secs(3), a.talking.write()).await;
     let body = json!({"Node": a.config.node});
     match tokio::time::timeout(
         Duration::from_secs(3),

@@ -87,6 +87,10 @@ pub struct Agent {
     datacenter: RwLock<String>,
     /// `PUT /v1/agent/leave`: leave the cluster and stop.
     leave: tokio::sync::Notify,
+    /// Held (shared) by each heartbeat and anti-entropy round while it
+    /// talks to the servers; leaving takes it exclusively, so no request
+    /// still in flight can register the node again after it left.
+    talking: tokio::sync::RwLock<()>,
     /// Whether the node takes part in the catalog (anti-entropy and
     /// heartbeats run). Always for a client agent; a server's agent waits
     /// for its first registration, so a server nobody registers anything
@@ -349,6 +353,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         cluster_size: AtomicUsize::new(1),
         datacenter: RwLock::new(config.datacenter.clone()),
         leave: tokio::sync::Notify::new(),
+        talking: tokio::sync::RwLock::new(()),
         announced: tokio::sync::watch::Sender::new(!config.in_server),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
         config,

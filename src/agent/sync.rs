@@ -400,11 +400,13 @@ pub async fn run(a: Arc<Agent>) {
             _ = a.local.changed.notified() => a.local.take_full_ask(),
         };
         let period = scaled_interval(a.config.sync_interval, a.cluster_size());
+        let talking = a.talking.read().await;
         let result = if full {
             sync_full(&a).await
         } else {
             sync_changes(&a).await
         };
+        drop(talking);
         let ok = result.is_ok();
         a.sync_runs.send_modify(|(runs, last_ok)| {
             *runs += 1;
