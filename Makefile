@@ -39,6 +39,7 @@ cluster: release
 	bash scripts/cluster.sh
 
 bench: release
+	$(CARGO) build --release -p cairn-load
 	bash scripts/bench.sh
 	$(CARGO) run --release --example proxycfg_bench
 
