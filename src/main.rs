@@ -57,6 +57,13 @@ struct ServerArgs {
     /// Snapshot the state and compact the Raft log after this many entries.
     #[arg(long, default_value_t = 16_384, hide = true)]
     raft_snapshot_threshold: u64,
+    /// Start a new Raft log segment file past this many bytes.
+    #[arg(long, default_value_t = cairn::raft::log_store::SEGMENT_BYTES, hide = true)]
+    raft_log_segment_bytes: u64,
+    /// How long the index entries of deleted keys, services, nodes and
+    /// config entries (tombstones) are kept before the leader reaps them.
+    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    tombstone_ttl: std::time::Duration,
     #[arg(long, default_value = "info")]
     log_level: String,
     #[arg(long)]
@@ -162,6 +169,8 @@ fn main() -> anyhow::Result<()> {
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
                 snapshot_threshold: a.raft_snapshot_threshold,
+                log_segment_bytes: a.raft_log_segment_bytes,
+                tombstone_ttl: a.tombstone_ttl,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -34,6 +34,10 @@ pub struct ServerConfig {
     pub join: Vec<String>,
     /// Take a snapshot (and compact the log) after this many entries.
     pub snapshot_threshold: u64,
+    /// Raft log segment size (a hidden flag; tests make it small).
+    pub log_segment_bytes: u64,
+    /// How long deleted objects' index entries (tombstones) are kept.
+    pub tombstone_ttl: Duration,
 }
 
 pub struct Server {
@@ -119,7 +123,12 @@ impl Server {
         let parts = ServerParts {
             id: node_id(&db)?,
             raft_config: raft_config(config.snapshot_threshold),
-            log: LogStore::open(&db, &db_dir, &config.data_dir.join("raft-log"))?,
+            log: LogStore::open(
+                &db,
+                &db_dir,
+                &config.data_dir.join("raft-log"),
+                config.log_segment_bytes,
+            )?,
             persist: Box::new(SledBackend::new(&db)?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),

@@ -5,6 +5,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cluster;
+pub mod disk;
 pub mod log_store;
 pub mod network;
 pub mod runtime;
@@ -119,8 +120,13 @@ mod storage_suite {
                 .path(dir.path().join("db"))
                 .open()
                 .expect("sled");
-            let log = LogStore::open(&db, &dir.path().join("db"), &dir.path().join("log"))
-                .expect("log store");
+            let log = LogStore::open(
+                &db,
+                &dir.path().join("db"),
+                &dir.path().join("log"),
+                super::log_store::SEGMENT_BYTES,
+            )
+            .expect("log store");
             let store = Arc::new(
                 Store::open(Box::new(SledBackend::new(&db).expect("tree"))).expect("store"),
             );
