@@ -129,7 +129,7 @@ impl Server {
                 &config.data_dir.join("raft-log"),
                 config.log_segment_bytes,
             )?,
-            persist: Box::new(SledBackend::new(&db)?),
+            persist: Box::new(SledBackend::new(&db, &db_dir)?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -305,6 +305,24 @@ impl Server {
         }
     }
 
+    /// Waits until Raft stops on its own (not by `shutdown`): a storage
+    /// error it cannot continue past, or a panic of its core. Returns why.
+    pub async fn raft_failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let state = metrics.borrow_watched().running_state.clone();
+            match state {
+                Err(openraft::error::Fatal::Stopped) => {}
+                Err(e) => return e.to_string(),
+                Ok(()) => {}
+            }
+            if metrics.changed().await.is_err() {
+                // The core's task ended without saying why: it panicked.
+                return "raft core stopped".into();
+            }
+        }
+    }
+
     /// Stops Raft and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
@@ -401,7 +419,10 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
     }
 }
 
-/// Runs a server until SIGINT or SIGTERM.
+/// The exit status of a server stopped by a storage fault (EX_IOERR).
+pub const FAULT_EXIT: i32 = 74;
+
+/// Runs a server until SIGINT or SIGTERM, or a storage fault.
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(crate::agent::liveness::reap(server.clone()));
@@ -417,6 +438,14 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     });
     tokio::select! {
         r = serve => r?,
+        why = server.raft_failed() => {
+            // Fail stop: a server whose log or state store failed must not
+            // linger answering 500s and stale reads. Exiting lets a
+            // supervisor restart it; the restart recovers from the data
+            // dir, or refuses to start naming what is wrong.
+            tracing::error!("storage fault, stopping: {why}");
+            std::process::exit(FAULT_EXIT);
+        }
         _ = shutdown_signal() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.

@@ -166,3 +166,165 @@ fn a_torn_last_segment_is_cut_and_nothing_acknowledged_is_lost() {
     }
     put(&s, "after", "restart");
 }
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped;
+/// `None` where this machine does not let the tests mount one.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir })
+    }
+
+    fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "remount");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_server_and_it_restarts_clean_on_a_good_disk() {
+    let Some(disk) = Tmpfs::mount("3m") else {
+        eprintln!("SKIPPED: this machine does not allow mounting a tmpfs");
+        return;
+    };
+    let dir = disk.dir.path().join("data");
+    let mut s = builder(&dir).start();
+    let value = "v".repeat(16 << 10);
+    let mut acked = Vec::new();
+    let mut failed = 0;
+    for i in 0.. {
+        let key = format!("fill/{i:05}");
+        match common::try_request(s.http_addr, "PUT", &format!("/v1/kv/{key}"), Some(&value)) {
+            Ok(r) if r.status == 200 => acked.push(key),
+            // Refused, or the server is gone: the disk is full.
+            _ => failed += 1,
+        }
+        if failed > 0 && !s.is_running() {
+            break;
+        }
+        assert!(i < 2000, "the server kept running on a full disk");
+    }
+    let status = s.stop(Duration::from_secs(10)).expect("exited");
+    let log = s.log();
+    assert_eq!(status.code(), Some(74), "{status}:\n{log}");
+    let fault = log
+        .lines()
+        .find(|l| l.contains("storage fault, stopping"))
+        .unwrap_or_else(|| panic!("no fault line:\n{log}"));
+    assert!(
+        fault.contains(&dir.display().to_string()) && fault.contains("No space left"),
+        "the reason names no file or error: {fault}"
+    );
+    assert!(!acked.is_empty());
+    eprintln!("{fault}");
+
+    // The same data dir on a disk with room: it starts, and every write
+    // acknowledged before the fault is there.
+    disk.resize("64m");
+    let s = builder(&dir).start();
+    for k in &acked {
+        assert_eq!(get(&s, k).as_deref(), Some(value.as_str()), "{k}");
+    }
+    put(&s, "after", "restart");
+}
+
+/// Sets the format version of the sled state rows (as another cairn
+/// version would have written it).
+fn set_state_format(dir: &Path, version: u32) {
+    let db = sled::open(dir.join("db")).unwrap();
+    let name = db
+        .open_tree("server")
+        .unwrap()
+        .get("state_tree")
+        .unwrap()
+        .map(|n| n.to_vec())
+        .unwrap_or(b"state".to_vec());
+    db.open_tree(name)
+        .unwrap()
+        .insert("mformat", &version.to_be_bytes())
+        .unwrap();
+    db.flush().unwrap();
+}
+
+/// Writes `version` at `at` in `path`, returning what was there.
+fn set_u32(path: &Path, at: u64, version: u32) -> [u8; 4] {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut old = [0u8; 4];
+    f.read_exact_at(&mut old, at).unwrap();
+    f.write_all_at(&version.to_le_bytes(), at).unwrap();
+    old
+}
+
+#[test]
+fn an_unknown_format_version_refuses_to_start_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    {
+        // Snapshots every few entries, so there is a snapshot file.
+        let mut s = builder(&dir)
+            .arg("--raft-snapshot-threshold")
+            .arg("8")
+            .start();
+        for i in 0..30 {
+            put(&s, &format!("k/{i}"), "v");
+        }
+        common::eventually(Duration::from_secs(20), "a snapshot file", || {
+            dir.join("snapshots/snapshot.bin").exists().then_some(())
+        });
+        s.stop(Duration::from_secs(10));
+    }
+    let refused = |what: &str, file: &Path| {
+        let (status, stderr) = run_until_exit(&dir, Duration::from_secs(30));
+        let status = status.unwrap_or_else(|| panic!("{what}: started anyway:\n{stderr}"));
+        assert!(!status.success(), "{what}: {status}");
+        let file = file.display().to_string();
+        assert!(
+            stderr.contains(&file) && stderr.contains("format version 99"),
+            "{what}: stderr does not name {file} and its version:\n{stderr}"
+        );
+    };
+
+    let seg = segments(&dir).pop().unwrap();
+    let old = set_u32(&seg, 8, 99);
+    refused("log segment", &seg);
+    set_u32(&seg, 8, u32::from_le_bytes(old));
+
+    let snap = dir.join("snapshots/snapshot.bin");
+    let old = set_u32(&snap, 8, 99);
+    refused("snapshot", &snap);
+    set_u32(&snap, 8, u32::from_le_bytes(old));
+
+    set_state_format(&dir, 99);
+    refused("state rows", &dir.join("db"));
+    set_state_format(&dir, 1);
+
+    // Put back as they were, the files start a server with every key.
+    let s = builder(&dir).start();
+    for i in 0..30 {
+        assert_eq!(get(&s, &format!("k/{i}")).as_deref(), Some("v"));
+    }
+}

@@ -79,14 +79,17 @@ pub fn sync_dir(dir: &Path) -> Result<(), DiskError> {
         .map_err(|e| DiskError::io("fsync of directory", dir, e))
 }
 
-/// Replaces `path` with `bytes` so that a crash leaves the old file or the
-/// new one, whole: written to a temp name, fsync'd, renamed over, and the
-/// directory fsync'd (the rename itself is durable only after that).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DiskError> {
+/// Replaces `path` with the concatenation of `parts` so that a crash
+/// leaves the old file or the new one, whole: written to a temp name,
+/// fsync'd, renamed over, and the directory fsync'd (the rename itself is
+/// durable only after that).
+pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> Result<(), DiskError> {
     let tmp = path.with_extension("tmp");
     let mut f = File::create(&tmp).map_err(|e| DiskError::io("create", &tmp, e))?;
-    f.write_all(bytes)
-        .map_err(|e| DiskError::io("write", &tmp, e))?;
+    for part in parts {
+        f.write_all(part)
+            .map_err(|e| DiskError::io("write", &tmp, e))?;
+    }
     f.sync_all().map_err(|e| DiskError::io("fsync", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| DiskError::io("rename onto", path, e))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))

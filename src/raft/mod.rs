@@ -128,7 +128,10 @@ mod storage_suite {
             )
             .expect("log store");
             let store = Arc::new(
-                Store::open(Box::new(SledBackend::new(&db).expect("tree"))).expect("store"),
+                Store::open(Box::new(
+                    SledBackend::new(&db, &dir.path().join("db")).expect("tree"),
+                ))
+                .expect("store"),
             );
             let sm = StateMachine::new(
                 store,

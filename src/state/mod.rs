@@ -18,6 +18,7 @@ pub mod watch;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use anyhow::Context;
 use arc_swap::ArcSwap;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
@@ -207,6 +208,7 @@ pub struct Store {
 impl Store {
     /// Opens the store, loading what the backend holds.
     pub fn open(persist: Box<dyn Persist>) -> anyhow::Result<Self> {
+        persist::check_format(&*persist)?;
         let state = persist::load_state(&*persist)?;
         Ok(Store {
             current: ArcSwap::from_pointee(state),
@@ -227,7 +229,8 @@ impl Store {
     /// Installs a new version: persists the changes with `meta` rows in one
     /// atomic batch, publishes the version, then wakes the watchers.
     pub fn commit(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
-        persist::write_changes(&*self.persist, sets, &next, meta)?;
+        persist::write_changes(&*self.persist, sets, &next, meta)
+            .with_context(|| format!("write of state rows to {}", self.persist.location()))?;
         self.current.store(Arc::new(next));
         for set in sets {
             self.watches.notify(&set.watch_keys, set.index);
@@ -237,7 +240,8 @@ impl Store {
 
     /// Replaces everything (snapshot install).
     pub fn replace(&self, next: State, meta: Ops) -> anyhow::Result<()> {
-        persist::replace_all(&*self.persist, &next, meta)?;
+        persist::replace_all(&*self.persist, &next, meta)
+            .with_context(|| format!("replacing the state in {}", self.persist.location()))?;
         self.current.store(Arc::new(next));
         self.watches.notify_all();
         Ok(())
