@@ -201,6 +201,7 @@ impl Server {
         tokio::spawn(network::serve(listener, raft.clone(), cluster.clone()));
         tokio::spawn(cluster.clone().form(used));
         tokio::spawn(cluster.clone().lead());
+        tokio::spawn(cluster.clone().reap_tombstones(config.tombstone_ttl));
         tracing::info!(node = %config.node, id, raft = %config.raft_addr, "server started");
 
         let (proposals, queue) = mpsc::unbounded_channel();

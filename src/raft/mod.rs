@@ -36,6 +36,7 @@ impl std::fmt::Display for Command {
             Command::ConfigDelete { .. } => "config-delete",
             Command::InitCluster { .. } => "init-cluster",
             Command::Noop => "noop",
+            Command::ReapTombstones { .. } => "reap-tombstones",
             Command::Batch(b) => return write!(f, "batch of {}", b.len()),
         };
         f.write_str(kind)

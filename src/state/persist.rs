@@ -139,8 +139,10 @@ pub fn write_changes(
             ops.insert(row_key(table_tag(c.table), &c.key), value);
         }
         for k in &set.watch_keys {
-            let v = state.indexes.get(k).copied().unwrap_or(set.index);
-            ops.insert(row_key(INDEX, k), Some(v.to_be_bytes().to_vec()));
+            // The final value; none if a later command in these sets
+            // reaped it.
+            let v = state.indexes.get(k).map(|v| v.to_be_bytes().to_vec());
+            ops.insert(row_key(INDEX, k), v);
         }
     }
     ops.insert(
