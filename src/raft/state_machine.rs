@@ -392,8 +392,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let rows = meta_rows(&meta.last_log_id, &meta.last_membership)?;
         let (store, snapshots, meta2) = (self.store.clone(), self.snapshots.clone(), meta.clone());
         let install = move || -> Result<(), StorageError> {
-            // A restart re-installing the saved snapshot need not rewrite it.
-            if snapshots.saved_id()? != Some(meta2.last_log_id) {
+            // A restart re-installing the saved snapshot need not rewrite
+            // it; an unreadable one is simply replaced.
+            if snapshots.saved_id().unwrap_or(None) != Some(meta2.last_log_id) {
                 snapshots.save(&meta2, &data)?;
             }
             let state = snapshot::decode(&data).map_err(snap_err)?;
