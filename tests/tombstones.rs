@@ -32,6 +32,25 @@ fn txn_all(s: &Server, keys: &[String], verb: &str) {
     }
 }
 
+/// The size of a snapshot file begun after now (writes enough entries to
+/// cause them). The first new file may be one begun before now: the second
+/// began after it was written.
+fn snapshot_after(s: &Server, dir: &std::path::Path) -> u64 {
+    let file = dir.join("snapshots/snapshot.bin");
+    let modified = || std::fs::metadata(&file).and_then(|m| m.modified()).ok();
+    for _ in 0..2 {
+        let before = modified();
+        for i in 0..40 {
+            let r = s.put("/v1/kv/filler", &i.to_string());
+            assert_eq!(r.status, 200);
+        }
+        common::eventually(Duration::from_secs(20), "a new snapshot", || {
+            (modified() != before).then_some(())
+        });
+    }
+    std::fs::metadata(&file).unwrap().len()
+}
+
 #[test]
 fn churned_keys_are_reaped_and_indexes_never_go_backwards() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,7 +61,10 @@ fn churned_keys_are_reaped_and_indexes_never_go_backwards() {
         .raft_port(common::free_port())
         .bootstrap_expect(1)
         .arg("--tombstone-ttl")
-        .arg("2s");
+        .arg("4s")
+        // A snapshot every 32 entries, to see tombstones leave it.
+        .arg("--raft-snapshot-threshold")
+        .arg("32");
     let mut s = builder.clone().start();
     let r = s.put("/v1/kv/live", "x");
     assert_eq!(r.status, 200);
@@ -51,6 +73,9 @@ fn churned_keys_are_reaped_and_indexes_never_go_backwards() {
     txn_all(&s, &keys, "set");
     txn_all(&s, &keys, "delete");
     assert!(tombstones(&s) >= 3000, "{}", tombstones(&s));
+    // Snapshots taken now hold every tombstone.
+    let with_tombstones = snapshot_after(&s, dir.path());
+    assert!(with_tombstones > 3000 * 10, "{with_tombstones} bytes");
 
     // What queries on the deleted keys report before the reap.
     let one = s.get("/v1/kv/churn/00007");
@@ -92,6 +117,12 @@ fn churned_keys_are_reaped_and_indexes_never_go_backwards() {
     assert!(
         after.0 >= before.0 && after.1 >= before.1 && after.2 >= before.2,
         "an index went backwards across the reap: {before:?} -> {after:?}"
+    );
+    // Snapshots taken from now on are back to their size before the churn.
+    let without = snapshot_after(&s, dir.path());
+    assert!(
+        without < with_tombstones / 4,
+        "snapshot {with_tombstones} -> {without} bytes"
     );
     // A live key's index is its own.
     assert_eq!(s.get("/v1/kv/live").index(), live);

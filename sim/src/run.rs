@@ -102,6 +102,8 @@ pub struct Report {
     /// for default reads, as in Consul).
     pub stale_default_read_keys: usize,
     pub sim_time: Duration,
+    /// The highest index of a tombstone reaped (0: none was).
+    pub reaped_tombstones: u64,
     /// What the event-stream subscriber saw (checker d).
     pub stream: StreamStats,
     /// Broken guarantees; empty when the run passed.
@@ -384,6 +386,20 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .map(|s| state_hash(&s.store.state()))
         .collect();
     hashes.hash(&mut trace);
+    report.reaped_tombstones = servers
+        .iter()
+        .map(|s| {
+            s.store
+                .state()
+                .indexes
+                .range("reaped/".to_string()..)
+                .take_while(|(k, _)| k.starts_with("reaped/"))
+                .map(|(_, v)| *v)
+                .max()
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
     if servers.len() != n {
         report.failures.push(format!(
             "only {} of {n} servers running at the end",
