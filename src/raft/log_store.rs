@@ -933,21 +933,62 @@ mod tests {
         assert!(!torn.exists());
     }
 
-    #[test]
-    fn a_failed_fsync_fails_every_append_after_it() {
+    #[tokio::test]
+    async fn a_poisoned_log_is_an_error_naming_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let mut store = LogStore::open(
+            &db,
+            &dir.path().join("db"),
+            &dir.path().join("log"),
+            SEGMENT_BYTES,
+        )
+        .unwrap();
+        let log = store.log.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = log.lock().unwrap();
+            panic!("a writer panics holding the log");
+        })
+        .join();
+        let e = store.try_get_log_entries(0..1).await.unwrap_err();
+        let want = dir.path().join("log").display().to_string();
+        assert!(
+            e.to_string().contains("poisoned") && e.to_string().contains(&want),
+            "{e}"
+        );
+        assert!(store.get_log_state().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_fails_every_append_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let mut store = LogStore::open(
+            &db,
+            &dir.path().join("db"),
+            &dir.path().join("log"),
+            SEGMENT_BYTES,
+        )
+        .unwrap();
         // fsync of a pipe fails (EINVAL): a disk that refuses a sync.
         let (r, _w) = std::io::pipe().unwrap();
         let bad = Arc::new(SegFile {
             path: PathBuf::from("/pipe"),
             file: File::from(std::os::fd::OwnedFd::from(r)),
         });
-        let failed = Failed::default();
         let (tx, rx) = mpsc::channel::<Waiting>();
         tx.send((bad, IOFlushed::noop())).unwrap();
         drop(tx);
-        flush_loop(rx, failed.clone());
-        let why = failed.get().expect("recorded");
+        flush_loop(rx, store.failed.clone());
+        let why = store.failed.get().expect("recorded");
         assert!(why.starts_with("fsync /pipe:"), "{why}");
+        // The store's own flusher shares nothing with the one above: the
+        // latch is what every later append checks.
+        let e = store
+            .append(vec![entry(1, 1)], IOFlushed::noop())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("fsync /pipe:"), "{e}");
     }
 
     #[test]
