@@ -29,9 +29,20 @@ enum Command {
     /// Run a client agent: keeps its node's services and checks, runs the
     /// checks, and keeps the catalog in step by anti-entropy.
     Agent(AgentArgs),
+    /// Inspect a stopped server's data dir: what a start would find.
+    #[command(subcommand)]
+    Debug(DebugCmd),
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
+}
+
+#[derive(Subcommand)]
+enum DebugCmd {
+    /// Checks every Raft log segment, the snapshot file and the state's
+    /// format version without changing anything; exits 1 if a start would
+    /// refuse.
+    DataDir { dir: PathBuf },
 }
 
 #[derive(clap::Args)]
@@ -129,6 +140,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
     match cli.command {
         Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd)),
+        Command::Debug(DebugCmd::DataDir { dir }) => {
+            let (lines, ok) = cairn::raft::disk::inspect_data_dir(&dir);
+            for l in lines {
+                println!("{l}");
+            }
+            std::process::exit(if ok { 0 } else { 1 })
+        }
         Command::Agent(a) => {
             init_logging(&a.log_level, a.log_json);
             let servers = a

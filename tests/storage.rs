@@ -96,6 +96,19 @@ fn fill(dir: &Path, n: usize) -> Vec<(String, String)> {
     written
 }
 
+/// `cairn debug data-dir`: whether a start would go ahead, and its report.
+fn inspect(dir: &Path) -> (bool, String) {
+    let out = Command::new(common::bin())
+        .args(["debug", "data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 fn flip(path: &Path, at: u64) {
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -118,7 +131,17 @@ fn a_byte_changed_in_the_first_of_several_segments_refuses_to_start() {
         .iter()
         .map(|p| std::fs::metadata(p).unwrap().len())
         .collect();
+    let (ok, report) = inspect(&dir);
+    assert!(ok, "{report}");
     flip(&segs[0], sizes[0] / 2);
+    // `cairn debug data-dir` sees what a start would refuse.
+    let (ok, report) = inspect(&dir);
+    assert!(!ok, "{report}");
+    let line = report.lines().next().unwrap_or_default();
+    assert!(
+        line.contains(&segs[0].display().to_string()) && line.contains("REFUSED"),
+        "{report}"
+    );
 
     let (status, stderr) = run_until_exit(&dir, Duration::from_secs(30));
     let status = status.unwrap_or_else(|| panic!("the server started anyway:\n{stderr}"));
@@ -153,6 +176,8 @@ fn a_torn_last_segment_is_cut_and_nothing_acknowledged_is_lost() {
     torn.extend_from_slice(&[0xab; 700]);
     f.write_all_at(&torn, len).unwrap();
     drop(f);
+    let (ok, report) = inspect(&dir);
+    assert!(ok && report.contains("would be cut"), "{report}");
 
     let s = builder(&dir).start();
     assert!(

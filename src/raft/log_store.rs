@@ -519,6 +519,53 @@ impl Log {
     }
 }
 
+/// What a start would find in the log in `dir`, without changing anything:
+/// one line per segment; `false` if the start would refuse.
+pub fn inspect(dir: &Path) -> (Vec<String>, bool) {
+    let mut names: Vec<(u64, PathBuf)> = match fs::read_dir(dir) {
+        Ok(listing) => listing
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?;
+                let first = name.strip_prefix("log-")?.strip_suffix(".seg")?;
+                Some((first.parse().ok()?, p))
+            })
+            .collect(),
+        Err(e) => return (vec![format!("{}: {e}", dir.display())], false),
+    };
+    names.sort();
+    let mut lines = Vec::new();
+    let mut ok = true;
+    let count = names.len();
+    for (i, (key, path)) in names.into_iter().enumerate() {
+        let line = match scan_segment(&path, key, i + 1 == count) {
+            Ok(None) => "header torn at creation (would be removed)".to_string(),
+            Ok(Some(seg)) => {
+                let range = match (seg.entries.first(), seg.entries.last()) {
+                    (Some(a), Some(b)) => format!("entries {}..={}", a.0.index, b.0.index),
+                    _ => "no entries".into(),
+                };
+                let tail = if seg.valid < seg.len {
+                    format!(", torn tail at offset {} (would be cut)", seg.valid)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "ok: after {:?}, {range}, {} bytes{tail}",
+                    seg.prev.map(|l| l.index),
+                    seg.len
+                )
+            }
+            Err(e) => {
+                ok = false;
+                format!("REFUSED: {e}")
+            }
+        };
+        lines.push(format!("{}: {line}", path.display()));
+    }
+    (lines, ok)
+}
+
 /// Entries encoded as log records, before the log is locked to write them
 /// (encoding does not hold up readers such as replication).
 struct Records {

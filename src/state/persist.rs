@@ -56,39 +56,37 @@ fn format_row() -> (Vec<u8>, Option<Vec<u8>>) {
     )
 }
 
+/// The rows' format version: `None` for an empty key space, 0 for rows
+/// written before versions existed.
+pub fn found_format(p: &dyn Persist) -> anyhow::Result<Option<u32>> {
+    if let Some(v) = p.get(META_FORMAT)? {
+        let v: [u8; 4] = v
+            .as_slice()
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{}: bad format row", p.location()))?;
+        return Ok(Some(u32::from_be_bytes(v)));
+    }
+    let mut empty = true;
+    p.scan_prefix(&[], &mut |_, _| {
+        empty = false;
+        Ok(())
+    })?;
+    Ok((!empty).then_some(0))
+}
+
 /// Refuses rows of another format version; marks an empty key space with
 /// this one.
 pub fn check_format(p: &dyn Persist) -> anyhow::Result<()> {
-    let found = match p.get(META_FORMAT)? {
-        Some(v) => u32::from_be_bytes(
-            v.as_slice()
-                .try_into()
-                .map_err(|_| anyhow::anyhow!("{}: bad format row", p.location()))?,
-        ),
-        None => {
-            let mut empty = true;
-            p.scan_prefix(&[], &mut |_, _| {
-                empty = false;
-                Ok(())
-            })?;
-            if !empty {
-                // Rows without a version: written before versions existed.
-                0
-            } else {
-                p.batch(vec![format_row()])?;
-                return Ok(());
-            }
-        }
-    };
-    if found != STATE_FORMAT {
-        return Err(DiskError::Version {
+    match found_format(p)? {
+        None => p.batch(vec![format_row()]),
+        Some(STATE_FORMAT) => Ok(()),
+        Some(found) => Err(DiskError::Version {
             path: p.location().into(),
             found,
             expected: STATE_FORMAT,
         }
-        .into());
+        .into()),
     }
-    Ok(())
 }
 
 fn row_key(tag: u8, key: &str) -> Vec<u8> {
@@ -309,14 +307,29 @@ const STATE_TREE: &[u8] = b"state_tree";
 const SERVER_TREE: &str = "server";
 
 impl SledBackend {
+    /// The name of the tree in use.
+    fn current(db: &sled::Db) -> anyhow::Result<Vec<u8>> {
+        Ok(match db.open_tree(SERVER_TREE)?.get(STATE_TREE)? {
+            Some(n) => n.to_vec(),
+            None => b"state".to_vec(),
+        })
+    }
+
+    /// The format version of the rows in `db`, changing nothing (for
+    /// `cairn debug data-dir`).
+    pub fn format_in(db: &sled::Db, dir: &std::path::Path) -> anyhow::Result<Option<u32>> {
+        let p = SledBackend {
+            tree: std::sync::RwLock::new(db.open_tree(Self::current(db)?)?),
+            db: db.clone(),
+            dir: dir.to_path_buf(),
+        };
+        found_format(&p)
+    }
+
     /// The state in `db` (opened in `dir`); drops what a crash in the
     /// middle of an install left behind.
     pub fn new(db: &sled::Db, dir: &std::path::Path) -> anyhow::Result<Self> {
-        let server = db.open_tree(SERVER_TREE)?;
-        let name = match server.get(STATE_TREE)? {
-            Some(n) => n.to_vec(),
-            None => b"state".to_vec(),
-        };
+        let name = Self::current(db)?;
         for other in db.tree_names() {
             if other.starts_with(b"state") && *other != *name {
                 db.drop_tree(&other)?;
