@@ -52,9 +52,12 @@ fn exists(st: &State, key: &str) -> Option<bool> {
 /// Records whether `key` (just changed) is now a tombstone.
 pub(crate) fn track(st: &mut State, key: &str) {
     match exists(st, key) {
-        Some(true) => {
+        // Looked up first: most keys written were never tombstones, and a
+        // remove would copy the map's path to find that out.
+        Some(true) if st.tombstones.contains_key(key) => {
             st.tombstones.remove(key);
         }
+        Some(true) => {}
         Some(false) => {
             if let Some(index) = st.indexes.get(key).copied() {
                 st.tombstones.insert(key.to_string(), index);
