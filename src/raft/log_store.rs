@@ -19,7 +19,8 @@
 //!   `[len u32][crc32 u32][bincode]`.
 //! - Recovery never guesses: every segment but the last is synced before
 //!   the next one starts, so only the last can have a torn tail, and only a
-//!   tail that looks torn (cut short, or sectors of zeros) is cut. Any other
+//!   tail that looks torn (cut short with no later entry after it, or
+//!   sectors of zeros) is cut. Any other
 //!   damage, a bad header or an unknown version refuses to open, naming the
 //!   file and offset.
 //! - Any I/O error is returned to openraft, which stops; after a failed
@@ -126,16 +127,18 @@ fn decode_record(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
 /// that never reached the disk reading as zeros; a record that is whole in
 /// length and has no zero sector was written, and has changed since.
 ///
-/// (A damaged length field at the very end of the last segment looks like a
-/// write cut short; nothing tells the two apart.)
-fn torn_at(buf: &[u8], at: usize) -> bool {
+/// A record whose length runs past the end of the file was cut short,
+/// unless the entry that follows it (`following`) is found whole after it:
+/// then its length field is what changed. (A damaged length in the very
+/// last record looks like a write cut short; nothing tells the two apart.)
+fn torn_at(buf: &[u8], at: usize, following: u64) -> bool {
     let Some(head) = buf.get(at..at + RECORD_HEADER) else {
         return true;
     };
     let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
     let end = at + RECORD_HEADER + len;
     if end > buf.len() {
-        return true;
+        return !entry_after(buf, at + RECORD_HEADER, following);
     }
     // A zeroed header: the rest of its sector is zero too if it was never
     // written (a record's header never is: its length is not 0).
@@ -148,6 +151,20 @@ fn torn_at(buf: &[u8], at: usize) -> bool {
         .step_by(SECTOR)
         .filter(|s| s + SECTOR <= end)
         .any(|s| buf[s..s + SECTOR].iter().all(|b| *b == 0))
+}
+
+/// Whether the record of entry `index` starts somewhere in `buf` from
+/// `from` on. An entry's bincode starts with its log id: term, node id,
+/// index (u64 LE each), so most offsets are ruled out by 8 bytes.
+fn entry_after(buf: &[u8], from: usize, index: u64) -> bool {
+    let want = index.to_le_bytes();
+    let at_index = RECORD_HEADER + 16;
+    (from..buf.len().saturating_sub(at_index + 8)).any(|c| {
+        buf[c + at_index..c + at_index + 8] == want
+            && decode_record(buf, c)
+                .and_then(|(p, _)| bincode::deserialize::<Entry>(p).ok())
+                .is_some_and(|e| e.log_id.index == index)
+    })
 }
 
 /// One segment file read from disk.
@@ -191,7 +208,7 @@ fn scan_segment(path: &Path, key: u64, last: bool) -> Result<Option<Scanned>, Di
         });
     }
     let Some((header, n)) = decode_record(&buf, PREAMBLE) else {
-        if last && torn_at(&buf, PREAMBLE) {
+        if last && torn_at(&buf, PREAMBLE, key) {
             return Ok(None);
         }
         return Err(corrupt(
@@ -215,7 +232,7 @@ fn scan_segment(path: &Path, key: u64, last: bool) -> Result<Option<Scanned>, Di
     let mut expect = key;
     while at < buf.len() {
         let Some((payload, n)) = decode_record(&buf, at) else {
-            if last && torn_at(&buf, at) {
+            if last && torn_at(&buf, at, expect + 1) {
                 break;
             }
             return Err(corrupt(at, "record fails its checksum".into()));
@@ -894,6 +911,22 @@ mod tests {
         }
         // Nothing was cut.
         assert_eq!(fs::metadata(&seg).unwrap().len(), bytes);
+    }
+
+    #[test]
+    fn a_changed_length_in_the_last_segment_is_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append((1..=4).map(|i| big(1, i)).collect()).unwrap();
+        let (seg, pos) = (log.current().1.file.path.clone(), log.entries[&2].1);
+        drop(log);
+        // Entry 2's length now runs past the end of the file, as a write
+        // cut short would; entries 3 and 4 after it say otherwise.
+        flip(&seg, pos.offset + 2);
+        match Log::open(dir.path(), SEGMENT_BYTES) {
+            Err(DiskError::Corrupt { offset, .. }) => assert_eq!(offset, pos.offset),
+            other => panic!("opened: {:?}", other.map(|l| indexes(&l))),
+        }
     }
 
     #[test]
