@@ -177,6 +177,8 @@ async fn run(proxies: usize) {
         bootstrap_expect: 1,
         join: Vec::new(),
         snapshot_threshold: 16_384,
+        log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
+        tombstone_ttl: std::time::Duration::from_secs(15 * 60),
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

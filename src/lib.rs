@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config_entry;
 pub mod definition;
 pub mod discovery_chain;
+pub mod disk;
 pub mod error;
 pub mod filter;
 pub mod http;

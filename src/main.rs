@@ -29,9 +29,20 @@ enum Command {
     /// Run a client agent: keeps its node's services and checks, runs the
     /// checks, and keeps the catalog in step by anti-entropy.
     Agent(AgentArgs),
+    /// Inspect a stopped server's data dir: what a start would find.
+    #[command(subcommand)]
+    Debug(DebugCmd),
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
+}
+
+#[derive(Subcommand)]
+enum DebugCmd {
+    /// Checks every Raft log segment, the snapshot file and the state's
+    /// format version without changing anything; exits 1 if a start would
+    /// refuse.
+    DataDir { dir: PathBuf },
 }
 
 #[derive(clap::Args)]
@@ -57,6 +68,13 @@ struct ServerArgs {
     /// Snapshot the state and compact the Raft log after this many entries.
     #[arg(long, default_value_t = 16_384, hide = true)]
     raft_snapshot_threshold: u64,
+    /// Start a new Raft log segment file past this many bytes.
+    #[arg(long, default_value_t = cairn::raft::log_store::SEGMENT_BYTES, hide = true)]
+    raft_log_segment_bytes: u64,
+    /// How long the index entries of deleted keys, services, nodes and
+    /// config entries (tombstones) are kept before the leader reaps them.
+    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    tombstone_ttl: std::time::Duration,
     #[arg(long, default_value = "info")]
     log_level: String,
     #[arg(long)]
@@ -122,6 +140,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
     match cli.command {
         Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd)),
+        Command::Debug(DebugCmd::DataDir { dir }) => {
+            let (lines, ok) = cairn::raft::inspect::inspect_data_dir(&dir);
+            for l in lines {
+                println!("{l}");
+            }
+            std::process::exit(if ok { 0 } else { 1 })
+        }
         Command::Agent(a) => {
             init_logging(&a.log_level, a.log_json);
             let servers = a
@@ -164,6 +189,8 @@ fn main() -> anyhow::Result<()> {
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
                 snapshot_threshold: a.raft_snapshot_threshold,
+                log_segment_bytes: a.raft_log_segment_bytes,
+                tombstone_ttl: a.tombstone_ttl,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -34,6 +34,10 @@ pub struct ServerConfig {
     pub join: Vec<String>,
     /// Take a snapshot (and compact the log) after this many entries.
     pub snapshot_threshold: u64,
+    /// Raft log segment size (a hidden flag; tests make it small).
+    pub log_segment_bytes: u64,
+    /// How long deleted objects' index entries (tombstones) are kept.
+    pub tombstone_ttl: Duration,
 }
 
 pub struct Server {
@@ -121,8 +125,13 @@ impl Server {
         let parts = ServerParts {
             id: node_id(&db)?,
             raft_config: raft_config(config.snapshot_threshold),
-            log: LogStore::open(&db, &db_dir, &config.data_dir.join("raft-log"))?,
-            persist: Box::new(SledBackend::new(&db)?),
+            log: LogStore::open(
+                &db,
+                &db_dir,
+                &config.data_dir.join("raft-log"),
+                config.log_segment_bytes,
+            )?,
+            persist: Box::new(SledBackend::new(&db, &db_dir)?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -194,6 +203,7 @@ impl Server {
         tokio::spawn(network::serve(listener, raft.clone(), cluster.clone()));
         tokio::spawn(cluster.clone().form(used));
         tokio::spawn(cluster.clone().lead());
+        tokio::spawn(cluster.clone().reap_tombstones(config.tombstone_ttl));
         tracing::info!(node = %config.node, id, raft = %config.raft_addr, "server started");
 
         let (proposals, queue) = mpsc::unbounded_channel();
@@ -318,6 +328,24 @@ impl Server {
         }
     }
 
+    /// Waits until Raft stops on its own (not by `shutdown`): a storage
+    /// error it cannot continue past, or a panic of its core. Returns why.
+    pub async fn raft_failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let state = metrics.borrow_watched().running_state.clone();
+            match state {
+                Err(openraft::error::Fatal::Stopped) => {}
+                Err(e) => return e.to_string(),
+                Ok(()) => {}
+            }
+            if metrics.changed().await.is_err() {
+                // The core's task ended without saying why: it panicked.
+                return "raft core stopped".into();
+            }
+        }
+    }
+
     /// Stops Raft and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
@@ -413,3 +441,6 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The exit status of a server stopped by a storage fault (EX_IOERR).
+pub const FAULT_EXIT: i32 = 74;

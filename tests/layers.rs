@@ -8,7 +8,14 @@ use std::path::{Path, PathBuf};
 
 /// Each room's layer, from the ground up.
 const LAYERS: &[&[&str]] = &[
-    &["filter", "metrics", "signal", "definition", "leases"],
+    &[
+        "filter",
+        "metrics",
+        "signal",
+        "definition",
+        "leases",
+        "disk",
+    ],
     &["error"],
     &["structs"],
     &["config_entry", "request"],

@@ -45,7 +45,7 @@ fn main() {
             indexes += r.stream.indexes;
             if verbose || !r.passed() {
                 println!(
-                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, trace {:016x}",
+                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, trace {:016x}",
                     if r.passed() { "ok" } else { "FAILED" },
                     t.elapsed(),
                     r.ops,
@@ -59,6 +59,7 @@ fn main() {
                     r.stream.resumes,
                     r.stream.snapshots,
                     r.stream.restarts,
+                    r.reaped_tombstones,
                     r.trace_hash,
                 );
             }

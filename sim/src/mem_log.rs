@@ -17,8 +17,12 @@
 //! - like the real store, it keeps no committed id (openraft's default):
 //!   a restart resumes from the state machine's applied id.
 //!
-//! A flush writes every pending operation in order, like one fsync. A crash (turmoil drops the host's runtime) loses whatever
-//! was not flushed: `MemLogStore::open` on restart starts from the disk.
+//! A flush writes every pending operation in order, like one fsync. A crash
+//! (turmoil drops the host's runtime) loses whatever was not flushed:
+//! `MemLogStore::open` on restart starts from the disk. A torn crash
+//! (`LogDisk::tear`) first lets part of what was not flushed reach the
+//! disk: a prefix of the pending operations, the last append possibly cut
+//! short, which is what the real log keeps after cutting a torn tail.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -42,6 +46,7 @@ struct LogData {
 }
 
 /// One write, as it will reach the disk.
+#[derive(Clone)]
 enum Op {
     Append(Vec<Entry>),
     /// Remove entries from this index on.
@@ -70,15 +75,42 @@ impl LogData {
     }
 }
 
+/// What the disk holds, and what was written but not yet flushed to it.
+#[derive(Default)]
+struct DiskData {
+    data: LogData,
+    pending: Vec<Op>,
+}
+
 /// A server's durable log: create one per simulated server and hand a clone
 /// to each of its lives.
 #[derive(Clone, Default)]
-pub struct LogDisk(Arc<Mutex<LogData>>);
+pub struct LogDisk(Arc<Mutex<DiskData>>);
 
 impl LogDisk {
     /// Entries on disk (for reports).
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap().log.len()
+        self.0.lock().unwrap().data.log.len()
+    }
+
+    /// Pending (unflushed) operations.
+    pub fn pending(&self) -> usize {
+        self.0.lock().unwrap().pending.len()
+    }
+
+    /// At a crash: the first `ops` pending operations reach the disk whole,
+    /// and of the next one, if an append, its first `entries` entries.
+    /// Nothing of it was acknowledged (callbacks wait for a flush).
+    pub fn tear(&self, ops: usize, entries: usize) {
+        let mut d = self.0.lock().unwrap();
+        let mut pending = std::mem::take(&mut d.pending).into_iter();
+        for op in pending.by_ref().take(ops) {
+            d.data.apply(op);
+        }
+        if let Some(Op::Append(mut es)) = pending.next() {
+            es.truncate(entries);
+            d.data.apply(Op::Append(es));
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -88,8 +120,6 @@ impl LogDisk {
 
 struct Cache {
     mem: LogData,
-    /// Written to `mem`, not yet to the disk.
-    pending: Vec<Op>,
     /// Append callbacks waiting for the flush in progress.
     waiting: Vec<IOFlushed<TypeConfig>>,
     flush_scheduled: bool,
@@ -103,14 +133,18 @@ pub struct MemLogStore {
 }
 
 impl MemLogStore {
-    /// Opens the disk as a restarted server finds it.
+    /// Opens the disk as a restarted server finds it: what the last life
+    /// did not flush is lost.
     pub fn open(disk: LogDisk) -> Self {
-        let mem = disk.0.lock().unwrap().clone();
+        let mem = {
+            let mut d = disk.0.lock().unwrap();
+            d.pending.clear();
+            d.data.clone()
+        };
         MemLogStore {
             disk,
             cache: Arc::new(Mutex::new(Cache {
                 mem,
-                pending: Vec::new(),
                 waiting: Vec::new(),
                 flush_scheduled: false,
             })),
@@ -120,7 +154,7 @@ impl MemLogStore {
     fn write(&self, op_mem: Op, op_disk: Op) {
         let mut c = self.cache.lock().unwrap();
         c.mem.apply(op_mem);
-        c.pending.push(op_disk);
+        self.disk.0.lock().unwrap().pending.push(op_disk);
     }
 
     /// Writes every pending operation to the disk; returns the callbacks
@@ -128,8 +162,9 @@ impl MemLogStore {
     fn flush(&self) -> Vec<IOFlushed<TypeConfig>> {
         let mut c = self.cache.lock().unwrap();
         let mut disk = self.disk.0.lock().unwrap();
-        for op in c.pending.drain(..) {
-            disk.apply(op);
+        let DiskData { data, pending } = &mut *disk;
+        for op in pending.drain(..) {
+            data.apply(op);
         }
         c.flush_scheduled = false;
         std::mem::take(&mut c.waiting)

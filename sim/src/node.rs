@@ -171,6 +171,10 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             .map(|ip| SocketAddr::new(*ip, RAFT_PORT).to_string())
             .collect(),
         snapshot_threshold: boot.snapshot_threshold,
+        log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
+        // Short, so that runs reap tombstones (deterministically, on every
+        // server) while faults come and go.
+        tombstone_ttl: std::time::Duration::from_secs(2),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

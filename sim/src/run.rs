@@ -65,15 +65,19 @@ pub enum Fault {
     OneWayPartition,
     IsolateLeader,
     CrashRestart,
+    /// A crash during which part of what the Raft log had not flushed
+    /// reached the disk (a torn write).
+    TornCrashRestart,
     MessageLoss,
     Delay,
 }
 
-pub const FAULTS: [Fault; 6] = [
+pub const FAULTS: [Fault; 7] = [
     Fault::Partition,
     Fault::OneWayPartition,
     Fault::IsolateLeader,
     Fault::CrashRestart,
+    Fault::TornCrashRestart,
     Fault::MessageLoss,
     Fault::Delay,
 ];
@@ -98,6 +102,8 @@ pub struct Report {
     /// for default reads, as in Consul).
     pub stale_default_read_keys: usize,
     pub sim_time: Duration,
+    /// The highest index of a tombstone reaped (0: none was).
+    pub reaped_tombstones: u64,
     /// What the event-stream subscriber saw (checker d).
     pub stream: StreamStats,
     /// Broken guarantees; empty when the run passed.
@@ -327,6 +333,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                 &names,
                 &hosts,
                 &slots,
+                &disks,
                 &mut crashed,
             ) {
                 Event::Fault(ms(now), kind, &what).hash(&mut trace);
@@ -383,6 +390,20 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .map(|s| state_hash(&s.store.state()))
         .collect();
     hashes.hash(&mut trace);
+    report.reaped_tombstones = servers
+        .iter()
+        .map(|s| {
+            s.store
+                .state()
+                .indexes
+                .range("reaped/".to_string()..)
+                .take_while(|(k, _)| k.starts_with("reaped/"))
+                .map(|(_, v)| *v)
+                .max()
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
     if servers.len() != n {
         report.failures.push(format!(
             "only {} of {n} servers running at the end",
@@ -448,6 +469,8 @@ fn all_pairs(names: &[String]) -> Vec<(String, String)> {
     out
 }
 
+// The run's parts it may touch, each its own argument as before.
+#[allow(clippy::too_many_arguments)]
 fn inject(
     sim: &mut turmoil::Sim,
     rng: &mut StdRng,
@@ -455,6 +478,7 @@ fn inject(
     names: &[String],
     hosts: &[String],
     slots: &[Slot],
+    disks: &[Disk],
     crashed: &mut BTreeSet<usize>,
 ) -> Option<(Undo, String)> {
     let n = names.len();
@@ -503,7 +527,7 @@ fn inject(
             let what = names[leader].clone();
             Some((Undo::Repair(vec![what.clone()], others), what))
         }
-        Fault::CrashRestart => {
+        Fault::CrashRestart | Fault::TornCrashRestart => {
             // Keep a majority running so that the run makes progress.
             if crashed.len() + 1 > (n - 1) / 2 {
                 return None;
@@ -519,13 +543,21 @@ fn inject(
                 sim.set_link_fail_rate(me, other.as_str(), 0.0);
                 sim.partition(me, other.as_str());
             }
+            let mut what = names[victim].clone();
+            if kind == Fault::TornCrashRestart {
+                let log = &disks[victim].log;
+                let ops = rng.gen_range(0..=log.pending());
+                let entries = rng.gen_range(0..64);
+                log.tear(ops, entries);
+                what = format!("{what} torn {ops}+{entries}");
+            }
             sim.crash(me);
             for other in hosts.iter().filter(|h| h.as_str() != me) {
                 sim.repair(me, other.as_str());
             }
             *slots[victim].lock().unwrap() = None;
             crashed.insert(victim);
-            Some((Undo::Restart(victim), names[victim].clone()))
+            Some((Undo::Restart(victim), what))
         }
         Fault::MessageLoss => {
             let pairs: Vec<(String, String)> = all_pairs(names)

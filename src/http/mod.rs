@@ -224,7 +224,8 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
     resp
 }
 
-/// Runs a server process until SIGINT or SIGTERM: its Raft core, the
+/// Runs a server process until SIGINT or SIGTERM (or a storage fault,
+/// which ends it with `FAULT_EXIT`): its Raft core, the
 /// leader's reaper, this HTTP API and the server's own agent.
 pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
@@ -244,6 +245,14 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     });
     tokio::select! {
         r = serve => r?,
+        why = server.raft_failed() => {
+            // Fail stop: a server whose log or state store failed must not
+            // linger answering 500s and stale reads. Exiting lets a
+            // supervisor restart it; the restart recovers from the data
+            // dir, or refuses to start naming what is wrong.
+            tracing::error!("storage fault, stopping: {why}");
+            std::process::exit(crate::server::FAULT_EXIT);
+        }
         _ = crate::signal::shutdown() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.

@@ -166,6 +166,11 @@ async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
         ),
         ("cairn_kv_entries", "KV entries", st.kv.len() as f64),
         (
+            "cairn_state_tombstones",
+            "index entries of deleted objects not yet reaped",
+            st.tombstones.len() as f64,
+        ),
+        (
             "cairn_catalog_nodes",
             "registered nodes",
             st.nodes.len() as f64,

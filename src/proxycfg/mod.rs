@@ -38,6 +38,46 @@ pub type ProxyKey = (String, String);
 /// config entry.
 pub type Dep = String;
 
+/// What building a proxy gives: its snapshot and what it read, or `None`
+/// when its registration is gone.
+type Built = Option<(Snapshot, BTreeSet<Dep>)>;
+
+/// Builds one proxy's snapshot. A panic (a bug on some input) is caught
+/// here and logged with the proxy: that proxy keeps its last snapshot until
+/// its next change, and the others in the batch and after it keep
+/// updating. The shared cache may be half-updated by the panic: it starts
+/// over empty.
+fn build_one(
+    state: &crate::state::State,
+    dc: &str,
+    key: ProxyKey,
+    shared: &mut Shared,
+) -> Option<(ProxyKey, Built)> {
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(test)]
+        tests::maybe_panic(&key);
+        build(state, dc, &key, shared)
+    }));
+    match built {
+        Ok(r) => Some((key, r)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(
+                node = %key.0,
+                proxy = %key.1,
+                panic = %why,
+                "proxycfg: building this proxy's snapshot panicked; it keeps its last snapshot"
+            );
+            *shared = Shared::default();
+            None
+        }
+    }
+}
+
 /// Proxies rebuilt per batch before yielding.
 const BATCH: usize = 256;
 /// Pause after a wake-up so a burst of events becomes one rebuild.
@@ -167,10 +207,7 @@ impl Inner {
                 let mut shared = shared.lock();
                 batch
                     .into_iter()
-                    .map(|k| {
-                        let r = build(&state, &dc, &k, &mut shared);
-                        (k, r)
-                    })
+                    .filter_map(|k| build_one(&state, &dc, k, &mut shared))
                     .collect::<Vec<_>>()
             })
             .await
@@ -184,7 +221,7 @@ impl Inner {
 
     /// Installs a rebuilt snapshot and its watches (or tears the proxy down
     /// when its registration is gone).
-    fn install(self: &Arc<Self>, key: ProxyKey, result: Option<(Snapshot, BTreeSet<Dep>)>) {
+    fn install(self: &Arc<Self>, key: ProxyKey, result: Built) {
         let Some((snapshot, deps)) = result else {
             let gone = self.proxies.lock().remove(&key);
             drop(gone); // its watches unregister here, outside the lock

@@ -130,6 +130,42 @@ fn endpoint_ids(s: &Snapshot, target: &str) -> Vec<String> {
 
 const DB: &str = "db.default.default.dc1";
 
+/// The proxy ids whose build panics (a stand-in for a bug on some input).
+static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+pub(super) fn maybe_panic(key: &ProxyKey) {
+    if PANICS.lock().unwrap().contains(&key.1) {
+        panic!("injected panic for {}", key.1);
+    }
+}
+
+#[tokio::test]
+async fn a_panic_building_one_proxy_leaves_the_others_updating() {
+    PANICS.lock().unwrap().push("bad-proxy".into());
+    let mut w = World::new();
+    let mut bad = proxy();
+    bad.id = "bad-proxy".into();
+    w.register("n1", proxy(), "passing");
+    w.register("n1", bad, "passing");
+    w.register("n2", instance("db1", "db", "v1"), "passing");
+    let good = ("n1".to_string(), "web-proxy".to_string());
+    w.until(&good, "db1 healthy", |s| endpoint_ids(s, DB) == ["db1"])
+        .await;
+    // Later changes still reach the good proxy: the rebuild loop survived.
+    w.register("n3", instance("db2", "db", "v1"), "passing");
+    w.until(&good, "db1 and db2", |s| {
+        endpoint_ids(s, DB) == ["db1", "db2"]
+    })
+    .await;
+    let bad = ("n1".to_string(), "bad-proxy".to_string());
+    assert!(
+        w.manager
+            .snapshot(&bad)
+            .is_none_or(|rx| rx.borrow().is_none()),
+        "the panicking proxy has no snapshot"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_follows_chain_health_and_instances() {
     let mut w = World::new();

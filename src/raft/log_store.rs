@@ -12,11 +12,20 @@
 //!   and hands the completion callback to the flusher thread, which takes
 //!   every callback waiting, `fdatasync`s once and completes them all: many
 //!   appends share one fsync, and none is acknowledged before it.
-//! - A segment (`log-<first index>.seg`) starts with a header record: the
-//!   log id of the entry before its first, so the log's start (the last
-//!   purged log id) survives a restart without a write of its own. Records
-//!   are `[len u32][crc32 u32][bincode]`; opening stops at the first torn or
-//!   corrupt record and cuts the segment there.
+//! - A segment (`log-<first index>.seg`) starts with `CAIRNLOG` and its
+//!   format version (`disk::LOG_FORMAT`), then a header record: the log id
+//!   of the entry before its first, so the log's start (the last purged log
+//!   id) survives a restart without a write of its own. Records are
+//!   `[len u32][crc32 u32][bincode]`.
+//! - Recovery never guesses: every segment but the last is synced before
+//!   the next one starts, so only the last can have a torn tail, and only a
+//!   tail that looks torn (cut short with no later entry after it, or
+//!   sectors of zeros) is cut. Any other
+//!   damage, a bad header or an unknown version refuses to open, naming the
+//!   file and offset.
+//! - Any I/O error is returned to openraft, which stops; after a failed
+//!   fsync nothing more is reported durable (the kernel may have dropped
+//!   the pages it could not write). The server then exits (`server::run`).
 //! - `truncate_after` cuts the files and syncs them before returning;
 //!   `purge` deletes whole segments the purge covers (lazily: reads hide
 //!   entries at or before the purged id).
@@ -33,24 +42,36 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 
 use super::{Entry, LogId, StorageError, TypeConfig, Vote, io_err};
+use crate::disk::{DiskError, LOG_FORMAT, sync_dir};
 
 const VOTE: &[u8] = b"vote";
-/// A new segment is started once the current one passes this size.
-const SEGMENT_BYTES: u64 = 64 << 20;
+/// By default a new segment is started once the current one passes this
+/// size (`LogStore::open` takes another, for tests).
+pub const SEGMENT_BYTES: u64 = 64 << 20;
 const RECORD_HEADER: usize = 8;
+/// Every segment starts with this, then its format version (u32 LE).
+const MAGIC: &[u8; 8] = b"CAIRNLOG";
+const PREAMBLE: usize = MAGIC.len() + 4;
+/// The unit a disk writes whole or not at all: a torn write leaves whole
+/// sectors of zeros where its data never landed.
+const SECTOR: usize = 512;
 
-fn read_err(e: impl std::fmt::Display) -> StorageError {
-    io_err("reading the raft log", e)
+/// A segment file, with its path for error messages.
+struct SegFile {
+    path: PathBuf,
+    file: File,
 }
 
-fn write_err(e: impl std::fmt::Display) -> StorageError {
-    io_err("writing the raft log", e)
+impl SegFile {
+    fn err(&self, op: &'static str, e: io::Error) -> DiskError {
+        DiskError::io(op, &self.path, e)
+    }
 }
 
 /// Where an entry's record is.
@@ -63,8 +84,7 @@ struct Pos {
 }
 
 struct Segment {
-    path: PathBuf,
-    file: Arc<File>,
+    file: Arc<SegFile>,
     /// Bytes of valid records; the next record goes here.
     len: u64,
 }
@@ -72,6 +92,7 @@ struct Segment {
 /// The log as the files hold it, plus an index of where each entry is.
 struct Log {
     dir: PathBuf,
+    segment_bytes: u64,
     /// By the index of their first entry (their header's log id + 1).
     segments: BTreeMap<u64, Segment>,
     /// Every entry after `purged`, and possibly a few before it (a purge
@@ -91,24 +112,170 @@ fn encode_record(payload: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The record at `at`, if whole and intact: (payload, bytes it takes).
+/// No record cairn writes is empty, so a zero length is never intact.
 fn decode_record(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let head = buf.get(at..at + RECORD_HEADER)?;
+    let head = buf.get(at..at.checked_add(RECORD_HEADER)?)?;
     let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(head[4..].try_into().ok()?);
-    let payload = buf.get(at + RECORD_HEADER..at + RECORD_HEADER + len)?;
-    (crc32fast::hash(payload) == crc).then_some((payload, RECORD_HEADER + len))
+    let payload = buf.get(at + RECORD_HEADER..(at + RECORD_HEADER).checked_add(len)?)?;
+    (len > 0 && crc32fast::hash(payload) == crc).then_some((payload, RECORD_HEADER + len))
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// Whether the bad record at `at` (the first one of the last segment) is
+/// what a crash during an unsynced write leaves, rather than damage. A
+/// crash stops a write short of the end of the file, or leaves sectors
+/// that never reached the disk reading as zeros; a record that is whole in
+/// length and has no zero sector was written, and has changed since.
+///
+/// A record whose length runs past the end of the file was cut short,
+/// unless the entry that follows it (`following`) is found whole after it:
+/// then its length field is what changed. (A damaged length in the very
+/// last record looks like a write cut short; nothing tells the two apart.)
+fn torn_at(buf: &[u8], at: usize, following: u64) -> bool {
+    let Some(head) = buf.get(at..at + RECORD_HEADER) else {
+        return true;
+    };
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let end = at + RECORD_HEADER + len;
+    if end > buf.len() {
+        return !entry_after(buf, at + RECORD_HEADER, following);
+    }
+    // A zeroed header: the rest of its sector is zero too if it was never
+    // written (a record's header never is: its length is not 0).
+    let sector_end = ((at / SECTOR) + 1) * SECTOR;
+    if len == 0 && buf[at..sector_end.min(buf.len())].iter().all(|b| *b == 0) {
+        return true;
+    }
+    let first = at.div_ceil(SECTOR) * SECTOR;
+    (first..end)
+        .step_by(SECTOR)
+        .filter(|s| s + SECTOR <= end)
+        .any(|s| buf[s..s + SECTOR].iter().all(|b| *b == 0))
+}
+
+/// Whether the record of entry `index` starts somewhere in `buf` from
+/// `from` on. An entry's bincode starts with its log id: term, node id,
+/// index (u64 LE each), so most offsets are ruled out by 8 bytes.
+fn entry_after(buf: &[u8], from: usize, index: u64) -> bool {
+    let want = index.to_le_bytes();
+    let at_index = RECORD_HEADER + 16;
+    (from..buf.len().saturating_sub(at_index + 8)).any(|c| {
+        buf[c + at_index..c + at_index + 8] == want
+            && decode_record(buf, c)
+                .and_then(|(p, _)| bincode::deserialize::<Entry>(p).ok())
+                .is_some_and(|e| e.log_id.index == index)
+    })
+}
+
+/// One segment file read from disk.
+struct Scanned {
+    prev: Option<LogId>,
+    entries: Vec<(LogId, Pos)>,
+    /// Bytes of whole, intact records.
+    valid: u64,
+    /// Bytes in the file.
+    len: u64,
+}
+
+/// Reads a segment. Damage is an error, except for a torn tail when the
+/// segment is the last (`last`): then the scan stops before it (and a
+/// segment whose header is torn has `prev` of `None` and no `valid` bytes).
+fn scan_segment(path: &Path, key: u64, last: bool) -> Result<Option<Scanned>, DiskError> {
+    let buf = fs::read(path).map_err(|e| DiskError::io("read", path, e))?;
+    let corrupt = |offset: usize, reason: String| DiskError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        reason,
+    };
+    // A segment is created and its preamble and header synced before any
+    // entry is written to it: only the last can lack them, after a crash.
+    let unwritten = buf.len() < PREAMBLE || buf.iter().all(|b| *b == 0);
+    if unwritten && last {
+        return Ok(None);
+    }
+    if buf.len() < PREAMBLE || &buf[..MAGIC.len()] != MAGIC {
+        return Err(DiskError::Magic {
+            path: path.to_path_buf(),
+            what: "raft log segment",
+        });
+    }
+    let version = u32::from_le_bytes(buf[MAGIC.len()..PREAMBLE].try_into().expect("4 bytes"));
+    if version != LOG_FORMAT {
+        return Err(DiskError::Version {
+            path: path.to_path_buf(),
+            found: version,
+            expected: LOG_FORMAT,
+        });
+    }
+    let Some((header, n)) = decode_record(&buf, PREAMBLE) else {
+        if last && torn_at(&buf, PREAMBLE, key) {
+            return Ok(None);
+        }
+        return Err(corrupt(
+            PREAMBLE,
+            "segment header record fails its checksum".into(),
+        ));
+    };
+    let prev: Option<LogId> = bincode::deserialize(header)
+        .map_err(|e| corrupt(PREAMBLE, format!("segment header does not decode: {e}")))?;
+    if next_index(prev.as_ref()) != key {
+        return Err(corrupt(
+            PREAMBLE,
+            format!(
+                "header says the segment starts at index {}, its name {key}",
+                next_index(prev.as_ref())
+            ),
+        ));
+    }
+    let mut at = PREAMBLE + n;
+    let mut entries = Vec::new();
+    let mut expect = key;
+    while at < buf.len() {
+        let Some((payload, n)) = decode_record(&buf, at) else {
+            if last && torn_at(&buf, at, expect + 1) {
+                break;
+            }
+            return Err(corrupt(at, "record fails its checksum".into()));
+        };
+        let e: Entry = bincode::deserialize(payload)
+            .map_err(|e| corrupt(at, format!("entry does not decode: {e}")))?;
+        // Entries follow one another; the first may start past the
+        // header's log id (a log that never held the entries before it).
+        if e.log_id.index != expect && !(entries.is_empty() && e.log_id.index > expect) {
+            return Err(corrupt(
+                at,
+                format!("entry {} where entry {expect} belongs", e.log_id.index),
+            ));
+        }
+        expect = e.log_id.index + 1;
+        entries.push((
+            e.log_id,
+            Pos {
+                segment: key,
+                offset: at as u64,
+                len: n as u32,
+            },
+        ));
+        at += n;
+    }
+    Ok(Some(Scanned {
+        prev,
+        entries,
+        valid: at as u64,
+        len: buf.len() as u64,
+    }))
 }
 
 impl Log {
-    fn open(dir: &Path) -> io::Result<Log> {
-        fs::create_dir_all(dir)?;
+    /// Opens the log in `dir`. Only a torn tail of the last segment is cut
+    /// (logged with file and offset); any other damage, a bad header or an
+    /// unknown format version refuses to open, naming the file.
+    fn open(dir: &Path, segment_bytes: u64) -> Result<Log, DiskError> {
+        fs::create_dir_all(dir).map_err(|e| DiskError::io("create directory", dir, e))?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
-        for item in fs::read_dir(dir)? {
-            let path = item?.path();
+        let listing = fs::read_dir(dir).map_err(|e| DiskError::io("list", dir, e))?;
+        for item in listing {
+            let path = item.map_err(|e| DiskError::io("list", dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if let Some(first) = name
                 .strip_prefix("log-")
@@ -121,57 +288,71 @@ impl Log {
         names.sort();
         let mut log = Log {
             dir: dir.to_path_buf(),
+            segment_bytes,
             segments: BTreeMap::new(),
             entries: BTreeMap::new(),
             purged: None,
         };
-        let mut torn = false;
-        for (first, path) in names {
-            if torn {
-                // Nothing after a torn record was ever acknowledged.
-                fs::remove_file(&path)?;
-                continue;
-            }
-            let buf = fs::read(&path)?;
-            let Some((header, mut at)) = decode_record(&buf, 0) else {
-                // A segment whose header never reached the disk is empty.
-                fs::remove_file(&path)?;
-                torn = true;
+        let count = names.len();
+        for (i, (key, path)) in names.into_iter().enumerate() {
+            let last = i + 1 == count;
+            let Some(seg) = scan_segment(&path, key, last)? else {
+                tracing::warn!(segment = %path.display(), "raft log: removing a last segment whose header never reached the disk (torn at creation)");
+                fs::remove_file(&path).map_err(|e| DiskError::io("remove", &path, e))?;
+                sync_dir(dir)?;
                 continue;
             };
-            let prev: Option<LogId> = bincode::deserialize(header).map_err(io::Error::other)?;
-            if prev != log.last() {
-                // Not contiguous with what precedes it (a purge past the end
-                // deleted the earlier entries' successors): it starts the log.
-                log.entries.clear();
-                log.segments.clear();
-                log.purged = prev;
+            let prev_last = log.last();
+            if seg.prev != prev_last {
+                if seg.prev.map(|p| p.index) > prev_last.map(|p| p.index) {
+                    // A purge past the end started this segment; the
+                    // earlier ones (not yet deleted) hold only purged
+                    // entries.
+                    log.entries.clear();
+                    log.segments.clear();
+                    log.purged = seg.prev;
+                } else {
+                    return Err(DiskError::Corrupt {
+                        path,
+                        offset: PREAMBLE as u64,
+                        reason: format!(
+                            "segment follows log id {:?}, the segments before it end at {prev_last:?}",
+                            seg.prev
+                        ),
+                    });
+                }
             } else if log.segments.is_empty() {
-                log.purged = prev;
+                log.purged = seg.prev;
             }
-            while let Some((payload, n)) = decode_record(&buf, at) {
-                let e: Entry = bincode::deserialize(payload).map_err(io::Error::other)?;
-                let pos = Pos {
-                    segment: first,
-                    offset: at as u64,
-                    len: n as u32,
-                };
-                log.entries.insert(e.log_id.index, (e.log_id, pos));
-                at += n;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| DiskError::io("open", &path, e))?;
+            let file = SegFile { path, file };
+            if seg.valid < seg.len {
+                // Only the last segment gets here (scan_segment refuses
+                // damage elsewhere): what follows its last intact record
+                // was never synced, so never acknowledged.
+                tracing::warn!(
+                    segment = %file.path.display(),
+                    offset = seg.valid,
+                    bytes = seg.len,
+                    "raft log: cutting a torn tail of the last segment"
+                );
+                file.file
+                    .set_len(seg.valid)
+                    .map_err(|e| file.err("truncate", e))?;
+                file.file.sync_all().map_err(|e| file.err("fsync", e))?;
             }
-            let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            if at < buf.len() {
-                tracing::warn!(segment = %path.display(), valid = at, bytes = buf.len(), "raft log: cutting a torn tail");
-                file.set_len(at as u64)?;
-                file.sync_all()?;
-                torn = true;
+            for (id, pos) in seg.entries {
+                log.entries.insert(id.index, (id, pos));
             }
             log.segments.insert(
-                first,
+                key,
                 Segment {
-                    path,
                     file: Arc::new(file),
-                    len: at as u64,
+                    len: seg.valid,
                 },
             );
         }
@@ -191,8 +372,16 @@ impl Log {
     }
 
     /// Starts a new segment after `prev`, durable (file and its name) before
-    /// anything is written to it.
-    fn start_segment(&mut self, prev: Option<LogId>) -> io::Result<()> {
+    /// anything is written to it. The current segment is synced first, so
+    /// every segment but the last is whole on disk: only the last can have
+    /// a torn tail.
+    fn start_segment(&mut self, prev: Option<LogId>) -> Result<(), DiskError> {
+        if let Some((_, seg)) = self.segments.iter().next_back() {
+            seg.file
+                .file
+                .sync_data()
+                .map_err(|e| seg.file.err("fsync", e))?;
+        }
         let first = next_index(prev.as_ref());
         let path = self.dir.join(format!("log-{first:020}.seg"));
         let file = OpenOptions::new()
@@ -200,19 +389,24 @@ impl Log {
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)?;
-        let mut rec = Vec::new();
+            .open(&path)
+            .map_err(|e| DiskError::io("create", &path, e))?;
+        let file = SegFile { path, file };
+        let mut rec = Vec::with_capacity(64);
+        rec.extend_from_slice(MAGIC);
+        rec.extend_from_slice(&LOG_FORMAT.to_le_bytes());
         encode_record(
-            &bincode::serialize(&prev).map_err(io::Error::other)?,
+            &bincode::serialize(&prev).expect("a log id encodes"),
             &mut rec,
         );
-        file.write_all_at(&rec, 0)?;
-        file.sync_all()?;
+        file.file
+            .write_all_at(&rec, 0)
+            .map_err(|e| file.err("write", e))?;
+        file.file.sync_all().map_err(|e| file.err("fsync", e))?;
         sync_dir(&self.dir)?;
         self.segments.insert(
             first,
             Segment {
-                path,
                 file: Arc::new(file),
                 len: rec.len() as u64,
             },
@@ -230,23 +424,23 @@ impl Log {
     /// Writes the entries at the end of the current segment; returns the
     /// file to sync for them.
     #[cfg(test)]
-    fn append(&mut self, entries: Vec<Entry>) -> io::Result<Arc<File>> {
-        self.write(Records::encode(entries)?)
+    fn append(&mut self, entries: Vec<Entry>) -> Result<Arc<SegFile>, DiskError> {
+        self.write(Records::encode(entries))
     }
 
     /// Writes encoded records at the end of the current segment; returns
     /// the file to sync for them.
-    fn write(&mut self, records: Records) -> io::Result<Arc<File>> {
-        if self.current().1.len >= SEGMENT_BYTES {
-            // The full segment is synced before the next one starts, so the
-            // flusher only ever needs to sync the current segment.
-            self.current().1.file.sync_data()?;
+    fn write(&mut self, records: Records) -> Result<Arc<SegFile>, DiskError> {
+        if self.current().1.len >= self.segment_bytes {
             let prev = self.last();
             self.start_segment(prev)?;
         }
         let Records { buf, placed } = records;
         let (&key, seg) = self.current();
-        seg.file.write_all_at(&buf, seg.len)?;
+        seg.file
+            .file
+            .write_all_at(&buf, seg.len)
+            .map_err(|e| seg.file.err("write", e))?;
         let base = seg.len;
         seg.len += buf.len() as u64;
         let file = seg.file.clone();
@@ -261,23 +455,33 @@ impl Log {
         Ok(file)
     }
 
-    fn read(&self, range: (Bound<u64>, Bound<u64>)) -> io::Result<Vec<Entry>> {
+    fn read(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, DiskError> {
         let from = next_index(self.purged.as_ref());
         let mut out = Vec::new();
         let mut buf = Vec::new();
         for (_, (_, pos)) in self.entries.range(range).filter(|(i, _)| **i >= from) {
-            let seg = &self.segments[&pos.segment];
+            let seg = &self.segments[&pos.segment].file;
             buf.resize(pos.len as usize, 0);
-            seg.file.read_exact_at(&mut buf, pos.offset)?;
+            seg.file
+                .read_exact_at(&mut buf, pos.offset)
+                .map_err(|e| seg.err("read", e))?;
+            let corrupt = |reason: String| DiskError::Corrupt {
+                path: seg.path.clone(),
+                offset: pos.offset,
+                reason,
+            };
             let (payload, _) = decode_record(&buf, 0)
-                .ok_or_else(|| io::Error::other("raft log record corrupt on read"))?;
-            out.push(bincode::deserialize(payload).map_err(io::Error::other)?);
+                .ok_or_else(|| corrupt("record fails its checksum on read".into()))?;
+            out.push(
+                bincode::deserialize(payload)
+                    .map_err(|e| corrupt(format!("entry does not decode: {e}")))?,
+            );
         }
         Ok(out)
     }
 
     /// Removes every entry after `last`, durably.
-    fn truncate_after(&mut self, last: Option<LogId>) -> io::Result<()> {
+    fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), DiskError> {
         let from = next_index(last.as_ref());
         let Some((_, pos)) = self.entries.range(from..).next().map(|(i, p)| (*i, p.1)) else {
             return Ok(());
@@ -290,21 +494,27 @@ impl Log {
             .collect();
         for k in later {
             let seg = self.segments.remove(&k).expect("listed above");
-            fs::remove_file(&seg.path)?;
+            fs::remove_file(&seg.file.path).map_err(|e| seg.file.err("remove", e))?;
         }
         let seg = self
             .segments
             .get_mut(&pos.segment)
             .expect("entry's segment");
-        seg.file.set_len(pos.offset)?;
-        seg.file.sync_all()?;
+        seg.file
+            .file
+            .set_len(pos.offset)
+            .map_err(|e| seg.file.err("truncate", e))?;
+        seg.file
+            .file
+            .sync_all()
+            .map_err(|e| seg.file.err("fsync", e))?;
         seg.len = pos.offset;
         sync_dir(&self.dir)
     }
 
     /// Forgets entries up to `upto`; deletes segments holding nothing after
     /// it. A purge past the end starts a new segment after `upto`.
-    fn purge(&mut self, upto: LogId) -> io::Result<()> {
+    fn purge(&mut self, upto: LogId) -> Result<(), DiskError> {
         if self.purged.is_some_and(|p| p.index >= upto.index) {
             return Ok(());
         }
@@ -318,12 +528,59 @@ impl Log {
         for pair in keys.windows(2) {
             if pair[1] <= upto.index + 1 {
                 let seg = self.segments.remove(&pair[0]).expect("listed above");
-                fs::remove_file(&seg.path)?;
+                fs::remove_file(&seg.file.path).map_err(|e| seg.file.err("remove", e))?;
             }
         }
         self.entries = self.entries.split_off(&(upto.index + 1));
         Ok(())
     }
+}
+
+/// What a start would find in the log in `dir`, without changing anything:
+/// one line per segment; `false` if the start would refuse.
+pub fn inspect(dir: &Path) -> (Vec<String>, bool) {
+    let mut names: Vec<(u64, PathBuf)> = match fs::read_dir(dir) {
+        Ok(listing) => listing
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?;
+                let first = name.strip_prefix("log-")?.strip_suffix(".seg")?;
+                Some((first.parse().ok()?, p))
+            })
+            .collect(),
+        Err(e) => return (vec![format!("{}: {e}", dir.display())], false),
+    };
+    names.sort();
+    let mut lines = Vec::new();
+    let mut ok = true;
+    let count = names.len();
+    for (i, (key, path)) in names.into_iter().enumerate() {
+        let line = match scan_segment(&path, key, i + 1 == count) {
+            Ok(None) => "header torn at creation (would be removed)".to_string(),
+            Ok(Some(seg)) => {
+                let range = match (seg.entries.first(), seg.entries.last()) {
+                    (Some(a), Some(b)) => format!("entries {}..={}", a.0.index, b.0.index),
+                    _ => "no entries".into(),
+                };
+                let tail = if seg.valid < seg.len {
+                    format!(", torn tail at offset {} (would be cut)", seg.valid)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "ok: after {:?}, {range}, {} bytes{tail}",
+                    seg.prev.map(|l| l.index),
+                    seg.len
+                )
+            }
+            Err(e) => {
+                ok = false;
+                format!("REFUSED: {e}")
+            }
+        };
+        lines.push(format!("{}: {line}", path.display()));
+    }
+    (lines, ok)
 }
 
 /// Entries encoded as log records, before the log is locked to write them
@@ -335,79 +592,128 @@ struct Records {
 }
 
 impl Records {
-    fn encode(entries: impl IntoIterator<Item = Entry>) -> io::Result<Records> {
+    fn encode(entries: impl IntoIterator<Item = Entry>) -> Records {
         let mut buf = Vec::new();
         let mut placed = Vec::new();
         for e in entries {
             let start = buf.len();
-            encode_record(&bincode::serialize(&e).map_err(io::Error::other)?, &mut buf);
+            // bincode of an entry fails only on types it cannot encode.
+            encode_record(&bincode::serialize(&e).expect("an entry encodes"), &mut buf);
             placed.push((e.log_id, start, buf.len() - start));
         }
-        Ok(Records { buf, placed })
+        Records { buf, placed }
     }
 }
 
 /// A callback and the file whose sync completes it.
-type Waiting = (Arc<File>, IOFlushed<TypeConfig>);
+type Waiting = (Arc<SegFile>, IOFlushed<TypeConfig>);
+
+/// The first failed fsync, shared by the flusher and the writers: after
+/// one, the kernel may have dropped the dirty pages it failed to write, so
+/// nothing written before or after can be reported durable again.
+type Failed = Arc<std::sync::OnceLock<String>>;
 
 #[derive(Clone)]
 pub struct LogStore {
     log: Arc<Mutex<Log>>,
+    dir: PathBuf,
     db: sled::Db,
     meta: sled::Tree,
     flusher: mpsc::Sender<Waiting>,
+    failed: Failed,
     /// sled's file, for `fdatasync` after its flush (vote saves).
-    sled_file: Arc<File>,
+    sled_file: Arc<SegFile>,
 }
 
 impl LogStore {
-    /// The log in `log_dir`; the vote in sled (`db`, opened in `db_dir`).
-    pub fn open(db: &sled::Db, db_dir: &Path, log_dir: &Path) -> anyhow::Result<Self> {
-        let log = Log::open(log_dir)?;
+    /// The log in `log_dir`, in segments of about `segment_bytes`; the vote
+    /// in sled (`db`, opened in `db_dir`).
+    pub fn open(
+        db: &sled::Db,
+        db_dir: &Path,
+        log_dir: &Path,
+        segment_bytes: u64,
+    ) -> anyhow::Result<Self> {
+        let log = Log::open(log_dir, segment_bytes)?;
         let (tx, rx) = mpsc::channel::<Waiting>();
+        let failed = Failed::default();
+        let flusher_failed = failed.clone();
         std::thread::Builder::new()
             .name("raft-log-flush".into())
-            .spawn(move || flush_loop(rx))?;
-        let sled_file = Arc::new(OpenOptions::new().write(true).open(db_dir.join("db"))?);
+            .spawn(move || flush_loop(rx, flusher_failed))?;
+        let sled_path = db_dir.join("db");
+        let sled_file = OpenOptions::new()
+            .write(true)
+            .open(&sled_path)
+            .map_err(|e| DiskError::io("open", &sled_path, e))?;
         Ok(LogStore {
             log: Arc::new(Mutex::new(log)),
+            dir: log_dir.to_path_buf(),
             db: db.clone(),
             meta: db.open_tree("raft_meta")?,
             flusher: tx,
-            sled_file,
+            failed,
+            sled_file: Arc::new(SegFile {
+                path: sled_path,
+                file: sled_file,
+            }),
+        })
+    }
+
+    /// The log, or why it can no longer be used: a failed fsync, or a
+    /// thread that panicked while holding it (its index may disagree with
+    /// the files).
+    fn lock(&self) -> Result<MutexGuard<'_, Log>, StorageError> {
+        if let Some(why) = self.failed.get() {
+            return Err(io::Error::other(why.clone()));
+        }
+        self.log.lock().map_err(|_| {
+            DiskError::Poisoned {
+                dir: self.dir.clone(),
+            }
+            .into()
         })
     }
 
     /// Makes the vote durable, off the async threads.
-    async fn sync_sled(&self) -> io::Result<()> {
-        self.db.flush_async().await.map_err(io::Error::other)?;
-        let file = self.sled_file.clone();
-        tokio::task::spawn_blocking(move || file.sync_data())
+    async fn sync_sled(&self) -> Result<(), DiskError> {
+        let db_dir = self.sled_file.path.parent().unwrap_or(Path::new("."));
+        self.db
+            .flush_async()
             .await
-            .map_err(io::Error::other)?
+            .map_err(|e| DiskError::io("flush of sled in", db_dir, e.into()))?;
+        let file = self.sled_file.clone();
+        tokio::task::spawn_blocking(move || file.file.sync_data().map_err(|e| file.err("fsync", e)))
+            .await
+            .map_err(|e| DiskError::io("fsync", &self.sled_file.path, io::Error::other(e)))?
     }
 }
 
 /// Group commit: every callback waiting shares one `fdatasync` per file.
-fn flush_loop(rx: mpsc::Receiver<Waiting>) {
+fn flush_loop(rx: mpsc::Receiver<Waiting>, failed: Failed) {
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
-        let mut files: Vec<Arc<File>> = Vec::new();
+        let mut files: Vec<Arc<SegFile>> = Vec::new();
         for (f, _) in &waiting {
             if !files.iter().any(|g| Arc::ptr_eq(f, g)) {
                 files.push(f.clone());
             }
         }
-        let result = files.iter().try_for_each(|f| f.sync_data());
+        let result = match failed.get() {
+            Some(why) => Err(why.clone()),
+            None => files.iter().try_for_each(|f| {
+                f.file.sync_data().map_err(|e| {
+                    let why = f.err("fsync", e).to_string();
+                    let _ = failed.set(why.clone());
+                    why
+                })
+            }),
+        };
         crate::metrics::LOG_FSYNCS.inc();
         crate::metrics::LOG_FSYNC_BATCH.add(waiting.len() as u64);
         for (_, cb) in waiting {
-            let r = match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            };
-            cb.io_completed(r);
+            cb.io_completed(result.clone().map_err(io::Error::other));
         }
     }
 }
@@ -421,16 +727,18 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.log
-            .lock()
-            .unwrap()
-            .read(bounds(&range))
-            .map_err(read_err)
+        Ok(self.lock()?.read(bounds(&range))?)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        match self.meta.get(VOTE).map_err(read_err)? {
-            Some(v) => Ok(Some(bincode::deserialize(&v).map_err(read_err)?)),
+        match self
+            .meta
+            .get(VOTE)
+            .map_err(|e| io_err("reading the vote", e))?
+        {
+            Some(v) => Ok(Some(
+                bincode::deserialize(&v).map_err(|e| io_err("decoding the vote", e))?,
+            )),
             None => Ok(None),
         }
     }
@@ -440,7 +748,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let log = self.log.lock().unwrap();
+        let log = self.lock()?;
         Ok(LogState {
             last_purged_log_id: log.purged,
             last_log_id: log.last(),
@@ -452,11 +760,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let bytes = bincode::serialize(vote).map_err(write_err)?;
-        self.meta.insert(VOTE, bytes).map_err(write_err)?;
-        self.sync_sled()
-            .await
-            .map_err(|e| io_err("saving the vote", e))
+        let bytes = bincode::serialize(vote).expect("a vote encodes");
+        self.meta
+            .insert(VOTE, bytes)
+            .map_err(|e| io_err("saving the vote", e))?;
+        Ok(self.sync_sled().await?)
     }
 
     // `save_committed` is left out (openraft's default keeps nothing): the
@@ -473,23 +781,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let records = Records::encode(entries).map_err(write_err)?;
-        let file = self.log.lock().unwrap().write(records).map_err(write_err)?;
+        let records = Records::encode(entries);
+        let file = self.lock()?.write(records)?;
         self.flusher
             .send((file, callback))
-            .map_err(|_| write_err("log flusher stopped"))
+            .map_err(|_| io_err("raft log", "the flusher thread stopped"))
     }
 
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
-        self.log
-            .lock()
-            .unwrap()
-            .truncate_after(last)
-            .map_err(write_err)
+        Ok(self.lock()?.truncate_after(last)?)
     }
 
     async fn purge(&mut self, upto: LogId) -> Result<(), StorageError> {
-        self.log.lock().unwrap().purge(upto).map_err(write_err)
+        Ok(self.lock()?.purge(upto)?)
     }
 }
 
@@ -521,36 +825,263 @@ mod tests {
             .collect()
     }
 
+    fn big(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: id(term, index),
+            payload: EntryPayload::Normal(crate::state::Command::Kv(crate::structs::KvOp {
+                verb: crate::structs::KvVerb::Set,
+                key: format!("k{index}"),
+                value: vec![b'v'; 2000],
+                flags: 0,
+                index: 0,
+            })),
+        }
+    }
+
+    fn segment_paths(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// XORs one byte of a file.
+    fn flip(path: &Path, at: u64) {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+    }
+
     #[test]
     fn reopens_with_what_was_written_and_cuts_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::open(dir.path()).unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         log.append((1..=3).map(|i| entry(1, i)).collect()).unwrap();
-        let seg = log.current().1.path.clone();
+        let seg = log.current().1.file.path.clone();
         drop(log);
         // Half a record at the end, as a crash mid-write leaves it.
         let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
         std::io::Write::write_all(&mut f, &[9, 0, 0, 0, 1, 2]).unwrap();
-        let mut log = Log::open(dir.path()).unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         assert_eq!(indexes(&log), vec![1, 2, 3]);
         assert_eq!(log.last(), Some(id(1, 3)));
         log.append(vec![entry(2, 4)]).unwrap();
         drop(log);
-        let log = Log::open(dir.path()).unwrap();
+        let log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         assert_eq!(indexes(&log), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn sectors_of_zeros_in_the_last_record_are_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append((1..=3).map(|i| big(1, i)).collect()).unwrap();
+        let (seg, pos) = (log.current().1.file.path.clone(), log.entries[&3].1);
+        drop(log);
+        // The crash left the record's length on disk, not all its sectors.
+        let f = OpenOptions::new().write(true).open(&seg).unwrap();
+        let sector = pos.offset.div_ceil(SECTOR as u64) * SECTOR as u64;
+        f.write_all_at(&[0; SECTOR], sector).unwrap();
+        let log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        assert_eq!(indexes(&log), vec![1, 2]);
+        assert_eq!(fs::metadata(&seg).unwrap().len(), pos.offset);
+    }
+
+    #[test]
+    fn a_changed_byte_in_the_last_segment_is_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append((1..=3).map(|i| big(1, i)).collect()).unwrap();
+        let (seg, pos) = (log.current().1.file.path.clone(), log.entries[&2].1);
+        drop(log);
+        flip(&seg, pos.offset + 100);
+        let bytes = fs::metadata(&seg).unwrap().len();
+        match Log::open(dir.path(), SEGMENT_BYTES) {
+            Err(DiskError::Corrupt { path, offset, .. }) => {
+                assert_eq!((path, offset), (seg.clone(), pos.offset));
+            }
+            other => panic!("opened: {:?}", other.map(|l| indexes(&l))),
+        }
+        // Nothing was cut.
+        assert_eq!(fs::metadata(&seg).unwrap().len(), bytes);
+    }
+
+    #[test]
+    fn a_changed_length_in_the_last_segment_is_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append((1..=4).map(|i| big(1, i)).collect()).unwrap();
+        let (seg, pos) = (log.current().1.file.path.clone(), log.entries[&2].1);
+        drop(log);
+        // Entry 2's length now runs past the end of the file, as a write
+        // cut short would; entries 3 and 4 after it say otherwise.
+        flip(&seg, pos.offset + 2);
+        match Log::open(dir.path(), SEGMENT_BYTES) {
+            Err(DiskError::Corrupt { offset, .. }) => assert_eq!(offset, pos.offset),
+            other => panic!("opened: {:?}", other.map(|l| indexes(&l))),
+        }
+    }
+
+    #[test]
+    fn damage_in_an_earlier_segment_refuses_to_open_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), 5000).unwrap();
+        for i in 1..=12 {
+            log.append(vec![big(1, i)]).unwrap();
+        }
+        drop(log);
+        let segs = segment_paths(dir.path());
+        assert!(segs.len() >= 3, "{segs:?}");
+        let sizes: Vec<u64> = segs
+            .iter()
+            .map(|p| fs::metadata(p).unwrap().len())
+            .collect();
+        flip(&segs[0], sizes[0] / 2);
+        let err = Log::open(dir.path(), 5000).err().expect("refused");
+        assert!(
+            matches!(&err, DiskError::Corrupt { path, .. } if *path == segs[0]),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&segs[0].display().to_string()));
+        assert_eq!(segment_paths(dir.path()), segs);
+        let after: Vec<u64> = segs
+            .iter()
+            .map(|p| fs::metadata(p).unwrap().len())
+            .collect();
+        assert_eq!(after, sizes);
+
+        // A tail cut short is damage too when a segment follows it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), 5000).unwrap();
+        for i in 1..=6 {
+            log.append(vec![big(1, i)]).unwrap();
+        }
+        drop(log);
+        let segs = segment_paths(dir.path());
+        let len = fs::metadata(&segs[0]).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&segs[0])
+            .unwrap()
+            .set_len(len - 10)
+            .unwrap();
+        assert!(matches!(
+            Log::open(dir.path(), 5000),
+            Err(DiskError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_format_version_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append(vec![entry(1, 1)]).unwrap();
+        let seg = log.current().1.file.path.clone();
+        drop(log);
+        let f = OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&7u32.to_le_bytes(), MAGIC.len() as u64)
+            .unwrap();
+        let err = Log::open(dir.path(), SEGMENT_BYTES).err().expect("refused");
+        assert!(
+            matches!(&err, DiskError::Version { path, found: 7, expected: LOG_FORMAT } if *path == seg),
+            "{err}"
+        );
+        f.write_all_at(b"NOTALOG!", 0).unwrap();
+        assert!(matches!(
+            Log::open(dir.path(), SEGMENT_BYTES),
+            Err(DiskError::Magic { .. })
+        ));
+    }
+
+    #[test]
+    fn a_last_segment_torn_at_creation_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        log.append((1..=2).map(|i| entry(1, i)).collect()).unwrap();
+        drop(log);
+        let torn = dir.path().join(format!("log-{:020}.seg", 3));
+        fs::write(&torn, &MAGIC[..5]).unwrap();
+        let log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
+        assert_eq!(indexes(&log), vec![1, 2]);
+        assert!(!torn.exists());
+    }
+
+    #[tokio::test]
+    async fn a_poisoned_log_is_an_error_naming_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let mut store = LogStore::open(
+            &db,
+            &dir.path().join("db"),
+            &dir.path().join("log"),
+            SEGMENT_BYTES,
+        )
+        .unwrap();
+        let log = store.log.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = log.lock().unwrap();
+            panic!("a writer panics holding the log");
+        })
+        .join();
+        let e = store.try_get_log_entries(0..1).await.unwrap_err();
+        let want = dir.path().join("log").display().to_string();
+        assert!(
+            e.to_string().contains("poisoned") && e.to_string().contains(&want),
+            "{e}"
+        );
+        assert!(store.get_log_state().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_fails_every_append_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("db")).unwrap();
+        let mut store = LogStore::open(
+            &db,
+            &dir.path().join("db"),
+            &dir.path().join("log"),
+            SEGMENT_BYTES,
+        )
+        .unwrap();
+        // fsync of a pipe fails (EINVAL): a disk that refuses a sync.
+        let (r, _w) = std::io::pipe().unwrap();
+        let bad = Arc::new(SegFile {
+            path: PathBuf::from("/pipe"),
+            file: File::from(std::os::fd::OwnedFd::from(r)),
+        });
+        let (tx, rx) = mpsc::channel::<Waiting>();
+        tx.send((bad, IOFlushed::noop())).unwrap();
+        drop(tx);
+        flush_loop(rx, store.failed.clone());
+        let why = store.failed.get().expect("recorded");
+        assert!(why.starts_with("fsync /pipe:"), "{why}");
+        // The store's own flusher shares nothing with the one above: the
+        // latch is what every later append checks.
+        let e = store
+            .append(vec![entry(1, 1)], IOFlushed::noop())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("fsync /pipe:"), "{e}");
     }
 
     #[test]
     fn truncate_and_purge_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::open(dir.path()).unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         log.append((1..=5).map(|i| entry(1, i)).collect()).unwrap();
         log.truncate_after(Some(id(1, 3))).unwrap();
         log.append(vec![entry(2, 4)]).unwrap();
         log.purge(id(1, 2)).unwrap();
         assert_eq!(indexes(&log), vec![3, 4]);
         drop(log);
-        let log = Log::open(dir.path()).unwrap();
+        let log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         // The purge deleted no segment: the entries it hid are back, which
         // a purge allows (it is lazy).
         assert_eq!(log.last(), Some(id(2, 4)));
@@ -560,13 +1091,13 @@ mod tests {
     #[test]
     fn a_purge_past_the_end_starts_the_log_after_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::open(dir.path()).unwrap();
+        let mut log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         log.append((1..=3).map(|i| entry(1, i)).collect()).unwrap();
         log.purge(id(3, 10)).unwrap();
         assert_eq!(log.last(), Some(id(3, 10)));
         log.append(vec![entry(3, 11)]).unwrap();
         drop(log);
-        let log = Log::open(dir.path()).unwrap();
+        let log = Log::open(dir.path(), SEGMENT_BYTES).unwrap();
         assert_eq!(log.purged, Some(id(3, 10)));
         assert_eq!(indexes(&log), vec![11]);
         assert_eq!(log.segments.len(), 1);

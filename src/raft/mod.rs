@@ -5,6 +5,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cluster;
+pub mod inspect;
 pub mod log_store;
 pub mod network;
 pub mod runtime;
@@ -35,6 +36,7 @@ impl std::fmt::Display for Command {
             Command::ConfigDelete { .. } => "config-delete",
             Command::InitCluster { .. } => "init-cluster",
             Command::Noop => "noop",
+            Command::ReapTombstones { .. } => "reap-tombstones",
             Command::Batch(b) => return write!(f, "batch of {}", b.len()),
         };
         f.write_str(kind)
@@ -119,10 +121,18 @@ mod storage_suite {
                 .path(dir.path().join("db"))
                 .open()
                 .expect("sled");
-            let log = LogStore::open(&db, &dir.path().join("db"), &dir.path().join("log"))
-                .expect("log store");
+            let log = LogStore::open(
+                &db,
+                &dir.path().join("db"),
+                &dir.path().join("log"),
+                super::log_store::SEGMENT_BYTES,
+            )
+            .expect("log store");
             let store = Arc::new(
-                Store::open(Box::new(SledBackend::new(&db).expect("tree"))).expect("store"),
+                Store::open(Box::new(
+                    SledBackend::new(&db, &dir.path().join("db")).expect("tree"),
+                ))
+                .expect("store"),
             );
             let sm = StateMachine::new(
                 store,

@@ -40,11 +40,9 @@ impl SnapshotStore {
         SnapshotStore::Memory(Arc::default())
     }
 
-    fn save(&self, meta: &Meta, data: &[u8]) -> anyhow::Result<()> {
+    fn save(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
         match self {
-            SnapshotStore::Dir(dir) => {
-                save_snapshot(dir, meta, data).map_err(|e| anyhow::anyhow!(e.to_string()))
-            }
+            SnapshotStore::Dir(dir) => Ok(snapshot_file::save(dir, meta, data)?),
             SnapshotStore::Memory(slot) => {
                 *slot.lock().unwrap() = Some((meta.clone(), data.to_vec()));
                 Ok(())
@@ -52,18 +50,146 @@ impl SnapshotStore {
         }
     }
 
-    fn load(&self) -> anyhow::Result<Option<(Meta, Vec<u8>)>> {
+    fn load(&self) -> Result<Option<(Meta, Vec<u8>)>, StorageError> {
         match self {
-            SnapshotStore::Dir(dir) => {
-                let Ok(meta_bytes) = std::fs::read(dir.join("snapshot.meta")) else {
-                    return Ok(None);
-                };
-                let meta: Meta = bincode::deserialize(&meta_bytes)?;
-                let data = std::fs::read(dir.join("snapshot.data"))?;
-                Ok(Some((meta, data)))
-            }
+            SnapshotStore::Dir(dir) => Ok(snapshot_file::load(dir)?),
             SnapshotStore::Memory(slot) => Ok(slot.lock().unwrap().clone()),
         }
+    }
+
+    /// The log id the saved snapshot ends at (without reading its data).
+    fn saved_id(&self) -> Result<Option<Option<LogId>>, StorageError> {
+        match self {
+            SnapshotStore::Dir(dir) => Ok(snapshot_file::load_meta(dir)?.map(|m| m.last_log_id)),
+            SnapshotStore::Memory(slot) => {
+                Ok(slot.lock().unwrap().as_ref().map(|(m, _)| m.last_log_id))
+            }
+        }
+    }
+}
+
+/// The snapshot as one file, `snapshot.bin`:
+/// `CAIRNSNP`, format version u32, meta length u32, data length u64,
+/// crc32 of meta and data (u32), then the meta (bincode) and the data.
+/// Replaced atomically (`disk::write_atomic_parts`).
+pub mod snapshot_file {
+    use std::io::Read;
+    use std::path::{Path, PathBuf};
+
+    use super::Meta;
+    use crate::disk::{DiskError, SNAPSHOT_FORMAT, write_atomic_parts};
+
+    const MAGIC: &[u8; 8] = b"CAIRNSNP";
+    const HEADER: usize = 8 + 4 + 4 + 8 + 4;
+
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join("snapshot.bin")
+    }
+
+    pub fn save(dir: &Path, meta: &Meta, data: &[u8]) -> Result<(), DiskError> {
+        let meta = bincode::serialize(meta).expect("snapshot meta encodes");
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&meta);
+        crc.update(data);
+        let mut head = Vec::with_capacity(HEADER);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
+        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        head.extend_from_slice(&crc.finalize().to_le_bytes());
+        write_atomic_parts(&path(dir), &[&head, &meta, data])
+    }
+
+    struct Header {
+        meta_len: usize,
+        data_len: u64,
+        crc: u32,
+    }
+
+    fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> DiskError {
+        DiskError::Corrupt {
+            path: path.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    fn header(path: &Path, head: &[u8]) -> Result<Header, DiskError> {
+        if head.len() < HEADER {
+            return Err(corrupt(path, 0, "shorter than its header"));
+        }
+        if &head[..8] != MAGIC {
+            return Err(DiskError::Magic {
+                path: path.to_path_buf(),
+                what: "snapshot",
+            });
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
+        let version = u32_at(8);
+        if version != SNAPSHOT_FORMAT {
+            return Err(DiskError::Version {
+                path: path.to_path_buf(),
+                found: version,
+                expected: SNAPSHOT_FORMAT,
+            });
+        }
+        Ok(Header {
+            meta_len: u32_at(12) as usize,
+            data_len: u64::from_le_bytes(head[16..24].try_into().expect("8")),
+            crc: u32_at(24),
+        })
+    }
+
+    fn decode_meta(path: &Path, bytes: &[u8]) -> Result<Meta, DiskError> {
+        bincode::deserialize(bytes)
+            .map_err(|e| corrupt(path, HEADER as u64, format!("meta does not decode: {e}")))
+    }
+
+    /// The saved snapshot, checked whole; `None` if there is none.
+    pub fn load(dir: &Path) -> Result<Option<(Meta, Vec<u8>)>, DiskError> {
+        let path = path(dir);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(DiskError::io("read", &path, e)),
+        };
+        let h = header(&path, &bytes)?;
+        let end = HEADER as u64 + h.meta_len as u64 + h.data_len;
+        if bytes.len() as u64 != end {
+            return Err(corrupt(
+                &path,
+                bytes.len() as u64,
+                format!("{} bytes where the header says {end}", bytes.len()),
+            ));
+        }
+        let (meta, data) = bytes[HEADER..].split_at(h.meta_len);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(meta);
+        crc.update(data);
+        if crc.finalize() != h.crc {
+            return Err(corrupt(&path, HEADER as u64, "checksum mismatch"));
+        }
+        let meta = decode_meta(&path, meta)?;
+        Ok(Some((meta, bytes[HEADER + h.meta_len..].to_vec())))
+    }
+
+    /// Only the meta of the saved snapshot (not checksummed on its own:
+    /// used to skip rewriting the same snapshot).
+    pub fn load_meta(dir: &Path) -> Result<Option<Meta>, DiskError> {
+        let path = path(dir);
+        let mut f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(DiskError::io("open", &path, e)),
+        };
+        let mut head = [0u8; HEADER];
+        f.read_exact(&mut head)
+            .map_err(|e| DiskError::io("read", &path, e))?;
+        let h = header(&path, &head)?;
+        let mut meta = vec![0u8; h.meta_len];
+        f.read_exact(&mut meta)
+            .map_err(|e| DiskError::io("read", &path, e))?;
+        Ok(Some(decode_meta(&path, &meta)?))
     }
 }
 
@@ -114,17 +240,25 @@ impl StateMachine {
     }
 
     fn meta_rows(&self) -> Result<crate::state::Ops, StorageError> {
-        Ok(vec![
-            (
-                meta_key("applied"),
-                Some(bincode::serialize(&self.applied).map_err(sm_err)?),
-            ),
-            (
-                meta_key("membership"),
-                Some(bincode::serialize(&self.membership).map_err(sm_err)?),
-            ),
-        ])
+        meta_rows(&self.applied, &self.membership)
     }
+}
+
+/// The rows that say where the state is: the applied log id and membership.
+fn meta_rows(
+    applied: &Option<LogId>,
+    membership: &Membership,
+) -> Result<crate::state::Ops, StorageError> {
+    Ok(vec![
+        (
+            meta_key("applied"),
+            Some(bincode::serialize(applied).map_err(sm_err)?),
+        ),
+        (
+            meta_key("membership"),
+            Some(bincode::serialize(membership).map_err(sm_err)?),
+        ),
+    ])
 }
 
 pub struct SnapshotBuilder {
@@ -134,39 +268,32 @@ pub struct SnapshotBuilder {
     snapshots: SnapshotStore,
 }
 
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
-fn save_snapshot(dir: &std::path::Path, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
-    write_atomic(&dir.join("snapshot.data"), data).map_err(snap_err)?;
-    let meta = bincode::serialize(meta).map_err(snap_err)?;
-    write_atomic(&dir.join("snapshot.meta"), &meta).map_err(snap_err)
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = std::time::Instant::now();
         let state = self.state.clone();
-        let data = match &self.snapshots {
-            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(move || snapshot::encode(&state))
-                .await
-                .map_err(snap_err)?
-                .map_err(snap_err)?,
-            SnapshotStore::Memory(_) => snapshot::encode(&state).map_err(snap_err)?,
-        };
         let meta = Meta {
             last_log_id: self.applied,
             last_membership: self.membership.clone(),
         };
-        self.snapshots.save(&meta, &data).map_err(snap_err)?;
+        let build = {
+            let (meta, snapshots) = (meta.clone(), self.snapshots.clone());
+            move || -> Result<Vec<u8>, StorageError> {
+                let data = snapshot::encode(&state).map_err(snap_err)?;
+                snapshots.save(&meta, &data)?;
+                Ok(data)
+            }
+        };
+        // Encoding and writing a large state takes a while: not on the
+        // async workers (the simulation has no threads: inline there).
+        let data = match &self.snapshots {
+            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(build)
+                .await
+                .map_err(snap_err)??,
+            SnapshotStore::Memory(_) => build()?,
+        };
         tracing::info!(
             bytes = data.len(),
             index = ?self.applied.map(|l| l.index),
@@ -230,7 +357,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(());
         }
         let meta = self.meta_rows()?;
-        self.store.commit(state, &sets, meta).map_err(sm_err)?;
+        self.store
+            .commit(state, &sets, meta)
+            .map_err(|e| sm_err(format!("{e:#}")))?;
         self.publisher
             .publish(sets.into_iter().zip(versions).collect());
         crate::metrics::APPLIED.add(applied);
@@ -249,31 +378,94 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
+    /// Installs a snapshot so that a crash at any point leaves the old state
+    /// or the new one: the snapshot file is made durable first (a restart
+    /// that finds the state behind it installs it again), then the rows and
+    /// the applied id are replaced in one atomic swap (`Persist::replace`).
     async fn install_snapshot(
         &mut self,
         meta: &Meta,
         data: SnapshotData,
     ) -> Result<(), StorageError> {
-        let state = snapshot::decode(&data).map_err(snap_err)?;
+        let started = std::time::Instant::now();
+        let bytes = data.len();
+        let rows = meta_rows(&meta.last_log_id, &meta.last_membership)?;
+        let (store, snapshots, meta2) = (self.store.clone(), self.snapshots.clone(), meta.clone());
+        let install = move || -> Result<(), StorageError> {
+            // A restart re-installing the saved snapshot need not rewrite
+            // it; an unreadable one is simply replaced.
+            if snapshots.saved_id().unwrap_or(None) != Some(meta2.last_log_id) {
+                snapshots.save(&meta2, &data)?;
+            }
+            let state = snapshot::decode(&data).map_err(snap_err)?;
+            store
+                .replace(state, rows)
+                .map_err(|e| snap_err(format!("{e:#}")))
+        };
+        match &self.snapshots {
+            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(install)
+                .await
+                .map_err(snap_err)??,
+            SnapshotStore::Memory(_) => install()?,
+        }
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        let rows = self.meta_rows()?;
-        self.store.replace(state, rows).map_err(snap_err)?;
         self.publisher
             .reset(meta.last_log_id.as_ref().map(|l| l.index).unwrap_or(0));
-        self.snapshots.save(meta, &data).map_err(snap_err)?;
-        tracing::info!(index = ?meta.last_log_id.as_ref().map(|l| l.index), bytes = data.len(), "installed snapshot");
+        tracing::info!(
+            index = ?meta.last_log_id.as_ref().map(|l| l.index),
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "installed snapshot"
+        );
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self
-            .snapshots
-            .load()
-            .map_err(snap_err)?
-            .map(|(meta, data)| Snapshot {
-                meta,
-                snapshot: data,
-            }))
+        Ok(self.snapshots.load()?.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: data,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_file;
+    use super::*;
+    use crate::disk::DiskError;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn a_snapshot_file_is_checked_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::default();
+        let data = vec![7u8; 10_000];
+        snapshot_file::save(dir.path(), &meta, &data).unwrap();
+        let (m, d) = snapshot_file::load(dir.path()).unwrap().unwrap();
+        assert_eq!((m, d), (meta.clone(), data.clone()));
+        assert!(!dir.path().join("snapshot.tmp").exists());
+
+        let path = snapshot_file::path(dir.path());
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[8], 5_000).unwrap();
+        let e = snapshot_file::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, DiskError::Corrupt { path: p, .. } if *p == path),
+            "{e}"
+        );
+
+        // Saved again (a new file, renamed over), then cut short.
+        snapshot_file::save(dir.path(), &meta, &data).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(9_000)
+            .unwrap();
+        assert!(matches!(
+            snapshot_file::load(dir.path()),
+            Err(DiskError::Corrupt { .. })
+        ));
     }
 }

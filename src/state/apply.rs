@@ -46,6 +46,15 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             }
             Response::Batch(responses)
         }
+        Command::ReapTombstones { upto } => {
+            let (reaped, floors) = super::tombstones::reap(tx.state, *upto);
+            for key in reaped {
+                tx.record(Table::Index, key, None, None);
+            }
+            // Persisted with their new values; nobody watches them.
+            tx.set.watch_keys.extend(floors);
+            Response::Ok
+        }
     };
     let set = tx.finish();
     (response, set)
@@ -105,6 +114,9 @@ impl<'a> Tx<'a> {
 
     pub fn finish(self) -> ChangeSet {
         self.state.index = self.state.index.max(self.index);
+        for key in &self.set.watch_keys {
+            super::tombstones::track(self.state, key);
+        }
         self.set
     }
 
@@ -342,6 +354,7 @@ pub(crate) fn reindex(state: &mut State) {
     for (k, s) in services {
         tx.index_service(&k, &s);
     }
+    super::tombstones::rebuild(state);
 }
 
 fn remove_from_index(

@@ -13,11 +13,13 @@ pub mod config;
 pub mod kv;
 pub mod persist;
 pub mod snapshot;
+pub mod tombstones;
 pub mod watch;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use anyhow::Context;
 use arc_swap::ArcSwap;
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
@@ -65,6 +67,11 @@ pub enum Command {
     /// Client writes that arrived together, applied in order at one Raft
     /// index as one change set (see `Server::write`): each answers on its own.
     Batch(Vec<Command>),
+    /// Proposed by the leader: forget the tombstones at or below this
+    /// index (see `tombstones`).
+    ReapTombstones {
+        upto: u64,
+    },
 }
 
 /// What applying a command answered.
@@ -142,8 +149,12 @@ pub struct State {
     /// service → services whose router/splitter/resolver refers to it
     /// (with a count of such entries): what a write can affect.
     pub config_refs: OrdMap<String, OrdMap<String, u32>>,
-    /// watch key → index of its last change; survives deletes (tombstones).
+    /// watch key → index of its last change; survives deletes (tombstones)
+    /// until reaped; `reaped/<family>` rows hold each family's floor.
     pub indexes: OrdMap<String, u64>,
+    /// The object keys among `indexes` whose object is gone, with their
+    /// index (derived: see `tombstones`).
+    pub tombstones: OrdMap<String, u64>,
 }
 
 impl State {
@@ -151,7 +162,12 @@ impl State {
     /// change to any of them, never 0 (Consul clients treat 0 as "no index").
     pub fn index_of<'a>(&self, keys: impl IntoIterator<Item = &'a str>) -> u64 {
         keys.into_iter()
-            .filter_map(|k| self.indexes.get(k).copied())
+            .map(|k| match self.indexes.get(k) {
+                Some(i) => *i,
+                // Never written, or its tombstone reaped: the floor keeps
+                // the index from going backwards across a reap.
+                None => tombstones::floor(self, k),
+            })
             .max()
             .unwrap_or(0)
             .max(1)
@@ -159,7 +175,7 @@ impl State {
 
     /// The latest change under a watch-key prefix (e.g. `kv/foo/`).
     pub fn index_of_prefix(&self, prefix: &str) -> u64 {
-        let mut max = 1;
+        let mut max = tombstones::floor(self, prefix).max(1);
         for (k, v) in self.indexes.range(prefix.to_string()..) {
             if !k.starts_with(prefix) {
                 break;
@@ -207,6 +223,7 @@ pub struct Store {
 impl Store {
     /// Opens the store, loading what the backend holds.
     pub fn open(persist: Box<dyn Persist>) -> anyhow::Result<Self> {
+        persist::check_format(&*persist)?;
         let state = persist::load_state(&*persist)?;
         Ok(Store {
             current: ArcSwap::from_pointee(state),
@@ -227,7 +244,8 @@ impl Store {
     /// Installs a new version: persists the changes with `meta` rows in one
     /// atomic batch, publishes the version, then wakes the watchers.
     pub fn commit(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
-        persist::write_changes(&*self.persist, sets, &next, meta)?;
+        persist::write_changes(&*self.persist, sets, &next, meta)
+            .with_context(|| format!("write of state rows to {}", self.persist.location()))?;
         self.current.store(Arc::new(next));
         for set in sets {
             self.watches.notify(&set.watch_keys, set.index);
@@ -237,7 +255,8 @@ impl Store {
 
     /// Replaces everything (snapshot install).
     pub fn replace(&self, next: State, meta: Ops) -> anyhow::Result<()> {
-        persist::replace_all(&*self.persist, &next, meta)?;
+        persist::replace_all(&*self.persist, &next, meta)
+            .with_context(|| format!("replacing the state in {}", self.persist.location()))?;
         self.current.store(Arc::new(next));
         self.watches.notify_all();
         Ok(())

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::{ChangeSet, Row, State, Table};
+use crate::disk::{DiskError, STATE_FORMAT};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
 
 pub type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
@@ -21,11 +22,15 @@ pub type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 /// An ordered, atomic-batch key space: sled on disk, a map in simulations.
 pub trait Persist: Send + Sync {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>>;
-    /// Applies all ops atomically; with `clear_first` the key space is
-    /// emptied in the same step.
-    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()>;
+    /// Applies all ops atomically.
+    fn batch(&self, ops: Ops) -> anyhow::Result<()>;
+    /// Replaces the whole key space with the rows `ops` puts, atomically: a
+    /// crash at any point leaves the old rows or the new ones, never a mix.
+    fn replace(&self, ops: Ops) -> anyhow::Result<()>;
     /// The rows whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()>;
+    /// Where the rows are, for messages.
+    fn location(&self) -> String;
 }
 
 /// Called with each row of a scan, in key order.
@@ -41,6 +46,48 @@ const INDEX: u8 = b'i';
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
 const META_CLUSTER: &[u8] = b"mcluster_id";
+/// The rows' format version (`disk::STATE_FORMAT`), big-endian u32.
+const META_FORMAT: &[u8] = b"mformat";
+
+fn format_row() -> (Vec<u8>, Option<Vec<u8>>) {
+    (
+        META_FORMAT.to_vec(),
+        Some(STATE_FORMAT.to_be_bytes().to_vec()),
+    )
+}
+
+/// The rows' format version: `None` for an empty key space, 0 for rows
+/// written before versions existed.
+pub fn found_format(p: &dyn Persist) -> anyhow::Result<Option<u32>> {
+    if let Some(v) = p.get(META_FORMAT)? {
+        let v: [u8; 4] = v
+            .as_slice()
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{}: bad format row", p.location()))?;
+        return Ok(Some(u32::from_be_bytes(v)));
+    }
+    let mut empty = true;
+    p.scan_prefix(&[], &mut |_, _| {
+        empty = false;
+        Ok(())
+    })?;
+    Ok((!empty).then_some(0))
+}
+
+/// Refuses rows of another format version; marks an empty key space with
+/// this one.
+pub fn check_format(p: &dyn Persist) -> anyhow::Result<()> {
+    match found_format(p)? {
+        None => p.batch(vec![format_row()]),
+        Some(STATE_FORMAT) => Ok(()),
+        Some(found) => Err(DiskError::Version {
+            path: p.location().into(),
+            found,
+            expected: STATE_FORMAT,
+        }
+        .into()),
+    }
+}
 
 fn row_key(tag: u8, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + 1);
@@ -90,8 +137,10 @@ pub fn write_changes(
             ops.insert(row_key(table_tag(c.table), &c.key), value);
         }
         for k in &set.watch_keys {
-            let v = state.indexes.get(k).copied().unwrap_or(set.index);
-            ops.insert(row_key(INDEX, k), Some(v.to_be_bytes().to_vec()));
+            // The final value; none if a later command in these sets
+            // reaped it.
+            let v = state.indexes.get(k).map(|v| v.to_be_bytes().to_vec());
+            ops.insert(row_key(INDEX, k), v);
         }
     }
     ops.insert(
@@ -106,7 +155,7 @@ pub fn write_changes(
     }
     let mut ops: Ops = ops.into_iter().collect();
     ops.extend(meta);
-    p.batch(ops, false)
+    p.batch(ops)
 }
 
 /// Replaces the whole key space with `state` (snapshot install).
@@ -147,8 +196,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
         META_CLUSTER.to_vec(),
         Some(state.cluster_id.as_bytes().to_vec()),
     ));
+    ops.push(format_row());
     ops.extend(meta);
-    p.batch(ops, true)
+    p.replace(ops)
 }
 
 fn be_u64(v: &[u8]) -> u64 {
@@ -244,31 +294,66 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     Ok(st)
 }
 
-/// The sled key space: one tree of the server's database.
+/// The sled key space: one tree of the server's database, named by the
+/// `server` tree's `state_tree` row (a snapshot install fills a new tree and
+/// then points that row at it).
 pub struct SledBackend {
-    tree: sled::Tree,
+    db: sled::Db,
+    dir: std::path::PathBuf,
+    tree: std::sync::RwLock<sled::Tree>,
 }
 
+const STATE_TREE: &[u8] = b"state_tree";
+const SERVER_TREE: &str = "server";
+
 impl SledBackend {
-    pub fn new(db: &sled::Db) -> anyhow::Result<Self> {
-        Ok(SledBackend {
-            tree: db.open_tree("state")?,
+    /// The name of the tree in use.
+    fn current(db: &sled::Db) -> anyhow::Result<Vec<u8>> {
+        Ok(match db.open_tree(SERVER_TREE)?.get(STATE_TREE)? {
+            Some(n) => n.to_vec(),
+            None => b"state".to_vec(),
         })
+    }
+
+    /// The format version of the rows in `db`, changing nothing (for
+    /// `cairn debug data-dir`).
+    pub fn format_in(db: &sled::Db, dir: &std::path::Path) -> anyhow::Result<Option<u32>> {
+        let p = SledBackend {
+            tree: std::sync::RwLock::new(db.open_tree(Self::current(db)?)?),
+            db: db.clone(),
+            dir: dir.to_path_buf(),
+        };
+        found_format(&p)
+    }
+
+    /// The state in `db` (opened in `dir`); drops what a crash in the
+    /// middle of an install left behind.
+    pub fn new(db: &sled::Db, dir: &std::path::Path) -> anyhow::Result<Self> {
+        let name = Self::current(db)?;
+        for other in db.tree_names() {
+            if other.starts_with(b"state") && *other != *name {
+                db.drop_tree(&other)?;
+            }
+        }
+        Ok(SledBackend {
+            tree: std::sync::RwLock::new(db.open_tree(&name)?),
+            db: db.clone(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn tree(&self) -> sled::Tree {
+        // A poisoned lock only means a panic between two plain assignments.
+        self.tree.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
 impl Persist for SledBackend {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+        Ok(self.tree().get(key)?.map(|v| v.to_vec()))
     }
 
-    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()> {
-        if clear_first {
-            // Clearing and refilling is not one sled batch; a crash in
-            // between leaves no applied pointer, so the restart installs the
-            // snapshot again from the leader or replays the log.
-            self.tree.clear()?;
-        }
+    fn batch(&self, ops: Ops) -> anyhow::Result<()> {
         let mut b = sled::Batch::default();
         for (k, v) in ops {
             match v {
@@ -276,16 +361,46 @@ impl Persist for SledBackend {
                 None => b.remove(k),
             }
         }
-        self.tree.apply_batch(b)?;
+        self.tree().apply_batch(b)?;
+        Ok(())
+    }
+
+    fn replace(&self, ops: Ops) -> anyhow::Result<()> {
+        // Built aside, made durable, then pointed to with one durable row:
+        // a crash before the pointer moves leaves the old tree in use (the
+        // new one is dropped on open), after it the new one, whole.
+        let name = format!("state-{}", self.db.generate_id()?);
+        let fresh = self.db.open_tree(&name)?;
+        let mut b = sled::Batch::default();
+        for (k, v) in ops {
+            if let Some(v) = v {
+                b.insert(k, v);
+            }
+        }
+        fresh.apply_batch(b)?;
+        self.db.flush()?;
+        self.db
+            .open_tree(SERVER_TREE)?
+            .insert(STATE_TREE, name.as_bytes())?;
+        self.db.flush()?;
+        let old = std::mem::replace(
+            &mut *self.tree.write().unwrap_or_else(|e| e.into_inner()),
+            fresh,
+        );
+        self.db.drop_tree(old.name())?;
         Ok(())
     }
 
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
-        for kv in self.tree.scan_prefix(prefix) {
+        for kv in self.tree().scan_prefix(prefix) {
             let (k, v) = kv?;
             f(&k, &v)?;
         }
         Ok(())
+    }
+
+    fn location(&self) -> String {
+        self.dir.display().to_string()
     }
 }
 
@@ -301,11 +416,8 @@ impl Persist for MemoryBackend {
         Ok(self.map.lock().unwrap().get(key).cloned())
     }
 
-    fn batch(&self, ops: Ops, clear_first: bool) -> anyhow::Result<()> {
+    fn batch(&self, ops: Ops) -> anyhow::Result<()> {
         let mut map = self.map.lock().unwrap();
-        if clear_first {
-            map.clear();
-        }
         for (k, v) in ops {
             match v {
                 Some(v) => map.insert(k, v),
@@ -313,6 +425,17 @@ impl Persist for MemoryBackend {
             };
         }
         Ok(())
+    }
+
+    fn replace(&self, ops: Ops) -> anyhow::Result<()> {
+        let mut map = self.map.lock().unwrap();
+        map.clear();
+        map.extend(ops.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        Ok(())
+    }
+
+    fn location(&self) -> String {
+        "the simulated state".into()
     }
 
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
@@ -330,5 +453,87 @@ impl Persist for MemoryBackend {
             f(k, v)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(p: &dyn Persist) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        p.scan_prefix(&[], &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    fn put(k: &str, v: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+        (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn a_replace_leaves_the_old_rows_or_the_new_ones_across_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || sled::open(dir.path()).unwrap();
+        {
+            let db = open();
+            let p = SledBackend::new(&db, dir.path()).unwrap();
+            p.batch(vec![put("a", "old"), put("b", "old")]).unwrap();
+            // A crash in the middle of an install: the new tree is partly
+            // filled and not yet pointed to.
+            db.open_tree("state-999")
+                .unwrap()
+                .insert("a", "half")
+                .unwrap();
+            db.flush().unwrap();
+        }
+        {
+            let db = open();
+            let p = SledBackend::new(&db, dir.path()).unwrap();
+            let old = vec![
+                (b"a".to_vec(), b"old".to_vec()),
+                (b"b".to_vec(), b"old".to_vec()),
+            ];
+            assert_eq!(rows(&p), old);
+            assert!(!db.tree_names().iter().any(|n| &**n == b"state-999"));
+            p.replace(vec![put("c", "new")]).unwrap();
+            assert_eq!(rows(&p), vec![(b"c".to_vec(), b"new".to_vec())]);
+            db.flush().unwrap();
+        }
+        let db = open();
+        let p = SledBackend::new(&db, dir.path()).unwrap();
+        assert_eq!(rows(&p), vec![(b"c".to_vec(), b"new".to_vec())]);
+        // The old tree is gone; only the one in use is left.
+        let states = db
+            .tree_names()
+            .into_iter()
+            .filter(|n| n.starts_with(b"state"))
+            .count();
+        assert_eq!(states, 1);
+    }
+
+    #[test]
+    fn rows_of_another_format_version_are_refused() {
+        let p = MemoryBackend::default();
+        check_format(&p).unwrap();
+        assert_eq!(
+            p.get(META_FORMAT).unwrap(),
+            Some(STATE_FORMAT.to_be_bytes().to_vec())
+        );
+        check_format(&p).unwrap();
+        p.batch(vec![(
+            META_FORMAT.to_vec(),
+            Some(7u32.to_be_bytes().to_vec()),
+        )])
+        .unwrap();
+        let e = check_format(&p).unwrap_err().to_string();
+        assert!(e.contains("format version 7"), "{e}");
+        // Rows from before versions existed are not guessed at either.
+        let p = MemoryBackend::default();
+        p.batch(vec![put("kfoo", "x")]).unwrap();
+        assert!(check_format(&p).is_err());
     }
 }
