@@ -174,6 +174,7 @@ async fn run(proxies: usize) {
         bootstrap_expect: 1,
         join: Vec::new(),
         snapshot_threshold: 16_384,
+        limits: Default::default(),
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

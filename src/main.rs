@@ -162,6 +162,7 @@ fn main() -> anyhow::Result<()> {
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
                 snapshot_threshold: a.raft_snapshot_threshold,
+                limits: Default::default(),
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -52,9 +52,9 @@ impl Connect for SimConnect {
 pub struct SimListener(pub turmoil::net::TcpListener);
 
 impl Accept for SimListener {
-    async fn accept(&mut self) -> std::io::Result<BoxStream> {
-        let (s, _) = self.0.accept().await?;
-        Ok(Box::new(s))
+    async fn accept(&mut self) -> std::io::Result<(BoxStream, std::net::IpAddr)> {
+        let (s, peer) = self.0.accept().await?;
+        Ok((Box::new(s), peer.ip()))
     }
 }
 
@@ -170,6 +170,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             .map(|ip| SocketAddr::new(*ip, RAFT_PORT).to_string())
             .collect(),
         snapshot_threshold: boot.snapshot_threshold,
+        limits: Default::default(),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

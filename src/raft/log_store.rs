@@ -262,10 +262,21 @@ impl Log {
     }
 
     fn read(&self, range: (Bound<u64>, Bound<u64>)) -> io::Result<Vec<Entry>> {
+        self.read_upto(range, usize::MAX)
+    }
+
+    /// The entries in `range`, stopping before the one that would take the
+    /// records read past `budget` bytes (the first is always read).
+    fn read_upto(&self, range: (Bound<u64>, Bound<u64>), budget: usize) -> io::Result<Vec<Entry>> {
         let from = next_index(self.purged.as_ref());
         let mut out = Vec::new();
         let mut buf = Vec::new();
+        let mut total = 0usize;
         for (_, (_, pos)) in self.entries.range(range).filter(|(i, _)| **i >= from) {
+            total = total.saturating_add(pos.len as usize);
+            if total > budget && !out.is_empty() {
+                break;
+            }
             let seg = &self.segments[&pos.segment];
             buf.resize(pos.len as usize, 0);
             seg.file.read_exact_at(&mut buf, pos.offset)?;
@@ -425,6 +436,24 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .lock()
             .unwrap()
             .read(bounds(&range))
+            .map_err(read_err)
+    }
+
+    /// What replication sends in one AppendEntries: bounded by bytes as
+    /// well as by openraft's entry count, so a run of large entries goes
+    /// in several requests instead of one frame no follower would take.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.log
+            .lock()
+            .unwrap()
+            .read_upto(
+                (Bound::Included(start), Bound::Excluded(end)),
+                super::network::APPEND_BYTES,
+            )
             .map_err(read_err)
     }
 

@@ -8,13 +8,24 @@
 //! The byte streams come from a `Connect` (outgoing) and an `Accept`
 //! (incoming): tokio's TCP in a server, a simulated network in the
 //! deterministic simulation (`sim/`), with the same framing and timeouts.
+//!
+//! Anything may connect to the Raft port, so nothing a peer sends is
+//! trusted: frames are bounded (an oversized one is answered `TooLarge`,
+//! which the sender acts on by sending fewer entries), decoding is bounded
+//! and never recurses (`state::Payload` is flat), connections are capped in
+//! number and closed when idle or slow, a snapshot being received is
+//! bounded in size and abandoned with its connection, and Raft messages
+//! from a server outside the membership are refused.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -26,12 +37,67 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
-/// Frames above this are refused: a snapshot chunk is a few MiB.
-const MAX_FRAME: usize = 64 << 20;
+/// Frames above this are refused (answered `TooLarge`). Everything cairn
+/// sends fits: an AppendEntries holds at most `APPEND_BYTES` of entries or
+/// one entry (at most `server::MAX_COMMAND_BYTES`), a snapshot chunk
+/// `SNAPSHOT_CHUNK`.
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// The entries one AppendEntries carries, in log record bytes (at least one
+/// entry whatever its size): the log read that fills it stops there.
+pub const APPEND_BYTES: usize = 4 << 20;
+
+/// Bytes per second a peer is assumed to take a frame at, at worst: each
+/// RPC's timeout grows by its frame's size at this rate.
+const SLOW_PEER_RATE: f64 = (4 << 20) as f64;
 
 /// A snapshot travels in chunks of this size (frames stay small, and each
-/// chunk gets its own timeout).
+/// chunk gets its own timeout); a larger chunk is refused.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
+
+/// The largest snapshot a server receives (held in memory until installed;
+/// a million KV entries make ~200 MB). Past it the transfer is refused.
+pub const MAX_SNAPSHOT_BYTES: u64 = 2 << 30;
+
+/// Snapshots received at once (each is held in memory whole).
+const SNAPSHOT_RECEIVES: usize = 2;
+
+/// An oversized frame up to this is read and discarded so that its sender
+/// can read the `TooLarge` answer on the same connection; past it the
+/// connection is just closed (no peer of ours sends such a thing).
+const DRAIN_MAX: usize = 4 * MAX_FRAME;
+
+/// The limits of the Raft port.
+#[derive(Debug, Clone)]
+pub struct PortLimits {
+    /// Connections open at once; past it a new one is closed at once.
+    pub max_conns: usize,
+    /// Connections open at once from one IP address.
+    pub max_conns_per_ip: usize,
+    /// A new connection must send its first frame within this.
+    pub first_frame: Duration,
+    /// A connection with no frame begun for this long is closed (peers'
+    /// connections carry a heartbeat every 150 ms).
+    pub idle: Duration,
+    /// A connection receiving a snapshot is closed, and the snapshot
+    /// abandoned, when no chunk begins for this long.
+    pub snapshot_idle: Duration,
+    /// A frame, once begun, must arrive whole within this.
+    pub frame_read: Duration,
+}
+
+impl Default for PortLimits {
+    fn default() -> Self {
+        PortLimits {
+            max_conns: 512,
+            max_conns_per_ip: 128,
+            first_frame: Duration::from_secs(5),
+            idle: Duration::from_secs(60),
+            snapshot_idle: Duration::from_secs(15),
+            frame_read: Duration::from_secs(30),
+        }
+    }
+}
 
 /// What a server says about itself when servers look for each other.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,6 +138,9 @@ pub enum Reply {
     Snapshot(Result<Option<SnapshotResponse<TypeConfig>>, String>),
     Hello(Hello),
     Join(Result<(), String>),
+    /// The request's frame was over the receiver's limit (in bytes); it
+    /// was not processed. An AppendEntries is resent with fewer entries.
+    TooLarge(u64),
 }
 
 /// A byte stream between two servers.
@@ -90,9 +159,9 @@ pub trait Connect: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
 }
 
-/// Accepts streams on this server's Raft address.
+/// Accepts streams on this server's Raft address, with the peer's IP.
 pub trait Accept: Send + 'static {
-    fn accept(&mut self) -> impl Future<Output = io::Result<BoxStream>> + Send;
+    fn accept(&mut self) -> impl Future<Output = io::Result<(BoxStream, IpAddr)>> + Send;
 }
 
 /// The production transport: TCP with Nagle off (RPCs are small and
@@ -114,31 +183,50 @@ impl Connect for TcpConnect {
 }
 
 impl Accept for TcpListener {
-    async fn accept(&mut self) -> io::Result<BoxStream> {
-        let (s, _) = TcpListener::accept(self).await?;
+    async fn accept(&mut self) -> io::Result<(BoxStream, IpAddr)> {
+        let (s, peer) = TcpListener::accept(self).await?;
         let _ = s.set_nodelay(true);
-        Ok(Box::new(s))
+        Ok((Box::new(s), peer.ip()))
     }
 }
 
-async fn write_frame<T: Serialize>(s: &mut BoxStream, v: &T) -> std::io::Result<()> {
-    let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
-    let mut buf = Vec::with_capacity(bytes.len() + 4);
-    buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    buf.extend_from_slice(&bytes);
-    s.write_all(&buf).await
+/// A value as a frame: `[len u32 BE][bincode]`.
+fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    let len = bincode::serialized_size(v).map_err(io::Error::other)? as usize;
+    let mut buf = Vec::with_capacity(len + 4);
+    buf.extend_from_slice(&(len as u32).to_be_bytes());
+    bincode::serialize_into(&mut buf, v).map_err(io::Error::other)?;
+    Ok(buf)
 }
 
-async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> std::io::Result<T> {
-    let len = s.read_u32().await? as usize;
+/// Decodes a frame's body; bincode may use no more than the body's bytes
+/// (a length prefix inside cannot make it allocate past them).
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(body.len() as u64)
+        .deserialize(body)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Reads a frame's body of `len` bytes, refusing one over `MAX_FRAME`.
+async fn read_body(s: &mut BoxStream, len: usize) -> io::Result<Vec<u8>> {
     if len > MAX_FRAME {
-        return Err(std::io::Error::other(format!(
-            "frame of {len} bytes refused"
-        )));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes refused (max {MAX_FRAME})"),
+        ));
     }
     let mut buf = vec![0u8; len];
     s.read_exact(&mut buf).await?;
-    bincode::deserialize(&buf).map_err(std::io::Error::other)
+    Ok(buf)
+}
+
+async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Result<T> {
+    let len = s.read_u32().await? as usize;
+    decode(&read_body(s, len).await?)
 }
 
 /// One connection to a peer, reopened on demand.
@@ -146,6 +234,20 @@ pub struct Conn {
     addr: String,
     connector: Arc<dyn Connect>,
     stream: Option<BoxStream>,
+    /// The largest frame the peer takes: ours until it answers `TooLarge`
+    /// with its own.
+    peer_max_frame: usize,
+    /// The most entries the next AppendEntries carries: halved when one
+    /// times out, doubled back on each success.
+    append_cap: usize,
+}
+
+/// A request too large for the peer's frame limit (never sent).
+fn too_large(len: usize, max: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("request of {len} bytes is over the peer's frame limit of {max}"),
+    )
 }
 
 impl Conn {
@@ -154,17 +256,28 @@ impl Conn {
             addr: addr.into(),
             connector,
             stream: None,
+            peer_max_frame: MAX_FRAME,
+            append_cap: usize::MAX,
         }
     }
 
-    /// Sends one request and waits for its answer, within `timeout`.
+    /// Sends one request and waits for its answer, within `timeout`. A
+    /// request over the peer's frame limit is not sent (`InvalidInput`).
     pub async fn call(&mut self, req: &Request, timeout: Duration) -> std::io::Result<Reply> {
+        let frame = encode_frame(req)?;
+        if frame.len() - 4 > self.peer_max_frame {
+            return Err(too_large(frame.len() - 4, self.peer_max_frame));
+        }
+        // openraft gives replication one heartbeat interval (150 ms); a
+        // large frame also gets the time to move and store its bytes at a
+        // slow peer's pace, or it would time out and be resent forever.
+        let timeout = timeout + Duration::from_secs_f64(frame.len() as f64 / SLOW_PEER_RATE);
         let r = tokio::time::timeout(timeout, async {
             if self.stream.is_none() {
                 self.stream = Some(self.connector.connect(&self.addr).await?);
             }
             let s = self.stream.as_mut().expect("connected above");
-            write_frame(s, req).await?;
+            s.write_all(&frame).await?;
             read_frame(s).await
         })
         .await
@@ -177,6 +290,9 @@ impl Conn {
         if r.is_err() {
             // The stream may hold half a frame: never reuse it.
             self.stream = None;
+        }
+        if let Ok(Reply::TooLarge(max)) = &r {
+            self.peer_max_frame = (*max as usize).min(MAX_FRAME);
         }
         r
     }
@@ -225,16 +341,58 @@ fn network_err(e: impl std::fmt::Display) -> NetworkError<TypeConfig> {
 impl RaftNetworkV2<TypeConfig> for Conn {
     type SnapshotData = SnapshotData;
 
+    /// Sends the entries, or as many of the first ones as fit the peer's
+    /// frame limit (then answers `PartialSuccess`, and openraft sends the
+    /// rest next): a request the peer refuses as too large is never resent
+    /// as it was.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(&Request::Append(rpc), option.hard_ttl()).await {
-            Ok(Reply::Append(Ok(r))) => Ok(r),
-            Ok(Reply::Append(Err(e))) => Err(RPCError::Network(network_err(e))),
-            Ok(_) => Err(RPCError::Network(network_err("unexpected reply"))),
-            Err(e) => Err(unreachable(e)),
+        let all = rpc.entries.len();
+        let mut req = Request::Append(rpc);
+        loop {
+            let Request::Append(rpc) = &mut req else {
+                unreachable!("built above")
+            };
+            rpc.entries.truncate(self.append_cap.max(1));
+            let sent_last = rpc.entries.last().map(|e| e.log_id);
+            let sent = rpc.entries.len();
+            match self.call(&req, option.hard_ttl()).await {
+                Ok(Reply::Append(Ok(r))) => {
+                    self.append_cap = self.append_cap.saturating_mul(2);
+                    if r == AppendEntriesResponse::Success && sent < all {
+                        return Ok(AppendEntriesResponse::PartialSuccess(sent_last));
+                    }
+                    return Ok(r);
+                }
+                Ok(Reply::Append(Err(e))) => return Err(RPCError::Network(network_err(e))),
+                // Over the peer's limit (it said so, or we knew): fewer.
+                Ok(Reply::TooLarge(_)) => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+                Ok(_) => return Err(RPCError::Network(network_err("unexpected reply"))),
+                Err(e) => {
+                    // A peer too slow for this much at once (or gone): the
+                    // retry openraft makes carries half as many entries.
+                    if e.kind() == io::ErrorKind::TimedOut && sent > 1 {
+                        self.append_cap = sent / 2;
+                    }
+                    return Err(unreachable(e));
+                }
+            }
+            let Request::Append(rpc) = &mut req else {
+                unreachable!("built above")
+            };
+            if rpc.entries.len() <= 1 {
+                // Cannot happen with cairn's own budgets (one entry is at
+                // most `MAX_COMMAND_BYTES`): say so rather than loop.
+                return Err(RPCError::Network(network_err(format!(
+                    "one log entry is over the frame limit of {}",
+                    self.addr
+                ))));
+            }
+            rpc.entries.truncate(rpc.entries.len() / 2);
         }
     }
 
@@ -304,10 +462,62 @@ pub trait Formation: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
 }
 
-/// Serves Raft and formation RPCs on the Raft port until the listener fails.
-pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, formation: Arc<F>) {
+/// Counts open connections, in all and per IP address.
+struct ConnCount {
+    limits: PortLimits,
+    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// One admitted connection; gives its place back when dropped.
+struct ConnSlot {
+    count: Arc<ConnCount>,
+    ip: IpAddr,
+}
+
+impl ConnCount {
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ConnSlot> {
+        let mut open = self.open.lock().unwrap();
+        let from_ip = open.1.get(&ip).copied().unwrap_or(0);
+        if open.0 >= self.limits.max_conns || from_ip >= self.limits.max_conns_per_ip {
+            return None;
+        }
+        open.0 += 1;
+        open.1.insert(ip, from_ip + 1);
+        Some(ConnSlot {
+            count: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut open = self.count.open.lock().unwrap();
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Serves Raft and formation RPCs on the Raft port until the listener
+/// fails, within `limits`.
+pub async fn serve<A: Accept, F: Formation>(
+    mut listener: A,
+    raft: super::Raft,
+    formation: Arc<F>,
+    limits: PortLimits,
+) {
+    let count = Arc::new(ConnCount {
+        limits,
+        open: Mutex::default(),
+    });
+    let receives = Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_RECEIVES));
     loop {
-        let mut stream = match listener.accept().await {
+        let (stream, ip) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "raft accept failed");
@@ -315,74 +525,235 @@ pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, 
                 continue;
             }
         };
-        let raft = raft.clone();
-        let formation = formation.clone();
+        // Over a cap: closed at once, so it holds no descriptor.
+        let Some(slot) = count.admit(ip) else {
+            crate::metrics::RAFT_CONNS_REFUSED.inc();
+            tracing::debug!(%ip, "raft connection refused: over the connection cap");
+            continue;
+        };
+        let peer = Peer {
+            raft: raft.clone(),
+            formation: formation.clone(),
+            limits: count.limits.clone(),
+            receives: receives.clone(),
+            ip,
+        };
         tokio::spawn(async move {
-            // The snapshot being received on this connection: its meta and
-            // the bytes so far.
-            let mut receiving: Option<(SnapshotMeta, Vec<u8>)> = None;
-            while let Ok(req) = read_frame::<Request>(&mut stream).await {
-                let reply = match req {
-                    Request::Append(r) => {
-                        crate::raft::cluster::touch_leader_contact();
-                        Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
-                    }
-                    Request::Vote(r) => Reply::Vote(raft.vote(r).await.map_err(|e| e.to_string())),
-                    Request::SnapshotChunk {
-                        vote,
-                        meta,
-                        offset,
-                        data,
-                        done,
-                    } => {
-                        crate::raft::cluster::touch_leader_contact();
-                        Reply::Snapshot(
-                            receive_chunk(&raft, &mut receiving, vote, meta, offset, data, done)
-                                .await,
-                        )
-                    }
-                    Request::Hello(h) => Reply::Hello(formation.hello(h).await),
-                    Request::Join(id, node) => Reply::Join(formation.join(id, node).await),
-                };
-                if write_frame(&mut stream, &reply).await.is_err() {
-                    break;
-                }
-            }
+            let _slot = slot;
+            peer.serve(stream).await;
         });
     }
 }
 
-/// Adds a chunk to the snapshot being received; installs it after the last.
-async fn receive_chunk(
-    raft: &super::Raft,
-    receiving: &mut Option<(SnapshotMeta, Vec<u8>)>,
-    vote: Vote,
+/// One incoming connection.
+struct Peer<F> {
+    raft: super::Raft,
+    formation: Arc<F>,
+    limits: PortLimits,
+    receives: Arc<tokio::sync::Semaphore>,
+    ip: IpAddr,
+}
+
+/// A snapshot being received on a connection: its meta, the bytes so far,
+/// and its place among the receives allowed at once.
+struct Receiving {
     meta: SnapshotMeta,
-    offset: u64,
-    data: Vec<u8>,
-    done: bool,
-) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
-    if offset == 0 {
-        *receiving = Some((meta.clone(), Vec::new()));
+    bytes: Vec<u8>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Why a connection is closed.
+#[derive(Debug)]
+enum Close {
+    Idle,
+    Io(io::Error),
+    /// Refused, with the reason (logged).
+    Refused(String),
+}
+
+impl<F: Formation> Peer<F> {
+    async fn serve(self, mut stream: BoxStream) {
+        let mut receiving: Option<Receiving> = None;
+        let mut first = true;
+        let why = loop {
+            let idle = if first {
+                self.limits.first_frame
+            } else if receiving.is_some() {
+                self.limits.snapshot_idle
+            } else {
+                self.limits.idle
+            };
+            first = false;
+            let len = match tokio::time::timeout(idle, stream.read_u32()).await {
+                Err(_) => break Close::Idle,
+                Ok(Err(e)) => break Close::Io(e),
+                Ok(Ok(len)) => len as usize,
+            };
+            let body = if len > MAX_FRAME {
+                // Answered, so that a sender with a larger limit learns ours;
+                // read away first (within the frame timeout) if small enough.
+                if len > DRAIN_MAX {
+                    let _ = write_reply(&mut stream, &Reply::TooLarge(MAX_FRAME as u64)).await;
+                    break Close::Refused(format!("frame of {len} bytes"));
+                }
+                let mut body = (&mut stream).take(len as u64);
+                let mut sink = tokio::io::sink();
+                let drain = tokio::io::copy(&mut body, &mut sink);
+                match tokio::time::timeout(self.limits.frame_read, drain).await {
+                    Ok(Ok(n)) if n == len as u64 => {}
+                    _ => break Close::Refused(format!("frame of {len} bytes, not read whole")),
+                }
+                crate::metrics::RAFT_FRAMES_REFUSED.inc();
+                tracing::warn!(ip = %self.ip, len, max = MAX_FRAME, "raft frame over the limit: answered TooLarge");
+                if let Err(e) = write_reply(&mut stream, &Reply::TooLarge(MAX_FRAME as u64)).await {
+                    break Close::Io(e);
+                }
+                continue;
+            } else {
+                match tokio::time::timeout(self.limits.frame_read, read_body(&mut stream, len))
+                    .await
+                {
+                    Err(_) => {
+                        break Close::Refused(format!(
+                            "frame of {len} bytes not whole within {:?}",
+                            self.limits.frame_read
+                        ));
+                    }
+                    Ok(Err(e)) => break Close::Io(e),
+                    Ok(Ok(b)) => b,
+                }
+            };
+            let req = match decode::<Request>(&body) {
+                Ok(r) => r,
+                Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
+            };
+            drop(body);
+            let reply = match self.handle(req, &mut receiving).await {
+                Ok(r) => r,
+                Err(reason) => break Close::Refused(reason),
+            };
+            if let Err(e) = write_reply(&mut stream, &reply).await {
+                break Close::Io(e);
+            }
+        };
+        match why {
+            Close::Refused(reason) => {
+                crate::metrics::RAFT_FRAMES_REFUSED.inc();
+                tracing::warn!(ip = %self.ip, %reason, "raft connection closed");
+            }
+            Close::Idle => tracing::debug!(ip = %self.ip, "idle raft connection closed"),
+            Close::Io(e) => tracing::debug!(ip = %self.ip, error = %e, "raft connection ended"),
+        }
     }
-    let Some((m, buf)) = receiving.as_mut() else {
-        return Err("snapshot chunk without its start".into());
-    };
-    if *m != meta || buf.len() as u64 != offset {
-        *receiving = None;
-        return Err("snapshot chunk out of order".into());
+
+    /// Answers one request; `Err` closes the connection.
+    async fn handle(
+        &self,
+        req: Request,
+        receiving: &mut Option<Receiving>,
+    ) -> Result<Reply, String> {
+        let raft = &self.raft;
+        Ok(match req {
+            Request::Append(r) => {
+                self.member(&r.vote)?;
+                crate::raft::cluster::touch_leader_contact();
+                Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
+            }
+            Request::Vote(r) => {
+                self.member(&r.vote)?;
+                Reply::Vote(raft.vote(r).await.map_err(|e| e.to_string()))
+            }
+            Request::SnapshotChunk {
+                vote,
+                meta,
+                offset,
+                data,
+                done,
+            } => {
+                self.member(&vote)?;
+                crate::raft::cluster::touch_leader_contact();
+                Reply::Snapshot(
+                    self.receive_chunk(receiving, vote, meta, offset, data, done)
+                        .await,
+                )
+            }
+            Request::Hello(h) => Reply::Hello(self.formation.hello(h).await),
+            Request::Join(id, node) => Reply::Join(self.formation.join(id, node).await),
+        })
     }
-    buf.extend_from_slice(&data);
-    if !done {
-        return Ok(None);
+
+    /// Raft messages come only from members (any sender while this server
+    /// knows no membership yet: that is how it is first reached).
+    fn member(&self, vote: &Vote) -> Result<(), String> {
+        let id = vote.leader_id.node_id;
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        let membership = m.membership_config.membership();
+        if membership.nodes().next().is_none() || membership.get_node(&id).is_some() {
+            return Ok(());
+        }
+        Err(format!("raft message from {id}, not a member"))
     }
-    let (meta, bytes) = receiving.take().expect("checked above");
-    let snapshot = Snapshot {
-        meta,
-        snapshot: bytes,
-    };
-    raft.install_full_snapshot(vote, snapshot)
-        .await
-        .map(Some)
-        .map_err(|e| e.to_string())
+
+    /// Adds a chunk to the snapshot being received; installs it after the
+    /// last.
+    async fn receive_chunk(
+        &self,
+        receiving: &mut Option<Receiving>,
+        vote: Vote,
+        meta: SnapshotMeta,
+        offset: u64,
+        data: Vec<u8>,
+        done: bool,
+    ) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
+        if data.len() > SNAPSHOT_CHUNK {
+            *receiving = None;
+            return Err(format!(
+                "snapshot chunk of {} bytes refused (max {SNAPSHOT_CHUNK})",
+                data.len()
+            ));
+        }
+        if offset == 0 {
+            // A new transfer replaces one in progress on this connection.
+            *receiving = None;
+            let permit =
+                self.receives.clone().try_acquire_owned().map_err(|_| {
+                    "too many snapshots being received: try again later".to_string()
+                })?;
+            *receiving = Some(Receiving {
+                meta: meta.clone(),
+                bytes: Vec::new(),
+                _permit: permit,
+            });
+        }
+        let Some(r) = receiving.as_mut() else {
+            return Err("snapshot chunk without its start".into());
+        };
+        if r.meta != meta || r.bytes.len() as u64 != offset {
+            *receiving = None;
+            return Err("snapshot chunk out of order".into());
+        }
+        if offset + data.len() as u64 > MAX_SNAPSHOT_BYTES {
+            *receiving = None;
+            return Err(format!("snapshot over {MAX_SNAPSHOT_BYTES} bytes refused"));
+        }
+        r.bytes.extend_from_slice(&data);
+        if !done {
+            return Ok(None);
+        }
+        let Receiving { meta, bytes, .. } = receiving.take().expect("checked above");
+        let snapshot = Snapshot {
+            meta,
+            snapshot: bytes,
+        };
+        self.raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+}
+
+async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
+    s.write_all(&encode_frame(reply)?).await
 }

@@ -30,7 +30,7 @@ use crate::structs::{
     TxnError,
 };
 
-pub use apply::apply_command;
+pub use apply::{apply_command, apply_payload};
 pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
 pub use watch::Watches;
 
@@ -62,9 +62,23 @@ pub enum Command {
         cluster_id: String,
     },
     Noop,
+}
+
+/// What one Raft entry carries. Flat by type: a batch holds single
+/// commands, never another batch, so decoding an entry a peer sent cannot
+/// recurse however the bytes were crafted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Payload {
+    One(Command),
     /// Client writes that arrived together, applied in order at one Raft
     /// index as one change set (see `Server::write`): each answers on its own.
     Batch(Vec<Command>),
+}
+
+impl From<Command> for Payload {
+    fn from(c: Command) -> Self {
+        Payload::One(c)
+    }
 }
 
 /// What applying a command answered.
@@ -78,7 +92,7 @@ pub enum Response {
     /// The command was refused by the state machine (bad input that only the
     /// state can reveal, e.g. a check for an unknown service): a 400.
     Rejected(String),
-    /// The answers of a `Command::Batch`, in its order.
+    /// The answers of a `Payload::Batch`, in its order.
     Batch(Vec<Response>),
 }
 
