@@ -125,3 +125,141 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
         }
     }
 }
+
+/// A frame as the Raft transport writes one: `[len u32 BE][body]`.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+/// An AppendEntries frame whose one entry is `Normal(X)`, where `X` is
+/// `levels` times "a batch of one, holding": the nesting that overflowed a
+/// server's stack when `Command::Batch` could hold a batch (variant 8 of the
+/// command, then a length of 1, repeated).
+fn nested_batches(levels: usize) -> Vec<u8> {
+    use cairn::raft::network::Request;
+    use cairn::raft::{Entry, LogId, Vote};
+    use cairn::state::{Command, Payload};
+    use openraft::impls::leader_id_adv::LeaderId;
+    let leader_id = LeaderId {
+        term: 1,
+        node_id: 1,
+    };
+    let req = Request::Append(openraft::raft::AppendEntriesRequest {
+        vote: Vote {
+            leader_id,
+            committed: true,
+        },
+        prev_log_id: None,
+        entries: vec![Entry {
+            log_id: LogId {
+                leader_id,
+                index: 1,
+            },
+            payload: openraft::EntryPayload::Normal(Payload::One(Command::Noop)),
+        }],
+        leader_commit: None,
+    });
+    let mut body = bincode::serialize(&req).unwrap();
+    // Cut `One` (u32), `Noop` (u32) and `leader_commit: None` (u8): what is
+    // left ends with the entry payload's `Normal` tag.
+    body.truncate(body.len() - 9);
+    for _ in 0..levels {
+        body.extend_from_slice(&8u32.to_le_bytes());
+        body.extend_from_slice(&1u64.to_le_bytes());
+    }
+    frame(&body)
+}
+
+/// Sends `bytes` on a new connection to `addr`; returns once the server has
+/// closed it (or answered and closed), within `within`.
+async fn send_and_wait_close(addr: &str, bytes: &[u8], within: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may close before taking it all: that is fine.
+    let _ = s.write_all(bytes).await;
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(within, s.read_to_end(&mut sink)).await;
+    assert!(closed.is_ok(), "{addr} kept a hostile connection open");
+}
+
+/// Small writes through every server commit, each within `within`.
+async fn writes_commit(c: &reqwest::Client, procs: &[Proc], key: &str, within: Duration) {
+    for p in procs {
+        let started = Instant::now();
+        let r = put(c, p, &format!("{key}/{}", p.name), "x").await;
+        assert_eq!(r, Ok(true), "write through {}", p.name);
+        assert!(
+            started.elapsed() < within,
+            "write through {} took {:?}",
+            p.name,
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_bytes_on_the_raft_port_crash_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    writes_commit(&c, &procs, "before", Duration::from_secs(5)).await;
+
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let within = Duration::from_secs(10);
+    for p in &procs {
+        // Garbage behind a plausible length; a length prefix of 4 GiB; a
+        // frame nested 200,000 levels deep (2.4 MB).
+        send_and_wait_close(&p.raft, &frame(&garbage), within).await;
+        send_and_wait_close(&p.raft, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3], within).await;
+        send_and_wait_close(&p.raft, &nested_batches(200_000), within).await;
+    }
+    // Everyone is still up and the cluster still commits.
+    writes_commit(&c, &procs, "after-frames", Duration::from_secs(3)).await;
+
+    // Thousands of idle connections to every server's Raft port, held
+    // while the cluster keeps committing.
+    let mut idle = Vec::new();
+    for p in &procs {
+        for _ in 0..1500 {
+            if let Ok(s) = tokio::net::TcpStream::connect(&p.raft).await {
+                idle.push(s);
+            }
+        }
+    }
+    assert!(idle.len() > 3000, "only {} connections opened", idle.len());
+    writes_commit(&c, &procs, "while-idle", Duration::from_secs(3)).await;
+    // Past the first-frame timeout the server has closed every one of them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut open = 0;
+        for s in &idle {
+            let mut b = [0u8; 1];
+            if let Err(e) = s.try_read(&mut b)
+                && e.kind() == std::io::ErrorKind::WouldBlock
+            {
+                open += 1;
+            }
+        }
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} idle connections still open"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(idle);
+    writes_commit(&c, &procs, "after-idle", Duration::from_secs(3)).await;
+    for p in &procs {
+        assert!(
+            !p.log_text().contains("panicked"),
+            "{} panicked:\n{}",
+            p.name,
+            tail(&p.log_text(), 40)
+        );
+    }
+}

@@ -219,8 +219,12 @@ async fn read_body(s: &mut BoxStream, len: usize) -> io::Result<Vec<u8>> {
             format!("frame of {len} bytes refused (max {MAX_FRAME})"),
         ));
     }
-    let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf).await?;
+    // Grown as bytes arrive: a length prefix alone allocates nothing.
+    let mut buf = Vec::with_capacity(len.min(64 << 10));
+    (&mut *s).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(buf)
 }
 
