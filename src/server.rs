@@ -269,6 +269,7 @@ impl Server {
         if let Some(r) = self.bug_ack_before_commit(&cmd).await {
             return r;
         }
+        cmd.check_names().map_err(Error::BadRequest)?;
         let bytes = bincode::serialized_size(&cmd)
             .map_err(|e| Error::Internal(format!("encoding a write: {e}")))?
             as usize;

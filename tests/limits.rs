@@ -263,3 +263,90 @@ async fn hostile_bytes_on_the_raft_port_crash_nothing() {
         );
     }
 }
+
+#[tokio::test]
+async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
+    use serde_json::json;
+    let p = Proc::dev();
+    let c = client();
+    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
+    let service = |id: &str, name: &str| {
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": id, "Service": name, "Port": 80}})
+    };
+    let cases: Vec<(&str, &str, serde_json::Value)> = vec![
+        (
+            "node name",
+            "/v1/catalog/register",
+            json!({"Node": "n\u{0}1", "Address": "10.0.0.1"}),
+        ),
+        (
+            "node name",
+            "/v1/catalog/register",
+            json!({"Node": "n\u{1b}1", "Address": "10.0.0.1"}),
+        ),
+        (
+            "service ID",
+            "/v1/catalog/register",
+            service("web\u{0}1", "web"),
+        ),
+        (
+            "service name",
+            "/v1/catalog/register",
+            service("web1", "we\nb"),
+        ),
+        (
+            "check ID",
+            "/v1/catalog/register",
+            json!({"Node": "n1", "Address": "10.0.0.1",
+                   "Check": {"CheckID": "c\u{0}1", "Name": "c", "Status": "passing"}}),
+        ),
+        (
+            "node name",
+            "/v1/catalog/deregister",
+            json!({"Node": "n\u{0}1"}),
+        ),
+        (
+            "key",
+            "/v1/txn",
+            json!([{"KV": {"Verb": "set", "Key": "t\u{0}k", "Value": "eA=="}}]),
+        ),
+    ];
+    for (what, path, body) in cases {
+        let r = c.put(p.url(path)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 400, "{what} in {body}: {text}");
+        assert!(text.contains(what), "{what} not in {text:?}");
+    }
+    // A NUL in a KV key, as a client sends it in the path.
+    for key in ["a%00b", "a%0Ab", "a%7Fb"] {
+        let r = c
+            .put(p.url(&format!("/v1/kv/{key}")))
+            .body("v")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "key {key}");
+    }
+    // Nothing of it was written.
+    let nodes: Vec<serde_json::Value> = c
+        .get(p.url("/v1/catalog/nodes"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(nodes.iter().all(|n| n["Node"] != "n1"), "{nodes:?}");
+    let r = c.get(p.url("/v1/kv/?keys")).send().await.unwrap();
+    assert_eq!(r.status(), 404, "some key was written");
+    // A plain name still registers.
+    let r = c
+        .put(p.url("/v1/catalog/register"))
+        .json(&service("web1", "web"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

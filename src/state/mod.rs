@@ -75,6 +75,57 @@ pub enum Payload {
     Batch(Vec<Command>),
 }
 
+impl Command {
+    /// Refuses a name or ID holding a control character (NUL included): a
+    /// NUL is the separator of persisted keys (`node\0id`), so such a name
+    /// could land on another's row after a restart, and no Consul client
+    /// writes one. Checked for every write before it is proposed.
+    pub fn check_names(&self) -> Result<(), String> {
+        fn check(what: &str, v: &str) -> Result<(), String> {
+            if v.chars().any(char::is_control) {
+                return Err(format!(
+                    "Invalid {what} {v:?}: names and IDs may not contain control characters"
+                ));
+            }
+            Ok(())
+        }
+        fn check_health(c: &HealthCheck) -> Result<(), String> {
+            check("node name", &c.node)?;
+            check("check ID", &c.check_id)?;
+            check("service ID", &c.service_id)
+        }
+        match self {
+            Command::Kv(op) => check("key", &op.key),
+            Command::Txn(ops) => ops.iter().try_for_each(|op| check("key", &op.key)),
+            Command::Register(r) => {
+                check("node name", &r.node)?;
+                if let Some(svc) = &r.service {
+                    check("service ID", &svc.id)?;
+                    check("service name", &svc.service)?;
+                }
+                r.check
+                    .iter()
+                    .chain(r.checks.iter())
+                    .try_for_each(check_health)
+            }
+            Command::Deregister(r) => {
+                check("node name", &r.node)?;
+                check("service ID", &r.service_id)?;
+                check("check ID", &r.check_id)
+            }
+            Command::ConfigSet { entry, .. } => ["Kind", "Name"]
+                .iter()
+                .filter_map(|k| entry.get(k).and_then(Value::as_str))
+                .try_for_each(|v| check("config entry name", v)),
+            Command::ConfigDelete { kind, name, .. } => {
+                check("config entry kind", kind)?;
+                check("config entry name", name)
+            }
+            Command::InitCluster { .. } | Command::Noop => Ok(()),
+        }
+    }
+}
+
 impl From<Command> for Payload {
     fn from(c: Command) -> Self {
         Payload::One(c)
