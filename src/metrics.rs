@@ -58,6 +58,10 @@ pub static BLOCKING_REFUSED_BUSY: Counter = Counter::new(
     "cairn_blocking_queries_refused_total",
     "blocking queries answered 429: the server was at its cap",
 );
+pub static HTTP_CONNS_REFUSED: Counter = Counter::new(
+    "cairn_http_conns_refused_total",
+    "HTTP connections closed at once: over the connection cap",
+);
 pub static RAFT_CONNS_REFUSED: Counter = Counter::new(
     "cairn_raft_conns_refused_total",
     "connections to the Raft port closed at once: over a connection cap",
@@ -76,6 +80,7 @@ static ALL: &[&Counter] = &[
     &LOG_FSYNC_BATCH,
     &WRITES_REFUSED_BUSY,
     &BLOCKING_REFUSED_BUSY,
+    &HTTP_CONNS_REFUSED,
     &RAFT_CONNS_REFUSED,
     &RAFT_FRAMES_REFUSED,
     &BLOCKING_QUERIES,

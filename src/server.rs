@@ -42,6 +42,7 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Limits {
     pub raft_port: network::PortLimits,
+    pub http: crate::http::serve::HttpLimits,
 }
 
 pub struct Server {
@@ -62,6 +63,8 @@ pub struct Server {
     /// channel above is bounded by these, not by its own capacity.
     queue_writes: Arc<Semaphore>,
     queue_bytes: Arc<Semaphore>,
+    /// Blocking queries waiting at once (`Limits::http.max_blocking`).
+    blocking: Arc<Semaphore>,
 }
 
 /// A client write waiting to be proposed, and where its answer goes.
@@ -238,6 +241,7 @@ impl Server {
         let proxycfg =
             crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
+        let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
         Ok(Arc::new(Server {
             proxycfg,
             views,
@@ -252,6 +256,7 @@ impl Server {
             proposals,
             queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),
             queue_bytes: Arc::new(Semaphore::new(QUEUE_BYTES)),
+            blocking,
         }))
     }
 
@@ -324,6 +329,18 @@ impl Server {
             Ok(_) => None,
             Err(_) => Some(Ok(Response::Kv(crate::structs::KvOutcome::Done(true)))),
         }
+    }
+
+    /// A place among the blocking queries waiting at once, held while one
+    /// waits; none left: 429, as Consul's limiter answers.
+    pub fn blocking_permit(&self) -> Result<OwnedSemaphorePermit> {
+        self.blocking.clone().try_acquire_owned().map_err(|_| {
+            crate::metrics::BLOCKING_REFUSED_BUSY.inc();
+            Error::Busy(format!(
+                "Too many blocking queries on this server (max {}): try again later",
+                self.config.limits.http.max_blocking
+            ))
+        })
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.
@@ -484,12 +501,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
     let stop = Arc::new(tokio::sync::Notify::new());
-    let serve = axum::serve(listener, app).with_graceful_shutdown({
-        let stop = stop.clone();
-        async move { stop.notified().await }
-    });
+    let serve = crate::http::serve::serve(listener, app, config.limits.http.clone(), stop.clone());
     tokio::select! {
-        r = serve => r?,
+        _ = serve => {},
         _ = shutdown_signal() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.

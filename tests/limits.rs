@@ -350,3 +350,130 @@ async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Reads from `s` until the server closes it; the time that took, or None
+/// if it stayed open past `within`.
+async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    tokio::time::timeout(within, s.read_to_end(&mut sink))
+        .await
+        .ok()
+        .map(|_| started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_limits_hold_with_their_flags() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Proc::new(
+        "limits",
+        dir.path(),
+        [
+            "--http-max-conns",
+            "40",
+            "--http-read-header-timeout",
+            "1s",
+            "--http-idle-timeout",
+            "3s",
+            "--http-max-blocking-queries",
+            "4",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    p.start();
+    let c = client();
+    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
+    assert_eq!(put(&c, &p, "k", "v").await, Ok(true));
+
+    // A head that never ends is cut at the header timeout.
+    let mut slow = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    slow.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let took = closed_within(&mut slow, Duration::from_secs(10)).await;
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(4)),
+        "a half-sent head was kept {took:?}"
+    );
+
+    // An idle keep-alive connection is closed at the idle timeout, but one
+    // whose blocking query waits longer than that is not.
+    let mut idle = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    idle.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let index = c.get(p.url("/v1/kv/k")).send().await.unwrap();
+    let index = index.headers()["x-consul-index"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut waiting = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    waiting
+        .write_all(
+            format!("GET /v1/kv/k?index={index}&wait=5s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let took = closed_within(&mut idle, Duration::from_secs(10)).await;
+    assert!(
+        took.is_some_and(|t| t > Duration::from_secs(2) && t < Duration::from_secs(6)),
+        "an idle connection was closed after {took:?}"
+    );
+    let mut answer = Vec::new();
+    {
+        use tokio::io::AsyncReadExt;
+        waiting.read_to_end(&mut answer).await.unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "the blocking query was cut: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Past 4 blocking queries at once: 429, and other reads still answer.
+    let parked: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, url) = (c.clone(), p.url(&format!("/v1/kv/k?index={index}&wait=8s")));
+            tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    eventually(Duration::from_secs(10), "a 429", || async {
+        let r = c
+            .get(p.url(&format!("/v1/kv/k?index={index}&wait=8s")))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 429).then_some(())
+    })
+    .await;
+    assert_eq!(c.get(p.url("/v1/kv/k")).send().await.unwrap().status(), 200);
+    for t in parked {
+        assert_eq!(t.await.unwrap().unwrap(), 200);
+    }
+
+    // Past 40 connections, a new one is closed at once; once they go, the
+    // server takes connections again.
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        held.push(tokio::net::TcpStream::connect(&p.http).await.unwrap());
+    }
+    let mut extra = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let took = closed_within(&mut extra, Duration::from_secs(2)).await;
+    assert!(took.is_some(), "a connection past the cap was kept");
+    drop(held);
+    eventually(
+        Duration::from_secs(10),
+        "a request after the cap",
+        || async {
+            let r = client().get(p.url("/v1/kv/k")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    p.kill();
+}

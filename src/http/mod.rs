@@ -9,6 +9,7 @@ mod health;
 mod kv;
 mod proxycfg;
 pub(crate) mod query;
+pub mod serve;
 mod status;
 mod stream;
 
@@ -340,6 +341,7 @@ pub async fn blocking<T>(
     if opts.index == 0 {
         return Ok(read(&s.store.state()));
     }
+    let _permit = s.blocking_permit()?;
     crate::metrics::BLOCKING_QUERIES.inc();
     let deadline = opts.deadline();
     // Subscribed once: a receiver that woke keeps its place, so a wake that
