@@ -761,3 +761,99 @@ impl<F: Formation> Peer<F> {
 async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
     s.write_all(&encode_frame(reply)?).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, Payload};
+    use crate::structs::{KvOp, KvVerb};
+    use openraft::impls::leader_id_adv::LeaderId;
+
+    /// Hands out the client end of an in-memory stream whose other end a
+    /// test serves.
+    struct Pipe(Mutex<Option<tokio::io::DuplexStream>>);
+
+    impl Connect for Pipe {
+        fn connect<'a>(
+            &'a self,
+            _addr: &'a str,
+        ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+            let s = self.0.lock().unwrap().take();
+            Box::pin(async move {
+                s.map(|s| Box::new(s) as BoxStream)
+                    .ok_or_else(|| io::ErrorKind::ConnectionRefused.into())
+            })
+        }
+    }
+
+    fn entry(index: u64, value_len: usize) -> super::super::Entry {
+        let leader_id = LeaderId {
+            term: 1,
+            node_id: 1,
+        };
+        super::super::Entry {
+            log_id: super::super::LogId { leader_id, index },
+            payload: openraft::EntryPayload::Normal(Payload::One(Command::Kv(KvOp {
+                verb: KvVerb::Set,
+                key: format!("k{index}"),
+                value: vec![b'x'; value_len],
+                flags: 0,
+                index: 0,
+            }))),
+        }
+    }
+
+    /// A follower whose frame limit is smaller than the leader's answers
+    /// `TooLarge`; the leader sends the entries that fit and reports
+    /// `PartialSuccess` (openraft sends the rest next) instead of resending
+    /// the same request.
+    #[tokio::test]
+    async fn a_frame_too_large_for_the_peer_is_resent_smaller() {
+        const PEER_LIMIT: usize = 300 << 10;
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let peer = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut server: BoxStream = Box::new(server);
+            loop {
+                let Ok(len) = server.read_u32().await else {
+                    return seen;
+                };
+                let len = len as usize;
+                let mut body = vec![0u8; len];
+                server.read_exact(&mut body).await.unwrap();
+                let reply = if len > PEER_LIMIT {
+                    seen.push(None);
+                    Reply::TooLarge(PEER_LIMIT as u64)
+                } else {
+                    let Request::Append(r) = decode::<Request>(&body).unwrap() else {
+                        panic!("not an append")
+                    };
+                    seen.push(Some(r.entries.len()));
+                    Reply::Append(Ok(AppendEntriesResponse::Success))
+                };
+                write_reply(&mut server, &reply).await.unwrap();
+            }
+        });
+        let mut conn = Conn::new(Arc::new(Pipe(Mutex::new(Some(client)))), "peer");
+        let entries: Vec<_> = (1..=8).map(|i| entry(i, 100 << 10)).collect();
+        let second = entries[1].log_id;
+        let rpc = AppendEntriesRequest {
+            vote: Vote {
+                leader_id: entries[0].log_id.leader_id,
+                committed: true,
+            },
+            prev_log_id: None,
+            entries,
+            leader_commit: None,
+        };
+        let r = conn
+            .append_entries(rpc, RPCOption::new(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        // 8 refused, then 4 (still over the peer's limit, now known to the
+        // sender: not sent), then 2 accepted.
+        assert_eq!(r, AppendEntriesResponse::PartialSuccess(Some(second)));
+        drop(conn);
+        assert_eq!(peer.await.unwrap(), vec![None, Some(2)]);
+    }
+}
