@@ -124,6 +124,26 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         r
     }
 
+    // Passed through, so hyper writes head and body without copying them
+    // into one buffer first.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &r
+            && *n > 0
+        {
+            self.clock.last_io.store(ms(self.start), Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
