@@ -64,7 +64,7 @@ pub static HTTP_CONNS_REFUSED: Counter = Counter::new(
 );
 pub static RAFT_CONNS_REFUSED: Counter = Counter::new(
     "cairn_raft_conns_refused_total",
-    "connections to the Raft port closed at once: over a connection cap",
+    "connections to the Raft port closed to make room for a newer one: over a connection cap",
 );
 pub static RAFT_FRAMES_REFUSED: Counter = Counter::new(
     "cairn_raft_frames_refused_total",

@@ -17,7 +17,6 @@
 //! bounded in size and abandoned with its connection, and Raft messages
 //! from a server outside the membership are refused.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -244,6 +243,11 @@ pub struct Conn {
     /// The most entries the next AppendEntries carries: halved when one
     /// times out, doubled back on each success.
     append_cap: usize,
+    /// A call is between writing its request and reading its answer. Still
+    /// set when the next call begins, the last one was cancelled (openraft
+    /// puts its own timeout around heartbeats): the stream may hold its
+    /// late answer, so it is not reused.
+    mid_call: bool,
 }
 
 /// A request too large for the peer's frame limit (never sent).
@@ -262,6 +266,7 @@ impl Conn {
             stream: None,
             peer_max_frame: MAX_FRAME,
             append_cap: usize::MAX,
+            mid_call: false,
         }
     }
 
@@ -276,6 +281,10 @@ impl Conn {
         // large frame also gets the time to move and store its bytes at a
         // slow peer's pace, or it would time out and be resent forever.
         let timeout = timeout + Duration::from_secs_f64(frame.len() as f64 / SLOW_PEER_RATE);
+        if self.mid_call {
+            self.stream = None;
+        }
+        self.mid_call = true;
         let r = tokio::time::timeout(timeout, async {
             if self.stream.is_none() {
                 self.stream = Some(self.connector.connect(&self.addr).await?);
@@ -291,6 +300,7 @@ impl Conn {
                 "rpc timed out",
             ))
         });
+        self.mid_call = false;
         if r.is_err() {
             // The stream may hold half a frame: never reuse it.
             self.stream = None;
@@ -466,44 +476,106 @@ pub trait Formation: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
 }
 
-/// Counts open connections, in all and per IP address.
-struct ConnCount {
+/// The connections open on the Raft port. At a cap the least recently
+/// active connection (from the same IP, for the per-IP cap) is closed to
+/// make room: a peer reconnecting after a timeout always gets in (refusing
+/// the new one instead let a peer's stale connections, whose close never
+/// arrived, lock it out), and a connection that has not yet sent a frame
+/// counts as older than any that has, so idle strangers go first.
+struct Conns {
     limits: PortLimits,
-    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    start: tokio::time::Instant,
+    open: Mutex<ConnTable>,
+}
+
+#[derive(Default)]
+struct ConnTable {
+    next_id: u64,
+    /// By id (ordered: which one is evicted never depends on a hash seed).
+    by_id: std::collections::BTreeMap<u64, ConnEntry>,
+}
+
+struct ConnEntry {
+    ip: IpAddr,
+    /// Milliseconds since `start` of its last whole frame (or, before its
+    /// first, of its admission less the first-frame timeout).
+    active: Arc<std::sync::atomic::AtomicU64>,
+    close: Arc<tokio::sync::Notify>,
 }
 
 /// One admitted connection; gives its place back when dropped.
 struct ConnSlot {
-    count: Arc<ConnCount>,
-    ip: IpAddr,
+    conns: Arc<Conns>,
+    id: u64,
+    active: Arc<std::sync::atomic::AtomicU64>,
+    close: Arc<tokio::sync::Notify>,
 }
 
-impl ConnCount {
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ConnSlot> {
-        let mut open = self.open.lock().unwrap();
-        let from_ip = open.1.get(&ip).copied().unwrap_or(0);
-        if open.0 >= self.limits.max_conns || from_ip >= self.limits.max_conns_per_ip {
-            return None;
+impl Conns {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> ConnSlot {
+        use std::sync::atomic::Ordering;
+        let mut t = self.open.lock().unwrap();
+        let lru = |t: &ConnTable, same_ip: bool| {
+            t.by_id
+                .iter()
+                .filter(|(_, e)| !same_ip || e.ip == ip)
+                .min_by_key(|(id, e)| (e.active.load(Ordering::Relaxed), **id))
+                .map(|(id, _)| *id)
+        };
+        let from_ip = t.by_id.values().filter(|e| e.ip == ip).count();
+        let evict = if from_ip >= self.limits.max_conns_per_ip {
+            lru(&t, true)
+        } else if t.by_id.len() >= self.limits.max_conns {
+            lru(&t, false)
+        } else {
+            None
+        };
+        if let Some(id) = evict
+            && let Some(e) = t.by_id.remove(&id)
+        {
+            crate::metrics::RAFT_CONNS_REFUSED.inc();
+            tracing::debug!(ip = %e.ip, "raft connection closed to make room: over a connection cap");
+            e.close.notify_one();
         }
-        open.0 += 1;
-        open.1.insert(ip, from_ip + 1);
-        Some(ConnSlot {
-            count: self.clone(),
-            ip,
-        })
+        let id = t.next_id;
+        t.next_id += 1;
+        let first_frame = self.limits.first_frame.as_millis() as u64;
+        let active = Arc::new(std::sync::atomic::AtomicU64::new(
+            self.now_ms().saturating_sub(first_frame),
+        ));
+        let close = Arc::new(tokio::sync::Notify::new());
+        t.by_id.insert(
+            id,
+            ConnEntry {
+                ip,
+                active: active.clone(),
+                close: close.clone(),
+            },
+        );
+        ConnSlot {
+            conns: self.clone(),
+            id,
+            active,
+            close,
+        }
+    }
+}
+
+impl ConnSlot {
+    /// Marks the connection active now (a whole frame arrived).
+    fn touch(&self) {
+        self.active
+            .store(self.conns.now_ms(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
-        let mut open = self.count.open.lock().unwrap();
-        open.0 -= 1;
-        if let Some(n) = open.1.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.1.remove(&self.ip);
-            }
-        }
+        self.conns.open.lock().unwrap().by_id.remove(&self.id);
     }
 }
 
@@ -515,8 +587,9 @@ pub async fn serve<A: Accept, F: Formation>(
     formation: Arc<F>,
     limits: PortLimits,
 ) {
-    let count = Arc::new(ConnCount {
+    let conns = Arc::new(Conns {
         limits,
+        start: tokio::time::Instant::now(),
         open: Mutex::default(),
     });
     let receives = Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_RECEIVES));
@@ -529,22 +602,21 @@ pub async fn serve<A: Accept, F: Formation>(
                 continue;
             }
         };
-        // Over a cap: closed at once, so it holds no descriptor.
-        let Some(slot) = count.admit(ip) else {
-            crate::metrics::RAFT_CONNS_REFUSED.inc();
-            tracing::debug!(%ip, "raft connection refused: over the connection cap");
-            continue;
-        };
+        let slot = conns.admit(ip);
         let peer = Peer {
             raft: raft.clone(),
             formation: formation.clone(),
-            limits: count.limits.clone(),
+            limits: conns.limits.clone(),
             receives: receives.clone(),
             ip,
         };
         tokio::spawn(async move {
-            let _slot = slot;
-            peer.serve(stream).await;
+            let close = slot.close.clone();
+            tokio::select! {
+                _ = peer.serve(stream, &slot) => {}
+                // Evicted to make room for a newer connection.
+                _ = close.notified() => {}
+            }
         });
     }
 }
@@ -576,7 +648,7 @@ enum Close {
 }
 
 impl<F: Formation> Peer<F> {
-    async fn serve(self, mut stream: BoxStream) {
+    async fn serve(self, mut stream: BoxStream, slot: &ConnSlot) {
         let mut receiving: Option<Receiving> = None;
         let mut first = true;
         let why = loop {
@@ -627,6 +699,7 @@ impl<F: Formation> Peer<F> {
                     Ok(Ok(b)) => b,
                 }
             };
+            slot.touch();
             let req = match decode::<Request>(&body) {
                 Ok(r) => r,
                 Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
