@@ -876,6 +876,53 @@ mod tests {
         }
     }
 
+    /// A call cancelled between its request and its answer (openraft times
+    /// heartbeats out around the call) does not leave that answer for the
+    /// next call to read.
+    #[tokio::test]
+    async fn a_cancelled_call_leaves_no_answer_behind() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut server: BoxStream = Box::new(server);
+            // Answers each vote late, with the term it was asked about.
+            while let Ok(req) = read_frame::<Request>(&mut server).await {
+                let Request::Vote(v) = req else { return };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let reply = Reply::Vote(Ok(VoteResponse::new(v.vote, None, false)));
+                if write_reply(&mut server, &reply).await.is_err() {
+                    return;
+                }
+            }
+        });
+        // One stream only: a reconnect is refused, so reusing the stream
+        // is the only way the second call could succeed.
+        let mut conn = Conn::new(Arc::new(Pipe(Mutex::new(Some(client)))), "peer");
+        let vote = |term| {
+            VoteRequest::new(
+                Vote {
+                    leader_id: LeaderId { term, node_id: 1 },
+                    committed: false,
+                },
+                None,
+            )
+        };
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(10),
+            conn.call(&Request::Vote(vote(1)), Duration::from_secs(5)),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        let second = conn
+            .call(&Request::Vote(vote(2)), Duration::from_secs(5))
+            .await;
+        match second {
+            // The late answer to term 1 would have been taken for term 2's.
+            Ok(Reply::Vote(Ok(r))) => panic!("read a stale answer: {r:?}"),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused),
+        }
+    }
+
     /// A follower whose frame limit is smaller than the leader's answers
     /// `TooLarge`; the leader sends the entries that fit and reports
     /// `PartialSuccess` (openraft sends the rest next) instead of resending
