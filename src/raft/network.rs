@@ -251,11 +251,15 @@ pub struct Conn {
 }
 
 /// A request too large for the peer's frame limit (never sent).
-fn too_large(len: usize, max: usize) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("request of {len} bytes is over the peer's frame limit of {max}"),
-    )
+#[derive(Debug, thiserror::Error)]
+#[error("request of {len} bytes is over the peer's frame limit of {max}")]
+struct FrameTooLarge {
+    len: usize,
+    max: usize,
+}
+
+fn is_too_large(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<FrameTooLarge>())
 }
 
 impl Conn {
@@ -271,11 +275,17 @@ impl Conn {
     }
 
     /// Sends one request and waits for its answer, within `timeout`. A
-    /// request over the peer's frame limit is not sent (`InvalidInput`).
+    /// request over the peer's frame limit is not sent (`FrameTooLarge`).
     pub async fn call(&mut self, req: &Request, timeout: Duration) -> std::io::Result<Reply> {
         let frame = encode_frame(req)?;
         if frame.len() - 4 > self.peer_max_frame {
-            return Err(too_large(frame.len() - 4, self.peer_max_frame));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                FrameTooLarge {
+                    len: frame.len() - 4,
+                    max: self.peer_max_frame,
+                },
+            ));
         }
         // openraft gives replication one heartbeat interval (150 ms); a
         // large frame also gets the time to move and store its bytes at a
@@ -384,7 +394,7 @@ impl RaftNetworkV2<TypeConfig> for Conn {
                 Ok(Reply::Append(Err(e))) => return Err(RPCError::Network(network_err(e))),
                 // Over the peer's limit (it said so, or we knew): fewer.
                 Ok(Reply::TooLarge(_)) => {}
-                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+                Err(e) if is_too_large(&e) => {}
                 Ok(_) => return Err(RPCError::Network(network_err("unexpected reply"))),
                 Err(e) => {
                     // A peer too slow for this much at once (or gone): the
