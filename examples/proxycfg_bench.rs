@@ -179,6 +179,7 @@ async fn run(proxies: usize) {
         snapshot_threshold: 16_384,
         log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
         tombstone_ttl: std::time::Duration::from_secs(15 * 60),
+        limits: Default::default(),
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

@@ -18,7 +18,7 @@ pub const STATE_FORMAT: u32 = 1;
 /// A storage failure, always naming the file and what was being done.
 ///
 /// At start these refuse to start the server; while running, Raft cannot
-/// continue past any of them and the server stops (see `http::serve`).
+/// continue past any of them and the server stops (see `http::run`).
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("{op} {}: {source}", path.display())]

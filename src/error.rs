@@ -3,11 +3,20 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// Bad input: a one-line reason, nothing changed.
     #[error("{0}")]
     BadRequest(String),
+    /// A body, value or write past its size limit (Consul's 413): it could
+    /// never be accepted, so nothing was proposed.
+    #[error("{0}")]
+    TooLarge(String),
+    /// This server is over a queue or connection budget right now: nothing
+    /// was changed, and the same request may succeed later (Consul's rate
+    /// limiter answers 429 too).
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     NotFound(String),
     /// No leader could be reached within the hold time.
@@ -30,6 +39,8 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::NoLeader | Error::LeadershipLost | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR

@@ -79,6 +79,23 @@ struct ServerArgs {
     log_level: String,
     #[arg(long)]
     log_json: bool,
+    /// HTTP connections open at once; past it a new one is closed at once
+    /// (default: 16384, or less to stay within the open-files limit).
+    #[arg(long)]
+    http_max_conns: Option<usize>,
+    /// Time a request's head may take to arrive, from its first byte.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    http_read_header_timeout: std::time::Duration,
+    /// An HTTP connection with no request in flight and no traffic for
+    /// this long is closed.
+    #[arg(long, value_parser = parse_duration, default_value = "2m")]
+    http_idle_timeout: std::time::Duration,
+    /// Blocking queries waiting at once; past it one answers 429.
+    #[arg(long, default_value_t = 16_384)]
+    http_max_blocking_queries: usize,
+    /// Connections open at once on the Raft port (from one IP: a quarter).
+    #[arg(long, default_value_t = 512)]
+    raft_max_conns: usize,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +188,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
+            let limits = server_limits(&a);
             let (data_dir, _tmp) = match (a.dev, a.data_dir) {
                 (_, Some(d)) => (d, None),
                 (true, None) => {
@@ -191,13 +209,27 @@ fn main() -> anyhow::Result<()> {
                 snapshot_threshold: a.raft_snapshot_threshold,
                 log_segment_bytes: a.raft_log_segment_bytes,
                 tombstone_ttl: a.tombstone_ttl,
+                limits,
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::serve(config))
+                .block_on(cairn::http::run(config))
         }
     }
+}
+
+fn server_limits(a: &ServerArgs) -> cairn::server::Limits {
+    let mut l = cairn::server::Limits::default();
+    if let Some(n) = a.http_max_conns {
+        l.http.max_conns = n.max(1);
+    }
+    l.http.header_timeout = a.http_read_header_timeout;
+    l.http.idle_timeout = a.http_idle_timeout;
+    l.http.max_blocking = a.http_max_blocking_queries.max(1);
+    l.raft_port.max_conns = a.raft_max_conns.max(4);
+    l.raft_port.max_conns_per_ip = (a.raft_max_conns / 4).max(4);
+    l
 }
 
 /// The dev server's data dir, removed when the server stops.

@@ -52,6 +52,26 @@ pub static LOG_FSYNC_BATCH: Counter = Counter::new(
 );
 pub static BLOCKING_QUERIES: Counter =
     Counter::new("cairn_blocking_queries_total", "blocking queries started");
+pub static WRITES_REFUSED_BUSY: Counter = Counter::new(
+    "cairn_writes_refused_busy_total",
+    "client writes answered 429: the proposal queue was at its budget",
+);
+pub static BLOCKING_REFUSED_BUSY: Counter = Counter::new(
+    "cairn_blocking_queries_refused_total",
+    "blocking queries answered 429: the server was at its cap",
+);
+pub static HTTP_CONNS_REFUSED: Counter = Counter::new(
+    "cairn_http_conns_refused_total",
+    "HTTP connections closed at once: over the connection cap",
+);
+pub static RAFT_CONNS_REFUSED: Counter = Counter::new(
+    "cairn_raft_conns_refused_total",
+    "connections to the Raft port closed to make room for a newer one: over a connection cap",
+);
+pub static RAFT_FRAMES_REFUSED: Counter = Counter::new(
+    "cairn_raft_frames_refused_total",
+    "frames on the Raft port refused: too large, undecodable, or from a non-member",
+);
 
 /// A value that goes up and down.
 pub struct Gauge {
@@ -103,6 +123,11 @@ pub static ALL: &[&Counter] = &[
     &APPLIED,
     &LOG_FSYNCS,
     &LOG_FSYNC_BATCH,
+    &WRITES_REFUSED_BUSY,
+    &BLOCKING_REFUSED_BUSY,
+    &HTTP_CONNS_REFUSED,
+    &RAFT_CONNS_REFUSED,
+    &RAFT_FRAMES_REFUSED,
     &BLOCKING_QUERIES,
 ];
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use openraft::error::{ClientWriteError, RaftError};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::raft::cluster::Cluster;
@@ -20,7 +20,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
 use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
-use crate::state::{Command, Persist, Response, SledBackend, Store};
+use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
 use crate::stream::Publisher;
 
 #[derive(Debug, Clone)]
@@ -38,6 +38,15 @@ pub struct ServerConfig {
     pub log_segment_bytes: u64,
     /// How long deleted objects' index entries (tombstones) are kept.
     pub tombstone_ttl: Duration,
+    /// Connection budgets and timeouts of the ports.
+    pub limits: Limits,
+}
+
+/// What a server's ports accept (ARCHITECTURE.md: invariants).
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub raft_port: network::PortLimits,
+    pub http: crate::request::serve::HttpLimits,
 }
 
 pub struct Server {
@@ -56,12 +65,22 @@ pub struct Server {
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
+    /// What client writes accepted and not yet answered may hold: the
+    /// channel above is bounded by these, not by its own capacity.
+    queue_writes: Arc<Semaphore>,
+    queue_bytes: Arc<Semaphore>,
+    /// Blocking queries waiting at once (`Limits::http.max_blocking`).
+    blocking: Arc<Semaphore>,
 }
 
 /// A client write waiting to be proposed, and where its answer goes.
 struct Proposal {
     cmd: Command,
+    /// Its encoded size.
+    bytes: usize,
     done: oneshot::Sender<Result<Response>>,
+    /// Its share of the queue budget, given back once it is answered.
+    budget: (OwnedSemaphorePermit, OwnedSemaphorePermit),
 }
 
 /// Batches proposed at once; writes arriving meanwhile wait and go together.
@@ -71,6 +90,20 @@ struct Proposal {
 const BATCHES_IN_FLIGHT: usize = 8;
 /// The most client writes in one Raft entry.
 const MAX_BATCH: usize = 256;
+/// The most bytes of client writes (encoded) in one Raft entry; a larger
+/// single write goes alone. Keeps an entry, and so an AppendEntries and a
+/// frame, small whatever the writes' sizes (256 writes of 500 KiB made
+/// one 128 MB entry that no follower would take: the cluster wedged).
+pub const BATCH_BYTES: usize = 1 << 20;
+/// The largest single write, encoded: one that could never be replicated
+/// within the frame limit is refused up front (413). Request bodies stop at
+/// 4 MiB (`http::MAX_BODY`), so only re-encoding overhead can reach it.
+pub const MAX_COMMAND_BYTES: usize = 6 << 20;
+/// Client writes accepted but not yet answered (queued or being
+/// committed): past either budget a write answers 429 and changes nothing,
+/// rather than queueing without bound and timing out into a 500.
+pub const QUEUE_WRITES: usize = 8192;
+pub const QUEUE_BYTES: usize = 64 << 20;
 
 /// How long a write waits for a leader before answering `No cluster leader`.
 pub const LEADER_HOLD: Duration = Duration::from_secs(7);
@@ -200,7 +233,12 @@ impl Server {
             config.join.clone(),
             connector,
         ));
-        tokio::spawn(network::serve(listener, raft.clone(), cluster.clone()));
+        tokio::spawn(network::serve(
+            listener,
+            raft.clone(),
+            cluster.clone(),
+            config.limits.raft_port.clone(),
+        ));
         tokio::spawn(cluster.clone().form(used));
         tokio::spawn(cluster.clone().lead());
         tokio::spawn(cluster.clone().reap_tombstones(config.tombstone_ttl));
@@ -215,6 +253,7 @@ impl Server {
         let proxycfg =
             crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
+        let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
         Ok(Arc::new(Server {
             proxycfg,
             views,
@@ -228,6 +267,9 @@ impl Server {
             agent: std::sync::OnceLock::new(),
             db: sled,
             proposals,
+            queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),
+            queue_bytes: Arc::new(Semaphore::new(QUEUE_BYTES)),
+            blocking,
         }))
     }
 
@@ -235,7 +277,7 @@ impl Server {
     /// answered. Only the leader can; waits up to `LEADER_HOLD` for one.
     ///
     /// Writes that arrive while `BATCHES_IN_FLIGHT` earlier batches are
-    /// being committed are proposed together as one `Command::Batch` entry.
+    /// being committed are proposed together as one `Payload::Batch` entry.
     /// openraft 0.10 already group-commits entries (one append and one fsync
     /// for all it has queued), so this only saves the per-entry costs
     /// (encoding, log records, apply and publish per entry): ~25% of the CPU
@@ -245,9 +287,40 @@ impl Server {
         if let Some(r) = self.bug_ack_before_commit(&cmd).await {
             return r;
         }
+        cmd.check_names().map_err(Error::BadRequest)?;
+        let bytes = bincode::serialized_size(&cmd)
+            .map_err(|e| Error::Internal(format!("encoding a write: {e}")))?
+            as usize;
+        if bytes > MAX_COMMAND_BYTES {
+            return Err(Error::TooLarge(format!(
+                "Write too large: {bytes} bytes encoded, max size: {MAX_COMMAND_BYTES} bytes"
+            )));
+        }
+        let busy = |_| {
+            crate::metrics::WRITES_REFUSED_BUSY.inc();
+            Error::Busy(format!(
+                "Too many writes in flight on this server (max {QUEUE_WRITES} writes, \
+                 {QUEUE_BYTES} bytes): try again later"
+            ))
+        };
+        let budget = (
+            self.queue_writes
+                .clone()
+                .try_acquire_owned()
+                .map_err(busy)?,
+            self.queue_bytes
+                .clone()
+                .try_acquire_many_owned(bytes.max(1) as u32)
+                .map_err(busy)?,
+        );
         let (done, answer) = oneshot::channel();
         self.proposals
-            .send(Proposal { cmd, done })
+            .send(Proposal {
+                cmd,
+                bytes,
+                done,
+                budget,
+            })
             .map_err(|_| Error::Internal("server shutting down".into()))?;
         answer
             .await
@@ -262,13 +335,25 @@ impl Server {
             return None;
         }
         let raft = self.raft.clone();
-        let proposed = cmd.clone();
+        let proposed = Payload::One(cmd.clone());
         let mut commit = tokio::spawn(async move { raft.client_write(proposed).await });
         match tokio::time::timeout(Duration::from_millis(20), &mut commit).await {
             Ok(Ok(Ok(r))) => Some(Ok(r.data)),
             Ok(_) => None,
             Err(_) => Some(Ok(Response::Kv(crate::structs::KvOutcome::Done(true)))),
         }
+    }
+
+    /// A place among the blocking queries waiting at once, held while one
+    /// waits; none left: 429, as Consul's limiter answers.
+    pub fn blocking_permit(&self) -> Result<OwnedSemaphorePermit> {
+        self.blocking.clone().try_acquire_owned().map_err(|_| {
+            crate::metrics::BLOCKING_REFUSED_BUSY.inc();
+            Error::Busy(format!(
+                "Too many blocking queries on this server (max {}): try again later",
+                self.config.limits.http.max_blocking
+            ))
+        })
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.
@@ -356,21 +441,37 @@ impl Server {
     }
 }
 
-/// Takes client writes off the queue and proposes them, everything waiting
-/// in one entry, with up to `BATCHES_IN_FLIGHT` entries being committed.
+/// Takes client writes off the queue and proposes them, what is waiting in
+/// one entry (up to `MAX_BATCH` writes and `BATCH_BYTES`), with up to
+/// `BATCHES_IN_FLIGHT` entries being committed.
 async fn propose_batches(raft: Raft, me: u64, mut queue: mpsc::UnboundedReceiver<Proposal>) {
     let slots = std::sync::Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    // A write taken off the queue that did not fit the batch before: it
+    // starts the next one.
+    let mut carried: Option<Proposal> = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let Some(first) = queue.recv().await else {
-            return;
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match queue.recv().await {
+                Some(p) => p,
+                None => return,
+            },
         };
+        let mut bytes = first.bytes;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) if bytes + p.bytes > BATCH_BYTES => {
+                    carried = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += p.bytes;
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }
@@ -379,13 +480,20 @@ async fn propose_batches(raft: Raft, me: u64, mut queue: mpsc::UnboundedReceiver
             let _slot = slot;
             if batch.len() == 1 {
                 let p = batch.pop().expect("one");
-                let r = commit(&raft, me, p.cmd).await;
+                let r = commit(&raft, me, Payload::One(p.cmd)).await;
                 let _ = p.done.send(r);
                 return;
             }
-            let (cmds, dones): (Vec<_>, Vec<_>) =
-                batch.into_iter().map(|p| (p.cmd, p.done)).unzip();
-            match commit(&raft, me, Command::Batch(cmds)).await {
+            // The budgets are given back once every answer is sent.
+            let mut cmds = Vec::with_capacity(batch.len());
+            let mut dones = Vec::with_capacity(batch.len());
+            let mut budgets = Vec::with_capacity(batch.len());
+            for p in batch {
+                cmds.push(p.cmd);
+                dones.push(p.done);
+                budgets.push(p.budget);
+            }
+            match commit(&raft, me, Payload::Batch(cmds)).await {
                 Ok(Response::Batch(rs)) if rs.len() == dones.len() => {
                     for (done, r) in dones.into_iter().zip(rs) {
                         let _ = done.send(Ok(r));
@@ -399,27 +507,18 @@ async fn propose_batches(raft: Raft, me: u64, mut queue: mpsc::UnboundedReceiver
                 }
                 Err(e) => {
                     for done in dones {
-                        let _ = done.send(Err(same_error(&e)));
+                        let _ = done.send(Err(e.clone()));
                     }
                 }
             }
+            drop(budgets);
         });
-    }
-}
-
-fn same_error(e: &Error) -> Error {
-    match e {
-        Error::BadRequest(m) => Error::BadRequest(m.clone()),
-        Error::NotFound(m) => Error::NotFound(m.clone()),
-        Error::NoLeader => Error::NoLeader,
-        Error::LeadershipLost => Error::LeadershipLost,
-        Error::Internal(m) => Error::Internal(m.clone()),
     }
 }
 
 /// Proposes one entry and waits for its answer, up to `LEADER_HOLD` for a
 /// leader (this server: writes reach the leader through the HTTP layer).
-async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
+async fn commit(raft: &Raft, me: u64, cmd: Payload) -> Result<Response> {
     let deadline = tokio::time::Instant::now() + LEADER_HOLD;
     loop {
         // A leader cut off from its quorum never commits: bound the wait.

@@ -53,9 +53,9 @@ impl Connect for SimConnect {
 pub struct SimListener(pub turmoil::net::TcpListener);
 
 impl Accept for SimListener {
-    async fn accept(&mut self) -> std::io::Result<BoxStream> {
-        let (s, _) = self.0.accept().await?;
-        Ok(Box::new(s))
+    async fn accept(&mut self) -> std::io::Result<(BoxStream, std::net::IpAddr)> {
+        let (s, peer) = self.0.accept().await?;
+        Ok((Box::new(s), peer.ip()))
     }
 }
 
@@ -175,6 +175,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         // Short, so that runs reap tombstones (deterministically, on every
         // server) while faults come and go.
         tombstone_ttl: std::time::Duration::from_secs(2),
+        limits: Default::default(),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

@@ -173,6 +173,7 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
         .then(|| s.views.get(topic, &name))
         .flatten();
     let (index, found): (u64, Vec<Arc<Instance>>) = if let Some(view) = view {
+        let _permit = s.blocking_permit()?;
         crate::metrics::BLOCKING_QUERIES.inc();
         let answer = view.wait(opts.index, opts.deadline()).await;
         (answer.index, answer.instances.values().cloned().collect())

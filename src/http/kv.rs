@@ -106,7 +106,7 @@ async fn put_kv(
         ));
     }
     if body.len() > MAX_VALUE {
-        return Err(Error::bad(format!(
+        return Err(Error::TooLarge(format!(
             "Request body({} bytes) too large, max size: {MAX_VALUE} bytes",
             body.len()
         )));
@@ -183,7 +183,7 @@ struct TxnKv {
 fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
     let ops: Vec<Value> = crate::request::decode_json(body)?;
     if ops.len() > MAX_TXN_OPS {
-        return Err(Error::bad(format!(
+        return Err(Error::TooLarge(format!(
             "Transaction contains too many operations ({} > {MAX_TXN_OPS})",
             ops.len()
         )));
@@ -209,7 +209,11 @@ fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
             None => Vec::new(),
         };
         if value.len() > MAX_VALUE {
-            return Err(Error::bad(format!("Operation {i}: value too large")));
+            return Err(Error::TooLarge(format!(
+                "Value for key {:?} is too large ({} > {MAX_VALUE} bytes)",
+                kv.key,
+                value.len()
+            )));
         }
         if kv.key.is_empty() && !matches!(verb, KvVerb::GetTree | KvVerb::DeleteTree) {
             return Err(Error::bad(format!("Operation {i}: Missing key name")));

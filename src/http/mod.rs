@@ -83,7 +83,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            return Error::bad(format!("Request body too large or unreadable: {e}"))
+            return Error::TooLarge(format!("Request body too large or unreadable: {e}"))
                 .into_response();
         }
     };
@@ -177,6 +177,7 @@ pub async fn blocking<T>(
     if opts.index == 0 {
         return Ok(read(&s.store.state()));
     }
+    let _permit = s.blocking_permit()?;
     crate::metrics::BLOCKING_QUERIES.inc();
     let deadline = opts.deadline();
     // Subscribed once: a receiver that woke keeps its place, so a wake that
@@ -227,7 +228,7 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 /// Runs a server process until SIGINT or SIGTERM (or a storage fault,
 /// which ends it with `FAULT_EXIT`): its Raft core, the
 /// leader's reaper, this HTTP API and the server's own agent.
-pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(liveness::reap(server.clone()));
     let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -239,12 +240,10 @@ pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
     let stop = Arc::new(tokio::sync::Notify::new());
-    let serve = axum::serve(listener, app).with_graceful_shutdown({
-        let stop = stop.clone();
-        async move { stop.notified().await }
-    });
+    let serve =
+        crate::request::serve::serve(listener, app, config.limits.http.clone(), stop.clone());
     tokio::select! {
-        r = serve => r?,
+        _ = serve => {},
         why = server.raft_failed() => {
             // Fail stop: a server whose log or state store failed must not
             // linger answering 500s and stale reads. Exiting lets a

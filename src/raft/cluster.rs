@@ -53,6 +53,10 @@ pub struct Cluster {
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Servers remembered from greetings while forming (a cluster forms from a
+/// handful; anything past this greeting us is ignored).
+const MAX_KNOWN: usize = 64;
+
 impl Cluster {
     pub fn new(
         id: NodeId,
@@ -273,7 +277,7 @@ impl Cluster {
                 let cmd = Command::InitCluster {
                     cluster_id: uuid::Uuid::new_v4().to_string(),
                 };
-                if let Err(e) = self.raft.client_write(cmd).await {
+                if let Err(e) = self.raft.client_write(cmd.into()).await {
                     tracing::warn!(error = %e, "could not record the cluster id");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
@@ -327,7 +331,7 @@ impl Cluster {
             }
             match self
                 .raft
-                .client_write(Command::ReapTombstones { upto })
+                .client_write(Command::ReapTombstones { upto }.into())
                 .await
             {
                 Ok(_) => reaped = upto,
@@ -339,8 +343,12 @@ impl Cluster {
 
 impl Formation for Cluster {
     async fn hello(&self, from: Hello) -> Hello {
-        if from.id != self.id {
-            self.known.lock().unwrap().insert(from.id, from.node);
+        // Bookkeeping only while forming, and bounded: anyone can greet.
+        if from.id != self.id && !self.is_initialized() {
+            let mut known = self.known.lock().unwrap();
+            if known.len() < MAX_KNOWN || known.contains_key(&from.id) {
+                known.insert(from.id, from.node);
+            }
         }
         self.hello_msg()
     }

@@ -456,10 +456,25 @@ impl Log {
     }
 
     fn read(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, DiskError> {
+        self.read_upto(range, usize::MAX)
+    }
+
+    /// The entries in `range`, stopping before the one that would take the
+    /// records read past `budget` bytes (the first is always read).
+    fn read_upto(
+        &self,
+        range: (Bound<u64>, Bound<u64>),
+        budget: usize,
+    ) -> Result<Vec<Entry>, DiskError> {
         let from = next_index(self.purged.as_ref());
         let mut out = Vec::new();
         let mut buf = Vec::new();
+        let mut total = 0usize;
         for (_, (_, pos)) in self.entries.range(range).filter(|(i, _)| **i >= from) {
+            total = total.saturating_add(pos.len as usize);
+            if total > budget && !out.is_empty() {
+                break;
+            }
             let seg = &self.segments[&pos.segment].file;
             buf.resize(pos.len as usize, 0);
             seg.file
@@ -730,6 +745,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
         Ok(self.lock()?.read(bounds(&range))?)
     }
 
+    /// What replication sends in one AppendEntries: bounded by bytes as
+    /// well as by openraft's entry count, so a run of large entries goes
+    /// in several requests instead of one frame no follower would take.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        Ok(self.lock()?.read_upto(
+            (Bound::Included(start), Bound::Excluded(end)),
+            super::network::APPEND_BYTES,
+        )?)
+    }
+
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
         match self
             .meta
@@ -828,13 +857,16 @@ mod tests {
     fn big(term: u64, index: u64) -> Entry {
         Entry {
             log_id: id(term, index),
-            payload: EntryPayload::Normal(crate::state::Command::Kv(crate::structs::KvOp {
-                verb: crate::structs::KvVerb::Set,
-                key: format!("k{index}"),
-                value: vec![b'v'; 2000],
-                flags: 0,
-                index: 0,
-            })),
+            payload: EntryPayload::Normal(
+                crate::state::Command::Kv(crate::structs::KvOp {
+                    verb: crate::structs::KvVerb::Set,
+                    key: format!("k{index}"),
+                    value: vec![b'v'; 2000],
+                    flags: 0,
+                    index: 0,
+                })
+                .into(),
+            ),
         }
     }
 

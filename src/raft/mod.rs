@@ -13,7 +13,7 @@ pub mod state_machine;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{Command, Response};
+use crate::state::{Command, Payload, Response};
 
 /// A server as Raft membership records it: enough to reach its Raft port and
 /// to forward HTTP requests to it.
@@ -37,15 +37,23 @@ impl std::fmt::Display for Command {
             Command::InitCluster { .. } => "init-cluster",
             Command::Noop => "noop",
             Command::ReapTombstones { .. } => "reap-tombstones",
-            Command::Batch(b) => return write!(f, "batch of {}", b.len()),
         };
         f.write_str(kind)
     }
 }
 
+impl std::fmt::Display for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::One(c) => c.fmt(f),
+            Payload::Batch(b) => write!(f, "batch of {}", b.len()),
+        }
+    }
+}
+
 openraft::declare_raft_types!(
     pub TypeConfig:
-        D = Command,
+        D = Payload,
         R = Response,
         NodeId = u64,
         Node = ServerNode,

@@ -8,13 +8,23 @@
 //! The byte streams come from a `Connect` (outgoing) and an `Accept`
 //! (incoming): tokio's TCP in a server, a simulated network in the
 //! deterministic simulation (`sim/`), with the same framing and timeouts.
+//!
+//! Anything may connect to the Raft port, so nothing a peer sends is
+//! trusted: frames are bounded (an oversized one is answered `TooLarge`,
+//! which the sender acts on by sending fewer entries), decoding is bounded
+//! and never recurses (`state::Payload` is flat), connections are capped in
+//! number and closed when idle or slow, a snapshot being received is
+//! bounded in size and abandoned with its connection, and Raft messages
+//! from a server outside the membership are refused.
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -26,12 +36,67 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
-/// Frames above this are refused: a snapshot chunk is a few MiB.
-const MAX_FRAME: usize = 64 << 20;
+/// Frames above this are refused (answered `TooLarge`). Everything cairn
+/// sends fits: an AppendEntries holds at most `APPEND_BYTES` of entries or
+/// one entry (at most `server::MAX_COMMAND_BYTES`), a snapshot chunk
+/// `SNAPSHOT_CHUNK`.
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// The entries one AppendEntries carries, in log record bytes (at least one
+/// entry whatever its size): the log read that fills it stops there.
+pub const APPEND_BYTES: usize = 4 << 20;
+
+/// Bytes per second a peer is assumed to take a frame at, at worst: each
+/// RPC's timeout grows by its frame's size at this rate.
+const SLOW_PEER_RATE: f64 = (4 << 20) as f64;
 
 /// A snapshot travels in chunks of this size (frames stay small, and each
-/// chunk gets its own timeout).
+/// chunk gets its own timeout); a larger chunk is refused.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
+
+/// The largest snapshot a server receives (held in memory until installed;
+/// a million KV entries make ~200 MB). Past it the transfer is refused.
+pub const MAX_SNAPSHOT_BYTES: u64 = 2 << 30;
+
+/// Snapshots received at once (each is held in memory whole).
+const SNAPSHOT_RECEIVES: usize = 2;
+
+/// An oversized frame up to this is read and discarded so that its sender
+/// can read the `TooLarge` answer on the same connection; past it the
+/// connection is just closed (no peer of ours sends such a thing).
+const DRAIN_MAX: usize = 4 * MAX_FRAME;
+
+/// The limits of the Raft port.
+#[derive(Debug, Clone)]
+pub struct PortLimits {
+    /// Connections open at once; past it a new one is closed at once.
+    pub max_conns: usize,
+    /// Connections open at once from one IP address.
+    pub max_conns_per_ip: usize,
+    /// A new connection must send its first frame within this.
+    pub first_frame: Duration,
+    /// A connection with no frame begun for this long is closed (peers'
+    /// connections carry a heartbeat every 150 ms).
+    pub idle: Duration,
+    /// A connection receiving a snapshot is closed, and the snapshot
+    /// abandoned, when no chunk begins for this long.
+    pub snapshot_idle: Duration,
+    /// A frame, once begun, must arrive whole within this.
+    pub frame_read: Duration,
+}
+
+impl Default for PortLimits {
+    fn default() -> Self {
+        PortLimits {
+            max_conns: 512,
+            max_conns_per_ip: 128,
+            first_frame: Duration::from_secs(5),
+            idle: Duration::from_secs(60),
+            snapshot_idle: Duration::from_secs(15),
+            frame_read: Duration::from_secs(30),
+        }
+    }
+}
 
 /// What a server says about itself when servers look for each other.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,6 +137,9 @@ pub enum Reply {
     Snapshot(Result<Option<SnapshotResponse<TypeConfig>>, String>),
     Hello(Hello),
     Join(Result<(), String>),
+    /// The request's frame was over the receiver's limit (in bytes); it
+    /// was not processed. An AppendEntries is resent with fewer entries.
+    TooLarge(u64),
 }
 
 /// A byte stream between two servers.
@@ -90,9 +158,9 @@ pub trait Connect: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
 }
 
-/// Accepts streams on this server's Raft address.
+/// Accepts streams on this server's Raft address, with the peer's IP.
 pub trait Accept: Send + 'static {
-    fn accept(&mut self) -> impl Future<Output = io::Result<BoxStream>> + Send;
+    fn accept(&mut self) -> impl Future<Output = io::Result<(BoxStream, IpAddr)>> + Send;
 }
 
 /// The production transport: TCP with Nagle off (RPCs are small and
@@ -114,31 +182,54 @@ impl Connect for TcpConnect {
 }
 
 impl Accept for TcpListener {
-    async fn accept(&mut self) -> io::Result<BoxStream> {
-        let (s, _) = TcpListener::accept(self).await?;
+    async fn accept(&mut self) -> io::Result<(BoxStream, IpAddr)> {
+        let (s, peer) = TcpListener::accept(self).await?;
         let _ = s.set_nodelay(true);
-        Ok(Box::new(s))
+        Ok((Box::new(s), peer.ip()))
     }
 }
 
-async fn write_frame<T: Serialize>(s: &mut BoxStream, v: &T) -> std::io::Result<()> {
-    let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
-    let mut buf = Vec::with_capacity(bytes.len() + 4);
-    buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    buf.extend_from_slice(&bytes);
-    s.write_all(&buf).await
+/// A value as a frame: `[len u32 BE][bincode]`.
+fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    let len = bincode::serialized_size(v).map_err(io::Error::other)? as usize;
+    let mut buf = Vec::with_capacity(len + 4);
+    buf.extend_from_slice(&(len as u32).to_be_bytes());
+    bincode::serialize_into(&mut buf, v).map_err(io::Error::other)?;
+    Ok(buf)
 }
 
-async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> std::io::Result<T> {
-    let len = s.read_u32().await? as usize;
+/// Decodes a frame's body; bincode may use no more than the body's bytes
+/// (a length prefix inside cannot make it allocate past them).
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(body.len() as u64)
+        .deserialize(body)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Reads a frame's body of `len` bytes, refusing one over `MAX_FRAME`.
+async fn read_body(s: &mut BoxStream, len: usize) -> io::Result<Vec<u8>> {
     if len > MAX_FRAME {
-        return Err(std::io::Error::other(format!(
-            "frame of {len} bytes refused"
-        )));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes refused (max {MAX_FRAME})"),
+        ));
     }
-    let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf).await?;
-    bincode::deserialize(&buf).map_err(std::io::Error::other)
+    // Grown as bytes arrive: a length prefix alone allocates nothing.
+    let mut buf = Vec::with_capacity(len.min(64 << 10));
+    (&mut *s).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(buf)
+}
+
+async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Result<T> {
+    let len = s.read_u32().await? as usize;
+    decode(&read_body(s, len).await?)
 }
 
 /// One connection to a peer, reopened on demand.
@@ -146,6 +237,29 @@ pub struct Conn {
     addr: String,
     connector: Arc<dyn Connect>,
     stream: Option<BoxStream>,
+    /// The largest frame the peer takes: ours until it answers `TooLarge`
+    /// with its own.
+    peer_max_frame: usize,
+    /// The most entries the next AppendEntries carries: halved when one
+    /// times out, doubled back on each success.
+    append_cap: usize,
+    /// A call is between writing its request and reading its answer. Still
+    /// set when the next call begins, the last one was cancelled (openraft
+    /// puts its own timeout around heartbeats): the stream may hold its
+    /// late answer, so it is not reused.
+    mid_call: bool,
+}
+
+/// A request too large for the peer's frame limit (never sent).
+#[derive(Debug, thiserror::Error)]
+#[error("request of {len} bytes is over the peer's frame limit of {max}")]
+struct FrameTooLarge {
+    len: usize,
+    max: usize,
+}
+
+fn is_too_large(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<FrameTooLarge>())
 }
 
 impl Conn {
@@ -154,17 +268,39 @@ impl Conn {
             addr: addr.into(),
             connector,
             stream: None,
+            peer_max_frame: MAX_FRAME,
+            append_cap: usize::MAX,
+            mid_call: false,
         }
     }
 
-    /// Sends one request and waits for its answer, within `timeout`.
+    /// Sends one request and waits for its answer, within `timeout`. A
+    /// request over the peer's frame limit is not sent (`FrameTooLarge`).
     pub async fn call(&mut self, req: &Request, timeout: Duration) -> std::io::Result<Reply> {
+        let frame = encode_frame(req)?;
+        if frame.len() - 4 > self.peer_max_frame {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                FrameTooLarge {
+                    len: frame.len() - 4,
+                    max: self.peer_max_frame,
+                },
+            ));
+        }
+        // openraft gives replication one heartbeat interval (150 ms); a
+        // large frame also gets the time to move and store its bytes at a
+        // slow peer's pace, or it would time out and be resent forever.
+        let timeout = timeout + Duration::from_secs_f64(frame.len() as f64 / SLOW_PEER_RATE);
+        if self.mid_call {
+            self.stream = None;
+        }
+        self.mid_call = true;
         let r = tokio::time::timeout(timeout, async {
             if self.stream.is_none() {
                 self.stream = Some(self.connector.connect(&self.addr).await?);
             }
             let s = self.stream.as_mut().expect("connected above");
-            write_frame(s, req).await?;
+            s.write_all(&frame).await?;
             read_frame(s).await
         })
         .await
@@ -174,9 +310,13 @@ impl Conn {
                 "rpc timed out",
             ))
         });
+        self.mid_call = false;
         if r.is_err() {
             // The stream may hold half a frame: never reuse it.
             self.stream = None;
+        }
+        if let Ok(Reply::TooLarge(max)) = &r {
+            self.peer_max_frame = (*max as usize).min(MAX_FRAME);
         }
         r
     }
@@ -225,16 +365,58 @@ fn network_err(e: impl std::fmt::Display) -> NetworkError<TypeConfig> {
 impl RaftNetworkV2<TypeConfig> for Conn {
     type SnapshotData = SnapshotData;
 
+    /// Sends the entries, or as many of the first ones as fit the peer's
+    /// frame limit (then answers `PartialSuccess`, and openraft sends the
+    /// rest next): a request the peer refuses as too large is never resent
+    /// as it was.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(&Request::Append(rpc), option.hard_ttl()).await {
-            Ok(Reply::Append(Ok(r))) => Ok(r),
-            Ok(Reply::Append(Err(e))) => Err(RPCError::Network(network_err(e))),
-            Ok(_) => Err(RPCError::Network(network_err("unexpected reply"))),
-            Err(e) => Err(unreachable(e)),
+        let all = rpc.entries.len();
+        let mut req = Request::Append(rpc);
+        loop {
+            let Request::Append(rpc) = &mut req else {
+                unreachable!("built above")
+            };
+            rpc.entries.truncate(self.append_cap.max(1));
+            let sent_last = rpc.entries.last().map(|e| e.log_id);
+            let sent = rpc.entries.len();
+            match self.call(&req, option.hard_ttl()).await {
+                Ok(Reply::Append(Ok(r))) => {
+                    self.append_cap = self.append_cap.saturating_mul(2);
+                    if r == AppendEntriesResponse::Success && sent < all {
+                        return Ok(AppendEntriesResponse::PartialSuccess(sent_last));
+                    }
+                    return Ok(r);
+                }
+                Ok(Reply::Append(Err(e))) => return Err(RPCError::Network(network_err(e))),
+                // Over the peer's limit (it said so, or we knew): fewer.
+                Ok(Reply::TooLarge(_)) => {}
+                Err(e) if is_too_large(&e) => {}
+                Ok(_) => return Err(RPCError::Network(network_err("unexpected reply"))),
+                Err(e) => {
+                    // A peer too slow for this much at once (or gone): the
+                    // retry openraft makes carries half as many entries.
+                    if e.kind() == io::ErrorKind::TimedOut && sent > 1 {
+                        self.append_cap = sent / 2;
+                    }
+                    return Err(unreachable(e));
+                }
+            }
+            let Request::Append(rpc) = &mut req else {
+                unreachable!("built above")
+            };
+            if rpc.entries.len() <= 1 {
+                // Cannot happen with cairn's own budgets (one entry is at
+                // most `MAX_COMMAND_BYTES`): say so rather than loop.
+                return Err(RPCError::Network(network_err(format!(
+                    "one log entry is over the frame limit of {}",
+                    self.addr
+                ))));
+            }
+            rpc.entries.truncate(rpc.entries.len() / 2);
         }
     }
 
@@ -304,10 +486,125 @@ pub trait Formation: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
 }
 
-/// Serves Raft and formation RPCs on the Raft port until the listener fails.
-pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, formation: Arc<F>) {
+/// The connections open on the Raft port. At a cap the least recently
+/// active connection (from the same IP, for the per-IP cap) is closed to
+/// make room: a peer reconnecting after a timeout always gets in (refusing
+/// the new one instead let a peer's stale connections, whose close never
+/// arrived, lock it out), and a connection that has not yet sent a frame
+/// counts as older than any that has, so idle strangers go first.
+struct Conns {
+    limits: PortLimits,
+    start: tokio::time::Instant,
+    open: Mutex<ConnTable>,
+}
+
+#[derive(Default)]
+struct ConnTable {
+    next_id: u64,
+    /// By id (ordered: which one is evicted never depends on a hash seed).
+    by_id: std::collections::BTreeMap<u64, ConnEntry>,
+}
+
+struct ConnEntry {
+    ip: IpAddr,
+    /// Milliseconds since `start` of its last whole frame (or, before its
+    /// first, of its admission less the first-frame timeout).
+    active: Arc<std::sync::atomic::AtomicU64>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+/// One admitted connection; gives its place back when dropped.
+struct ConnSlot {
+    conns: Arc<Conns>,
+    id: u64,
+    active: Arc<std::sync::atomic::AtomicU64>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+impl Conns {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> ConnSlot {
+        use std::sync::atomic::Ordering;
+        let mut t = self.open.lock().unwrap();
+        let lru = |t: &ConnTable, same_ip: bool| {
+            t.by_id
+                .iter()
+                .filter(|(_, e)| !same_ip || e.ip == ip)
+                .min_by_key(|(id, e)| (e.active.load(Ordering::Relaxed), **id))
+                .map(|(id, _)| *id)
+        };
+        let from_ip = t.by_id.values().filter(|e| e.ip == ip).count();
+        let evict = if from_ip >= self.limits.max_conns_per_ip {
+            lru(&t, true)
+        } else if t.by_id.len() >= self.limits.max_conns {
+            lru(&t, false)
+        } else {
+            None
+        };
+        if let Some(id) = evict
+            && let Some(e) = t.by_id.remove(&id)
+        {
+            crate::metrics::RAFT_CONNS_REFUSED.inc();
+            tracing::debug!(ip = %e.ip, "raft connection closed to make room: over a connection cap");
+            e.close.notify_one();
+        }
+        let id = t.next_id;
+        t.next_id += 1;
+        let first_frame = self.limits.first_frame.as_millis() as u64;
+        let active = Arc::new(std::sync::atomic::AtomicU64::new(
+            self.now_ms().saturating_sub(first_frame),
+        ));
+        let close = Arc::new(tokio::sync::Notify::new());
+        t.by_id.insert(
+            id,
+            ConnEntry {
+                ip,
+                active: active.clone(),
+                close: close.clone(),
+            },
+        );
+        ConnSlot {
+            conns: self.clone(),
+            id,
+            active,
+            close,
+        }
+    }
+}
+
+impl ConnSlot {
+    /// Marks the connection active now (a whole frame arrived).
+    fn touch(&self) {
+        self.active
+            .store(self.conns.now_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.conns.open.lock().unwrap().by_id.remove(&self.id);
+    }
+}
+
+/// Serves Raft and formation RPCs on the Raft port until the listener
+/// fails, within `limits`.
+pub async fn serve<A: Accept, F: Formation>(
+    mut listener: A,
+    raft: super::Raft,
+    formation: Arc<F>,
+    limits: PortLimits,
+) {
+    let conns = Arc::new(Conns {
+        limits,
+        start: tokio::time::Instant::now(),
+        open: Mutex::default(),
+    });
+    let receives = Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_RECEIVES));
     loop {
-        let mut stream = match listener.accept().await {
+        let (stream, ip) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "raft accept failed");
@@ -315,74 +612,378 @@ pub async fn serve<A: Accept, F: Formation>(mut listener: A, raft: super::Raft, 
                 continue;
             }
         };
-        let raft = raft.clone();
-        let formation = formation.clone();
+        let slot = conns.admit(ip);
+        let peer = Peer {
+            raft: raft.clone(),
+            formation: formation.clone(),
+            limits: conns.limits.clone(),
+            receives: receives.clone(),
+            ip,
+        };
         tokio::spawn(async move {
-            // The snapshot being received on this connection: its meta and
-            // the bytes so far.
-            let mut receiving: Option<(SnapshotMeta, Vec<u8>)> = None;
-            while let Ok(req) = read_frame::<Request>(&mut stream).await {
-                let reply = match req {
-                    Request::Append(r) => {
-                        crate::raft::cluster::touch_leader_contact();
-                        Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
-                    }
-                    Request::Vote(r) => Reply::Vote(raft.vote(r).await.map_err(|e| e.to_string())),
-                    Request::SnapshotChunk {
-                        vote,
-                        meta,
-                        offset,
-                        data,
-                        done,
-                    } => {
-                        crate::raft::cluster::touch_leader_contact();
-                        Reply::Snapshot(
-                            receive_chunk(&raft, &mut receiving, vote, meta, offset, data, done)
-                                .await,
-                        )
-                    }
-                    Request::Hello(h) => Reply::Hello(formation.hello(h).await),
-                    Request::Join(id, node) => Reply::Join(formation.join(id, node).await),
-                };
-                if write_frame(&mut stream, &reply).await.is_err() {
-                    break;
-                }
+            let close = slot.close.clone();
+            tokio::select! {
+                _ = peer.serve(stream, &slot) => {}
+                // Evicted to make room for a newer connection.
+                _ = close.notified() => {}
             }
         });
     }
 }
 
-/// Adds a chunk to the snapshot being received; installs it after the last.
-async fn receive_chunk(
-    raft: &super::Raft,
-    receiving: &mut Option<(SnapshotMeta, Vec<u8>)>,
-    vote: Vote,
+/// One incoming connection.
+struct Peer<F> {
+    raft: super::Raft,
+    formation: Arc<F>,
+    limits: PortLimits,
+    receives: Arc<tokio::sync::Semaphore>,
+    ip: IpAddr,
+}
+
+/// A snapshot being received on a connection: its meta, the bytes so far,
+/// and its place among the receives allowed at once.
+struct Receiving {
     meta: SnapshotMeta,
-    offset: u64,
-    data: Vec<u8>,
-    done: bool,
-) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
-    if offset == 0 {
-        *receiving = Some((meta.clone(), Vec::new()));
+    bytes: Vec<u8>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Why a connection is closed.
+#[derive(Debug)]
+enum Close {
+    Idle,
+    Io(io::Error),
+    /// Refused, with the reason (logged).
+    Refused(String),
+}
+
+impl<F: Formation> Peer<F> {
+    async fn serve(self, mut stream: BoxStream, slot: &ConnSlot) {
+        let mut receiving: Option<Receiving> = None;
+        let mut first = true;
+        let why = loop {
+            let idle = if first {
+                self.limits.first_frame
+            } else if receiving.is_some() {
+                self.limits.snapshot_idle
+            } else {
+                self.limits.idle
+            };
+            first = false;
+            let len = match tokio::time::timeout(idle, stream.read_u32()).await {
+                Err(_) => break Close::Idle,
+                Ok(Err(e)) => break Close::Io(e),
+                Ok(Ok(len)) => len as usize,
+            };
+            let body = if len > MAX_FRAME {
+                // Answered, so that a sender with a larger limit learns ours;
+                // read away first (within the frame timeout) if small enough.
+                if len > DRAIN_MAX {
+                    let _ = write_reply(&mut stream, &Reply::TooLarge(MAX_FRAME as u64)).await;
+                    break Close::Refused(format!("frame of {len} bytes"));
+                }
+                let mut body = (&mut stream).take(len as u64);
+                let mut sink = tokio::io::sink();
+                let drain = tokio::io::copy(&mut body, &mut sink);
+                match tokio::time::timeout(self.limits.frame_read, drain).await {
+                    Ok(Ok(n)) if n == len as u64 => {}
+                    _ => break Close::Refused(format!("frame of {len} bytes, not read whole")),
+                }
+                crate::metrics::RAFT_FRAMES_REFUSED.inc();
+                tracing::warn!(ip = %self.ip, len, max = MAX_FRAME, "raft frame over the limit: answered TooLarge");
+                if let Err(e) = write_reply(&mut stream, &Reply::TooLarge(MAX_FRAME as u64)).await {
+                    break Close::Io(e);
+                }
+                continue;
+            } else {
+                match tokio::time::timeout(self.limits.frame_read, read_body(&mut stream, len))
+                    .await
+                {
+                    Err(_) => {
+                        break Close::Refused(format!(
+                            "frame of {len} bytes not whole within {:?}",
+                            self.limits.frame_read
+                        ));
+                    }
+                    Ok(Err(e)) => break Close::Io(e),
+                    Ok(Ok(b)) => b,
+                }
+            };
+            slot.touch();
+            let req = match decode::<Request>(&body) {
+                Ok(r) => r,
+                Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
+            };
+            drop(body);
+            let reply = match self.handle(req, &mut receiving).await {
+                Ok(r) => r,
+                Err(reason) => break Close::Refused(reason),
+            };
+            if let Err(e) = write_reply(&mut stream, &reply).await {
+                break Close::Io(e);
+            }
+        };
+        match why {
+            Close::Refused(reason) => {
+                crate::metrics::RAFT_FRAMES_REFUSED.inc();
+                tracing::warn!(ip = %self.ip, %reason, "raft connection closed");
+            }
+            Close::Idle => tracing::debug!(ip = %self.ip, "idle raft connection closed"),
+            Close::Io(e) => tracing::debug!(ip = %self.ip, error = %e, "raft connection ended"),
+        }
     }
-    let Some((m, buf)) = receiving.as_mut() else {
-        return Err("snapshot chunk without its start".into());
-    };
-    if *m != meta || buf.len() as u64 != offset {
-        *receiving = None;
-        return Err("snapshot chunk out of order".into());
+
+    /// Answers one request; `Err` closes the connection.
+    async fn handle(
+        &self,
+        req: Request,
+        receiving: &mut Option<Receiving>,
+    ) -> Result<Reply, String> {
+        let raft = &self.raft;
+        Ok(match req {
+            Request::Append(r) => {
+                self.member(&r.vote)?;
+                crate::raft::cluster::touch_leader_contact();
+                Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
+            }
+            Request::Vote(r) => {
+                self.member(&r.vote)?;
+                Reply::Vote(raft.vote(r).await.map_err(|e| e.to_string()))
+            }
+            Request::SnapshotChunk {
+                vote,
+                meta,
+                offset,
+                data,
+                done,
+            } => {
+                self.member(&vote)?;
+                crate::raft::cluster::touch_leader_contact();
+                Reply::Snapshot(
+                    self.receive_chunk(receiving, vote, meta, offset, data, done)
+                        .await,
+                )
+            }
+            Request::Hello(h) => Reply::Hello(self.formation.hello(h).await),
+            Request::Join(id, node) => Reply::Join(self.formation.join(id, node).await),
+        })
     }
-    buf.extend_from_slice(&data);
-    if !done {
-        return Ok(None);
+
+    /// Raft messages come only from members (any sender while this server
+    /// knows no membership yet: that is how it is first reached).
+    fn member(&self, vote: &Vote) -> Result<(), String> {
+        let id = vote.leader_id.node_id;
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        let membership = m.membership_config.membership();
+        if membership.nodes().next().is_none() || membership.get_node(&id).is_some() {
+            return Ok(());
+        }
+        Err(format!("raft message from {id}, not a member"))
     }
-    let (meta, bytes) = receiving.take().expect("checked above");
-    let snapshot = Snapshot {
-        meta,
-        snapshot: bytes,
-    };
-    raft.install_full_snapshot(vote, snapshot)
-        .await
-        .map(Some)
-        .map_err(|e| e.to_string())
+
+    /// Adds a chunk to the snapshot being received; installs it after the
+    /// last.
+    async fn receive_chunk(
+        &self,
+        receiving: &mut Option<Receiving>,
+        vote: Vote,
+        meta: SnapshotMeta,
+        offset: u64,
+        data: Vec<u8>,
+        done: bool,
+    ) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
+        if data.len() > SNAPSHOT_CHUNK {
+            *receiving = None;
+            return Err(format!(
+                "snapshot chunk of {} bytes refused (max {SNAPSHOT_CHUNK})",
+                data.len()
+            ));
+        }
+        if offset == 0 {
+            // A new transfer replaces one in progress on this connection.
+            *receiving = None;
+            let permit =
+                self.receives.clone().try_acquire_owned().map_err(|_| {
+                    "too many snapshots being received: try again later".to_string()
+                })?;
+            *receiving = Some(Receiving {
+                meta: meta.clone(),
+                bytes: Vec::new(),
+                _permit: permit,
+            });
+        }
+        let Some(r) = receiving.as_mut() else {
+            return Err("snapshot chunk without its start".into());
+        };
+        if r.meta != meta || r.bytes.len() as u64 != offset {
+            *receiving = None;
+            return Err("snapshot chunk out of order".into());
+        }
+        if offset + data.len() as u64 > MAX_SNAPSHOT_BYTES {
+            *receiving = None;
+            return Err(format!("snapshot over {MAX_SNAPSHOT_BYTES} bytes refused"));
+        }
+        r.bytes.extend_from_slice(&data);
+        if !done {
+            return Ok(None);
+        }
+        let Receiving { meta, bytes, .. } = receiving.take().expect("checked above");
+        let snapshot = Snapshot {
+            meta,
+            snapshot: bytes,
+        };
+        self.raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+}
+
+async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
+    s.write_all(&encode_frame(reply)?).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, Payload};
+    use crate::structs::{KvOp, KvVerb};
+    use openraft::impls::leader_id_adv::LeaderId;
+
+    /// Hands out the client end of an in-memory stream whose other end a
+    /// test serves.
+    struct Pipe(Mutex<Option<tokio::io::DuplexStream>>);
+
+    impl Connect for Pipe {
+        fn connect<'a>(
+            &'a self,
+            _addr: &'a str,
+        ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+            let s = self.0.lock().unwrap().take();
+            Box::pin(async move {
+                s.map(|s| Box::new(s) as BoxStream)
+                    .ok_or_else(|| io::ErrorKind::ConnectionRefused.into())
+            })
+        }
+    }
+
+    fn entry(index: u64, value_len: usize) -> super::super::Entry {
+        let leader_id = LeaderId {
+            term: 1,
+            node_id: 1,
+        };
+        super::super::Entry {
+            log_id: super::super::LogId { leader_id, index },
+            payload: openraft::EntryPayload::Normal(Payload::One(Command::Kv(KvOp {
+                verb: KvVerb::Set,
+                key: format!("k{index}"),
+                value: vec![b'x'; value_len],
+                flags: 0,
+                index: 0,
+            }))),
+        }
+    }
+
+    /// A call cancelled between its request and its answer (openraft times
+    /// heartbeats out around the call) does not leave that answer for the
+    /// next call to read.
+    #[tokio::test]
+    async fn a_cancelled_call_leaves_no_answer_behind() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut server: BoxStream = Box::new(server);
+            // Answers each vote late, with the term it was asked about.
+            while let Ok(req) = read_frame::<Request>(&mut server).await {
+                let Request::Vote(v) = req else { return };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let reply = Reply::Vote(Ok(VoteResponse::new(v.vote, None, false)));
+                if write_reply(&mut server, &reply).await.is_err() {
+                    return;
+                }
+            }
+        });
+        // One stream only: a reconnect is refused, so reusing the stream
+        // is the only way the second call could succeed.
+        let mut conn = Conn::new(Arc::new(Pipe(Mutex::new(Some(client)))), "peer");
+        let vote = |term| {
+            VoteRequest::new(
+                Vote {
+                    leader_id: LeaderId { term, node_id: 1 },
+                    committed: false,
+                },
+                None,
+            )
+        };
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(10),
+            conn.call(&Request::Vote(vote(1)), Duration::from_secs(5)),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        let second = conn
+            .call(&Request::Vote(vote(2)), Duration::from_secs(5))
+            .await;
+        match second {
+            // The late answer to term 1 would have been taken for term 2's.
+            Ok(Reply::Vote(Ok(r))) => panic!("read a stale answer: {r:?}"),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused),
+        }
+    }
+
+    /// A follower whose frame limit is smaller than the leader's answers
+    /// `TooLarge`; the leader sends the entries that fit and reports
+    /// `PartialSuccess` (openraft sends the rest next) instead of resending
+    /// the same request.
+    #[tokio::test]
+    async fn a_frame_too_large_for_the_peer_is_resent_smaller() {
+        const PEER_LIMIT: usize = 300 << 10;
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let peer = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut server: BoxStream = Box::new(server);
+            loop {
+                let Ok(len) = server.read_u32().await else {
+                    return seen;
+                };
+                let len = len as usize;
+                let mut body = vec![0u8; len];
+                server.read_exact(&mut body).await.unwrap();
+                let reply = if len > PEER_LIMIT {
+                    seen.push(None);
+                    Reply::TooLarge(PEER_LIMIT as u64)
+                } else {
+                    let Request::Append(r) = decode::<Request>(&body).unwrap() else {
+                        panic!("not an append")
+                    };
+                    seen.push(Some(r.entries.len()));
+                    Reply::Append(Ok(AppendEntriesResponse::Success))
+                };
+                write_reply(&mut server, &reply).await.unwrap();
+            }
+        });
+        let mut conn = Conn::new(Arc::new(Pipe(Mutex::new(Some(client)))), "peer");
+        let entries: Vec<_> = (1..=8).map(|i| entry(i, 100 << 10)).collect();
+        let second = entries[1].log_id;
+        let rpc = AppendEntriesRequest {
+            vote: Vote {
+                leader_id: entries[0].log_id.leader_id,
+                committed: true,
+            },
+            prev_log_id: None,
+            entries,
+            leader_commit: None,
+        };
+        let r = conn
+            .append_entries(rpc, RPCOption::new(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        // 8 refused, then 4 (still over the peer's limit, now known to the
+        // sender: not sent), then 2 accepted.
+        assert_eq!(r, AppendEntriesResponse::PartialSuccess(Some(second)));
+        drop(conn);
+        assert_eq!(peer.await.unwrap(), vec![None, Some(2)]);
+    }
 }

@@ -18,7 +18,7 @@ use super::{
     io_err,
 };
 use crate::state::persist::meta_key;
-use crate::state::{Response, State, Store, apply_command, snapshot};
+use crate::state::{Response, State, Store, apply_payload, snapshot};
 use crate::stream::Publisher;
 
 /// The last snapshot, held in memory.
@@ -335,7 +335,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Ok,
                 EntryPayload::Normal(cmd) => {
-                    let (resp, set) = apply_command(&mut state, index, &cmd);
+                    let (resp, set) = apply_payload(&mut state, index, &cmd);
                     // Each event is built from the version its command made
                     // (cheap: the maps are shared, not copied).
                     versions.push(Arc::new(state.clone()));

@@ -5,6 +5,7 @@
 //! server or an agent: both routers build on it.
 
 pub mod rows;
+pub mod serve;
 
 use std::time::Duration;
 
@@ -226,13 +227,11 @@ pub async fn trace_request(req: Request, next: Next) -> Response {
 }
 
 /// The contract answers every kind of bad input with 400 and a one-line
-/// reason; axum's extractors answer some with 413/415/422.
+/// reason; axum's extractors answer some with 415/422. (A body over
+/// `MAX_BODY` keeps axum's 413 and its one-line reason, as the contract and
+/// Consul answer it.)
 fn bad_input_is_400(resp: Response) -> Response {
     match resp.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => Error::bad(format!(
-            "Request body too large, max size: {MAX_BODY} bytes"
-        ))
-        .into_response(),
         StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
             Error::bad("Request decode failed: malformed body").into_response()
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Change, ChangeSet, Command, Response, Row, State, Table, keys};
+use super::{Change, ChangeSet, Command, Payload, Response, Row, State, Table, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
 
@@ -35,17 +35,6 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::ConfigDelete { kind, name, cas } => {
             super::config::delete(&mut tx, kind, name, *cas)
         }
-        // One index, one change set: each command sees the ones before it.
-        Command::Batch(cmds) => {
-            let mut responses = Vec::with_capacity(cmds.len());
-            for c in cmds {
-                let (r, s) = apply_command(tx.state, index, c);
-                tx.set.changes.extend(s.changes);
-                tx.set.watch_keys.extend(s.watch_keys);
-                responses.push(r);
-            }
-            Response::Batch(responses)
-        }
         Command::ReapTombstones { upto } => {
             let (reaped, floors) = super::tombstones::reap(tx.state, *upto);
             for key in reaped {
@@ -58,6 +47,28 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
     };
     let set = tx.finish();
     (response, set)
+}
+
+/// Applies a Raft entry's payload at `index`: one command, or a batch of
+/// them at one index as one change set, each seeing the ones before it.
+pub fn apply_payload(state: &mut State, index: u64, payload: &Payload) -> (Response, ChangeSet) {
+    let cmds = match payload {
+        Payload::One(cmd) => return apply_command(state, index, cmd),
+        Payload::Batch(cmds) => cmds,
+    };
+    let mut set = ChangeSet {
+        index,
+        ..Default::default()
+    };
+    let mut responses = Vec::with_capacity(cmds.len());
+    for c in cmds {
+        let (r, s) = apply_command(state, index, c);
+        set.changes.extend(s.changes);
+        set.watch_keys.extend(s.watch_keys);
+        responses.push(r);
+    }
+    state.index = state.index.max(index);
+    (Response::Batch(responses), set)
 }
 
 fn result(r: Result<(), String>) -> Response {
@@ -389,14 +400,14 @@ mod tests {
     fn a_batch_applies_in_order_at_one_index_with_one_answer_each() {
         let mut st = State::default();
         apply_command(&mut st, 5, &op(KvVerb::Set, "b", "old", 0));
-        let batch = Command::Batch(vec![
+        let batch = Payload::Batch(vec![
             op(KvVerb::Set, "a", "1", 0),
             // Sees the write before it: the key exists, so cas 0 fails.
             op(KvVerb::Cas, "a", "2", 0),
             op(KvVerb::Cas, "b", "new", 5),
             op(KvVerb::Delete, "missing", "", 0),
         ]);
-        let (resp, set) = apply_command(&mut st, 9, &batch);
+        let (resp, set) = apply_payload(&mut st, 9, &batch);
         assert_eq!(
             resp,
             Response::Batch(vec![

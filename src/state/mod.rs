@@ -32,7 +32,7 @@ use crate::structs::{
     TxnError,
 };
 
-pub use apply::apply_command;
+pub use apply::{apply_command, apply_payload};
 pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
 pub use watch::Watches;
 
@@ -64,14 +64,79 @@ pub enum Command {
         cluster_id: String,
     },
     Noop,
-    /// Client writes that arrived together, applied in order at one Raft
-    /// index as one change set (see `Server::write`): each answers on its own.
-    Batch(Vec<Command>),
     /// Proposed by the leader: forget the tombstones at or below this
     /// index (see `tombstones`).
     ReapTombstones {
         upto: u64,
     },
+}
+
+/// What one Raft entry carries. Flat by type: a batch holds single
+/// commands, never another batch, so decoding an entry a peer sent cannot
+/// recurse however the bytes were crafted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Payload {
+    One(Command),
+    /// Client writes that arrived together, applied in order at one Raft
+    /// index as one change set (see `Server::write`): each answers on its own.
+    Batch(Vec<Command>),
+}
+
+impl Command {
+    /// Refuses a name or ID holding a control character (NUL included): a
+    /// NUL is the separator of persisted keys (`node\0id`), so such a name
+    /// could land on another's row after a restart, and no Consul client
+    /// writes one. Checked for every write before it is proposed.
+    pub fn check_names(&self) -> Result<(), String> {
+        fn check(what: &str, v: &str) -> Result<(), String> {
+            if v.chars().any(char::is_control) {
+                return Err(format!(
+                    "Invalid {what} {v:?}: names and IDs may not contain control characters"
+                ));
+            }
+            Ok(())
+        }
+        fn check_health(c: &HealthCheck) -> Result<(), String> {
+            check("node name", &c.node)?;
+            check("check ID", &c.check_id)?;
+            check("service ID", &c.service_id)
+        }
+        match self {
+            Command::Kv(op) => check("key", &op.key),
+            Command::Txn(ops) => ops.iter().try_for_each(|op| check("key", &op.key)),
+            Command::Register(r) => {
+                check("node name", &r.node)?;
+                if let Some(svc) = &r.service {
+                    check("service ID", &svc.id)?;
+                    check("service name", &svc.service)?;
+                }
+                r.check
+                    .iter()
+                    .chain(r.checks.iter())
+                    .try_for_each(check_health)
+            }
+            Command::Deregister(r) => {
+                check("node name", &r.node)?;
+                check("service ID", &r.service_id)?;
+                check("check ID", &r.check_id)
+            }
+            Command::ConfigSet { entry, .. } => ["Kind", "Name"]
+                .iter()
+                .filter_map(|k| entry.get(k).and_then(Value::as_str))
+                .try_for_each(|v| check("config entry name", v)),
+            Command::ConfigDelete { kind, name, .. } => {
+                check("config entry kind", kind)?;
+                check("config entry name", name)
+            }
+            Command::InitCluster { .. } | Command::Noop | Command::ReapTombstones { .. } => Ok(()),
+        }
+    }
+}
+
+impl From<Command> for Payload {
+    fn from(c: Command) -> Self {
+        Payload::One(c)
+    }
 }
 
 /// What applying a command answered.
@@ -85,7 +150,7 @@ pub enum Response {
     /// The command was refused by the state machine (bad input that only the
     /// state can reveal, e.g. a check for an unknown service): a 400.
     Rejected(String),
-    /// The answers of a `Command::Batch`, in its order.
+    /// The answers of a `Payload::Batch`, in its order.
     Batch(Vec<Response>),
 }
 

@@ -1,0 +1,281 @@
+//! Serving the HTTP API within limits: a cap on open connections, a
+//! header-read timeout (from a request's first byte to the end of its
+//! head), and an idle timeout (no request in flight and no byte moved).
+//! Blocking queries are capped apart (`Server::blocking_permit`).
+//!
+//! axum's own `serve` has none of these; a connection here is hyper's
+//! HTTP/1.1 with a watchdog beside it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// The limits of the HTTP port.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// Connections open at once; past it a new one is closed at once.
+    pub max_conns: usize,
+    /// A request's head must arrive whole within this of its first byte.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight and no byte read or written
+    /// for this long is closed (longer than clients' own idle timeouts, 90 s
+    /// in Go, so that they close first and never race a close).
+    pub idle_timeout: Duration,
+    /// Blocking queries waiting at once; past it one answers 429.
+    pub max_blocking: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            // 10,000 watchers (the benchmark) plus room for everything
+            // else, within the descriptors the process may open.
+            max_conns: 16_384.min(fd_budget()),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            max_blocking: 16_384,
+        }
+    }
+}
+
+/// File descriptors HTTP may use: the soft limit less a reserve for the
+/// Raft port, the data dir and outgoing connections.
+fn fd_budget() -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    soft.saturating_sub(1024).max(64)
+}
+
+/// What the watchdog of one connection reads.
+#[derive(Default)]
+struct Clock {
+    /// Milliseconds since `start` of the last byte read or written.
+    last_io: AtomicU64,
+    /// When the head of a request not yet handed to the router began
+    /// (ms since `start`, +1; 0: none).
+    head_since: AtomicU64,
+    /// Requests being answered (until their body has been sent).
+    in_flight: AtomicUsize,
+}
+
+struct Conn<S> {
+    io: S,
+    clock: Arc<Clock>,
+    start: Instant,
+}
+
+fn ms(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = ms(self.start);
+            self.clock.last_io.store(now, Ordering::Relaxed);
+            // Bytes with nothing in flight start a request's head.
+            if self.clock.in_flight.load(Ordering::Relaxed) == 0 {
+                let _ = self.clock.head_since.compare_exchange(
+                    0,
+                    now + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &r
+            && *n > 0
+        {
+            self.clock.last_io.store(ms(self.start), Ordering::Relaxed);
+        }
+        r
+    }
+
+    // Passed through, so hyper writes head and body without copying them
+    // into one buffer first.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &r
+            && *n > 0
+        {
+            self.clock.last_io.store(ms(self.start), Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A request counted in flight until its response body is done.
+struct InFlight(Arc<Clock>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted in flight.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Serves `app` on `listener` within `limits` until `stop` is notified.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    stop: Arc<tokio::sync::Notify>,
+) {
+    let conns = Arc::new(Semaphore::new(limits.max_conns));
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = stop.notified() => return,
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of descriptors, most likely: let some close.
+                    tracing::warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = conns.clone().try_acquire_owned() else {
+            // Closed at once (dropped): it holds no descriptor.
+            crate::metrics::HTTP_CONNS_REFUSED.inc();
+            tracing::debug!(%peer, "HTTP connection refused: over the connection cap");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let limits = limits.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            serve_conn(stream, app, &limits).await;
+        });
+    }
+}
+
+async fn serve_conn(stream: tokio::net::TcpStream, app: Router, limits: &HttpLimits) {
+    use tower::ServiceExt;
+    let start = Instant::now();
+    let clock = Arc::new(Clock::default());
+    let io = Conn {
+        io: stream,
+        clock: clock.clone(),
+        start,
+    };
+    let service = {
+        let clock = clock.clone();
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            clock.in_flight.fetch_add(1, Ordering::Relaxed);
+            clock.head_since.store(0, Ordering::Relaxed);
+            let in_flight = InFlight(clock.clone());
+            let app = app.clone();
+            async move {
+                let resp = app.oneshot(req.map(Body::new)).await?;
+                Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                    Body::new(Tracked {
+                        body,
+                        _in_flight: in_flight,
+                    })
+                }))
+            }
+        })
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let header_ms = limits.header_timeout.as_millis() as u64;
+    let idle_ms = limits.idle_timeout.as_millis() as u64;
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tick.tick() => {
+                let now = ms(start);
+                let head = clock.head_since.load(Ordering::Relaxed);
+                let busy = clock.in_flight.load(Ordering::Relaxed) > 0;
+                let slow_head = !busy && head > 0 && now + 1 - head > header_ms;
+                let idle = !busy && head == 0
+                    && now.saturating_sub(clock.last_io.load(Ordering::Relaxed)) > idle_ms;
+                if slow_head || idle {
+                    tracing::debug!(slow_head, idle, "HTTP connection closed");
+                    // Nothing is in flight: closing loses no answer.
+                    return;
+                }
+            }
+        }
+    }
+}

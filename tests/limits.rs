@@ -1,0 +1,482 @@
+//! Budgets and backpressure against real processes: a burst of large
+//! writes never wedges a cluster, and whatever was acknowledged is on every
+//! server afterwards.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::procs::*;
+
+/// A value of `len` bytes that names its key (so a value read back under
+/// another key, or cut short, is caught).
+fn big_value(n: usize, len: usize) -> Vec<u8> {
+    let tag = format!("big-{n}:");
+    tag.bytes().cycle().take(len).collect()
+}
+
+/// The last `n` lines of a server's log, for a failure's message.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_large_writes_never_wedges_the_cluster() {
+    const WRITES: usize = 300;
+    const LEN: usize = 500 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let procs = cluster(dir.path(), 3, &[]);
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+
+    // All at once, spread over the three HTTP ports.
+    let burst: Vec<_> = (0..WRITES)
+        .map(|n| {
+            let url = procs[n % procs.len()].url(&format!("/v1/kv/big/{n}"));
+            let c = c.clone();
+            tokio::spawn(async move {
+                let r = c.put(url).body(big_value(n, LEN)).send().await;
+                match r {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let body = r.text().await.unwrap_or_default();
+                        (n, status, body)
+                    }
+                    Err(e) => (n, 0, e.to_string()),
+                }
+            })
+        })
+        .collect();
+    let mut acked = Vec::new();
+    let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut refused = Vec::new();
+    for t in burst {
+        let (n, status, body) = t.await.unwrap();
+        *statuses.entry(status).or_default() += 1;
+        if status == 200 && body.trim() == "true" {
+            acked.push(n);
+        }
+        if status != 200 && status != 429 {
+            refused.push(format!("write {n} answered {status}: {body}"));
+        }
+    }
+    let burst_over = Instant::now();
+    eprintln!("burst answers: {statuses:?}");
+    assert!(!acked.is_empty(), "no large write was acknowledged");
+
+    // Small writes commit at once after the burst, on every server.
+    for (i, p) in procs.iter().enumerate() {
+        let started = Instant::now();
+        let r = put(&c, p, &format!("small/{i}"), "x").await;
+        if r != Ok(true) {
+            for p in &procs {
+                eprintln!("--- {} ---\n{}", p.name, tail(&p.log_text(), 40));
+            }
+        }
+        assert_eq!(r, Ok(true), "small write through {}", p.name);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "small write through {} took {:?} after the burst",
+            p.name,
+            started.elapsed()
+        );
+    }
+    assert!(
+        burst_over.elapsed() < Duration::from_secs(6),
+        "three small writes took {:?}",
+        burst_over.elapsed()
+    );
+
+    // Refused for load (429) is the only other answer the contract allows:
+    // never a 500 from a queue that grew or timed out.
+    if !refused.is_empty() {
+        for p in &procs {
+            eprintln!("--- {} ---\n{}", p.name, tail(&p.log_text(), 40));
+        }
+    }
+    assert!(refused.is_empty(), "{refused:#?}");
+
+    // Every acknowledged value is on every server, whole.
+    for p in &procs {
+        for &n in &acked {
+            let want = big_value(n, LEN);
+            let got = eventually(
+                Duration::from_secs(30),
+                &format!("big/{n} on {}", p.name),
+                || async {
+                    let r = c
+                        .get(p.url(&format!("/v1/kv/big/{n}?raw&stale")))
+                        .send()
+                        .await
+                        .ok()?;
+                    if r.status() != 200 {
+                        return None;
+                    }
+                    Some(r.bytes().await.ok()?.to_vec())
+                },
+            )
+            .await;
+            assert!(got == want, "big/{n} on {} differs", p.name);
+        }
+    }
+}
+
+/// A frame as the Raft transport writes one: `[len u32 BE][body]`.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+/// An AppendEntries frame whose one entry is `Normal(X)`, where `X` is
+/// `levels` times "a batch of one, holding": the nesting that overflowed a
+/// server's stack when `Command::Batch` could hold a batch (variant 8 of the
+/// command, then a length of 1, repeated).
+fn nested_batches(levels: usize) -> Vec<u8> {
+    use cairn::raft::network::Request;
+    use cairn::raft::{Entry, LogId, Vote};
+    use cairn::state::{Command, Payload};
+    use openraft::impls::leader_id_adv::LeaderId;
+    let leader_id = LeaderId {
+        term: 1,
+        node_id: 1,
+    };
+    let req = Request::Append(openraft::raft::AppendEntriesRequest {
+        vote: Vote {
+            leader_id,
+            committed: true,
+        },
+        prev_log_id: None,
+        entries: vec![Entry {
+            log_id: LogId {
+                leader_id,
+                index: 1,
+            },
+            payload: openraft::EntryPayload::Normal(Payload::One(Command::Noop)),
+        }],
+        leader_commit: None,
+    });
+    let mut body = bincode::serialize(&req).unwrap();
+    // Cut `One` (u32), `Noop` (u32) and `leader_commit: None` (u8): what is
+    // left ends with the entry payload's `Normal` tag.
+    body.truncate(body.len() - 9);
+    for _ in 0..levels {
+        body.extend_from_slice(&8u32.to_le_bytes());
+        body.extend_from_slice(&1u64.to_le_bytes());
+    }
+    frame(&body)
+}
+
+/// Sends `bytes` on a new connection to `addr`; returns once the server has
+/// closed it (or answered and closed), within `within`.
+async fn send_and_wait_close(addr: &str, bytes: &[u8], within: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may close before taking it all: that is fine.
+    let _ = s.write_all(bytes).await;
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(within, s.read_to_end(&mut sink)).await;
+    assert!(closed.is_ok(), "{addr} kept a hostile connection open");
+}
+
+/// Small writes through every server commit, each within `within`.
+async fn writes_commit(c: &reqwest::Client, procs: &[Proc], key: &str, within: Duration) {
+    for p in procs {
+        let started = Instant::now();
+        let r = put(c, p, &format!("{key}/{}", p.name), "x").await;
+        assert_eq!(r, Ok(true), "write through {}", p.name);
+        assert!(
+            started.elapsed() < within,
+            "write through {} took {:?}",
+            p.name,
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_bytes_on_the_raft_port_crash_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    writes_commit(&c, &procs, "before", Duration::from_secs(5)).await;
+
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let within = Duration::from_secs(10);
+    for p in &procs {
+        // Garbage behind a plausible length; a length prefix of 4 GiB; a
+        // frame nested 200,000 levels deep (2.4 MB).
+        send_and_wait_close(&p.raft, &frame(&garbage), within).await;
+        send_and_wait_close(&p.raft, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3], within).await;
+        send_and_wait_close(&p.raft, &nested_batches(200_000), within).await;
+    }
+    // Everyone is still up and the cluster still commits.
+    writes_commit(&c, &procs, "after-frames", Duration::from_secs(3)).await;
+
+    // Thousands of idle connections to every server's Raft port, held
+    // while the cluster keeps committing.
+    let mut idle = Vec::new();
+    for p in &procs {
+        for _ in 0..1500 {
+            if let Ok(s) = tokio::net::TcpStream::connect(&p.raft).await {
+                idle.push(s);
+            }
+        }
+    }
+    assert!(idle.len() > 3000, "only {} connections opened", idle.len());
+    writes_commit(&c, &procs, "while-idle", Duration::from_secs(3)).await;
+    // Past the first-frame timeout the server has closed every one of them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut open = 0;
+        for s in &idle {
+            let mut b = [0u8; 1];
+            if let Err(e) = s.try_read(&mut b)
+                && e.kind() == std::io::ErrorKind::WouldBlock
+            {
+                open += 1;
+            }
+        }
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} idle connections still open"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(idle);
+    writes_commit(&c, &procs, "after-idle", Duration::from_secs(3)).await;
+    for p in &procs {
+        assert!(
+            !p.log_text().contains("panicked"),
+            "{} panicked:\n{}",
+            p.name,
+            tail(&p.log_text(), 40)
+        );
+    }
+}
+
+#[tokio::test]
+async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
+    use serde_json::json;
+    let p = Proc::dev();
+    let c = client();
+    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
+    let service = |id: &str, name: &str| {
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": id, "Service": name, "Port": 80}})
+    };
+    let cases: Vec<(&str, &str, serde_json::Value)> = vec![
+        (
+            "node name",
+            "/v1/catalog/register",
+            json!({"Node": "n\u{0}1", "Address": "10.0.0.1"}),
+        ),
+        (
+            "node name",
+            "/v1/catalog/register",
+            json!({"Node": "n\u{1b}1", "Address": "10.0.0.1"}),
+        ),
+        (
+            "service ID",
+            "/v1/catalog/register",
+            service("web\u{0}1", "web"),
+        ),
+        (
+            "service name",
+            "/v1/catalog/register",
+            service("web1", "we\nb"),
+        ),
+        (
+            "check ID",
+            "/v1/catalog/register",
+            json!({"Node": "n1", "Address": "10.0.0.1",
+                   "Check": {"CheckID": "c\u{0}1", "Name": "c", "Status": "passing"}}),
+        ),
+        (
+            "node name",
+            "/v1/catalog/deregister",
+            json!({"Node": "n\u{0}1"}),
+        ),
+        (
+            "key",
+            "/v1/txn",
+            json!([{"KV": {"Verb": "set", "Key": "t\u{0}k", "Value": "eA=="}}]),
+        ),
+    ];
+    for (what, path, body) in cases {
+        let r = c.put(p.url(path)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 400, "{what} in {body}: {text}");
+        assert!(text.contains(what), "{what} not in {text:?}");
+    }
+    // A NUL in a KV key, as a client sends it in the path.
+    for key in ["a%00b", "a%0Ab", "a%7Fb"] {
+        let r = c
+            .put(p.url(&format!("/v1/kv/{key}")))
+            .body("v")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "key {key}");
+    }
+    // Nothing of it was written.
+    let nodes: Vec<serde_json::Value> = c
+        .get(p.url("/v1/catalog/nodes"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(nodes.iter().all(|n| n["Node"] != "n1"), "{nodes:?}");
+    let r = c.get(p.url("/v1/kv/?keys")).send().await.unwrap();
+    assert_eq!(r.status(), 404, "some key was written");
+    // A plain name still registers.
+    let r = c
+        .put(p.url("/v1/catalog/register"))
+        .json(&service("web1", "web"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Reads from `s` until the server closes it; the time that took, or None
+/// if it stayed open past `within`.
+async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut sink = Vec::new();
+    tokio::time::timeout(within, s.read_to_end(&mut sink))
+        .await
+        .ok()
+        .map(|_| started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_limits_hold_with_their_flags() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Proc::new(
+        "limits",
+        dir.path(),
+        [
+            "--http-max-conns",
+            "40",
+            "--http-read-header-timeout",
+            "1s",
+            "--http-idle-timeout",
+            "3s",
+            "--http-max-blocking-queries",
+            "4",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    p.start();
+    let c = client();
+    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
+    assert_eq!(put(&c, &p, "k", "v").await, Ok(true));
+
+    // A head that never ends is cut at the header timeout.
+    let mut slow = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    slow.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let took = closed_within(&mut slow, Duration::from_secs(10)).await;
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(6)),
+        "a half-sent head was kept {took:?}"
+    );
+
+    // An idle keep-alive connection is closed at the idle timeout, but one
+    // whose blocking query waits longer than that is not.
+    let mut idle = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    idle.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let index = c.get(p.url("/v1/kv/k")).send().await.unwrap();
+    let index = index.headers()["x-consul-index"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut waiting = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    waiting
+        .write_all(
+            format!("GET /v1/kv/k?index={index}&wait=5s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let took = closed_within(&mut idle, Duration::from_secs(15)).await;
+    assert!(
+        took.is_some_and(|t| t > Duration::from_secs(2) && t < Duration::from_secs(10)),
+        "an idle connection was closed after {took:?}"
+    );
+    let mut answer = Vec::new();
+    {
+        use tokio::io::AsyncReadExt;
+        waiting.read_to_end(&mut answer).await.unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "the blocking query was cut: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Past 4 blocking queries at once: 429, and other reads still answer.
+    let parked: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, url) = (
+                c.clone(),
+                p.url(&format!("/v1/kv/k?index={index}&wait=15s")),
+            );
+            tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    eventually(Duration::from_secs(30), "a 429", || async {
+        let r = c
+            .get(p.url(&format!("/v1/kv/k?index={index}&wait=15s")))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 429).then_some(())
+    })
+    .await;
+    assert_eq!(c.get(p.url("/v1/kv/k")).send().await.unwrap().status(), 200);
+    for t in parked {
+        assert_eq!(t.await.unwrap().unwrap(), 200);
+    }
+
+    // Past 40 connections, a new one is closed at once; once they go, the
+    // server takes connections again.
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        held.push(tokio::net::TcpStream::connect(&p.http).await.unwrap());
+    }
+    let mut extra = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let took = closed_within(&mut extra, Duration::from_secs(2)).await;
+    assert!(took.is_some(), "a connection past the cap was kept");
+    drop(held);
+    eventually(
+        Duration::from_secs(10),
+        "a request after the cap",
+        || async {
+            let r = client().get(p.url("/v1/kv/k")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    p.kill();
+}
