@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod proxycfg;
 pub mod raft;
 pub mod server;
+pub mod session;
 pub mod state;
 pub mod stream;
 pub mod structs;

@@ -48,6 +48,8 @@ pub struct Server {
     pub http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
     pub liveness: crate::agent::Leases,
+    /// Session TTL timers (used by the leader).
+    pub sessions: crate::session::Timers,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
 }
@@ -213,6 +215,7 @@ impl Server {
             cluster,
             http,
             liveness: Default::default(),
+            sessions: Default::default(),
             db: sled,
             proposals,
         }))
@@ -415,6 +418,7 @@ async fn commit(raft: &Raft, me: u64, cmd: Command) -> Result<Response> {
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(crate::agent::liveness::reap(server.clone()));
+    tokio::spawn(crate::session::expire(server.clone()));
     let app = crate::http::router(server.clone());
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await

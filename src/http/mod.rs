@@ -9,6 +9,7 @@ mod health;
 mod kv;
 mod proxycfg;
 pub(crate) mod query;
+mod session;
 mod status;
 mod stream;
 
@@ -39,6 +40,7 @@ const FORWARDED: &str = "x-cairn-forwarded";
 pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
+        .merge(session::routes())
         .merge(config::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())

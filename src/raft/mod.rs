@@ -35,6 +35,9 @@ impl std::fmt::Display for Command {
             Command::ConfigDelete { .. } => "config-delete",
             Command::InitCluster { .. } => "init-cluster",
             Command::Noop => "noop",
+            Command::SessionCreate { .. } => "session-create",
+            Command::SessionDestroy { .. } => "session-destroy",
+            Command::Timed { cmd, .. } => return write!(f, "timed {cmd}"),
             Command::Batch(b) => return write!(f, "batch of {}", b.len()),
         };
         f.write_str(kind)

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod kv;
 pub mod persist;
+pub mod session;
 pub mod snapshot;
 pub mod watch;
 
@@ -27,7 +28,7 @@ use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::serde_util::as_json;
 use crate::structs::{
     DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
-    TxnError,
+    Session, TxnError,
 };
 
 pub use apply::apply_command;
@@ -65,6 +66,23 @@ pub enum Command {
     /// Client writes that arrived together, applied in order at one Raft
     /// index as one change set (see `Server::write`): each answers on its own.
     Batch(Vec<Command>),
+    /// A session with its ID (made by the server that received the
+    /// request). `server_node`: its node is that server's own.
+    SessionCreate {
+        #[serde(with = "as_json")]
+        session: Session,
+        server_node: bool,
+    },
+    /// Destroys a session (API destroy, TTL expiry) and releases its locks.
+    SessionDestroy {
+        id: String,
+    },
+    /// A command that needs the time (lock-delay), stamped by the proposing
+    /// server's clock (ms since the epoch); see `state::session`.
+    Timed {
+        now_ms: u64,
+        cmd: Box<Command>,
+    },
 }
 
 /// What applying a command answered.
@@ -90,6 +108,8 @@ pub enum Row {
     Service(Arc<NodeService>),
     Check(Arc<HealthCheck>),
     Config(Arc<ConfigEntry>),
+    Session(Arc<Session>),
+    LockDelay(session::LockDelay),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -99,6 +119,8 @@ pub enum Table {
     Services,
     Checks,
     Config,
+    Sessions,
+    LockDelays,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
     Meta,
@@ -144,6 +166,15 @@ pub struct State {
     pub config_refs: OrdMap<String, OrdMap<String, u32>>,
     /// watch key → index of its last change; survives deletes (tombstones).
     pub indexes: OrdMap<String, u64>,
+    pub sessions: OrdMap<String, Arc<Session>>,
+    /// node → its sessions' ids (derived).
+    pub node_sessions: OrdMap<String, OrdSet<String>>,
+    /// session id → the keys it has locked (derived).
+    pub session_keys: OrdMap<String, OrdSet<String>>,
+    /// KV key → its lock-delay after its session was invalidated.
+    pub lock_delays: OrdMap<String, session::LockDelay>,
+    /// The time of the `Command::Timed` being applied, `None` outside one.
+    pub now_ms: Option<u64>,
 }
 
 impl State {
@@ -194,6 +225,13 @@ pub mod keys {
     pub const SERVICES: &str = "services";
     pub const CHECKS: &str = "checks";
     pub const CLUSTER: &str = "cluster";
+    pub fn session(id: &str) -> String {
+        format!("session/{id}")
+    }
+    pub fn node_sessions(node: &str) -> String {
+        format!("session-node/{node}")
+    }
+    pub const SESSIONS: &str = "sessions";
 }
 
 /// The store a server reads: the current version, the watches, and the

@@ -8,6 +8,8 @@ pub mod config_entry;
 pub mod duration;
 pub mod kv;
 pub mod serde_util;
+pub mod session;
 
 pub use catalog::*;
 pub use kv::*;
+pub use session::*;
