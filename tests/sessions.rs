@@ -194,3 +194,65 @@ fn a_critical_check_and_a_deregistered_node_invalidate_sessions() {
         "Behavior delete removes the key"
     );
 }
+
+/// The greatest number of commands running at once, from their `+`/`-` log.
+fn max_running(log: &str) -> i32 {
+    let (mut now, mut max) = (0, 0);
+    for c in log.chars() {
+        match c {
+            '+' => now += 1,
+            '-' => now -= 1,
+            _ => {}
+        }
+        max = max.max(now);
+    }
+    max
+}
+
+fn spawn_lock(s: &Server, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(common::bin())
+        .arg("lock")
+        .args(args)
+        .env("CAIRN_HTTP_ADDR", &s.url)
+        .env_remove("CONSUL_HTTP_ADDR")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("run cairn lock")
+}
+
+#[test]
+fn cairn_lock_runs_commands_one_at_a_time_and_n_at_a_time_with_a_semaphore() {
+    let s = Server::builder().dev().node("srv").start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!("printf + >> {0}; sleep 1; printf - >> {0}", log.display());
+    let run_all = |args: &[&str], n: usize| {
+        std::fs::write(&log, "").unwrap();
+        let mut children: Vec<_> = (0..n).map(|_| spawn_lock(&s, args)).collect();
+        for c in &mut children {
+            assert!(c.wait().unwrap().success());
+        }
+        std::fs::read_to_string(&log).unwrap()
+    };
+    let ran = run_all(&["jobs/one", &script], 3);
+    assert_eq!(ran.len(), 6, "every command ran: {ran:?}");
+    assert_eq!(max_running(&ran), 1, "a lock runs one at a time: {ran:?}");
+    let ran = run_all(&["-n", "2", "jobs/two", &script], 3);
+    assert_eq!(ran.len(), 6, "every command ran: {ran:?}");
+    assert_eq!(
+        max_running(&ran),
+        2,
+        "a semaphore of 2 runs two at a time: {ran:?}"
+    );
+
+    // The command's exit code is cairn lock's; the lock is released after.
+    let o = common::cli(&s.url, &["lock", "jobs/one", "exit 3"]);
+    assert_eq!(o.status.code(), Some(3));
+    let held = s.get_json("/v1/kv/jobs/one/.lock");
+    assert_eq!(held[0].get("Session"), None, "released: {held}");
+    assert_eq!(
+        s.get_json("/v1/session/list"),
+        json!([]),
+        "sessions destroyed"
+    );
+}
