@@ -12,9 +12,28 @@ use serde_json::json;
 
 use super::{App, Params, QueryOptions, Watch, blocking, decode_json, json_at};
 use crate::error::{Error, Result};
+use crate::filter::Schema;
 use crate::session::timed;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::{Session, SessionRequest};
+
+const SESSION_FIELDS: Schema = Schema::Struct(&[
+    ("Name", Schema::String),
+    ("Node", Schema::String),
+    ("Checks", Schema::String),
+    ("NodeChecks", Schema::String),
+    (
+        "ServiceChecks",
+        Schema::List(&Schema::Struct(&[
+            ("ID", Schema::String),
+            ("Namespace", Schema::String),
+        ])),
+    ),
+    ("LockDelay", Schema::String),
+    ("Behavior", Schema::String),
+    ("TTL", Schema::String),
+    ("Namespace", Schema::String),
+]);
 
 /// Consul's node health check, the default a session is bound to.
 const SERF_CHECK: &str = "serfHealth";
@@ -35,7 +54,11 @@ async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Res
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
         SessionRequest::default()
     } else {
-        decode_json(&body)?
+        // Go's decoder matches field names in any case (py-consul sends
+        // `lockdelay`, `ttl`...).
+        let mut v: serde_json::Value = decode_json(&body)?;
+        super::catalog::fold_keys(&mut v, &SESSION_FIELDS);
+        serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))?
     };
     let no_checks = req.no_checks();
     // Made here, before proposing, so that apply stays deterministic.
