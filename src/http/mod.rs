@@ -36,6 +36,9 @@ pub type App = Arc<Server>;
 /// Request bodies above this are refused before they are read.
 pub const MAX_BODY: usize = 4 << 20;
 const FORWARDED: &str = "x-cairn-forwarded";
+/// On a forwarded request: the node of the server that received it (a
+/// session's `Node` defaults to it, as Consul's to the receiving agent's).
+pub(crate) const ORIGIN_NODE: &str = "x-cairn-origin-node";
 
 pub fn router(server: App) -> Router {
     Router::new()
@@ -200,6 +203,7 @@ async fn proxy(
         .http
         .request(parts.method.clone(), &url)
         .header(FORWARDED, "1")
+        .header(ORIGIN_NODE, s.config.node.as_str())
         .body(body);
     if let Some(ct) = parts.headers.get("content-type") {
         out = out.header("content-type", ct);

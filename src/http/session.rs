@@ -6,6 +6,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::json;
@@ -48,7 +49,24 @@ pub fn routes() -> Router<App> {
         .route("/v1/session/list", get(list))
 }
 
-async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+/// The node of the server that received the request (this one, or the
+/// follower that forwarded it here).
+fn receiving_node(s: &App, headers: &HeaderMap) -> String {
+    let forwarded = headers.contains_key(super::FORWARDED);
+    headers
+        .get(super::ORIGIN_NODE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|n| forwarded && !n.is_empty())
+        .unwrap_or(&s.config.node)
+        .to_string()
+}
+
+async fn create(
+    State(s): State<App>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
@@ -64,7 +82,7 @@ async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Res
     // Made here, before proposing, so that apply stays deterministic.
     let id = uuid::Uuid::new_v4().to_string();
     let mut session = req
-        .into_session(id.clone(), &s.config.node)
+        .into_session(id.clone(), &receiving_node(&s, &headers))
         .map_err(Error::BadRequest)?;
     if no_checks
         && s.store
@@ -75,7 +93,7 @@ async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Res
         session.node_checks.push(SERF_CHECK.to_string());
     }
     let ttl = session.ttl();
-    let server_node = session.node == s.config.node;
+    let server_node = session.node == receiving_node(&s, &headers);
     match s
         .write(Command::SessionCreate {
             session,
