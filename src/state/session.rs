@@ -142,8 +142,13 @@ fn node_session_ids(state: &State, node: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// How long a spent lock-delay is kept: a command stamped before it ran
+/// out may still be on its way (proposals queue, forwards retry), and must
+/// find it.
+const SPENT_GRACE_MS: u64 = 60_000;
+
 /// At the start of a timed command: pending lock-delays start now, and
-/// those that ran out are dropped.
+/// those long spent are dropped.
 pub fn tick(tx: &mut Tx) {
     let Some(now) = tx.state.now_ms else {
         return;
@@ -163,7 +168,7 @@ pub fn tick(tx: &mut Tx) {
                     ..d
                 },
             );
-        } else if !d.holds_at(Some(now)) {
+        } else if !d.holds_at(Some(now.saturating_sub(SPENT_GRACE_MS))) {
             tx.remove_lock_delay(&key);
         }
     }
@@ -503,6 +508,19 @@ mod tests {
         assert!(done(
             apply_command(&mut st, 13, &kv(KvVerb::Lock, "k", "b", 17_000)).0
         ));
+        assert!(done(
+            apply_command(&mut st, 14, &kv(KvVerb::Unlock, "k", "b", 17_000)).0
+        ));
+        // A command stamped before the delay ran out, applied late, still
+        // finds it; it is dropped a grace period later.
+        assert!(!done(
+            apply_command(&mut st, 15, &kv(KvVerb::Lock, "k", "b", 16_000)).0
+        ));
+        apply_command(
+            &mut st,
+            16,
+            &kv(KvVerb::Lock, "k", "b", 17_000 + SPENT_GRACE_MS),
+        );
         assert!(st.lock_delays.is_empty(), "a spent delay is dropped");
     }
 
