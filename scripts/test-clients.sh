@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real-client tests: py-consul (catalog, health, a blocking query) and
+# Real-client tests: py-consul (catalog, health, a blocking query, sessions
+# and KV locks with a leader election) and
 # Prometheus's and VictoriaMetrics's Consul service discovery, each
 # against a `cairn server --dev` they start on free ports
 # (tests/py/conftest.py).
