@@ -256,3 +256,38 @@ fn cairn_lock_runs_commands_one_at_a_time_and_n_at_a_time_with_a_semaphore() {
         "sessions destroyed"
     );
 }
+
+#[test]
+fn cairn_lock_releases_the_lock_when_it_is_terminated() {
+    let s = Server::builder().dev().node("srv").start();
+    let mut child = spawn_lock(&s, &["jobs/sig", "sleep 30"]);
+    eventually(
+        Duration::from_secs(10),
+        "cairn lock to hold the lock",
+        || {
+            let r = s.get("/v1/kv/jobs/sig/.lock");
+            (r.status == 200 && r.json()[0].get("Session").is_some()).then_some(())
+        },
+    );
+    let pid = child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "cairn lock did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held = s.get_json("/v1/kv/jobs/sig/.lock");
+    assert_eq!(held[0].get("Session"), None, "released: {held}");
+    assert_eq!(
+        s.get_json("/v1/session/list"),
+        json!([]),
+        "session destroyed"
+    );
+}

@@ -96,11 +96,38 @@ impl Lock<'_> {
         } else {
             self.acquire_slot()?;
         }
+        // SIGINT/SIGTERM stop the command and release the lock (else the
+        // default action would leave it held until the session's TTL).
+        let (mut term, mut int) = self.c.rt.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            ))
+        })?;
         let mut child: Child = Command::new("sh").arg("-c").arg(script).spawn()?;
         let mut renewed = Instant::now();
         loop {
             if let Some(status) = child.try_wait()? {
                 return Ok(status.code().unwrap_or(1));
+            }
+            let signalled = self.c.rt.block_on(async {
+                let got = async {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                };
+                tokio::time::timeout(Duration::from_millis(50), got)
+                    .await
+                    .is_ok()
+            });
+            if signalled {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CliError(
+                    "Shutdown triggered by a signal: lock released".into(),
+                ));
             }
             if renewed.elapsed() >= RENEW_EVERY {
                 renewed = Instant::now();
@@ -110,7 +137,6 @@ impl Lock<'_> {
                     return Err(CliError("Lock lost: the command was stopped".into()));
                 }
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
