@@ -5,7 +5,8 @@
 //!
 //! The lock is held by a session with a TTL, renewed while the command runs.
 //! If the lock is lost (session invalidated), the command is killed, as
-//! Consul's `-monitor-retry 0`.
+//! Consul's `-monitor-retry 0`; SIGINT or SIGTERM kill it too, and the lock
+//! is released before `cairn lock` exits.
 //!
 //! Semaphore, as Consul's `api.Semaphore`: each contender holds its own key
 //! `PREFIX/<session>` with its session; `PREFIX/.lock` holds
