@@ -282,6 +282,7 @@ async fn run(proxies: usize) {
                         value: vec![b'x'; 256],
                         flags: 0,
                         index: 0,
+                        session: String::new(),
                     }))
                     .await
                     .expect("kv write");

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Real-client tests: py-consul (catalog, health, a blocking query, the
-# server's agent API and maintenance mode), Prometheus's and
-# VictoriaMetrics's Consul service discovery and their scraping of
-# /v1/agent/metrics?format=prometheus, each against a `cairn server --dev`
-# they start on free ports (tests/py/conftest.py).
+# server's agent API and maintenance mode, sessions and KV locks with a
+# leader election), Prometheus's and VictoriaMetrics's Consul service
+# discovery and their scraping of /v1/agent/metrics?format=prometheus, each
+# against a `cairn server --dev` they start on free ports
+# (tests/py/conftest.py).
 #
 # Builds cairn (debug, or CAIRN_BIN=path to use a given binary), installs
 # py-consul and pytest if missing, and runs pytest on tests/py. The

@@ -18,6 +18,7 @@ pub mod proxycfg;
 pub mod raft;
 pub mod request;
 pub mod server;
+pub mod session;
 pub mod signal;
 pub mod state;
 pub mod stream;

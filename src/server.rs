@@ -63,6 +63,8 @@ pub struct Server {
     pub liveness: crate::leases::Leases,
     /// The agent of this server's own node (set once `run` started it).
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
+    /// Session TTL timers (used by the leader).
+    pub sessions: crate::session::Timers,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -265,6 +267,7 @@ impl Server {
             http,
             liveness: Default::default(),
             agent: std::sync::OnceLock::new(),
+            sessions: Default::default(),
             db: sled,
             proposals,
             queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),

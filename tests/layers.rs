@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["config_entry", "request"],
     &["discovery_chain", "cli"],
     &["state"],
-    &["stream", "merge"],
+    &["stream", "merge", "session"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server"],
     &["http"],

@@ -12,6 +12,8 @@
 //!   partitions, an isolated leader, crash and restart with the stored
 //!   state, message loss, delay, several at once), heal, convergence.
 //! - `checks` and `linearizability`: the history checkers.
+//! - `locks`: checker (e), lock clients (sessions, acquire, release,
+//!   destroy while holding) checked for mutual exclusion and lock-delay.
 //! - `stream_check`: checker (d), a KV event-stream subscriber moving
 //!   between servers against what every server committed (recorded by a
 //!   tap on each server's publisher).
@@ -36,6 +38,7 @@
 
 pub mod checks;
 pub mod linearizability;
+pub mod locks;
 pub mod mem_log;
 pub mod node;
 pub mod run;

@@ -106,6 +106,8 @@ pub struct Report {
     pub reaped_tombstones: u64,
     /// What the event-stream subscriber saw (checker d).
     pub stream: StreamStats,
+    /// Locks the lock clients held (checker e).
+    pub locks_held: usize,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }
@@ -170,8 +172,15 @@ pub fn state_hash(st: &State) -> u64 {
             e.create_index,
             e.modify_index,
             e.lock_index,
+            &e.session,
         )
             .hash(&mut h);
+    }
+    for (id, x) in &st.sessions {
+        (id, &x.node, x.create_index).hash(&mut h);
+    }
+    for (k, d) in &st.lock_delays {
+        (k, d.start_ms, d.delay_ms).hash(&mut h);
     }
     for (k, n) in &st.nodes {
         (k, n.address.as_str(), n.create_index, n.modify_index).hash(&mut h);
@@ -267,6 +276,17 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
         });
     }
+    // Lock clients work through the faults and stop at the heal, so that
+    // their last releases commit while the stream subscribers still listen.
+    let lock_log: crate::locks::LockLog = Arc::default();
+    let lockers = ["l1", "l2", "l3"];
+    let locks_end = scenario.warmup + scenario.faulty;
+    for (i, name) in lockers.iter().enumerate() {
+        let (ips, log) = (ips.clone(), lock_log.clone());
+        sim.client(*name, async move {
+            crate::locks::client(i as u64 + 1, seed, ips, locks_end, log).await
+        });
+    }
     // Two subscribers follow the stream past the workload's end, to catch
     // up: one stays 0.3-3 s on a server, the other hops every 50-600 ms, so
     // it often lands on a server still catching up (after a restart or a
@@ -292,6 +312,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let mut hosts: Vec<String> = names.clone();
     hosts.extend((0..scenario.clients + scenario.readers).map(|c| format!("c{}", c + 1)));
     hosts.push("checker".into());
+    hosts.extend(lockers.iter().map(|l| l.to_string()));
     hosts.extend(subscribers.iter().map(|(name, _)| name.to_string()));
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
@@ -429,6 +450,15 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     }
     if let Some(s) = servers.first() {
         checks::check_history(&history, &s.store.state(), &mut report);
+    }
+    {
+        let log = lock_log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        report.locks_held = log
+            .iter()
+            .filter(|r| matches!(r, crate::locks::LockRecord::Hold { .. }))
+            .count();
+        report.failures.extend(crate::locks::check(&log));
     }
     for log in &stream_logs {
         let log = log.lock().unwrap().clone();

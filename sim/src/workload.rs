@@ -70,6 +70,7 @@ fn kv(verb: KvVerb, key: &str, value: Option<u64>, index: u64) -> Command {
             .unwrap_or_default(),
         flags: 0,
         index,
+        session: String::new(),
     })
 }
 

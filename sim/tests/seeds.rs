@@ -43,6 +43,7 @@ fn run_many(servers: usize) {
     let mut failed: Vec<sim::run::Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
     let mut stream = (0, 0, 0, 0, 0);
+    let mut locks = 0;
     for seed in 0..seeds() {
         let r = run(&scenario, seed);
         totals.0 += r.ops;
@@ -54,6 +55,7 @@ fn run_many(servers: usize) {
         stream.2 += r.stream.resumes;
         stream.3 += r.stream.snapshots;
         stream.4 += r.stream.restarts;
+        locks += r.locks_held;
         if !r.passed() {
             failed.push(r);
         }
@@ -70,6 +72,7 @@ fn run_many(servers: usize) {
         "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",
         stream.0, stream.1, stream.2, stream.3, stream.4
     );
+    println!("  locks (checker e): {locks} holds checked");
     for r in &failed {
         println!("seed {} failed:", r.seed);
         for f in &r.failures {

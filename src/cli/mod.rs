@@ -13,6 +13,7 @@
 mod catalog;
 pub(crate) mod config;
 mod kv;
+mod lock;
 mod maint;
 mod members;
 mod operator;
@@ -50,6 +51,8 @@ pub enum CliCommand {
     DiscoveryChain(config::ChainArgs),
     /// Put the node, or one service, into or out of maintenance mode.
     Maint(maint::MaintArgs),
+    /// Run a command while holding a lock (or a semaphore slot with -n).
+    Lock(lock::LockArgs),
 }
 
 /// A failed command: the one line to print.
@@ -82,6 +85,10 @@ pub fn run(cmd: CliCommand) -> i32 {
         CliCommand::Config(c) => config::run(&client, c),
         CliCommand::DiscoveryChain(a) => config::discovery_chain(&client, a),
         CliCommand::Maint(a) => maint::run(&client, a),
+        CliCommand::Lock(a) => match lock::run(&client, a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => 0,
@@ -186,6 +193,21 @@ impl Client {
             let status = resp.status().as_u16();
             let body = resp.text().await.map_err(|e| self.unreachable(&e))?;
             Ok(Reply { status, body })
+        })
+    }
+
+    /// A (blocking) read's `X-Consul-Index`, whatever its status.
+    pub fn send_with_index(&self, method: reqwest::Method, path: &str) -> Result<u64, CliError> {
+        let url = format!("{}{}", self.base, path);
+        let req = self.http.request(method, &url);
+        self.rt.block_on(async {
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            Ok(resp
+                .headers()
+                .get("x-consul-index")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0))
         })
     }
 

@@ -103,7 +103,7 @@ const DEREGISTER_FIELDS: Schema = Schema::Struct(&[
 
 /// Renames keys that match a struct field only by case to the field's own
 /// spelling, recursively; map keys (metadata) are the user's and kept.
-fn fold_keys(v: &mut Value, schema: &Schema) {
+pub(crate) fn fold_keys(v: &mut Value, schema: &Schema) {
     match (v, schema) {
         (Value::Object(m), Schema::Struct(fields)) => {
             let keys: Vec<String> = m.keys().cloned().collect();

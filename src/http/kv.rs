@@ -14,7 +14,7 @@ use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::error::{Error, Result};
 use crate::request::{Params, QueryOptions};
 use crate::state::kv::{list_keys, prefix_iter, read_index};
-use crate::state::{Command, Response as Applied, keys};
+use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb};
 
 /// Consul's limit on one value.
@@ -100,10 +100,8 @@ async fn put_kv(
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     check_key(&key)?;
-    if p.has("acquire") || p.has("release") {
-        return Err(Error::bad(
-            "Sessions are not supported: acquire and release cannot be used",
-        ));
+    if p.has("acquire") && p.has("release") {
+        return Err(Error::bad("Conflicting flags: acquire and release"));
     }
     if body.len() > MAX_VALUE {
         return Err(Error::TooLarge(format!(
@@ -112,18 +110,26 @@ async fn put_kv(
         )));
     }
     let cas = p.u64("cas")?;
+    // With ?acquire or ?release, a ?cas index (not 0) must match as well.
+    let (verb, session) = match (p.get("acquire"), p.get("release")) {
+        (Some(id), _) => (KvVerb::Lock, id.to_string()),
+        (_, Some(id)) => (KvVerb::Unlock, id.to_string()),
+        _ if cas.is_some() => (KvVerb::Cas, String::new()),
+        _ => (KvVerb::Set, String::new()),
+    };
     let op = KvOp {
-        verb: if cas.is_some() {
-            KvVerb::Cas
-        } else {
-            KvVerb::Set
-        },
+        verb,
         key,
         value: body.to_vec(),
         flags: p.u64("flags")?.unwrap_or(0),
         index: cas.unwrap_or(0),
+        session,
     };
-    done(s.write(Command::Kv(op)).await?)
+    let cmd = match verb {
+        KvVerb::Lock | KvVerb::Unlock => crate::session::timed(Timeable::Kv(op)),
+        _ => Command::Kv(op),
+    };
+    done(s.write(cmd).await?)
 }
 
 async fn delete_kv(
@@ -149,6 +155,7 @@ async fn delete_kv(
         value: Vec::new(),
         flags: 0,
         index: cas.unwrap_or(0),
+        session: String::new(),
     };
     done(s.write(Command::Kv(op)).await?)
 }
@@ -218,11 +225,6 @@ fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
         if kv.key.is_empty() && !matches!(verb, KvVerb::GetTree | KvVerb::DeleteTree) {
             return Err(Error::bad(format!("Operation {i}: Missing key name")));
         }
-        if kv.session.as_deref().is_some_and(|s| !s.is_empty()) {
-            return Err(Error::bad(format!(
-                "Operation {i}: sessions are not supported"
-            )));
-        }
         let _ = (kv.namespace, kv.partition);
         out.push(KvOp {
             verb,
@@ -230,6 +232,7 @@ fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
             value,
             flags: kv.flags,
             index: kv.index,
+            session: kv.session.unwrap_or_default(),
         });
     }
     Ok(out)
@@ -239,7 +242,12 @@ async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let ops = decode_txn(&body)?;
-    match s.write(Command::Txn(ops)).await? {
+    let cmd = if ops.iter().any(|op| op.verb == KvVerb::Lock) {
+        crate::session::timed(Timeable::Txn(ops))
+    } else {
+        Command::Txn(ops)
+    };
+    match s.write(cmd).await? {
         Applied::Txn(Ok(entries)) => {
             let results: Vec<Value> = entries.into_iter().map(|e| json!({ "KV": e })).collect();
             Ok(axum::Json(json!({ "Results": results, "Errors": null })).into_response())

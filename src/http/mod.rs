@@ -10,6 +10,7 @@ mod health;
 mod kv;
 pub mod liveness;
 mod proxycfg;
+mod session;
 mod status;
 mod stream;
 
@@ -36,10 +37,14 @@ use crate::state::State as Tables;
 pub type App = Arc<Server>;
 
 const FORWARDED: &str = "x-cairn-forwarded";
+/// On a forwarded request: the node of the server that received it (a
+/// session's `Node` defaults to it, as Consul's to the receiving agent's).
+pub(crate) const ORIGIN_NODE: &str = "x-cairn-origin-node";
 
 pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
+        .merge(session::routes())
         .merge(config::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
@@ -126,6 +131,7 @@ async fn proxy(
         .http
         .request(parts.method.clone(), &url)
         .header(FORWARDED, "1")
+        .header(ORIGIN_NODE, s.config.node.as_str())
         .body(body);
     if let Some(ct) = parts.headers.get("content-type") {
         out = out.header("content-type", ct);
@@ -231,6 +237,7 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(liveness::reap(server.clone()));
+    tokio::spawn(session::expire(server.clone()));
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;

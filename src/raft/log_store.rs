@@ -864,6 +864,7 @@ mod tests {
                     value: vec![b'v'; 2000],
                     flags: 0,
                     index: 0,
+                    session: String::new(),
                 })
                 .into(),
             ),

@@ -37,6 +37,13 @@ impl std::fmt::Display for Command {
             Command::InitCluster { .. } => "init-cluster",
             Command::Noop => "noop",
             Command::ReapTombstones { .. } => "reap-tombstones",
+            Command::SessionCreate { .. } => "session-create",
+            Command::SessionDestroy { .. } => "session-destroy",
+            Command::Timed { cmd, .. } => match cmd {
+                crate::state::Timeable::Kv(_) => "timed-kv",
+                crate::state::Timeable::Txn(_) => "timed-txn",
+                crate::state::Timeable::SessionDestroy { .. } => "timed-session-destroy",
+            },
         };
         f.write_str(kind)
     }

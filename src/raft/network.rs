@@ -882,6 +882,7 @@ mod tests {
                 value: vec![b'x'; value_len],
                 flags: 0,
                 index: 0,
+                session: String::new(),
             }))),
         }
     }

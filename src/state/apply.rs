@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{Change, ChangeSet, Command, Payload, Response, Row, State, Table, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind};
-use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
+use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
 /// Applies `cmd` at Raft index `index`; returns the answer and the changes.
 pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response, ChangeSet) {
@@ -43,6 +43,23 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             // Persisted with their new values; nobody watches them.
             tx.set.watch_keys.extend(floors);
             Response::Ok
+        }
+        Command::SessionCreate {
+            session,
+            server_node,
+        } => result(super::session::create(&mut tx, session, *server_node)),
+        Command::SessionDestroy { id } => {
+            super::session::invalidate(&mut tx, id);
+            Response::Bool(true)
+        }
+        Command::Timed { now_ms, cmd } => {
+            tx.state.now_ms = Some(*now_ms);
+            super::session::tick(&mut tx);
+            let (r, s) = apply_command(tx.state, index, &Command::from(cmd.clone()));
+            tx.set.changes.extend(s.changes);
+            tx.set.watch_keys.extend(s.watch_keys);
+            tx.state.now_ms = None;
+            r
         }
     };
     let set = tx.finish();
@@ -135,12 +152,14 @@ impl<'a> Tx<'a> {
         let key = entry.key.clone();
         let after = Arc::new(entry);
         let before = self.state.kv.insert(key.clone(), after.clone());
+        super::session::index_kv(self.state, before.as_deref(), Some(&after));
         self.touch(keys::kv(&key));
         self.record(Table::Kv, key, before.map(Row::Kv), Some(Row::Kv(after)));
     }
 
     pub fn remove_kv(&mut self, key: &str) {
         if let Some(before) = self.state.kv.remove(key) {
+            super::session::index_kv(self.state, Some(&before), None);
             // The index entry left behind is the tombstone that keeps
             // blocking queries on a deleted key monotonic.
             self.touch(keys::kv(key));
@@ -182,6 +201,7 @@ impl<'a> Tx<'a> {
     }
 
     pub fn remove_node(&mut self, name: &str) {
+        super::session::node_gone(self, name);
         if let Some(before) = self.state.nodes.remove(name) {
             self.touch(keys::node(name));
             self.touch(keys::NODES);
@@ -298,8 +318,9 @@ impl<'a> Tx<'a> {
             Table::Checks,
             node_key(&k.0, &k.1),
             before.map(Row::Check),
-            Some(Row::Check(after)),
+            Some(Row::Check(after.clone())),
         );
+        super::session::check_written(self, &k.0, &k.1, &after.status);
     }
 
     pub fn remove_check(&mut self, node: &str, id: &str) {
@@ -312,6 +333,7 @@ impl<'a> Tx<'a> {
                 Some(Row::Check(before)),
                 None,
             );
+            super::session::check_gone(self, node, id);
         }
     }
 
@@ -348,6 +370,63 @@ impl<'a> Tx<'a> {
     }
 }
 
+impl Tx<'_> {
+    pub fn put_session(&mut self, s: Session) {
+        let id = s.id.clone();
+        let after = Arc::new(s);
+        let before = self.state.sessions.insert(id.clone(), after.clone());
+        super::session::index_session(self.state, &after, true);
+        self.touch_session(&after);
+        self.record(
+            Table::Sessions,
+            id,
+            before.map(Row::Session),
+            Some(Row::Session(after)),
+        );
+    }
+
+    pub fn remove_session(&mut self, id: &str) {
+        if let Some(before) = self.state.sessions.remove(id) {
+            super::session::index_session(self.state, &before, false);
+            self.touch_session(&before);
+            self.record(
+                Table::Sessions,
+                id.to_string(),
+                Some(Row::Session(before)),
+                None,
+            );
+        }
+    }
+
+    fn touch_session(&mut self, s: &Session) {
+        self.touch(keys::session(&s.id));
+        self.touch(keys::node_sessions(&s.node));
+        self.touch(keys::SESSIONS);
+    }
+
+    /// Lock-delays are not shown by any read: no watch key.
+    pub fn put_lock_delay(&mut self, key: &str, d: super::session::LockDelay) {
+        let before = self.state.lock_delays.insert(key.to_string(), d);
+        self.record(
+            Table::LockDelays,
+            key.to_string(),
+            before.map(Row::LockDelay),
+            Some(Row::LockDelay(d)),
+        );
+    }
+
+    pub fn remove_lock_delay(&mut self, key: &str) {
+        if let Some(before) = self.state.lock_delays.remove(key) {
+            self.record(
+                Table::LockDelays,
+                key.to_string(),
+                Some(Row::LockDelay(before)),
+                None,
+            );
+        }
+    }
+}
+
 /// Rebuilds the name indexes from the services table (after a load).
 pub(crate) fn reindex(state: &mut State) {
     state.service_names.clear();
@@ -366,6 +445,7 @@ pub(crate) fn reindex(state: &mut State) {
         tx.index_service(&k, &s);
     }
     super::tombstones::rebuild(state);
+    super::session::reindex(state);
 }
 
 fn remove_from_index(
@@ -393,6 +473,7 @@ mod tests {
             value: value.into(),
             flags: 0,
             index,
+            session: String::new(),
         })
     }
 

@@ -64,6 +64,9 @@ pub fn apply_op(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
             Some(_) => Err(format!("key {:?} exists", op.key)),
             None => Ok(KvOutcome::Entries(vec![])),
         },
+        KvVerb::Lock => super::session::lock(tx, op),
+        KvVerb::Unlock => super::session::unlock(tx, op),
+        KvVerb::CheckSession => super::session::check_session(tx.state, op),
     }
 }
 
@@ -104,7 +107,16 @@ pub fn apply_txn(tx: &mut Tx, ops: &[KvOp]) -> Response {
             }
             Ok(KvOutcome::Done(false)) => errors.push(TxnError {
                 op_index: i,
-                what: format!("failed to {:?} key {:?}: index is stale", op.verb, op.key),
+                what: match op.verb {
+                    KvVerb::Lock => {
+                        format!("failed to lock key {:?}, lock is already held", op.key)
+                    }
+                    KvVerb::Unlock => format!(
+                        "failed to unlock key {:?}, lock isn't held, or is held by another session",
+                        op.key
+                    ),
+                    _ => format!("failed to {:?} key {:?}: index is stale", op.verb, op.key),
+                },
             }),
             Err(what) => errors.push(TxnError { op_index: i, what }),
         }
@@ -165,6 +177,7 @@ mod tests {
             value: value.as_bytes().to_vec(),
             flags: 0,
             index,
+            session: String::new(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod kv;
 pub mod persist;
+pub mod session;
 pub mod snapshot;
 pub mod tombstones;
 pub mod watch;
@@ -29,7 +30,7 @@ use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::serde_util::as_json;
 use crate::structs::{
     DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
-    TxnError,
+    Session, TxnError,
 };
 
 pub use apply::{apply_command, apply_payload};
@@ -69,6 +70,23 @@ pub enum Command {
     ReapTombstones {
         upto: u64,
     },
+    /// A session with its ID (made by the server that received the
+    /// request). `server_node`: its node is that server's own.
+    SessionCreate {
+        #[serde(with = "as_json")]
+        session: Session,
+        server_node: bool,
+    },
+    /// Destroys a session (API destroy, TTL expiry) and releases its locks.
+    SessionDestroy {
+        id: String,
+    },
+    /// A command that needs the time (lock-delay), stamped by the proposing
+    /// server's clock (ms since the epoch); see `state::session`.
+    Timed {
+        now_ms: u64,
+        cmd: Timeable,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -80,6 +98,26 @@ pub enum Payload {
     /// Client writes that arrived together, applied in order at one Raft
     /// index as one change set (see `Server::write`): each answers on its own.
     Batch(Vec<Command>),
+}
+
+/// The commands that need the time. Its own type, not a boxed `Command`:
+/// a stamped command never holds another, so decoding an entry a peer sent
+/// cannot recurse (as `Payload` is flat).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Timeable {
+    Kv(KvOp),
+    Txn(Vec<KvOp>),
+    SessionDestroy { id: String },
+}
+
+impl From<Timeable> for Command {
+    fn from(t: Timeable) -> Command {
+        match t {
+            Timeable::Kv(op) => Command::Kv(op),
+            Timeable::Txn(ops) => Command::Txn(ops),
+            Timeable::SessionDestroy { id } => Command::SessionDestroy { id },
+        }
+    }
 }
 
 impl Command {
@@ -128,6 +166,23 @@ impl Command {
                 check("config entry kind", kind)?;
                 check("config entry name", name)
             }
+            Command::SessionCreate { session, .. } => {
+                check("node name", &session.node)?;
+                check("session ID", &session.id)
+            }
+            Command::SessionDestroy { id }
+            | Command::Timed {
+                cmd: Timeable::SessionDestroy { id },
+                ..
+            } => check("session ID", id),
+            Command::Timed {
+                cmd: Timeable::Kv(op),
+                ..
+            } => check("key", &op.key),
+            Command::Timed {
+                cmd: Timeable::Txn(ops),
+                ..
+            } => ops.iter().try_for_each(|op| check("key", &op.key)),
             Command::InitCluster { .. } | Command::Noop | Command::ReapTombstones { .. } => Ok(()),
         }
     }
@@ -162,6 +217,8 @@ pub enum Row {
     Service(Arc<NodeService>),
     Check(Arc<HealthCheck>),
     Config(Arc<ConfigEntry>),
+    Session(Arc<Session>),
+    LockDelay(session::LockDelay),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -171,6 +228,8 @@ pub enum Table {
     Services,
     Checks,
     Config,
+    Sessions,
+    LockDelays,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
     Meta,
@@ -220,6 +279,15 @@ pub struct State {
     /// The object keys among `indexes` whose object is gone, with their
     /// index (derived: see `tombstones`).
     pub tombstones: OrdMap<String, u64>,
+    pub sessions: OrdMap<String, Arc<Session>>,
+    /// node → its sessions' ids (derived).
+    pub node_sessions: OrdMap<String, OrdSet<String>>,
+    /// session id → the keys it has locked (derived).
+    pub session_keys: OrdMap<String, OrdSet<String>>,
+    /// KV key → its lock-delay after its session was invalidated.
+    pub lock_delays: OrdMap<String, session::LockDelay>,
+    /// The time of the `Command::Timed` being applied, `None` outside one.
+    pub now_ms: Option<u64>,
 }
 
 impl State {
@@ -275,6 +343,13 @@ pub mod keys {
     pub const SERVICES: &str = "services";
     pub const CHECKS: &str = "checks";
     pub const CLUSTER: &str = "cluster";
+    pub fn session(id: &str) -> String {
+        format!("session/{id}")
+    }
+    pub fn node_sessions(node: &str) -> String {
+        format!("session-node/{node}")
+    }
+    pub const SESSIONS: &str = "sessions";
 }
 
 /// The store a server reads: the current version, the watches, and the

@@ -42,6 +42,8 @@ const SERVICE: u8 = b's';
 const CHECK: u8 = b'c';
 const CONFIG: u8 = b'e';
 const INDEX: u8 = b'i';
+const SESSION: u8 = b'x';
+const LOCK_DELAY: u8 = b'l';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -107,6 +109,8 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Service(s) => serde_json::to_vec(&**s)?,
         Row::Check(c) => serde_json::to_vec(&**c)?,
         Row::Config(e) => serde_json::to_vec(&super::config::to_stored(e))?,
+        Row::Session(s) => serde_json::to_vec(&**s)?,
+        Row::LockDelay(d) => serde_json::to_vec(d)?,
     })
 }
 
@@ -117,6 +121,8 @@ fn table_tag(t: Table) -> u8 {
         Table::Services => SERVICE,
         Table::Checks => CHECK,
         Table::Config => CONFIG,
+        Table::Sessions => SESSION,
+        Table::LockDelays => LOCK_DELAY,
         Table::Index => INDEX,
         Table::Meta => META,
     }
@@ -188,6 +194,12 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     for (k, v) in &state.indexes {
         ops.push((row_key(INDEX, k), Some(v.to_be_bytes().to_vec())));
     }
+    for (id, s) in &state.sessions {
+        ops.push((row_key(SESSION, id), Some(serde_json::to_vec(&**s)?)));
+    }
+    for (k, d) in &state.lock_delays {
+        ops.push((row_key(LOCK_DELAY, k), Some(serde_json::to_vec(d)?)));
+    }
     ops.push((
         META_INDEX.to_vec(),
         Some(state.index.to_be_bytes().to_vec()),
@@ -256,7 +268,9 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 /// Every table but KV.
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
-    for tag in [NODE, SERVICE, CHECK, CONFIG, INDEX, META] {
+    for tag in [
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, META,
+    ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
             match tag {
@@ -281,6 +295,14 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 }
                 INDEX => {
                     st.indexes.insert(key.to_string(), be_u64(v));
+                }
+                SESSION => {
+                    let s: crate::structs::Session = serde_json::from_slice(v)?;
+                    st.sessions.insert(key.to_string(), Arc::new(s));
+                }
+                LOCK_DELAY => {
+                    st.lock_delays
+                        .insert(key.to_string(), serde_json::from_slice(v)?);
                 }
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_CLUSTER => {

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::State;
+use super::session::LockDelay;
 use crate::structs::serde_util::as_json;
-use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
+use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
 #[derive(Serialize, Deserialize)]
 struct Body {
@@ -22,6 +23,9 @@ struct Body {
     #[serde(with = "as_json")]
     config: Vec<serde_json::Value>,
     indexes: Vec<(String, u64)>,
+    #[serde(with = "as_json")]
+    sessions: Vec<Session>,
+    lock_delays: Vec<(String, LockDelay)>,
 }
 
 pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
@@ -42,6 +46,12 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             .map(|e| super::config::to_stored(e))
             .collect(),
         indexes: st.indexes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        sessions: st.sessions.values().map(|s| (**s).clone()).collect(),
+        lock_delays: st
+            .lock_delays
+            .iter()
+            .map(|(k, d)| (k.clone(), *d))
+            .collect(),
     };
     Ok(bincode::serialize(&body)?)
 }
@@ -72,6 +82,10 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
             .insert((e.kind(), e.name().to_string()), Arc::new(e));
     }
     st.indexes = body.indexes.into_iter().collect();
+    for s in body.sessions {
+        st.sessions.insert(s.id.clone(), Arc::new(s));
+    }
+    st.lock_delays = body.lock_delays.into_iter().collect();
     super::apply::reindex(&mut st);
     Ok(st)
 }

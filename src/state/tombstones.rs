@@ -141,6 +141,7 @@ mod tests {
             value: b"v".to_vec(),
             flags: 0,
             index: 0,
+            session: String::new(),
         })
     }
 

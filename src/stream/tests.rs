@@ -17,6 +17,7 @@ fn put(w: &mut World, key: &str) {
         value: b"v".to_vec(),
         flags: 0,
         index: 0,
+        session: String::new(),
     }));
 }
 
@@ -116,6 +117,7 @@ async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
             value: vec![],
             flags: 0,
             index: 0,
+            session: String::new(),
         }]));
     }
     while w.publisher.published_index() < w.index {

@@ -105,6 +105,11 @@ pub enum KvVerb {
     GetTree,
     CheckIndex,
     CheckNotExists,
+    /// `?acquire=` / txn `lock`.
+    Lock,
+    /// `?release=` / txn `unlock`.
+    Unlock,
+    CheckSession,
 }
 
 impl KvVerb {
@@ -120,6 +125,9 @@ impl KvVerb {
             "get-tree" => Self::GetTree,
             "check-index" => Self::CheckIndex,
             "check-not-exists" => Self::CheckNotExists,
+            "lock" => Self::Lock,
+            "unlock" => Self::Unlock,
+            "check-session" => Self::CheckSession,
             _ => return None,
         })
     }
@@ -127,7 +135,11 @@ impl KvVerb {
     pub fn is_read(self) -> bool {
         matches!(
             self,
-            Self::Get | Self::GetTree | Self::CheckIndex | Self::CheckNotExists
+            Self::Get
+                | Self::GetTree
+                | Self::CheckIndex
+                | Self::CheckNotExists
+                | Self::CheckSession
         )
     }
 }
@@ -143,8 +155,11 @@ pub struct KvOp {
     #[serde(serialize_with = "value_b64", deserialize_with = "value_from_b64")]
     pub value: Vec<u8>,
     pub flags: u64,
-    /// The index compared by cas / delete-cas / check-index.
+    /// The index compared by cas / delete-cas / check-index (and, when not
+    /// 0, by lock / unlock: `?cas` with `?acquire` or `?release`).
     pub index: u64,
+    /// The session of lock / unlock / check-session; empty otherwise.
+    pub session: String,
 }
 
 /// What a KV operation returns from the state machine.

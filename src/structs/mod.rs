@@ -9,7 +9,9 @@ pub mod config_entry;
 pub mod duration;
 pub mod kv;
 pub mod serde_util;
+pub mod session;
 pub mod validate;
 
 pub use catalog::*;
 pub use kv::*;
+pub use session::*;

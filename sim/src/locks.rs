@@ -1,0 +1,346 @@
+//! Checker (e): locks. Lock clients take sessions, acquire and release a
+//! few keys (now and then destroying a session while it holds a lock)
+//! under the run's faults, and record when each believed it held a key.
+//!
+//! - Mutual exclusion: the intervals in which two different sessions
+//!   believed they held the same key never overlap. A hold starts when an
+//!   acquire answered `true` and ends when the client called release or
+//!   destroy (it stops acting as the holder then).
+//! - Lock-delay: a key whose holder was destroyed is not acquired by
+//!   another session before the delay ran out, measured on the times the
+//!   commands carry (`Command::Timed`, stamped here with simulated time).
+//! - A release by the holder never answers `false` (nothing else
+//!   invalidates sessions here: no TTLs, no checks).
+//!
+//! An acquire without an answer may or may not have taken the lock: the
+//! client then destroys its session (retrying until answered) so that any
+//! such lock is released, and never counts it as held.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::state::{Command, Response, Timeable};
+use cairn::structs::{Behavior, KvOp, KvOutcome, KvVerb, Session};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::node::{API_PORT, ApiReply, ApiRequest, call};
+use crate::workload::now_us;
+
+pub const LOCK_KEYS: [&str; 2] = ["lock/x", "lock/y"];
+/// Shorter than the KV clients' timeout: a lock client's last call (before
+/// the heal) must end, and its session go, while the stream subscribers
+/// still listen.
+const LOCK_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Sessions' lock-delay: long enough that a client often runs into it.
+pub const LOCK_DELAY_MS: u64 = 300;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LockRecord {
+    /// `session` believed it held `key` from `from` to `to` (simulated µs).
+    Hold {
+        key: String,
+        session: String,
+        from: u64,
+        to: u64,
+    },
+    /// An acquire answered `true` by `session`, with the time it carried.
+    Acquired {
+        key: String,
+        session: String,
+        now_ms: u64,
+        call: u64,
+    },
+    /// `session` destroyed while it held `key`: the first attempt's time,
+    /// and when an attempt was answered.
+    DestroyedHolding {
+        key: String,
+        session: String,
+        first_now_ms: u64,
+        acked: u64,
+    },
+    /// A broken guarantee seen by the client itself.
+    Broken(String),
+}
+
+pub type LockLog = Arc<Mutex<Vec<LockRecord>>>;
+
+fn now_ms() -> u64 {
+    now_us() / 1000
+}
+
+fn lock_op(verb: KvVerb, key: &str, session: &str) -> Command {
+    Command::Timed {
+        now_ms: now_ms(),
+        cmd: Timeable::Kv(KvOp {
+            verb,
+            key: key.into(),
+            value: session.as_bytes().to_vec(),
+            flags: 0,
+            index: 0,
+            session: session.into(),
+        }),
+    }
+}
+
+async fn write(
+    servers: &[IpAddr],
+    target: &mut usize,
+    rng: &mut StdRng,
+    cmd: Command,
+) -> Option<Response> {
+    let addr = SocketAddr::new(servers[*target], API_PORT);
+    match call(
+        addr,
+        &ApiRequest::Write(Box::new(cmd)),
+        false,
+        LOCK_CALL_TIMEOUT,
+    )
+    .await
+    {
+        Ok(ApiReply::Write(Ok(r))) => Some(r),
+        _ => {
+            *target = rng.gen_range(0..servers.len());
+            None
+        }
+    }
+}
+
+/// Destroys `session`, retrying until a server answers; returns the first
+/// attempt's time and when it was answered.
+async fn destroy(
+    servers: &[IpAddr],
+    target: &mut usize,
+    rng: &mut StdRng,
+    session: &str,
+) -> (u64, u64) {
+    let first = now_ms();
+    loop {
+        let cmd = Command::Timed {
+            now_ms: now_ms(),
+            cmd: Timeable::SessionDestroy { id: session.into() },
+        };
+        if write(servers, target, rng, cmd).await.is_some() {
+            return (first, now_us());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One lock client until `until` (and then until its last session is gone).
+pub async fn client(
+    id: u64,
+    seed: u64,
+    servers: Vec<IpAddr>,
+    until: Duration,
+    log: LockLog,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x10C4 ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut target = rng.gen_range(0..servers.len());
+    let record = |r: LockRecord| log.lock().unwrap().push(r);
+    let mut n = 0u64;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        n += 1;
+        let session = format!("l{id}-{n}");
+        let create = Command::SessionCreate {
+            session: Session {
+                id: session.clone(),
+                name: String::new(),
+                node: "sim".into(),
+                node_checks: vec![],
+                service_checks: vec![],
+                lock_delay: LOCK_DELAY_MS * 1_000_000,
+                behavior: Behavior::Release,
+                ttl: String::new(),
+                create_index: 0,
+                modify_index: 0,
+            },
+            server_node: true,
+        };
+        // Retried with the same ID: an earlier attempt may have committed.
+        loop {
+            match write(&servers, &mut target, &mut rng, create.clone()).await {
+                Some(Response::Ok) => break,
+                Some(Response::Rejected(r)) if r.contains("already exists") => break,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        for _ in 0..rng.gen_range(1..6) {
+            let key = LOCK_KEYS[rng.gen_range(0..LOCK_KEYS.len())];
+            let cmd = lock_op(KvVerb::Lock, key, &session);
+            let Command::Timed {
+                now_ms: sent_ms, ..
+            } = cmd
+            else {
+                unreachable!()
+            };
+            let call_at = now_us();
+            match write(&servers, &mut target, &mut rng, cmd).await {
+                Some(Response::Kv(KvOutcome::Done(true))) => {}
+                Some(Response::Kv(KvOutcome::Done(false))) => {
+                    tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
+                    continue;
+                }
+                // Unknown: maybe held. Destroyed below, never counted as held.
+                _ => break,
+            }
+            let from = now_us();
+            record(LockRecord::Acquired {
+                key: key.into(),
+                session: session.clone(),
+                now_ms: sent_ms,
+                call: call_at,
+            });
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(0..150))).await;
+            if rng.gen_bool(0.2) {
+                let to = now_us();
+                let (first_now_ms, acked) =
+                    destroy(&servers, &mut target, &mut rng, &session).await;
+                record(LockRecord::Hold {
+                    key: key.into(),
+                    session: session.clone(),
+                    from,
+                    to,
+                });
+                record(LockRecord::DestroyedHolding {
+                    key: key.into(),
+                    session: session.clone(),
+                    first_now_ms,
+                    acked,
+                });
+                break;
+            }
+            let to = now_us();
+            record(LockRecord::Hold {
+                key: key.into(),
+                session: session.clone(),
+                from,
+                to,
+            });
+            let release = lock_op(KvVerb::Unlock, key, &session);
+            match write(&servers, &mut target, &mut rng, release).await {
+                Some(Response::Kv(KvOutcome::Done(false))) => record(LockRecord::Broken(format!(
+                    "release of {key} by its holder {session} answered false"
+                ))),
+                Some(_) => {}
+                // Unknown: the session goes, which releases it for sure.
+                None => break,
+            }
+        }
+        // Gone for sure (a no-op when already destroyed).
+        destroy(&servers, &mut target, &mut rng, &session).await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..50))).await;
+    }
+    Ok(())
+}
+
+/// Checks a run's lock log; returns what broke.
+pub fn check(log: &[LockRecord]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let holds: Vec<(&str, &str, u64, u64)> = log
+        .iter()
+        .filter_map(|r| match r {
+            LockRecord::Hold {
+                key,
+                session,
+                from,
+                to,
+            } => Some((key.as_str(), session.as_str(), *from, *to)),
+            _ => None,
+        })
+        .collect();
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            if a.0 == b.0 && a.1 != b.1 && a.2 < b.3 && b.2 < a.3 {
+                failures.push(format!(
+                    "lock {} held by {} ({}..{} us) and {} ({}..{} us) at once",
+                    a.0, a.1, a.2, a.3, b.1, b.2, b.3
+                ));
+            }
+        }
+    }
+    for r in log {
+        let LockRecord::DestroyedHolding {
+            key,
+            session,
+            first_now_ms,
+            acked,
+        } = r
+        else {
+            continue;
+        };
+        for a in log {
+            if let LockRecord::Acquired {
+                key: k,
+                session: s,
+                now_ms,
+                call,
+            } = a
+                && k == key
+                && s != session
+                && *call > *acked
+                && *now_ms < first_now_ms + LOCK_DELAY_MS
+            {
+                failures.push(format!(
+                    "{s} acquired {key} at {now_ms} ms, within the lock-delay of {session} destroyed at {first_now_ms} ms"
+                ));
+            }
+        }
+    }
+    failures.extend(log.iter().filter_map(|r| match r {
+        LockRecord::Broken(m) => Some(m.clone()),
+        _ => None,
+    }));
+    failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(key: &str, session: &str, from: u64, to: u64) -> LockRecord {
+        LockRecord::Hold {
+            key: key.into(),
+            session: session.into(),
+            from,
+            to,
+        }
+    }
+
+    #[test]
+    fn overlapping_holds_and_an_early_acquire_are_caught() {
+        assert!(
+            check(&[
+                hold("k", "a", 0, 10),
+                hold("k", "b", 11, 20),
+                hold("j", "c", 5, 15)
+            ])
+            .is_empty()
+        );
+        assert_eq!(
+            check(&[hold("k", "a", 0, 10), hold("k", "b", 9, 20)]).len(),
+            1
+        );
+        let destroyed = LockRecord::DestroyedHolding {
+            key: "k".into(),
+            session: "a".into(),
+            first_now_ms: 100,
+            acked: 100_500,
+        };
+        let early = LockRecord::Acquired {
+            key: "k".into(),
+            session: "b".into(),
+            now_ms: 399,
+            call: 100_600,
+        };
+        let late = LockRecord::Acquired {
+            key: "k".into(),
+            session: "b".into(),
+            now_ms: 400,
+            call: 100_600,
+        };
+        assert_eq!(check(&[destroyed.clone(), early]).len(), 1);
+        assert!(check(&[destroyed, late]).is_empty());
+    }
+}

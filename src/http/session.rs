@@ -1,0 +1,240 @@
+//! `/v1/session`: create, destroy, renew (writes, answered by the leader),
+//! info, node and list (blocking reads).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use serde_json::json;
+
+use super::{App, Watch, blocking, json_at};
+use crate::error::{Error, Result};
+use crate::filter::Schema;
+use crate::request::{Params, QueryOptions, decode_json};
+use crate::server::Server;
+use crate::session::{CHECK_EVERY, timed};
+use crate::state::{Command, Response as Applied, Timeable, keys};
+use crate::structs::{Session, SessionRequest};
+
+const SESSION_FIELDS: Schema = Schema::Struct(&[
+    ("Name", Schema::String),
+    ("Node", Schema::String),
+    ("Checks", Schema::String),
+    ("NodeChecks", Schema::String),
+    (
+        "ServiceChecks",
+        Schema::List(&Schema::Struct(&[
+            ("ID", Schema::String),
+            ("Namespace", Schema::String),
+        ])),
+    ),
+    ("LockDelay", Schema::String),
+    ("Behavior", Schema::String),
+    ("TTL", Schema::String),
+    ("Namespace", Schema::String),
+]);
+
+/// Consul's node health check, the default a session is bound to.
+const SERF_CHECK: &str = "serfHealth";
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/session/create", put(create))
+        .route("/v1/session/destroy/{id}", put(destroy))
+        .route("/v1/session/renew/{id}", put(renew))
+        .route("/v1/session/info/{id}", get(info))
+        .route("/v1/session/node/{node}", get(node))
+        .route("/v1/session/list", get(list))
+}
+
+/// The node of the server that received the request (this one, or the
+/// follower that forwarded it here).
+fn receiving_node(s: &App, headers: &HeaderMap) -> String {
+    let forwarded = headers.contains_key(super::FORWARDED);
+    headers
+        .get(super::ORIGIN_NODE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|n| forwarded && !n.is_empty())
+        .unwrap_or(&s.config.node)
+        .to_string()
+}
+
+async fn create(
+    State(s): State<App>,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        SessionRequest::default()
+    } else {
+        // Go's decoder matches field names in any case (py-consul sends
+        // `lockdelay`, `ttl`...).
+        let mut v: serde_json::Value = decode_json(&body)?;
+        super::catalog::fold_keys(&mut v, &SESSION_FIELDS);
+        serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))?
+    };
+    let no_checks = req.no_checks();
+    // Made here, before proposing, so that apply stays deterministic.
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut session = req
+        .into_session(id.clone(), &receiving_node(&s, &headers))
+        .map_err(Error::BadRequest)?;
+    if no_checks
+        && s.store
+            .state()
+            .checks
+            .contains_key(&(session.node.clone(), SERF_CHECK.to_string()))
+    {
+        session.node_checks.push(SERF_CHECK.to_string());
+    }
+    let ttl = session.ttl();
+    let server_node = session.node == receiving_node(&s, &headers);
+    match s
+        .write(Command::SessionCreate {
+            session,
+            server_node,
+        })
+        .await?
+    {
+        Applied::Ok => {
+            s.sessions.arm(&id, ttl, Instant::now());
+            Ok(axum::Json(json!({ "ID": id })).into_response())
+        }
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+async fn destroy(
+    State(s): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    match s
+        .write(timed(Timeable::SessionDestroy { id: id.clone() }))
+        .await?
+    {
+        Applied::Bool(ok) => {
+            s.sessions.disarm(&id);
+            Ok(axum::Json(ok).into_response())
+        }
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Resets the session's TTL timer on the leader (no Raft write, as Consul).
+async fn renew(
+    State(s): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let st = s.store.state();
+    let Some(session) = st.sessions.get(&id) else {
+        return Err(Error::NotFound(format!("Session id '{id}' not found")));
+    };
+    s.sessions.arm(&id, session.ttl(), Instant::now());
+    let index = st.index_of([keys::session(&id).as_str()]);
+    Ok(json_at(&s, index, &[&**session]))
+}
+
+async fn read(
+    s: &App,
+    q: Option<String>,
+    key: String,
+    pick: impl Fn(&crate::state::State) -> Vec<Session>,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let watch = Watch::Keys(vec![key.clone()]);
+    let (index, sessions) = blocking(s, &opts, watch, |st| {
+        (st.index_of([key.as_str()]), pick(st))
+    })
+    .await?;
+    Ok(json_at(s, index, &sessions))
+}
+
+async fn info(
+    State(s): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    read(&s, q, keys::session(&id), |st| {
+        st.sessions
+            .get(&id)
+            .map(|x| (**x).clone())
+            .into_iter()
+            .collect()
+    })
+    .await
+}
+
+async fn node(
+    State(s): State<App>,
+    Path(node): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    read(&s, q, keys::node_sessions(&node), |st| {
+        crate::state::session::node_sessions(st, &node)
+            .into_iter()
+            .map(|x| (*x).clone())
+            .collect()
+    })
+    .await
+}
+
+async fn list(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    read(&s, q, keys::SESSIONS.to_string(), |st| {
+        st.sessions.values().map(|x| (**x).clone()).collect()
+    })
+    .await
+}
+
+/// The leader's duty: destroy sessions whose TTL ran out. Runs for the
+/// server's life; does nothing while it does not lead.
+pub async fn expire(s: Arc<Server>) {
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if !s.cluster.is_leader() {
+            s.sessions.step_down();
+            continue;
+        }
+        let st = s.store.state();
+        if !s.sessions.in_office() {
+            let with_ttl = st.sessions.values().map(|x| (x.id.clone(), x.ttl()));
+            s.sessions.take_office(with_ttl, Instant::now());
+            continue;
+        }
+        for id in s
+            .sessions
+            .expired(Instant::now(), |id| st.sessions.contains_key(id))
+        {
+            if !s.sessions.still_expired(&id, Instant::now()) {
+                continue;
+            }
+            tracing::info!(session = %id, "session TTL expired: destroying it");
+            match s
+                .write(timed(Timeable::SessionDestroy { id: id.clone() }))
+                .await
+            {
+                Ok(Applied::Bool(true)) => s.sessions.disarm(&id),
+                // Kept armed: the next tick tries again.
+                Ok(other) => tracing::warn!(session = %id, ?other, "odd answer to a destroy"),
+                Err(e) => tracing::warn!(session = %id, error = %e, "could not destroy session"),
+            }
+        }
+    }
+}

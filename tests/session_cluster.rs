@@ -1,0 +1,140 @@
+//! Sessions in a 3-server cluster: a session created through a follower is
+//! on that follower's node, and TTLs are enforced across a leader change
+//! (the new leader arms every session afresh: an unrenewed one expires, a
+//! renewed one lives on).
+
+mod common;
+
+use std::time::Duration;
+
+use common::procs::*;
+use serde_json::{Value, json};
+
+async fn put_json(c: &reqwest::Client, p: &Proc, path: &str, body: &str) -> (u16, String) {
+    let r = c
+        .put(p.url(path))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn session_ids(c: &reqwest::Client, p: &Proc) -> Option<Vec<String>> {
+    let r = c.get(p.url("/v1/session/list?stale")).send().await.ok()?;
+    let list: Vec<Value> = r.json().await.ok()?;
+    Some(
+        list.iter()
+            .map(|s| s["ID"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = cluster(dir.path(), 3, &[]);
+    let c = client();
+    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let li = by_raft(&procs, &leader);
+    let fi = (li + 1) % 3;
+
+    let body = json!({"TTL": "10s", "LockDelay": "0s"}).to_string();
+    let (status, text) = put_json(&c, &procs[fi], "/v1/session/create", &body).await;
+    assert_eq!(status, 200, "{text}");
+    let lapsed: String = serde_json::from_str::<Value>(&text).unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .into();
+    let (_, text) = put_json(&c, &procs[fi], "/v1/session/create", &body).await;
+    let renewed: String = serde_json::from_str::<Value>(&text).unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .into();
+    let info: Value = c
+        .get(procs[fi].url(&format!("/v1/session/info/{lapsed}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        info[0]["Node"],
+        procs[fi].name.as_str(),
+        "the receiving server's node"
+    );
+    let (_, held) = put_json(
+        &c,
+        &procs[fi],
+        &format!("/v1/kv/elect?acquire={lapsed}"),
+        "x",
+    )
+    .await;
+    assert_eq!(held, "true");
+
+    procs[li].kill();
+    let survivors: Vec<&Proc> = procs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != li)
+        .map(|(_, p)| p)
+        .collect();
+    eventually(Duration::from_secs(20), "a new leader", || async {
+        let l = agreed_leader(&c, &survivors).await;
+        (l != leader).then_some(())
+    })
+    .await;
+
+    // Renew one session through the leader change; let the other lapse.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _) = put_json(
+            &c,
+            survivors[0],
+            &format!("/v1/session/renew/{renewed}"),
+            "",
+        )
+        .await;
+        assert!(status == 200 || status == 500, "renew answered {status}");
+        let views = views_of(&c, &survivors).await;
+        let gone_everywhere = views
+            .iter()
+            .all(|ids| ids.as_ref().is_some_and(|ids| !ids.contains(&lapsed)));
+        if gone_everywhere {
+            for ids in &views {
+                assert!(
+                    ids.as_ref().unwrap().contains(&renewed),
+                    "a renewed session expired across the leader change"
+                );
+            }
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unrenewed session never expired after the leader change"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let r: Value = c
+        .get(survivors[0].url("/v1/kv/elect?stale"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        r[0].get("Session"),
+        None,
+        "the expired session's lock is released"
+    );
+}
+
+async fn views_of(c: &reqwest::Client, procs: &[&Proc]) -> Vec<Option<Vec<String>>> {
+    let mut out = Vec::new();
+    for p in procs {
+        out.push(session_ids(c, p).await);
+    }
+    out
+}
