@@ -435,6 +435,9 @@ async fn http_limits_hold_with_their_flags() {
     );
 
     // Past 4 blocking queries at once: 429, and other reads still answer.
+    // A fresh client: the old one's pooled connections were idle past the
+    // server's idle timeout, and a request sent on one being closed is lost.
+    let c = client();
     let parked: Vec<_> = (0..4)
         .map(|_| {
             let (c, url) = (

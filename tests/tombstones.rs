@@ -9,15 +9,7 @@ use std::time::Duration;
 use common::Server;
 
 fn tombstones(s: &Server) -> u64 {
-    let r = s.get("/v1/agent/metrics");
-    assert_eq!(r.status, 200);
-    r.body
-        .lines()
-        .find_map(|l| l.strip_prefix("cairn_state_tombstones "))
-        .unwrap_or_else(|| panic!("no cairn_state_tombstones gauge:\n{}", r.body))
-        .trim()
-        .parse::<f64>()
-        .unwrap() as u64
+    s.metric("cairn_state_tombstones") as u64
 }
 
 /// Sets (or deletes) `keys` in transactions of 64.

@@ -147,14 +147,16 @@ async fn a_panic_building_one_proxy_leaves_the_others_updating() {
     bad.id = "bad-proxy".into();
     w.register("n1", proxy(), "passing");
     w.register("n1", bad, "passing");
-    w.register("n2", instance("db1", "db", "v1"), "passing");
+    w.register_db("n2", "db1", "v1", "passing");
     let good = ("n1".to_string(), "web-proxy".to_string());
-    w.until(&good, "db1 healthy", |s| endpoint_ids(s, DB) == ["db1"])
-        .await;
+    w.until(&good, "db1 healthy", |s| {
+        endpoint_ids(s, DB) == ["db1-sidecar-proxy"]
+    })
+    .await;
     // Later changes still reach the good proxy: the rebuild loop survived.
-    w.register("n3", instance("db2", "db", "v1"), "passing");
+    w.register_db("n3", "db2", "v1", "passing");
     w.until(&good, "db1 and db2", |s| {
-        endpoint_ids(s, DB) == ["db1", "db2"]
+        endpoint_ids(s, DB) == ["db1-sidecar-proxy", "db2-sidecar-proxy"]
     })
     .await;
     let bad = ("n1".to_string(), "bad-proxy".to_string());
