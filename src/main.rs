@@ -192,8 +192,14 @@ fn main() -> anyhow::Result<()> {
             let (data_dir, _tmp) = match (a.dev, a.data_dir) {
                 (_, Some(d)) => (d, None),
                 (true, None) => {
-                    let tmp =
-                        std::env::temp_dir().join(format!("cairn-dev-{}", std::process::id()));
+                    // Fresh every start: a killed dev server leaves its dir
+                    // behind, and a later process may get the same pid.
+                    let nanos = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos());
+                    let tmp = std::env::temp_dir()
+                        .join(format!("cairn-dev-{}-{nanos:08x}", std::process::id()));
+                    anyhow::ensure!(!tmp.exists(), "{} exists already", tmp.display());
                     (tmp.clone(), Some(TempDir(tmp)))
                 }
                 (false, None) => anyhow::bail!("--data-dir is required (or use --dev)"),

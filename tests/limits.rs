@@ -447,6 +447,7 @@ async fn http_limits_hold_with_their_flags() {
             tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()) })
         })
         .collect();
+    wait_parked(&c, &p, 4).await;
     eventually(Duration::from_secs(30), "a 429", || async {
         let r = c
             .get(p.url(&format!("/v1/kv/k?index={index}&wait=15s")))
