@@ -218,7 +218,7 @@ pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
     let contact = if s.cluster.is_leader() {
         0
     } else {
-        crate::raft::cluster::since_leader_contact()
+        s.cluster.since_leader_contact()
     };
     h.insert("x-consul-lastcontact", HeaderValue::from(contact));
     h

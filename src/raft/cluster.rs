@@ -10,33 +10,17 @@
 //!   then makes it a voter.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openraft::ChangeMembers;
 use openraft::async_runtime::WatchReceiver;
+use parking_lot::Mutex;
 
 use super::network::{Conn, Connect, Formation, Hello, Reply, Request};
 use super::{NodeId, Raft, ServerNode};
 use crate::state::{Command, Store};
-
-static START: OnceLock<Instant> = OnceLock::new();
-static LAST_CONTACT_MS: AtomicU64 = AtomicU64::new(0);
-
-fn now_ms() -> u64 {
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// Records that the leader spoke to us (for `X-Consul-LastContact`).
-pub fn touch_leader_contact() {
-    LAST_CONTACT_MS.store(now_ms(), Ordering::Relaxed);
-}
-
-/// Milliseconds since the leader last spoke to this server.
-pub fn since_leader_contact() -> u64 {
-    now_ms().saturating_sub(LAST_CONTACT_MS.load(Ordering::Relaxed))
-}
 
 pub struct Cluster {
     pub id: NodeId,
@@ -49,6 +33,11 @@ pub struct Cluster {
     known: Mutex<BTreeMap<NodeId, ServerNode>>,
     /// How formation messages reach other servers (TCP, or simulated).
     connector: Arc<dyn Connect>,
+    /// When this server started, and when (ms after it) the leader last
+    /// spoke to it: per server, so servers sharing a process (the
+    /// simulation) stay apart.
+    started: Instant,
+    last_contact_ms: AtomicU64,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,6 +47,12 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_KNOWN: usize = 64;
 
 impl Cluster {
+    /// Milliseconds since the leader last spoke to this server.
+    pub fn since_leader_contact(&self) -> u64 {
+        let now = self.started.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_contact_ms.load(Ordering::Relaxed))
+    }
+
     pub fn new(
         id: NodeId,
         me: ServerNode,
@@ -76,6 +71,8 @@ impl Cluster {
             joins,
             known: Mutex::new(BTreeMap::new()),
             connector,
+            started: Instant::now(),
+            last_contact_ms: AtomicU64::new(0),
         }
     }
 
@@ -162,7 +159,7 @@ impl Cluster {
                     if h.initialized {
                         formed_peer = Some(h.node.raft_addr.clone());
                     }
-                    self.known.lock().unwrap().insert(h.id, h.node);
+                    self.known.lock().insert(h.id, h.node);
                 }
             }
             if let Some(addr) = formed_peer {
@@ -178,7 +175,7 @@ impl Cluster {
                     }
                 }
             } else if expect > 0 {
-                let mut members = self.known.lock().unwrap().clone();
+                let mut members = self.known.lock().clone();
                 members.insert(self.id, self.me.clone());
                 if members.len() >= expect {
                     let lowest = *members.keys().next().expect("not empty");
@@ -342,10 +339,15 @@ impl Cluster {
 }
 
 impl Formation for Cluster {
+    fn leader_contact(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_contact_ms.store(now, Ordering::Relaxed);
+    }
+
     async fn hello(&self, from: Hello) -> Hello {
         // Bookkeeping only while forming, and bounded: anyone can greet.
         if from.id != self.id && !self.is_initialized() {
-            let mut known = self.known.lock().unwrap();
+            let mut known = self.known.lock();
             if known.len() < MAX_KNOWN || known.contains_key(&from.id) {
                 known.insert(from.id, from.node);
             }

@@ -484,6 +484,8 @@ pub trait Formation: Send + Sync + 'static {
         id: NodeId,
         node: ServerNode,
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+    /// The leader spoke to this server (for `X-Consul-LastContact`).
+    fn leader_contact(&self);
 }
 
 /// The connections open on the Raft port. At a cap the least recently
@@ -743,7 +745,7 @@ impl<F: Formation> Peer<F> {
         Ok(match req {
             Request::Append(r) => {
                 self.member(&r.vote)?;
-                crate::raft::cluster::touch_leader_contact();
+                self.formation.leader_contact();
                 Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
             }
             Request::Vote(r) => {
@@ -758,7 +760,7 @@ impl<F: Formation> Peer<F> {
                 done,
             } => {
                 self.member(&vote)?;
-                crate::raft::cluster::touch_leader_contact();
+                self.formation.leader_contact();
                 Reply::Snapshot(
                     self.receive_chunk(receiving, vote, meta, offset, data, done)
                         .await,
