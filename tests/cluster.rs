@@ -354,14 +354,8 @@ async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
                 formed &= leader_of(&c, p).await.is_some();
             }
             if formed {
-                let conf: serde_json::Value = c
-                    .get(procs[0].url("/v1/operator/raft/configuration?stale"))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+                let conf: serde_json::Value =
+                    get_json(&c, procs[0].url("/v1/operator/raft/configuration?stale")).await;
                 let voters = conf["Servers"]
                     .as_array()
                     .map_or(0, |s| s.iter().filter(|s| s["Voter"] == true).count());

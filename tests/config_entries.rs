@@ -29,14 +29,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     )
     .await;
     assert_eq!((s, b.as_str()), (200, "true"));
-    let e: Value = c
-        .get(p.url("/v1/config/service-defaults/web"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let e: Value = get_json(&c, p.url("/v1/config/service-defaults/web")).await;
     assert_eq!(e["Protocol"], "http");
     let modify = e["ModifyIndex"].as_u64().unwrap();
     assert!(e["CreateIndex"].as_u64().unwrap() > 0);
@@ -44,14 +37,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     let resolver = json!({"Kind": "service-resolver", "Name": "web", "ConnectTimeout": "15s",
         "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"}}});
     assert_eq!(put_entry(&c, &p, &resolver).await.0, 200);
-    let e: Value = c
-        .get(p.url("/v1/config/service-resolver/web"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let e: Value = get_json(&c, p.url("/v1/config/service-resolver/web")).await;
     assert_eq!(e["ConnectTimeout"], "15s");
 
     // CAS on write and delete.
@@ -64,34 +50,13 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     assert_eq!(stale.text().await.unwrap(), "false");
     let ok = c.put(p.url(&format!("/v1/config?cas={modify}"))).json(&json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http", "Meta": {"x": "y"}})).send().await.unwrap();
     assert_eq!(ok.text().await.unwrap(), "true");
-    let list: Vec<Value> = c
-        .get(p.url("/v1/config/service-defaults"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Vec<Value> = get_json(&c, p.url("/v1/config/service-defaults")).await;
     assert_eq!(list.len(), 1);
 
-    let chain: Value = c
-        .get(p.url("/v1/discovery-chain/web"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let chain: Value = get_json(&c, p.url("/v1/discovery-chain/web")).await;
     assert_eq!(chain["Chain"]["Protocol"], "http");
     assert_eq!(chain["Chain"]["ServiceName"], "web");
-    let roots: Value = c
-        .get(p.url("/v1/connect/ca/roots"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let roots: Value = get_json(&c, p.url("/v1/connect/ca/roots")).await;
     let td = roots["TrustDomain"].as_str().unwrap();
     let sni = chain["Chain"]["Targets"]["web.default.default.dc1"]["SNI"]
         .as_str()
@@ -161,14 +126,7 @@ async fn writes_that_would_break_a_chain_are_refused() {
     )
     .await;
     assert_eq!(s, 400, "{b}");
-    let e: Value = c
-        .get(p.url("/v1/config/service-defaults/web"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let e: Value = get_json(&c, p.url("/v1/config/service-defaults/web")).await;
     assert_eq!(e["Protocol"], "http", "the refused write changed nothing");
     // Deleting what the router needs.
     let r = c
@@ -227,14 +185,7 @@ async fn hostile_bodies_are_400_and_store_nothing() {
         "service-router",
         "proxy-defaults",
     ] {
-        let list: Vec<Value> = c
-            .get(p.url(&format!("/v1/config/{kind}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: Vec<Value> = get_json(&c, p.url(&format!("/v1/config/{kind}"))).await;
         assert!(list.is_empty(), "{kind} stored something: {list:?}");
     }
     assert_eq!(

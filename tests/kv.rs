@@ -61,23 +61,9 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
     assert_eq!(raw.text().await.unwrap(), "v2");
 
     put("/v1/kv/app/other/x", "1").await.unwrap();
-    let keys: Vec<String> = c
-        .get(p.url("/v1/kv/app/?keys&separator=/"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let keys: Vec<String> = get_json(&c, p.url("/v1/kv/app/?keys&separator=/")).await;
     assert_eq!(keys, vec!["app/config", "app/other/"]);
-    let all: Vec<Value> = c
-        .get(p.url("/v1/kv/app?recurse"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let all: Vec<Value> = get_json(&c, p.url("/v1/kv/app?recurse")).await;
     assert_eq!(all.len(), 2);
 
     assert_eq!(
@@ -286,14 +272,7 @@ async fn metrics_and_agent_self() {
         .unwrap();
     assert!(text.contains("# TYPE cairn_raft_applied_total counter"));
     assert!(text.contains("cairn_raft_is_leader 1"));
-    let me: Value = c
-        .get(p.url("/v1/agent/self"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let me: Value = get_json(&c, p.url("/v1/agent/self")).await;
     assert_eq!(me["Config"]["Datacenter"], "dc1");
     assert_eq!(me["Config"]["NodeName"], "dev");
 }

@@ -330,14 +330,7 @@ async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
         assert_eq!(r.status().as_u16(), 400, "key {key}");
     }
     // Nothing of it was written.
-    let nodes: Vec<serde_json::Value> = c
-        .get(p.url("/v1/catalog/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let nodes: Vec<serde_json::Value> = get_json(&c, p.url("/v1/catalog/nodes")).await;
     assert!(nodes.iter().all(|n| n["Node"] != "n1"), "{nodes:?}");
     let r = c.get(p.url("/v1/kv/?keys")).send().await.unwrap();
     assert_eq!(r.status(), 404, "some key was written");

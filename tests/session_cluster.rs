@@ -51,14 +51,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
         .as_str()
         .unwrap()
         .into();
-    let info: Value = c
-        .get(procs[fi].url(&format!("/v1/session/info/{lapsed}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info: Value = get_json(&c, procs[fi].url(&format!("/v1/session/info/{lapsed}"))).await;
     assert_eq!(
         info[0]["Node"],
         procs[fi].name.as_str(),
@@ -116,14 +109,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let r: Value = c
-        .get(survivors[0].url("/v1/kv/elect?stale"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r: Value = get_json(&c, survivors[0].url("/v1/kv/elect?stale")).await;
     assert_eq!(
         r[0].get("Session"),
         None,

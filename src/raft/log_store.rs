@@ -1046,17 +1046,17 @@ mod tests {
         assert!(!torn.exists());
     }
 
+    /// A log store with its vote db in `dir/db` and its segments in
+    /// `dir/log`.
+    fn store_in(dir: &Path) -> LogStore {
+        let db = sled::open(dir.join("db")).unwrap();
+        LogStore::open(&db, &dir.join("db"), &dir.join("log"), SEGMENT_BYTES).unwrap()
+    }
+
     #[tokio::test]
     async fn a_poisoned_log_is_an_error_naming_its_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path().join("db")).unwrap();
-        let mut store = LogStore::open(
-            &db,
-            &dir.path().join("db"),
-            &dir.path().join("log"),
-            SEGMENT_BYTES,
-        )
-        .unwrap();
+        let mut store = store_in(dir.path());
         let log = store.log.clone();
         let _ = std::thread::spawn(move || {
             let _held = log.lock().unwrap();
@@ -1075,14 +1075,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_fsync_fails_every_append_after_it() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path().join("db")).unwrap();
-        let mut store = LogStore::open(
-            &db,
-            &dir.path().join("db"),
-            &dir.path().join("log"),
-            SEGMENT_BYTES,
-        )
-        .unwrap();
+        let mut store = store_in(dir.path());
         // fsync of a pipe fails (EINVAL): a disk that refuses a sync.
         let (r, _w) = std::io::pipe().unwrap();
         let bad = Arc::new(SegFile {

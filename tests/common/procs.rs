@@ -170,6 +170,15 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// `GET url`, decoded from JSON (panics on any failure: tests want the
+/// answer).
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    c: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+) -> T {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// Polls until `f` returns Some, or panics after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
