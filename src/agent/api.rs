@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
@@ -511,6 +511,11 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
+    let body = if parts.method == Method::PUT && parts.uri.path() == "/v1/session/create" {
+        session_on_this_node(&body, &a.config.node)?
+    } else {
+        body
+    };
     let body = (!body.is_empty() || ct.is_some()).then_some((body, ct));
     let resp = a
         .servers
@@ -535,4 +540,28 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
     builder
         .body(Body::from_stream(stream))
         .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// A session created through an agent belongs to the agent's node unless the
+/// body names another, as Consul's agent fills in its own `NodeName`; the
+/// server would otherwise take its own node.
+fn session_on_this_node(body: &Bytes, node: &str) -> Result<Bytes> {
+    let mut v: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        decode_json(body)?
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return Ok(body.clone());
+    };
+    let named = obj
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("node") && v.as_str().is_some_and(|n| !n.is_empty()));
+    if !named {
+        obj.retain(|k, _| !k.eq_ignore_ascii_case("node"));
+        obj.insert("Node".into(), node.into());
+    }
+    Ok(Bytes::from(
+        serde_json::to_vec(&v).expect("JSON value serializes"),
+    ))
 }
