@@ -11,6 +11,7 @@ mod kv;
 pub mod liveness;
 mod proxycfg;
 mod session;
+mod snapshot;
 mod status;
 mod stream;
 
@@ -45,6 +46,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
         .merge(session::routes())
+        .merge(snapshot::routes())
         .merge(config::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
@@ -85,7 +87,12 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+    let limit = if parts.uri.path() == "/v1/snapshot" {
+        snapshot::MAX_SNAPSHOT
+    } else {
+        MAX_BODY
+    };
+    let body = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(e) => {
             return Error::TooLarge(format!("Request body too large or unreadable: {e}"))
