@@ -86,6 +86,9 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     {
         return next.run(req).await;
     }
+    // A txn of reads only may be answered here with `?stale` (Consul's
+    // fast path); which it is, only its body says.
+    let stale_txn = path == "/v1/txn" && Params::parse(req.uri().query()).has("stale");
     let (parts, body) = req.into_parts();
     let limit = if parts.uri.path() == "/v1/snapshot" {
         snapshot::MAX_SNAPSHOT
@@ -99,6 +102,9 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                 .into_response();
         }
     };
+    if stale_txn && kv::read_only(&body, &s.config.datacenter) {
+        return next.run(Request::from_parts(parts, Body::from(body))).await;
+    }
     // Retry while a new leader is being elected, within the hold time.
     let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
     loop {

@@ -31,7 +31,7 @@ use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{
     DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
-    Session, TxnError,
+    Session, TxnError, TxnOp, TxnResult,
 };
 
 pub use apply::{apply_command, apply_payload};
@@ -45,7 +45,8 @@ pub type NodeKey = (String, String);
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Kv(KvOp),
-    Txn(Vec<KvOp>),
+    /// `PUT /v1/txn`: all its operations apply, or none.
+    Txn(Vec<TxnOp>),
     Register(#[serde(with = "as_json")] Box<RegisterRequest>),
     Deregister(#[serde(with = "as_json")] DeregisterRequest),
     /// A config entry (Consul JSON), already decoded and validated on its
@@ -125,7 +126,7 @@ pub enum Payload {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Timeable {
     Kv(KvOp),
-    Txn(Vec<KvOp>),
+    Txn(Vec<TxnOp>),
     SessionDestroy { id: String },
 }
 
@@ -158,9 +159,24 @@ impl Command {
             check("check ID", &c.check_id)?;
             check("service ID", &c.service_id)
         }
+        fn check_txn(ops: &[TxnOp]) -> Result<(), String> {
+            ops.iter().try_for_each(|op| match op {
+                TxnOp::Kv(op) => check("key", &op.key),
+                TxnOp::Node { node, .. } => {
+                    check("node name", &node.node)?;
+                    check("node ID", &node.id)
+                }
+                TxnOp::Service { node, service, .. } => {
+                    check("node name", node)?;
+                    check("service ID", &service.id)?;
+                    check("service name", &service.service)
+                }
+                TxnOp::Check { check: c, .. } => check_health(c),
+            })
+        }
         match self {
             Command::Kv(op) => check("key", &op.key),
-            Command::Txn(ops) => ops.iter().try_for_each(|op| check("key", &op.key)),
+            Command::Txn(ops) => check_txn(ops),
             Command::Register(r) => {
                 check("node name", &r.node)?;
                 if let Some(svc) = &r.service {
@@ -201,7 +217,7 @@ impl Command {
             Command::Timed {
                 cmd: Timeable::Txn(ops),
                 ..
-            } => ops.iter().try_for_each(|op| check("key", &op.key)),
+            } => check_txn(ops),
             Command::RestoreChunk { id, .. }
             | Command::RestoreCommit { id, .. }
             | Command::RestoreAbort { id } => check("snapshot restore ID", id),
@@ -221,7 +237,7 @@ impl From<Command> for Payload {
 pub enum Response {
     Ok,
     Kv(KvOutcome),
-    Txn(Result<Vec<KvEntry>, Vec<TxnError>>),
+    Txn(Result<Vec<TxnResult>, Vec<TxnError>>),
     /// A precondition failed (cas), answered as `false`.
     Bool(bool),
     /// The command was refused by the state machine (bad input that only the

@@ -582,7 +582,7 @@ mod tests {
         };
         let txn = |ops| Command::Timed {
             now_ms: 1,
-            cmd: Timeable::Txn(ops),
+            cmd: Timeable::Txn(ops.into_iter().map(crate::structs::TxnOp::Kv).collect()),
         };
         let (r, _) = apply_command(
             &mut st,
