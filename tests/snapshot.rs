@@ -210,6 +210,11 @@ fn a_snapshot_moves_between_clusters_of_different_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let one = Server::dev();
     write_content(&one, "single");
+    // Large enough to need several restore chunks (512 KiB each).
+    for i in 0..5 {
+        let big = format!("{i}").repeat(400 << 10);
+        assert_eq!(one.put(&format!("/v1/kv/big/{i}"), &big).status, 200);
+    }
     let want = content(&one);
     let file = dir.path().join("one.snap");
     save(&one, &file);

@@ -241,6 +241,38 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_restore_survives_a_restart_and_a_raft_snapshot() {
+        use crate::state::{MemoryBackend, Store};
+        let disk = MemoryBackend::default();
+        let store = Store::open(Box::new(disk.clone())).unwrap();
+        let mut st = (*store.state()).clone();
+        let mut sets = Vec::new();
+        for (i, c) in [&b"abc"[..], &b"de"[..]].iter().enumerate() {
+            let cmd = Command::RestoreChunk {
+                id: "r1".into(),
+                seq: i as u32,
+                data: c.to_vec(),
+            };
+            sets.push(apply_command(&mut st, 3 + i as u64, &cmd).1);
+        }
+        store.commit(st.clone(), &sets, vec![]).unwrap();
+        // Reopened on the same rows: the chunks are there, in order.
+        let again = Store::open(Box::new(disk.clone())).unwrap();
+        assert_eq!(again.state().restore, st.restore);
+        // In a Raft snapshot too.
+        let decoded = snapshot::decode(&snapshot::encode(&st).unwrap()).unwrap();
+        assert_eq!(decoded.restore, st.restore);
+        // A user's snapshot never carries one.
+        let exported = snapshot::decode(&snapshot::export(&st).unwrap()).unwrap();
+        assert!(exported.restore.is_none());
+        // Dropped: its rows go too.
+        let (_, set) = apply_command(&mut st, 9, &Command::RestoreAbort { id: "r1".into() });
+        store.commit(st, &[set], vec![]).unwrap();
+        let again = Store::open(Box::new(disk)).unwrap();
+        assert!(again.state().restore.is_none());
+    }
+
+    #[test]
     fn a_bad_commit_or_a_new_restore_discards_the_staged_one() {
         let mut snap = State::default();
         apply_command(&mut snap, 2, &set("a"));
