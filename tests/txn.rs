@@ -330,9 +330,9 @@ fn a_read_only_txn_is_answered_by_a_follower_without_a_leader_with_stale() {
     );
     // With the other two gone there is no leader: only this server's own
     // state can answer, and it does.
-    for i in 0..3 {
+    for (i, s) in servers.iter_mut().enumerate() {
         if i != fi {
-            servers[i].kill();
+            s.kill();
         }
     }
     let r = servers[fi].put("/v1/txn?stale", &read);
