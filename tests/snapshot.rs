@@ -156,7 +156,11 @@ fn a_restore_brings_every_server_of_a_live_cluster_back_and_no_index_goes_back()
         format!("/v1/kv/app/a?stale&index={top}&wait=60s"),
     );
     let blocked = std::thread::spawn(move || common::request(addr, "GET", &path, None));
-    servers[follower].wait_parked(1);
+    // And one on a service's health, answered from the materialized view
+    // the event publisher feeds (reset by the restore).
+    let health = format!("/v1/health/service/web?stale&index={top}&wait=60s");
+    let blocked_health = std::thread::spawn(move || common::request(addr, "GET", &health, None));
+    servers[follower].wait_parked(2);
 
     // Restored through another follower (forwarded to the leader).
     let other = 3 - leader_of(&servers) - follower;
@@ -167,6 +171,10 @@ fn a_restore_brings_every_server_of_a_live_cluster_back_and_no_index_goes_back()
     assert_eq!(woke.status, 200);
     assert!(woke.index() > top, "{} <= {top}", woke.index());
     assert_eq!(woke.json()[0]["Value"], json!(base64("old-a")));
+    let woke = blocked_health.join().unwrap();
+    assert_eq!(woke.status, 200);
+    assert!(woke.index() > top, "{} <= {top}", woke.index());
+    assert_eq!(woke.json(), want["health"]);
     for s in &servers {
         for (p, b) in reads.iter().zip(&before) {
             let now = s.get(&format!(
@@ -210,9 +218,10 @@ fn a_snapshot_moves_between_clusters_of_different_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let one = Server::dev();
     write_content(&one, "single");
-    // Large enough to need several restore chunks (512 KiB each).
-    for i in 0..5 {
-        let big = format!("{i}").repeat(400 << 10);
+    // Larger than a plain request body may be (4 MiB), and than one
+    // restore chunk (512 KiB).
+    for i in 0..12 {
+        let big = char::from(b'a' + i).to_string().repeat(400 << 10);
         assert_eq!(one.put(&format!("/v1/kv/big/{i}"), &big).status, 200);
     }
     let want = content(&one);
