@@ -155,12 +155,14 @@ fn a_restore_brings_every_server_of_a_live_cluster_back_and_no_index_goes_back()
         servers[follower].http_addr,
         format!("/v1/kv/app/a?stale&index={top}&wait=60s"),
     );
+    // Others may be parked there already (the server's own agent's).
+    let parked = servers[follower].metric("cairn_blocking_queries_parked") as u64;
     let blocked = std::thread::spawn(move || common::request(addr, "GET", &path, None));
     // And one on a service's health, answered from the materialized view
     // the event publisher feeds (reset by the restore).
     let health = format!("/v1/health/service/web?stale&index={top}&wait=60s");
     let blocked_health = std::thread::spawn(move || common::request(addr, "GET", &health, None));
-    servers[follower].wait_parked(2);
+    servers[follower].wait_parked(parked + 2);
 
     // Restored through another follower (forwarded to the leader).
     let other = 3 - leader_of(&servers) - follower;
