@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 /// Format version of Raft log segments (their records are bincode of
 /// `Entry` under it). Bump it on any change to how entries or commands
 /// encode.
-pub const LOG_FORMAT: u32 = 1;
-/// Format version of the snapshot file.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub const LOG_FORMAT: u32 = 2;
+/// Format version of the snapshot file (also what `GET /v1/snapshot`
+/// answers and `PUT /v1/snapshot` accepts).
+pub const SNAPSHOT_FORMAT: u32 = 2;
 /// Format version of the state rows in sled.
-pub const STATE_FORMAT: u32 = 1;
+pub const STATE_FORMAT: u32 = 2;
 
 /// A storage failure, always naming the file and what was being done.
 ///
@@ -93,4 +94,97 @@ pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> Result<(), DiskError>
     f.sync_all().map_err(|e| DiskError::io("fsync", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| DiskError::io("rename onto", path, e))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// A snapshot's framing, shared by the snapshot file in a data dir and the
+/// files `cairn snapshot save` writes: `CAIRNSNP`, format version u32,
+/// meta length u32, data length u64, crc32 of meta and data (u32), then
+/// the meta and the data. What meta and data hold is the Raft layer's.
+pub mod snapshot_frame {
+    use std::path::Path;
+
+    use super::{DiskError, SNAPSHOT_FORMAT};
+
+    const MAGIC: &[u8; 8] = b"CAIRNSNP";
+    pub const HEADER: usize = 8 + 4 + 4 + 8 + 4;
+
+    /// The header that goes before `meta` and `data`.
+    pub fn head(meta: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(meta);
+        crc.update(data);
+        let mut head = Vec::with_capacity(HEADER);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
+        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        head.extend_from_slice(&crc.finalize().to_le_bytes());
+        head
+    }
+
+    /// What a header says.
+    pub struct Header {
+        pub meta_len: usize,
+        pub data_len: u64,
+        pub crc: u32,
+    }
+
+    pub fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> DiskError {
+        DiskError::Corrupt {
+            path: path.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// Reads a header (`path` names the file in errors).
+    pub fn header(path: &Path, head: &[u8]) -> Result<Header, DiskError> {
+        if head.len() < HEADER {
+            return Err(corrupt(path, 0, "shorter than its header"));
+        }
+        if &head[..8] != MAGIC {
+            return Err(DiskError::Magic {
+                path: path.to_path_buf(),
+                what: "snapshot",
+            });
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
+        let version = u32_at(8);
+        if version != SNAPSHOT_FORMAT {
+            return Err(DiskError::Version {
+                path: path.to_path_buf(),
+                found: version,
+                expected: SNAPSHOT_FORMAT,
+            });
+        }
+        Ok(Header {
+            meta_len: u32_at(12) as usize,
+            data_len: u64::from_le_bytes(head[16..24].try_into().expect("8")),
+            crc: u32_at(24),
+        })
+    }
+
+    /// Checks a whole framed snapshot: its header, its length and its
+    /// checksum; returns its meta and data.
+    pub fn split<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a [u8], &'a [u8]), DiskError> {
+        let h = header(path, bytes)?;
+        let end = (HEADER as u64)
+            .saturating_add(h.meta_len as u64)
+            .saturating_add(h.data_len);
+        if bytes.len() as u64 != end {
+            return Err(corrupt(
+                path,
+                bytes.len() as u64,
+                format!("{} bytes where the header says {end}", bytes.len()),
+            ));
+        }
+        let (meta, data) = bytes[HEADER..].split_at(h.meta_len);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(meta);
+        crc.update(data);
+        if crc.finalize() != h.crc {
+            return Err(corrupt(path, HEADER as u64, "checksum mismatch"));
+        }
+        Ok((meta, data))
+    }
 }

@@ -156,7 +156,9 @@ fn hostname() -> String {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
     match cli.command {
-        Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd)),
+        Command::Cli(cmd) => {
+            std::process::exit(cairn::cli::run(cmd, cairn::raft::state_machine::inspect))
+        }
         Command::Debug(DebugCmd::DataDir { dir }) => {
             let (lines, ok) = cairn::raft::inspect::inspect_data_dir(&dir);
             for l in lines {

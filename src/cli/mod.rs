@@ -18,6 +18,7 @@ mod maint;
 mod members;
 mod operator;
 pub mod services;
+pub mod snapshot;
 
 use std::time::Duration;
 
@@ -53,6 +54,9 @@ pub enum CliCommand {
     Maint(maint::MaintArgs),
     /// Run a command while holding a lock (or a semaphore slot with -n).
     Lock(lock::LockArgs),
+    /// Save, restore and inspect snapshots of the whole state.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
 }
 
 /// A failed command: the one line to print.
@@ -67,8 +71,9 @@ impl<E: std::fmt::Display> From<E> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Runs one command; returns the process exit code.
-pub fn run(cmd: CliCommand) -> i32 {
+/// Runs one command; returns the process exit code. `inspect` reads a
+/// snapshot file (see `snapshot::Inspect`).
+pub fn run(cmd: CliCommand, inspect: snapshot::Inspect) -> i32 {
     let client = match Client::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -85,6 +90,7 @@ pub fn run(cmd: CliCommand) -> i32 {
         CliCommand::Config(c) => config::run(&client, c),
         CliCommand::DiscoveryChain(a) => config::discovery_chain(&client, a),
         CliCommand::Maint(a) => maint::run(&client, a),
+        CliCommand::Snapshot(c) => snapshot::run(&client, c, inspect),
         CliCommand::Lock(a) => match lock::run(&client, a) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -193,6 +199,32 @@ impl Client {
             let status = resp.status().as_u16();
             let body = resp.text().await.map_err(|e| self.unreachable(&e))?;
             Ok(Reply { status, body })
+        })
+    }
+
+    /// Sends raw bytes and reads raw bytes (snapshots): status and body.
+    /// Allowed minutes, not the usual minute: a large state takes a while.
+    pub fn send_bytes(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Vec<u8>), CliError> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .timeout(Duration::from_secs(600));
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/octet-stream")
+                .body(b);
+        }
+        self.rt.block_on(async {
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            let status = resp.status().as_u16();
+            let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
+            Ok((status, body.to_vec()))
         })
     }
 

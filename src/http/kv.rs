@@ -1,4 +1,4 @@
-//! `/v1/kv` and `/v1/txn`.
+//! `/v1/kv` and `/v1/txn` (KV, session, node, service and check operations).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -13,9 +13,12 @@ use serde_json::{Value, json};
 use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::error::{Error, Result};
 use crate::request::{Params, QueryOptions};
-use crate::state::kv::{list_keys, prefix_iter, read_index};
+use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
 use crate::state::{Command, Response as Applied, Timeable, keys};
-use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb};
+use crate::structs::validate::{check_dc, validate_check, validate_service};
+use crate::structs::{
+    CatalogVerb, HealthCheck, KvEntry, KvOp, KvOutcome, KvVerb, Node, NodeService, TxnOp,
+};
 
 /// Consul's limit on one value.
 pub const MAX_VALUE: usize = 512 * 1024;
@@ -187,7 +190,42 @@ struct TxnKv {
     partition: Option<String>,
 }
 
-fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct TxnNode {
+    verb: String,
+    node: Node,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct TxnService {
+    verb: String,
+    node: String,
+    service: NodeService,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+struct TxnCheck {
+    verb: String,
+    check: HealthCheck,
+}
+
+fn parse_op<T: serde::de::DeserializeOwned>(i: usize, v: Value) -> Result<T> {
+    serde_json::from_value(v)
+        .map_err(|e| Error::bad(format!("Failed to parse body: operation {i}: {e}")))
+}
+
+fn catalog_verb(i: usize, what: &str, verb: &str) -> Result<CatalogVerb> {
+    CatalogVerb::parse(verb)
+        .ok_or_else(|| Error::bad(format!("Operation {i}: unknown {what} verb {verb:?}")))
+}
+
+/// Decodes and checks a txn body as the single endpoints would: a bad
+/// operation refuses the whole txn (400, or 413 for sizes), nothing
+/// proposed.
+fn decode_txn(body: &[u8], dc: &str) -> Result<Vec<TxnOp>> {
     let ops: Vec<Value> = crate::request::decode_json(body)?;
     if ops.len() > MAX_TXN_OPS {
         return Err(Error::TooLarge(format!(
@@ -197,59 +235,154 @@ fn decode_txn(body: &[u8]) -> Result<Vec<KvOp>> {
     }
     let mut out = Vec::with_capacity(ops.len());
     for (i, op) in ops.into_iter().enumerate() {
-        let Value::Object(mut m) = op else {
+        let Value::Object(m) = op else {
             return Err(Error::bad(format!("Operation {i} is not an object")));
         };
-        let Some(kv) = m.remove("KV") else {
+        let mut entries = m.into_iter();
+        let (Some((kind, v)), None) = (entries.next(), entries.next()) else {
             return Err(Error::bad(format!(
-                "Operation {i}: only KV operations are supported in transactions"
+                "Operation {i} must have exactly one of KV, Node, Service or Check"
             )));
         };
-        let kv: TxnKv = serde_json::from_value(kv)
-            .map_err(|e| Error::bad(format!("Failed to parse body: operation {i}: {e}")))?;
-        let verb = KvVerb::parse(&kv.verb)
-            .ok_or_else(|| Error::bad(format!("Operation {i}: unknown KV verb {:?}", kv.verb)))?;
-        let value = match kv.value {
-            Some(v) => base64::engine::general_purpose::STANDARD
-                .decode(v.as_bytes())
-                .map_err(|e| Error::bad(format!("Operation {i}: Value is not base64: {e}")))?,
-            None => Vec::new(),
-        };
-        if value.len() > MAX_VALUE {
-            return Err(Error::TooLarge(format!(
-                "Value for key {:?} is too large ({} > {MAX_VALUE} bytes)",
-                kv.key,
-                value.len()
-            )));
-        }
-        if kv.key.is_empty() && !matches!(verb, KvVerb::GetTree | KvVerb::DeleteTree) {
-            return Err(Error::bad(format!("Operation {i}: Missing key name")));
-        }
-        let _ = (kv.namespace, kv.partition);
-        out.push(KvOp {
-            verb,
-            key: kv.key,
-            value,
-            flags: kv.flags,
-            index: kv.index,
-            session: kv.session.unwrap_or_default(),
+        out.push(match kind.as_str() {
+            "KV" => TxnOp::Kv(decode_kv(i, parse_op(i, v)?)?),
+            "Node" => decode_node(i, parse_op(i, v)?, dc)?,
+            "Service" => decode_service(i, parse_op(i, v)?)?,
+            "Check" => decode_check(i, parse_op(i, v)?)?,
+            other => {
+                return Err(Error::bad(format!(
+                    "Operation {i}: unknown operation {other:?} (KV, Node, Service or Check)"
+                )));
+            }
         });
     }
     Ok(out)
 }
 
+fn decode_kv(i: usize, kv: TxnKv) -> Result<KvOp> {
+    let verb = KvVerb::parse(&kv.verb)
+        .ok_or_else(|| Error::bad(format!("Operation {i}: unknown KV verb {:?}", kv.verb)))?;
+    let value = match kv.value {
+        Some(v) => base64::engine::general_purpose::STANDARD
+            .decode(v.as_bytes())
+            .map_err(|e| Error::bad(format!("Operation {i}: Value is not base64: {e}")))?,
+        None => Vec::new(),
+    };
+    if value.len() > MAX_VALUE {
+        return Err(Error::TooLarge(format!(
+            "Value for key {:?} is too large ({} > {MAX_VALUE} bytes)",
+            kv.key,
+            value.len()
+        )));
+    }
+    if kv.key.is_empty() && !matches!(verb, KvVerb::GetTree | KvVerb::DeleteTree) {
+        return Err(Error::bad(format!("Operation {i}: Missing key name")));
+    }
+    let _ = (kv.namespace, kv.partition);
+    Ok(KvOp {
+        verb,
+        key: kv.key,
+        value,
+        flags: kv.flags,
+        index: kv.index,
+        session: kv.session.unwrap_or_default(),
+    })
+}
+
+fn decode_node(i: usize, op: TxnNode, dc: &str) -> Result<TxnOp> {
+    let verb = catalog_verb(i, "Node", &op.verb)?;
+    let mut node = op.node;
+    let at = |e: Error| Error::bad(format!("Operation {i}: {e}"));
+    if node.node.is_empty()
+        && (node.id.is_empty() || matches!(verb, CatalogVerb::Set | CatalogVerb::Cas))
+    {
+        return Err(at(Error::bad("Must provide node")));
+    }
+    if matches!(verb, CatalogVerb::Set | CatalogVerb::Cas) {
+        check_dc(&node.datacenter, dc).map_err(at)?;
+        node.datacenter = dc.to_string();
+        if node.address.is_empty() {
+            return Err(at(Error::bad("Must provide address")));
+        }
+    }
+    Ok(TxnOp::Node { verb, node })
+}
+
+fn decode_service(i: usize, op: TxnService) -> Result<TxnOp> {
+    let verb = catalog_verb(i, "Service", &op.verb)?;
+    let at = |e: Error| Error::bad(format!("Operation {i}: {e}"));
+    if op.node.is_empty() {
+        return Err(at(Error::bad("Must provide node")));
+    }
+    if matches!(verb, CatalogVerb::Set | CatalogVerb::Cas) {
+        validate_service(&op.service).map_err(at)?;
+    } else if op.service.id.is_empty() && op.service.service.is_empty() {
+        return Err(at(Error::bad("Must provide service ID")));
+    }
+    Ok(TxnOp::Service {
+        verb,
+        node: op.node,
+        service: op.service,
+    })
+}
+
+fn decode_check(i: usize, op: TxnCheck) -> Result<TxnOp> {
+    let verb = catalog_verb(i, "Check", &op.verb)?;
+    let at = |e: Error| Error::bad(format!("Operation {i}: {e}"));
+    let mut check = op.check;
+    if check.node.is_empty() {
+        return Err(at(Error::bad("Must provide node")));
+    }
+    if check.check_id.is_empty() {
+        check.check_id = check.name.clone();
+    }
+    if check.check_id.is_empty() {
+        return Err(at(Error::bad("Must provide a CheckID or Name for checks")));
+    }
+    if matches!(verb, CatalogVerb::Set | CatalogVerb::Cas) {
+        let node = check.node.clone();
+        validate_check(&check, &node).map_err(at)?;
+    }
+    Ok(TxnOp::Check { verb, check })
+}
+
+/// Whether a txn body holds reads only (the forwarding layer lets such a
+/// txn with `?stale` be answered by any server, as Consul does).
+pub(super) fn read_only(body: &[u8], dc: &str) -> bool {
+    decode_txn(body, dc).is_ok_and(|ops| ops.iter().all(TxnOp::is_read))
+}
+
 async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
     let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
-    let ops = decode_txn(&body)?;
-    let cmd = if ops.iter().any(|op| op.verb == KvVerb::Lock) {
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let ops = decode_txn(&body, &s.config.datacenter)?;
+    // Reads only: answered from this server's state without Raft, in the
+    // request's consistency mode (Consul's fast path).
+    if ops.iter().all(TxnOp::is_read) {
+        if opts.consistent {
+            s.linearize().await?;
+        }
+        let st = s.store.state();
+        let mut resp = answer(read_txn(&st, &ops))?;
+        resp.headers_mut().extend(meta_headers(&s, st.index));
+        return Ok(resp);
+    }
+    let lock = ops
+        .iter()
+        .any(|op| matches!(op, TxnOp::Kv(op) if op.verb == KvVerb::Lock));
+    let cmd = if lock {
         crate::session::timed(Timeable::Txn(ops))
     } else {
         Command::Txn(ops)
     };
-    match s.write(cmd).await? {
-        Applied::Txn(Ok(entries)) => {
-            let results: Vec<Value> = entries.into_iter().map(|e| json!({ "KV": e })).collect();
+    answer(s.write(cmd).await?)
+}
+
+/// Consul's txn answer: 200 with the results, or 409 with the errors of a
+/// txn rolled back.
+fn answer(r: Applied) -> Result<Response> {
+    match r {
+        Applied::Txn(Ok(results)) => {
             Ok(axum::Json(json!({ "Results": results, "Errors": null })).into_response())
         }
         Applied::Txn(Err(errors)) => Ok((

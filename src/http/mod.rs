@@ -11,6 +11,7 @@ mod kv;
 pub mod liveness;
 mod proxycfg;
 mod session;
+mod snapshot;
 mod status;
 mod stream;
 
@@ -45,6 +46,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(kv::routes())
         .merge(session::routes())
+        .merge(snapshot::routes())
         .merge(config::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
@@ -84,14 +86,25 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     {
         return next.run(req).await;
     }
+    // A txn of reads only may be answered here with `?stale` (Consul's
+    // fast path); which it is, only its body says.
+    let stale_txn = path == "/v1/txn" && Params::parse(req.uri().query()).has("stale");
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+    let limit = if parts.uri.path() == "/v1/snapshot" {
+        snapshot::MAX_SNAPSHOT
+    } else {
+        MAX_BODY
+    };
+    let body = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(e) => {
             return Error::TooLarge(format!("Request body too large or unreadable: {e}"))
                 .into_response();
         }
     };
+    if stale_txn && kv::read_only(&body, &s.config.datacenter) {
+        return next.run(Request::from_parts(parts, Body::from(body))).await;
+    }
     // Retry while a new leader is being elected, within the hold time.
     let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
     loop {

@@ -266,10 +266,27 @@ impl Cluster {
         }
     }
 
-    /// Leader duties: give the cluster its id once.
+    /// Leader duties: give the cluster its id once; on taking office, drop
+    /// a snapshot restore left half-staged (its proposer lost office or
+    /// crashed: nobody will commit it).
     pub async fn lead(self: Arc<Self>) {
         let mut metrics = self.raft.metrics();
+        let mut checked_term = None;
         loop {
+            let term = metrics.borrow_watched().current_term;
+            if self.is_leader() && checked_term != Some(term) {
+                checked_term = Some(term);
+                // Only the id seen now: a restore this leader starts later
+                // has another id and is left alone.
+                if let Some(staged) = &self.store.state().restore {
+                    let cmd = Command::RestoreAbort {
+                        id: staged.id.clone(),
+                    };
+                    if let Err(e) = self.raft.client_write(cmd.into()).await {
+                        tracing::warn!(error = %e, "could not drop a half-staged restore");
+                    }
+                }
+            }
             if self.is_leader() && self.store.state().cluster_id.is_empty() {
                 let cmd = Command::InitCluster {
                     cluster_id: uuid::Uuid::new_v4().to_string(),

@@ -39,6 +39,9 @@ impl std::fmt::Display for Command {
             Command::ReapTombstones { .. } => "reap-tombstones",
             Command::SessionCreate { .. } => "session-create",
             Command::SessionDestroy { .. } => "session-destroy",
+            Command::RestoreChunk { .. } => "restore-chunk",
+            Command::RestoreCommit { .. } => "restore-commit",
+            Command::RestoreAbort { .. } => "restore-abort",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

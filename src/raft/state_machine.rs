@@ -68,19 +68,18 @@ impl SnapshotStore {
     }
 }
 
-/// The snapshot as one file, `snapshot.bin`:
-/// `CAIRNSNP`, format version u32, meta length u32, data length u64,
-/// crc32 of meta and data (u32), then the meta (bincode) and the data.
-/// Replaced atomically (`disk::write_atomic_parts`).
+/// The snapshot as one file, `snapshot.bin`, framed as
+/// `disk::snapshot_frame` says, its meta bincode of openraft's
+/// `SnapshotMeta` and its data `state::snapshot`'s encoding. Replaced
+/// atomically (`disk::write_atomic_parts`). `GET /v1/snapshot` answers the
+/// same format, so a saved file and a data dir's snapshot read alike.
 pub mod snapshot_file {
     use std::io::Read;
     use std::path::{Path, PathBuf};
 
     use super::Meta;
-    use crate::disk::{DiskError, SNAPSHOT_FORMAT, write_atomic_parts};
-
-    const MAGIC: &[u8; 8] = b"CAIRNSNP";
-    const HEADER: usize = 8 + 4 + 4 + 8 + 4;
+    use crate::disk::snapshot_frame::{self, HEADER, corrupt, header};
+    use crate::disk::{DiskError, write_atomic_parts};
 
     pub fn path(dir: &Path) -> PathBuf {
         dir.join("snapshot.bin")
@@ -88,56 +87,25 @@ pub mod snapshot_file {
 
     pub fn save(dir: &Path, meta: &Meta, data: &[u8]) -> Result<(), DiskError> {
         let meta = bincode::serialize(meta).expect("snapshot meta encodes");
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&meta);
-        crc.update(data);
-        let mut head = Vec::with_capacity(HEADER);
-        head.extend_from_slice(MAGIC);
-        head.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
-        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        head.extend_from_slice(&crc.finalize().to_le_bytes());
+        let head = snapshot_frame::head(&meta, data);
         write_atomic_parts(&path(dir), &[&head, &meta, data])
     }
 
-    struct Header {
-        meta_len: usize,
-        data_len: u64,
-        crc: u32,
+    /// A whole framed snapshot in memory (what `GET /v1/snapshot` answers).
+    pub fn to_bytes(meta: &Meta, data: &[u8]) -> Vec<u8> {
+        let meta = bincode::serialize(meta).expect("snapshot meta encodes");
+        let mut out = snapshot_frame::head(&meta, data);
+        out.reserve(meta.len() + data.len());
+        out.extend_from_slice(&meta);
+        out.extend_from_slice(data);
+        out
     }
 
-    fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> DiskError {
-        DiskError::Corrupt {
-            path: path.to_path_buf(),
-            offset,
-            reason: reason.into(),
-        }
-    }
-
-    fn header(path: &Path, head: &[u8]) -> Result<Header, DiskError> {
-        if head.len() < HEADER {
-            return Err(corrupt(path, 0, "shorter than its header"));
-        }
-        if &head[..8] != MAGIC {
-            return Err(DiskError::Magic {
-                path: path.to_path_buf(),
-                what: "snapshot",
-            });
-        }
-        let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
-        let version = u32_at(8);
-        if version != SNAPSHOT_FORMAT {
-            return Err(DiskError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                expected: SNAPSHOT_FORMAT,
-            });
-        }
-        Ok(Header {
-            meta_len: u32_at(12) as usize,
-            data_len: u64::from_le_bytes(head[16..24].try_into().expect("8")),
-            crc: u32_at(24),
-        })
+    /// Checks a framed snapshot whole (`path` names it in errors); returns
+    /// its meta and data.
+    pub fn from_bytes<'a>(path: &Path, bytes: &'a [u8]) -> Result<(Meta, &'a [u8]), DiskError> {
+        let (meta, data) = snapshot_frame::split(path, bytes)?;
+        Ok((decode_meta(path, meta)?, data))
     }
 
     fn decode_meta(path: &Path, bytes: &[u8]) -> Result<Meta, DiskError> {
@@ -153,24 +121,8 @@ pub mod snapshot_file {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(DiskError::io("read", &path, e)),
         };
-        let h = header(&path, &bytes)?;
-        let end = HEADER as u64 + h.meta_len as u64 + h.data_len;
-        if bytes.len() as u64 != end {
-            return Err(corrupt(
-                &path,
-                bytes.len() as u64,
-                format!("{} bytes where the header says {end}", bytes.len()),
-            ));
-        }
-        let (meta, data) = bytes[HEADER..].split_at(h.meta_len);
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(meta);
-        crc.update(data);
-        if crc.finalize() != h.crc {
-            return Err(corrupt(&path, HEADER as u64, "checksum mismatch"));
-        }
-        let meta = decode_meta(&path, meta)?;
-        Ok(Some((meta, bytes[HEADER + h.meta_len..].to_vec())))
+        let (meta, data) = from_bytes(&path, &bytes)?;
+        Ok(Some((meta, data.to_vec())))
     }
 
     /// Only the meta of the saved snapshot (not checksummed on its own:
@@ -191,6 +143,26 @@ pub mod snapshot_file {
             .map_err(|e| DiskError::io("read", &path, e))?;
         Ok(Some(decode_meta(&path, &meta)?))
     }
+}
+
+/// Checks a framed snapshot whole (`cairn snapshot inspect`, and `save`
+/// before it keeps a file): its index, term and rows per table.
+pub fn inspect(bytes: &[u8]) -> Result<crate::cli::snapshot::Inspection, String> {
+    let (meta, data) = snapshot_file::from_bytes(std::path::Path::new("snapshot"), bytes).map_err(
+        |e| match e {
+            crate::disk::DiskError::Corrupt { offset, reason, .. } => {
+                format!("damaged at offset {offset}: {reason}")
+            }
+            other => other.to_string(),
+        },
+    )?;
+    let (index, tables) = snapshot::counts(data).map_err(|e| format!("{e:#}"))?;
+    let term = meta.last_log_id.map(|l| l.leader_id.term).unwrap_or(0);
+    Ok(crate::cli::snapshot::Inspection {
+        index,
+        term,
+        tables,
+    })
 }
 
 pub struct StateMachine {
@@ -357,11 +329,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(());
         }
         let meta = self.meta_rows()?;
+        let (replaced, index) = (sets.iter().any(|s| s.replaced), state.index);
         self.store
             .commit(state, &sets, meta)
             .map_err(|e| sm_err(format!("{e:#}")))?;
-        self.publisher
-            .publish(sets.into_iter().zip(versions).collect());
+        if replaced {
+            // A snapshot restore: subscribers start over from the new
+            // state, as after a snapshot install (its sets list no rows).
+            self.publisher.reset(index);
+        } else {
+            self.publisher
+                .publish(sets.into_iter().zip(versions).collect());
+        }
         crate::metrics::APPLIED.add(applied);
         for (r, response) in answers {
             r.send(response);

@@ -58,8 +58,22 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             let (r, s) = apply_command(tx.state, index, &Command::from(cmd.clone()));
             tx.set.changes.extend(s.changes);
             tx.set.watch_keys.extend(s.watch_keys);
+            tx.set.replaced |= s.replaced;
             tx.state.now_ms = None;
             r
+        }
+        Command::RestoreChunk { id, seq, data } => {
+            result(super::restore::stage(&mut tx, id, *seq, data))
+        }
+        Command::RestoreCommit {
+            id,
+            chunks,
+            len,
+            crc,
+        } => result(super::restore::commit(&mut tx, id, *chunks, *len, *crc)),
+        Command::RestoreAbort { id } => {
+            super::restore::abort(&mut tx, id);
+            Response::Ok
         }
     };
     let set = tx.finish();
@@ -82,6 +96,7 @@ pub fn apply_payload(state: &mut State, index: u64, payload: &Payload) -> (Respo
         let (r, s) = apply_command(state, index, c);
         set.changes.extend(s.changes);
         set.watch_keys.extend(s.watch_keys);
+        set.replaced |= s.replaced;
         responses.push(r);
     }
     state.index = state.index.max(index);
@@ -402,6 +417,26 @@ impl Tx<'_> {
         self.touch(keys::session(&s.id));
         self.touch(keys::node_sessions(&s.node));
         self.touch(keys::SESSIONS);
+    }
+
+    /// Stages chunk `seq` of restore `id` (see `restore`).
+    pub(crate) fn put_restore_chunk(&mut self, id: &str, seq: usize, data: Arc<Vec<u8>>) {
+        if let Some(s) = &mut self.state.restore {
+            s.chunks.push_back(data.clone());
+        }
+        let key = super::restore::chunk_key(id, seq);
+        self.record(Table::Restore, key, None, Some(Row::RestoreChunk(data)));
+    }
+
+    /// Forgets the row of staged chunk `seq` of restore `id`.
+    pub(crate) fn remove_restore_chunk(&mut self, id: &str, seq: usize) {
+        let key = super::restore::chunk_key(id, seq);
+        self.record(Table::Restore, key, None, None);
+    }
+
+    /// The whole state was replaced (see `ChangeSet::replaced`).
+    pub(crate) fn mark_replaced(&mut self) {
+        self.set.replaced = true;
     }
 
     /// Lock-delays are not shown by any read: no watch key.

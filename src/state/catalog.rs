@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::State;
 use super::apply::Tx;
 use crate::structs::{
-    DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService, RegisterRequest,
+    CatalogVerb, DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService,
+    RegisterRequest, TxnOp, TxnResult,
 };
 
 /// Registers a node and optionally a service and checks, all or nothing:
@@ -171,6 +172,183 @@ fn delete_service(tx: &mut Tx, node: &str, id: &str) {
         tx.remove_check(node, &c);
     }
     tx.remove_service(node, id);
+}
+
+/// One node, service or check operation of a txn (Consul's verbs): its
+/// result (none for deletes), or why it failed. Writes go through
+/// `register` / `deregister`, so they keep every rule those keep (a
+/// service or check needs its node, a check its service; a node's delete
+/// takes its services, checks and sessions with it).
+pub fn txn_op(tx: &mut Tx, op: &TxnOp) -> Result<Option<TxnResult>, String> {
+    match op {
+        TxnOp::Kv(_) => Err("not a catalog operation".into()),
+        TxnOp::Node { verb, node } => node_op(tx, *verb, node),
+        TxnOp::Service {
+            verb,
+            node,
+            service,
+        } => service_op(tx, *verb, node, service),
+        TxnOp::Check { verb, check } => check_op(tx, *verb, check),
+    }
+}
+
+/// Whether a cas write may go ahead: an index of 0 writes only what does
+/// not exist, any other only over the row with that modify index.
+fn cas_holds(existing: Option<u64>, index: u64) -> bool {
+    match existing {
+        None => index == 0,
+        Some(current) => index != 0 && index == current,
+    }
+}
+
+fn node_op(tx: &mut Tx, verb: CatalogVerb, node: &Node) -> Result<Option<TxnResult>, String> {
+    // By ID when one is given and known (Consul's precedence), else by name.
+    let by_id = (!node.id.is_empty())
+        .then(|| tx.state.nodes.values().find(|n| n.id == node.id).cloned())
+        .flatten();
+    let existing = by_id.or_else(|| tx.state.nodes.get(&node.node).cloned());
+    let name = existing
+        .as_ref()
+        .map_or(node.node.clone(), |n| n.node.clone());
+    match verb {
+        CatalogVerb::Get => match existing {
+            Some(n) => Ok(Some(TxnResult::Node((*n).clone()))),
+            None => Err(format!("node {name:?} doesn't exist")),
+        },
+        CatalogVerb::Set | CatalogVerb::Cas => {
+            if verb == CatalogVerb::Cas
+                && !cas_holds(existing.map(|n| n.modify_index), node.modify_index)
+            {
+                return Err(format!("failed to set node {name:?}, index is stale"));
+            }
+            let req = RegisterRequest {
+                id: node.id.clone(),
+                node: node.node.clone(),
+                address: node.address.clone(),
+                datacenter: node.datacenter.clone(),
+                tagged_addresses: node.tagged_addresses.clone(),
+                node_meta: node.meta.clone(),
+                ..Default::default()
+            };
+            register(tx, &req)?;
+            let now = tx.state.nodes.get(&node.node).map(|n| (**n).clone());
+            Ok(now.map(TxnResult::Node))
+        }
+        CatalogVerb::Delete | CatalogVerb::DeleteCas => {
+            if verb == CatalogVerb::DeleteCas
+                && existing.as_ref().map(|n| n.modify_index) != Some(node.modify_index)
+            {
+                return Err(format!("failed to delete node {name:?}, index is stale"));
+            }
+            if existing.is_some() {
+                deregister(
+                    tx,
+                    &DeregisterRequest {
+                        node: name,
+                        ..Default::default()
+                    },
+                )?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn service_op(
+    tx: &mut Tx,
+    verb: CatalogVerb,
+    node: &str,
+    svc: &NodeService,
+) -> Result<Option<TxnResult>, String> {
+    let id = if svc.id.is_empty() {
+        svc.service.clone()
+    } else {
+        svc.id.clone()
+    };
+    let k = (node.to_string(), id.clone());
+    let existing = tx.state.services.get(&k).cloned();
+    match verb {
+        CatalogVerb::Get => match existing {
+            Some(s) => Ok(Some(TxnResult::Service((*s).clone()))),
+            None => Err(format!("service {id:?} on node {node:?} doesn't exist")),
+        },
+        CatalogVerb::Set | CatalogVerb::Cas => {
+            if verb == CatalogVerb::Cas
+                && !cas_holds(existing.map(|s| s.modify_index), svc.modify_index)
+            {
+                return Err(format!(
+                    "failed to set service {id:?} on node {node:?}, index is stale"
+                ));
+            }
+            let req = RegisterRequest {
+                node: node.to_string(),
+                skip_node_update: true,
+                service: Some(svc.clone()),
+                ..Default::default()
+            };
+            register(tx, &req)?;
+            let now = tx.state.services.get(&k).map(|s| (**s).clone());
+            Ok(now.map(TxnResult::Service))
+        }
+        CatalogVerb::Delete | CatalogVerb::DeleteCas => {
+            if verb == CatalogVerb::DeleteCas
+                && existing.as_ref().map(|s| s.modify_index) != Some(svc.modify_index)
+            {
+                return Err(format!(
+                    "failed to delete service {id:?} on node {node:?}, index is stale"
+                ));
+            }
+            if existing.is_some() {
+                delete_service(tx, node, &id);
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn check_op(
+    tx: &mut Tx,
+    verb: CatalogVerb,
+    check: &HealthCheck,
+) -> Result<Option<TxnResult>, String> {
+    let (node, id) = (check.node.clone(), check.check_id.clone());
+    let k = (node.clone(), id.clone());
+    let existing = tx.state.checks.get(&k).cloned();
+    match verb {
+        CatalogVerb::Get => match existing {
+            Some(c) => Ok(Some(TxnResult::Check((*c).clone()))),
+            None => Err(format!("check {id:?} on node {node:?} doesn't exist")),
+        },
+        CatalogVerb::Set | CatalogVerb::Cas => {
+            if verb == CatalogVerb::Cas
+                && !cas_holds(existing.map(|c| c.modify_index), check.modify_index)
+            {
+                return Err(format!(
+                    "failed to set check {id:?} on node {node:?}, index is stale"
+                ));
+            }
+            let req = RegisterRequest {
+                node: node.clone(),
+                skip_node_update: true,
+                check: Some(check.clone()),
+                ..Default::default()
+            };
+            register(tx, &req)?;
+            let now = tx.state.checks.get(&k).map(|c| (**c).clone());
+            Ok(now.map(TxnResult::Check))
+        }
+        CatalogVerb::Delete | CatalogVerb::DeleteCas => {
+            if verb == CatalogVerb::DeleteCas
+                && existing.as_ref().map(|c| c.modify_index) != Some(check.modify_index)
+            {
+                return Err(format!(
+                    "failed to delete check {id:?} on node {node:?}, index is stale"
+                ));
+            }
+            tx.remove_check(&node, &id);
+            Ok(None)
+        }
+    }
 }
 
 /// Services registered on a node, by service id.

@@ -2,7 +2,7 @@
 
 use super::apply::Tx;
 use super::{Response, State, keys};
-use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb, TxnError};
+use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb, TxnError, TxnOp, TxnResult};
 
 /// Applies one KV verb. `Err` is a failed precondition inside a txn.
 pub fn apply_op(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
@@ -85,13 +85,23 @@ fn set(tx: &mut Tx, op: &KvOp, existing: Option<&KvEntry>) {
 
 /// All operations succeed together or none is applied (the state is
 /// restored from the copy taken before: persistent maps make it cheap).
-pub fn apply_txn(tx: &mut Tx, ops: &[KvOp]) -> Response {
+pub fn apply_txn(tx: &mut Tx, ops: &[TxnOp]) -> Response {
     let saved = tx.state.clone();
     let mut results = Vec::new();
     let mut errors = Vec::new();
     for (i, op) in ops.iter().enumerate() {
+        let op = match op {
+            TxnOp::Kv(op) => op,
+            catalog => {
+                match super::catalog::txn_op(tx, catalog) {
+                    Ok(r) => results.extend(r),
+                    Err(what) => errors.push(TxnError { op_index: i, what }),
+                }
+                continue;
+            }
+        };
         match apply_op(tx, op) {
-            Ok(KvOutcome::Entries(es)) => results.extend(es),
+            Ok(KvOutcome::Entries(es)) => results.extend(es.into_iter().map(TxnResult::Kv)),
             Ok(KvOutcome::Done(true)) => {
                 if !matches!(
                     op.verb,
@@ -101,7 +111,7 @@ pub fn apply_txn(tx: &mut Tx, ops: &[KvOp]) -> Response {
                     {
                         let mut e = (**e).clone();
                         e.value.clear();
-                        results.push(e);
+                        results.push(TxnResult::Kv(e));
                     }
                 }
             }
@@ -128,6 +138,15 @@ pub fn apply_txn(tx: &mut Tx, ops: &[KvOp]) -> Response {
         tx.discard();
         Response::Txn(Err(errors))
     }
+}
+
+/// A txn of reads only, answered from `state` without Raft (Consul's
+/// fast path for read-only txns): the same answers apply would give.
+pub fn read_txn(state: &State, ops: &[TxnOp]) -> Response {
+    let mut st = state.clone();
+    let index = st.index;
+    let mut tx = Tx::new(&mut st, index);
+    apply_txn(&mut tx, ops)
 }
 
 /// Entries whose key starts with `prefix`, in key order.
@@ -275,11 +294,15 @@ mod tests {
         let (resp, set) = apply_command(
             &mut st,
             3,
-            &Command::Txn(vec![
-                op(KvVerb::Set, "b", "2", 0),
-                op(KvVerb::Delete, "a", "", 0),
-                op(KvVerb::CheckIndex, "a", "", 99),
-            ]),
+            &Command::Txn(
+                [
+                    op(KvVerb::Set, "b", "2", 0),
+                    op(KvVerb::Delete, "a", "", 0),
+                    op(KvVerb::CheckIndex, "a", "", 99),
+                ]
+                .map(TxnOp::Kv)
+                .to_vec(),
+            ),
         );
         match resp {
             Response::Txn(Err(errors)) => assert_eq!(errors[0].op_index, 2),
@@ -295,19 +318,24 @@ mod tests {
         let (resp, set) = apply_command(
             &mut st,
             3,
-            &Command::Txn(vec![
-                op(KvVerb::Set, "b", "2", 0),
-                op(KvVerb::Get, "b", "", 0),
-            ]),
+            &Command::Txn(
+                [op(KvVerb::Set, "b", "2", 0), op(KvVerb::Get, "b", "", 0)]
+                    .map(TxnOp::Kv)
+                    .to_vec(),
+            ),
         );
         match resp {
             Response::Txn(Ok(entries)) => {
                 assert_eq!(entries.len(), 2);
+                let kv = |r: &TxnResult| match r {
+                    TxnResult::Kv(e) => e.clone(),
+                    other => panic!("not KV: {other:?}"),
+                };
                 assert!(
-                    entries[0].value.is_empty(),
+                    kv(&entries[0]).value.is_empty(),
                     "writes come back without their value"
                 );
-                assert_eq!(entries[1].value, b"2");
+                assert_eq!(kv(&entries[1]).value, b"2");
             }
             other => panic!("unexpected {other:?}"),
         }

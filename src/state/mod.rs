@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod kv;
 pub mod persist;
+pub mod restore;
 pub mod session;
 pub mod snapshot;
 pub mod tombstones;
@@ -27,10 +28,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::structs::config_entry::{ConfigEntry, Kind};
-use crate::structs::serde_util::as_json;
+use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{
     DeregisterRequest, HealthCheck, KvEntry, KvOp, KvOutcome, Node, NodeService, RegisterRequest,
-    Session, TxnError,
+    Session, TxnError, TxnOp, TxnResult,
 };
 
 pub use apply::{apply_command, apply_payload};
@@ -44,7 +45,8 @@ pub type NodeKey = (String, String);
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Kv(KvOp),
-    Txn(Vec<KvOp>),
+    /// `PUT /v1/txn`: all its operations apply, or none.
+    Txn(Vec<TxnOp>),
     Register(#[serde(with = "as_json")] Box<RegisterRequest>),
     Deregister(#[serde(with = "as_json")] DeregisterRequest),
     /// A config entry (Consul JSON), already decoded and validated on its
@@ -87,6 +89,24 @@ pub enum Command {
         now_ms: u64,
         cmd: Timeable,
     },
+    /// Chunk `seq` of a snapshot being restored (see `restore`).
+    RestoreChunk {
+        id: String,
+        seq: u32,
+        #[serde(with = "raw_bytes")]
+        data: Vec<u8>,
+    },
+    /// Replaces the whole state with the staged snapshot, checked whole.
+    RestoreCommit {
+        id: String,
+        chunks: u32,
+        len: u64,
+        crc: u32,
+    },
+    /// Drops a staged restore (its proposer gave up or lost office).
+    RestoreAbort {
+        id: String,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -106,7 +126,7 @@ pub enum Payload {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Timeable {
     Kv(KvOp),
-    Txn(Vec<KvOp>),
+    Txn(Vec<TxnOp>),
     SessionDestroy { id: String },
 }
 
@@ -139,9 +159,24 @@ impl Command {
             check("check ID", &c.check_id)?;
             check("service ID", &c.service_id)
         }
+        fn check_txn(ops: &[TxnOp]) -> Result<(), String> {
+            ops.iter().try_for_each(|op| match op {
+                TxnOp::Kv(op) => check("key", &op.key),
+                TxnOp::Node { node, .. } => {
+                    check("node name", &node.node)?;
+                    check("node ID", &node.id)
+                }
+                TxnOp::Service { node, service, .. } => {
+                    check("node name", node)?;
+                    check("service ID", &service.id)?;
+                    check("service name", &service.service)
+                }
+                TxnOp::Check { check: c, .. } => check_health(c),
+            })
+        }
         match self {
             Command::Kv(op) => check("key", &op.key),
-            Command::Txn(ops) => ops.iter().try_for_each(|op| check("key", &op.key)),
+            Command::Txn(ops) => check_txn(ops),
             Command::Register(r) => {
                 check("node name", &r.node)?;
                 if let Some(svc) = &r.service {
@@ -182,7 +217,10 @@ impl Command {
             Command::Timed {
                 cmd: Timeable::Txn(ops),
                 ..
-            } => ops.iter().try_for_each(|op| check("key", &op.key)),
+            } => check_txn(ops),
+            Command::RestoreChunk { id, .. }
+            | Command::RestoreCommit { id, .. }
+            | Command::RestoreAbort { id } => check("snapshot restore ID", id),
             Command::InitCluster { .. } | Command::Noop | Command::ReapTombstones { .. } => Ok(()),
         }
     }
@@ -199,7 +237,7 @@ impl From<Command> for Payload {
 pub enum Response {
     Ok,
     Kv(KvOutcome),
-    Txn(Result<Vec<KvEntry>, Vec<TxnError>>),
+    Txn(Result<Vec<TxnResult>, Vec<TxnError>>),
     /// A precondition failed (cas), answered as `false`.
     Bool(bool),
     /// The command was refused by the state machine (bad input that only the
@@ -219,6 +257,8 @@ pub enum Row {
     Config(Arc<ConfigEntry>),
     Session(Arc<Session>),
     LockDelay(session::LockDelay),
+    /// A chunk of a snapshot restore being staged.
+    RestoreChunk(Arc<Vec<u8>>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -230,6 +270,8 @@ pub enum Table {
     Config,
     Sessions,
     LockDelays,
+    /// Chunks of a staged snapshot restore: persisted, not shown.
+    Restore,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
     Meta,
@@ -252,6 +294,9 @@ pub struct ChangeSet {
     pub changes: Vec<Change>,
     /// Keys of blocking queries to wake (see `watch`), with their new index.
     pub watch_keys: BTreeSet<String>,
+    /// The whole state was replaced (a snapshot restore): `changes` do not
+    /// list it, so it is persisted whole and subscribers start over.
+    pub replaced: bool,
 }
 
 /// One version of every table.
@@ -288,6 +333,8 @@ pub struct State {
     pub lock_delays: OrdMap<String, session::LockDelay>,
     /// The time of the `Command::Timed` being applied, `None` outside one.
     pub now_ms: Option<u64>,
+    /// A snapshot restore being staged (see `restore`).
+    pub restore: Option<restore::Staged>,
 }
 
 impl State {
@@ -383,7 +430,12 @@ impl Store {
 
     /// Installs a new version: persists the changes with `meta` rows in one
     /// atomic batch, publishes the version, then wakes the watchers.
+    /// A set that replaced the whole state (a restore) is persisted as a
+    /// replace of everything, as a snapshot install.
     pub fn commit(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
+        if sets.iter().any(|s| s.replaced) {
+            return self.replace(next, meta);
+        }
         persist::write_changes(&*self.persist, sets, &next, meta)
             .with_context(|| format!("write of state rows to {}", self.persist.location()))?;
         self.current.store(Arc::new(next));

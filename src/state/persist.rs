@@ -44,6 +44,8 @@ const CONFIG: u8 = b'e';
 const INDEX: u8 = b'i';
 const SESSION: u8 = b'x';
 const LOCK_DELAY: u8 = b'l';
+/// Chunks of a staged restore: `id/seq` → the bytes.
+const RESTORE: u8 = b'r';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -111,6 +113,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Config(e) => serde_json::to_vec(&super::config::to_stored(e))?,
         Row::Session(s) => serde_json::to_vec(&**s)?,
         Row::LockDelay(d) => serde_json::to_vec(d)?,
+        Row::RestoreChunk(c) => (**c).clone(),
     })
 }
 
@@ -123,6 +126,7 @@ fn table_tag(t: Table) -> u8 {
         Table::Config => CONFIG,
         Table::Sessions => SESSION,
         Table::LockDelays => LOCK_DELAY,
+        Table::Restore => RESTORE,
         Table::Index => INDEX,
         Table::Meta => META,
     }
@@ -200,6 +204,12 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     for (k, d) in &state.lock_delays {
         ops.push((row_key(LOCK_DELAY, k), Some(serde_json::to_vec(d)?)));
     }
+    if let Some(r) = &state.restore {
+        for (seq, c) in r.chunks.iter().enumerate() {
+            let key = super::restore::chunk_key(&r.id, seq);
+            ops.push((row_key(RESTORE, &key), Some((**c).clone())));
+        }
+    }
     ops.push((
         META_INDEX.to_vec(),
         Some(state.index.to_be_bytes().to_vec()),
@@ -269,7 +279,7 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
     for tag in [
-        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, META,
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, META,
     ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
@@ -303,6 +313,19 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 LOCK_DELAY => {
                     st.lock_delays
                         .insert(key.to_string(), serde_json::from_slice(v)?);
+                }
+                RESTORE => {
+                    // Rows in key order: one restore's chunks, 0, 1, ...
+                    let (id, seq) = super::restore::parse_chunk_key(key)
+                        .with_context(|| format!("restore chunk row {key:?}"))?;
+                    let staged = st.restore.get_or_insert_with(|| super::restore::Staged {
+                        id: id.to_string(),
+                        chunks: imbl::Vector::new(),
+                    });
+                    if staged.id != id || staged.chunks.len() != seq {
+                        anyhow::bail!("restore chunk row {key:?} out of order");
+                    }
+                    staged.chunks.push_back(Arc::new(v.to_vec()));
                 }
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_CLUSTER => {

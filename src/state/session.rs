@@ -580,9 +580,9 @@ mod tests {
             index: 0,
             session: session.into(),
         };
-        let txn = |ops| Command::Timed {
+        let txn = |ops: Vec<KvOp>| Command::Timed {
             now_ms: 1,
-            cmd: Timeable::Txn(ops),
+            cmd: Timeable::Txn(ops.into_iter().map(crate::structs::TxnOp::Kv).collect()),
         };
         let (r, _) = apply_command(
             &mut st,

@@ -1,4 +1,5 @@
-//! A whole version of the state as bytes, for Raft snapshots.
+//! A whole version of the state as bytes, for Raft snapshots and for
+//! `GET /v1/snapshot` (`export`: the same without a staged restore).
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::State;
 use super::session::LockDelay;
-use crate::structs::serde_util::as_json;
+use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
 #[derive(Serialize, Deserialize)]
@@ -26,6 +27,40 @@ struct Body {
     #[serde(with = "as_json")]
     sessions: Vec<Session>,
     lock_delays: Vec<(String, LockDelay)>,
+    /// A restore being staged: its id and chunks.
+    staged: Option<(String, Vec<Chunk>)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Chunk(#[serde(with = "raw_bytes")] Vec<u8>);
+
+/// How many rows each table of an encoded state holds, and its index (for
+/// `cairn snapshot inspect`).
+pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)> {
+    let b: Body = bincode::deserialize(bytes)?;
+    Ok((
+        b.index,
+        vec![
+            ("KV", b.kv.len()),
+            ("Nodes", b.nodes.len()),
+            ("Services", b.services.len()),
+            ("Checks", b.checks.len()),
+            ("ConfigEntries", b.config.len()),
+            ("Sessions", b.sessions.len()),
+            ("LockDelays", b.lock_delays.len()),
+            ("Indexes", b.indexes.len()),
+        ],
+    ))
+}
+
+/// The state as a user's snapshot holds it: without a staged restore.
+pub fn export(st: &State) -> anyhow::Result<Vec<u8>> {
+    if st.restore.is_none() {
+        return encode(st);
+    }
+    let mut st = st.clone();
+    st.restore = None;
+    encode(&st)
 }
 
 pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
@@ -52,6 +87,10 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             .iter()
             .map(|(k, d)| (k.clone(), *d))
             .collect(),
+        staged: st.restore.as_ref().map(|r| {
+            let chunks = r.chunks.iter().map(|c| Chunk((**c).clone())).collect();
+            (r.id.clone(), chunks)
+        }),
     };
     Ok(bincode::serialize(&body)?)
 }
@@ -86,6 +125,10 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
         st.sessions.insert(s.id.clone(), Arc::new(s));
     }
     st.lock_delays = body.lock_delays.into_iter().collect();
+    st.restore = body.staged.map(|(id, chunks)| super::restore::Staged {
+        id,
+        chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),
+    });
     super::apply::reindex(&mut st);
     Ok(st)
 }

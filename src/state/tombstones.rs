@@ -95,12 +95,19 @@ pub(crate) fn floor_key(key: &str) -> Option<String> {
     family(key).map(|f| format!("{FLOOR}{f}"))
 }
 
-/// The index to report for an object key without a row: its family's
-/// floor (0 if nothing there was ever reaped).
+/// The index to report for a key without a row: its family's floor (0 if
+/// nothing there was ever reaped), or the last restore's if higher.
 pub(crate) fn floor(st: &State, key: &str) -> u64 {
-    floor_key(key)
+    let family = floor_key(key)
         .and_then(|f| st.indexes.get(&f).copied())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    // A restore's floor counts for every key (see `restore`).
+    let restored = st
+        .indexes
+        .get(super::restore::RESTORED_FLOOR)
+        .copied()
+        .unwrap_or(0);
+    family.max(restored)
 }
 
 /// Removes the tombstones at or below `upto`; returns the keys removed and

@@ -111,14 +111,14 @@ async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
     next(&mut slow).await;
     // More events than the buffer holds, while the subscriber sleeps.
     for i in 0..(BUFFER_EVENTS + 10) {
-        w.apply(Command::Txn(vec![KvOp {
+        w.apply(Command::Txn(vec![crate::structs::TxnOp::Kv(KvOp {
             verb: KvVerb::Set,
             key: format!("x/{}", i % 50),
             value: vec![],
             flags: 0,
             index: 0,
             session: String::new(),
-        }]));
+        })]));
     }
     while w.publisher.published_index() < w.index {
         tokio::time::sleep(Duration::from_millis(20)).await;

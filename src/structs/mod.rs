@@ -10,8 +10,10 @@ pub mod duration;
 pub mod kv;
 pub mod serde_util;
 pub mod session;
+pub mod txn;
 pub mod validate;
 
 pub use catalog::*;
 pub use kv::*;
 pub use session::*;
+pub use txn::*;

@@ -37,7 +37,7 @@ fn valid_port(p: i64) -> bool {
     (0..=65535).contains(&p)
 }
 
-fn validate_service(svc: &NodeService) -> Result<()> {
+pub fn validate_service(svc: &NodeService) -> Result<()> {
     if svc.service.is_empty() {
         return Err(Error::bad("Must provide service name (Service.Service)"));
     }
@@ -65,7 +65,7 @@ fn validate_service(svc: &NodeService) -> Result<()> {
     Ok(())
 }
 
-fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
+pub fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
     if !check.node.is_empty() && check.node != node {
         return Err(Error::bad(format!(
             "Node {:?} of check {:?} does not match the registration's node {node:?}",

@@ -191,6 +191,31 @@ impl Server {
         Server::builder().dev().start()
     }
 
+    /// `n` servers `s0`.. that formed a cluster (`--bootstrap-expect n`)
+    /// and all know its leader.
+    pub fn cluster(n: usize) -> Vec<Server> {
+        let raft: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let servers: Vec<Server> = (0..n)
+            .map(|i| {
+                let mut b = Server::builder()
+                    .node(&format!("s{i}"))
+                    .raft_port(raft[i])
+                    .bootstrap_expect(n)
+                    .no_wait();
+                for (j, p) in raft.iter().enumerate() {
+                    if j != i {
+                        b = b.join(format!("127.0.0.1:{p}"));
+                    }
+                }
+                b.start()
+            })
+            .collect();
+        for s in &servers {
+            s.wait_for_leader(Duration::from_secs(30));
+        }
+        servers
+    }
+
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
             dev: false,
@@ -394,17 +419,26 @@ pub fn try_request(
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<Resp> {
+    try_request_bytes(addr, method, path, body.unwrap_or("").as_bytes())
+}
+
+/// A request with a body of any bytes (snapshots).
+pub fn try_request_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect(addr)?;
     // Long enough for a blocking query's longest wait in tests.
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let body = body.unwrap_or("");
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    stream.write_all(body)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     parse_response(&raw)

@@ -1,0 +1,146 @@
+//! `/v1/snapshot`: the whole state as one file (`GET`), and restoring one
+//! on the running cluster through Raft (`PUT`, see `state::restore`).
+
+use std::path::Path;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::{App, meta_headers};
+use crate::disk::DiskError;
+use crate::error::{Error, Result};
+use crate::raft::state_machine::snapshot_file;
+use crate::raft::{LogId, SnapshotMeta};
+use crate::request::{Params, QueryOptions};
+use crate::state::restore::CHUNK_BYTES;
+use crate::state::{Command, Response as Applied, snapshot};
+
+/// The largest snapshot `PUT /v1/snapshot` takes (held in memory while it
+/// is checked and proposed).
+pub const MAX_SNAPSHOT: usize = 512 << 20;
+
+pub fn routes() -> Router<App> {
+    Router::new().route(
+        "/v1/snapshot",
+        get(save)
+            .put(restore)
+            .layer(DefaultBodyLimit::max(MAX_SNAPSHOT)),
+    )
+}
+
+/// A point-in-time copy of the whole state, framed as the data dir's
+/// snapshot file. Default mode is answered by the leader (forwarded),
+/// `?stale` by any server, `?consistent` after a leadership check.
+async fn save(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    if opts.consistent {
+        s.linearize().await?;
+    }
+    let st = s.store.state();
+    let index = st.index;
+    let meta = {
+        let m = s.cluster.metrics();
+        SnapshotMeta {
+            // The term of the last entry applied (informational: shown by
+            // `cairn snapshot inspect`), at the state's own index.
+            last_log_id: m.last_applied.map(|l| LogId {
+                leader_id: l.leader_id,
+                index,
+            }),
+            last_membership: (*m.membership_config).clone(),
+        }
+    };
+    // Encoding a large state takes a while: not on the async workers.
+    let bytes = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<u8>> {
+        let data = snapshot::export(&st)?;
+        Ok(snapshot_file::to_bytes(&meta, &data))
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))??;
+    let mut resp = bytes.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    resp.headers_mut().extend(meta_headers(&s, index));
+    Ok(resp)
+}
+
+/// Why an uploaded snapshot is refused, in one line.
+fn refused(e: DiskError) -> Error {
+    Error::bad(match e {
+        DiskError::Corrupt { offset, reason, .. } => {
+            format!("Invalid snapshot: damaged at offset {offset}: {reason}")
+        }
+        DiskError::Version {
+            found, expected, ..
+        } => format!(
+            "Invalid snapshot: format version {found}, this server reads version {expected}"
+        ),
+        DiskError::Magic { .. } => "Invalid snapshot: not a cairn snapshot file".to_string(),
+        other => format!("Invalid snapshot: {other}"),
+    })
+}
+
+/// Checks an uploaded snapshot whole (framing, checksum, and that its state
+/// decodes); returns where its data starts.
+fn check(body: &[u8]) -> Result<usize> {
+    let (_, data) = snapshot_file::from_bytes(Path::new("snapshot"), body).map_err(refused)?;
+    snapshot::decode(data).map_err(|e| Error::bad(format!("Invalid snapshot: {e:#}")))?;
+    Ok(body.len() - data.len())
+}
+
+fn applied(r: Applied) -> Result<()> {
+    match r {
+        Applied::Ok => Ok(()),
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Restores a snapshot: checked whole here (a bad one is refused with 400
+/// and nothing is proposed), then proposed as chunks and one commit that
+/// swaps the state on every server at once.
+async fn restore(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let checked = body.clone();
+    let start = tokio::task::spawn_blocking(move || check(&checked))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+    let data = body.slice(start..);
+    let id = uuid::Uuid::new_v4().to_string();
+    let staged = async {
+        let mut chunks = 0u32;
+        for (seq, c) in data.chunks(CHUNK_BYTES).enumerate() {
+            let cmd = Command::RestoreChunk {
+                id: id.clone(),
+                seq: seq as u32,
+                data: c.to_vec(),
+            };
+            applied(s.write(cmd).await?)?;
+            chunks += 1;
+        }
+        let commit = Command::RestoreCommit {
+            id: id.clone(),
+            chunks,
+            len: data.len() as u64,
+            crc: crc32fast::hash(&data),
+        };
+        applied(s.write(commit).await?)
+    };
+    if let Err(e) = staged.await {
+        // Best effort: a new leader, or the next restore, drops it anyway.
+        let _ = s.write(Command::RestoreAbort { id: id.clone() }).await;
+        return Err(e);
+    }
+    // The sessions are the snapshot's now: their TTL timers start afresh.
+    s.sessions.step_down();
+    tracing::info!(bytes = data.len(), restore = %id, "restored a snapshot");
+    Ok(().into_response())
+}
