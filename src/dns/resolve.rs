@@ -305,7 +305,7 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
             answers: address_records(qname, &ip.to_string(), qtype, cfg.node_ttl),
             additionals: Vec::new(),
         }]),
-        Lookup::Node(name) => match catalog.node(&name).await {
+        Lookup::Node(name) => match node_any_case(catalog, &name).await {
             Err(e) => {
                 tracing::warn!(error = %e, "DNS node lookup failed");
                 Answer::code(ResponseCode::ServFail)
@@ -314,7 +314,7 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
             Ok(Some(node)) => Answer::records(vec![node_entry(cfg, qname, qtype, &node)]),
         },
         Lookup::Service { name, tag, connect } => {
-            let mut found = match catalog.instances(&name, connect).await {
+            let mut found = match instances_any_case(catalog, &name, connect).await {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "DNS service lookup failed");
@@ -348,6 +348,34 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
             Answer::records(entries)
         }
     }
+}
+
+/// DNS names match in any case, the catalog's names exactly: a name not
+/// found as asked is looked up again in lower case (resolvers may send
+/// names in mixed case, and DNS-friendly names are lower case).
+async fn instances_any_case<C: Catalog>(
+    catalog: &C,
+    name: &str,
+    connect: bool,
+) -> Result<Vec<Instance>, super::LookupError> {
+    let found = catalog.instances(name, connect).await?;
+    let lower = name.to_ascii_lowercase();
+    if found.is_empty() && lower != name {
+        return catalog.instances(&lower, connect).await;
+    }
+    Ok(found)
+}
+
+async fn node_any_case<C: Catalog>(
+    catalog: &C,
+    name: &str,
+) -> Result<Option<Arc<Node>>, super::LookupError> {
+    let found = catalog.node(name).await?;
+    let lower = name.to_ascii_lowercase();
+    if found.is_none() && lower != name {
+        return catalog.node(&lower).await;
+    }
+    Ok(found)
 }
 
 fn node_entry(cfg: &DnsConfig, qname: &Name, qtype: RecordType, node: &Arc<Node>) -> Entry {
