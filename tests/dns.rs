@@ -435,16 +435,25 @@ fn hostile_packets_get_formerr_or_nothing_and_service_goes_on() {
 fn a_dns_port_in_use_refuses_the_start() {
     let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let out = Command::new(common::bin())
-        .args(["server", "--dev"])
-        .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--raft-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--dns-addr", &addr.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("stderr");
+    let mut child = KillOnDrop(
+        Command::new(common::bin())
+            .args(["server", "--dev"])
+            .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--raft-addr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--dns-addr", &addr.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let status = eventually(Duration::from_secs(30), "the server to refuse", || {
+        child.0.try_wait().unwrap()
+    });
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{err}");
     assert!(
         err.contains(&format!("cannot listen on --dns-addr {addr}")),
         "{err}"
@@ -480,9 +489,10 @@ fn backend(name: &'static str) -> u16 {
     port
 }
 
-struct Haproxy(Child);
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(Child);
 
-impl Drop for Haproxy {
+impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -517,7 +527,7 @@ fn haproxy_follows_the_catalog_through_dns() {
     let path = tmp.path().join("haproxy.cfg");
     std::fs::write(&path, cfg).unwrap();
     let log = std::fs::File::create(tmp.path().join("haproxy.log")).unwrap();
-    let mut proc = Haproxy(
+    let mut proc = KillOnDrop(
         Command::new("haproxy")
             .args(["-db", "-f"])
             .arg(&path)
