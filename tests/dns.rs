@@ -428,7 +428,45 @@ fn hostile_packets_get_formerr_or_nothing_and_service_goes_on() {
     slow.write_all(&[0x01, 0x00, 0xab]).unwrap();
     assert_eq!(dig(s.dns_addr, &["example.com", "+tcp"]).status, "REFUSED");
     assert_eq!(dig(s.dns_addr, &["example.com"]).status, "REFUSED");
+    // ...and only for a while: the server closes it (within its 10 s).
+    let started = Instant::now();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut one = [0u8; 1];
+    match slow.read(&mut one) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the half-sent connection was not closed: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(15));
     assert!(s.is_running());
+}
+
+#[test]
+fn tcp_connections_are_capped_and_udp_goes_on() {
+    if !have("dig", "dnsutils") {
+        return;
+    }
+    let s = Server::dev();
+    // The server's cap (dns::listen's TCP_CONNS), all held by idle clients.
+    let held: Vec<_> = (0..512)
+        .map(|_| std::net::TcpStream::connect(s.dns_addr).unwrap())
+        .collect();
+    let mut extra = std::net::TcpStream::connect(s.dns_addr).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut one = [0u8; 1];
+    match extra.read(&mut one) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("a connection past the cap was kept: {other:?}"),
+    }
+    assert_eq!(dig(s.dns_addr, &["example.com"]).status, "REFUSED");
+    drop(held);
+    eventually(Duration::from_secs(10), "TCP answers again", || {
+        (dig(s.dns_addr, &["example.com", "+tcp"]).status == "REFUSED").then_some(())
+    });
 }
 
 #[test]
