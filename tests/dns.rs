@@ -383,6 +383,9 @@ fn a_client_agent_answers_from_the_servers() {
     );
     assert_eq!(dig(d, &["a1.node.consul"]).data(), set(&["127.0.0.1"]));
     assert_eq!(dig(d, &["nope.node.consul"]).status, "NXDOMAIN");
+    // A label no catalog name can hold is simply not found.
+    assert_eq!(dig(d, &["a\\001b.service.consul"]).status, "NXDOMAIN");
+    assert_eq!(dig(d, &["a\\001b.node.consul"]).status, "NXDOMAIN");
     assert_eq!(dig(d, &["example.com"]).status, "REFUSED");
     // Over TCP as well.
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Agent;
+use super::{Agent, ServerError};
 use crate::dns::{Catalog, LookupError};
 use crate::request::enc;
 use crate::state::catalog::Instance;
@@ -34,23 +34,36 @@ impl Catalog for AgentCatalog {
     async fn instances(&self, service: &str, connect: bool) -> Result<Vec<Instance>, LookupError> {
         let kind = if connect { "connect" } else { "service" };
         let path = format!("/v1/health/{kind}/{}?stale", enc(service));
-        let (rows, _) = self
+        match self
             .0
             .servers
             .get::<Option<Vec<Instance>>>(&path, TIMEOUT)
             .await
-            .map_err(|e| LookupError::Unavailable(e.to_string()))?;
-        Ok(rows.unwrap_or_default())
+        {
+            Ok((rows, _)) => Ok(rows.unwrap_or_default()),
+            Err(e) => none_if_refused(e).map(|()| Vec::new()),
+        }
     }
 
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
         let path = format!("/v1/catalog/node/{}?stale", enc(name));
-        let (found, _) = self
+        match self
             .0
             .servers
             .get::<Option<NodeServices>>(&path, TIMEOUT)
             .await
-            .map_err(|e| LookupError::Unavailable(e.to_string()))?;
-        Ok(found.map(|n| n.node))
+        {
+            Ok((found, _)) => Ok(found.map(|n| n.node)),
+            Err(e) => none_if_refused(e).map(|()| None),
+        }
+    }
+}
+
+/// A name the server refuses (a 4xx: not a name it can hold) has nothing
+/// to answer, as on a server; anything else is the server's trouble.
+fn none_if_refused(e: ServerError) -> Result<(), LookupError> {
+    match e {
+        ServerError::Refused { status, .. } if (400..500).contains(&status) => Ok(()),
+        e => Err(LookupError::Unavailable(e.to_string())),
     }
 }
