@@ -10,7 +10,7 @@
 #   BENCH_PARTS="compare alone"  which parts to run (default both)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
-#                    B+300.., etcd client B+790.., peer B+800..
+#                    B+300.., DNS B+600.., etcd client B+790.., peer B+800..
 #
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
@@ -29,6 +29,7 @@ T_START=$(date +%s)
 B=${BENCH_PORT_BASE:-27000}
 ch() { echo "127.0.0.1:$((B + 500 + $1))"; } # cairn HTTP of server i
 cr() { echo "127.0.0.1:$((B + 300 + $1))"; } # cairn Raft
+cd_() { echo "127.0.0.1:$((B + 600 + $1))"; } # cairn DNS
 eh() { echo "127.0.0.1:$((B + 790 + $1))"; } # etcd client
 ep() { echo "127.0.0.1:$((B + 800 + $1))"; } # etcd peer
 
@@ -62,7 +63,7 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $(for i in 0 1 2 3; do ch $i; cr $i; eh $i; ep $i; done | cut -d: -f2); do
+for p in $(for i in 0 1 2 3; do ch $i; cr $i; cd_ $i; eh $i; ep $i; done | cut -d: -f2); do
   port_free "$p" || { echo "port $p is in use: stop what holds it first" >&2; exit 1; }
 done
 
@@ -79,7 +80,7 @@ JOINS=(--join "$(cr 0)" --join "$(cr 1)" --join "$(cr 2)")
 start_cairn_server() { # i extra-args...
   local i=$1; shift
   "$BIN" server --node "s$i" --data-dir "$OUT/cairn/s$i" \
-    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" "$@" \
+    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" --dns-addr "$(cd_ "$i")" "$@" \
     2>>"$OUT/cairn-s$i.log" &
   PIDS[s$i]=$!
 }

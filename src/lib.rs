@@ -8,6 +8,7 @@ pub mod config_entry;
 pub mod definition;
 pub mod discovery_chain;
 pub mod disk;
+pub mod dns;
 pub mod error;
 pub mod filter;
 pub mod http;

@@ -96,6 +96,47 @@ struct ServerArgs {
     /// Connections open at once on the Raft port (from one IP: a quarter).
     #[arg(long, default_value_t = 512)]
     raft_max_conns: usize,
+    #[command(flatten)]
+    dns: DnsArgs,
+}
+
+/// The DNS interface's flags (servers and agents alike).
+#[derive(clap::Args)]
+struct DnsArgs {
+    /// Where DNS listens, UDP and TCP; "" turns it off.
+    #[arg(long, default_value = "127.0.0.1:8600")]
+    dns_addr: String,
+    /// The domain DNS answers for.
+    #[arg(long, default_value = "consul.", value_parser = cairn::dns::parse_domain)]
+    domain: hickory_proto::rr::Name,
+    /// Leave instances with a warning check out of DNS answers.
+    #[arg(long)]
+    dns_only_passing: bool,
+    /// TTL of service records (a Go duration, whole seconds).
+    #[arg(long, value_parser = parse_ttl, default_value = "0s")]
+    dns_service_ttl: u32,
+    /// TTL of node records (a Go duration, whole seconds).
+    #[arg(long, value_parser = parse_ttl, default_value = "0s")]
+    dns_node_ttl: u32,
+}
+
+impl DnsArgs {
+    fn config(&self) -> anyhow::Result<Option<cairn::dns::DnsConfig>> {
+        if self.dns_addr.is_empty() {
+            return Ok(None);
+        }
+        let addr = self
+            .dns_addr
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--dns-addr {:?}: {e}", self.dns_addr))?;
+        Ok(Some(cairn::dns::DnsConfig {
+            addr,
+            domain: self.domain.clone(),
+            only_passing: self.dns_only_passing,
+            service_ttl: self.dns_service_ttl,
+            node_ttl: self.dns_node_ttl,
+        }))
+    }
 }
 
 #[derive(clap::Args)]
@@ -121,6 +162,17 @@ struct AgentArgs {
     log_level: String,
     #[arg(long)]
     log_json: bool,
+    #[command(flatten)]
+    dns: DnsArgs,
+}
+
+/// A record TTL: a Go duration (0 allowed), in whole seconds.
+fn parse_ttl(s: &str) -> Result<u32, String> {
+    let d = cairn::structs::duration::Duration::parse(s)?;
+    if d.nanos() < 0 {
+        return Err("must not be negative".into());
+    }
+    u32::try_from(d.nanos() / 1_000_000_000).map_err(|_| "too long".into())
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -182,11 +234,13 @@ fn main() -> anyhow::Result<()> {
                 sync_interval: a.sync_interval,
                 datacenter: "dc1".into(),
                 in_server: false,
+                dns_port: None,
             };
+            let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::agent::run(config))
+                .block_on(cairn::agent::run(config, dns))
         }
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
@@ -219,10 +273,11 @@ fn main() -> anyhow::Result<()> {
                 tombstone_ttl: a.tombstone_ttl,
                 limits,
             };
+            let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::run(config))
+                .block_on(cairn::http::run(config, dns))
         }
     }
 }

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["config_entry", "request"],
     &["discovery_chain", "cli"],
     &["state"],
-    &["stream", "merge", "session"],
+    &["stream", "merge", "session", "dns"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server"],
     &["http"],

@@ -62,6 +62,10 @@ fn run_until_exit(dir: &Path, timeout: Duration) -> (Option<ExitStatus>, String)
         .arg(dir)
         .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--raft-addr", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "--dns-addr",
+            &format!("127.0.0.1:{}", common::free_dns_port()),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

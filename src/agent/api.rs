@@ -121,7 +121,7 @@ const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
 /// clients for ports and limits (Nomad takes `GRPCPort` for Connect,
 /// Patroni `SessionTTLMin`). Durations are Go strings, as Consul writes
 /// them; a port that is not served is -1, Consul's "disabled" (this build
-/// serves no gRPC, HTTPS or DNS listener).
+/// serves no gRPC or HTTPS listener).
 pub fn debug_config(a: &Agent) -> Value {
     let dc = a.datacenter();
     let ttl_min = crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64);
@@ -138,7 +138,7 @@ pub fn debug_config(a: &Agent) -> Value {
         "HTTPSPort": -1,
         "GRPCPort": -1,
         "GRPCTLSPort": -1,
-        "DNSPort": -1,
+        "DNSPort": a.config.dns_port.map_or(-1, i64::from),
         "SessionTTLMin": ttl_min.to_string(),
         "ACLsEnabled": false,
         "DataDir": a.config.data_dir.display().to_string(),

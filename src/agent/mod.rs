@@ -22,11 +22,13 @@
 //! | `persist.rs` | the data dir |
 //! | `maintenance.rs` | maintenance mode (critical checks nothing runs) |
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
+//! | `dns.rs` | a client agent's DNS answers, read from a server |
 
 pub mod api;
 mod central;
 pub mod checks;
 mod define;
+mod dns;
 pub mod liveness;
 pub mod local;
 mod maintenance;
@@ -70,6 +72,9 @@ pub struct AgentConfig {
     /// server's own HTTP address, and the node is only registered once
     /// something is registered on it (see [`Agent::announce`]).
     pub in_server: bool,
+    /// The port DNS answers on (bound before the agent starts), for
+    /// `/v1/agent/self`; none when DNS is off.
+    pub dns_port: Option<u16>,
 }
 
 /// A running agent: shared by its tasks and HTTP handlers.
@@ -437,13 +442,29 @@ pub async fn embedded(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
     Ok(agent)
 }
 
-/// Runs an agent until SIGINT or SIGTERM, then leaves the cluster.
-pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+/// Runs an agent until SIGINT or SIGTERM, then leaves the cluster; with
+/// `dns`, answers DNS too (from a server's catalog).
+pub async fn run(
+    mut config: AgentConfig,
+    dns: Option<crate::dns::DnsConfig>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    let dns = match dns {
+        Some(d) => {
+            let l = crate::dns::bind(d.addr).await?;
+            config.dns_port = Some(l.addr.port());
+            Some((l, d))
+        }
+        None => None,
+    };
     let agent = start(config).await?;
     spawn_tasks(&agent);
+    if let Some((l, d)) = dns {
+        let catalog = Arc::new(dns::AgentCatalog(agent.clone()));
+        tokio::spawn(crate::dns::serve(l, d, catalog));
+    }
     tracing::info!(
         addr = %agent.config.http_addr,
         node = %agent.config.node,

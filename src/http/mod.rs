@@ -246,16 +246,30 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 
 /// Runs a server process until SIGINT or SIGTERM (or a storage fault,
 /// which ends it with `FAULT_EXIT`): its Raft core, the
-/// leader's reaper, this HTTP API and the server's own agent.
-pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
+/// leader's reaper, this HTTP API, the server's own agent and, with
+/// `dns`, the DNS interface (answering from this server's state).
+pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     tokio::spawn(liveness::reap(server.clone()));
     tokio::spawn(session::expire(server.clone()));
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    let dns_listeners = match &dns {
+        Some(d) => Some(crate::dns::bind(d.addr).await?),
+        None => None,
+    };
+    let mut agent_config = agent_config(&config);
+    agent_config.dns_port = dns_listeners.as_ref().map(|l| l.addr.port());
+    if let (Some(l), Some(d)) = (dns_listeners, dns) {
+        let catalog = Arc::new(crate::dns::StateCatalog {
+            store: server.store.clone(),
+            datacenter: config.datacenter.clone(),
+        });
+        tokio::spawn(crate::dns::serve(l, d, catalog));
+    }
     // Bound first: the agent talks to this server through that address.
-    let agent = crate::agent::embedded(agent_config(&config)).await?;
+    let agent = crate::agent::embedded(agent_config).await?;
     let _ = server.agent.set(agent.clone());
     let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
@@ -302,5 +316,6 @@ fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
         in_server: true,
+        dns_port: None,
     }
 }

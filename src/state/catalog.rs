@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::State;
 use super::apply::Tx;
@@ -370,9 +370,10 @@ pub fn node_checks<'a>(state: &'a State, node: &'a str) -> impl Iterator<Item = 
 }
 
 /// One instance of a service with its node and the checks that decide its
-/// health (node checks and its own); its JSON is a health row,
+/// health (node checks and its own); its JSON is a health row (a client
+/// agent's DNS reads them back from a server),
 /// `{Node, Service, Checks}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Instance {
     pub node: Arc<Node>,

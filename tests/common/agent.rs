@@ -15,10 +15,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Resp, bin, free_port, request, terminate};
+use super::{Resp, bin, free_dns_port, free_port, request, terminate};
 
 pub struct AgentBuilder {
     node: String,
+    extra: Vec<String>,
     servers: Vec<String>,
     config_dir: Option<PathBuf>,
     sync_interval: String,
@@ -33,12 +34,22 @@ impl AgentBuilder {
         self.config_dir = Some(dir.into());
         self
     }
+    /// Another command-line argument (`--dns-only-passing`, ...).
+    pub fn arg(mut self, a: &str) -> Self {
+        self.extra.push(a.into());
+        self
+    }
     pub fn sync_interval(mut self, d: &str) -> Self {
         self.sync_interval = d.to_string();
         self
     }
 
-    fn args(&self, data_dir: &std::path::Path, http_addr: SocketAddr) -> Vec<String> {
+    fn args(
+        &self,
+        data_dir: &std::path::Path,
+        http_addr: SocketAddr,
+        dns_addr: SocketAddr,
+    ) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "agent".into(),
             "--node".into(),
@@ -49,6 +60,8 @@ impl AgentBuilder {
             http_addr.to_string(),
             "--sync-interval".into(),
             self.sync_interval.clone(),
+            "--dns-addr".into(),
+            dns_addr.to_string(),
         ];
         for s in &self.servers {
             args.extend(["--server".into(), s.clone()]);
@@ -56,6 +69,7 @@ impl AgentBuilder {
         if let Some(d) = &self.config_dir {
             args.extend(["--config-dir".into(), d.display().to_string()]);
         }
+        args.extend(self.extra.iter().cloned());
         args
     }
 
@@ -63,11 +77,13 @@ impl AgentBuilder {
     pub fn start(self) -> Agent {
         let tmp = tempfile::tempdir().expect("temp dir");
         let http_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let args = self.args(&tmp.path().join("data"), http_addr);
+        let dns_addr: SocketAddr = format!("127.0.0.1:{}", free_dns_port()).parse().unwrap();
+        let args = self.args(&tmp.path().join("data"), http_addr, dns_addr);
         let mut a = Agent {
             child: None,
             args,
             http_addr,
+            dns_addr,
             url: format!("http://{http_addr}"),
             node: self.node,
             log_path: tmp.path().join("agent.log"),
@@ -87,7 +103,11 @@ impl AgentBuilder {
         let tmp = tempfile::tempdir().expect("temp dir");
         let http_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let out = Command::new(bin())
-            .args(self.args(&tmp.path().join("data"), http_addr))
+            .args(self.args(
+                &tmp.path().join("data"),
+                http_addr,
+                format!("127.0.0.1:{}", free_dns_port()).parse().unwrap(),
+            ))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -114,6 +134,8 @@ pub struct Agent {
     child: Option<Child>,
     args: Vec<String>,
     pub http_addr: SocketAddr,
+    /// Where its DNS answers (UDP and TCP).
+    pub dns_addr: SocketAddr,
     pub url: String,
     pub node: String,
     pub log_path: PathBuf,
@@ -127,6 +149,7 @@ impl Agent {
         AgentBuilder {
             node: node.to_string(),
             servers: vec![server_url.to_string()],
+            extra: Vec::new(),
             config_dir: None,
             sync_interval: "1s".into(),
         }

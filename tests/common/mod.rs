@@ -43,6 +43,30 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A free port for DNS: free for TCP and for UDP.
+pub fn free_dns_port() -> u16 {
+    loop {
+        let port = free_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// `--dns-addr` on a free loopback port, unless the test's own arguments
+/// give one: every process would otherwise take the default 8600.
+pub fn dns_args(extra: &[String]) -> (Vec<String>, SocketAddr) {
+    if let Some(i) = extra.iter().position(|a| a == "--dns-addr") {
+        let addr = extra
+            .get(i + 1)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        return (Vec::new(), addr);
+    }
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_dns_port()));
+    (vec!["--dns-addr".into(), addr.to_string()], addr)
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cairn")
 }
@@ -142,6 +166,8 @@ impl ServerBuilder {
         for j in &self.join {
             args.extend(["--join".into(), j.clone()]);
         }
+        let (dns, dns_addr) = dns_args(&self.extra);
+        args.extend(dns);
         args.extend(self.extra.iter().cloned());
         let log_path = tmp.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -157,6 +183,7 @@ impl ServerBuilder {
             child: Mutex::new(Some(child)),
             http_addr,
             raft_addr,
+            dns_addr,
             url: format!("http://{http_addr}"),
             node: self.node.clone(),
             data_dir,
@@ -177,6 +204,8 @@ pub struct Server {
     child: Mutex<Option<Child>>,
     pub http_addr: SocketAddr,
     pub raft_addr: SocketAddr,
+    /// Where its DNS answers (UDP and TCP).
+    pub dns_addr: SocketAddr,
     /// `http://127.0.0.1:PORT`
     pub url: String,
     pub node: Option<String>,

@@ -52,6 +52,9 @@ impl Proc {
             "--raft-addr".into(),
             raft.into(),
         ];
+        // A DNS port of its own (the default 8600 is shared by every test).
+        let (dns, _) = super::dns_args(&extra);
+        args.extend(dns);
         args.push("--data-dir".into());
         args.push(data_dir.to_string_lossy().into_owned());
         args.extend(extra);

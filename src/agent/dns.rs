@@ -1,0 +1,69 @@
+//! A client agent's DNS catalog: asks a server over HTTP (`?stale`, as
+//! Consul's agents answer DNS from any server), through the agent's
+//! server client with its failover.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Agent, ServerError};
+use crate::dns::{Catalog, LookupError};
+use crate::request::enc;
+use crate::state::catalog::Instance;
+use crate::structs::Node;
+
+/// Below the DNS listener's own bound on a lookup, so a slow server
+/// answers SERVFAIL rather than nothing.
+const TIMEOUT: Duration = Duration::from_secs(4);
+
+pub struct AgentCatalog(pub Arc<Agent>);
+
+/// `/v1/catalog/node/:n`: `null`, or the node with its services.
+#[derive(Deserialize)]
+struct NodeServices {
+    #[serde(rename = "Node")]
+    node: Arc<Node>,
+}
+
+impl Catalog for AgentCatalog {
+    fn datacenter(&self) -> String {
+        self.0.datacenter()
+    }
+
+    async fn instances(&self, service: &str, connect: bool) -> Result<Vec<Instance>, LookupError> {
+        let kind = if connect { "connect" } else { "service" };
+        let path = format!("/v1/health/{kind}/{}?stale", enc(service));
+        match self
+            .0
+            .servers
+            .get::<Option<Vec<Instance>>>(&path, TIMEOUT)
+            .await
+        {
+            Ok((rows, _)) => Ok(rows.unwrap_or_default()),
+            Err(e) => none_if_refused(e).map(|()| Vec::new()),
+        }
+    }
+
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
+        let path = format!("/v1/catalog/node/{}?stale", enc(name));
+        match self
+            .0
+            .servers
+            .get::<Option<NodeServices>>(&path, TIMEOUT)
+            .await
+        {
+            Ok((found, _)) => Ok(found.map(|n| n.node)),
+            Err(e) => none_if_refused(e).map(|()| None),
+        }
+    }
+}
+
+/// A name the server refuses (a 4xx: not a name it can hold) has nothing
+/// to answer, as on a server; anything else is the server's trouble.
+fn none_if_refused(e: ServerError) -> Result<(), LookupError> {
+    match e {
+        ServerError::Refused { status, .. } if (400..500).contains(&status) => Ok(()),
+        e => Err(LookupError::Unavailable(e.to_string())),
+    }
+}

@@ -1,0 +1,125 @@
+//! Consul's DNS interface: `<service>.service.consul`, RFC 2782 SRV,
+//! `<node>.node.consul`, `<service>.connect.consul` and the rest, over UDP
+//! and TCP on `--dns-addr`.
+//!
+//! One resolver serves servers and client agents alike: it asks a
+//! [`Catalog`] for a service's instances or a node. A server's catalog is
+//! its own state ([`StateCatalog`], stale reads, as Consul's default
+//! `allow_stale`); a client agent's asks a server over HTTP with `?stale`
+//! (`agent::dns`). The wire format is hickory-proto's.
+//!
+//! | file | job |
+//! | --- | --- |
+//! | `resolve.rs` | a query to an answer: names, health, records, truncation |
+//! | `listen.rs` | the UDP and TCP listeners, their caps and timeouts |
+
+mod listen;
+mod resolve;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hickory_proto::rr::Name;
+
+pub use listen::{Listeners, bind};
+pub use resolve::answer;
+
+use crate::state::Store;
+use crate::state::catalog::{Instance, service_instances};
+use crate::structs::Node;
+
+/// How the DNS interface answers (`--domain`, `--dns-*` flags).
+#[derive(Debug, Clone)]
+pub struct DnsConfig {
+    /// Where to listen, UDP and TCP (port 0: any free port, the same for both).
+    pub addr: SocketAddr,
+    /// The domain answered for, fully qualified and lower case (`consul.`).
+    pub domain: Name,
+    /// Leave out instances with a warning check, not only critical ones.
+    pub only_passing: bool,
+    /// TTL of service records, in seconds (Consul's default: 0).
+    pub service_ttl: u32,
+    /// TTL of node records, in seconds (Consul's default: 0).
+    pub node_ttl: u32,
+}
+
+impl DnsConfig {
+    /// Consul's defaults on `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        DnsConfig {
+            addr,
+            domain: parse_domain("consul").expect("a valid name"),
+            only_passing: false,
+            service_ttl: 0,
+            node_ttl: 0,
+        }
+    }
+}
+
+/// `--domain`: a DNS name, with or without its trailing dot, any case.
+pub fn parse_domain(s: &str) -> Result<Name, String> {
+    let trimmed = s.trim().trim_matches('.');
+    if trimmed.is_empty() {
+        return Err("the domain must not be empty".into());
+    }
+    let mut name = Name::from_ascii(trimmed)
+        .map_err(|e| format!("not a domain name: {e}"))?
+        .to_lowercase();
+    name.set_fqdn(true);
+    Ok(name)
+}
+
+/// Why a lookup could not be answered (the query gets SERVFAIL).
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("catalog unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Where the resolver reads the catalog from.
+pub trait Catalog: Send + Sync + 'static {
+    /// The datacenter answered for (`<name>.service.<dc>.consul`).
+    fn datacenter(&self) -> String;
+
+    /// Every instance of `service` with its node and checks, healthy or
+    /// not; with `connect`, the service's connect-capable instances
+    /// (sidecar proxies and connect-native services) instead.
+    fn instances(
+        &self,
+        service: &str,
+        connect: bool,
+    ) -> impl Future<Output = Result<Vec<Instance>, LookupError>> + Send;
+
+    /// A node of the catalog, if there is one by that name.
+    fn node(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Arc<Node>>, LookupError>> + Send;
+}
+
+/// A server's catalog: its own current state version, whatever its Raft
+/// role (a stale read; Consul's DNS allows stale reads by default).
+pub struct StateCatalog {
+    pub store: Arc<Store>,
+    pub datacenter: String,
+}
+
+impl Catalog for StateCatalog {
+    fn datacenter(&self) -> String {
+        self.datacenter.clone()
+    }
+
+    async fn instances(&self, service: &str, connect: bool) -> Result<Vec<Instance>, LookupError> {
+        Ok(service_instances(&self.store.state(), service, connect))
+    }
+
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
+        Ok(self.store.state().nodes.get(name).cloned())
+    }
+}
+
+/// Serves DNS on bound listeners until the task is dropped.
+pub async fn serve<C: Catalog>(listeners: Listeners, config: DnsConfig, catalog: Arc<C>) {
+    listen::serve(listeners, Arc::new(config), catalog).await
+}
