@@ -126,7 +126,7 @@ async fn put_kv(
         session,
     };
     let cmd = match verb {
-        KvVerb::Lock | KvVerb::Unlock => crate::session::timed(Timeable::Kv(op)),
+        KvVerb::Lock | KvVerb::Unlock => s.sessions.timed(Timeable::Kv(op)),
         _ => Command::Kv(op),
     };
     done(s.write(cmd).await?)
@@ -243,7 +243,7 @@ async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result
     QueryOptions::from(&p, &s.config.datacenter)?;
     let ops = decode_txn(&body)?;
     let cmd = if ops.iter().any(|op| op.verb == KvVerb::Lock) {
-        crate::session::timed(Timeable::Txn(ops))
+        s.sessions.timed(Timeable::Txn(ops))
     } else {
         Command::Txn(ops)
     };
