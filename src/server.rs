@@ -144,6 +144,8 @@ pub struct ServerParts<L, A> {
     /// Sees every applied change set, before it is published (the
     /// simulation records what was committed with it).
     pub tap: Option<crate::stream::Tap>,
+    /// The clock commands needing the time are stamped with (lock-delay).
+    pub clock: crate::session::Clock,
 }
 
 impl Server {
@@ -173,6 +175,7 @@ impl Server {
                 .await
                 .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?,
             sled: Some(db),
+            clock: crate::session::wall_clock_ms,
             tap: None,
         };
         Self::assemble(config, parts).await
@@ -198,6 +201,7 @@ impl Server {
             listener,
             sled,
             tap,
+            clock,
         } = parts;
         // A store that ever held a vote or an entry belongs to a cluster: it
         // rejoins and never bootstraps.
@@ -267,7 +271,7 @@ impl Server {
             http,
             liveness: Default::default(),
             agent: std::sync::OnceLock::new(),
-            sessions: Default::default(),
+            sessions: crate::session::Timers::new(clock),
             db: sled,
             proposals,
             queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),

@@ -6,8 +6,12 @@
 //! of leadership the new leader arms a fresh timer for every session with a
 //! TTL, so a session outlives a leader change by at most one more 2×TTL.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+// tokio's clock, not std's: the simulation runs these timers on simulated
+// time (in production the two are the same clock).
+use tokio::time::Instant;
 
 use crate::state::{Command, Timeable};
 
@@ -16,88 +20,135 @@ pub const TTL_MULTIPLIER: u32 = 2;
 /// How often the leader looks for expired sessions.
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// The leader's timers: session id → when it expires.
-#[derive(Debug, Default)]
+/// Milliseconds since the Unix epoch, as the time a command carries
+/// (`Command::Timed`). Servers read the wall clock; the simulation passes
+/// its simulated time, the same clock its lock clients stamp with.
+pub type Clock = fn() -> u64;
+
+pub fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The leader's timers: session id → when it expires; and the clock that
+/// stamps the commands needing the time.
+#[derive(Debug)]
 pub struct Timers {
-    inner: std::sync::Mutex<TimerState>,
+    inner: parking_lot::Mutex<TimerState>,
+    clock: Clock,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers::new(wall_clock_ms)
+    }
 }
 
 #[derive(Debug, Default)]
 struct TimerState {
     deadlines: HashMap<String, Instant>,
-    /// Whether the timers were armed for the current term in office.
-    in_office: bool,
+    /// Sessions whose timer ran out and whose destroy is under way: no
+    /// renewal is taken for them any more (one confirmed between the
+    /// decision and the destroy's commit would promise the client a lease
+    /// the destroy then breaks).
+    expiring: BTreeSet<String>,
+    /// The term the timers were armed for. A leader deposed and elected
+    /// again between two of its ticks must arm afresh: renewals confirmed
+    /// by the leader in between are unknown to it.
+    office_term: Option<u64>,
 }
 
 impl Timers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TimerState> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// (Re)starts a session's timer: created or renewed at `now`.
-    pub fn arm(&self, id: &str, ttl: Duration, now: Instant) {
-        if ttl.is_zero() {
-            return;
+    pub fn new(clock: Clock) -> Timers {
+        Timers {
+            inner: Default::default(),
+            clock,
         }
-        self.lock()
-            .deadlines
-            .insert(id.to_string(), now + ttl * TTL_MULTIPLIER);
     }
 
+    fn lock(&self) -> parking_lot::MutexGuard<'_, TimerState> {
+        self.inner.lock()
+    }
+
+    /// Wraps a command that needs the time (lock-delay) with this server's
+    /// clock; see `state::session`.
+    pub fn timed(&self, cmd: Timeable) -> Command {
+        Command::Timed {
+            now_ms: (self.clock)(),
+            cmd,
+        }
+    }
+
+    /// (Re)starts a session's timer: created or renewed at `now`. False
+    /// if the session is being destroyed for its TTL.
+    pub fn arm(&self, id: &str, ttl: Duration, now: Instant) -> bool {
+        let mut t = self.lock();
+        if t.expiring.contains(id) {
+            return false;
+        }
+        if !ttl.is_zero() {
+            t.deadlines
+                .insert(id.to_string(), now + ttl * TTL_MULTIPLIER);
+        }
+        true
+    }
+
+    /// The session is gone: its timer goes.
     pub fn disarm(&self, id: &str) {
-        self.lock().deadlines.remove(id);
+        let mut t = self.lock();
+        t.deadlines.remove(id);
+        t.expiring.remove(id);
     }
 
     pub fn step_down(&self) {
         let mut t = self.lock();
         t.deadlines.clear();
-        t.in_office = false;
+        t.expiring.clear();
+        t.office_term = None;
     }
 
-    /// Takes office: a fresh timer for every session with a TTL (the old
-    /// leader's renewals are unknown here).
-    pub fn take_office(&self, sessions: impl Iterator<Item = (String, Duration)>, now: Instant) {
+    /// Takes office for `term`: a fresh timer for every session with a TTL
+    /// (the old leader's renewals are unknown here).
+    pub fn take_office(
+        &self,
+        term: u64,
+        sessions: impl Iterator<Item = (String, Duration)>,
+        now: Instant,
+    ) {
         let mut t = self.lock();
         t.deadlines.clear();
+        t.expiring.clear();
         for (id, ttl) in sessions.filter(|(_, ttl)| !ttl.is_zero()) {
             t.deadlines.insert(id, now + ttl * TTL_MULTIPLIER);
         }
-        t.in_office = true;
+        t.office_term = Some(term);
     }
 
-    pub fn in_office(&self) -> bool {
-        self.lock().in_office
+    /// Whether the timers were armed for `term`.
+    pub fn in_office(&self, term: u64) -> bool {
+        self.lock().office_term == Some(term)
     }
 
-    /// Sessions whose timer ran out, and timers of sessions that are gone
-    /// (`known` says which still exist) dropped.
+    /// Sessions to destroy: those whose timer ran out now (from here on
+    /// no renewal is taken for them) and those still being destroyed.
+    /// Timers of sessions that are gone (`known` says which still exist)
+    /// are dropped.
     pub fn expired(&self, now: Instant, known: impl Fn(&str) -> bool) -> Vec<String> {
-        let mut t = self.lock();
+        let t = &mut *self.lock();
         t.deadlines.retain(|id, _| known(id));
-        let mut out: Vec<String> = t
-            .deadlines
-            .iter()
-            .filter(|(_, d)| now >= **d)
-            .map(|(id, _)| id.clone())
-            .collect();
-        out.sort();
-        out
+        t.expiring.retain(|id| known(id));
+        let (deadlines, expiring) = (&mut t.deadlines, &mut t.expiring);
+        deadlines.retain(|id, d| {
+            if now >= *d {
+                expiring.insert(id.clone());
+                return false;
+            }
+            true
+        });
+        expiring.iter().cloned().collect()
     }
-
-    /// Whether `id`'s timer is still run out (a renewal may have come in).
-    pub fn still_expired(&self, id: &str, now: Instant) -> bool {
-        self.lock().deadlines.get(id).is_some_and(|d| now >= *d)
-    }
-}
-
-/// Wraps a command that needs the time (lock-delay) with this server's
-/// clock; see `state::session`.
-pub fn timed(cmd: Timeable) -> Command {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    Command::Timed { now_ms, cmd }
 }
 
 #[cfg(test)]
@@ -110,18 +161,24 @@ mod tests {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(10);
         t.take_office(
+            3,
             [("a".to_string(), ttl), ("none".to_string(), Duration::ZERO)].into_iter(),
             t0,
         );
-        assert!(t.in_office());
+        assert!(t.in_office(3));
+        // Elected again in a later term: the timers are armed afresh.
+        assert!(!t.in_office(4));
         assert!(t.expired(t0 + ttl, |_| true).is_empty());
         assert_eq!(t.expired(t0 + ttl * 2, |_| true), ["a"]);
-        t.arm("a", ttl, t0 + ttl);
+        // Once it ran out, no renewal saves it: its destroy is under way.
+        assert!(!t.arm("a", ttl, t0 + ttl * 2));
+        assert_eq!(t.expired(t0 + ttl * 2, |_| true), ["a"]);
+        t.disarm("a");
+        assert!(t.arm("a", ttl, t0 + ttl));
         assert!(t.expired(t0 + ttl * 2, |_| true).is_empty());
-        assert!(!t.still_expired("a", t0 + ttl * 2));
         // A session that is gone loses its timer.
         assert!(t.expired(t0 + ttl * 5, |_| false).is_empty());
         t.step_down();
-        assert!(!t.in_office());
+        assert!(!t.in_office(3));
     }
 }

@@ -9,8 +9,18 @@
 //! - Lock-delay: a key whose holder was destroyed is not acquired by
 //!   another session before the delay ran out, measured on the times the
 //!   commands carry (`Command::Timed`, stamped here with simulated time).
-//! - A release by the holder never answers `false` (nothing else
-//!   invalidates sessions here: no TTLs, no checks).
+//! - A release by the holder never answers `false` while the holder's
+//!   session is sure to live (no checks bind these sessions; a TTL
+//!   session lives until its lease, below).
+//!
+//! Half the sessions have a TTL (`LOCK_TTL`): the client renews it and
+//! believes in its locks only until its lease runs out, `LOCK_TTL` after
+//! sending the last renewal the leader confirmed (the leader destroys a
+//! session 2×TTL after the last renewal it took, so a client that keeps
+//! to its lease never overlaps the next holder). Now and then a client
+//! holding a lock goes silent: it stops renewing and never releases or
+//! destroys, so the lock is freed only by the leader's TTL expiry, on
+//! simulated time, through partitions, crashes and leader changes.
 //!
 //! An acquire without an answer may or may not have taken the lock: the
 //! client then destroys its session (retrying until answered) so that any
@@ -35,6 +45,11 @@ pub const LOCK_KEYS: [&str; 2] = ["lock/x", "lock/y"];
 const LOCK_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Sessions' lock-delay: long enough that a client often runs into it.
 pub const LOCK_DELAY_MS: u64 = 300;
+/// A TTL session's TTL (below Consul's 10 s minimum, which the HTTP API
+/// enforces, so that runs see many expire).
+pub const LOCK_TTL: Duration = Duration::from_secs(1);
+/// How long after its last confirmed renewal a client renews again.
+const RENEW_AFTER: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LockRecord {
@@ -60,6 +75,8 @@ pub enum LockRecord {
         first_now_ms: u64,
         acked: u64,
     },
+    /// `session` went silent holding `key`: only its TTL's expiry frees it.
+    Silent { key: String, session: String },
     /// A broken guarantee seen by the client itself.
     Broken(String),
 }
@@ -143,6 +160,7 @@ pub async fn client(
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         n += 1;
         let session = format!("l{id}-{n}");
+        let with_ttl = rng.gen_bool(0.5);
         let create = Command::SessionCreate {
             session: Session {
                 id: session.clone(),
@@ -152,7 +170,11 @@ pub async fn client(
                 service_checks: vec![],
                 lock_delay: LOCK_DELAY_MS * 1_000_000,
                 behavior: Behavior::Release,
-                ttl: String::new(),
+                ttl: if with_ttl {
+                    format!("{}s", LOCK_TTL.as_secs())
+                } else {
+                    String::new()
+                },
                 create_index: 0,
                 modify_index: 0,
             },
@@ -166,7 +188,21 @@ pub async fn client(
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+        // Until when the session is sure to live (µs): forever without a
+        // TTL; with one, only a confirmed renewal starts a lease.
+        let mut lease = Lease {
+            until: if with_ttl { 0 } else { u64::MAX },
+            renewed: 0,
+        };
+        let mut silent = false;
         for _ in 0..rng.gen_range(1..6) {
+            if with_ttl {
+                lease.renew(&servers, &mut target, &mut rng, &session).await;
+                if now_us() >= lease.until {
+                    // Cannot vouch for the session: leave it.
+                    break;
+                }
+            }
             let key = LOCK_KEYS[rng.gen_range(0..LOCK_KEYS.len())];
             let cmd = lock_op(KvVerb::Lock, key, &session);
             let Command::Timed {
@@ -186,6 +222,11 @@ pub async fn client(
                 _ => break,
             }
             let from = now_us();
+            if from >= lease.until {
+                // Held by a session that may be gone already: not counted;
+                // destroyed below.
+                break;
+            }
             record(LockRecord::Acquired {
                 key: key.into(),
                 session: session.clone(),
@@ -193,8 +234,29 @@ pub async fn client(
                 call: call_at,
             });
             tokio::time::sleep(Duration::from_millis(rng.gen_range(0..150))).await;
+            if with_ttl && rng.gen_bool(0.25) {
+                // Goes silent: believes in the lock until its lease ends,
+                // then stops; only the TTL's expiry frees the lock.
+                let until = lease.until;
+                let now = now_us();
+                if until > now {
+                    tokio::time::sleep(Duration::from_micros(until - now)).await;
+                }
+                record(LockRecord::Hold {
+                    key: key.into(),
+                    session: session.clone(),
+                    from,
+                    to: until,
+                });
+                record(LockRecord::Silent {
+                    key: key.into(),
+                    session: session.clone(),
+                });
+                silent = true;
+                break;
+            }
             if rng.gen_bool(0.2) {
-                let to = now_us();
+                let to = now_us().min(lease.until);
                 let (first_now_ms, acked) =
                     destroy(&servers, &mut target, &mut rng, &session).await;
                 record(LockRecord::Hold {
@@ -211,7 +273,7 @@ pub async fn client(
                 });
                 break;
             }
-            let to = now_us();
+            let to = now_us().min(lease.until);
             record(LockRecord::Hold {
                 key: key.into(),
                 session: session.clone(),
@@ -220,19 +282,79 @@ pub async fn client(
             });
             let release = lock_op(KvVerb::Unlock, key, &session);
             match write(&servers, &mut target, &mut rng, release).await {
-                Some(Response::Kv(KvOutcome::Done(false))) => record(LockRecord::Broken(format!(
-                    "release of {key} by its holder {session} answered false"
-                ))),
+                // The session may have expired if the answer came after
+                // its lease.
+                Some(Response::Kv(KvOutcome::Done(false))) if now_us() < lease.until => {
+                    record(LockRecord::Broken(format!(
+                        "release of {key} by its holder {session} answered false"
+                    )))
+                }
                 Some(_) => {}
                 // Unknown: the session goes, which releases it for sure.
                 None => break,
             }
         }
-        // Gone for sure (a no-op when already destroyed).
-        destroy(&servers, &mut target, &mut rng, &session).await;
+        if !silent {
+            // Gone for sure (a no-op when already destroyed).
+            destroy(&servers, &mut target, &mut rng, &session).await;
+        }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..50))).await;
     }
     Ok(())
+}
+
+/// A TTL session's lease as its client sees it.
+struct Lease {
+    /// The session surely lives until then (µs of simulated time).
+    until: u64,
+    /// When the last confirmed renewal was sent.
+    renewed: u64,
+}
+
+impl Lease {
+    /// Renews (one try) if the last confirmed renewal is older than
+    /// `RENEW_AFTER`: the lease then runs `LOCK_TTL` from the send time.
+    async fn renew(
+        &mut self,
+        servers: &[IpAddr],
+        target: &mut usize,
+        rng: &mut StdRng,
+        session: &str,
+    ) {
+        let sent = now_us();
+        if self.until > 0 && sent < self.renewed + RENEW_AFTER.as_micros() as u64 {
+            return;
+        }
+        let addr = SocketAddr::new(servers[*target], API_PORT);
+        let req = ApiRequest::Renew { id: session.into() };
+        match call(addr, &req, false, LOCK_CALL_TIMEOUT).await {
+            Ok(ApiReply::Write(Ok(_))) => {
+                self.renewed = sent;
+                self.until = self.until.max(sent + LOCK_TTL.as_micros() as u64);
+            }
+            _ => *target = rng.gen_range(0..servers.len()),
+        }
+    }
+}
+
+/// How many locks were freed by a TTL's expiry: a silent holder's key
+/// acquired later by another session (the log is in the order the clients
+/// recorded).
+pub fn ttl_handoffs(log: &[LockRecord]) -> usize {
+    let mut waiting: Vec<(&str, &str)> = Vec::new();
+    let mut n = 0;
+    for r in log {
+        match r {
+            LockRecord::Silent { key, session } => waiting.push((key, session)),
+            LockRecord::Acquired { key, session, .. } => {
+                let before = waiting.len();
+                waiting.retain(|(k, s)| !(k == key && s != session));
+                n += before - waiting.len();
+            }
+            _ => {}
+        }
+    }
+    n
 }
 
 /// Checks a run's lock log; returns what broke.

@@ -30,7 +30,7 @@ fn main() {
     let mut failed = Vec::new();
     let mut runs = 0;
     let mut faults = std::collections::BTreeMap::new();
-    let (mut ops, mut acked, mut indexes, mut locks) = (0, 0, 0, 0);
+    let (mut ops, mut acked, mut indexes, mut locks, mut handoffs) = (0, 0, 0, 0, 0);
     for &n in &sizes {
         let scenario = Scenario::new(n);
         for &seed in &range {
@@ -44,6 +44,7 @@ fn main() {
             acked += r.acked_writes;
             indexes += r.stream.indexes;
             locks += r.locks_held;
+            handoffs += r.ttl_handoffs;
             if verbose || !r.passed() {
                 println!(
                     "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, trace {:016x}",
@@ -80,7 +81,7 @@ fn main() {
         started.elapsed()
     );
     println!(
-        "checked: {ops} operations ({acked} acknowledged writes), {indexes} event-stream indexes, {locks} lock holds; faults injected: {faults:?}"
+        "checked: {ops} operations ({acked} acknowledged writes), {indexes} event-stream indexes, {locks} lock holds ({handoffs} freed by a TTL's expiry); faults injected: {faults:?}"
     );
     if !failed.is_empty() {
         std::process::exit(1);

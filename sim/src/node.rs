@@ -155,6 +155,10 @@ fn record(truth: &Truth, server: &str, set: &ChangeSet) {
     }
 }
 
+fn sim_clock_ms() -> u64 {
+    crate::workload::now_us() / 1000
+}
+
 /// Runs one life of a server until the host crashes.
 pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> turmoil::Result {
     let raft_addr = SocketAddr::new(boot.ip, RAFT_PORT);
@@ -187,6 +191,9 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         connector: Arc::new(SimConnect),
         listener: SimListener(listener),
         sled: None,
+        // Lock-delays measured on simulated time, the clock the lock
+        // clients stamp their own commands with.
+        clock: sim_clock_ms,
         tap: Some({
             let name = boot.name.clone();
             Arc::new(move |set: &ChangeSet| record(&truth, &name, set))
@@ -196,6 +203,8 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         .await
         .map_err(|e| e.to_string())?;
     *slot.lock().unwrap() = Some(server.clone());
+    // The leader's session TTL expiry, as `http::run` starts it.
+    tokio::spawn(cairn::http::session::expire(server.clone()));
     let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
     loop {
         let (stream, _) = api.accept().await?;
@@ -219,6 +228,12 @@ pub enum ApiRequest {
     /// per batch until the connection closes.
     Subscribe {
         index: u64,
+    },
+    /// `PUT /v1/session/renew/:id`: answered `Write(Ok(Response::Ok))`
+    /// once the leader (confirmed by a quorum) has reset the session's
+    /// timer.
+    Renew {
+        id: String,
     },
 }
 
@@ -328,7 +343,7 @@ async fn serve_api(
 
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
-        ApiRequest::Write(_) => ApiReply::Write(Err(e)),
+        ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
         ApiRequest::Get { .. } => ApiReply::Get(Err(e)),
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
     }
@@ -372,5 +387,11 @@ async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
             ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
         }
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
+        ApiRequest::Renew { id } => ApiReply::Write(
+            cairn::http::session::renew_session(s, &id)
+                .await
+                .map(|_| Response::Ok)
+                .map_err(|e| e.to_string()),
+        ),
     }
 }

@@ -108,6 +108,8 @@ pub struct Report {
     pub stream: StreamStats,
     /// Locks the lock clients held (checker e).
     pub locks_held: usize,
+    /// Locks a silent holder's TTL expiry handed to another session.
+    pub ttl_handoffs: usize,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }
@@ -458,6 +460,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             .iter()
             .filter(|r| matches!(r, crate::locks::LockRecord::Hold { .. }))
             .count();
+        report.ttl_handoffs = crate::locks::ttl_handoffs(&log);
         report.failures.extend(crate::locks::check(&log));
     }
     for log in &stream_logs {

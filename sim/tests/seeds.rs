@@ -43,7 +43,7 @@ fn run_many(servers: usize) {
     let mut failed: Vec<sim::run::Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
     let mut stream = (0, 0, 0, 0, 0);
-    let mut locks = 0;
+    let (mut locks, mut handoffs) = (0, 0);
     for seed in 0..seeds() {
         let r = run(&scenario, seed);
         totals.0 += r.ops;
@@ -56,6 +56,7 @@ fn run_many(servers: usize) {
         stream.3 += r.stream.snapshots;
         stream.4 += r.stream.restarts;
         locks += r.locks_held;
+        handoffs += r.ttl_handoffs;
         if !r.passed() {
             failed.push(r);
         }
@@ -72,7 +73,9 @@ fn run_many(servers: usize) {
         "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",
         stream.0, stream.1, stream.2, stream.3, stream.4
     );
-    println!("  locks (checker e): {locks} holds checked");
+    println!(
+        "  locks (checker e): {locks} holds checked, {handoffs} locks freed by a TTL's expiry"
+    );
     for r in &failed {
         println!("seed {} failed:", r.seed);
         for f in &r.failures {
@@ -81,6 +84,12 @@ fn run_many(servers: usize) {
         println!("  reproduce: {}", r.repro());
     }
     assert!(failed.is_empty(), "{} seeds failed", failed.len());
+    // The TTL path ran: silent holders' locks went to others.
+    assert!(
+        handoffs >= seeds() as usize,
+        "only {handoffs} locks freed by TTL expiry in {} seeds",
+        seeds()
+    );
 }
 
 #[cfg(not(any(

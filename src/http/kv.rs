@@ -129,7 +129,7 @@ async fn put_kv(
         session,
     };
     let cmd = match verb {
-        KvVerb::Lock | KvVerb::Unlock => crate::session::timed(Timeable::Kv(op)),
+        KvVerb::Lock | KvVerb::Unlock => s.sessions.timed(Timeable::Kv(op)),
         _ => Command::Kv(op),
     };
     done(s.write(cmd).await?)
@@ -371,7 +371,7 @@ async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result
         .iter()
         .any(|op| matches!(op, TxnOp::Kv(op) if op.verb == KvVerb::Lock));
     let cmd = if lock {
-        crate::session::timed(Timeable::Txn(ops))
+        s.sessions.timed(Timeable::Txn(ops))
     } else {
         Command::Txn(ops)
     };

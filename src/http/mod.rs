@@ -10,7 +10,7 @@ mod health;
 mod kv;
 pub mod liveness;
 mod proxycfg;
-mod session;
+pub mod session;
 mod snapshot;
 mod status;
 mod stream;

@@ -2,7 +2,7 @@
 //! info, node and list (blocking reads).
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::filter::Schema;
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
-use crate::session::{CHECK_EVERY, timed};
+use crate::session::CHECK_EVERY;
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{Session, SessionRequest};
 
@@ -121,7 +121,10 @@ async fn destroy(
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     match s
-        .write(timed(Timeable::SessionDestroy { id: id.clone() }))
+        .write(
+            s.sessions
+                .timed(Timeable::SessionDestroy { id: id.clone() }),
+        )
         .await?
     {
         Applied::Bool(ok) => {
@@ -140,13 +143,29 @@ async fn renew(
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
+    let (index, session) = renew_session(&s, &id).await?;
+    Ok(json_at(&s, index, &[&*session]))
+}
+
+/// Renews `id` on this server, which must lead: leadership is confirmed
+/// with a quorum first (Consul trusts its local belief here). A leader cut
+/// off from the others could otherwise answer a renewal while the new
+/// leader's timer (armed when it took office) runs out, and the client
+/// would go on believing it holds its locks after they were handed on. A
+/// renewal confirmed at time t resets a timer that cannot expire before
+/// t + 2×TTL on this leader or any later one. Returns the session and the
+/// index of its last change.
+pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> {
+    s.linearize().await?;
     let st = s.store.state();
-    let Some(session) = st.sessions.get(&id) else {
+    let Some(session) = st.sessions.get(id) else {
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
     };
-    s.sessions.arm(&id, session.ttl(), Instant::now());
-    let index = st.index_of([keys::session(&id).as_str()]);
-    Ok(json_at(&s, index, &[&**session]))
+    if !s.sessions.arm(id, session.ttl(), Instant::now()) {
+        // Its TTL ran out and its destroy is under way.
+        return Err(Error::NotFound(format!("Session id '{id}' not found")));
+    }
+    Ok((st.index_of([keys::session(id).as_str()]), session.clone()))
 }
 
 async fn read(
@@ -208,30 +227,30 @@ pub async fn expire(s: Arc<Server>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        if !s.cluster.is_leader() {
+        let Some(term) = s.cluster.leading_term() else {
             s.sessions.step_down();
             continue;
-        }
+        };
         let st = s.store.state();
-        if !s.sessions.in_office() {
+        if !s.sessions.in_office(term) {
             let with_ttl = st.sessions.values().map(|x| (x.id.clone(), x.ttl()));
-            s.sessions.take_office(with_ttl, Instant::now());
+            s.sessions.take_office(term, with_ttl, Instant::now());
             continue;
         }
         for id in s
             .sessions
             .expired(Instant::now(), |id| st.sessions.contains_key(id))
         {
-            if !s.sessions.still_expired(&id, Instant::now()) {
-                continue;
-            }
             tracing::info!(session = %id, "session TTL expired: destroying it");
             match s
-                .write(timed(Timeable::SessionDestroy { id: id.clone() }))
+                .write(
+                    s.sessions
+                        .timed(Timeable::SessionDestroy { id: id.clone() }),
+                )
                 .await
             {
                 Ok(Applied::Bool(true)) => s.sessions.disarm(&id),
-                // Kept armed: the next tick tries again.
+                // Still expiring: the next tick tries again.
                 Ok(other) => tracing::warn!(session = %id, ?other, "odd answer to a destroy"),
                 Err(e) => tracing::warn!(session = %id, error = %e, "could not destroy session"),
             }

@@ -121,6 +121,13 @@ impl Cluster {
         self.raft.metrics().borrow_watched().current_leader == Some(self.id)
     }
 
+    /// The term this server leads in, if it leads.
+    pub fn leading_term(&self) -> Option<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        (m.current_leader == Some(self.id)).then_some(m.current_term)
+    }
+
     fn hello_msg(&self) -> Hello {
         Hello {
             id: self.id,
