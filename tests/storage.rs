@@ -349,7 +349,7 @@ fn an_unknown_format_version_refuses_to_start_naming_the_file() {
 
     set_state_format(&dir, 99);
     refused("state rows", &dir.join("db"));
-    set_state_format(&dir, 1);
+    set_state_format(&dir, cairn::disk::STATE_FORMAT);
 
     // Put back as they were, the files start a server with every key.
     let s = builder(&dir).start();

@@ -30,15 +30,22 @@ use std::time::{Duration, Instant};
 /// A port nobody listens on right now, and never handed out before in this
 /// test binary: tests run in parallel, and two servers given the same port
 /// before either bound it had one test talking to the other's server.
+/// Drawn below Linux's ephemeral range (32768-60999), which outgoing
+/// connections take their source ports from: a port the kernel handed out
+/// (`bind(:0)`) could be taken by some connection before the server bound
+/// it (seen: "cannot listen on --raft-addr ...: Address already in use").
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    // Spread by process, so that test binaries run at once rarely try the
+    // same ports.
+    let mut next = 20_000 + (std::process::id() as u64 * 7_919 % 12_000) as u16;
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
-        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
-            return port;
+        next = if next >= 31_999 { 20_000 } else { next + 1 };
+        if !GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(next) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", next)).is_ok() {
+            return next;
         }
     }
 }
