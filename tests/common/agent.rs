@@ -22,6 +22,7 @@ pub struct AgentBuilder {
     servers: Vec<String>,
     config_dir: Option<PathBuf>,
     sync_interval: String,
+    extra: Vec<String>,
 }
 
 impl AgentBuilder {
@@ -35,6 +36,11 @@ impl AgentBuilder {
     }
     pub fn sync_interval(mut self, d: &str) -> Self {
         self.sync_interval = d.to_string();
+        self
+    }
+    /// Another command-line argument (TLS flags, say).
+    pub fn arg(mut self, a: impl ToString) -> Self {
+        self.extra.push(a.to_string());
         self
     }
 
@@ -56,6 +62,7 @@ impl AgentBuilder {
         if let Some(d) = &self.config_dir {
             args.extend(["--config-dir".into(), d.display().to_string()]);
         }
+        args.extend(self.extra.iter().cloned());
         args
     }
 
@@ -129,6 +136,7 @@ impl Agent {
             servers: vec![server_url.to_string()],
             config_dir: None,
             sync_interval: "1s".into(),
+            extra: Vec::new(),
         }
     }
 
