@@ -414,6 +414,38 @@ fn https_verify_incoming_needs_a_client_certificate() {
     assert!(!refused.status.success(), "no client certificate");
 }
 
+/// The HTTPS port keeps the HTTP port's limits: a connection that never
+/// finishes its TLS handshake is closed after the header-read timeout.
+#[test]
+fn a_stalled_https_handshake_is_closed() {
+    let pki = Pki::new();
+    let https_port = free_port();
+    let _server = with_flags(Server::builder().dev(), &pki.flags(&pki.cert("-server")))
+        .arg("--https-addr")
+        .arg(&format!("127.0.0.1:{https_port}"))
+        .arg("--http-read-header-timeout")
+        .arg("1s")
+        .start();
+    let mut s = TcpStream::connect(("127.0.0.1", https_port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    // Half a ClientHello's record header, then nothing.
+    s.write_all(&[22, 3, 1]).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let r = s.read_to_end(&mut buf);
+    assert!(
+        r.is_ok()
+            || r.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "not closed: {r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// `--http-addr ""`: the server listens on its HTTPS and Raft ports only,
 /// and its own agent reaches it over HTTPS (a service registered through
 /// the agent API reaches the catalog).
