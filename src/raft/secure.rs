@@ -88,13 +88,13 @@ impl<A: Accept> TlsAccept<A> {
 impl<A: Accept> Accept for TlsAccept<A> {
     async fn accept(&mut self) -> io::Result<(BoxStream, IpAddr)> {
         let (stream, ip) = self.inner.accept().await?;
-        let state = State::Handshaking(self.acceptor.accept(stream));
+        let state = State::Handshaking(Box::new(self.acceptor.accept(stream)));
         Ok((Box::new(Accepting { state, ip }), ip))
     }
 }
 
 enum State {
-    Handshaking(tokio_rustls::Accept<BoxStream>),
+    Handshaking(Box<tokio_rustls::Accept<BoxStream>>),
     Ready(Box<tokio_rustls::server::TlsStream<BoxStream>>),
     Failed,
 }
@@ -110,7 +110,7 @@ impl Accepting {
     /// Drives the handshake; `Ready(Ok)` once the stream is usable.
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &mut self.state {
-            State::Handshaking(h) => match Pin::new(h).poll(cx) {
+            State::Handshaking(h) => match Pin::new(h.as_mut()).poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(s)) => {
                     self.state = State::Ready(Box::new(s));
