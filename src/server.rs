@@ -302,6 +302,8 @@ impl Server {
 
         let (proposals, queue) = mpsc::unbounded_channel();
         tokio::spawn(propose_batches(raft.clone(), cluster.id, queue));
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
         let mut http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .timeout(Duration::from_secs(660));

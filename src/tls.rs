@@ -52,9 +52,11 @@ pub fn provider() -> Arc<CryptoProvider> {
         .clone()
 }
 
-/// Makes ring the process's default provider, for clients built without a
-/// config of ours (an `https://` address with no CA file: the system's
-/// roots). Idempotent.
+/// Makes ring the process's default provider. reqwest is built with
+/// rustls but without a provider of its own (its own is aws-lc, a long C
+/// build): building any reqwest client, even for plain HTTP, panics unless
+/// this ran first in the process. Idempotent and cheap: call it before
+/// building one.
 pub fn install_default_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

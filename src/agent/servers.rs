@@ -92,6 +92,8 @@ impl Servers {
                 "--server {u} needs --tls-ca-file (the CA that signed the servers' certificates)"
             );
         }
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
         let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .pool_idle_timeout(Duration::from_secs(90));

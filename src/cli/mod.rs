@@ -209,14 +209,15 @@ impl Client {
 
     pub fn new(addr: &str) -> Result<Client, CliError> {
         let base = normalize_addr(addr)?;
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
         let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60));
-        if base.starts_with("https://") {
-            crate::tls::install_default_provider();
-            if let Some(tls) = tls_from_env()? {
-                http = http.tls_backend_preconfigured(tls);
-            }
+        if base.starts_with("https://")
+            && let Some(tls) = tls_from_env()?
+        {
+            http = http.tls_backend_preconfigured(tls);
         }
         let http = http.build()?;
         let rt = tokio::runtime::Builder::new_current_thread()
