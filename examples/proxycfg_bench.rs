@@ -180,6 +180,7 @@ async fn run(proxies: usize) {
         log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
         tombstone_ttl: std::time::Duration::from_secs(15 * 60),
         limits: Default::default(),
+        tls: None,
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

@@ -26,3 +26,4 @@ pub mod stream;
 pub mod structs;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod tls;

@@ -54,10 +54,29 @@ struct ServerArgs {
     node: Option<String>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The plain HTTP API's address; "" for none (HTTPS only).
     #[arg(long, default_value = "127.0.0.1:8500")]
-    http_addr: SocketAddr,
+    http_addr: String,
     #[arg(long, default_value = "127.0.0.1:8300")]
     raft_addr: SocketAddr,
+    /// The CA certificate (PEM) that peers' and clients' certificates are
+    /// checked against.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// This process's certificate (PEM; `cairn tls cert create`).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// This process's certificate key (PEM).
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// Serve the HTTP API over HTTPS here too (or only, with
+    /// `--http-addr ""`).
+    #[arg(long)]
+    https_addr: Option<SocketAddr>,
+    /// HTTPS clients must present a certificate signed by the CA.
+    #[arg(long)]
+    tls_verify_incoming: bool,
+
     #[arg(long, default_value = "dc1")]
     datacenter: String,
     #[arg(long, default_value_t = 0)]
@@ -146,9 +165,28 @@ struct AgentArgs {
     node: Option<String>,
     #[arg(long)]
     data_dir: PathBuf,
+    /// The plain HTTP API's address; "" for none (HTTPS only).
     #[arg(long, default_value = "127.0.0.1:8500")]
-    http_addr: SocketAddr,
-    /// A server's HTTP address (repeatable): http://host:port or host:port.
+    http_addr: String,
+    /// The CA certificate (PEM) that peers' and clients' certificates are
+    /// checked against.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// This process's certificate (PEM; `cairn tls cert create`).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// This process's certificate key (PEM).
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// Serve the HTTP API over HTTPS here too (or only, with
+    /// `--http-addr ""`).
+    #[arg(long)]
+    https_addr: Option<SocketAddr>,
+    /// HTTPS clients must present a certificate signed by the CA.
+    #[arg(long)]
+    tls_verify_incoming: bool,
+    /// A server's HTTP address (repeatable): http://host:port, host:port,
+    /// or https://host:port (with --tls-ca-file).
     #[arg(long = "server", required = true)]
     servers: Vec<String>,
     /// A directory of service (and check) definitions, JSON or HCL.
@@ -173,6 +211,59 @@ fn parse_ttl(s: &str) -> Result<u32, String> {
         return Err("must not be negative".into());
     }
     u32::try_from(d.nanos() / 1_000_000_000).map_err(|_| "too long".into())
+}
+
+/// The TLS flags both servers and agents take, checked together.
+struct TlsFlags<'a> {
+    ca: Option<&'a PathBuf>,
+    cert: Option<&'a PathBuf>,
+    key: Option<&'a PathBuf>,
+    https_addr: Option<SocketAddr>,
+    verify_incoming: bool,
+    http_addr: &'a str,
+}
+
+impl TlsFlags<'_> {
+    /// The plain HTTP address (none for `""`) and the address the process
+    /// is reached on (the HTTPS one when plain HTTP is off).
+    fn addrs(&self) -> anyhow::Result<(Option<SocketAddr>, SocketAddr)> {
+        if self.http_addr.trim().is_empty() {
+            let https = self
+                .https_addr
+                .ok_or_else(|| anyhow::anyhow!("--http-addr \"\" needs --https-addr"))?;
+            return Ok((None, https));
+        }
+        let plain: SocketAddr = self
+            .http_addr
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--http-addr {:?}: {e}", self.http_addr))?;
+        Ok((Some(plain), plain))
+    }
+
+    /// The three files loaded, if given (all or none).
+    fn files(&self) -> anyhow::Result<Option<cairn::tls::Tls>> {
+        match (self.ca, self.cert, self.key) {
+            (None, None, None) => {
+                anyhow::ensure!(
+                    self.https_addr.is_none() && !self.verify_incoming,
+                    "--https-addr and --tls-verify-incoming need --tls-ca-file, --tls-cert-file and --tls-key-file"
+                );
+                Ok(None)
+            }
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(cairn::tls::Tls::load(ca, cert, key)?)),
+            (_, None, Some(_)) | (_, Some(_), None) => {
+                anyhow::bail!("--tls-cert-file and --tls-key-file go together")
+            }
+            (None, _, _) => anyhow::bail!("--tls-cert-file needs --tls-ca-file"),
+            (Some(_), None, None) => {
+                anyhow::ensure!(
+                    self.https_addr.is_none(),
+                    "--https-addr needs --tls-cert-file and --tls-key-file"
+                );
+                Ok(None)
+            }
+        }
+    }
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -207,6 +298,8 @@ fn hostname() -> String {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
+    // ring for any rustls client built without a config of ours.
+    cairn::tls::install_default_provider();
     match cli.command {
         Command::Cli(cmd) => {
             std::process::exit(cairn::cli::run(cmd, cairn::raft::state_machine::inspect))
@@ -225,16 +318,44 @@ fn main() -> anyhow::Result<()> {
                 .iter()
                 .map(|s| cairn::cli::normalize_addr(s).map_err(|e| anyhow::anyhow!(e.0)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
+            let flags = TlsFlags {
+                ca: a.tls_ca_file.as_ref(),
+                cert: a.tls_cert_file.as_ref(),
+                key: a.tls_key_file.as_ref(),
+                https_addr: a.https_addr,
+                verify_incoming: a.tls_verify_incoming,
+                http_addr: &a.http_addr,
+            };
+            let (plain, http_addr) = flags.addrs()?;
+            let files = flags.files()?;
+            let tls = match (&a.tls_ca_file, &files) {
+                (_, Some(f)) => Some(std::sync::Arc::new(cairn::agent::AgentTls {
+                    client: f.client()?,
+                    https: match a.https_addr {
+                        Some(addr) => Some((addr, f.https_server(a.tls_verify_incoming)?)),
+                        None => None,
+                    },
+                    http_off: plain.is_none(),
+                })),
+                // A CA alone: HTTPS to servers, no certificate of its own.
+                (Some(ca), None) => Some(std::sync::Arc::new(cairn::agent::AgentTls {
+                    client: cairn::tls::client_config(ca, None)?,
+                    https: None,
+                    http_off: false,
+                })),
+                (None, None) => None,
+            };
             let config = cairn::agent::AgentConfig {
                 node: a.node.unwrap_or_else(hostname),
                 data_dir: a.data_dir,
-                http_addr: a.http_addr,
+                http_addr,
                 servers,
                 config_dir: a.config_dir,
                 sync_interval: a.sync_interval,
                 datacenter: "dc1".into(),
                 in_server: false,
                 dns_port: None,
+                tls,
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
@@ -260,11 +381,37 @@ fn main() -> anyhow::Result<()> {
                 }
                 (false, None) => anyhow::bail!("--data-dir is required (or use --dev)"),
             };
+            let flags = TlsFlags {
+                ca: a.tls_ca_file.as_ref(),
+                cert: a.tls_cert_file.as_ref(),
+                key: a.tls_key_file.as_ref(),
+                https_addr: a.https_addr,
+                verify_incoming: a.tls_verify_incoming,
+                http_addr: &a.http_addr,
+            };
+            let (plain, http_addr) = flags.addrs()?;
+            let tls = match flags.files()? {
+                Some(files) => Some(std::sync::Arc::new(cairn::server::ServerTls {
+                    files,
+                    https_addr: a.https_addr,
+                    verify_incoming: a.tls_verify_incoming,
+                    http_off: plain.is_none(),
+                })),
+                None => {
+                    // A CA alone means nothing to a server: it needs its
+                    // own certificate for HTTPS and the Raft port.
+                    anyhow::ensure!(
+                        a.tls_ca_file.is_none(),
+                        "a server needs --tls-cert-file and --tls-key-file with --tls-ca-file"
+                    );
+                    None
+                }
+            };
             let config = cairn::server::ServerConfig {
                 node: a.node.unwrap_or_else(hostname),
                 datacenter: a.datacenter,
                 data_dir,
-                http_addr: a.http_addr,
+                http_addr,
                 raft_addr: a.raft_addr,
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
@@ -272,6 +419,7 @@ fn main() -> anyhow::Result<()> {
                 log_segment_bytes: a.raft_log_segment_bytes,
                 tombstone_ttl: a.tombstone_ttl,
                 limits,
+                tls,
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()

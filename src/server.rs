@@ -18,6 +18,7 @@ use openraft::storage::RaftLogStorage;
 
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
+use crate::raft::secure::{TlsAccept, TlsConnect};
 use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
 use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
@@ -40,6 +41,33 @@ pub struct ServerConfig {
     pub tombstone_ttl: Duration,
     /// Connection budgets and timeouts of the ports.
     pub limits: Limits,
+    /// HTTPS and the Raft transport's mutual TLS (none: plain TCP).
+    pub tls: Option<Arc<ServerTls>>,
+}
+
+/// A server's TLS: with the three files given, the Raft transport is
+/// mutual TLS; HTTPS is served on `https_addr` if set.
+#[derive(Debug)]
+pub struct ServerTls {
+    pub files: crate::tls::Tls,
+    pub https_addr: Option<SocketAddr>,
+    /// HTTPS clients must present a certificate signed by the CA.
+    pub verify_incoming: bool,
+    /// No plain HTTP listener (`--http-addr ""`): `http_addr` is then the
+    /// HTTPS address, and the server is reached over HTTPS only.
+    pub http_off: bool,
+}
+
+impl ServerConfig {
+    /// The HTTP base address other servers and this server's agent reach
+    /// it on: `host:port` for plain HTTP, `https://host:port` when only
+    /// HTTPS is served.
+    pub fn advertised_http(&self) -> String {
+        match &self.tls {
+            Some(t) if t.http_off => format!("https://{}", self.http_addr),
+            _ => self.http_addr.to_string(),
+        }
+    }
 }
 
 /// What a server's ports accept (ARCHITECTURE.md: invariants).
@@ -178,7 +206,34 @@ impl Server {
             clock: crate::session::wall_clock_ms,
             tap: None,
         };
-        Self::assemble(config, parts).await
+        match config.tls.clone() {
+            None => Self::assemble(config, parts).await,
+            Some(tls) => {
+                // Mutual TLS on the Raft port, both ways: the frame code
+                // sees only streams whose peer proved a server certificate
+                // of the CA.
+                let connector = Arc::new(TlsConnect::new(
+                    parts.connector.clone(),
+                    tls.files.client()?,
+                    &config.datacenter,
+                )?);
+                let listener =
+                    TlsAccept::new(parts.listener, tls.files.raft_server(&config.datacenter)?);
+                let parts = ServerParts {
+                    id: parts.id,
+                    raft_config: parts.raft_config,
+                    log: parts.log,
+                    persist: parts.persist,
+                    snapshots: parts.snapshots,
+                    connector,
+                    listener,
+                    sled: parts.sled,
+                    tap: parts.tap,
+                    clock: parts.clock,
+                };
+                Self::assemble(config, parts).await
+            }
+        }
     }
 
     /// Starts a server from its parts: Raft, the transport's accept loop,
@@ -228,7 +283,7 @@ impl Server {
         let me = ServerNode {
             name: config.node.clone(),
             raft_addr: config.raft_addr.to_string(),
-            http_addr: config.http_addr.to_string(),
+            http_addr: config.advertised_http(),
         };
         let cluster = Arc::new(Cluster::new(
             id,
@@ -252,10 +307,16 @@ impl Server {
 
         let (proposals, queue) = mpsc::unbounded_channel();
         tokio::spawn(propose_batches(raft.clone(), cluster.id, queue));
-        let http = reqwest::Client::builder()
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
+        let mut http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
-            .timeout(Duration::from_secs(660))
-            .build()?;
+            .timeout(Duration::from_secs(660));
+        if let Some(tls) = &config.tls {
+            // Forwarding to a leader that serves HTTPS only.
+            http = http.tls_backend_preconfigured(tls.files.client()?);
+        }
+        let http = http.build()?;
         let proxycfg =
             crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());

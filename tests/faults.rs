@@ -35,6 +35,7 @@ impl Load {
                     prefix.to_string(),
                 );
                 tokio::spawn(async move {
+                    cairn::tls::install_default_provider();
                     let c = reqwest::Client::builder()
                         .timeout(Duration::from_secs(10))
                         .build()

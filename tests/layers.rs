@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
         "definition",
         "leases",
         "disk",
+        "tls",
     ],
     &["error"],
     &["structs"],

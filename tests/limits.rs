@@ -28,6 +28,7 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
     const LEN: usize = 500 * 1024;
     let dir = tempfile::tempdir().unwrap();
     let procs = cluster(dir.path(), 3, &[]);
+    cairn::tls::install_default_provider();
     let c = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()

@@ -180,6 +180,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         // server) while faults come and go.
         tombstone_ttl: std::time::Duration::from_secs(2),
         limits: Default::default(),
+        tls: None,
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

@@ -40,6 +40,11 @@ pub enum Probe {
         method: String,
         headers: Vec<(String, String)>,
         body: String,
+        /// `TLSSkipVerify`: an `https://` URL's certificate is not checked.
+        tls_skip_verify: bool,
+        /// `TLSServerName`: the name an `https://` URL's certificate is
+        /// checked against instead of the URL's host.
+        tls_server_name: Option<String>,
     },
     Tcp(String),
     /// Mirrors the health of a service on this agent (by ID).
@@ -262,11 +267,27 @@ impl CheckSpec {
         let probe = if let Some(ttl) = ttl {
             Probe::Ttl(ttl)
         } else if let Some(url) = http {
-            if !url.starts_with("http://") {
+            if !url.starts_with("http://") && !url.starts_with("https://") {
                 return Err(format!(
-                    "Invalid HTTP check {:?}: only http:// URLs are supported, got {url:?}",
+                    "Invalid HTTP check {:?}: only http:// and https:// URLs are supported, got {url:?}",
                     c.check_id
                 ));
+            }
+            let tls_skip_verify = match field(c, "TLSSkipVerify") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(format!(
+                        "Check {:?}: TLSSkipVerify must be a boolean, got {other}",
+                        c.check_id
+                    ));
+                }
+            };
+            let tls_server_name = text(c, "TLSServerName");
+            if let Some(n) = &tls_server_name {
+                rustls_pki_types::ServerName::try_from(n.as_str()).map_err(|e| {
+                    format!("Check {:?}: invalid TLSServerName {n:?}: {e}", c.check_id)
+                })?;
             }
             let method = text(c, "Method").unwrap_or_else(|| "GET".into());
             if reqwest::Method::from_bytes(method.as_bytes()).is_err() {
@@ -280,6 +301,8 @@ impl CheckSpec {
                 method,
                 headers: headers(c)?,
                 body: text(c, "Body").unwrap_or_default(),
+                tls_skip_verify,
+                tls_server_name,
             }
         } else if let Some(addr) = tcp {
             Probe::Tcp(addr)
@@ -382,6 +405,7 @@ pub fn worse(a: &'static str, b: &str) -> &'static str {
     }
 }
 
+/// At most `MAX_OUTPUT` bytes, cut on a character boundary.
 fn truncate(mut s: String) -> String {
     if s.len() > MAX_OUTPUT {
         let mut cut = MAX_OUTPUT;
@@ -389,9 +413,21 @@ fn truncate(mut s: String) -> String {
             cut -= 1;
         }
         s.truncate(cut);
-        s.push_str(" ...");
     }
     s
+}
+
+/// A response body's first `MAX_OUTPUT` bytes: the rest is never read, so
+/// a URL answering without end costs no memory.
+async fn read_capped(mut resp: reqwest::Response) -> String {
+    let mut buf = Vec::new();
+    while buf.len() < MAX_OUTPUT {
+        match resp.chunk().await {
+            Ok(Some(c)) => buf.extend_from_slice(&c[..c.len().min(MAX_OUTPUT - buf.len())]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// One run of an HTTP check: 2xx passing, 429 warning, anything else (or
@@ -415,7 +451,7 @@ async fn http_probe(
     match req.send().await {
         Ok(resp) => {
             let code = resp.status();
-            let text = resp.text().await.unwrap_or_default();
+            let text = read_capped(resp).await;
             let status = if code.is_success() {
                 HEALTH_PASSING
             } else if code.as_u16() == 429 {
@@ -428,8 +464,35 @@ async fn http_probe(
                 truncate(format!("HTTP {method} {url}: {code} Output: {text}")),
             )
         }
-        Err(e) => (HEALTH_CRITICAL, format!("HTTP {method} {url}: {e}")),
+        Err(e) => {
+            // reqwest's own message is generic; the innermost cause names
+            // the problem (a refused certificate, a refused connection).
+            let mut cause = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                cause = s.to_string();
+                src = s.source();
+            }
+            (
+                HEALTH_CRITICAL,
+                truncate(format!("HTTP {method} {url}: {cause}")),
+            )
+        }
     }
+}
+
+/// The client an HTTPS check uses: its own, with the check's TLS options
+/// (never the agent's client certificate, which is for its servers).
+fn https_check_client(
+    skip_verify: bool,
+    server_name: Option<&str>,
+) -> Result<reqwest::Client, String> {
+    let tls =
+        crate::tls::check_client_config(skip_verify, server_name).map_err(|e| e.to_string())?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 async fn tcp_probe(addr: &str, timeout: Duration) -> (&'static str, String) {
@@ -461,33 +524,55 @@ pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: C
                 reset.notified().await;
             }
         }
-        probe => loop {
-            let (status, output) = match &probe {
+        probe => {
+            let client = match &probe {
                 Probe::Http {
                     url,
-                    method,
-                    headers,
-                    body,
-                } => http_probe(&client, url, method, headers, body, spec.timeout).await,
-                Probe::Tcp(addr) => tcp_probe(addr, spec.timeout).await,
-                Probe::Ttl(_) | Probe::Alias(_) | Probe::Maintenance => {
-                    unreachable!("handled above")
-                }
-            };
-            match streak.observe(&spec.thresholds, status) {
-                Some(status) => {
-                    let changed =
-                        local.with(|t| t.set_check_status(&id, status, &output, Instant::now()));
-                    if changed {
-                        tracing::debug!(check = %id, status, "check result");
+                    tls_skip_verify,
+                    tls_server_name,
+                    ..
+                } if url.starts_with("https://") => {
+                    match https_check_client(*tls_skip_verify, tls_server_name.as_deref()) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            local.with(|t| {
+                                t.set_check_status(&id, HEALTH_CRITICAL, &e, Instant::now())
+                            });
+                            return;
+                        }
                     }
                 }
-                None => {
-                    tracing::debug!(check = %id, result = status, "below its threshold: status kept");
+                _ => client.clone(),
+            };
+            loop {
+                let (status, output) = match &probe {
+                    Probe::Http {
+                        url,
+                        method,
+                        headers,
+                        body,
+                        ..
+                    } => http_probe(&client, url, method, headers, body, spec.timeout).await,
+                    Probe::Tcp(addr) => tcp_probe(addr, spec.timeout).await,
+                    Probe::Ttl(_) | Probe::Alias(_) | Probe::Maintenance => {
+                        unreachable!("handled above")
+                    }
+                };
+                match streak.observe(&spec.thresholds, status) {
+                    Some(status) => {
+                        let changed = local
+                            .with(|t| t.set_check_status(&id, status, &output, Instant::now()));
+                        if changed {
+                            tracing::debug!(check = %id, status, "check result");
+                        }
+                    }
+                    None => {
+                        tracing::debug!(check = %id, result = status, "below its threshold: status kept");
+                    }
                 }
+                tokio::time::sleep(spec.interval).await;
             }
-            tokio::time::sleep(spec.interval).await;
-        },
+        }
     }
 }
 
@@ -534,6 +619,32 @@ mod tests {
     }
 
     #[test]
+    fn https_checks_keep_their_tls_options() {
+        let s = CheckSpec::parse(&check(json!({
+            "HTTP": "https://127.0.0.1:1/h", "Interval": "1s",
+            "TLSSkipVerify": true, "TLSServerName": "web.internal",
+        })))
+        .unwrap();
+        let Probe::Http {
+            tls_skip_verify,
+            tls_server_name,
+            ..
+        } = &s.probe
+        else {
+            panic!("not http")
+        };
+        assert!(*tls_skip_verify);
+        assert_eq!(tls_server_name.as_deref(), Some("web.internal"));
+    }
+
+    #[test]
+    fn output_is_cut_at_four_kib() {
+        let cut = truncate("é".repeat(3000));
+        assert!(cut.len() <= MAX_OUTPUT && cut.len() >= MAX_OUTPUT - 1);
+        assert_eq!(truncate("short".into()), "short");
+    }
+
+    #[test]
     fn refuses_what_it_cannot_run() {
         for (def, want) in [
             (json!({}), "not supported"),
@@ -547,8 +658,12 @@ mod tests {
             ),
             (json!({"HTTP": "http://x"}), "Interval must be > 0"),
             (
-                json!({"HTTP": "https://x", "Interval": "1s"}),
-                "only http://",
+                json!({"HTTP": "ftp://x", "Interval": "1s"}),
+                "only http:// and https://",
+            ),
+            (
+                json!({"HTTP": "https://x", "Interval": "1s", "TLSSkipVerify": "yes"}),
+                "TLSSkipVerify must be a boolean",
             ),
             (json!({"TTL": "ten"}), "Invalid TTL"),
             (

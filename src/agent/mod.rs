@@ -61,7 +61,7 @@ pub struct AgentConfig {
     pub node: String,
     pub data_dir: PathBuf,
     pub http_addr: SocketAddr,
-    /// Server base URLs (`http://host:port`).
+    /// Server base URLs (`http://host:port` or `https://host:port`).
     pub servers: Vec<String>,
     pub config_dir: Option<PathBuf>,
     /// The full-sync period before scaling by cluster size.
@@ -75,6 +75,21 @@ pub struct AgentConfig {
     /// The port DNS answers on (bound before the agent starts), for
     /// `/v1/agent/self`; none when DNS is off.
     pub dns_port: Option<u16>,
+    /// HTTPS to servers and on its own listener (none: plain HTTP).
+    pub tls: Option<Arc<AgentTls>>,
+}
+
+/// An agent's TLS.
+#[derive(Debug)]
+pub struct AgentTls {
+    /// For `https://` servers: trusts the CA, presents the agent's
+    /// certificate if it has one.
+    pub client: rustls::ClientConfig,
+    /// Its own HTTPS listener: address and config.
+    pub https: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+    /// No plain HTTP listener (`--http-addr ""`; `http_addr` is then the
+    /// HTTPS address).
+    pub http_off: bool,
 }
 
 /// A running agent: shared by its tasks and HTTP handlers.
@@ -350,7 +365,10 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
     };
     let tables = Tables::new(node_info(&config, node_id.clone()));
     let agent = Arc::new(Agent {
-        servers: Servers::new(config.servers.clone())?,
+        servers: Servers::new(
+            config.servers.clone(),
+            config.tls.as_ref().map(|t| t.client.clone()),
+        )?,
         local: Arc::new(Local::new(tables)),
         node_id,
         runners: Mutex::new(HashMap::new()),
@@ -448,9 +466,26 @@ pub async fn run(
     mut config: AgentConfig,
     dns: Option<crate::dns::DnsConfig>,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    let tls = config.tls.clone();
+    let http_off = tls.as_ref().is_some_and(|t| t.http_off);
+    let listener = if http_off {
+        None
+    } else {
+        Some(
+            tokio::net::TcpListener::bind(config.http_addr)
+                .await
+                .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?,
+        )
+    };
+    let https = match tls.as_ref().and_then(|t| t.https.clone()) {
+        Some((addr, tls)) => Some((
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --https-addr {addr}"))?,
+            tls,
+        )),
+        None => None,
+    };
     let dns = match dns {
         Some(d) => {
             let l = crate::dns::bind(d.addr).await?;
@@ -467,6 +502,7 @@ pub async fn run(
     }
     tracing::info!(
         addr = %agent.config.http_addr,
+        https = http_off || https.is_some(),
         node = %agent.config.node,
         servers = ?agent.config.servers,
         "agent HTTP API listening"
@@ -474,8 +510,26 @@ pub async fn run(
     let app = api::router(agent.clone());
     // Not graceful: a forwarded blocking query may hold its connection for
     // minutes, and nothing an agent serves needs finishing.
+    let plain = async {
+        match listener {
+            Some(l) => axum::serve(l, app.clone()).await,
+            None => std::future::pending().await,
+        }
+    };
+    let secure = async {
+        match https {
+            // Within the HTTP limits servers keep (the handshake included).
+            Some((l, tls)) => {
+                let stop = Arc::new(tokio::sync::Notify::new());
+                crate::request::serve::serve_tls(l, app.clone(), Default::default(), stop, tls)
+                    .await
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        r = axum::serve(listener, app) => r?,
+        r = plain => r?,
+        _ = secure => {},
         _ = crate::signal::shutdown() => liveness::leave_cluster(&agent).await,
         _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
     }

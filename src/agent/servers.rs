@@ -82,13 +82,25 @@ pub struct Servers {
 pub const SHORT: Duration = Duration::from_secs(30);
 
 impl Servers {
-    /// `urls` are base URLs (`http://host:port`), at least one.
-    pub fn new(urls: Vec<String>) -> anyhow::Result<Self> {
+    /// `urls` are base URLs (`http://host:port` or `https://host:port`),
+    /// at least one; `tls` is for the `https://` ones.
+    pub fn new(urls: Vec<String>, tls: Option<rustls::ClientConfig>) -> anyhow::Result<Self> {
         anyhow::ensure!(!urls.is_empty(), "at least one --server is needed");
-        let http = reqwest::Client::builder()
+        if let Some(u) = urls.iter().find(|u| u.starts_with("https://")) {
+            anyhow::ensure!(
+                tls.is_some(),
+                "--server {u} needs --tls-ca-file (the CA that signed the servers' certificates)"
+            );
+        }
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(90));
+        if let Some(tls) = tls {
+            http = http.tls_backend_preconfigured(tls);
+        }
+        let http = http.build()?;
         Ok(Servers {
             urls,
             current: AtomicUsize::new(0),

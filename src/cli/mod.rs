@@ -19,6 +19,7 @@ mod members;
 mod operator;
 pub mod services;
 pub mod snapshot;
+mod tls;
 
 use std::time::Duration;
 
@@ -57,6 +58,9 @@ pub enum CliCommand {
     /// Save, restore and inspect snapshots of the whole state.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
+    /// Create a CA and certificates for TLS (local files; no server).
+    #[command(subcommand)]
+    Tls(tls::TlsCmd),
 }
 
 /// A failed command: the one line to print.
@@ -74,28 +78,29 @@ pub type CliResult = Result<(), CliError>;
 /// Runs one command; returns the process exit code. `inspect` reads a
 /// snapshot file (see `snapshot::Inspect`).
 pub fn run(cmd: CliCommand, inspect: snapshot::Inspect) -> i32 {
-    let client = match Client::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{}", e.0);
-            return 1;
-        }
-    };
+    // A server is needed by every command but `tls` (local files only).
+    let client = || Client::from_env();
     let result = match cmd {
-        CliCommand::Catalog(c) => catalog::run(&client, c),
-        CliCommand::Services(c) => services::run(&client, c),
-        CliCommand::Operator(c) => operator::run(&client, c),
-        CliCommand::Members(a) => members::run(&client, a),
-        CliCommand::Kv(c) => kv::run(&client, c),
-        CliCommand::Config(c) => config::run(&client, c),
-        CliCommand::DiscoveryChain(a) => config::discovery_chain(&client, a),
-        CliCommand::Maint(a) => maint::run(&client, a),
-        CliCommand::Snapshot(c) => snapshot::run(&client, c, inspect),
-        CliCommand::Lock(a) => match lock::run(&client, a) {
+        CliCommand::Tls(c) => tls::run(c),
+        CliCommand::Catalog(c) => client().and_then(|cl| catalog::run(&cl, c)),
+        CliCommand::Services(c) => client().and_then(|cl| services::run(&cl, c)),
+        CliCommand::Operator(c) => client().and_then(|cl| operator::run(&cl, c)),
+        CliCommand::Members(a) => client().and_then(|cl| members::run(&cl, a)),
+        CliCommand::Kv(c) => client().and_then(|cl| kv::run(&cl, c)),
+        CliCommand::Config(c) => client().and_then(|cl| config::run(&cl, c)),
+        CliCommand::DiscoveryChain(a) => client().and_then(|cl| config::discovery_chain(&cl, a)),
+        CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
+        CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
+        CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
     };
+    finish(result)
+}
+
+/// Prints a failed command's error; the exit code.
+fn finish(result: CliResult) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -113,25 +118,67 @@ pub enum Format {
     Json,
 }
 
-/// The server address from the environment, as an `http://` base URL.
-pub fn http_addr_from_env() -> String {
-    ["CAIRN_HTTP_ADDR", "CONSUL_HTTP_ADDR"]
+/// The first of these variables set and not empty.
+fn env_var(names: &[&str]) -> Option<String> {
+    names
         .iter()
         .filter_map(|k| std::env::var(k).ok())
         .map(|v| v.trim().to_string())
         .find(|v| !v.is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:8500".into())
 }
 
-/// Accepts `host:port`, `http://host:port` (and a trailing `/`).
+/// The server address from the environment, as a base URL
+/// (`CONSUL_HTTP_SSL=true` makes an address without a scheme `https://`,
+/// as Consul's CLI does).
+pub fn http_addr_from_env() -> String {
+    let addr = env_var(&["CAIRN_HTTP_ADDR", "CONSUL_HTTP_ADDR"])
+        .unwrap_or_else(|| "http://127.0.0.1:8500".into());
+    let ssl =
+        env_var(&["CAIRN_HTTP_SSL", "CONSUL_HTTP_SSL"]).is_some_and(|v| v == "true" || v == "1");
+    if ssl && !addr.contains("://") {
+        format!("https://{addr}")
+    } else {
+        addr
+    }
+}
+
+/// The TLS config for an `https://` server from the environment:
+/// `CAIRN_CACERT` / `CONSUL_CACERT` (the CA to trust; without one, the
+/// system's roots) and `CAIRN_CLIENT_CERT` / `CONSUL_CLIENT_CERT` with
+/// `CAIRN_CLIENT_KEY` / `CONSUL_CLIENT_KEY` (a client certificate, for a
+/// server with `--tls-verify-incoming`).
+fn tls_from_env() -> Result<Option<rustls::ClientConfig>, CliError> {
+    let ca = env_var(&["CAIRN_CACERT", "CONSUL_CACERT"]);
+    let cert = env_var(&["CAIRN_CLIENT_CERT", "CONSUL_CLIENT_CERT"]);
+    let key = env_var(&["CAIRN_CLIENT_KEY", "CONSUL_CLIENT_KEY"]);
+    let Some(ca) = ca else {
+        if cert.is_some() {
+            return Err(CliError(
+                "CONSUL_CLIENT_CERT needs CONSUL_CACERT (the CA to trust) as well".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let pair = match (&cert, &key) {
+        (Some(c), Some(k)) => Some((std::path::Path::new(c), std::path::Path::new(k))),
+        (None, None) => None,
+        _ => {
+            return Err(CliError(
+                "CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY go together".into(),
+            ));
+        }
+    };
+    Ok(Some(crate::tls::client_config(
+        std::path::Path::new(&ca),
+        pair,
+    )?))
+}
+
+/// Accepts `host:port`, `http://host:port`, `https://host:port` (and a
+/// trailing `/`).
 pub fn normalize_addr(addr: &str) -> Result<String, CliError> {
     let addr = addr.trim().trim_end_matches('/');
-    if let Some(rest) = addr.strip_prefix("https://") {
-        return Err(CliError(format!(
-            "HTTPS is not supported: use http://{rest}"
-        )));
-    }
-    if addr.starts_with("http://") {
+    if addr.starts_with("http://") || addr.starts_with("https://") {
         Ok(addr.to_string())
     } else if addr.contains("://") {
         Err(CliError(format!("Unsupported address scheme in {addr:?}")))
@@ -167,18 +214,22 @@ impl Client {
     }
 
     pub fn new(addr: &str) -> Result<Client, CliError> {
-        let http = reqwest::Client::builder()
+        let base = normalize_addr(addr)?;
+        // reqwest's TLS has no provider of its own here (ring, not aws-lc).
+        crate::tls::install_default_provider();
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(60))
-            .build()?;
+            .timeout(Duration::from_secs(60));
+        if base.starts_with("https://")
+            && let Some(tls) = tls_from_env()?
+        {
+            http = http.tls_backend_preconfigured(tls);
+        }
+        let http = http.build()?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        Ok(Client {
-            base: normalize_addr(addr)?,
-            http,
-            rt,
-        })
+        Ok(Client { base, http, rt })
     }
 
     /// Sends a request; any answer (even 4xx/5xx) is a `Reply`, only an
@@ -372,7 +423,7 @@ mod tests {
             normalize_addr("http://localhost:1/").unwrap(),
             "http://localhost:1"
         );
-        assert!(normalize_addr("https://x:1").is_err());
+        assert_eq!(normalize_addr("https://x:1").unwrap(), "https://x:1");
         assert!(normalize_addr("unix:///tmp/s").is_err());
     }
 

@@ -132,8 +132,14 @@ async fn proxy(
     body: axum::body::Bytes,
 ) -> Result<Response> {
     crate::metrics::HTTP_FORWARDED.inc();
+    // A leader serving HTTPS only advertises `https://host:port`.
+    let base = if addr.starts_with("https://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
     let url = format!(
-        "http://{addr}{}",
+        "{base}{}",
         parts
             .uri
             .path_and_query()
@@ -252,14 +258,29 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
     let server = Server::start(config.clone()).await?;
     tokio::spawn(liveness::reap(server.clone()));
     tokio::spawn(session::expire(server.clone()));
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
+    let tls = config.tls.clone();
+    let listener = match &tls {
+        Some(t) if t.http_off => None,
+        _ => Some(
+            tokio::net::TcpListener::bind(config.http_addr)
+                .await
+                .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?,
+        ),
+    };
+    let https = match tls.as_ref().and_then(|t| t.https_addr.map(|a| (t, a))) {
+        Some((t, addr)) => Some((
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --https-addr {addr}"))?,
+            t.files.https_server(t.verify_incoming)?,
+        )),
+        None => None,
+    };
     let dns_listeners = match &dns {
         Some(d) => Some(crate::dns::bind(d.addr).await?),
         None => None,
     };
-    let mut agent_config = agent_config(&config);
+    let mut agent_config = agent_config(&config)?;
     agent_config.dns_port = dns_listeners.as_ref().map(|l| l.addr.port());
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
@@ -272,10 +293,36 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
     let agent = crate::agent::embedded(agent_config).await?;
     let _ = server.agent.set(agent.clone());
     let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
-    tracing::info!(addr = %config.http_addr, "HTTP API listening");
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let serve =
-        crate::request::serve::serve(listener, app, config.limits.http.clone(), stop.clone());
+    // One each: `Notify::notify_one` wakes one waiter (or the next).
+    let (stop, stop_tls) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let plain = {
+        let (app, limits, stop) = (app.clone(), config.limits.http.clone(), stop.clone());
+        async move {
+            match listener {
+                Some(l) => {
+                    tracing::info!(addr = %config.http_addr, "HTTP API listening");
+                    crate::request::serve::serve(l, app, limits, stop).await
+                }
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let secure = {
+        let (limits, stop) = (config.limits.http.clone(), stop_tls.clone());
+        async move {
+            match https {
+                Some((l, tls)) => {
+                    tracing::info!(addr = ?l.local_addr().ok(), "HTTPS API listening");
+                    crate::request::serve::serve_tls(l, app, limits, stop, tls).await
+                }
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let serve = async move { tokio::join!(plain, secure) };
     tokio::select! {
         _ = serve => {},
         why = server.raft_failed() => {
@@ -290,6 +337,7 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.
             stop.notify_one();
+            stop_tls.notify_one();
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
@@ -298,8 +346,9 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
 }
 
 /// The server's own agent: its node, in `<data-dir>/agent`, talking to
-/// this server's HTTP API (loopback for a wildcard address).
-fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
+/// this server's HTTP API (loopback for a wildcard address; HTTPS with the
+/// server's own certificate when only HTTPS is served).
+fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConfig> {
     let mut local = config.http_addr;
     if local.ip().is_unspecified() {
         local.set_ip(match local {
@@ -307,15 +356,27 @@ fn agent_config(config: &ServerConfig) -> crate::agent::AgentConfig {
             SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
         });
     }
-    crate::agent::AgentConfig {
+    let (scheme, tls) = match &config.tls {
+        Some(t) => (
+            if t.http_off { "https" } else { "http" },
+            Some(Arc::new(crate::agent::AgentTls {
+                client: t.files.client()?,
+                https: None,
+                http_off: t.http_off,
+            })),
+        ),
+        None => ("http", None),
+    };
+    Ok(crate::agent::AgentConfig {
         node: config.node.clone(),
         data_dir: config.data_dir.join("agent"),
         http_addr: config.http_addr,
-        servers: vec![format!("http://{local}")],
+        servers: vec![format!("{scheme}://{local}")],
         config_dir: None,
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
         in_server: true,
         dns_port: None,
-    }
+        tls,
+    })
 }

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod log_store;
 pub mod network;
 pub mod runtime;
+pub mod secure;
 pub mod state_machine;
 
 use serde::{Deserialize, Serialize};

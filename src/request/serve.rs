@@ -4,7 +4,9 @@
 //! Blocking queries are capped apart (`Server::blocking_permit`).
 //!
 //! axum's own `serve` has none of these; a connection here is hyper's
-//! HTTP/1.1 with a watchdog beside it.
+//! HTTP/1.1 with a watchdog beside it. HTTPS (`serve_tls`) is the same
+//! within the same limits, its TLS handshake done after the connection is
+//! admitted and bounded by the header-read timeout.
 
 use std::io;
 use std::pin::Pin;
@@ -195,6 +197,28 @@ pub async fn serve(
     limits: HttpLimits,
     stop: Arc<tokio::sync::Notify>,
 ) {
+    serve_with(listener, app, limits, stop, None).await
+}
+
+/// Serves `app` over HTTPS on `listener`, as [`serve`] does over HTTP.
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    stop: Arc<tokio::sync::Notify>,
+    tls: Arc<rustls::ServerConfig>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    serve_with(listener, app, limits, stop, Some(acceptor)).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    stop: Arc<tokio::sync::Notify>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let conns = Arc::new(Semaphore::new(limits.max_conns));
     loop {
         let (stream, peer) = tokio::select! {
@@ -218,14 +242,28 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let limits = limits.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            serve_conn(stream, app, &limits).await;
+            let Some(acceptor) = tls else {
+                return serve_conn(stream, app, &limits).await;
+            };
+            // A handshake is a request's head as far as time goes: a peer
+            // that stalls in it holds a connection no longer than one that
+            // stalls sending headers.
+            match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => serve_conn(s, app, &limits).await,
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTPS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
+            }
         });
     }
 }
 
-async fn serve_conn(stream: tokio::net::TcpStream, app: Router, limits: &HttpLimits) {
+async fn serve_conn<S>(stream: S, app: Router, limits: &HttpLimits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     use tower::ServiceExt;
     let start = Instant::now();
     let clock = Arc::new(Clock::default());

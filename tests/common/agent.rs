@@ -19,10 +19,10 @@ use super::{Resp, bin, free_dns_port, free_port, request, terminate};
 
 pub struct AgentBuilder {
     node: String,
-    extra: Vec<String>,
     servers: Vec<String>,
     config_dir: Option<PathBuf>,
     sync_interval: String,
+    extra: Vec<String>,
 }
 
 impl AgentBuilder {
@@ -34,13 +34,13 @@ impl AgentBuilder {
         self.config_dir = Some(dir.into());
         self
     }
-    /// Another command-line argument (`--dns-only-passing`, ...).
-    pub fn arg(mut self, a: &str) -> Self {
-        self.extra.push(a.into());
-        self
-    }
     pub fn sync_interval(mut self, d: &str) -> Self {
         self.sync_interval = d.to_string();
+        self
+    }
+    /// Another command-line argument (`--dns-only-passing`, TLS flags...).
+    pub fn arg(mut self, a: impl ToString) -> Self {
+        self.extra.push(a.to_string());
         self
     }
 
@@ -149,9 +149,9 @@ impl Agent {
         AgentBuilder {
             node: node.to_string(),
             servers: vec![server_url.to_string()],
-            extra: Vec::new(),
             config_dir: None,
             sync_interval: "1s".into(),
+            extra: Vec::new(),
         }
     }
 

@@ -91,6 +91,7 @@ pub struct ServerBuilder {
     join: Vec<String>,
     extra: Vec<String>,
     wait_leader: bool,
+    https_only: bool,
 }
 
 impl ServerBuilder {
@@ -140,6 +141,14 @@ impl ServerBuilder {
         self.wait_leader = false;
         self
     }
+    /// HTTPS only (`--http-addr ""`), on the HTTP port: `url` is
+    /// `https://`, and `start` waits only for the port (the helpers here
+    /// talk plain HTTP). Needs the TLS flags as `arg`s.
+    pub fn https_only(mut self) -> Self {
+        self.https_only = true;
+        self.wait_leader = false;
+        self
+    }
 
     pub fn start(self) -> Server {
         let http_port = self.http_port.unwrap_or_else(free_port);
@@ -162,7 +171,12 @@ impl ServerBuilder {
         if let Some(d) = &data_dir {
             args.extend(["--data-dir".into(), d.display().to_string()]);
         }
-        args.extend(["--http-addr".into(), http_addr.to_string()]);
+        if self.https_only {
+            args.extend(["--http-addr".into(), String::new()]);
+            args.extend(["--https-addr".into(), http_addr.to_string()]);
+        } else {
+            args.extend(["--http-addr".into(), http_addr.to_string()]);
+        }
         args.extend(["--raft-addr".into(), raft_addr.to_string()]);
         if let Some(dc) = &self.datacenter {
             args.extend(["--datacenter".into(), dc.clone()]);
@@ -191,7 +205,10 @@ impl ServerBuilder {
             http_addr,
             raft_addr,
             dns_addr,
-            url: format!("http://{http_addr}"),
+            url: format!(
+                "{}://{http_addr}",
+                if self.https_only { "https" } else { "http" }
+            ),
             node: self.node.clone(),
             data_dir,
             log_path,
@@ -264,6 +281,7 @@ impl Server {
             join: Vec::new(),
             extra: Vec::new(),
             wait_leader: true,
+            https_only: false,
         }
     }
 

@@ -167,6 +167,8 @@ pub fn cluster(dir: &Path, n: usize, extra: &[&str]) -> Vec<Proc> {
 }
 
 pub fn client() -> reqwest::Client {
+    // reqwest has rustls without a provider of its own (cairn::tls).
+    cairn::tls::install_default_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()

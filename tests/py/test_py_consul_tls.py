@@ -1,0 +1,70 @@
+"""py-consul over HTTPS, unchanged: `scheme="https", verify=<ca file>`
+against a `cairn server --dev` serving HTTPS only, its CA and certificate
+made by `cairn tls`. A client that does not trust the CA is refused."""
+
+import json
+import subprocess
+import tempfile
+import time
+import pathlib
+
+import consul
+import pytest
+import requests
+
+from conftest import cairn_bin, free_port
+
+
+@pytest.fixture(scope="module")
+def https_server():
+    tmp = tempfile.TemporaryDirectory(prefix="cairn-tls-")
+    d = pathlib.Path(tmp.name)
+    for args in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
+        subprocess.run([cairn_bin(), *args], cwd=d, check=True, capture_output=True)
+    port = free_port()
+    log = open(d / "server.log", "w")
+    proc = subprocess.Popen(
+        [cairn_bin(), "server", "--dev", "--node", "py-tls",
+         "--http-addr", "", "--https-addr", f"127.0.0.1:{port}",
+         "--raft-addr", f"127.0.0.1:{free_port()}",
+         "--tls-ca-file", str(d / "consul-agent-ca.pem"),
+         "--tls-cert-file", str(d / "dc1-server-consul-0.pem"),
+         "--tls-key-file", str(d / "dc1-server-consul-0-key.pem")],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    ca = str(d / "consul-agent-ca.pem")
+    deadline = time.time() + 30
+    while True:
+        try:
+            r = requests.get(f"https://127.0.0.1:{port}/v1/status/leader", verify=ca, timeout=2)
+            if r.ok and json.loads(r.text or '""'):
+                break
+        except requests.RequestException:
+            pass
+        if time.time() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("cairn did not serve HTTPS with a leader:\n" + (d / "server.log").read_text())
+        time.sleep(0.1)
+    yield port, ca
+    proc.terminate()
+    proc.wait(10)
+    tmp.cleanup()
+
+
+def test_py_consul_over_https(https_server):
+    port, ca = https_server
+    c = consul.Consul(host="127.0.0.1", port=port, scheme="https", verify=ca)
+    assert c.kv.put("py/tls", "secret") is True
+    _, item = c.kv.get("py/tls")
+    assert item["Value"] == b"secret"
+    assert c.catalog.register("tls-node", "10.0.0.9", service={"service": "tls-web", "port": 443})
+    _, nodes = c.catalog.service("tls-web")
+    assert [n["Node"] for n in nodes] == ["tls-node"]
+    assert c.agent.self()["Config"]["NodeName"] == "py-tls"
+
+
+def test_py_consul_refuses_an_unknown_ca(https_server):
+    port, _ = https_server
+    c = consul.Consul(host="127.0.0.1", port=port, scheme="https", verify=True)
+    with pytest.raises(requests.exceptions.SSLError):
+        c.kv.get("py/tls")
