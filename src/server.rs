@@ -382,7 +382,7 @@ impl Server {
     /// there were none.
     pub async fn cluster_id(&self) -> Result<String> {
         let deadline = tokio::time::Instant::now() + LEADER_HOLD;
-        let mut changed = self.store.watches.subscribe(crate::state::keys::CLUSTER);
+        let mut changed = self.store.watches.subscribe(&crate::state::keys::CLUSTER);
         loop {
             let id = &self.store.state().cluster_id;
             if !id.is_empty() {

@@ -268,7 +268,12 @@ impl Agent {
 
     /// `/v1/agent/check/pass|warn|fail|update`: sets a TTL check's status
     /// and renews its TTL.
-    async fn update_ttl(self: &Arc<Self>, id: &str, status: &str, output: &str) -> Result<()> {
+    async fn update_ttl(
+        self: &Arc<Self>,
+        id: &str,
+        status: crate::structs::HealthStatus,
+        output: &str,
+    ) -> Result<()> {
         let reset = self.local.with(|t| {
             let c = t
                 .live_check(id)

@@ -27,7 +27,7 @@ use crate::request::rows::{
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
-use crate::state::{Command, Response as Applied, State as Tables, keys};
+use crate::state::{self, Command, Response as Applied, keys};
 use crate::structs::validate::{check_dc, validate_register};
 use crate::structs::{
     ConnectProxyConfig, DeregisterRequest, Meta, Node, NodeService, RegisterRequest,
@@ -209,7 +209,7 @@ impl<'a> ServiceNodeRow<'a> {
             },
             tagged_addresses: &node.tagged_addresses,
             node_meta: &node.meta,
-            service_kind: &svc.kind,
+            service_kind: svc.kind.as_str(),
             service_id: &svc.id,
             service_name: &svc.service,
             service_tags: &svc.tags,
@@ -255,14 +255,14 @@ async fn nodes(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
     let dc = s.config.datacenter.clone();
-    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES.into()]), |st| {
+    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES]), |st| {
         let list: Vec<Node> = st
             .nodes
             .values()
             .filter(|n| node_matches(n, &meta))
             .map(|n| shown_node(n, &dc))
             .collect();
-        (st.index_of([keys::NODES]), list)
+        (st.index_of([&keys::NODES]), list)
     })
     .await?;
     apply_filter(&filter, &mut list);
@@ -275,9 +275,9 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
     let meta = node_meta_filters(&p);
     // Node-meta and filters look at node fields, which change under the
     // nodes key rather than the services key.
-    let mut watch = vec![keys::SERVICES.to_string()];
+    let mut watch = vec![keys::SERVICES];
     if !meta.is_empty() || filter.is_some() {
-        watch.push(keys::NODES.into());
+        watch.push(keys::NODES);
     }
     let dc = s.config.datacenter.clone();
     let (index, map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
@@ -299,7 +299,7 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
                 .or_default()
                 .extend(svc.tags.iter().cloned());
         }
-        (st.index_of(watch.iter().map(String::as_str)), map)
+        (st.index_of(watch.iter()), map)
     })
     .await?;
     Ok(json_at(&s, index, &map))
@@ -323,7 +323,7 @@ async fn service_rows(s: App, q: Option<String>, name: String, connect: bool) ->
         if merge {
             crate::merge::merge_instances(st, &mut found);
         }
-        (st.index_of(watch.iter().map(String::as_str)), found)
+        (st.index_of(watch.iter()), found)
     })
     .await?;
     let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
@@ -361,15 +361,20 @@ async fn read_node(
 ) -> Result<(u64, Option<(Node, Vec<NodeService>)>)> {
     let key = keys::node(name);
     let dc = s.config.datacenter.clone();
-    blocking(s, opts, Watch::Keys(vec![key.clone()]), |st: &Tables| {
-        let found = st.nodes.get(name).map(|n| {
-            (
-                shown_node(n, &dc),
-                node_services(st, name).cloned().collect::<Vec<_>>(),
-            )
-        });
-        (st.index_of([key.as_str()]), found)
-    })
+    blocking(
+        s,
+        opts,
+        Watch::Keys(vec![key.clone()]),
+        |st: &state::State| {
+            let found = st.nodes.get(name).map(|n| {
+                (
+                    shown_node(n, &dc),
+                    node_services(st, name).cloned().collect::<Vec<_>>(),
+                )
+            });
+            (st.index_of([&key]), found)
+        },
+    )
     .await
 }
 

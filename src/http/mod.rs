@@ -32,7 +32,7 @@ use crate::request::{
     MAX_BODY, Params, QueryOptions, panic_response, refuse_enterprise_tenancy, trace_request,
 };
 use crate::server::{Server, ServerConfig};
-use crate::state::State as Tables;
+use crate::state::{self, WatchKey};
 
 pub type App = Arc<Server>;
 
@@ -163,8 +163,8 @@ async fn proxy(
 
 /// What a blocking query waits on.
 pub enum Watch {
-    Keys(Vec<String>),
-    Prefix(String),
+    Keys(Vec<WatchKey>),
+    Prefix(WatchKey),
 }
 
 /// Runs a read, blocking while its index is not past `?index`.
@@ -175,7 +175,7 @@ pub async fn blocking<T>(
     s: &Server,
     opts: &QueryOptions,
     watch: Watch,
-    read: impl Fn(&Tables) -> (u64, T),
+    read: impl Fn(&state::State) -> (u64, T),
 ) -> Result<(u64, T)> {
     if opts.consistent {
         s.linearize().await?;

@@ -145,23 +145,20 @@ async fn renew(
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
     };
     s.sessions.arm(&id, session.ttl(), Instant::now());
-    let index = st.index_of([keys::session(&id).as_str()]);
+    let index = st.index_of([&keys::session(&id)]);
     Ok(json_at(&s, index, &[&**session]))
 }
 
 async fn read(
     s: &App,
     q: Option<String>,
-    key: String,
+    key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let watch = Watch::Keys(vec![key.clone()]);
-    let (index, sessions) = blocking(s, &opts, watch, |st| {
-        (st.index_of([key.as_str()]), pick(st))
-    })
-    .await?;
+    let (index, sessions) = blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
     Ok(json_at(s, index, &sessions))
 }
 
@@ -195,7 +192,7 @@ async fn node(
 }
 
 async fn list(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
-    read(&s, q, keys::SESSIONS.to_string(), |st| {
+    read(&s, q, keys::SESSIONS, |st| {
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await

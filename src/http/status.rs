@@ -217,7 +217,7 @@ async fn datacenters(State(s): State<App>) -> Response {
 
 async fn ca_roots(State(s): State<App>) -> Result<Response> {
     let cluster_id = s.cluster_id().await?;
-    let index = s.store.state().index_of([crate::state::keys::CLUSTER]);
+    let index = s.store.state().index_of([&crate::state::keys::CLUSTER]);
     Ok(json_at(
         &s,
         index,

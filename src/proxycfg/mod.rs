@@ -36,7 +36,7 @@ pub type ProxyKey = (String, String);
 /// A resource a proxy's snapshot was built from, named by the state
 /// store's watch key (`crate::state::keys`): a service's instances, a
 /// config entry.
-pub type Dep = String;
+pub type Dep = crate::state::WatchKey;
 
 /// What building a proxy gives: its snapshot and what it read, or `None`
 /// when its registration is gone.
@@ -149,7 +149,7 @@ impl Inner {
             .map(|dep| {
                 let dep: Arc<str> = match index.get_key_value(dep.as_str()) {
                     Some((shared, _)) => shared.clone(),
-                    None => dep.into(),
+                    None => Arc::from(dep.as_str()),
                 };
                 *index
                     .entry(dep.clone())

@@ -8,9 +8,7 @@ use serde::Serialize;
 
 use super::State;
 use super::apply::Tx;
-use crate::structs::{
-    DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService, RegisterRequest,
-};
+use crate::structs::{DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest};
 
 /// Registers a node and optionally a service and checks, all or nothing:
 /// a refusal half-way (e.g. a check naming an unknown service) restores the
@@ -99,9 +97,6 @@ fn ensure_check(tx: &mut Tx, node: &str, check: &HealthCheck) -> Result<(), Stri
     }
     if check.check_id.is_empty() {
         return Err("Must provide a CheckID or Name for checks".into());
-    }
-    if check.status.is_empty() {
-        check.status = HEALTH_CRITICAL.into();
     }
     if !check.service_id.is_empty() {
         let k = (node.to_string(), check.service_id.clone());

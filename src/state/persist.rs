@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 
-use super::{ChangeSet, Row, State, Table};
+use super::{ChangeSet, Row, State, Table, WatchKey};
 use crate::disk::{DiskError, STATE_FORMAT};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
 
@@ -294,7 +294,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                         .insert((e.kind(), e.name().to_string()), Arc::new(e));
                 }
                 INDEX => {
-                    st.indexes.insert(key.to_string(), be_u64(v));
+                    st.indexes.insert(WatchKey::stored(key), be_u64(v));
                 }
                 SESSION => {
                     let s: crate::structs::Session = serde_json::from_slice(v)?;

@@ -7,11 +7,13 @@ pub mod agent;
 pub mod catalog;
 pub mod config_entry;
 pub mod duration;
+pub mod health;
 pub mod kv;
 pub mod serde_util;
 pub mod session;
 pub mod validate;
 
 pub use catalog::*;
+pub use health::*;
 pub use kv::*;
 pub use session::*;
