@@ -23,5 +23,6 @@ pub mod signal;
 pub mod state;
 pub mod stream;
 pub mod structs;
+pub mod tasks;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -19,7 +19,7 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// The leader's timers: session id → when it expires.
 #[derive(Debug, Default)]
 pub struct Timers {
-    inner: std::sync::Mutex<TimerState>,
+    inner: parking_lot::Mutex<TimerState>,
 }
 
 #[derive(Debug, Default)]
@@ -30,8 +30,8 @@ struct TimerState {
 }
 
 impl Timers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TimerState> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, TimerState> {
+        self.inner.lock()
     }
 
     /// (Re)starts a session's timer: created or renewed at `now`.

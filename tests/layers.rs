@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
         "definition",
         "leases",
         "disk",
+        "tasks",
     ],
     &["error"],
     &["structs"],

@@ -84,6 +84,9 @@ pub struct Agent {
     persisting: tokio::sync::Mutex<()>,
     /// Live agents plus servers, as the last heartbeat said.
     cluster_size: AtomicUsize,
+    /// Anti-entropy, heartbeats, the reaper, central config: the process
+    /// stops if one dies.
+    pub tasks: crate::tasks::Tasks,
     datacenter: RwLock<String>,
     /// `PUT /v1/agent/leave`: leave the cluster and stop.
     leave: tokio::sync::Notify,
@@ -354,6 +357,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         local: Arc::new(Local::new(tables)),
         node_id,
         runners: Mutex::new(HashMap::new()),
+        tasks: Default::default(),
         persisting: tokio::sync::Mutex::new(()),
         cluster_size: AtomicUsize::new(1),
         datacenter: RwLock::new(config.datacenter.clone()),
@@ -424,9 +428,10 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
 /// Starts an agent's background work: anti-entropy, heartbeats, the
 /// critical-service reaper and central config.
 fn spawn_tasks(agent: &Arc<Agent>) {
-    tokio::spawn(sync::run(agent.clone()));
-    tokio::spawn(liveness::heartbeat_loop(agent.clone()));
-    tokio::spawn(reap_critical(agent.clone()));
+    let tasks = &agent.tasks;
+    tasks.spawn("agent sync", sync::run(agent.clone()));
+    tasks.spawn("agent heartbeats", liveness::heartbeat_loop(agent.clone()));
+    tasks.spawn("agent critical reaper", reap_critical(agent.clone()));
     central::spawn(agent);
 }
 
@@ -460,6 +465,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     // minutes, and nothing an agent serves needs finishing.
     tokio::select! {
         r = axum::serve(listener, app) => r?,
+        ended = agent.tasks.failed() => {
+            tracing::error!("{ended}: stopping");
+            std::process::exit(crate::tasks::TASK_EXIT);
+        }
         _ = crate::signal::shutdown() => liveness::leave_cluster(&agent).await,
         _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
     }

@@ -232,19 +232,24 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 }
 
 /// Runs a server process until SIGINT or SIGTERM (or a storage fault,
-/// which ends it with `FAULT_EXIT`): its Raft core, the
+/// which ends it with `FAULT_EXIT`, or a critical task's death, with
+/// `TASK_EXIT`): its Raft core, the
 /// leader's reaper, this HTTP API and the server's own agent.
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
-    tokio::spawn(liveness::reap(server.clone()));
-    tokio::spawn(session::expire(server.clone()));
+    server
+        .tasks
+        .spawn("agent lease reaper", liveness::reap(server.clone()));
+    server
+        .tasks
+        .spawn("session TTL expiry", session::expire(server.clone()));
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?;
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config(&config)).await?;
     let _ = server.agent.set(agent.clone());
-    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
+    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent.clone()));
     tracing::info!(addr = %config.http_addr, "HTTP API listening");
     let stop = Arc::new(tokio::sync::Notify::new());
     let serve =
@@ -259,6 +264,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             tracing::error!("storage fault, stopping: {why}");
             std::process::exit(crate::server::FAULT_EXIT);
         }
+        ended = server.tasks.failed() => fail_task(ended),
+        ended = agent.tasks.failed() => fail_task(ended),
         _ = crate::signal::shutdown() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.
@@ -268,6 +275,14 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
     server.shutdown().await;
     Ok(())
+}
+
+/// A critical task died: the server would answer while broken (no
+/// transport, no events, no leader duties), so it stops, naming the task,
+/// for a supervisor to restart it.
+fn fail_task(ended: crate::tasks::Ended) -> ! {
+    tracing::error!("{ended}: stopping");
+    std::process::exit(crate::tasks::TASK_EXIT);
 }
 
 /// The server's own agent: its node, in `<data-dir>/agent`, talking to

@@ -59,7 +59,9 @@ pub struct ServerBuilder {
     bootstrap_expect: Option<usize>,
     join: Vec<String>,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     wait_leader: bool,
+    wait: bool,
 }
 
 impl ServerBuilder {
@@ -109,6 +111,17 @@ impl ServerBuilder {
         self.wait_leader = false;
         self
     }
+    /// An environment variable for the server process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+    /// Starts the process and returns at once, waiting for nothing (for a
+    /// server expected to exit).
+    pub fn spawn(mut self) -> Server {
+        self.wait = false;
+        self.start()
+    }
 
     pub fn start(self) -> Server {
         let http_port = self.http_port.unwrap_or_else(free_port);
@@ -148,6 +161,7 @@ impl ServerBuilder {
         let child = Command::new(bin())
             .args(&args)
             .env("RUST_LOG", "info,openraft=warn,sled=warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -163,7 +177,8 @@ impl ServerBuilder {
             log_path,
             _tmp: tmp,
         };
-        if self.wait_leader {
+        if !self.wait {
+        } else if self.wait_leader {
             server.wait_for_leader(Duration::from_secs(30));
         } else {
             server.wait_for_http(Duration::from_secs(30));
@@ -202,7 +217,9 @@ impl Server {
             bootstrap_expect: None,
             join: Vec::new(),
             extra: Vec::new(),
+            env: Vec::new(),
             wait_leader: true,
+            wait: true,
         }
     }
 
@@ -308,6 +325,21 @@ impl Server {
     pub fn stop(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let child = self.child.lock().unwrap().take()?;
         terminate(child, timeout)
+    }
+
+    /// Waits for the process to exit by itself (`None` if it still runs
+    /// after `timeout`).
+    pub fn wait_exit(&self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.lock().unwrap().as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// SIGKILL at once (a crash).
