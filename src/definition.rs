@@ -142,7 +142,7 @@ pub fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, DefinitionErro
 }
 
 /// Check-definition fields that go under `Definition` in the catalog.
-const DEFINITION_FIELDS: &[&str] = &[
+pub const DEFINITION_FIELDS: &[&str] = &[
     "HTTP",
     "Header",
     "Method",

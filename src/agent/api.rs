@@ -182,15 +182,13 @@ async fn agent_self(State(a): State<App>) -> Response {
     axum::Json(json!({
         "Config": self_config(&a),
         "DebugConfig": debug_config(&a),
-        "Member": {
-            "Name": a.config.node,
-            "Addr": a.config.http_addr.ip().to_string(),
-            "Port": a.config.http_addr.port(),
-            "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
-            "Status": 1,
-            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-        },
+        "Member": crate::structs::agent::Member::node(
+            &a.config.node,
+            &a.config.http_addr.ip().to_string(),
+            a.config.http_addr.port(),
+            &dc,
+            crate::structs::agent::MEMBER_ALIVE,
+        ),
         "Meta": node_meta(&a),
     }))
     .into_response()

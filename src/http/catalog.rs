@@ -10,13 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::structs::rows::{NodeWith, ServiceNodeRow};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
@@ -29,10 +29,7 @@ use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
 use crate::state::{self, Command, Response as Applied, keys};
 use crate::structs::validate::{check_dc, validate_register};
-use crate::structs::{
-    ConnectProxyConfig, DeregisterRequest, Meta, Node, NodeService, RegisterRequest,
-    ServiceAddress, Weights,
-};
+use crate::structs::{DeregisterRequest, Node, NodeService, RegisterRequest};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -159,73 +156,6 @@ fn done(r: Applied) -> Result<Response> {
         Applied::Bool(false) => Ok(axum::Json(false).into_response()),
         Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
         other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
-}
-
-/// Consul's `ServiceNode`: one service instance flattened with its node,
-/// borrowed from the state version so a large answer copies nothing.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct ServiceNodeRow<'a> {
-    #[serde(rename = "ID")]
-    id: &'a str,
-    node: &'a str,
-    address: &'a str,
-    datacenter: &'a str,
-    tagged_addresses: &'a BTreeMap<String, String>,
-    node_meta: &'a Meta,
-    service_kind: &'a str,
-    #[serde(rename = "ServiceID")]
-    service_id: &'a str,
-    service_name: &'a str,
-    service_tags: &'a [String],
-    service_address: &'a str,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    service_tagged_addresses: &'a BTreeMap<String, ServiceAddress>,
-    service_weights: &'a Weights,
-    service_meta: &'a Meta,
-    service_port: i64,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    service_socket_path: &'a str,
-    service_enable_tag_override: bool,
-    service_proxy: &'a ConnectProxyConfig,
-    service_connect: &'a Map<String, Value>,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    service_peer_name: &'a str,
-    create_index: u64,
-    modify_index: u64,
-}
-
-impl<'a> ServiceNodeRow<'a> {
-    pub fn new(node: &'a Node, svc: &'a NodeService, dc: &'a str) -> Self {
-        ServiceNodeRow {
-            id: &node.id,
-            node: &node.node,
-            address: &node.address,
-            datacenter: if node.datacenter.is_empty() {
-                dc
-            } else {
-                &node.datacenter
-            },
-            tagged_addresses: &node.tagged_addresses,
-            node_meta: &node.meta,
-            service_kind: svc.kind.as_str(),
-            service_id: &svc.id,
-            service_name: &svc.service,
-            service_tags: &svc.tags,
-            service_address: &svc.address,
-            service_tagged_addresses: &svc.tagged_addresses,
-            service_weights: &svc.weights,
-            service_meta: &svc.meta,
-            service_port: svc.port,
-            service_socket_path: &svc.socket_path,
-            service_enable_tag_override: svc.enable_tag_override,
-            service_proxy: &svc.proxy,
-            service_connect: &svc.connect,
-            service_peer_name: &svc.peer_name,
-            create_index: svc.create_index,
-            modify_index: svc.modify_index,
-        }
     }
 }
 
@@ -376,15 +306,6 @@ async fn read_node(
         },
     )
     .await
-}
-
-/// `{"Node": .., "Services": ..}`, a struct so the node keeps Consul's
-/// field order (a `json!` map would sort it).
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct NodeWith<'a, S> {
-    node: Option<&'a Node>,
-    services: S,
 }
 
 /// `{"Node": .., "Services": {id: service}}`, or `null` for an unknown node

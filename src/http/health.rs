@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
+use crate::structs::rows::CheckServiceNode;
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
-use serde::Serialize;
 
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ use crate::request::{Params, QueryOptions};
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
 use crate::stream::Topic;
-use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node, NodeService};
+use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -137,15 +137,6 @@ async fn by_state(
     .await?;
     apply_filter(&filter, &mut checks);
     Ok(json_at(&s, index, &checks))
-}
-
-/// One `/v1/health/service` row, borrowed from the state version.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct CheckServiceNode<'a> {
-    node: &'a Node,
-    service: &'a NodeService,
-    checks: &'a [Arc<HealthCheck>],
 }
 
 fn all_passing(i: &Instance) -> bool {

@@ -29,14 +29,15 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::App;
 use crate::error::{Error, Result};
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::{self, Command, Response as Applied};
-use crate::structs::agent::{AGENT_META, HeartbeatReply, SERF_CHECK_ID};
+use crate::structs::agent::{
+    AGENT_META, HeartbeatReply, MEMBER_ALIVE, MEMBER_FAILED, Member, SERF_CHECK_ID,
+};
 use crate::structs::validate::validate_register;
 use crate::structs::{
     DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, HealthStatus, RegisterRequest,
@@ -205,7 +206,7 @@ pub fn server_names(s: &Server) -> Vec<String> {
 /// `/v1/agent/members` rows for agent nodes: alive while `serfHealth`
 /// passes, failed when it is critical. `servers` are left out: a server's
 /// node is an agent node too, but it is listed once, as a server.
-pub fn agent_members(st: &state::State, dc: &str, servers: &[String]) -> Vec<Value> {
+pub fn agent_members(st: &state::State, dc: &str, servers: &[String]) -> Vec<Member> {
     st.nodes
         .values()
         .filter(|n| !servers.contains(&n.node))
@@ -216,18 +217,10 @@ pub fn agent_members(st: &state::State, dc: &str, servers: &[String]) -> Vec<Val
                 .and_then(|(_, p)| p.parse::<u16>().ok())
                 .unwrap_or(0);
             let status = match serf_status(st, &n.node) {
-                Some(HEALTH_CRITICAL) => 4,
-                _ => 1,
+                Some(HEALTH_CRITICAL) => MEMBER_FAILED,
+                _ => MEMBER_ALIVE,
             };
-            Some(json!({
-                "Name": n.node,
-                "Addr": n.address,
-                "Port": port,
-                "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
-                "Status": status,
-                "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-                "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-            }))
+            Some(Member::node(&n.node, &n.address, port, dc, status))
         })
         .collect()
 }

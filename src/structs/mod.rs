@@ -9,6 +9,7 @@ pub mod config_entry;
 pub mod duration;
 pub mod health;
 pub mod kv;
+pub mod rows;
 pub mod serde_util;
 pub mod session;
 pub mod validate;
@@ -17,3 +18,5 @@ pub use catalog::*;
 pub use health::*;
 pub use kv::*;
 pub use session::*;
+#[cfg(test)]
+mod schema_drift_tests;
