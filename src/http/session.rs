@@ -52,6 +52,12 @@ pub fn routes() -> Router<App> {
         .route("/v1/session/list", get(list))
 }
 
+/// Every session endpoint's query options, checked (`?dc` this
+/// datacenter, tenancy refused) before anything is read or written.
+fn query(s: &App, q: Option<String>) -> Result<QueryOptions> {
+    QueryOptions::from(&Params::parse(q.as_deref()), &s.config.datacenter)
+}
+
 /// The node of the server that received the request (this one, or the
 /// follower that forwarded it here).
 fn receiving_node(s: &App, headers: &HeaderMap) -> String {
@@ -70,8 +76,7 @@ async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
         SessionRequest::default()
     } else {
@@ -118,8 +123,7 @@ async fn destroy(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     match s
         .write(timed(Timeable::SessionDestroy { id: id.clone() }))
         .await?
@@ -138,8 +142,7 @@ async fn renew(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     let st = s.store.state();
     let Some(session) = st.sessions.get(&id) else {
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
@@ -155,8 +158,7 @@ async fn read(
     key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let opts = query(s, q)?;
     let watch = Watch::Keys(vec![key.clone()]);
     let (index, sessions) = blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
     Ok(json_at(s, index, &sessions))
