@@ -270,7 +270,7 @@ async fn metrics_and_agent_self() {
         .text()
         .await
         .unwrap();
-    assert!(text.contains("# TYPE cairn_raft_applied_total counter"));
+    assert!(text.contains("# TYPE cairn_raft_applied counter\ncairn_raft_applied_total "));
     assert!(text.contains("cairn_raft_is_leader 1"));
     let me: Value = get_json(&c, p.url("/v1/agent/self")).await;
     assert_eq!(me["Config"]["Datacenter"], "dc1");
