@@ -116,6 +116,8 @@ pub async fn fault(name: &'static str, task: impl Future<Output = ()>) {
     if std::env::var("CAIRN_FAULT_TASK").is_ok_and(|v| v == name) {
         panic!("fault injected into {name} (CAIRN_FAULT_TASK)");
     }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
     task.await
 }
 
