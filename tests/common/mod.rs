@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod asynch;
 pub mod procs;
 
 use std::collections::BTreeSet;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use super::asynch::*;
 pub use super::free_port;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cairn");
@@ -130,6 +131,12 @@ impl Proc {
     }
 }
 
+impl Endpoint for Proc {
+    fn at(&self, path: &str) -> String {
+        self.url(path)
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
@@ -161,81 +168,6 @@ pub fn cluster(dir: &Path, n: usize, extra: &[&str]) -> Vec<Proc> {
         procs.push(p);
     }
     procs
-}
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-/// `GET url`, decoded from JSON (panics on any failure: tests want the
-/// answer).
-pub async fn get_json<T: serde::de::DeserializeOwned>(
-    c: &reqwest::Client,
-    url: impl reqwest::IntoUrl,
-) -> T {
-    c.get(url).send().await.unwrap().json().await.unwrap()
-}
-
-/// Polls until `f` returns Some, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until `n` blocking queries are parked on `p` (see
-/// `Server::wait_parked`).
-pub async fn wait_parked(c: &reqwest::Client, p: &Proc, n: u64) {
-    eventually(
-        Duration::from_secs(10),
-        "parked blocking queries",
-        || async {
-            let body = c
-                .get(p.url(super::METRICS))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            (super::metric_in(&body, "cairn_blocking_queries_parked") as u64 >= n).then_some(())
-        },
-    )
-    .await
-}
-
-/// The leader's Raft address as `p` reports it, if any.
-pub async fn leader_of(c: &reqwest::Client, p: &Proc) -> Option<String> {
-    let r = c.get(p.url("/v1/status/leader")).send().await.ok()?;
-    let s: String = r.json().await.ok()?;
-    (!s.is_empty()).then_some(s)
-}
-
-/// Waits until every live server in `procs` names the same leader.
-pub async fn agreed_leader(c: &reqwest::Client, procs: &[&Proc]) -> String {
-    eventually(Duration::from_secs(20), "an agreed leader", || async {
-        let mut seen = None;
-        for p in procs {
-            let l = leader_of(c, p).await?;
-            if seen.get_or_insert(l.clone()) != &l {
-                return None;
-            }
-        }
-        seen
-    })
-    .await
 }
 
 pub async fn put(c: &reqwest::Client, p: &Proc, key: &str, value: &str) -> Result<bool, String> {

@@ -1,0 +1,94 @@
+//! Async access to running processes, for tests driving them with many
+//! requests at once: a reqwest client and helpers over any process of the
+//! harness (`Endpoint`: a `Server`, or a `procs::Proc` until the cluster
+//! tests move to `Server`).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+/// A process answering HTTP.
+pub trait Endpoint {
+    /// `http://IP:PORT` + `path`.
+    fn at(&self, path: &str) -> String;
+}
+
+impl Endpoint for super::Server {
+    fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// `GET url`, decoded from JSON (panics on any failure: tests want the
+/// answer).
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    c: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+) -> T {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// Polls until `f` returns Some, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `n` blocking queries are parked on `p` (see
+/// `Server::wait_parked`).
+pub async fn wait_parked(c: &reqwest::Client, p: &impl Endpoint, n: u64) {
+    eventually(
+        Duration::from_secs(10),
+        "parked blocking queries",
+        || async {
+            let body = c
+                .get(p.at(super::METRICS))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (super::metric_in(&body, "cairn_blocking_queries_parked") as u64 >= n).then_some(())
+        },
+    )
+    .await
+}
+
+/// The leader's Raft address as `p` reports it, if any.
+pub async fn leader_of(c: &reqwest::Client, p: &impl Endpoint) -> Option<String> {
+    let r = c.get(p.at("/v1/status/leader")).send().await.ok()?;
+    let s: String = r.json().await.ok()?;
+    (!s.is_empty()).then_some(s)
+}
+
+/// Waits until every live server in `procs` names the same leader.
+pub async fn agreed_leader<E: Endpoint>(c: &reqwest::Client, procs: &[&E]) -> String {
+    eventually(Duration::from_secs(20), "an agreed leader", || async {
+        let mut seen = None;
+        for p in procs {
+            let l = leader_of(c, *p).await?;
+            if seen.get_or_insert(l.clone()) != &l {
+                return None;
+            }
+        }
+        seen
+    })
+    .await
+}
