@@ -188,6 +188,44 @@ impl ServerBuilder {
     }
 }
 
+/// Starts `n` servers (nodes `s0`, `s1`...) that form a cluster by
+/// themselves (`--bootstrap-expect n`, each joining the others), each with
+/// `extra` arguments; returns once their HTTP ports answer, before a leader
+/// is elected (`asynch::agreed_leader` waits for one).
+pub fn cluster(n: usize, extra: &[&str]) -> Vec<Server> {
+    let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+    let builders: Vec<ServerBuilder> = (0..n)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .http_port(ports[i].0)
+                .raft_port(ports[i].1)
+                .bootstrap_expect(n)
+                .no_wait();
+            for (j, (_, raft)) in ports.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{raft}"));
+                }
+            }
+            extra.iter().fold(b, |b, a| b.arg(a))
+        })
+        .collect();
+    // All spawned first: none can elect a leader alone.
+    let servers: Vec<Server> = builders.into_iter().map(ServerBuilder::spawn).collect();
+    for s in &servers {
+        s.wait_for_http(Duration::from_secs(30));
+    }
+    servers
+}
+
+/// Index of the server whose Raft address is `raft`.
+pub fn by_raft(servers: &[Server], raft: &str) -> usize {
+    servers
+        .iter()
+        .position(|s| s.raft_addr.to_string() == raft)
+        .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
+}
+
 /// A running `cairn server`, killed when dropped.
 pub struct Server {
     child: Mutex<Option<Child>>,
@@ -222,6 +260,11 @@ impl Server {
             wait_leader: true,
             wait: true,
         }
+    }
+
+    /// Its node name (`--node`; "" for a dev server left to its host name).
+    pub fn name(&self) -> &str {
+        self.node.as_deref().unwrap_or_default()
     }
 
     pub fn log(&self) -> String {

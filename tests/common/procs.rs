@@ -170,70 +170,10 @@ pub fn cluster(dir: &Path, n: usize, extra: &[&str]) -> Vec<Proc> {
     procs
 }
 
-pub async fn put(c: &reqwest::Client, p: &Proc, key: &str, value: &str) -> Result<bool, String> {
-    let r = c
-        .put(p.url(&format!("/v1/kv/{key}")))
-        .body(value.to_string())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = r.status();
-    let text = r.text().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {text}"));
-    }
-    Ok(text.trim() == "true")
-}
-
-pub async fn get_raw(c: &reqwest::Client, p: &Proc, key: &str, mode: &str) -> Option<String> {
-    let r = c
-        .get(p.url(&format!("/v1/kv/{key}?raw&{mode}")))
-        .send()
-        .await
-        .ok()?;
-    if !r.status().is_success() {
-        return None;
-    }
-    r.text().await.ok()
-}
-
-pub fn base64_decode(s: &str) -> String {
-    use base64::Engine;
-    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(s).unwrap()).unwrap()
-}
-
 /// Index of the server whose Raft address is `raft`.
 pub fn by_raft(procs: &[Proc], raft: &str) -> usize {
     procs
         .iter()
         .position(|p| p.raft == raft)
         .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
-}
-
-/// Every KV entry under `prefix` as `p` has it (`?stale`: its own state).
-pub async fn kv_tree(
-    c: &reqwest::Client,
-    p: &Proc,
-    prefix: &str,
-) -> Option<std::collections::BTreeMap<String, String>> {
-    let r = c
-        .get(p.url(&format!("/v1/kv/{prefix}?recurse&stale")))
-        .send()
-        .await
-        .ok()?;
-    if r.status() == 404 {
-        return Some(Default::default());
-    }
-    let entries: Vec<serde_json::Value> = r.json().await.ok()?;
-    Some(
-        entries
-            .iter()
-            .map(|e| {
-                (
-                    e["Key"].as_str().unwrap_or_default().to_string(),
-                    base64_decode(e["Value"].as_str().unwrap_or("")),
-                )
-            })
-            .collect(),
-    )
 }
