@@ -12,6 +12,12 @@ pub trait Endpoint {
     fn at(&self, path: &str) -> String;
 }
 
+impl<T: Endpoint + ?Sized> Endpoint for &T {
+    fn at(&self, path: &str) -> String {
+        (**self).at(path)
+    }
+}
+
 impl Endpoint for super::Server {
     fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url)
