@@ -364,7 +364,7 @@ impl Tables {
         output: &str,
         now: Instant,
     ) -> bool {
-        let changed = self.record_status(id, status, output, now);
+        let changed = self.record_status(id, (status, output), now);
         if changed {
             self.refresh_aliases(now);
         }
@@ -386,7 +386,7 @@ impl Tables {
             let mut changed = false;
             for (id, target) in &aliases {
                 let (status, output) = checks::alias_status(self, target, id);
-                changed |= self.record_status(id, status, &output, now);
+                changed |= self.record_status(id, (status, &output), now);
             }
             if !changed {
                 break;
@@ -394,13 +394,9 @@ impl Tables {
         }
     }
 
-    fn record_status(
-        &mut self,
-        id: &str,
-        status: HealthStatus,
-        output: &str,
-        now: Instant,
-    ) -> bool {
+    /// Records `(status, output)` for check `id`; whether anything changed.
+    fn record_status(&mut self, id: &str, result: (HealthStatus, &str), now: Instant) -> bool {
+        let (status, output) = result;
         let Some(c) = self.checks.get(id).filter(|c| !c.deleted) else {
             return false;
         };
