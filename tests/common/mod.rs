@@ -159,16 +159,10 @@ impl ServerBuilder {
         args.extend(self.extra.iter().cloned());
         let log_path = tmp.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(bin())
-            .args(&args)
-            .env("RUST_LOG", "info,openraft=warn,sled=warn")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start cairn");
+        let child = spawn_server(&args, &self.env, log);
         let server = Server {
+            args,
+            env: self.env.clone(),
             child: Mutex::new(Some(child)),
             http_addr,
             raft_addr,
@@ -226,8 +220,23 @@ pub fn by_raft(servers: &[Server], raft: &str) -> usize {
         .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
 }
 
+fn spawn_server(args: &[String], env: &[(String, String)], log: std::fs::File) -> Child {
+    Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "info,openraft=warn,sled=warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start cairn")
+}
+
 /// A running `cairn server`, killed when dropped.
 pub struct Server {
+    /// How it was started, to start it again (`restart`).
+    args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Mutex<Option<Child>>,
     pub http_addr: SocketAddr,
     pub raft_addr: SocketAddr,
@@ -384,6 +393,28 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         None
+    }
+
+    /// Starts the process again (killed first if it runs) with the same
+    /// arguments, so on the same data dir; its log continues the same file.
+    /// Returns once the HTTP port answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        *self.child.lock().unwrap() = Some(spawn_server(&self.args, &self.env, log));
+        self.wait_for_http(Duration::from_secs(30));
+    }
+
+    /// Sends a signal (`STOP`, `CONT`...) to the process.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("running");
+        Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .unwrap();
     }
 
     /// SIGKILL at once (a crash).
