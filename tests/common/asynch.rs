@@ -1,7 +1,6 @@
-//! Async access to running processes, for tests driving them with many
-//! requests at once: a reqwest client and helpers over any process of the
-//! harness (`Endpoint`: a `Server`, or a `procs::Proc` until the cluster
-//! tests move to `Server`).
+//! Async access to the harness's processes (`Server`), for tests driving
+//! them with many requests at once: a reqwest client and helpers over any
+//! `Endpoint`.
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};

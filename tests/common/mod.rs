@@ -5,7 +5,10 @@
 //! The HTTP client here is a deliberately small, synchronous HTTP/1.1 client
 //! over `std::net::TcpStream`: tests stay plain `#[test]` functions, a
 //! blocking query is just a thread, and nothing depends on which features a
-//! client crate was built with.
+//! client crate was built with. Tests that drive many requests at once use
+//! `asynch` (reqwest) over the same `Server`s; `cluster(n, extra)` starts
+//! servers that form a cluster by themselves; `Server::restart`, `kill`,
+//! `signal` and `stop` are the faults.
 //!
 //! ```ignore
 //! let s = Server::dev();
@@ -18,7 +21,6 @@
 
 pub mod agent;
 pub mod asynch;
-pub mod procs;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
