@@ -15,7 +15,7 @@ use common::{Server, by_raft, cluster};
 async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     let mut procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let follower = (li + 1) % 3;
 
@@ -48,12 +48,7 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     // Writers keep going through the survivors while the leader is killed.
     let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let targets: Vec<String> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p.http_addr.to_string())
-        .collect();
+    let targets: Vec<String> = http_addrs(&all_but(&procs, li));
     let mut writers = Vec::new();
     for w in 0..4 {
         let (acked, stop, target) = (acked.clone(), stop.clone(), targets[w % 2].clone());
@@ -81,12 +76,7 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed_at = Instant::now();
     procs[li].kill();
-    let survivors: Vec<&Server> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
         let l = agreed_leader(&c, &survivors).await;
         (l != leader).then_some(l)
@@ -158,7 +148,7 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
 async fn far_behind_server_is_caught_up_by_snapshot() {
     let mut procs = cluster(3, &["--raft-snapshot-threshold", "50"]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let lagger = (li + 1) % 3;
     procs[lagger].kill();
@@ -193,7 +183,7 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
 async fn full_stop_and_restart_keeps_state_and_identity() {
     let mut procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     for i in 0..20 {
         assert_eq!(
             put(&c, &procs[i % 3], &format!("keep/{i}"), "x").await,
@@ -220,7 +210,7 @@ async fn full_stop_and_restart_keeps_state_and_identity() {
     for p in procs.iter_mut() {
         p.restart();
     }
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     let keys: Vec<String> = eventually(Duration::from_secs(10), "keys after restart", || async {
         let r = c.get(procs[1].at("/v1/kv/keep/?keys")).send().await.ok()?;
         let k: Vec<String> = r.json().await.ok()?;
@@ -247,7 +237,7 @@ async fn full_stop_and_restart_keeps_state_and_identity() {
 async fn a_new_server_joins_and_a_peer_is_removed() {
     let procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     assert_eq!(put(&c, &procs[0], "before-join", "1").await, Ok(true));
     let fourth = Server::builder()
         .node("s3")
@@ -308,7 +298,7 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
 async fn without_a_quorum_writes_answer_no_cluster_leader() {
     let mut procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     procs[0].kill();
     procs[1].kill();
     // The survivor may still believe in an old leader for a moment; within

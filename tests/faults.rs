@@ -100,16 +100,12 @@ async fn assert_nothing_lost(
     }
 }
 
-fn addrs(procs: &[Server]) -> Vec<String> {
-    procs.iter().map(|p| p.http_addr.to_string()).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_during_heavy_writes_and_restart_loops_lose_nothing() {
     let mut procs = cluster(3, &["--raft-snapshot-threshold", "200"]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
-    let load = Load::start(addrs(&procs), 8, "kill");
+    cluster_leader(&c, &procs).await;
+    let load = Load::start(http_addrs(&procs.iter().collect::<Vec<_>>()), 8, "kill");
     // Kill each server in turn, twice, the current leader among them.
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -126,7 +122,7 @@ async fn sigkill_during_heavy_writes_and_restart_loops_lose_nothing() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let acked = load.finish().await;
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     assert_nothing_lost(&c, &procs, "kill", &acked).await;
 }
 
@@ -134,24 +130,14 @@ async fn sigkill_during_heavy_writes_and_restart_loops_lose_nothing() {
 async fn frozen_leader_is_replaced_and_rejoins_when_thawed() {
     let procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
-    let others: Vec<String> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p.http_addr.to_string())
-        .collect();
+    let others: Vec<String> = http_addrs(&all_but(&procs, li));
     let load = Load::start(others, 4, "stop");
     tokio::time::sleep(Duration::from_millis(300)).await;
     procs[li].signal("STOP");
     // Well past the election timeout (600-1200 ms): the others elect anew.
-    let survivors: Vec<&Server> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     let new_leader = eventually(
         Duration::from_secs(15),
         "a new leader while the old one is frozen",

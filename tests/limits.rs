@@ -32,7 +32,7 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
 
     // All at once, spread over the three HTTP ports.
     let burst: Vec<_> = (0..WRITES)
@@ -203,7 +203,7 @@ async fn writes_commit(c: &reqwest::Client, procs: &[Server], key: &str, within:
 async fn hostile_bytes_on_the_raft_port_crash_nothing() {
     let procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     writes_commit(&c, &procs, "before", Duration::from_secs(5)).await;
 
     let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();

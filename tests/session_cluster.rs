@@ -35,7 +35,7 @@ async fn session_ids(c: &reqwest::Client, p: &Server) -> Option<Vec<String>> {
 async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_node() {
     let mut procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let fi = (li + 1) % 3;
 
@@ -67,12 +67,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
     assert_eq!(held, "true");
 
     procs[li].kill();
-    let survivors: Vec<&Server> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     eventually(Duration::from_secs(20), "a new leader", || async {
         let l = agreed_leader(&c, &survivors).await;
         (l != leader).then_some(())

@@ -83,6 +83,26 @@ pub async fn leader_of(c: &reqwest::Client, p: &impl Endpoint) -> Option<String>
     (!s.is_empty()).then_some(s)
 }
 
+/// The leader every server of `servers` names, once they agree.
+pub async fn cluster_leader(c: &reqwest::Client, servers: &[super::Server]) -> String {
+    agreed_leader(c, &servers.iter().collect::<Vec<_>>()).await
+}
+
+/// Every server of `servers` but the `skip`th (the survivors of a kill).
+pub fn all_but(servers: &[super::Server], skip: usize) -> Vec<&super::Server> {
+    servers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != skip)
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// The HTTP addresses of `servers` (for load generators).
+pub fn http_addrs(servers: &[&super::Server]) -> Vec<String> {
+    servers.iter().map(|s| s.http_addr.to_string()).collect()
+}
+
 /// Waits until every live server in `procs` names the same leader.
 pub async fn agreed_leader<E: Endpoint>(c: &reqwest::Client, procs: &[&E]) -> String {
     eventually(Duration::from_secs(20), "an agreed leader", || async {
