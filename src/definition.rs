@@ -27,9 +27,91 @@ pub fn parse_json_or_hcl(text: &str, what: &str) -> Result<Value, DefinitionErro
     // Consul's docs write entries in HCL 1, which allows blocks inside
     // object values (`Routes = [{ Match { HTTP { ... } } }]`); HCL 2 wants
     // `Match = { ... }` there. Retry with every `Name {` as `Name = {`.
-    let re = regex::Regex::new(r"([A-Za-z_][A-Za-z0-9_-]*)(\s*)\{").expect("valid regex");
-    hcl::from_str::<Value>(&re.replace_all(text, "${1}${2}= {"))
+    hcl::from_str::<Value>(&blocks_as_attributes(text))
         .map_err(|_| DefinitionError(format!("Error parsing {what} (as HCL or JSON): {first}")))
+}
+
+/// Rewrites every HCL 1 block `Name {` as the HCL 2 attribute `Name = {`,
+/// outside strings, heredocs and comments (whose text is kept as it is).
+/// No maintained crate parses HCL 1, and hcl-rs parses HCL 2 only.
+fn blocks_as_attributes(text: &str) -> String {
+    let b = text.as_bytes();
+    let ident_start = |c: u8| c.is_ascii_alphabetic() || c == b'_';
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut i = 0;
+    // Every delimiter is ASCII, so each slice taken starts and ends on a
+    // character boundary.
+    while i < b.len() {
+        let start = i;
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(b.len());
+            }
+            b'#' => i = line_end(b, i),
+            b'/' if b.get(i + 1) == Some(&b'/') => i = line_end(b, i),
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+            }
+            b'<' if b.get(i + 1) == Some(&b'<') => i = heredoc_end(text, i),
+            c if ident_start(c) && (i == 0 || !ident(b[i - 1])) => {
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                let mut j = i;
+                while j < b.len() && b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if b.get(j) == Some(&b'{') {
+                    out.push_str(&text[start..j]);
+                    out.push_str("= ");
+                    i = j;
+                    continue;
+                }
+            }
+            _ => i += 1,
+        }
+        // A multi-byte character: copy it whole.
+        while i < b.len() && !text.is_char_boundary(i) {
+            i += 1;
+        }
+        out.push_str(&text[start..i]);
+    }
+    out
+}
+
+fn line_end(b: &[u8], from: usize) -> usize {
+    b[from..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |e| from + e)
+}
+
+/// The end of a heredoc starting at `from` (`<<EOF` or `<<-EOF` ... a line
+/// holding only `EOF`); past the text if it never ends.
+fn heredoc_end(text: &str, from: usize) -> usize {
+    let rest = &text[from + 2..];
+    let rest = rest.strip_prefix('-').unwrap_or(rest);
+    let marker: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    if marker.is_empty() {
+        return from + 2;
+    }
+    let mut at = line_end(text.as_bytes(), from);
+    while at < text.len() {
+        let next = line_end(text.as_bytes(), at + 1);
+        if text[at + 1..next].trim() == marker {
+            return next;
+        }
+        at = next;
+    }
+    text.len()
 }
 
 /// Keys whose values are free-form maps: their keys are the user's and are
@@ -142,7 +224,7 @@ pub fn services_of(doc: Value) -> Result<Vec<Map<String, Value>>, DefinitionErro
 }
 
 /// Check-definition fields that go under `Definition` in the catalog.
-const DEFINITION_FIELDS: &[&str] = &[
+pub const DEFINITION_FIELDS: &[&str] = &[
     "HTTP",
     "Header",
     "Method",
@@ -317,6 +399,54 @@ pub fn read_definitions(path: &PathBuf) -> Result<Vec<Map<String, Value>>, Defin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hcl1_blocks_are_rewritten_outside_strings_heredocs_and_comments() {
+        let text = r#"Kind = "service-router"
+Name = "web" # Name {
+// Routes {
+/* Match { */
+Routes = [
+  {
+    Match { HTTP { PathPrefix = "/x Name { = \"q\" {" } }
+    Destination {
+      Service = "api"
+      Note = <<EOT
+Header { = "
+EOT
+    }
+  },
+]
+"#;
+        let rewritten = blocks_as_attributes(text);
+        assert!(
+            rewritten.contains("Match = { HTTP = { PathPrefix"),
+            "{rewritten}"
+        );
+        assert!(
+            rewritten.contains(r#""/x Name { = \"q\" {""#),
+            "{rewritten}"
+        );
+        assert!(
+            rewritten.contains("# Name {\n// Routes {\n/* Match { */"),
+            "{rewritten}"
+        );
+        assert!(rewritten.contains("Header { = \"\nEOT"), "{rewritten}");
+        let v = parse_json_or_hcl(text, "t").unwrap();
+        let route = &v["Routes"][0];
+        assert_eq!(route["Match"]["HTTP"]["PathPrefix"], r#"/x Name { = "q" {"#);
+        assert_eq!(route["Destination"]["Service"], "api");
+        assert_eq!(route["Destination"]["Note"], "Header { = \"\n");
+    }
+
+    #[test]
+    fn hcl1_rewrite_keeps_non_ascii_text() {
+        // Only HCL 1 (a block inside a list's object) takes the rewrite.
+        let v =
+            parse_json_or_hcl("L = [{ Meta { team = \"équipe {\" }, X { y = 1 } }]", "t").unwrap();
+        assert_eq!(v["L"][0]["Meta"]["team"], "équipe {");
+        assert_eq!(v["L"][0]["X"]["y"], 1);
+    }
 
     #[test]
     fn hcl_entries_and_blocks() {

@@ -24,6 +24,7 @@ pub mod signal;
 pub mod state;
 pub mod stream;
 pub mod structs;
+pub mod tasks;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tls;

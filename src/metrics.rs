@@ -1,10 +1,13 @@
 //! Process metrics, rendered at `/v1/agent/metrics` in Consul's JSON form,
-//! or in Prometheus text with `?format=prometheus` (what Prometheus
-//! scraping Consul asks for).
+//! or in the OpenMetrics text exposition (by the `prometheus-client` crate)
+//! with `?format=prometheus` (what Prometheus scraping Consul asks for).
 //!
 //! Plain atomics: counting must never contend on the request path.
 
-use std::fmt::Write;
+use prometheus_client::encoding::text;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct Counter {
@@ -138,32 +141,27 @@ pub fn render(gauges: &[(&str, &str, f64)]) -> String {
 
 /// Renders the given counters (e.g. a client agent's own) plus gauges.
 pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> String {
-    let mut out = String::new();
+    let mut registry = Registry::default();
     for c in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {} {}\n# TYPE {} counter\n{} {}",
-            c.name,
-            c.help,
-            c.name,
-            c.name,
-            c.get()
-        );
+        // The crate appends `_total` to a counter family's samples; ours
+        // are named with it already (Prometheus convention).
+        debug_assert!(c.name.ends_with("_total"), "{}", c.name);
+        let family = c.name.strip_suffix("_total").unwrap_or(c.name);
+        registry.register(family, c.help, ConstCounter::new(c.get()));
     }
     for g in GAUGES {
-        let _ = writeln!(
-            out,
-            "# HELP {} {}\n# TYPE {} gauge\n{} {}",
-            g.name,
-            g.help,
-            g.name,
-            g.name,
-            g.get()
-        );
+        registry.register(g.name, g.help, ConstGauge::new(g.get() as i64));
     }
     for (name, help, v) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        // Whole values as integers (`1`, not `1.0`), as they always were.
+        if v.fract() == 0.0 && v.abs() < 2f64.powi(53) {
+            registry.register(*name, *help, ConstGauge::new(*v as i64));
+        } else {
+            registry.register(*name, *help, ConstGauge::new(*v));
+        }
     }
+    let mut out = String::new();
+    text::encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
 }
 
@@ -243,6 +241,34 @@ mod tests {
         assert_eq!(go_utc(t), "2017-08-08 02:55:10 +0000 UTC");
         let leap = UNIX_EPOCH + Duration::from_secs(951_825_600);
         assert_eq!(go_utc(leap), "2000-02-29 12:00:00 +0000 UTC");
+    }
+
+    #[test]
+    fn text_form_keeps_the_metric_names() {
+        static C: Counter = Counter::new("cairn_test_things_total", "things counted");
+        C.add(3);
+        let out = render_with(&[&C], &[("cairn_test_level", "a level", 2.5)]);
+        let sample = |name: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in {out}"))
+        };
+        assert_eq!(sample("cairn_test_things_total"), 3.0);
+        assert_eq!(sample("cairn_test_level"), 2.5);
+        assert_eq!(sample("cairn_blocking_queries_parked"), 0.0);
+        assert!(out.contains("# TYPE cairn_test_things counter"), "{out}");
+        assert!(out.contains("# TYPE cairn_test_level gauge"), "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
+        let whole = render_with(&[], &[("cairn_test_whole", "h", 3.0)]);
+        assert!(whole.contains("\ncairn_test_whole 3\n"), "{whole}");
+        for c in ALL {
+            assert!(
+                c.name.ends_with("_total"),
+                "{}: counters end in _total",
+                c.name
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
 use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
 use crate::stream::Publisher;
+use crate::tasks::Tasks;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -101,6 +102,8 @@ pub struct Server {
     queue_bytes: Arc<Semaphore>,
     /// Blocking queries waiting at once (`Limits::http.max_blocking`).
     blocking: Arc<Semaphore>,
+    /// Its critical background tasks; the run loop waits on their failure.
+    pub tasks: Tasks,
 }
 
 /// A client write waiting to be proposed, and where its answer goes.
@@ -294,19 +297,32 @@ impl Server {
             config.join.clone(),
             connector,
         ));
-        tokio::spawn(network::serve(
-            listener,
-            raft.clone(),
-            cluster.clone(),
-            config.limits.raft_port.clone(),
-        ));
-        tokio::spawn(cluster.clone().form(used));
-        tokio::spawn(cluster.clone().lead());
-        tokio::spawn(cluster.clone().reap_tombstones(config.tombstone_ttl));
+        let tasks = Tasks::default();
+        tasks.spawn(
+            "raft transport",
+            network::serve(
+                listener,
+                raft.clone(),
+                cluster.clone(),
+                config.limits.raft_port.clone(),
+            ),
+        );
+        tasks.spawn_once("cluster formation", cluster.clone().form(used));
+        tasks.spawn("leader duties", cluster.clone().lead());
+        tasks.spawn(
+            "tombstone reaper",
+            cluster.clone().reap_tombstones(config.tombstone_ttl),
+        );
         tracing::info!(node = %config.node, id, raft = %config.raft_addr, "server started");
 
         let (proposals, queue) = mpsc::unbounded_channel();
-        tokio::spawn(propose_batches(raft.clone(), cluster.id, queue));
+        tasks.spawn(
+            "write proposer",
+            propose_batches(raft.clone(), cluster.id, queue),
+        );
+        if let Some(h) = publisher.take_task() {
+            tasks.watch("event publisher", h);
+        }
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
         crate::tls::install_default_provider();
         let mut http = reqwest::Client::builder()
@@ -319,6 +335,9 @@ impl Server {
         let http = http.build()?;
         let proxycfg =
             crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
+        for (name, h) in proxycfg.take_tasks() {
+            tasks.watch(name, h);
+        }
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
         let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
         Ok(Arc::new(Server {
@@ -338,6 +357,7 @@ impl Server {
             queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),
             queue_bytes: Arc::new(Semaphore::new(QUEUE_BYTES)),
             blocking,
+            tasks,
         }))
     }
 
@@ -447,7 +467,7 @@ impl Server {
     /// there were none.
     pub async fn cluster_id(&self) -> Result<String> {
         let deadline = tokio::time::Instant::now() + LEADER_HOLD;
-        let mut changed = self.store.watches.subscribe(crate::state::keys::CLUSTER);
+        let mut changed = self.store.watches.subscribe(&crate::state::keys::CLUSTER);
         loop {
             let id = &self.store.state().cluster_id;
             if !id.is_empty() {

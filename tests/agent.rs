@@ -1047,7 +1047,11 @@ fn agent_metrics_json_and_prometheus() {
     assert!(requests["Count"].as_u64().unwrap() > 0, "{requests}");
 
     let r = s.get("/v1/agent/metrics?format=prometheus");
-    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
     assert!(
         r.body
             .contains("# TYPE cairn_raft_is_leader gauge\ncairn_raft_is_leader 1")
@@ -1066,7 +1070,7 @@ fn agent_metrics_json_and_prometheus() {
     assert!(
         a.get("/v1/agent/metrics?format=prometheus")
             .body
-            .contains("# TYPE cairn_agent_heartbeats_total counter")
+            .contains("# TYPE cairn_agent_heartbeats counter\n")
     );
 }
 

@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::procs::*;
+use common::asynch::*;
+use common::{Server, by_raft, cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &[]);
+    let mut procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let follower = (li + 1) % 3;
 
@@ -48,12 +48,7 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     // Writers keep going through the survivors while the leader is killed.
     let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let targets: Vec<String> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p.http.clone())
-        .collect();
+    let targets: Vec<String> = http_addrs(&all_but(&procs, li));
     let mut writers = Vec::new();
     for w in 0..4 {
         let (acked, stop, target) = (acked.clone(), stop.clone(), targets[w % 2].clone());
@@ -81,12 +76,7 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed_at = Instant::now();
     procs[li].kill();
-    let survivors: Vec<&Proc> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     let new_leader = eventually(Duration::from_secs(20), "a new leader", || async {
         let l = agreed_leader(&c, &survivors).await;
         (l != leader).then_some(l)
@@ -129,13 +119,13 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
                 have.get(k),
                 Some(v),
                 "acknowledged write {k} lost on {}",
-                p.name
+                p.name()
             );
         }
     }
 
     // The killed server restarts on its data dir and catches up.
-    procs[li].start();
+    procs[li].restart();
     let (want_k, want_v) = acked.iter().next_back().unwrap();
     let got = eventually(
         Duration::from_secs(15),
@@ -149,21 +139,16 @@ async fn forms_forwards_fails_over_and_keeps_acknowledged_writes() {
     .await;
     assert_eq!((&got.0, got.1.as_str()), (want_v, "failover"));
     assert!(
-        !procs[li].log_text().contains("bootstrapping the cluster")
-            || procs[li]
-                .log_text()
-                .matches("bootstrapping the cluster")
-                .count()
-                <= 1
+        !procs[li].log().contains("bootstrapping the cluster")
+            || procs[li].log().matches("bootstrapping the cluster").count() <= 1
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn far_behind_server_is_caught_up_by_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &["--raft-snapshot-threshold", "50"]);
+    let mut procs = cluster(3, &["--raft-snapshot-threshold", "50"]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let lagger = (li + 1) % 3;
     procs[lagger].kill();
@@ -173,13 +158,13 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
             Ok(true)
         );
     }
-    procs[lagger].start();
+    procs[lagger].restart();
     eventually(
         Duration::from_secs(20),
         "lagging server has every key",
         || async {
             let r = c
-                .get(procs[lagger].url("/v1/kv/snap/?keys&stale"))
+                .get(procs[lagger].at("/v1/kv/snap/?keys&stale"))
                 .send()
                 .await
                 .ok()?;
@@ -189,25 +174,24 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
     )
     .await;
     assert!(
-        procs[lagger].log_text().contains("installed snapshot"),
+        procs[lagger].log().contains("installed snapshot"),
         "the lagging server should have been caught up by a snapshot"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_stop_and_restart_keeps_state_and_identity() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &[]);
+    let mut procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     for i in 0..20 {
         assert_eq!(
             put(&c, &procs[i % 3], &format!("keep/{i}"), "x").await,
             Ok(true)
         );
     }
-    let roots = |p: &Proc| {
-        let (c, url) = (c.clone(), p.url("/v1/connect/ca/roots"));
+    let roots = |p: &Server| {
+        let (c, url) = (c.clone(), p.at("/v1/connect/ca/roots"));
         async move {
             let r = c.get(url).send().await.ok()?;
             let v: serde_json::Value = r.json().await.ok()?;
@@ -216,14 +200,19 @@ async fn full_stop_and_restart_keeps_state_and_identity() {
     };
     let domain = eventually(Duration::from_secs(5), "trust domain", || roots(&procs[0])).await;
     for p in procs.iter_mut() {
-        assert!(p.stop(), "{} did not stop cleanly on SIGTERM", p.name);
+        let name = p.name().to_string();
+        let status = p.stop(Duration::from_secs(10));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{name} did not stop cleanly on SIGTERM: {status:?}"
+        );
     }
     for p in procs.iter_mut() {
-        p.start();
+        p.restart();
     }
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     let keys: Vec<String> = eventually(Duration::from_secs(10), "keys after restart", || async {
-        let r = c.get(procs[1].url("/v1/kv/keep/?keys")).send().await.ok()?;
+        let r = c.get(procs[1].at("/v1/kv/keep/?keys")).send().await.ok()?;
         let k: Vec<String> = r.json().await.ok()?;
         (k.len() == 20).then_some(k)
     })
@@ -236,34 +225,32 @@ async fn full_stop_and_restart_keeps_state_and_identity() {
     );
     for p in &procs {
         assert_eq!(
-            p.log_text().matches("bootstrapping the cluster").count(),
-            usize::from(p.log_text().contains("bootstrapping the cluster")),
+            p.log().matches("bootstrapping the cluster").count(),
+            usize::from(p.log().contains("bootstrapping the cluster")),
             "a restarted server must never bootstrap again"
         );
-        assert!(p.log_text().contains("never bootstrapping"));
+        assert!(p.log().contains("never bootstrapping"));
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_server_joins_and_a_peer_is_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    let procs = cluster(dir.path(), 3, &[]);
+    let procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     assert_eq!(put(&c, &procs[0], "before-join", "1").await, Ok(true));
-    let mut fourth = Proc::new(
-        "s3",
-        dir.path(),
-        vec!["--join".into(), procs[1].raft.clone()],
-    );
-    fourth.start();
+    let fourth = Server::builder()
+        .node("s3")
+        .join(procs[1].raft_addr)
+        .no_wait()
+        .start();
     let peers = eventually(Duration::from_secs(20), "four voters", || async {
-        let r = c.get(procs[0].url("/v1/status/peers")).send().await.ok()?;
+        let r = c.get(procs[0].at("/v1/status/peers")).send().await.ok()?;
         let p: Vec<String> = r.json().await.ok()?;
         (p.len() == 4).then_some(p)
     })
     .await;
-    assert!(peers.contains(&fourth.raft));
+    assert!(peers.contains(&fourth.raft_addr.to_string()));
     let v = eventually(
         Duration::from_secs(10),
         "the new server catches up",
@@ -273,7 +260,7 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
     assert_eq!(v, "1");
 
     let r = c
-        .delete(procs[2].url("/v1/operator/raft/peer?id=s3"))
+        .delete(procs[2].at("/v1/operator/raft/peer?id=s3"))
         .send()
         .await
         .unwrap();
@@ -284,7 +271,7 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
     );
     eventually(Duration::from_secs(10), "three voters again", || async {
         let r = c
-            .get(procs[0].url("/v1/operator/raft/configuration"))
+            .get(procs[0].at("/v1/operator/raft/configuration"))
             .send()
             .await
             .ok()?;
@@ -294,13 +281,13 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
     })
     .await;
     let r = c
-        .delete(procs[0].url("/v1/operator/raft/peer?id=nobody"))
+        .delete(procs[0].at("/v1/operator/raft/peer?id=nobody"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
     let r = c
-        .delete(procs[0].url("/v1/operator/raft/peer"))
+        .delete(procs[0].at("/v1/operator/raft/peer"))
         .send()
         .await
         .unwrap();
@@ -309,17 +296,16 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_quorum_writes_answer_no_cluster_leader() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &[]);
+    let mut procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     procs[0].kill();
     procs[1].kill();
     // The survivor may still believe in an old leader for a moment; within
     // the bounded hold time it must answer 500 "No cluster leader".
     let started = Instant::now();
     let r = c
-        .put(procs[2].url("/v1/kv/lonely"))
+        .put(procs[2].at("/v1/kv/lonely"))
         .body("x")
         .send()
         .await
@@ -329,7 +315,7 @@ async fn without_a_quorum_writes_answer_no_cluster_leader() {
     assert!(started.elapsed() < Duration::from_secs(16));
     // And nothing was stored.
     let r = c
-        .get(procs[2].url("/v1/kv/lonely?stale"))
+        .get(procs[2].at("/v1/kv/lonely?stale"))
         .send()
         .await
         .unwrap();
@@ -345,8 +331,7 @@ async fn without_a_quorum_writes_answer_no_cluster_leader() {
 async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
     let c = client();
     for round in 0..6 {
-        let dir = tempfile::tempdir().unwrap();
-        let procs = cluster(dir.path(), 3, &[]);
+        let procs = cluster(3, &[]);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut formed = true;
@@ -355,7 +340,7 @@ async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
             }
             if formed {
                 let conf: serde_json::Value =
-                    get_json(&c, procs[0].url("/v1/operator/raft/configuration?stale")).await;
+                    get_json(&c, procs[0].at("/v1/operator/raft/configuration?stale")).await;
                 let voters = conf["Servers"]
                     .as_array()
                     .map_or(0, |s| s.iter().filter(|s| s["Voter"] == true).count());
@@ -373,13 +358,13 @@ async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
         for p in &procs {
             for mode in ["", "?stale"] {
                 let r = c
-                    .get(p.url(&format!("/v1/connect/ca/roots{mode}")))
+                    .get(p.at(&format!("/v1/connect/ca/roots{mode}")))
                     .send()
                     .await
                     .unwrap();
                 let status = r.status();
                 let body = r.text().await.unwrap();
-                assert_eq!(status, 200, "round {round}, {} {mode}: {body}", p.name);
+                assert_eq!(status, 200, "round {round}, {} {mode}: {body}", p.name());
                 let roots: serde_json::Value = serde_json::from_str(&body).unwrap();
                 domains.push(roots["TrustDomain"].as_str().unwrap().to_string());
             }

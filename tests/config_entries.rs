@@ -4,24 +4,23 @@
 
 mod common;
 
-use common::procs::*;
+use common::Server;
+use common::asynch::*;
 use serde_json::{Value, json};
 
-async fn dev() -> (Proc, reqwest::Client) {
-    let p = Proc::dev();
-    let c = client();
-    agreed_leader(&c, &[&p]).await;
-    (p, c)
+/// A dev server (with a leader) and an async client.
+fn dev() -> (Server, reqwest::Client) {
+    (Server::builder().dev().node("dev").start(), client())
 }
 
-async fn put_entry(c: &reqwest::Client, p: &Proc, body: &Value) -> (u16, String) {
-    let r = c.put(p.url("/v1/config")).json(body).send().await.unwrap();
+async fn put_entry(c: &reqwest::Client, p: &Server, body: &Value) -> (u16, String) {
+    let r = c.put(p.at("/v1/config")).json(body).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
 #[tokio::test]
 async fn entries_round_trip_with_cas_and_snake_case() {
-    let (p, c) = dev().await;
+    let (p, c) = dev();
     let (s, b) = put_entry(
         &c,
         &p,
@@ -29,7 +28,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     )
     .await;
     assert_eq!((s, b.as_str()), (200, "true"));
-    let e: Value = get_json(&c, p.url("/v1/config/service-defaults/web")).await;
+    let e: Value = get_json(&c, p.at("/v1/config/service-defaults/web")).await;
     assert_eq!(e["Protocol"], "http");
     let modify = e["ModifyIndex"].as_u64().unwrap();
     assert!(e["CreateIndex"].as_u64().unwrap() > 0);
@@ -37,26 +36,26 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     let resolver = json!({"Kind": "service-resolver", "Name": "web", "ConnectTimeout": "15s",
         "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"}}});
     assert_eq!(put_entry(&c, &p, &resolver).await.0, 200);
-    let e: Value = get_json(&c, p.url("/v1/config/service-resolver/web")).await;
+    let e: Value = get_json(&c, p.at("/v1/config/service-resolver/web")).await;
     assert_eq!(e["ConnectTimeout"], "15s");
 
     // CAS on write and delete.
     let stale = c
-        .put(p.url("/v1/config?cas=1"))
+        .put(p.at("/v1/config?cas=1"))
         .json(&json!({"Kind": "service-defaults", "Name": "web", "Protocol": "grpc"}))
         .send()
         .await
         .unwrap();
     assert_eq!(stale.text().await.unwrap(), "false");
-    let ok = c.put(p.url(&format!("/v1/config?cas={modify}"))).json(&json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http", "Meta": {"x": "y"}})).send().await.unwrap();
+    let ok = c.put(p.at(&format!("/v1/config?cas={modify}"))).json(&json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http", "Meta": {"x": "y"}})).send().await.unwrap();
     assert_eq!(ok.text().await.unwrap(), "true");
-    let list: Vec<Value> = get_json(&c, p.url("/v1/config/service-defaults")).await;
+    let list: Vec<Value> = get_json(&c, p.at("/v1/config/service-defaults")).await;
     assert_eq!(list.len(), 1);
 
-    let chain: Value = get_json(&c, p.url("/v1/discovery-chain/web")).await;
+    let chain: Value = get_json(&c, p.at("/v1/discovery-chain/web")).await;
     assert_eq!(chain["Chain"]["Protocol"], "http");
     assert_eq!(chain["Chain"]["ServiceName"], "web");
-    let roots: Value = get_json(&c, p.url("/v1/connect/ca/roots")).await;
+    let roots: Value = get_json(&c, p.at("/v1/connect/ca/roots")).await;
     let td = roots["TrustDomain"].as_str().unwrap();
     let sni = chain["Chain"]["Targets"]["web.default.default.dc1"]["SNI"]
         .as_str()
@@ -67,7 +66,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     );
 
     let overridden: Value = c
-        .post(p.url("/v1/discovery-chain/web"))
+        .post(p.at("/v1/discovery-chain/web"))
         .json(&json!({"OverrideConnectTimeout": "2s"}))
         .send()
         .await
@@ -83,7 +82,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
     );
 
     assert_eq!(
-        c.delete(p.url("/v1/config/service-resolver/web"))
+        c.delete(p.at("/v1/config/service-resolver/web"))
             .send()
             .await
             .unwrap()
@@ -91,7 +90,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
         200
     );
     assert_eq!(
-        c.get(p.url("/v1/config/service-resolver/web"))
+        c.get(p.at("/v1/config/service-resolver/web"))
             .send()
             .await
             .unwrap()
@@ -102,7 +101,7 @@ async fn entries_round_trip_with_cas_and_snake_case() {
 
 #[tokio::test]
 async fn writes_that_would_break_a_chain_are_refused() {
-    let (p, c) = dev().await;
+    let (p, c) = dev();
     put_entry(
         &c,
         &p,
@@ -126,17 +125,17 @@ async fn writes_that_would_break_a_chain_are_refused() {
     )
     .await;
     assert_eq!(s, 400, "{b}");
-    let e: Value = get_json(&c, p.url("/v1/config/service-defaults/web")).await;
+    let e: Value = get_json(&c, p.at("/v1/config/service-defaults/web")).await;
     assert_eq!(e["Protocol"], "http", "the refused write changed nothing");
     // Deleting what the router needs.
     let r = c
-        .delete(p.url("/v1/config/service-defaults/web"))
+        .delete(p.at("/v1/config/service-defaults/web"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(
-        c.get(p.url("/v1/config/service-defaults/web"))
+        c.get(p.at("/v1/config/service-defaults/web"))
             .send()
             .await
             .unwrap()
@@ -147,7 +146,7 @@ async fn writes_that_would_break_a_chain_are_refused() {
 
 #[tokio::test]
 async fn hostile_bodies_are_400_and_store_nothing() {
-    let (p, c) = dev().await;
+    let (p, c) = dev();
     let deep = "[".repeat(10_000) + &"]".repeat(10_000);
     let cases: Vec<(String, &str)> = vec![
         ("{not json".into(), "decod"),
@@ -165,7 +164,7 @@ async fn hostile_bodies_are_400_and_store_nothing() {
     ];
     for (body, needle) in cases {
         let r = c
-            .put(p.url("/v1/config"))
+            .put(p.at("/v1/config"))
             .body(body.clone())
             .send()
             .await
@@ -185,11 +184,11 @@ async fn hostile_bodies_are_400_and_store_nothing() {
         "service-router",
         "proxy-defaults",
     ] {
-        let list: Vec<Value> = get_json(&c, p.url(&format!("/v1/config/{kind}"))).await;
+        let list: Vec<Value> = get_json(&c, p.at(&format!("/v1/config/{kind}"))).await;
         assert!(list.is_empty(), "{kind} stored something: {list:?}");
     }
     assert_eq!(
-        c.get(p.url("/v1/config/bogus-kind"))
+        c.get(p.at("/v1/config/bogus-kind"))
             .send()
             .await
             .unwrap()
@@ -197,7 +196,7 @@ async fn hostile_bodies_are_400_and_store_nothing() {
         400
     );
     assert_eq!(
-        c.get(p.url("/v1/config/service-defaults/missing"))
+        c.get(p.at("/v1/config/service-defaults/missing"))
             .send()
             .await
             .unwrap()

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::procs::*;
+use common::asynch::*;
+use common::{Server, by_raft, cluster};
 
 type Acked = Arc<Mutex<BTreeMap<String, String>>>;
 
@@ -77,7 +78,7 @@ impl Load {
 /// Every server holds every acknowledged write, and all hold the same.
 async fn assert_nothing_lost(
     c: &reqwest::Client,
-    procs: &[Proc],
+    procs: &[Server],
     prefix: &str,
     acked: &BTreeMap<String, String>,
 ) {
@@ -95,27 +96,22 @@ async fn assert_nothing_lost(
     .await;
     for (p, t) in procs.iter().zip(&trees) {
         for (k, v) in acked {
-            assert_eq!(t.get(k), Some(v), "acknowledged {k} lost on {}", p.name);
+            assert_eq!(t.get(k), Some(v), "acknowledged {k} lost on {}", p.name());
         }
     }
 }
 
-fn addrs(procs: &[Proc]) -> Vec<String> {
-    procs.iter().map(|p| p.http.clone()).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_during_heavy_writes_and_restart_loops_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &["--raft-snapshot-threshold", "200"]);
+    let mut procs = cluster(3, &["--raft-snapshot-threshold", "200"]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
-    let load = Load::start(addrs(&procs), 8, "kill");
+    cluster_leader(&c, &procs).await;
+    let load = Load::start(http_addrs(&procs.iter().collect::<Vec<_>>()), 8, "kill");
     // Kill each server in turn, twice, the current leader among them.
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let victim = if round % 2 == 0 {
-            let live: Vec<&Proc> = procs.iter().collect();
+            let live: Vec<&Server> = procs.iter().collect();
             let l = agreed_leader(&c, &live).await;
             by_raft(&procs, &l)
         } else {
@@ -123,37 +119,26 @@ async fn sigkill_during_heavy_writes_and_restart_loops_lose_nothing() {
         };
         procs[victim].kill();
         tokio::time::sleep(Duration::from_millis(700)).await;
-        procs[victim].start();
+        procs[victim].restart();
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let acked = load.finish().await;
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     assert_nothing_lost(&c, &procs, "kill", &acked).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn frozen_leader_is_replaced_and_rejoins_when_thawed() {
-    let dir = tempfile::tempdir().unwrap();
-    let procs = cluster(dir.path(), 3, &[]);
+    let procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
-    let others: Vec<String> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p.http.clone())
-        .collect();
+    let others: Vec<String> = http_addrs(&all_but(&procs, li));
     let load = Load::start(others, 4, "stop");
     tokio::time::sleep(Duration::from_millis(300)).await;
     procs[li].signal("STOP");
     // Well past the election timeout (600-1200 ms): the others elect anew.
-    let survivors: Vec<&Proc> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     let new_leader = eventually(
         Duration::from_secs(15),
         "a new leader while the old one is frozen",
@@ -168,7 +153,7 @@ async fn frozen_leader_is_replaced_and_rejoins_when_thawed() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let acked = load.finish().await;
     // The thawed server follows the new leader and holds everything.
-    let all: Vec<&Proc> = procs.iter().collect();
+    let all: Vec<&Server> = procs.iter().collect();
     let agreed = agreed_leader(&c, &all).await;
     assert_ne!(
         agreed, leader,

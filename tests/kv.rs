@@ -4,20 +4,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::procs::*;
+use common::Server;
+use common::asynch::*;
 use serde_json::{Value, json};
 
-async fn dev() -> (Proc, reqwest::Client) {
-    let p = Proc::dev();
-    let c = client();
-    agreed_leader(&c, &[&p]).await;
-    (p, c)
+/// A dev server (with a leader) and an async client.
+fn dev() -> (Server, reqwest::Client) {
+    (Server::builder().dev().node("dev").start(), client())
 }
 
 #[tokio::test]
 async fn put_get_cas_flags_raw_keys_and_delete() {
-    let (p, c) = dev().await;
-    let put = |path: &str, body: &'static str| c.put(p.url(path)).body(body).send();
+    let (p, c) = dev();
+    let put = |path: &str, body: &'static str| c.put(p.at(path)).body(body).send();
     assert_eq!(
         put("/v1/kv/app/config?flags=42", "v1")
             .await
@@ -27,7 +26,7 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
             .unwrap(),
         "true"
     );
-    let r = c.get(p.url("/v1/kv/app/config")).send().await.unwrap();
+    let r = c.get(p.at("/v1/kv/app/config")).send().await.unwrap();
     let index: u64 = r.headers()["x-consul-index"]
         .to_str()
         .unwrap()
@@ -51,23 +50,23 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
         "false"
     );
     let ok = c
-        .put(p.url(&format!("/v1/kv/app/config?cas={index}")))
+        .put(p.at(&format!("/v1/kv/app/config?cas={index}")))
         .body("v2")
         .send()
         .await
         .unwrap();
     assert_eq!(ok.text().await.unwrap(), "true");
-    let raw = c.get(p.url("/v1/kv/app/config?raw")).send().await.unwrap();
+    let raw = c.get(p.at("/v1/kv/app/config?raw")).send().await.unwrap();
     assert_eq!(raw.text().await.unwrap(), "v2");
 
     put("/v1/kv/app/other/x", "1").await.unwrap();
-    let keys: Vec<String> = get_json(&c, p.url("/v1/kv/app/?keys&separator=/")).await;
+    let keys: Vec<String> = get_json(&c, p.at("/v1/kv/app/?keys&separator=/")).await;
     assert_eq!(keys, vec!["app/config", "app/other/"]);
-    let all: Vec<Value> = get_json(&c, p.url("/v1/kv/app?recurse")).await;
+    let all: Vec<Value> = get_json(&c, p.at("/v1/kv/app?recurse")).await;
     assert_eq!(all.len(), 2);
 
     assert_eq!(
-        c.delete(p.url("/v1/kv/app?recurse"))
+        c.delete(p.at("/v1/kv/app?recurse"))
             .send()
             .await
             .unwrap()
@@ -76,27 +75,27 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
             .unwrap(),
         "true"
     );
-    let gone = c.get(p.url("/v1/kv/app/config")).send().await.unwrap();
+    let gone = c.get(p.at("/v1/kv/app/config")).send().await.unwrap();
     assert_eq!(gone.status(), 404);
     assert!(gone.headers().contains_key("x-consul-index"));
 }
 
 #[tokio::test]
 async fn blocking_get_wakes_on_its_key_only() {
-    let (p, c) = dev().await;
-    c.put(p.url("/v1/kv/watched"))
+    let (p, c) = dev();
+    c.put(p.at("/v1/kv/watched"))
         .body("a")
         .send()
         .await
         .unwrap();
-    let r = c.get(p.url("/v1/kv/watched")).send().await.unwrap();
+    let r = c.get(p.at("/v1/kv/watched")).send().await.unwrap();
     let index: u64 = r.headers()["x-consul-index"]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
 
-    let url = p.url(&format!("/v1/kv/watched?index={index}&wait=3s"));
+    let url = p.at(&format!("/v1/kv/watched?index={index}&wait=3s"));
     let (c2, started) = (c.clone(), Instant::now());
     let waiter = tokio::spawn(async move {
         let r = c2.get(url).send().await.unwrap();
@@ -109,7 +108,7 @@ async fn blocking_get_wakes_on_its_key_only() {
     });
     wait_parked(&c, &p, 1).await;
     // An unrelated write must not wake it...
-    c.put(p.url("/v1/kv/unrelated"))
+    c.put(p.at("/v1/kv/unrelated"))
         .body("x")
         .send()
         .await
@@ -120,7 +119,7 @@ async fn blocking_get_wakes_on_its_key_only() {
         "an unrelated write woke the blocking query"
     );
     // ...a write to its key does, promptly.
-    c.put(p.url("/v1/kv/watched"))
+    c.put(p.at("/v1/kv/watched"))
         .body("b")
         .send()
         .await
@@ -132,7 +131,7 @@ async fn blocking_get_wakes_on_its_key_only() {
     // With nothing changing it returns after the wait, same index.
     let started = Instant::now();
     let r = c
-        .get(p.url(&format!("/v1/kv/watched?index={new_index}&wait=500ms")))
+        .get(p.at(&format!("/v1/kv/watched?index={new_index}&wait=500ms")))
         .send()
         .await
         .unwrap();
@@ -145,9 +144,9 @@ async fn blocking_get_wakes_on_its_key_only() {
 
 #[tokio::test]
 async fn txn_applies_all_or_nothing() {
-    let (p, c) = dev().await;
+    let (p, c) = dev();
     let ok = c
-        .put(p.url("/v1/txn"))
+        .put(p.at("/v1/txn"))
         .json(&json!([
             {"KV": {"Verb": "set", "Key": "t/a", "Value": "YQ=="}},
             {"KV": {"Verb": "set", "Key": "t/b", "Value": "Yg==", "Flags": 7}},
@@ -162,7 +161,7 @@ async fn txn_applies_all_or_nothing() {
     assert_eq!(body["Results"][2]["KV"]["Value"], "YQ==");
 
     let bad = c
-        .put(p.url("/v1/txn"))
+        .put(p.at("/v1/txn"))
         .json(&json!([
             {"KV": {"Verb": "set", "Key": "t/c", "Value": "Yw=="}},
             {"KV": {"Verb": "check-not-exists", "Key": "t/a"}}
@@ -174,36 +173,36 @@ async fn txn_applies_all_or_nothing() {
     let body: Value = bad.json().await.unwrap();
     assert_eq!(body["Errors"][0]["OpIndex"], 1);
     assert_eq!(
-        c.get(p.url("/v1/kv/t/c")).send().await.unwrap().status(),
+        c.get(p.at("/v1/kv/t/c")).send().await.unwrap().status(),
         404
     );
 }
 
 #[tokio::test]
 async fn bad_input_is_400_and_changes_nothing() {
-    let (p, c) = dev().await;
+    let (p, c) = dev();
     let big = vec![b'x'; 512 * 1024 + 1];
     let huge = vec![b'x'; 5 << 20];
     let cases: Vec<(reqwest::RequestBuilder, &str)> = vec![
-        (c.put(p.url("/v1/kv/k?flags=abc")).body("v"), "flags"),
-        (c.put(p.url("/v1/kv/k?cas=-1")).body("v"), "cas"),
-        (c.put(p.url("/v1/kv/")).body("v"), "Missing key"),
-        (c.get(p.url("/v1/kv/k?stale&consistent")), "conflicting"),
-        (c.get(p.url("/v1/kv/k?dc=elsewhere")), "datacenter"),
-        (c.get(p.url("/v1/kv/k?index=1&wait=forever")), "wait"),
-        (c.put(p.url("/v1/txn")).body("{not json"), "decode"),
+        (c.put(p.at("/v1/kv/k?flags=abc")).body("v"), "flags"),
+        (c.put(p.at("/v1/kv/k?cas=-1")).body("v"), "cas"),
+        (c.put(p.at("/v1/kv/")).body("v"), "Missing key"),
+        (c.get(p.at("/v1/kv/k?stale&consistent")), "conflicting"),
+        (c.get(p.at("/v1/kv/k?dc=elsewhere")), "datacenter"),
+        (c.get(p.at("/v1/kv/k?index=1&wait=forever")), "wait"),
+        (c.put(p.at("/v1/txn")).body("{not json"), "decode"),
         (
-            c.put(p.url("/v1/txn"))
+            c.put(p.at("/v1/txn"))
                 .body(r#"[{"KV":{"Verb":"explode","Key":"k"}}]"#),
             "verb",
         ),
         (
-            c.put(p.url("/v1/txn"))
+            c.put(p.at("/v1/txn"))
                 .body(r#"[{"KV":{"Verb":"set","Key":"k","Value":"!!"}}]"#),
             "base64",
         ),
         (
-            c.put(p.url("/v1/txn"))
+            c.put(p.at("/v1/txn"))
                 .body(r#"[{"KV":{"Verb":"set","Key":"k","Bogus":1}}]"#),
             "Bogus",
         ),
@@ -229,10 +228,10 @@ async fn bad_input_is_400_and_changes_nothing() {
     };
     let big_txn = json!([{"KV": {"Verb": "set", "Key": "k", "Value": big_b64}}]);
     let cases: Vec<(reqwest::RequestBuilder, &str)> = vec![
-        (c.put(p.url("/v1/kv/k")).body(big.clone()), "too large"),
-        (c.put(p.url("/v1/txn")).json(&big_txn), "too large"),
+        (c.put(p.at("/v1/kv/k")).body(big.clone()), "too large"),
+        (c.put(p.at("/v1/txn")).json(&big_txn), "too large"),
         (
-            c.put(p.url("/v1/txn"))
+            c.put(p.at("/v1/txn"))
                 .json(&vec![json!({"KV":{"Verb":"set","Key":"k"}}); 129]),
             "too many",
         ),
@@ -247,32 +246,32 @@ async fn bad_input_is_400_and_changes_nothing() {
     // A body past the 4 MiB cap is refused before it is read (the server
     // then closes that connection, so it goes last, on its own client).
     let r = client()
-        .put(p.url("/v1/kv/k"))
+        .put(p.at("/v1/kv/k"))
         .body(huge)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
-    assert_eq!(c.get(p.url("/v1/kv/k")).send().await.unwrap().status(), 404);
+    assert_eq!(c.get(p.at("/v1/kv/k")).send().await.unwrap().status(), 404);
     // The server is still healthy.
     assert!(leader_of(&c, &p).await.is_some());
 }
 
 #[tokio::test]
 async fn metrics_and_agent_self() {
-    let (p, c) = dev().await;
-    c.put(p.url("/v1/kv/m")).body("1").send().await.unwrap();
+    let (p, c) = dev();
+    c.put(p.at("/v1/kv/m")).body("1").send().await.unwrap();
     let text = c
-        .get(p.url("/v1/agent/metrics?format=prometheus"))
+        .get(p.at("/v1/agent/metrics?format=prometheus"))
         .send()
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    assert!(text.contains("# TYPE cairn_raft_applied_total counter"));
+    assert!(text.contains("# TYPE cairn_raft_applied counter\ncairn_raft_applied_total "));
     assert!(text.contains("cairn_raft_is_leader 1"));
-    let me: Value = get_json(&c, p.url("/v1/agent/self")).await;
+    let me: Value = get_json(&c, p.at("/v1/agent/self")).await;
     assert_eq!(me["Config"]["Datacenter"], "dc1");
     assert_eq!(me["Config"]["NodeName"], "dev");
 }

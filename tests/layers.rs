@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
         "leases",
         "disk",
         "tls",
+        "tasks",
     ],
     &["error"],
     &["structs"],

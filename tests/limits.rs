@@ -7,7 +7,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::procs::*;
+use common::asynch::*;
+use common::{Server, cluster};
 
 /// A value of `len` bytes that names its key (so a value read back under
 /// another key, or cut short, is caught).
@@ -26,19 +27,18 @@ fn tail(log: &str, n: usize) -> String {
 async fn a_burst_of_large_writes_never_wedges_the_cluster() {
     const WRITES: usize = 300;
     const LEN: usize = 500 * 1024;
-    let dir = tempfile::tempdir().unwrap();
-    let procs = cluster(dir.path(), 3, &[]);
+    let procs = cluster(3, &[]);
     cairn::tls::install_default_provider();
     let c = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
 
     // All at once, spread over the three HTTP ports.
     let burst: Vec<_> = (0..WRITES)
         .map(|n| {
-            let url = procs[n % procs.len()].url(&format!("/v1/kv/big/{n}"));
+            let url = procs[n % procs.len()].at(&format!("/v1/kv/big/{n}"));
             let c = c.clone();
             tokio::spawn(async move {
                 let r = c.put(url).body(big_value(n, LEN)).send().await;
@@ -76,14 +76,14 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
         let r = put(&c, p, &format!("small/{i}"), "x").await;
         if r != Ok(true) {
             for p in &procs {
-                eprintln!("--- {} ---\n{}", p.name, tail(&p.log_text(), 40));
+                eprintln!("--- {} ---\n{}", p.name(), tail(&p.log(), 40));
             }
         }
-        assert_eq!(r, Ok(true), "small write through {}", p.name);
+        assert_eq!(r, Ok(true), "small write through {}", p.name());
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "small write through {} took {:?} after the burst",
-            p.name,
+            p.name(),
             started.elapsed()
         );
     }
@@ -97,7 +97,7 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
     // never a 500 from a queue that grew or timed out.
     if !refused.is_empty() {
         for p in &procs {
-            eprintln!("--- {} ---\n{}", p.name, tail(&p.log_text(), 40));
+            eprintln!("--- {} ---\n{}", p.name(), tail(&p.log(), 40));
         }
     }
     assert!(refused.is_empty(), "{refused:#?}");
@@ -108,10 +108,10 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
             let want = big_value(n, LEN);
             let got = eventually(
                 Duration::from_secs(30),
-                &format!("big/{n} on {}", p.name),
+                &format!("big/{n} on {}", p.name()),
                 || async {
                     let r = c
-                        .get(p.url(&format!("/v1/kv/big/{n}?raw&stale")))
+                        .get(p.at(&format!("/v1/kv/big/{n}?raw&stale")))
                         .send()
                         .await
                         .ok()?;
@@ -122,7 +122,7 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
                 },
             )
             .await;
-            assert!(got == want, "big/{n} on {} differs", p.name);
+            assert!(got == want, "big/{n} on {} differs", p.name());
         }
     }
 }
@@ -186,15 +186,15 @@ async fn send_and_wait_close(addr: &str, bytes: &[u8], within: Duration) {
 }
 
 /// Small writes through every server commit, each within `within`.
-async fn writes_commit(c: &reqwest::Client, procs: &[Proc], key: &str, within: Duration) {
+async fn writes_commit(c: &reqwest::Client, procs: &[Server], key: &str, within: Duration) {
     for p in procs {
         let started = Instant::now();
-        let r = put(c, p, &format!("{key}/{}", p.name), "x").await;
-        assert_eq!(r, Ok(true), "write through {}", p.name);
+        let r = put(c, p, &format!("{key}/{}", p.name()), "x").await;
+        assert_eq!(r, Ok(true), "write through {}", p.name());
         assert!(
             started.elapsed() < within,
             "write through {} took {:?}",
-            p.name,
+            p.name(),
             started.elapsed()
         );
     }
@@ -202,10 +202,9 @@ async fn writes_commit(c: &reqwest::Client, procs: &[Proc], key: &str, within: D
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_bytes_on_the_raft_port_crash_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let procs = cluster(dir.path(), 3, &[]);
+    let procs = cluster(3, &[]);
     let c = client();
-    agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    cluster_leader(&c, &procs).await;
     writes_commit(&c, &procs, "before", Duration::from_secs(5)).await;
 
     let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
@@ -213,9 +212,14 @@ async fn hostile_bytes_on_the_raft_port_crash_nothing() {
     for p in &procs {
         // Garbage behind a plausible length; a length prefix of 4 GiB; a
         // frame nested 200,000 levels deep (2.4 MB).
-        send_and_wait_close(&p.raft, &frame(&garbage), within).await;
-        send_and_wait_close(&p.raft, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3], within).await;
-        send_and_wait_close(&p.raft, &nested_batches(200_000), within).await;
+        send_and_wait_close(&p.raft_addr.to_string(), &frame(&garbage), within).await;
+        send_and_wait_close(
+            &p.raft_addr.to_string(),
+            &[0xff, 0xff, 0xff, 0xff, 1, 2, 3],
+            within,
+        )
+        .await;
+        send_and_wait_close(&p.raft_addr.to_string(), &nested_batches(200_000), within).await;
     }
     // Everyone is still up and the cluster still commits.
     writes_commit(&c, &procs, "after-frames", Duration::from_secs(3)).await;
@@ -225,7 +229,7 @@ async fn hostile_bytes_on_the_raft_port_crash_nothing() {
     let mut idle = Vec::new();
     for p in &procs {
         for _ in 0..1500 {
-            if let Ok(s) = tokio::net::TcpStream::connect(&p.raft).await {
+            if let Ok(s) = tokio::net::TcpStream::connect(p.raft_addr).await {
                 idle.push(s);
             }
         }
@@ -257,10 +261,10 @@ async fn hostile_bytes_on_the_raft_port_crash_nothing() {
     writes_commit(&c, &procs, "after-idle", Duration::from_secs(3)).await;
     for p in &procs {
         assert!(
-            !p.log_text().contains("panicked"),
+            !p.log().contains("panicked"),
             "{} panicked:\n{}",
-            p.name,
-            tail(&p.log_text(), 40)
+            p.name(),
+            tail(&p.log(), 40)
         );
     }
 }
@@ -268,9 +272,8 @@ async fn hostile_bytes_on_the_raft_port_crash_nothing() {
 #[tokio::test]
 async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
     use serde_json::json;
-    let p = Proc::dev();
+    let p = Server::dev();
     let c = client();
-    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
     let service = |id: &str, name: &str| {
         json!({"Node": "n1", "Address": "10.0.0.1",
                "Service": {"ID": id, "Service": name, "Port": 80}})
@@ -314,7 +317,7 @@ async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
         ),
     ];
     for (what, path, body) in cases {
-        let r = c.put(p.url(path)).json(&body).send().await.unwrap();
+        let r = c.put(p.at(path)).json(&body).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         assert_eq!(status, 400, "{what} in {body}: {text}");
@@ -323,7 +326,7 @@ async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
     // A NUL in a KV key, as a client sends it in the path.
     for key in ["a%00b", "a%0Ab", "a%7Fb"] {
         let r = c
-            .put(p.url(&format!("/v1/kv/{key}")))
+            .put(p.at(&format!("/v1/kv/{key}")))
             .body("v")
             .send()
             .await
@@ -331,13 +334,13 @@ async fn control_characters_in_names_and_ids_answer_400_and_change_nothing() {
         assert_eq!(r.status().as_u16(), 400, "key {key}");
     }
     // Nothing of it was written.
-    let nodes: Vec<serde_json::Value> = get_json(&c, p.url("/v1/catalog/nodes")).await;
+    let nodes: Vec<serde_json::Value> = get_json(&c, p.at("/v1/catalog/nodes")).await;
     assert!(nodes.iter().all(|n| n["Node"] != "n1"), "{nodes:?}");
-    let r = c.get(p.url("/v1/kv/?keys")).send().await.unwrap();
+    let r = c.get(p.at("/v1/kv/?keys")).send().await.unwrap();
     assert_eq!(r.status(), 404, "some key was written");
     // A plain name still registers.
     let r = c
-        .put(p.url("/v1/catalog/register"))
+        .put(p.at("/v1/catalog/register"))
         .json(&service("web1", "web"))
         .send()
         .await
@@ -360,30 +363,22 @@ async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> Optio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_limits_hold_with_their_flags() {
     use tokio::io::AsyncWriteExt;
-    let dir = tempfile::tempdir().unwrap();
-    let mut p = Proc::new(
-        "limits",
-        dir.path(),
-        [
-            "--http-max-conns",
-            "40",
-            "--http-read-header-timeout",
-            "1s",
-            "--http-idle-timeout",
-            "3s",
-            "--http-max-blocking-queries",
-            "4",
-        ]
-        .map(String::from)
-        .to_vec(),
-    );
-    p.start();
+    let mut p = Server::builder()
+        .node("limits")
+        .arg("--http-max-conns")
+        .arg("40")
+        .arg("--http-read-header-timeout")
+        .arg("1s")
+        .arg("--http-idle-timeout")
+        .arg("3s")
+        .arg("--http-max-blocking-queries")
+        .arg("4")
+        .start();
     let c = client();
-    eventually(Duration::from_secs(20), "a leader", || leader_of(&c, &p)).await;
     assert_eq!(put(&c, &p, "k", "v").await, Ok(true));
 
     // A head that never ends is cut at the header timeout.
-    let mut slow = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let mut slow = tokio::net::TcpStream::connect(p.http_addr).await.unwrap();
     slow.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
@@ -395,16 +390,16 @@ async fn http_limits_hold_with_their_flags() {
 
     // An idle keep-alive connection is closed at the idle timeout, but one
     // whose blocking query waits longer than that is not.
-    let mut idle = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(p.http_addr).await.unwrap();
     idle.write_all(b"GET /v1/kv/k HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    let index = c.get(p.url("/v1/kv/k")).send().await.unwrap();
+    let index = c.get(p.at("/v1/kv/k")).send().await.unwrap();
     let index = index.headers()["x-consul-index"]
         .to_str()
         .unwrap()
         .to_string();
-    let mut waiting = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let mut waiting = tokio::net::TcpStream::connect(p.http_addr).await.unwrap();
     waiting
         .write_all(
             format!("GET /v1/kv/k?index={index}&wait=5s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -434,17 +429,14 @@ async fn http_limits_hold_with_their_flags() {
     let c = client();
     let parked: Vec<_> = (0..4)
         .map(|_| {
-            let (c, url) = (
-                c.clone(),
-                p.url(&format!("/v1/kv/k?index={index}&wait=15s")),
-            );
+            let (c, url) = (c.clone(), p.at(&format!("/v1/kv/k?index={index}&wait=15s")));
             tokio::spawn(async move { c.get(url).send().await.map(|r| r.status().as_u16()) })
         })
         .collect();
     wait_parked(&c, &p, 4).await;
     eventually(Duration::from_secs(30), "a 429", || async {
         let r = c
-            .get(p.url(&format!("/v1/kv/k?index={index}&wait=15s")))
+            .get(p.at(&format!("/v1/kv/k?index={index}&wait=15s")))
             .timeout(Duration::from_secs(5))
             .send()
             .await
@@ -452,7 +444,7 @@ async fn http_limits_hold_with_their_flags() {
         (r.status() == 429).then_some(())
     })
     .await;
-    assert_eq!(c.get(p.url("/v1/kv/k")).send().await.unwrap().status(), 200);
+    assert_eq!(c.get(p.at("/v1/kv/k")).send().await.unwrap().status(), 200);
     for t in parked {
         assert_eq!(t.await.unwrap().unwrap(), 200);
     }
@@ -461,9 +453,9 @@ async fn http_limits_hold_with_their_flags() {
     // server takes connections again.
     let mut held = Vec::new();
     for _ in 0..40 {
-        held.push(tokio::net::TcpStream::connect(&p.http).await.unwrap());
+        held.push(tokio::net::TcpStream::connect(p.http_addr).await.unwrap());
     }
-    let mut extra = tokio::net::TcpStream::connect(&p.http).await.unwrap();
+    let mut extra = tokio::net::TcpStream::connect(p.http_addr).await.unwrap();
     let took = closed_within(&mut extra, Duration::from_secs(2)).await;
     assert!(took.is_some(), "a connection past the cap was kept");
     drop(held);
@@ -471,7 +463,7 @@ async fn http_limits_hold_with_their_flags() {
         Duration::from_secs(10),
         "a request after the cap",
         || async {
-            let r = client().get(p.url("/v1/kv/k")).send().await.ok()?;
+            let r = client().get(p.at("/v1/kv/k")).send().await.ok()?;
             (r.status() == 200).then_some(())
         },
     )

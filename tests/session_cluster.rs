@@ -7,12 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::procs::*;
+use common::asynch::*;
+use common::{Server, by_raft, cluster};
 use serde_json::{Value, json};
 
-async fn put_json(c: &reqwest::Client, p: &Proc, path: &str, body: &str) -> (u16, String) {
+async fn put_json(c: &reqwest::Client, p: &Server, path: &str, body: &str) -> (u16, String) {
     let r = c
-        .put(p.url(path))
+        .put(p.at(path))
         .body(body.to_string())
         .send()
         .await
@@ -20,8 +21,8 @@ async fn put_json(c: &reqwest::Client, p: &Proc, path: &str, body: &str) -> (u16
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-async fn session_ids(c: &reqwest::Client, p: &Proc) -> Option<Vec<String>> {
-    let r = c.get(p.url("/v1/session/list?stale")).send().await.ok()?;
+async fn session_ids(c: &reqwest::Client, p: &Server) -> Option<Vec<String>> {
+    let r = c.get(p.at("/v1/session/list?stale")).send().await.ok()?;
     let list: Vec<Value> = r.json().await.ok()?;
     Some(
         list.iter()
@@ -32,10 +33,9 @@ async fn session_ids(c: &reqwest::Client, p: &Proc) -> Option<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = cluster(dir.path(), 3, &[]);
+    let mut procs = cluster(3, &[]);
     let c = client();
-    let leader = agreed_leader(&c, &procs.iter().collect::<Vec<_>>()).await;
+    let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let fi = (li + 1) % 3;
 
@@ -51,10 +51,10 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
         .as_str()
         .unwrap()
         .into();
-    let info: Value = get_json(&c, procs[fi].url(&format!("/v1/session/info/{lapsed}"))).await;
+    let info: Value = get_json(&c, procs[fi].at(&format!("/v1/session/info/{lapsed}"))).await;
     assert_eq!(
         info[0]["Node"],
-        procs[fi].name.as_str(),
+        procs[fi].name(),
         "the receiving server's node"
     );
     let (_, held) = put_json(
@@ -67,12 +67,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
     assert_eq!(held, "true");
 
     procs[li].kill();
-    let survivors: Vec<&Proc> = procs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != li)
-        .map(|(_, p)| p)
-        .collect();
+    let survivors: Vec<&Server> = all_but(&procs, li);
     eventually(Duration::from_secs(20), "a new leader", || async {
         let l = agreed_leader(&c, &survivors).await;
         (l != leader).then_some(())
@@ -109,7 +104,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let r: Value = get_json(&c, survivors[0].url("/v1/kv/elect?stale")).await;
+    let r: Value = get_json(&c, survivors[0].at("/v1/kv/elect?stale")).await;
     assert_eq!(
         r[0].get("Session"),
         None,
@@ -117,7 +112,7 @@ async fn ttls_hold_across_a_leader_change_and_sessions_default_to_the_receiving_
     );
 }
 
-async fn views_of(c: &reqwest::Client, procs: &[&Proc]) -> Vec<Option<Vec<String>>> {
+async fn views_of(c: &reqwest::Client, procs: &[&Server]) -> Vec<Option<Vec<String>>> {
     let mut out = Vec::new();
     for p in procs {
         out.push(session_ids(c, p).await);

@@ -5,8 +5,9 @@
 
 mod common;
 
+use common::Server;
 use common::agent::Agent;
-use common::procs::*;
+use common::asynch::*;
 
 const NS: &str = r#"Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature"#;
 const NS_HEADER: &str =
@@ -18,9 +19,8 @@ const AP_HEADER: &str =
 
 #[tokio::test]
 async fn namespaces_and_partitions_are_refused_on_every_endpoint() {
-    let p = Proc::dev();
+    let p = Server::dev();
     let c = client();
-    agreed_leader(&c, &[&p]).await;
 
     let refused = [
         ("GET", "/v1/catalog/services?ns=foo", None, NS),
@@ -43,7 +43,7 @@ async fn namespaces_and_partitions_are_refused_on_every_endpoint() {
         ("GET", "/v1/discovery-chain/web?partition=x", None, AP),
     ];
     for (method, path, header, reason) in refused {
-        let mut req = c.request(method.parse().unwrap(), p.url(path)).body("v");
+        let mut req = c.request(method.parse().unwrap(), p.at(path)).body("v");
         if let Some((k, v)) = header {
             req = req.header(k, v);
         }
@@ -57,7 +57,7 @@ async fn namespaces_and_partitions_are_refused_on_every_endpoint() {
         );
     }
     // Nothing was written by the refused PUTs.
-    let r = c.get(p.url("/v1/kv/a")).send().await.unwrap();
+    let r = c.get(p.at("/v1/kv/a")).send().await.unwrap();
     assert_eq!(r.status(), 404);
 
     let accepted = [
@@ -70,7 +70,7 @@ async fn namespaces_and_partitions_are_refused_on_every_endpoint() {
         ("/v1/catalog/services", Some(("X-Consul-Namespace", ""))),
     ];
     for (path, header) in accepted {
-        let mut req = c.get(p.url(path));
+        let mut req = c.get(p.at(path));
         if let Some((k, v)) = header {
             req = req.header(k, v);
         }
@@ -81,8 +81,8 @@ async fn namespaces_and_partitions_are_refused_on_every_endpoint() {
 
 #[test]
 fn a_client_agent_refuses_them_too() {
-    let server = Proc::dev();
-    let agent = Agent::builder("a1", &server.url("")).start();
+    let server = Server::dev();
+    let agent = Agent::builder("a1", &server.at("")).start();
     for (path, reason) in [
         ("/v1/agent/services?ns=foo", NS),
         ("/v1/catalog/nodes?partition=team", AP),

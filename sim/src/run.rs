@@ -419,7 +419,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             s.store
                 .state()
                 .indexes
-                .range("reaped/".to_string()..)
+                .range(cairn::state::keys::floor("")..)
                 .take_while(|(k, _)| k.starts_with("reaped/"))
                 .map(|(_, v)| *v)
                 .max()

@@ -27,7 +27,7 @@ use super::sync;
 use crate::error::{Error, Result};
 use crate::request::rows::{RowFilter, Rows};
 use crate::request::{MAX_BODY, Params, decode_json, wait_of};
-use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, valid_health_status};
+use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};
 
 type App = Arc<Agent>;
 
@@ -182,15 +182,13 @@ async fn agent_self(State(a): State<App>) -> Response {
     axum::Json(json!({
         "Config": self_config(&a),
         "DebugConfig": debug_config(&a),
-        "Member": {
-            "Name": a.config.node,
-            "Addr": a.config.http_addr.ip().to_string(),
-            "Port": a.config.http_addr.port(),
-            "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
-            "Status": 1,
-            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-        },
+        "Member": crate::structs::agent::Member::node(
+            &a.config.node,
+            &a.config.http_addr.ip().to_string(),
+            a.config.http_addr.port(),
+            &dc,
+            crate::structs::agent::MEMBER_ALIVE,
+        ),
         "Meta": node_meta(&a),
     }))
     .into_response()
@@ -283,16 +281,14 @@ async fn service(
 
 /// A service's aggregated local health, as `/v1/agent/health/service/...`
 /// shows it: the worst of its checks (passing when it has none).
-fn health_entry(t: &Tables, id: &str, dc: &str) -> Option<(&'static str, Value)> {
+fn health_entry(t: &Tables, id: &str, dc: &str) -> Option<(HealthStatus, Value)> {
     let service = service_view(t, id, dc)?;
     let checks: Vec<crate::structs::HealthCheck> = t
         .live_checks()
         .filter(|c| c.check.service_id == id)
         .map(|c| t.expected_check(&c.check))
         .collect();
-    let status = checks
-        .iter()
-        .fold(HEALTH_PASSING, |w, c| super::checks::worse(w, &c.status));
+    let status = checks.iter().fold(HEALTH_PASSING, |w, c| w.worse(c.status));
     let entry = json!({"AggregatedStatus": status, "Service": service, "Checks": checks});
     Some((status, entry))
 }
@@ -300,10 +296,10 @@ fn health_entry(t: &Tables, id: &str, dc: &str) -> Option<(&'static str, Value)>
 /// Consul's codes for an aggregated status: 200 passing, 429 warning, 503
 /// critical; the body is the JSON, or the status alone with `?format=text`
 /// or `Accept: text/plain`.
-fn health_response(p: &Params, headers: &HeaderMap, status: &str, body: Value) -> Response {
+fn health_response(p: &Params, headers: &HeaderMap, status: HealthStatus, body: Value) -> Response {
     let code = match status {
-        HEALTH_PASSING => StatusCode::OK,
-        HEALTH_WARNING => StatusCode::TOO_MANY_REQUESTS,
+        HealthStatus::Passing => StatusCode::OK,
+        HealthStatus::Warning => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     let text = p.get("format") == Some("text")
@@ -342,7 +338,7 @@ async fn health_by_name(
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let dc = a.datacenter();
-    let entries: Vec<(&'static str, Value)> = a.local.with(|t| {
+    let entries: Vec<(HealthStatus, Value)> = a.local.with(|t| {
         t.live_services()
             .filter(|s| s.registered.service == name)
             .filter_map(|s| health_entry(t, &s.registered.id, &dc))
@@ -351,9 +347,7 @@ async fn health_by_name(
     if entries.is_empty() {
         return Err(Error::NotFound(format!("ServiceName {name} Not Found")));
     }
-    let status = entries
-        .iter()
-        .fold(HEALTH_PASSING, |w, (s, _)| super::checks::worse(w, s));
+    let status = entries.iter().fold(HEALTH_PASSING, |w, (s, _)| w.worse(*s));
     let body = Value::Array(entries.into_iter().map(|(_, e)| e).collect());
     Ok(health_response(&p, &headers, status, body))
 }
@@ -439,13 +433,13 @@ struct CheckUpdate {
 
 async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Result<Response> {
     let u: CheckUpdate = decode_json(&body)?;
-    if !valid_health_status(&u.status) {
-        return Err(Error::bad(format!(
+    let status = HealthStatus::settable(&u.status).map_err(|e| {
+        Error::bad(format!(
             "Invalid status {:?}: must be passing, warning or critical",
-            u.status
-        )));
-    }
-    a.update_ttl(&id, &u.status, &u.output).await?;
+            e.0
+        ))
+    })?;
+    a.update_ttl(&id, status, &u.output).await?;
     sync::pushed(&a).await;
     Ok(ok())
 }

@@ -81,6 +81,7 @@ async fn watch_kind(a: Arc<Agent>, kind: Kind) {
 /// Starts one watch per kind.
 pub fn spawn(a: &Arc<Agent>) {
     for kind in KINDS {
-        tokio::spawn(watch_kind(a.clone(), kind));
+        a.tasks
+            .spawn("agent central config", watch_kind(a.clone(), kind));
     }
 }

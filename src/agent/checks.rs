@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::local::Local;
-use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthCheck};
+use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthCheck, HealthStatus};
 
 /// Consul's floor for check intervals.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -85,7 +85,7 @@ impl Streak {
     /// critical one as critical after `FailuresBeforeCritical` in a row,
     /// as warning after `FailuresBeforeWarning`. `None`: the check keeps
     /// the status (and output) it has.
-    pub fn observe(&mut self, t: &Thresholds, status: &'static str) -> Option<&'static str> {
+    pub fn observe(&mut self, t: &Thresholds, status: HealthStatus) -> Option<HealthStatus> {
         if status == HEALTH_CRITICAL {
             self.successes = 0;
             self.failures = self.failures.saturating_add(1);
@@ -368,7 +368,7 @@ pub fn due_for_deregistration(t: &super::local::Tables, now: Instant) -> Vec<Str
 /// on this agent or any of its checks (or of this node's) is critical,
 /// warning if one warns, passing otherwise. `own` (the alias check itself)
 /// is left out.
-pub fn alias_status(t: &super::local::Tables, service: &str, own: &str) -> (&'static str, String) {
+pub fn alias_status(t: &super::local::Tables, service: &str, own: &str) -> (HealthStatus, String) {
     if t.live_service(service).is_none() {
         return (
             HEALTH_CRITICAL,
@@ -379,30 +379,14 @@ pub fn alias_status(t: &super::local::Tables, service: &str, own: &str) -> (&'st
         .live_checks()
         .filter(|c| c.check.check_id != own)
         .filter(|c| c.check.service_id == service || c.check.service_id.is_empty())
-        .map(|c| c.check.status.as_str())
-        .fold(HEALTH_PASSING, |w, s| worse(w, s));
+        .map(|c| c.check.status)
+        .fold(HEALTH_PASSING, HealthStatus::worse);
     let output = match worst {
-        HEALTH_PASSING => "All checks passing".to_string(),
-        HEALTH_WARNING => format!("Aliased service {service:?} has a check warning"),
+        HealthStatus::Passing => "All checks passing".to_string(),
+        HealthStatus::Warning => format!("Aliased service {service:?} has a check warning"),
         _ => format!("Aliased service {service:?} has a check critical"),
     };
     (worst, output)
-}
-
-/// The worse of two statuses (unknown ones count as critical).
-pub fn worse(a: &'static str, b: &str) -> &'static str {
-    fn rank(s: &str) -> u8 {
-        match s {
-            HEALTH_PASSING => 0,
-            HEALTH_WARNING => 1,
-            _ => 2,
-        }
-    }
-    match rank(a).max(rank(b)) {
-        0 => HEALTH_PASSING,
-        1 => HEALTH_WARNING,
-        _ => HEALTH_CRITICAL,
-    }
 }
 
 /// At most `MAX_OUTPUT` bytes, cut on a character boundary.
@@ -439,7 +423,7 @@ async fn http_probe(
     headers: &[(String, String)],
     body: &str,
     timeout: Duration,
-) -> (&'static str, String) {
+) -> (HealthStatus, String) {
     let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
     let mut req = client.request(m, url).timeout(timeout);
     for (k, v) in headers {
@@ -495,7 +479,7 @@ fn https_check_client(
         .map_err(|e| e.to_string())
 }
 
-async fn tcp_probe(addr: &str, timeout: Duration) -> (&'static str, String) {
+async fn tcp_probe(addr: &str, timeout: Duration) -> (HealthStatus, String) {
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(_)) => (HEALTH_PASSING, format!("TCP connect {addr}: Success")),
         Ok(Err(e)) => (HEALTH_CRITICAL, format!("dial tcp {addr}: {e}")),
@@ -563,11 +547,11 @@ pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: C
                         let changed = local
                             .with(|t| t.set_check_status(&id, status, &output, Instant::now()));
                         if changed {
-                            tracing::debug!(check = %id, status, "check result");
+                            tracing::debug!(check = %id, status = status.as_str(), "check result");
                         }
                     }
                     None => {
-                        tracing::debug!(check = %id, result = status, "below its threshold: status kept");
+                        tracing::debug!(check = %id, result = status.as_str(), "below its threshold: status kept");
                     }
                 }
                 tokio::time::sleep(spec.interval).await;
@@ -715,16 +699,16 @@ mod tests {
     }
 
     /// Feeds results and collects what would be recorded.
-    fn feed(t: Thresholds, results: &[&'static str]) -> Vec<Option<&'static str>> {
+    fn feed(t: Thresholds, results: &[HealthStatus]) -> Vec<Option<HealthStatus>> {
         let mut streak = Streak::default();
-        results.iter().map(|r| streak.observe(&t, r)).collect()
+        results.iter().map(|r| streak.observe(&t, *r)).collect()
     }
 
     #[test]
     fn thresholds_count_consecutive_results() {
-        const P: &str = HEALTH_PASSING;
-        const W: &str = HEALTH_WARNING;
-        const C: &str = HEALTH_CRITICAL;
+        const P: HealthStatus = HEALTH_PASSING;
+        const W: HealthStatus = HEALTH_WARNING;
+        const C: HealthStatus = HEALTH_CRITICAL;
         // No thresholds: every result counts.
         assert_eq!(
             feed(Thresholds::default(), &[P, C, W]),
@@ -777,7 +761,7 @@ mod tests {
             vec![alias("a", "web", "proxy")],
             now,
         );
-        let status = |t: &super::super::local::Tables, id: &str| t.checks[id].check.status.clone();
+        let status = |t: &super::super::local::Tables, id: &str| t.checks[id].check.status;
         assert_eq!(status(&t, "a"), HEALTH_CRITICAL, "no such service yet");
         add(&mut t, svc("web", &[]), vec![], now);
         assert_eq!(status(&t, "a"), HEALTH_PASSING, "a service without checks");

@@ -20,7 +20,7 @@ use crate::definition::{
 };
 use crate::error::{Error, Result};
 use crate::structs::agent::SERF_CHECK_ID;
-use crate::structs::{HealthCheck, NodeService, RegisterRequest, valid_health_status};
+use crate::structs::{HEALTH_MAINT, HealthCheck, NodeService, RegisterRequest};
 
 /// A service with the checks that came with it, and its sidecar if it
 /// declared one.
@@ -55,11 +55,10 @@ pub(super) fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> 
             "Check ID {SERF_CHECK_ID:?} is reserved for the servers"
         )));
     }
-    if !valid_health_status(&check.status) {
-        return Err(Error::bad(format!(
-            "Invalid check status {:?}: must be passing, warning or critical",
-            check.status
-        )));
+    if check.status == HEALTH_MAINT {
+        return Err(Error::bad(
+            crate::structs::BadStatus(HEALTH_MAINT.to_string()).to_string(),
+        ));
     }
     let spec = CheckSpec::parse(&check).map_err(Error::BadRequest)?;
     Ok((check, spec))

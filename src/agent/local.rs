@@ -27,7 +27,9 @@ use crate::discovery_chain::{EntryLookup, MemoryEntries};
 use crate::error::{Error, Result};
 use crate::merge::{merge_with_central_config, should_merge};
 use crate::structs::config_entry::{ConfigEntry, Kind};
-use crate::structs::{HEALTH_CRITICAL, HealthCheck, Meta, Node, NodeService, RegisterRequest};
+use crate::structs::{
+    HEALTH_CRITICAL, HealthCheck, HealthStatus, Meta, Node, NodeService, RegisterRequest,
+};
 
 /// Where an entry came from: definitions in `--config-dir` are read again
 /// at every start, so only API registrations are persisted.
@@ -318,9 +320,6 @@ impl Tables {
         check.node = self.node.name.clone();
         check.create_index = 0;
         check.modify_index = 0;
-        if check.status.is_empty() {
-            check.status = HEALTH_CRITICAL.into();
-        }
         let critical_since = (check.status == HEALTH_CRITICAL).then_some(now);
         let mark = self.change();
         self.checks.insert(
@@ -358,8 +357,14 @@ impl Tables {
     /// alone waits for the next full sync (as Consul defers output-only
     /// updates), so a chatty check does not write on every run. Alias
     /// checks follow.
-    pub fn set_check_status(&mut self, id: &str, status: &str, output: &str, now: Instant) -> bool {
-        let changed = self.record_status(id, status, output, now);
+    pub fn set_check_status(
+        &mut self,
+        id: &str,
+        status: HealthStatus,
+        output: &str,
+        now: Instant,
+    ) -> bool {
+        let changed = self.record_status(id, (status, output), now);
         if changed {
             self.refresh_aliases(now);
         }
@@ -381,7 +386,7 @@ impl Tables {
             let mut changed = false;
             for (id, target) in &aliases {
                 let (status, output) = checks::alias_status(self, target, id);
-                changed |= self.record_status(id, status, &output, now);
+                changed |= self.record_status(id, (status, &output), now);
             }
             if !changed {
                 break;
@@ -389,7 +394,9 @@ impl Tables {
         }
     }
 
-    fn record_status(&mut self, id: &str, status: &str, output: &str, now: Instant) -> bool {
+    /// Records `(status, output)` for check `id`; whether anything changed.
+    fn record_status(&mut self, id: &str, result: (HealthStatus, &str), now: Instant) -> bool {
+        let (status, output) = result;
         let Some(c) = self.checks.get(id).filter(|c| !c.deleted) else {
             return false;
         };
@@ -409,7 +416,7 @@ impl Tables {
         if status_changed {
             c.critical_since = (status == HEALTH_CRITICAL).then_some(now);
         }
-        c.check.status = status.to_string();
+        c.check.status = status;
         c.check.output = output.to_string();
         if let Some(m) = mark {
             c.mark = m;
@@ -654,7 +661,7 @@ mod tests {
         assert_eq!(t.checks["c1"].check.status, HEALTH_CRITICAL);
         assert_eq!(t.checks["c1"].critical_since, Some(now));
         // A change after the push was planned: the push does not mark it.
-        t.set_check_status("c1", "passing", "", now);
+        t.set_check_status("c1", HealthStatus::Passing, "", now);
         let cg = t.checks["c1"].mark.generation;
         t.synced(&[
             (Item::Service("web".into()), g),

@@ -71,7 +71,7 @@ fn check(id: String, name: &str, service_id: &str, reason: &str, default: &str) 
     HealthCheck {
         check_id: id,
         name: name.into(),
-        status: HEALTH_CRITICAL.into(),
+        status: HEALTH_CRITICAL,
         notes: if reason.is_empty() { default } else { reason }.into(),
         service_id: service_id.into(),
         check_type: CHECK_TYPE.into(),

@@ -104,6 +104,9 @@ pub struct Agent {
     persisting: tokio::sync::Mutex<()>,
     /// Live agents plus servers, as the last heartbeat said.
     cluster_size: AtomicUsize,
+    /// Anti-entropy, heartbeats, the reaper, central config: the process
+    /// stops if one dies.
+    pub tasks: crate::tasks::Tasks,
     datacenter: RwLock<String>,
     /// `PUT /v1/agent/leave`: leave the cluster and stop.
     leave: tokio::sync::Notify,
@@ -288,7 +291,12 @@ impl Agent {
 
     /// `/v1/agent/check/pass|warn|fail|update`: sets a TTL check's status
     /// and renews its TTL.
-    async fn update_ttl(self: &Arc<Self>, id: &str, status: &str, output: &str) -> Result<()> {
+    async fn update_ttl(
+        self: &Arc<Self>,
+        id: &str,
+        status: crate::structs::HealthStatus,
+        output: &str,
+    ) -> Result<()> {
         let reset = self.local.with(|t| {
             let c = t
                 .live_check(id)
@@ -372,6 +380,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         local: Arc::new(Local::new(tables)),
         node_id,
         runners: Mutex::new(HashMap::new()),
+        tasks: Default::default(),
         persisting: tokio::sync::Mutex::new(()),
         cluster_size: AtomicUsize::new(1),
         datacenter: RwLock::new(config.datacenter.clone()),
@@ -442,9 +451,10 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
 /// Starts an agent's background work: anti-entropy, heartbeats, the
 /// critical-service reaper and central config.
 fn spawn_tasks(agent: &Arc<Agent>) {
-    tokio::spawn(sync::run(agent.clone()));
-    tokio::spawn(liveness::heartbeat_loop(agent.clone()));
-    tokio::spawn(reap_critical(agent.clone()));
+    let tasks = &agent.tasks;
+    tasks.spawn("agent sync", sync::run(agent.clone()));
+    tasks.spawn("agent heartbeats", liveness::heartbeat_loop(agent.clone()));
+    tasks.spawn("agent critical reaper", reap_critical(agent.clone()));
     central::spawn(agent);
 }
 
@@ -530,6 +540,10 @@ pub async fn run(
     tokio::select! {
         r = plain => r?,
         _ = secure => {},
+        ended = agent.tasks.failed() => {
+            tracing::error!("{ended}: stopping");
+            std::process::exit(crate::tasks::TASK_EXIT);
+        }
         _ = crate::signal::shutdown() => liveness::leave_cluster(&agent).await,
         _ = agent.leave.notified() => liveness::leave_cluster(&agent).await,
     }

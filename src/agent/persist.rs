@@ -83,7 +83,7 @@ mod tests {
             }],
             checks: vec![HealthCheck {
                 check_id: "c".into(),
-                status: "passing".into(),
+                status: crate::structs::HEALTH_PASSING,
                 ..Default::default()
             }],
             sidecars: [(

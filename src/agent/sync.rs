@@ -581,7 +581,7 @@ mod tests {
         });
         remote.checks.push(HealthCheck {
             check_id: SERF_CHECK_ID.into(),
-            status: "passing".into(),
+            status: crate::structs::HEALTH_PASSING,
             ..Default::default()
         });
         remote.node.as_mut().unwrap().address = "10.9.9.9".into();
@@ -614,7 +614,7 @@ mod tests {
         );
         let p = plan(&t);
         synced_all(&mut t, &p);
-        t.set_check_status("c2", "passing", "ok", now);
+        t.set_check_status("c2", crate::structs::HEALTH_PASSING, "ok", now);
         let p = plan(&t);
         assert_eq!(p.len(), 1);
         let PushRequest::Register(r) = &p[0].request else {

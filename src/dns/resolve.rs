@@ -538,7 +538,7 @@ mod tests {
         let check = HealthCheck {
             node: node_name.into(),
             check_id: "c".into(),
-            status: status.into(),
+            status: status.parse().unwrap(),
             ..Default::default()
         };
         Instance {

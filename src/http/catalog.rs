@@ -10,13 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::structs::rows::{NodeWith, ServiceNodeRow};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
@@ -27,12 +27,9 @@ use crate::request::rows::{
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
-use crate::state::{Command, Response as Applied, State as Tables, keys};
+use crate::state::{self, Command, Response as Applied, keys};
 use crate::structs::validate::{check_dc, validate_register};
-use crate::structs::{
-    ConnectProxyConfig, DeregisterRequest, Meta, Node, NodeService, RegisterRequest,
-    ServiceAddress, Weights,
-};
+use crate::structs::{DeregisterRequest, Node, NodeService, RegisterRequest};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -162,73 +159,6 @@ fn done(r: Applied) -> Result<Response> {
     }
 }
 
-/// Consul's `ServiceNode`: one service instance flattened with its node,
-/// borrowed from the state version so a large answer copies nothing.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct ServiceNodeRow<'a> {
-    #[serde(rename = "ID")]
-    id: &'a str,
-    node: &'a str,
-    address: &'a str,
-    datacenter: &'a str,
-    tagged_addresses: &'a BTreeMap<String, String>,
-    node_meta: &'a Meta,
-    service_kind: &'a str,
-    #[serde(rename = "ServiceID")]
-    service_id: &'a str,
-    service_name: &'a str,
-    service_tags: &'a [String],
-    service_address: &'a str,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    service_tagged_addresses: &'a BTreeMap<String, ServiceAddress>,
-    service_weights: &'a Weights,
-    service_meta: &'a Meta,
-    service_port: i64,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    service_socket_path: &'a str,
-    service_enable_tag_override: bool,
-    service_proxy: &'a ConnectProxyConfig,
-    service_connect: &'a Map<String, Value>,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    service_peer_name: &'a str,
-    create_index: u64,
-    modify_index: u64,
-}
-
-impl<'a> ServiceNodeRow<'a> {
-    pub fn new(node: &'a Node, svc: &'a NodeService, dc: &'a str) -> Self {
-        ServiceNodeRow {
-            id: &node.id,
-            node: &node.node,
-            address: &node.address,
-            datacenter: if node.datacenter.is_empty() {
-                dc
-            } else {
-                &node.datacenter
-            },
-            tagged_addresses: &node.tagged_addresses,
-            node_meta: &node.meta,
-            service_kind: &svc.kind,
-            service_id: &svc.id,
-            service_name: &svc.service,
-            service_tags: &svc.tags,
-            service_address: &svc.address,
-            service_tagged_addresses: &svc.tagged_addresses,
-            service_weights: &svc.weights,
-            service_meta: &svc.meta,
-            service_port: svc.port,
-            service_socket_path: &svc.socket_path,
-            service_enable_tag_override: svc.enable_tag_override,
-            service_proxy: &svc.proxy,
-            service_connect: &svc.connect,
-            service_peer_name: &svc.peer_name,
-            create_index: svc.create_index,
-            modify_index: svc.modify_index,
-        }
-    }
-}
-
 /// A node as shown in answers: the datacenter filled in when it was not
 /// recorded.
 fn shown_node(node: &Node, dc: &str) -> Node {
@@ -255,14 +185,14 @@ async fn nodes(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
     let dc = s.config.datacenter.clone();
-    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES.into()]), |st| {
+    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES]), |st| {
         let list: Vec<Node> = st
             .nodes
             .values()
             .filter(|n| node_matches(n, &meta))
             .map(|n| shown_node(n, &dc))
             .collect();
-        (st.index_of([keys::NODES]), list)
+        (st.index_of([&keys::NODES]), list)
     })
     .await?;
     apply_filter(&filter, &mut list);
@@ -275,9 +205,9 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
     let meta = node_meta_filters(&p);
     // Node-meta and filters look at node fields, which change under the
     // nodes key rather than the services key.
-    let mut watch = vec![keys::SERVICES.to_string()];
+    let mut watch = vec![keys::SERVICES];
     if !meta.is_empty() || filter.is_some() {
-        watch.push(keys::NODES.into());
+        watch.push(keys::NODES);
     }
     let dc = s.config.datacenter.clone();
     let (index, map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
@@ -299,7 +229,7 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
                 .or_default()
                 .extend(svc.tags.iter().cloned());
         }
-        (st.index_of(watch.iter().map(String::as_str)), map)
+        (st.index_of(watch.iter()), map)
     })
     .await?;
     Ok(json_at(&s, index, &map))
@@ -323,7 +253,7 @@ async fn service_rows(s: App, q: Option<String>, name: String, connect: bool) ->
         if merge {
             crate::merge::merge_instances(st, &mut found);
         }
-        (st.index_of(watch.iter().map(String::as_str)), found)
+        (st.index_of(watch.iter()), found)
     })
     .await?;
     let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
@@ -361,25 +291,21 @@ async fn read_node(
 ) -> Result<(u64, Option<(Node, Vec<NodeService>)>)> {
     let key = keys::node(name);
     let dc = s.config.datacenter.clone();
-    blocking(s, opts, Watch::Keys(vec![key.clone()]), |st: &Tables| {
-        let found = st.nodes.get(name).map(|n| {
-            (
-                shown_node(n, &dc),
-                node_services(st, name).cloned().collect::<Vec<_>>(),
-            )
-        });
-        (st.index_of([key.as_str()]), found)
-    })
+    blocking(
+        s,
+        opts,
+        Watch::Keys(vec![key.clone()]),
+        |st: &state::State| {
+            let found = st.nodes.get(name).map(|n| {
+                (
+                    shown_node(n, &dc),
+                    node_services(st, name).cloned().collect::<Vec<_>>(),
+                )
+            });
+            (st.index_of([&key]), found)
+        },
+    )
     .await
-}
-
-/// `{"Node": .., "Services": ..}`, a struct so the node keeps Consul's
-/// field order (a `json!` map would sort it).
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct NodeWith<'a, S> {
-    node: Option<&'a Node>,
-    services: S,
 }
 
 /// `{"Node": .., "Services": {id: service}}`, or `null` for an unknown node

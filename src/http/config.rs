@@ -112,7 +112,7 @@ async fn get_entry(
     let key = keys::config(kind.as_str(), &name);
     let (index, entry) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let e = st.config.get(&(kind, name.clone())).map(|e| e.to_json());
-        (st.index_of([key.as_str()]), e)
+        (st.index_of([&key]), e)
     })
     .await?;
     match entry {
@@ -146,14 +146,14 @@ async fn list_entries(
             .take_while(|((k, _), _)| *k == kind)
             .map(|(_, e)| e.to_json())
             .collect();
-        (st.index_of([key.as_str()]), list)
+        (st.index_of([&key]), list)
     })
     .await?;
     Ok(json_at(&s, index, &list))
 }
 
 /// A chain reads entries of every chain kind and proxy-defaults.
-fn chain_keys() -> Vec<String> {
+fn chain_keys() -> Vec<crate::state::WatchKey> {
     Kind::ALL
         .iter()
         .map(|k| keys::config_kind(k.as_str()))
@@ -179,10 +179,7 @@ async fn chain(
         let mut req =
             CompileRequest::new(&service, &dc, &trust_domain).with_overrides(overrides.clone());
         req.server_datacenter = s.config.datacenter.clone();
-        (
-            st.index_of(watch.iter().map(String::as_str)),
-            compile(&req, st),
-        )
+        (st.index_of(watch.iter()), compile(&req, st))
     })
     .await?;
     let chain = result?;

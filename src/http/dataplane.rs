@@ -18,8 +18,9 @@ use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::merge;
 use crate::request::{Params, QueryOptions};
-use crate::state::{State as Tables, keys};
+use crate::state::{self, keys};
 use crate::structs::catalog::{AccessLogsConfig, Node, NodeService};
+use crate::structs::health::ServiceKind;
 
 pub fn routes() -> Router<App> {
     Router::new().route(
@@ -36,7 +37,7 @@ pub struct BootstrapParams {
     pub service_kind: &'static str,
     /// The catalog's own spelling of the kind (`connect-proxy`, ...; "" for
     /// a typical service): what Consul's HTTP API calls `Kind`.
-    pub kind: String,
+    pub kind: ServiceKind,
     /// A sidecar's destination service, a gateway's own name: Envoy's local
     /// cluster name and the `service` in its metrics.
     pub service: String,
@@ -56,15 +57,15 @@ pub struct BootstrapParams {
 
 const DEFAULT_TENANCY: &str = "default";
 
-fn service_kind(kind: &str) -> &'static str {
+fn service_kind(kind: &ServiceKind) -> &'static str {
     match kind {
-        "connect-proxy" => "SERVICE_KIND_CONNECT_PROXY",
-        "mesh-gateway" => "SERVICE_KIND_MESH_GATEWAY",
-        "terminating-gateway" => "SERVICE_KIND_TERMINATING_GATEWAY",
-        "ingress-gateway" => "SERVICE_KIND_INGRESS_GATEWAY",
-        "api-gateway" => "SERVICE_KIND_API_GATEWAY",
-        "" => "SERVICE_KIND_TYPICAL",
-        _ => "SERVICE_KIND_UNSPECIFIED",
+        ServiceKind::ConnectProxy => "SERVICE_KIND_CONNECT_PROXY",
+        ServiceKind::MeshGateway => "SERVICE_KIND_MESH_GATEWAY",
+        ServiceKind::TerminatingGateway => "SERVICE_KIND_TERMINATING_GATEWAY",
+        ServiceKind::IngressGateway => "SERVICE_KIND_INGRESS_GATEWAY",
+        ServiceKind::ApiGateway => "SERVICE_KIND_API_GATEWAY",
+        ServiceKind::Typical => "SERVICE_KIND_TYPICAL",
+        ServiceKind::Other(_) => "SERVICE_KIND_UNSPECIFIED",
     }
 }
 
@@ -75,7 +76,7 @@ enum NodeSpec {
 }
 
 impl NodeSpec {
-    fn find<'a>(&self, st: &'a Tables) -> Option<&'a Node> {
+    fn find<'a>(&self, st: &'a state::State) -> Option<&'a Node> {
         match self {
             NodeSpec::Name(n) => st.nodes.get(n).map(|n| &**n),
             NodeSpec::Id(id) => st
@@ -88,17 +89,17 @@ impl NodeSpec {
 
     /// The key whose change could change which node (and so which
     /// service) this names: a node's own key, or every node for an ID.
-    fn watch_key(&self) -> String {
+    fn watch_key(&self) -> crate::state::WatchKey {
         match self {
             NodeSpec::Name(n) => keys::node(n),
-            NodeSpec::Id(_) => keys::NODES.to_string(),
+            NodeSpec::Id(_) => keys::NODES,
         }
     }
 }
 
 /// The bootstrap parameters for `svc`, registered on `node`.
 pub fn bootstrap_params_for(
-    st: &Tables,
+    st: &state::State,
     node: &Node,
     svc: &NodeService,
     datacenter: &str,
@@ -157,7 +158,7 @@ async fn bootstrap_params(
     }
     let dc = s.config.datacenter.clone();
     let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
-        let index = st.index_of(watch.iter().map(String::as_str));
+        let index = st.index_of(watch.iter());
         let Some(node) = spec.find(st) else {
             return (index, Err(Error::NotFound("Node not found".into())));
         };
@@ -330,8 +331,10 @@ mod tests {
 
     #[test]
     fn kinds_map_to_the_protobuf_enum() {
-        assert_eq!(service_kind("connect-proxy"), "SERVICE_KIND_CONNECT_PROXY");
-        assert_eq!(service_kind("mesh-gateway"), "SERVICE_KIND_MESH_GATEWAY");
-        assert_eq!(service_kind(""), "SERVICE_KIND_TYPICAL");
+        let kind = |s: &str| service_kind(&ServiceKind::from(s));
+        assert_eq!(kind("connect-proxy"), "SERVICE_KIND_CONNECT_PROXY");
+        assert_eq!(kind("mesh-gateway"), "SERVICE_KIND_MESH_GATEWAY");
+        assert_eq!(kind(""), "SERVICE_KIND_TYPICAL");
+        assert_eq!(kind("something-new"), "SERVICE_KIND_UNSPECIFIED");
     }
 }

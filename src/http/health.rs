@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
+use crate::structs::rows::CheckServiceNode;
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
-use serde::Serialize;
 
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ use crate::request::{Params, QueryOptions};
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
 use crate::stream::Topic;
-use crate::structs::{HEALTH_PASSING, HealthCheck, Node, NodeService, valid_health_status};
+use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -67,7 +67,7 @@ async fn node(
     let key = keys::node(&name);
     let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
-        (st.index_of([key.as_str()]), checks)
+        (st.index_of([&key]), checks)
     })
     .await?;
     apply_filter(&filter, &mut checks);
@@ -93,7 +93,7 @@ async fn service_checks(
             let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
             checks.extend(own.map(|c| (**c).clone()));
         }
-        (st.index_of([key.as_str()]), checks)
+        (st.index_of([&key]), checks)
     })
     .await?;
     apply_filter(&filter, &mut checks);
@@ -107,16 +107,16 @@ async fn by_state(
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (p, opts) = read_opts(&s, q)?;
-    if state != "any" && !valid_health_status(&state) {
+    if state != "any" && HealthStatus::settable(&state).is_err() {
         return Err(Error::bad(format!(
             "Invalid check state {state:?}: must be any, passing, warning or critical"
         )));
     }
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
-    let mut watch = vec![keys::CHECKS.to_string()];
+    let mut watch = vec![keys::CHECKS];
     if !meta.is_empty() {
-        watch.push(keys::NODES.into());
+        watch.push(keys::NODES);
     }
     let (index, mut checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
         let checks: Vec<HealthCheck> = st
@@ -132,20 +132,11 @@ async fn by_state(
             })
             .map(|c| (**c).clone())
             .collect();
-        (st.index_of(watch.iter().map(String::as_str)), checks)
+        (st.index_of(watch.iter()), checks)
     })
     .await?;
     apply_filter(&filter, &mut checks);
     Ok(json_at(&s, index, &checks))
-}
-
-/// One `/v1/health/service` row, borrowed from the state version.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct CheckServiceNode<'a> {
-    node: &'a Node,
-    service: &'a NodeService,
-    checks: &'a [Arc<HealthCheck>],
 }
 
 fn all_passing(i: &Instance) -> bool {
@@ -189,7 +180,7 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
             if merge {
                 crate::merge::merge_instances(st, &mut found);
             }
-            (st.index_of(watch.iter().map(String::as_str)), found)
+            (st.index_of(watch.iter()), found)
         })
         .await?;
         (index, found.into_iter().map(Arc::new).collect())

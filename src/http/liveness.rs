@@ -29,17 +29,18 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::App;
 use crate::error::{Error, Result};
 use crate::request::decode_json;
 use crate::server::Server;
-use crate::state::{Command, Response as Applied, State as Tables};
-use crate::structs::agent::{AGENT_META, HeartbeatReply, SERF_CHECK_ID};
+use crate::state::{self, Command, Response as Applied};
+use crate::structs::agent::{
+    AGENT_META, HeartbeatReply, MEMBER_ALIVE, MEMBER_FAILED, Member, SERF_CHECK_ID,
+};
 use crate::structs::validate::validate_register;
 use crate::structs::{
-    DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, RegisterRequest,
+    DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, HealthStatus, RegisterRequest,
 };
 
 /// A node whose lease is this old is marked critical: four missed
@@ -51,31 +52,31 @@ const REAP_EVERY: Duration = Duration::from_secs(1);
 const ALIVE_OUTPUT: &str = "Agent alive and reachable";
 const DEAD_OUTPUT: &str = "Agent not live or unreachable";
 
-fn serf_status<'a>(st: &'a Tables, node: &str) -> Option<&'a str> {
+fn serf_status(st: &state::State, node: &str) -> Option<HealthStatus> {
     st.checks
         .get(&(node.to_string(), SERF_CHECK_ID.to_string()))
-        .map(|c| c.status.as_str())
+        .map(|c| c.status)
 }
 
-fn serf_check(node: &str, status: &str, output: &str) -> HealthCheck {
+fn serf_check(node: &str, status: HealthStatus, output: &str) -> HealthCheck {
     HealthCheck {
         node: node.to_string(),
         check_id: SERF_CHECK_ID.into(),
         name: "Serf Health Status".into(),
-        status: status.into(),
+        status,
         output: output.into(),
         ..Default::default()
     }
 }
 
-fn is_agent_node(st: &Tables, node: &str) -> bool {
+fn is_agent_node(st: &state::State, node: &str) -> bool {
     st.nodes
         .get(node)
         .is_some_and(|n| n.meta.contains_key(AGENT_META))
 }
 
 /// Agent nodes whose `serfHealth` is passing.
-fn live_agent_nodes(st: &Tables) -> impl Iterator<Item = String> + '_ {
+fn live_agent_nodes(st: &state::State) -> impl Iterator<Item = String> + '_ {
     st.nodes
         .values()
         .filter(|n| n.meta.contains_key(AGENT_META))
@@ -205,7 +206,7 @@ pub fn server_names(s: &Server) -> Vec<String> {
 /// `/v1/agent/members` rows for agent nodes: alive while `serfHealth`
 /// passes, failed when it is critical. `servers` are left out: a server's
 /// node is an agent node too, but it is listed once, as a server.
-pub fn agent_members(st: &Tables, dc: &str, servers: &[String]) -> Vec<Value> {
+pub fn agent_members(st: &state::State, dc: &str, servers: &[String]) -> Vec<Member> {
     st.nodes
         .values()
         .filter(|n| !servers.contains(&n.node))
@@ -216,18 +217,10 @@ pub fn agent_members(st: &Tables, dc: &str, servers: &[String]) -> Vec<Value> {
                 .and_then(|(_, p)| p.parse::<u16>().ok())
                 .unwrap_or(0);
             let status = match serf_status(st, &n.node) {
-                Some(HEALTH_CRITICAL) => 4,
-                _ => 1,
+                Some(HEALTH_CRITICAL) => MEMBER_FAILED,
+                _ => MEMBER_ALIVE,
             };
-            Some(json!({
-                "Name": n.node,
-                "Addr": n.address,
-                "Port": port,
-                "Tags": {"role": "node", "dc": dc, "build": env!("CARGO_PKG_VERSION")},
-                "Status": status,
-                "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-                "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-            }))
+            Some(Member::node(&n.node, &n.address, port, dc, status))
         })
         .collect()
 }

@@ -33,7 +33,7 @@ use crate::request::{
     MAX_BODY, Params, QueryOptions, panic_response, refuse_enterprise_tenancy, trace_request,
 };
 use crate::server::{Server, ServerConfig};
-use crate::state::State as Tables;
+use crate::state::{self, WatchKey};
 
 pub type App = Arc<Server>;
 
@@ -182,8 +182,8 @@ async fn proxy(
 
 /// What a blocking query waits on.
 pub enum Watch {
-    Keys(Vec<String>),
-    Prefix(String),
+    Keys(Vec<WatchKey>),
+    Prefix(WatchKey),
 }
 
 /// Runs a read, blocking while its index is not past `?index`.
@@ -194,7 +194,7 @@ pub async fn blocking<T>(
     s: &Server,
     opts: &QueryOptions,
     watch: Watch,
-    read: impl Fn(&Tables) -> (u64, T),
+    read: impl Fn(&state::State) -> (u64, T),
 ) -> Result<(u64, T)> {
     if opts.consistent {
         s.linearize().await?;
@@ -251,13 +251,17 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 }
 
 /// Runs a server process until SIGINT or SIGTERM (or a storage fault,
-/// which ends it with `FAULT_EXIT`): its Raft core, the
-/// leader's reaper, this HTTP API, the server's own agent and, with
+/// which ends it with `FAULT_EXIT`, or a critical task's death, with
+/// `TASK_EXIT`): its Raft core, the leader's reaper, this HTTP API, the server's own agent and, with
 /// `dns`, the DNS interface (answering from this server's state).
 pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
-    tokio::spawn(liveness::reap(server.clone()));
-    tokio::spawn(session::expire(server.clone()));
+    server
+        .tasks
+        .spawn("agent lease reaper", liveness::reap(server.clone()));
+    server
+        .tasks
+        .spawn("session TTL expiry", session::expire(server.clone()));
     let tls = config.tls.clone();
     let listener = match &tls {
         Some(t) if t.http_off => None,
@@ -292,7 +296,7 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config).await?;
     let _ = server.agent.set(agent.clone());
-    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent));
+    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent.clone()));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -333,6 +337,8 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
             tracing::error!("storage fault, stopping: {why}");
             std::process::exit(crate::server::FAULT_EXIT);
         }
+        ended = server.tasks.failed() => fail_task(ended),
+        ended = agent.tasks.failed() => fail_task(ended),
         _ = crate::signal::shutdown() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.
@@ -343,6 +349,14 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
     }
     server.shutdown().await;
     Ok(())
+}
+
+/// A critical task died: the server would answer while broken (no
+/// transport, no events, no leader duties), so it stops, naming the task,
+/// for a supervisor to restart it.
+fn fail_task(ended: crate::tasks::Ended) -> ! {
+    tracing::error!("{ended}: stopping");
+    std::process::exit(crate::tasks::TASK_EXIT);
 }
 
 /// The server's own agent: its node, in `<data-dir>/agent`, talking to

@@ -52,6 +52,12 @@ pub fn routes() -> Router<App> {
         .route("/v1/session/list", get(list))
 }
 
+/// Every session endpoint's query options, checked (`?dc` this
+/// datacenter, tenancy refused) before anything is read or written.
+fn query(s: &App, q: Option<String>) -> Result<QueryOptions> {
+    QueryOptions::from(&Params::parse(q.as_deref()), &s.config.datacenter)
+}
+
 /// The node of the server that received the request (this one, or the
 /// follower that forwarded it here).
 fn receiving_node(s: &App, headers: &HeaderMap) -> String {
@@ -70,8 +76,7 @@ async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
         SessionRequest::default()
     } else {
@@ -118,8 +123,7 @@ async fn destroy(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     match s
         .write(
             s.sessions
@@ -141,8 +145,7 @@ async fn renew(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    query(&s, q)?;
     let (index, session) = renew_session(&s, &id).await?;
     Ok(json_at(&s, index, &[&*session]))
 }
@@ -165,22 +168,18 @@ pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> 
         // Its TTL ran out and its destroy is under way.
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
     }
-    Ok((st.index_of([keys::session(id).as_str()]), session.clone()))
+    Ok((st.index_of([&keys::session(id)]), session.clone()))
 }
 
 async fn read(
     s: &App,
     q: Option<String>,
-    key: String,
+    key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let opts = query(s, q)?;
     let watch = Watch::Keys(vec![key.clone()]);
-    let (index, sessions) = blocking(s, &opts, watch, |st| {
-        (st.index_of([key.as_str()]), pick(st))
-    })
-    .await?;
+    let (index, sessions) = blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
     Ok(json_at(s, index, &sessions))
 }
 
@@ -214,7 +213,7 @@ async fn node(
 }
 
 async fn list(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
-    read(&s, q, keys::SESSIONS.to_string(), |st| {
+    read(&s, q, keys::SESSIONS, |st| {
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{App, json_at};
 use crate::error::{Error, Result};
 use crate::request::Params;
+use crate::structs::agent::Member;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -77,17 +78,9 @@ async fn remove_peer(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Resp
     Ok(axum::Json(Value::Null).into_response())
 }
 
-fn member_json(s: &App, name: &str, addr: &str) -> Value {
+fn member_json(s: &App, name: &str, addr: &str) -> Member {
     let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "8301"));
-    json!({
-        "Name": name,
-        "Addr": host,
-        "Port": port.parse::<u16>().unwrap_or(0),
-        "Tags": { "role": "consul", "dc": s.config.datacenter, "port": port, "build": env!("CARGO_PKG_VERSION") },
-        "Status": 1,
-        "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
-        "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
-    })
+    Member::server(name, host, port, &s.config.datacenter)
 }
 
 async fn agent_self(State(s): State<App>) -> Response {
@@ -126,7 +119,7 @@ async fn agent_self(State(s): State<App>) -> Response {
 
 async fn members(State(s): State<App>) -> Response {
     let servers = super::liveness::server_names(&s);
-    let mut list: Vec<Value> = s
+    let mut list: Vec<Member> = s
         .cluster
         .members()
         .into_iter()
@@ -217,7 +210,7 @@ async fn datacenters(State(s): State<App>) -> Response {
 
 async fn ca_roots(State(s): State<App>) -> Result<Response> {
     let cluster_id = s.cluster_id().await?;
-    let index = s.store.state().index_of([crate::state::keys::CLUSTER]);
+    let index = s.store.state().index_of([&crate::state::keys::CLUSTER]);
     Ok(json_at(
         &s,
         index,

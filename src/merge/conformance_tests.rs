@@ -11,10 +11,10 @@
 use serde_json::{Value, json};
 
 use super::merge_instances;
-use crate::http::catalog::ServiceNodeRow;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{Command, Response, State, apply_command};
 use crate::structs::catalog::RegisterRequest;
+use crate::structs::rows::ServiceNodeRow;
 use crate::testing::{conformance_cases, first_diff, normalise};
 
 /// Cases believed wrong, by file name, each with the reason. None so far.

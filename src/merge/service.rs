@@ -18,7 +18,7 @@ use super::resolve::{
 };
 use crate::discovery_chain::EntryLookup;
 use crate::state::catalog::Instance;
-use crate::state::{State, keys};
+use crate::state::{State, WatchKey, keys};
 use crate::structs::catalog::{MeshGatewayConfig, NodeService, Upstream};
 use crate::structs::config_entry::shape::is_empty;
 use crate::structs::config_entry::{Kind, PROXY_CONFIG_GLOBAL};
@@ -29,14 +29,7 @@ const MESH_GATEWAY_KEY: &str = "mesh_gateway";
 /// Whether `?merge-central-config` applies to an instance: only connect
 /// proxies and gateways are merged; every other service reads as registered.
 pub fn should_merge(svc: &NodeService) -> bool {
-    matches!(
-        svc.kind.as_str(),
-        "connect-proxy"
-            | "mesh-gateway"
-            | "terminating-gateway"
-            | "ingress-gateway"
-            | "api-gateway"
-    )
+    svc.kind.is_proxy_or_gateway()
 }
 
 /// Upstreams central config knows about: those of destination type
@@ -371,7 +364,7 @@ fn fill_except(dst: &mut Map<String, Value>, src: &Map<String, Value>, skip: &st
 /// the service-defaults of each local upstream and of each upstream its
 /// service-defaults overrides. A blocking read that merges must wake on
 /// these too. Services that are not merged read nothing.
-pub fn merge_watch_keys(state: &State, svc: &NodeService) -> Vec<String> {
+pub fn merge_watch_keys(state: &State, svc: &NodeService) -> Vec<WatchKey> {
     let mut out = BTreeSet::new();
     if should_merge(svc) {
         add_watch_keys(state, svc, &mut out);
@@ -379,7 +372,7 @@ pub fn merge_watch_keys(state: &State, svc: &NodeService) -> Vec<String> {
     out.into_iter().collect()
 }
 
-fn add_watch_keys(state: &State, svc: &NodeService, out: &mut BTreeSet<String>) {
+fn add_watch_keys(state: &State, svc: &NodeService, out: &mut BTreeSet<WatchKey>) {
     let sd = Kind::ServiceDefaults.as_str();
     let req = resolve_request_for(svc);
     out.insert(keys::config(
@@ -402,7 +395,7 @@ fn add_watch_keys(state: &State, svc: &NodeService, out: &mut BTreeSet<String>) 
 /// The watch keys of merging every instance in `instances`, deduplicated.
 /// Instances asking the same question read the same entries, so each
 /// distinct question is looked at once.
-pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<String> {
+pub fn watch_keys_for_instances(state: &State, instances: &[Instance]) -> Vec<WatchKey> {
     let mut out = BTreeSet::new();
     let mut asked: Vec<ResolveRequest> = Vec::new();
     for i in instances.iter().filter(|i| should_merge(&i.service)) {
@@ -423,11 +416,11 @@ pub const PARAM: &str = "merge-central-config";
 /// config entries the merge of the current instances reads.
 pub fn read_watch_keys(
     state: &State,
-    catalog_key: String,
+    catalog_key: WatchKey,
     name: &str,
     connect: bool,
     merge: bool,
-) -> Vec<String> {
+) -> Vec<WatchKey> {
     let mut keys = vec![catalog_key];
     if merge {
         keys.extend(service_watch_keys(state, name, connect));
@@ -439,7 +432,7 @@ pub fn read_watch_keys(
 /// of `name` (or, with `connect`, of its proxies), taken from the version
 /// the endpoint sees before it blocks. If the instances change, their own
 /// catalog key wakes the read first, so the set never goes stale unseen.
-pub fn service_watch_keys(state: &State, name: &str, connect: bool) -> Vec<String> {
+pub fn service_watch_keys(state: &State, name: &str, connect: bool) -> Vec<WatchKey> {
     watch_keys_for_instances(
         state,
         &crate::state::catalog::service_instances(state, name, connect),
@@ -450,5 +443,5 @@ pub fn service_watch_keys(state: &State, name: &str, connect: bool) -> Vec<Strin
 /// ever written): combine with the catalog keys' index for `X-Consul-Index`.
 pub fn merge_index(state: &State, svc: &NodeService) -> u64 {
     let keys = merge_watch_keys(state, svc);
-    state.index_of(keys.iter().map(String::as_str))
+    state.index_of(&keys)
 }

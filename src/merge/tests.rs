@@ -799,7 +799,7 @@ fn merging_a_list_equals_merging_each_instance_alone() {
         .map(|i| merge_node_service(&st, &i.service))
         .collect();
     // The list's watch keys are the union of each instance's.
-    let mut union: Vec<String> = together
+    let mut union: Vec<crate::state::WatchKey> = together
         .iter()
         .flat_map(|i| merge_watch_keys(&st, &i.service))
         .collect();

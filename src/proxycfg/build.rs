@@ -21,7 +21,7 @@ use crate::filter::schemas::HEALTH_SERVICE;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{State, keys};
 use crate::structs::config_entry::Kind;
-use crate::structs::{HEALTH_CRITICAL, HEALTH_MAINT, HEALTH_PASSING, NodeService};
+use crate::structs::{HealthStatus, NodeService};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -69,7 +69,7 @@ struct Stamped<T> {
 
 impl<T: Clone> Stamped<T> {
     fn current(&self, state: &State) -> Option<(T, Arc<[Dep]>)> {
-        let now = state.index_of(self.deps.iter().map(String::as_str));
+        let now = state.index_of(self.deps.iter());
         (now == self.stamp).then(|| (self.value.clone(), self.deps.clone()))
     }
 }
@@ -113,7 +113,7 @@ impl Shared {
             .map(Arc::new)
             .map_err(|e| e.to_string());
         let deps: Arc<[Dep]> = lookup.read.into_inner().into_iter().collect();
-        let stamp = state.index_of(deps.iter().map(String::as_str));
+        let stamp = state.index_of(deps.iter());
         self.chains.insert(
             key,
             Stamped {
@@ -155,7 +155,7 @@ impl Shared {
             .collect();
         let value = Arc::new(rows);
         let dep = keys::connect(service);
-        let stamp = state.index_of([dep.as_str()]);
+        let stamp = state.index_of([&dep]);
         self.endpoints.insert(
             key,
             Stamped {
@@ -282,9 +282,9 @@ pub fn build(
 /// As Consul serves endpoints: never critical (or in maintenance); with
 /// OnlyPassing, warning is out too.
 fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> bool {
-    checks.iter().all(|c| match c.status.as_str() {
-        HEALTH_PASSING => true,
-        HEALTH_CRITICAL | HEALTH_MAINT => false,
-        _ => !only_passing,
+    checks.iter().all(|c| match c.status {
+        HealthStatus::Passing => true,
+        HealthStatus::Critical | HealthStatus::Maintenance => false,
+        HealthStatus::Warning => !only_passing,
     })
 }

@@ -36,7 +36,7 @@ pub type ProxyKey = (String, String);
 /// A resource a proxy's snapshot was built from, named by the state
 /// store's watch key (`crate::state::keys`): a service's instances, a
 /// config entry.
-pub type Dep = String;
+pub type Dep = crate::state::WatchKey;
 
 /// What building a proxy gives: its snapshot and what it read, or `None`
 /// when its registration is gone.
@@ -102,6 +102,8 @@ struct Inner {
     shared: Arc<Mutex<Shared>>,
     wake: Notify,
     live_watches: AtomicUsize,
+    /// Its tasks until a server takes them to supervise.
+    tasks: Mutex<Vec<(&'static str, tokio::task::JoinHandle<()>)>>,
 }
 
 /// The proxies watching one resource, with how many watches each has on it.
@@ -149,7 +151,7 @@ impl Inner {
             .map(|dep| {
                 let dep: Arc<str> = match index.get_key_value(dep.as_str()) {
                     Some((shared, _)) => shared.clone(),
-                    None => dep.into(),
+                    None => Arc::from(dep.as_str()),
                 };
                 *index
                     .entry(dep.clone())
@@ -274,7 +276,7 @@ fn follow(
 ) {
     let mut sub = publisher.subscribe(inner.store.clone(), topic, "", 0);
     let weak = Arc::downgrade(inner);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         loop {
             let item = sub.next().await;
             let Some(inner) = weak.upgrade() else { return };
@@ -288,6 +290,7 @@ fn follow(
             }
         }
     });
+    inner.tasks.lock().push(("proxycfg subscription", task));
 }
 
 impl Manager {
@@ -302,6 +305,7 @@ impl Manager {
             shared: Arc::default(),
             wake: Notify::new(),
             live_watches: AtomicUsize::new(0),
+            tasks: Mutex::new(Vec::new()),
         });
         follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
             inner.mark_dep(&keys::service(&e.key));
@@ -323,7 +327,7 @@ impl Manager {
             });
         }
         let worker = inner.clone();
-        tokio::spawn(async move {
+        let rebuild = tokio::spawn(crate::tasks::fault("proxycfg rebuilder", async move {
             loop {
                 if worker.dirty.lock().is_empty() {
                     worker.wake.notified().await;
@@ -331,8 +335,15 @@ impl Manager {
                 }
                 worker.rebuild_dirty().await;
             }
-        });
+        }));
+        inner.tasks.lock().push(("proxycfg rebuilder", rebuild));
         Manager { inner }
+    }
+
+    /// The manager's tasks (its subscriptions and the rebuild loop), for a
+    /// server to supervise: they run as long as the manager.
+    pub fn take_tasks(&self) -> Vec<(&'static str, tokio::task::JoinHandle<()>)> {
+        std::mem::take(&mut *self.inner.tasks.lock())
     }
 
     /// The current snapshot of a proxy and a way to wait for the next one.

@@ -32,7 +32,7 @@ impl World {
         let check = HealthCheck {
             check_id: format!("{}-check", svc.id),
             name: "check".into(),
-            status: status.into(),
+            status: status.parse().unwrap(),
             service_id: svc.id.clone(),
             ..Default::default()
         };

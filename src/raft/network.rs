@@ -21,7 +21,9 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -530,7 +532,7 @@ impl Conns {
 
     fn admit(self: &Arc<Self>, ip: IpAddr) -> ConnSlot {
         use std::sync::atomic::Ordering;
-        let mut t = self.open.lock().unwrap();
+        let mut t = self.open.lock();
         let lru = |t: &ConnTable, same_ip: bool| {
             t.by_id
                 .iter()
@@ -587,7 +589,7 @@ impl ConnSlot {
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
-        self.conns.open.lock().unwrap().by_id.remove(&self.id);
+        self.conns.open.lock().by_id.remove(&self.id);
     }
 }
 
@@ -863,7 +865,7 @@ mod tests {
             &'a self,
             _addr: &'a str,
         ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
-            let s = self.0.lock().unwrap().take();
+            let s = self.0.lock().take();
             Box::pin(async move {
                 s.map(|s| Box::new(s) as BoxStream)
                     .ok_or_else(|| io::ErrorKind::ConnectionRefused.into())

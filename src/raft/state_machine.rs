@@ -7,7 +7,9 @@
 //! (or, in the simulation, kept in memory: see `SnapshotStore`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use futures_util::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -44,7 +46,7 @@ impl SnapshotStore {
         match self {
             SnapshotStore::Dir(dir) => Ok(snapshot_file::save(dir, meta, data)?),
             SnapshotStore::Memory(slot) => {
-                *slot.lock().unwrap() = Some((meta.clone(), data.to_vec()));
+                *slot.lock() = Some((meta.clone(), data.to_vec()));
                 Ok(())
             }
         }
@@ -53,7 +55,7 @@ impl SnapshotStore {
     fn load(&self) -> Result<Option<(Meta, Vec<u8>)>, StorageError> {
         match self {
             SnapshotStore::Dir(dir) => Ok(snapshot_file::load(dir)?),
-            SnapshotStore::Memory(slot) => Ok(slot.lock().unwrap().clone()),
+            SnapshotStore::Memory(slot) => Ok(slot.lock().clone()),
         }
     }
 
@@ -61,9 +63,7 @@ impl SnapshotStore {
     fn saved_id(&self) -> Result<Option<Option<LogId>>, StorageError> {
         match self {
             SnapshotStore::Dir(dir) => Ok(snapshot_file::load_meta(dir)?.map(|m| m.last_log_id)),
-            SnapshotStore::Memory(slot) => {
-                Ok(slot.lock().unwrap().as_ref().map(|(m, _)| m.last_log_id))
-            }
+            SnapshotStore::Memory(slot) => Ok(slot.lock().as_ref().map(|(m, _)| m.last_log_id)),
         }
     }
 }

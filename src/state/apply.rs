@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Change, ChangeSet, Command, Payload, Response, Row, State, Table, keys};
+use super::{Change, ChangeSet, Command, Payload, Response, Row, State, Table, WatchKey, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
@@ -38,7 +38,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::ReapTombstones { upto } => {
             let (reaped, floors) = super::tombstones::reap(tx.state, *upto);
             for key in reaped {
-                tx.record(Table::Index, key, None, None);
+                tx.record(Table::Index, key.to_string(), None, None);
             }
             // Persisted with their new values; nobody watches them.
             tx.set.watch_keys.extend(floors);
@@ -134,8 +134,7 @@ impl<'a> Tx<'a> {
     }
 
     /// Marks a watch key changed at this index.
-    pub fn touch(&mut self, key: impl Into<String>) {
-        let key = key.into();
+    pub fn touch(&mut self, key: WatchKey) {
         self.state.indexes.insert(key.clone(), self.index);
         self.set.watch_keys.insert(key);
     }
@@ -335,7 +334,7 @@ impl<'a> Tx<'a> {
             before.map(Row::Check),
             Some(Row::Check(after.clone())),
         );
-        super::session::check_written(self, &k.0, &k.1, &after.status);
+        super::session::check_written(self, &k.0, &k.1, after.status);
     }
 
     pub fn remove_check(&mut self, node: &str, id: &str) {

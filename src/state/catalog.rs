@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::State;
 use super::apply::Tx;
 use crate::structs::{
-    CatalogVerb, DeregisterRequest, HEALTH_CRITICAL, HealthCheck, Node, NodeService,
-    RegisterRequest, TxnOp, TxnResult,
+    CatalogVerb, DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest, TxnOp,
+    TxnResult,
 };
 
 /// Registers a node and optionally a service and checks, all or nothing:
@@ -100,9 +100,6 @@ fn ensure_check(tx: &mut Tx, node: &str, check: &HealthCheck) -> Result<(), Stri
     }
     if check.check_id.is_empty() {
         return Err("Must provide a CheckID or Name for checks".into());
-    }
-    if check.status.is_empty() {
-        check.status = HEALTH_CRITICAL.into();
     }
     if !check.service_id.is_empty() {
         let k = (node.to_string(), check.service_id.clone());

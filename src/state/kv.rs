@@ -163,7 +163,7 @@ pub fn read_index(state: &State, key: &str, recurse: bool) -> u64 {
     if recurse {
         state.index_of_prefix(&keys::kv(key))
     } else {
-        state.index_of([keys::kv(key).as_str()])
+        state.index_of([&keys::kv(key)])
     }
 }
 

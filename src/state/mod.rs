@@ -293,7 +293,7 @@ pub struct ChangeSet {
     pub index: u64,
     pub changes: Vec<Change>,
     /// Keys of blocking queries to wake (see `watch`), with their new index.
-    pub watch_keys: BTreeSet<String>,
+    pub watch_keys: BTreeSet<WatchKey>,
     /// The whole state was replaced (a snapshot restore): `changes` do not
     /// list it, so it is persisted whole and subscribers start over.
     pub replaced: bool,
@@ -320,10 +320,10 @@ pub struct State {
     pub config_refs: OrdMap<String, OrdMap<String, u32>>,
     /// watch key → index of its last change; survives deletes (tombstones)
     /// until reaped; `reaped/<family>` rows hold each family's floor.
-    pub indexes: OrdMap<String, u64>,
+    pub indexes: OrdMap<WatchKey, u64>,
     /// The object keys among `indexes` whose object is gone, with their
     /// index (derived: see `tombstones`).
-    pub tombstones: OrdMap<String, u64>,
+    pub tombstones: OrdMap<WatchKey, u64>,
     pub sessions: OrdMap<String, Arc<Session>>,
     /// node → its sessions' ids (derived).
     pub node_sessions: OrdMap<String, OrdSet<String>>,
@@ -340,7 +340,7 @@ pub struct State {
 impl State {
     /// The index a blocking query on these watch keys reports: the latest
     /// change to any of them, never 0 (Consul clients treat 0 as "no index").
-    pub fn index_of<'a>(&self, keys: impl IntoIterator<Item = &'a str>) -> u64 {
+    pub fn index_of<'a>(&self, keys: impl IntoIterator<Item = &'a WatchKey>) -> u64 {
         keys.into_iter()
             .map(|k| match self.indexes.get(k) {
                 Some(i) => *i,
@@ -354,10 +354,10 @@ impl State {
     }
 
     /// The latest change under a watch-key prefix (e.g. `kv/foo/`).
-    pub fn index_of_prefix(&self, prefix: &str) -> u64 {
+    pub fn index_of_prefix(&self, prefix: &WatchKey) -> u64 {
         let mut max = tombstones::floor(self, prefix).max(1);
-        for (k, v) in self.indexes.range(prefix.to_string()..) {
-            if !k.starts_with(prefix) {
+        for (k, v) in self.indexes.range(prefix.clone()..) {
+            if !k.starts_with(prefix.as_str()) {
                 break;
             }
             max = max.max(*v);
@@ -366,38 +366,8 @@ impl State {
     }
 }
 
-/// Watch keys: the unit of waking for blocking queries and of indexes.
-pub mod keys {
-    pub fn kv(key: &str) -> String {
-        format!("kv/{key}")
-    }
-    pub fn node(name: &str) -> String {
-        format!("node/{name}")
-    }
-    pub fn service(name: &str) -> String {
-        format!("service/{name}")
-    }
-    pub fn connect(name: &str) -> String {
-        format!("connect/{name}")
-    }
-    pub fn config(kind: &str, name: &str) -> String {
-        format!("config/{kind}/{name}")
-    }
-    pub fn config_kind(kind: &str) -> String {
-        format!("config/{kind}")
-    }
-    pub const NODES: &str = "nodes";
-    pub const SERVICES: &str = "services";
-    pub const CHECKS: &str = "checks";
-    pub const CLUSTER: &str = "cluster";
-    pub fn session(id: &str) -> String {
-        format!("session/{id}")
-    }
-    pub fn node_sessions(node: &str) -> String {
-        format!("session-node/{node}")
-    }
-    pub const SESSIONS: &str = "sessions";
-}
+pub mod keys;
+pub use keys::WatchKey;
 
 /// The store a server reads: the current version, the watches, and the
 /// persistence of every applied change.

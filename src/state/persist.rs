@@ -9,11 +9,13 @@
 //! a restart re-applies whatever the state lags behind it.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use anyhow::Context;
 
-use super::{ChangeSet, Row, State, Table};
+use super::{ChangeSet, Row, State, Table, WatchKey};
 use crate::disk::{DiskError, STATE_FORMAT};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService};
 
@@ -304,7 +306,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                         .insert((e.kind(), e.name().to_string()), Arc::new(e));
                 }
                 INDEX => {
-                    st.indexes.insert(key.to_string(), be_u64(v));
+                    st.indexes.insert(WatchKey::stored(key), be_u64(v));
                 }
                 SESSION => {
                     let s: crate::structs::Session = serde_json::from_slice(v)?;
@@ -345,7 +347,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
 pub struct SledBackend {
     db: sled::Db,
     dir: std::path::PathBuf,
-    tree: std::sync::RwLock<sled::Tree>,
+    tree: RwLock<sled::Tree>,
 }
 
 const STATE_TREE: &[u8] = b"state_tree";
@@ -364,7 +366,7 @@ impl SledBackend {
     /// `cairn debug data-dir`).
     pub fn format_in(db: &sled::Db, dir: &std::path::Path) -> anyhow::Result<Option<u32>> {
         let p = SledBackend {
-            tree: std::sync::RwLock::new(db.open_tree(Self::current(db)?)?),
+            tree: RwLock::new(db.open_tree(Self::current(db)?)?),
             db: db.clone(),
             dir: dir.to_path_buf(),
         };
@@ -381,7 +383,7 @@ impl SledBackend {
             }
         }
         Ok(SledBackend {
-            tree: std::sync::RwLock::new(db.open_tree(&name)?),
+            tree: RwLock::new(db.open_tree(&name)?),
             db: db.clone(),
             dir: dir.to_path_buf(),
         })
@@ -389,7 +391,7 @@ impl SledBackend {
 
     fn tree(&self) -> sled::Tree {
         // A poisoned lock only means a panic between two plain assignments.
-        self.tree.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.tree.read().clone()
     }
 }
 
@@ -428,10 +430,7 @@ impl Persist for SledBackend {
             .open_tree(SERVER_TREE)?
             .insert(STATE_TREE, name.as_bytes())?;
         self.db.flush()?;
-        let old = std::mem::replace(
-            &mut *self.tree.write().unwrap_or_else(|e| e.into_inner()),
-            fresh,
-        );
+        let old = std::mem::replace(&mut *self.tree.write(), fresh);
         self.db.drop_tree(old.name())?;
         Ok(())
     }
@@ -458,11 +457,11 @@ pub struct MemoryBackend {
 
 impl Persist for MemoryBackend {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(self.map.lock().unwrap().get(key).cloned())
+        Ok(self.map.lock().get(key).cloned())
     }
 
     fn batch(&self, ops: Ops) -> anyhow::Result<()> {
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map.lock();
         for (k, v) in ops {
             match v {
                 Some(v) => map.insert(k, v),
@@ -473,7 +472,7 @@ impl Persist for MemoryBackend {
     }
 
     fn replace(&self, ops: Ops) -> anyhow::Result<()> {
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.map.lock();
         map.clear();
         map.extend(ops.into_iter().filter_map(|(k, v)| Some((k, v?))));
         Ok(())
@@ -489,7 +488,6 @@ impl Persist for MemoryBackend {
         let rows: Vec<(Vec<u8>, Vec<u8>)> = self
             .map
             .lock()
-            .unwrap()
             .range(prefix.to_vec()..)
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))

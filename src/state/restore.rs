@@ -30,7 +30,7 @@ pub const CHUNK_BYTES: usize = 512 << 10;
 
 /// The index row of the floor a restore leaves (no object family: it
 /// counts for every key without a row).
-pub const RESTORED_FLOOR: &str = "restored";
+pub const RESTORED_FLOOR: super::WatchKey = super::keys::RESTORED;
 
 /// A restore being staged: its id and the chunks applied so far.
 #[derive(Clone, PartialEq, Default)]
@@ -152,7 +152,7 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
         .into_iter()
         .map(|(k, v)| (k, v.max(index)))
         .collect();
-    new.indexes.insert(RESTORED_FLOOR.to_string(), index);
+    new.indexes.insert(RESTORED_FLOOR, index);
     if new.cluster_id.is_empty() {
         new.cluster_id = old.cluster_id.clone();
     }
@@ -165,7 +165,7 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Command, Response, apply_command, snapshot};
+    use crate::state::{Command, Response, apply_command, keys, snapshot};
     use crate::structs::{KvOp, KvVerb};
 
     fn set(key: &str) -> Command {
@@ -206,10 +206,13 @@ mod tests {
             apply_command(&mut st, 10 + i, &set(&format!("k{i}")));
         }
         apply_command(&mut st, 50, &set("a"));
-        let before: Vec<u64> = ["kv/a", "kv/k3", "kv/never", "nodes"]
-            .iter()
-            .map(|k| st.index_of([*k]))
-            .collect();
+        let probes = [
+            keys::kv("a"),
+            keys::kv("k3"),
+            keys::kv("never"),
+            keys::NODES,
+        ];
+        let before: Vec<u64> = probes.iter().map(|k| st.index_of([k])).collect();
         let mut at = 60;
         let chunks = stage_all(&mut st, &mut at, "r1", &bytes);
         // Staged aside: nothing visible changed yet.
@@ -229,10 +232,10 @@ mod tests {
         // The rows keep the snapshot's own indexes...
         assert_eq!(st.kv["a"].modify_index, 2);
         // ...but no reported index went back.
-        for (k, b) in ["kv/a", "kv/k3", "kv/never", "nodes"].iter().zip(before) {
-            assert!(st.index_of([*k]) >= b.max(at), "{k}");
+        for (k, b) in probes.iter().zip(before) {
+            assert!(st.index_of([k]) >= b.max(at), "{k}");
         }
-        assert!(st.index_of_prefix("kv/") >= at);
+        assert!(st.index_of_prefix(&keys::kv("")) >= at);
         // What a load finds is what apply left.
         let mut loaded = st.clone();
         loaded.tombstones = Default::default();

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::State;
 use super::apply::Tx;
 use crate::structs::{
-    Behavior, HEALTH_CRITICAL, KvEntry, KvOp, KvOutcome, MAX_LOCK_DELAY_NS, Session,
+    Behavior, HEALTH_CRITICAL, HealthStatus, KvEntry, KvOp, KvOutcome, MAX_LOCK_DELAY_NS, Session,
 };
 
 /// A key's lock-delay after its session was invalidated.
@@ -107,7 +107,7 @@ pub fn invalidate(tx: &mut Tx, id: &str) {
 }
 
 /// A check was written: sessions bound to it die when it is critical.
-pub fn check_written(tx: &mut Tx, node: &str, check: &str, status: &str) {
+pub fn check_written(tx: &mut Tx, node: &str, check: &str, status: HealthStatus) {
     if status == HEALTH_CRITICAL {
         check_gone(tx, node, check);
     }
@@ -432,7 +432,7 @@ mod tests {
             Response::Rejected(_)
         ));
         assert_eq!(st.sessions["a"].create_index, 3);
-        assert_eq!(st.index_of(["session-node/n1"]), 4);
+        assert_eq!(st.index_of([&crate::state::keys::node_sessions("n1")]), 4);
     }
 
     #[test]

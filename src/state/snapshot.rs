@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::State;
 use super::session::LockDelay;
+use super::{State, WatchKey};
 use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
@@ -23,7 +23,7 @@ struct Body {
     checks: Vec<HealthCheck>,
     #[serde(with = "as_json")]
     config: Vec<serde_json::Value>,
-    indexes: Vec<(String, u64)>,
+    indexes: Vec<(WatchKey, u64)>,
     #[serde(with = "as_json")]
     sessions: Vec<Session>,
     lock_delays: Vec<(String, LockDelay)>,

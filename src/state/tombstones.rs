@@ -14,11 +14,8 @@
 //! object is gone), kept up to date by apply and rebuilt on load, so it is
 //! never persisted on its own.
 
-use super::State;
+use super::{State, WatchKey, keys};
 use crate::structs::config_entry::Kind;
-
-/// Where a family's floor is kept among the indexes.
-const FLOOR: &str = "reaped/";
 
 /// The family of an object watch key (`kv`, `node`, ...), or `None` for
 /// keys that are not one object's (`nodes`, `config/<kind>`, floors).
@@ -50,7 +47,7 @@ fn exists(st: &State, key: &str) -> Option<bool> {
 }
 
 /// Records whether `key` (just changed) is now a tombstone.
-pub(crate) fn track(st: &mut State, key: &str) {
+pub(crate) fn track(st: &mut State, key: &WatchKey) {
     match exists(st, key) {
         // Looked up first: most keys written were never tombstones, and a
         // remove would copy the map's path to find that out.
@@ -60,7 +57,7 @@ pub(crate) fn track(st: &mut State, key: &str) {
         Some(true) => {}
         Some(false) => {
             if let Some(index) = st.indexes.get(key).copied() {
-                st.tombstones.insert(key.to_string(), index);
+                st.tombstones.insert(key.clone(), index);
             }
         }
         None => {}
@@ -91,8 +88,8 @@ pub(crate) fn rebuild(st: &mut State) {
 }
 
 /// The floor key of `key`'s family.
-pub(crate) fn floor_key(key: &str) -> Option<String> {
-    family(key).map(|f| format!("{FLOOR}{f}"))
+pub(crate) fn floor_key(key: &str) -> Option<WatchKey> {
+    family(key).map(keys::floor)
 }
 
 /// The index to report for a key without a row: its family's floor (0 if
@@ -104,7 +101,7 @@ pub(crate) fn floor(st: &State, key: &str) -> u64 {
     // A restore's floor counts for every key (see `restore`).
     let restored = st
         .indexes
-        .get(super::restore::RESTORED_FLOOR)
+        .get(&super::restore::RESTORED_FLOOR)
         .copied()
         .unwrap_or(0);
     family.max(restored)
@@ -112,8 +109,8 @@ pub(crate) fn floor(st: &State, key: &str) -> u64 {
 
 /// Removes the tombstones at or below `upto`; returns the keys removed and
 /// the floors raised (their new values are in `st.indexes`).
-pub(crate) fn reap(st: &mut State, upto: u64) -> (Vec<String>, Vec<String>) {
-    let doomed: Vec<(String, u64)> = st
+pub(crate) fn reap(st: &mut State, upto: u64) -> (Vec<WatchKey>, Vec<WatchKey>) {
+    let doomed: Vec<(WatchKey, u64)> = st
         .tombstones
         .iter()
         .filter(|(_, i)| **i <= upto)
@@ -162,10 +159,10 @@ mod tests {
         apply_command(&mut st, 14, &kv(KvVerb::Delete, "b/1"));
         assert_eq!(st.tombstones.len(), 2);
         let before = (
-            st.index_of(["kv/a/2"]),
-            st.index_of_prefix("kv/a/"),
-            st.index_of_prefix("kv/b/"),
-            st.index_of(["kv/never"]),
+            st.index_of([&super::keys::kv("a/2")]),
+            st.index_of_prefix(&super::keys::kv("a/")),
+            st.index_of_prefix(&super::keys::kv("b/")),
+            st.index_of([&super::keys::kv("never")]),
         );
         assert_eq!(before, (12, 12, 14, 1));
 
@@ -174,15 +171,15 @@ mod tests {
         assert_eq!(st.tombstones.len(), 1);
         assert!(!st.indexes.contains_key("kv/a/2"));
         let after = (
-            st.index_of(["kv/a/2"]),
-            st.index_of_prefix("kv/a/"),
-            st.index_of_prefix("kv/b/"),
-            st.index_of(["kv/never"]),
+            st.index_of([&super::keys::kv("a/2")]),
+            st.index_of_prefix(&super::keys::kv("a/")),
+            st.index_of_prefix(&super::keys::kv("b/")),
+            st.index_of([&super::keys::kv("never")]),
         );
         assert!(after.0 >= before.0 && after.1 >= before.1, "{after:?}");
         assert!(after.2 >= before.2 && after.3 >= before.3, "{after:?}");
         // A live key keeps its own index.
-        assert_eq!(st.index_of(["kv/a/1"]), 10);
+        assert_eq!(st.index_of([&super::keys::kv("a/1")]), 10);
 
         // Put back, it is no tombstone; deleted again, it is one.
         apply_command(&mut st, 21, &kv(KvVerb::Set, "a/2"));

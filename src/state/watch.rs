@@ -10,39 +10,41 @@ use std::collections::{BTreeSet, HashMap};
 
 use tokio::sync::watch;
 
+use super::WatchKey;
+
 #[derive(Default)]
 pub struct Watches {
-    exact: Mutex<HashMap<String, watch::Sender<u64>>>,
+    exact: Mutex<HashMap<WatchKey, watch::Sender<u64>>>,
     /// KV prefixes (`kv/foo/`): woken by any key beneath them.
-    prefixes: Mutex<HashMap<String, watch::Sender<u64>>>,
+    prefixes: Mutex<HashMap<WatchKey, watch::Sender<u64>>>,
 }
 
 /// Channels are dropped once nobody listens; this bounds the sweep cost.
 const SWEEP_AT: usize = 4096;
 
 fn subscribe_in(
-    map: &Mutex<HashMap<String, watch::Sender<u64>>>,
-    key: &str,
+    map: &Mutex<HashMap<WatchKey, watch::Sender<u64>>>,
+    key: &WatchKey,
 ) -> watch::Receiver<u64> {
     let mut map = map.lock();
     if map.len() >= SWEEP_AT && !map.contains_key(key) {
         map.retain(|_, tx| tx.receiver_count() > 0);
     }
-    map.entry(key.to_string())
+    map.entry(key.clone())
         .or_insert_with(|| watch::channel(0).0)
         .subscribe()
 }
 
 impl Watches {
-    pub fn subscribe(&self, key: &str) -> watch::Receiver<u64> {
+    pub fn subscribe(&self, key: &WatchKey) -> watch::Receiver<u64> {
         subscribe_in(&self.exact, key)
     }
 
-    pub fn subscribe_prefix(&self, prefix: &str) -> watch::Receiver<u64> {
+    pub fn subscribe_prefix(&self, prefix: &WatchKey) -> watch::Receiver<u64> {
         subscribe_in(&self.prefixes, prefix)
     }
 
-    pub fn notify(&self, keys: &BTreeSet<String>, index: u64) {
+    pub fn notify(&self, keys: &BTreeSet<WatchKey>, index: u64) {
         if keys.is_empty() {
             return;
         }
@@ -90,15 +92,16 @@ mod tests {
     #[tokio::test]
     async fn wakes_only_matching_keys() {
         let w = Watches::default();
-        let mut a = w.subscribe("service/web");
-        let b = w.subscribe("service/db");
-        let p = w.subscribe_prefix("kv/foo/");
-        w.notify(&BTreeSet::from(["service/web".to_string()]), 7);
+        use super::super::keys;
+        let mut a = w.subscribe(&keys::service("web"));
+        let b = w.subscribe(&keys::service("db"));
+        let p = w.subscribe_prefix(&keys::kv("foo/"));
+        w.notify(&BTreeSet::from([keys::service("web")]), 7);
         assert!(a.has_changed().unwrap());
         assert!(!b.has_changed().unwrap());
         assert!(!p.has_changed().unwrap());
         assert_eq!(*a.borrow_and_update(), 7);
-        w.notify(&BTreeSet::from(["kv/foo/bar".to_string()]), 8);
+        w.notify(&BTreeSet::from([keys::kv("foo/bar")]), 8);
         assert!(p.has_changed().unwrap());
         assert!(!b.has_changed().unwrap());
     }

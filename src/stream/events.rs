@@ -276,8 +276,8 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
 pub fn snapshot_index(state: &State, topic: Topic, key: &str) -> u64 {
     match topic {
         _ if key.is_empty() => state.index,
-        Topic::ServiceHealth => state.index_of([keys::service(key).as_str()]),
-        Topic::ServiceHealthConnect => state.index_of([keys::connect(key).as_str()]),
+        Topic::ServiceHealth => state.index_of([&keys::service(key)]),
+        Topic::ServiceHealthConnect => state.index_of([&keys::connect(key)]),
         _ => state.index,
     }
 }

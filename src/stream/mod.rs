@@ -48,6 +48,9 @@ pub struct Publisher {
     inner: Arc<Inner>,
     /// Called with every change set handed to `publish`, in commit order.
     pub tap: Option<Tap>,
+    /// The task turning change sets into events, until a server takes it
+    /// to supervise.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// An observer of applied change sets.
@@ -132,14 +135,21 @@ impl Publisher {
             }
         };
         // Outside a runtime (unit tests of the store) nothing subscribes.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(run);
-        }
+        let task = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|handle| handle.spawn(crate::tasks::fault("event publisher", run)));
         Publisher {
             queue: tx,
             inner,
             tap: None,
+            task: Mutex::new(task),
         }
+    }
+
+    /// The publishing task, for a server to supervise (once): it runs
+    /// until the publisher is dropped.
+    pub fn take_task(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.task.lock().take()
     }
 }
 

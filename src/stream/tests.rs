@@ -204,7 +204,7 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
     let check = HealthCheck {
         check_id: "serfHealth".into(),
         name: "Serf".into(),
-        status: "critical".into(),
+        status: crate::structs::HEALTH_CRITICAL,
         ..Default::default()
     };
     w.apply(register("n1", None, vec![check]));
@@ -344,7 +344,7 @@ mod views {
         // A failing node check changes web1's health in the view.
         let check = HealthCheck {
             check_id: "serfHealth".into(),
-            status: "critical".into(),
+            status: crate::structs::HEALTH_CRITICAL,
             ..Default::default()
         };
         w.apply(register("n1", None, vec![check]));

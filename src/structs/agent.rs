@@ -1,6 +1,8 @@
 //! What agents and servers agree on about an agent's node: the check IDs
-//! they reserve, the node meta key that marks an agent's node, and the
-//! answer to a heartbeat.
+//! they reserve, the node meta key that marks an agent's node, the
+//! answer to a heartbeat, and how a member is listed.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,4 +23,66 @@ pub struct HeartbeatReply {
     /// Whether the catalog had the node (if not, the agent re-syncs now).
     pub known: bool,
     pub datacenter: String,
+}
+
+/// Serf's member status codes, as `/v1/agent/members` shows them.
+pub const MEMBER_ALIVE: u8 = 1;
+pub const MEMBER_FAILED: u8 = 4;
+
+/// A row of `/v1/agent/members` and the `Member` of `/v1/agent/self`
+/// (Consul's `api.AgentMember`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Member {
+    pub name: String,
+    pub addr: String,
+    pub port: u16,
+    pub tags: BTreeMap<String, String>,
+    pub status: u8,
+    pub protocol_min: u8,
+    pub protocol_max: u8,
+    pub protocol_cur: u8,
+    pub delegate_min: u8,
+    pub delegate_max: u8,
+    pub delegate_cur: u8,
+}
+
+impl Member {
+    fn new(name: &str, addr: &str, port: u16, tags: BTreeMap<String, String>, status: u8) -> Self {
+        // The serf protocol versions a Consul 1.x member reports.
+        Member {
+            name: name.to_string(),
+            addr: addr.to_string(),
+            port,
+            tags,
+            status,
+            protocol_min: 1,
+            protocol_max: 5,
+            protocol_cur: 2,
+            delegate_min: 2,
+            delegate_max: 5,
+            delegate_cur: 4,
+        }
+    }
+
+    fn tags(role: &str, dc: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("role".to_string(), role.to_string()),
+            ("dc".to_string(), dc.to_string()),
+            ("build".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+        ])
+    }
+
+    /// An agent's node (role `node`).
+    pub fn node(name: &str, addr: &str, port: u16, dc: &str, status: u8) -> Self {
+        Member::new(name, addr, port, Member::tags("node", dc), status)
+    }
+
+    /// A server (role `consul`) at `host:port`, its port also a tag as
+    /// Consul's servers carry it.
+    pub fn server(name: &str, host: &str, port: &str, dc: &str) -> Self {
+        let mut tags = Member::tags("consul", dc);
+        tags.insert("port".into(), port.to_string());
+        Member::new(name, host, port.parse().unwrap_or(0), tags, MEMBER_ALIVE)
+    }
 }

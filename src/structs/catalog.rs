@@ -12,6 +12,7 @@ use std::sync::{Arc, LazyLock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use super::health::{HealthStatus, ServiceKind};
 use super::serde_util::{is_default, null_default};
 
 pub type Meta = BTreeMap<String, String>;
@@ -274,8 +275,8 @@ impl<'de> Deserialize<'de> for ProxyBlock {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct NodeService {
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub kind: String,
+    #[serde(skip_serializing_if = "ServiceKind::is_typical")]
+    pub kind: ServiceKind,
     #[serde(rename = "ID")]
     pub id: String,
     pub service: String,
@@ -307,12 +308,12 @@ pub struct NodeService {
 
 impl NodeService {
     pub fn is_connect_proxy(&self) -> bool {
-        self.kind == "connect-proxy"
+        self.kind == ServiceKind::ConnectProxy
     }
 
     /// Gateways and proxies get central config merged into them.
     pub fn is_mesh_kind(&self) -> bool {
-        !self.kind.is_empty()
+        !self.kind.is_typical()
     }
 }
 
@@ -324,7 +325,7 @@ pub struct HealthCheck {
     #[serde(rename = "CheckID")]
     pub check_id: String,
     pub name: String,
-    pub status: String,
+    pub status: HealthStatus,
     pub notes: String,
     pub output: String,
     #[serde(rename = "ServiceID")]
@@ -341,15 +342,6 @@ pub struct HealthCheck {
     pub definition: Map<String, Value>,
     pub create_index: u64,
     pub modify_index: u64,
-}
-
-pub const HEALTH_PASSING: &str = "passing";
-pub const HEALTH_WARNING: &str = "warning";
-pub const HEALTH_CRITICAL: &str = "critical";
-pub const HEALTH_MAINT: &str = "maintenance";
-
-pub fn valid_health_status(s: &str) -> bool {
-    matches!(s, HEALTH_PASSING | HEALTH_WARNING | HEALTH_CRITICAL)
 }
 
 /// `PUT /v1/catalog/register`.

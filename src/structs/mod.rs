@@ -7,13 +7,18 @@ pub mod agent;
 pub mod catalog;
 pub mod config_entry;
 pub mod duration;
+pub mod health;
 pub mod kv;
+pub mod rows;
 pub mod serde_util;
 pub mod session;
 pub mod txn;
 pub mod validate;
 
 pub use catalog::*;
+pub use health::*;
 pub use kv::*;
 pub use session::*;
 pub use txn::*;
+#[cfg(test)]
+mod schema_drift_tests;

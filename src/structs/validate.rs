@@ -2,7 +2,7 @@
 //! everything that can be refused without the state is refused here, by
 //! the servers' catalog endpoint and by a client agent alike.
 
-use super::{HealthCheck, NodeService, RegisterRequest, valid_health_status};
+use super::{BadStatus, HEALTH_MAINT, HealthCheck, NodeService, RegisterRequest};
 use crate::error::{Error, Result};
 
 /// Checks a registration and fills in what Consul defaults (the
@@ -75,11 +75,9 @@ pub fn validate_check(check: &HealthCheck, node: &str) -> Result<()> {
     if check.check_id.is_empty() && check.name.is_empty() {
         return Err(Error::bad("Must provide a CheckID or Name for checks"));
     }
-    if !check.status.is_empty() && !valid_health_status(&check.status) {
-        return Err(Error::bad(format!(
-            "Invalid check status {:?}: must be passing, warning or critical",
-            check.status
-        )));
+    // Any other unknown status was refused when the body was decoded.
+    if check.status == HEALTH_MAINT {
+        return Err(Error::bad(BadStatus(check.status.to_string()).to_string()));
     }
     Ok(())
 }

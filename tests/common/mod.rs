@@ -5,7 +5,10 @@
 //! The HTTP client here is a deliberately small, synchronous HTTP/1.1 client
 //! over `std::net::TcpStream`: tests stay plain `#[test]` functions, a
 //! blocking query is just a thread, and nothing depends on which features a
-//! client crate was built with.
+//! client crate was built with. Tests that drive many requests at once use
+//! `asynch` (reqwest) over the same `Server`s; `cluster(n, extra)` starts
+//! servers that form a cluster by themselves; `Server::restart`, `kill`,
+//! `signal` and `stop` are the faults.
 //!
 //! ```ignore
 //! let s = Server::dev();
@@ -17,7 +20,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
-pub mod procs;
+pub mod asynch;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -90,8 +93,10 @@ pub struct ServerBuilder {
     bootstrap_expect: Option<usize>,
     join: Vec<String>,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     wait_leader: bool,
     https_only: bool,
+    wait: bool,
 }
 
 impl ServerBuilder {
@@ -149,6 +154,17 @@ impl ServerBuilder {
         self.wait_leader = false;
         self
     }
+    /// An environment variable for the server process.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+    /// Starts the process and returns at once, waiting for nothing (for a
+    /// server expected to exit).
+    pub fn spawn(mut self) -> Server {
+        self.wait = false;
+        self.start()
+    }
 
     pub fn start(self) -> Server {
         let http_port = self.http_port.unwrap_or_else(free_port);
@@ -192,15 +208,10 @@ impl ServerBuilder {
         args.extend(self.extra.iter().cloned());
         let log_path = tmp.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(bin())
-            .args(&args)
-            .env("RUST_LOG", "info,openraft=warn,sled=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start cairn");
+        let child = spawn_server(&args, &self.env, log);
         let server = Server {
+            args,
+            env: self.env.clone(),
             child: Mutex::new(Some(child)),
             http_addr,
             raft_addr,
@@ -214,7 +225,8 @@ impl ServerBuilder {
             log_path,
             _tmp: tmp,
         };
-        if self.wait_leader {
+        if !self.wait {
+        } else if self.wait_leader {
             server.wait_for_leader(Duration::from_secs(30));
         } else {
             server.wait_for_http(Duration::from_secs(30));
@@ -223,8 +235,61 @@ impl ServerBuilder {
     }
 }
 
+/// Starts `n` servers (nodes `s0`, `s1`...) that form a cluster by
+/// themselves (`--bootstrap-expect n`, each joining the others), each with
+/// `extra` arguments; returns once their HTTP ports answer, before a leader
+/// is elected (`asynch::agreed_leader` waits for one).
+pub fn cluster(n: usize, extra: &[&str]) -> Vec<Server> {
+    let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+    let builders: Vec<ServerBuilder> = (0..n)
+        .map(|i| {
+            let mut b = Server::builder()
+                .node(&format!("s{i}"))
+                .http_port(ports[i].0)
+                .raft_port(ports[i].1)
+                .bootstrap_expect(n)
+                .no_wait();
+            for (j, (_, raft)) in ports.iter().enumerate() {
+                if j != i {
+                    b = b.join(format!("127.0.0.1:{raft}"));
+                }
+            }
+            extra.iter().fold(b, |b, a| b.arg(a))
+        })
+        .collect();
+    // All spawned first: none can elect a leader alone.
+    let servers: Vec<Server> = builders.into_iter().map(ServerBuilder::spawn).collect();
+    for s in &servers {
+        s.wait_for_http(Duration::from_secs(30));
+    }
+    servers
+}
+
+/// Index of the server whose Raft address is `raft`.
+pub fn by_raft(servers: &[Server], raft: &str) -> usize {
+    servers
+        .iter()
+        .position(|s| s.raft_addr.to_string() == raft)
+        .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
+}
+
+fn spawn_server(args: &[String], env: &[(String, String)], log: std::fs::File) -> Child {
+    Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "info,openraft=warn,sled=warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start cairn")
+}
+
 /// A running `cairn server`, killed when dropped.
 pub struct Server {
+    /// How it was started, to start it again (`restart`).
+    args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Mutex<Option<Child>>,
     pub http_addr: SocketAddr,
     pub raft_addr: SocketAddr,
@@ -280,9 +345,16 @@ impl Server {
             bootstrap_expect: None,
             join: Vec::new(),
             extra: Vec::new(),
+            env: Vec::new(),
             wait_leader: true,
             https_only: false,
+            wait: true,
         }
+    }
+
+    /// Its node name (`--node`; "" for a dev server left to its host name).
+    pub fn name(&self) -> &str {
+        self.node.as_deref().unwrap_or_default()
     }
 
     pub fn log(&self) -> String {
@@ -387,6 +459,43 @@ impl Server {
     pub fn stop(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let child = self.child.lock().unwrap().take()?;
         terminate(child, timeout)
+    }
+
+    /// Waits for the process to exit by itself (`None` if it still runs
+    /// after `timeout`).
+    pub fn wait_exit(&self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.lock().unwrap().as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Starts the process again (killed first if it runs) with the same
+    /// arguments, so on the same data dir; its log continues the same file.
+    /// Returns once the HTTP port answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        *self.child.lock().unwrap() = Some(spawn_server(&self.args, &self.env, log));
+        self.wait_for_http(Duration::from_secs(30));
+    }
+
+    /// Sends a signal (`STOP`, `CONT`...) to the process.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("running");
+        Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .unwrap();
     }
 
     /// SIGKILL at once (a crash).

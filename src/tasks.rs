@@ -1,0 +1,162 @@
+//! Critical background tasks and their supervisor.
+//!
+//! A server is several tasks besides its HTTP handlers: the Raft transport,
+//! the leader's duties, the event publisher, proxycfg. If one of them dies
+//! (panics, or returns while it should run forever) the process would go on
+//! answering while broken. Each is spawned through `Tasks`, which reports
+//! the first one to end; the run loop then logs its name and exits
+//! non-zero, for a supervisor to restart the process.
+
+use std::future::Future;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The exit status of a process stopped because a critical task ended
+/// (EX_SOFTWARE).
+pub const TASK_EXIT: i32 = 70;
+
+/// How a critical task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// It returned, though it should have run as long as the process.
+    Returned(&'static str),
+    Panicked(&'static str, String),
+    /// Aborted from outside (the runtime going down).
+    Cancelled(&'static str),
+}
+
+impl Ended {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Ended::Returned(n) | Ended::Panicked(n, _) | Ended::Cancelled(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Returned(n) => write!(f, "critical task {n:?} returned"),
+            Ended::Panicked(n, why) => write!(f, "critical task {n:?} panicked: {why}"),
+            Ended::Cancelled(n) => write!(f, "critical task {n:?} was cancelled"),
+        }
+    }
+}
+
+/// The critical tasks of one process part (a server, an agent).
+pub struct Tasks {
+    tx: mpsc::UnboundedSender<Ended>,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Ended>>,
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Tasks {
+            tx,
+            rx: tokio::sync::Mutex::new(rx),
+        }
+    }
+}
+
+impl Tasks {
+    /// Spawns a task that must run as long as the process: returning is a
+    /// failure too.
+    pub fn spawn(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        self.watch(name, tokio::spawn(fault(name, task)));
+    }
+
+    /// Spawns a task that may finish (cluster formation): only a panic is
+    /// a failure.
+    pub fn spawn_once(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        self.supervise(name, tokio::spawn(fault(name, task)), false);
+    }
+
+    /// Watches a task spawned elsewhere, which must run as long as the
+    /// process.
+    pub fn watch(&self, name: &'static str, handle: JoinHandle<()>) {
+        self.supervise(name, handle, true);
+    }
+
+    fn supervise(&self, name: &'static str, handle: JoinHandle<()>, forever: bool) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let ended = match handle.await {
+                Ok(()) if forever => Ended::Returned(name),
+                Ok(()) => return,
+                Err(e) if e.is_panic() => Ended::Panicked(name, panic_text(e.into_panic())),
+                Err(_) => Ended::Cancelled(name),
+            };
+            // Nobody listening (a simulated server being dropped) is fine.
+            let _ = tx.send(ended);
+        });
+    }
+
+    /// Waits for the first critical task to end.
+    pub async fn failed(&self) -> Ended {
+        let mut rx = self.rx.lock().await;
+        // `self` holds a sender, so the channel never closes.
+        rx.recv().await.expect("Tasks holds a sender")
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Debug builds only: `CAIRN_FAULT_TASK=<name>` makes the named task panic
+/// at start, so tests can see the process stop (release builds ignore it).
+/// Tasks spawned elsewhere and `watch`ed wrap themselves in it.
+pub async fn fault(name: &'static str, task: impl Future<Output = ()>) {
+    #[cfg(debug_assertions)]
+    if std::env::var("CAIRN_FAULT_TASK").is_ok_and(|v| v == name) {
+        panic!("fault injected into {name} (CAIRN_FAULT_TASK)");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+    task.await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_panicking_task_is_reported_by_name() {
+        let tasks = Tasks::default();
+        tasks.spawn("fine", std::future::pending());
+        tasks.spawn("doomed", async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            panic!("boom");
+        });
+        let ended = tokio::time::timeout(Duration::from_secs(5), tasks.failed())
+            .await
+            .expect("the panic is reported");
+        assert_eq!(ended, Ended::Panicked("doomed", "boom".into()));
+        assert!(ended.to_string().contains("doomed"), "{ended}");
+    }
+
+    #[tokio::test]
+    async fn a_task_that_must_run_forever_fails_when_it_returns() {
+        let tasks = Tasks::default();
+        tasks.watch("loop", tokio::spawn(async {}));
+        let ended = tokio::time::timeout(Duration::from_secs(5), tasks.failed()).await;
+        assert_eq!(ended.unwrap(), Ended::Returned("loop"));
+    }
+
+    #[tokio::test]
+    async fn a_task_that_may_finish_fails_only_when_it_panics() {
+        let tasks = Tasks::default();
+        tasks.spawn_once("formation", async {});
+        let quiet = tokio::time::timeout(Duration::from_millis(200), tasks.failed()).await;
+        assert!(quiet.is_err(), "finishing is not a failure: {quiet:?}");
+        tasks.spawn_once("formation", async { panic!("lost") });
+        let ended = tokio::time::timeout(Duration::from_secs(5), tasks.failed()).await;
+        assert_eq!(ended.unwrap().name(), "formation");
+    }
+}
