@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 pub const LOG_FORMAT: u32 = 1;
 /// Format version of the snapshot file.
 pub const SNAPSHOT_FORMAT: u32 = 1;
-/// Format version of the state rows in sled.
-pub const STATE_FORMAT: u32 = 1;
+/// Format version of the state rows in sled. 2: keys of two names are
+/// length-prefixed (`state::pair_key`), no longer joined by NUL or `/`.
+/// Nothing migrates: a data dir of another version refuses to start.
+pub const STATE_FORMAT: u32 = 2;
 
 /// A storage failure, always naming the file and what was being done.
 ///
