@@ -239,9 +239,7 @@ fn check_burst(
         );
         match st.kv.get(&b.key) {
             Some(e) if e.value.len() == b.len && e.value.iter().all(|x| *x == b.fill) => {
-                if b.ret.is_some() {
-                    report.burst_acked += 1;
-                }
+                report.burst_acked += usize::from(b.ret.is_some());
             }
             Some(e) => report.failures.push(format!(
                 "burst write {} holds {} bytes, not the {} written",
@@ -346,7 +344,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // in the faults: every acknowledged one must survive, and small writes
     // must go on committing after it.
     let burst_log: workload::BurstLog = Arc::default();
-    let bursters: Vec<String> = if seed % 3 == 0 {
+    let bursters: Vec<String> = if seed.is_multiple_of(3) {
         (1..=BURST_CLIENTS).map(|b| format!("b{b}")).collect()
     } else {
         Vec::new()
