@@ -7,7 +7,7 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone"  which parts to run (default both)
+#   BENCH_PARTS="compare alone burst"  which parts to run (default all three)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
 #                    B+300.., DNS B+600.., etcd client B+790.., peer B+800..
@@ -139,7 +139,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone}
+PARTS=${BENCH_PARTS:-compare alone burst}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -246,6 +246,21 @@ r=$(run join wait --addr "$(ch 3)" --path "/v1/kv/$LAST_KEY?stale" --timeout 300
 snap=$(sed "s/\x1b\[[0-9;]*m//g" "$OUT/cairn-s3.log" | grep -o "installed snapshot.*bytes=[0-9]*" | tail -1 | grep -o "bytes=[0-9]*" || true)
 note "new server (--join) receiving $BIG_N KV entries → serving reads" "$(field secs "$r") s (snapshot ${snap:-?}) — load $l"
 stop_all
+fi
+
+# ------------------------------------------------------------------ burst
+# Small writes while 8 connections write 500 KiB values without pause (a
+# fresh cluster: the other rows' state stays out of it).
+if [[ " $PARTS " == *" burst "* ]]; then
+echo "cairn under a burst of 500 KiB writes (fresh cluster)"
+start_cairn
+l=$(load1)
+r=$(run burst burst --addrs "$CAIRN_HTTP" --clients 16 --seconds "$SECS" --warmup 1 \
+  --keys 1000 --value-size 256 --burst-clients 8 --burst-bytes $((500 << 10)))
+note "small writes (16 clients, 256 B) during a burst of 500 KiB writes (8 clients)" \
+  "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s ($(field errors "$r") errors); burst $(field burst_mb_s "$r") MB/s acknowledged ($(field burst_ok "$r") writes, $(field burst_errors "$r") errors) — load $l"
+stop_all
+rm -rf "$OUT/cairn"
 fi
 
 # ------------------------------------------------------------------ report

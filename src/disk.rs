@@ -13,8 +13,11 @@ pub const LOG_FORMAT: u32 = 2;
 /// Format version of the snapshot file (also what `GET /v1/snapshot`
 /// answers and `PUT /v1/snapshot` accepts).
 pub const SNAPSHOT_FORMAT: u32 = 2;
-/// Format version of the state rows in sled.
-pub const STATE_FORMAT: u32 = 2;
+/// Format version of the state rows in sled. 2: staged snapshot restores
+/// among the rows. 3: keys of two names are length-prefixed
+/// (`state::pair_key`), no longer joined by NUL or `/`. Nothing migrates:
+/// a data dir of another version refuses to start.
+pub const STATE_FORMAT: u32 = 3;
 
 /// A storage failure, always naming the file and what was being done.
 ///

@@ -173,11 +173,15 @@ fn nested_batches(levels: usize) -> Vec<u8> {
     frame(&body)
 }
 
-/// Sends `bytes` on a new connection to `addr`; returns once the server has
-/// closed it (or answered and closed), within `within`.
+/// Sends `bytes` on a new connection to `addr`, after the greeting a
+/// cairn server sends first (so they reach the frame decoder); returns once
+/// the server has closed it (or answered and closed), within `within`.
 async fn send_and_wait_close(addr: &str, bytes: &[u8], within: Duration) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&cairn::raft::network::greeting())
+        .await
+        .unwrap();
     // The server may close before taking it all: that is fine.
     let _ = s.write_all(bytes).await;
     let mut sink = Vec::new();

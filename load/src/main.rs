@@ -141,6 +141,22 @@ enum Cmd {
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
     },
+    /// Small writes (`--clients`, `--value-size`) measured while other
+    /// connections write large values without pause (cairn only).
+    Burst {
+        #[command(flatten)]
+        common: Common,
+        /// Connections writing large values.
+        #[arg(long, default_value_t = 8)]
+        burst_clients: usize,
+        /// Bytes of each large value (500 KiB; Consul's limit is 512 KiB).
+        #[arg(long, default_value_t = 500 << 10)]
+        burst_bytes: usize,
+        /// Keys the large values go to, overwritten in turn (the state
+        /// stays small; the log and snapshots carry the bytes).
+        #[arg(long, default_value_t = 16)]
+        burst_keys: u64,
+    },
     /// Polls `path` on `addr` until it answers 200; prints the seconds taken.
     Wait {
         #[arg(long)]
@@ -384,13 +400,39 @@ impl Stats {
 }
 
 /// Runs `clients` tasks, each on its own connection, each sending what
-/// `next(client, n)` builds until the window closes or `max_ops` is spent.
+/// `next(client, n)` builds until the window closes or `max_ops` is spent;
+/// prints what it measured.
 async fn run_load(
     addr: &str,
     c: &Common,
     next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>,
     label: &str,
 ) -> Result<()> {
+    let (all, measured) = measure_load(addr, c, next).await?;
+    let tput = all.ok as f64 / measured;
+    let p50 = Stats::percentile_ms(&all.lat_us, 0.50);
+    let p99 = Stats::percentile_ms(&all.lat_us, 0.99);
+    println!(
+        "tput={tput:.0} p50_ms={p50:.2} p99_ms={p99:.2} ok={} errors={} leader={addr}",
+        all.ok, all.errors
+    );
+    eprintln!(
+        "{label}: {} clients at {addr} (leader): {tput:.0}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, {} ok, {} errors over {measured:.1}s",
+        c.clients, all.ok, all.errors
+    );
+    if let Some(e) = all.first_error {
+        eprintln!("{label}: first error: {e}");
+    }
+    Ok(())
+}
+
+/// What `run_load` runs: the merged stats (latencies sorted) and the
+/// measured seconds.
+async fn measure_load(
+    addr: &str,
+    c: &Common,
+    next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>,
+) -> Result<(Stats, f64)> {
     // Connect everyone before the clock starts.
     let mut conns = Vec::with_capacity(c.clients);
     for _ in 0..c.clients {
@@ -454,19 +496,75 @@ async fn run_load(
         .as_secs_f64()
         .max(1e-9);
     all.lat_us.sort_unstable();
-    let tput = all.ok as f64 / measured;
+    Ok((all, measured))
+}
+
+/// Small writes (`c`) measured while `big_clients` other connections write
+/// `big_bytes` values to `big_keys` keys (`burst/N`) without pause, from
+/// the start of the warm-up to the end of the window. Prints the small
+/// writes' figures and the burst's acknowledged MB/s.
+async fn cmd_burst(c: Common, big_clients: usize, big_bytes: usize, big_keys: u64) -> Result<()> {
+    let leader = find_leader(System::Cairn, &c.addrs).await?;
+    let value = Bytes::from(value_of(big_bytes));
+    let stop = Arc::new(AtomicBool::new(false));
+    let measure_from = Instant::now() + Duration::from_secs_f64(c.warmup);
+    let mut big = Vec::new();
+    for b in 0..big_clients {
+        let (leader, value, stop) = (leader.clone(), value.clone(), stop.clone());
+        big.push(tokio::spawn(async move {
+            let mut conn = Conn::new(&leader);
+            let (mut acked, mut errors, mut first_error) = (0u64, 0u64, None);
+            let mut n = b as u64;
+            while !stop.load(Ordering::Relaxed) {
+                let path = format!("/v1/kv/burst/{}", n % big_keys.max(1));
+                n += big_clients as u64;
+                let t0 = Instant::now();
+                match conn.call(Method::PUT, &path, value.clone()).await {
+                    Ok((s, _, _)) if s.is_success() => {
+                        // Counted in the window, as the small writes are.
+                        if t0 >= measure_from && !stop.load(Ordering::Relaxed) {
+                            acked += 1;
+                        }
+                    }
+                    r => {
+                        errors += 1;
+                        first_error.get_or_insert_with(|| match r {
+                            Ok((s, _, b)) => format!("{s}: {}", String::from_utf8_lossy(&b)),
+                            Err(e) => format!("{e:#}"),
+                        });
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            (acked, errors, first_error)
+        }));
+    }
+    let pick = key_picker(c.keys);
+    let small_value = value_of(c.value_size);
+    let next = Arc::new(move |client, n| write_op(System::Cairn, &pick(client, n), &small_value));
+    let (all, measured) = measure_load(&leader, &c, next).await?;
+    stop.store(true, Ordering::Relaxed);
+    let (mut acked, mut errors, mut first_error) = (0u64, 0u64, None);
+    for t in big {
+        let (a, e, f) = t.await?;
+        acked += a;
+        errors += e;
+        first_error = first_error.or(f);
+    }
+    let mb_s = (acked * big_bytes as u64) as f64 / measured / 1e6;
     let p50 = Stats::percentile_ms(&all.lat_us, 0.50);
     let p99 = Stats::percentile_ms(&all.lat_us, 0.99);
+    let tput = all.ok as f64 / measured;
     println!(
-        "tput={tput:.0} p50_ms={p50:.2} p99_ms={p99:.2} ok={} errors={} leader={addr}",
+        "tput={tput:.0} p50_ms={p50:.2} p99_ms={p99:.2} ok={} errors={} burst_mb_s={mb_s:.1} burst_ok={acked} burst_errors={errors} leader={leader}",
         all.ok, all.errors
     );
     eprintln!(
-        "{label}: {} clients at {addr} (leader): {tput:.0}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, {} ok, {} errors over {measured:.1}s",
-        c.clients, all.ok, all.errors
+        "burst: {} small writers {tput:.0}/s, p50 {p50:.2} ms, p99 {p99:.2} ms ({} errors) while {big_clients} write {big_bytes} B values: {mb_s:.1} MB/s ({acked} acked, {errors} errors) over {measured:.1}s",
+        c.clients, all.errors
     );
-    if let Some(e) = all.first_error {
-        eprintln!("{label}: first error: {e}");
+    for e in [all.first_error, first_error].into_iter().flatten() {
+        eprintln!("burst: first error: {e}");
     }
     Ok(())
 }
@@ -824,6 +922,12 @@ fn main() -> Result<()> {
                 path,
                 timeout,
             } => cmd_wait(addr, path, timeout).await,
+            Cmd::Burst {
+                common,
+                burst_clients,
+                burst_bytes,
+                burst_keys,
+            } => cmd_burst(common, burst_clients, burst_bytes, burst_keys).await,
         }
     })
 }

@@ -23,6 +23,13 @@
 //! (`LogDisk::tear`) first lets part of what was not flushed reach the
 //! disk: a prefix of the pending operations, the last append possibly cut
 //! short, which is what the real log keeps after cutting a torn tail.
+//!
+//! A failed fsync (`LogDisk::fail_next_flush`) lets a prefix of the
+//! pending operations reach the disk, drops the rest (the kernel may drop
+//! pages it could not write) and fails the callbacks; every later flush of
+//! that life fails too, as the real log's latch does (vote saves excepted:
+//! the real store keeps the vote in sled, another file). Raft stops, and the
+//! runner, playing the supervisor, restarts the server from its disk.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -80,6 +87,11 @@ impl LogData {
 struct DiskData {
     data: LogData,
     pending: Vec<Op>,
+    /// The next flush fails, after this many pending operations reached
+    /// the disk.
+    fail_next: Option<usize>,
+    /// A flush of this life failed: nothing is durable from then on.
+    failed: bool,
 }
 
 /// A server's durable log: create one per simulated server and hand a clone
@@ -113,6 +125,18 @@ impl LogDisk {
         }
     }
 
+    /// The next flush fails (EIO from fsync): its first `keep` pending
+    /// operations reach the disk, the rest are lost.
+    pub fn fail_next_flush(&self, keep: usize) {
+        self.0.lock().unwrap().fail_next = Some(keep);
+    }
+
+    /// Whether a flush failed in the current life (the server has stopped
+    /// its Raft and, as a real one, exits to be restarted).
+    pub fn failed(&self) -> bool {
+        self.0.lock().unwrap().failed
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -139,6 +163,8 @@ impl MemLogStore {
         let mem = {
             let mut d = disk.0.lock().unwrap();
             d.pending.clear();
+            d.fail_next = None;
+            d.failed = false;
             d.data.clone()
         };
         MemLogStore {
@@ -158,16 +184,47 @@ impl MemLogStore {
     }
 
     /// Writes every pending operation to the disk; returns the callbacks
-    /// that waited for it.
-    fn flush(&self) -> Vec<IOFlushed<TypeConfig>> {
+    /// that waited for it, and whether it failed.
+    fn flush(&self) -> (Vec<IOFlushed<TypeConfig>>, Result<(), String>) {
         let mut c = self.cache.lock().unwrap();
         let mut disk = self.disk.0.lock().unwrap();
-        let DiskData { data, pending } = &mut *disk;
-        for op in pending.drain(..) {
-            data.apply(op);
+        let DiskData {
+            data,
+            pending,
+            fail_next,
+            failed,
+        } = &mut *disk;
+        let keep = match fail_next.take() {
+            Some(keep) => {
+                *failed = true;
+                keep
+            }
+            None if *failed => 0,
+            None => usize::MAX,
+        };
+        for (i, op) in pending.drain(..).enumerate() {
+            // Past `keep`, lost with the failed fsync; the vote lives in
+            // another file (sled, in the real store) and is not.
+            if i < keep || matches!(op, Op::Vote(_)) {
+                data.apply(op);
+            }
         }
         c.flush_scheduled = false;
-        std::mem::take(&mut c.waiting)
+        let result = if *failed {
+            Err("fsync of the simulated log: I/O error".to_string())
+        } else {
+            Ok(())
+        };
+        (std::mem::take(&mut c.waiting), result)
+    }
+
+    /// Flushes before returning (vote saves, truncation); the callbacks
+    /// that waited wait on for their own flush.
+    fn flush_now(&self) -> Result<(), StorageError> {
+        let (cbs, result) = self.flush();
+        self.cache.lock().unwrap().waiting.extend(cbs);
+        self.schedule_flush();
+        result.map_err(std::io::Error::other)
     }
 }
 
@@ -222,10 +279,10 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.write(Op::Vote(*vote), Op::Vote(*vote));
-        // Durable before returning; callbacks still wait for their own flush.
-        let cbs = self.flush();
-        self.cache.lock().unwrap().waiting.extend(cbs);
-        self.schedule_flush();
+        // Durable before returning; callbacks still wait for their own
+        // flush. A failed log fsync does not fail it: the real store keeps
+        // the vote in sled, another file.
+        let _ = self.flush_now();
         Ok(())
     }
 
@@ -248,10 +305,7 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
         let from = last.map_or(0, |l| l.index + 1);
         self.write(Op::Truncate(from), Op::Truncate(from));
-        let cbs = self.flush();
-        self.cache.lock().unwrap().waiting.extend(cbs);
-        self.schedule_flush();
-        Ok(())
+        self.flush_now()
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -273,8 +327,9 @@ impl MemLogStore {
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(FLUSH_DELAY).await;
-            for cb in me.flush() {
-                cb.io_completed(Ok(()));
+            let (cbs, result) = me.flush();
+            for cb in cbs {
+                cb.io_completed(result.clone().map_err(std::io::Error::other));
             }
         });
     }

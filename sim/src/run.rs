@@ -24,6 +24,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::checks;
+use crate::linearizability::Input;
 use crate::node::{Boot, Disk, Slot, Truth, run_server};
 use crate::stream_check::{StreamStats, check_stream};
 use crate::workload::{self, History, StreamLog};
@@ -68,16 +69,21 @@ pub enum Fault {
     /// A crash during which part of what the Raft log had not flushed
     /// reached the disk (a torn write).
     TornCrashRestart,
+    /// The Raft log's next fsync fails (EIO): part of what it had not
+    /// flushed is lost, Raft stops, and the server exits (fail-stop) and is
+    /// restarted from its disk, as a supervisor would.
+    FailedFsync,
     MessageLoss,
     Delay,
 }
 
-pub const FAULTS: [Fault; 7] = [
+pub const FAULTS: [Fault; 8] = [
     Fault::Partition,
     Fault::OneWayPartition,
     Fault::IsolateLeader,
     Fault::CrashRestart,
     Fault::TornCrashRestart,
+    Fault::FailedFsync,
     Fault::MessageLoss,
     Fault::Delay,
 ];
@@ -110,6 +116,10 @@ pub struct Report {
     pub locks_held: usize,
     /// Locks a silent holder's TTL expiry handed to another session.
     pub ttl_handoffs: usize,
+    /// Large writes of the burst acknowledged (and found whole).
+    pub burst_acked: usize,
+    /// Servers that stopped on a failed fsync (and were restarted).
+    pub fsync_stops: usize,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }
@@ -205,6 +215,60 @@ fn server_name(i: usize) -> String {
 
 /// Progress every seed must show for its checks to mean something.
 const MIN_ACKED_WRITES: usize = 100;
+/// Clients of a burst of large writes (one write each, at once).
+const BURST_CLIENTS: usize = 8;
+/// Small writes acknowledged after a burst's last write answered (or
+/// timed out): the cluster was not wedged by it.
+const MIN_WRITES_AFTER_BURST: usize = 20;
+
+/// The burst's acknowledged writes are in the converged state, whole;
+/// one not acknowledged is there whole or not at all; small writes
+/// committed after it.
+fn check_burst(
+    burst: &[workload::BurstRecord],
+    history: &[workload::Record],
+    st: &State,
+    report: &mut Report,
+) {
+    if burst.is_empty() {
+        return;
+    }
+    let mut end = 0;
+    for b in burst {
+        end = end.max(
+            b.ret
+                .unwrap_or(b.call + workload::CLIENT_TIMEOUT.as_micros() as u64),
+        );
+        match st.kv.get(&b.key) {
+            Some(e) if e.value.len() == b.len && e.value.iter().all(|x| *x == b.fill) => {
+                report.burst_acked += usize::from(b.ret.is_some());
+            }
+            Some(e) => report.failures.push(format!(
+                "burst write {} holds {} bytes, not the {} written",
+                b.key,
+                e.value.len(),
+                b.len
+            )),
+            None if b.ret.is_some() => report
+                .failures
+                .push(format!("acknowledged burst write {} lost", b.key)),
+            None => {}
+        }
+    }
+    let after = history
+        .iter()
+        .filter(|r| r.call > end && r.output.is_some())
+        .filter(|r| match &r.kind {
+            workload::Kind::Kv { input, .. } => !matches!(input, Input::Get),
+            _ => true,
+        })
+        .count();
+    if after < MIN_WRITES_AFTER_BURST {
+        report.failures.push(format!(
+            "no progress after the burst: {after} writes acknowledged after it (at least {MIN_WRITES_AFTER_BURST} expected)"
+        ));
+    }
+}
 const MIN_STREAM_INDEXES: usize = 100;
 
 /// Runs one seed of a scenario.
@@ -278,6 +342,22 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
         });
     }
+    // A third of the seeds get a burst of large writes, concurrent, early
+    // in the faults: every acknowledged one must survive, and small writes
+    // must go on committing after it.
+    let burst_log: workload::BurstLog = Arc::default();
+    let bursters: Vec<String> = if seed.is_multiple_of(3) {
+        (1..=BURST_CLIENTS).map(|b| format!("b{b}")).collect()
+    } else {
+        Vec::new()
+    };
+    let burst_at = scenario.warmup + Duration::from_millis(rng.gen_range(0..2000));
+    for (b, name) in bursters.iter().enumerate() {
+        let (ips, log) = (ips.clone(), burst_log.clone());
+        sim.client(name.as_str(), async move {
+            workload::burst(b as u64 + 1, seed, ips, burst_at, log).await
+        });
+    }
     // Lock clients work through the faults and stop at the heal, so that
     // their last releases commit while the stream subscribers still listen.
     let lock_log: crate::locks::LockLog = Arc::default();
@@ -316,9 +396,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     hosts.push("checker".into());
     hosts.extend(lockers.iter().map(|l| l.to_string()));
     hosts.extend(subscribers.iter().map(|(name, _)| name.to_string()));
+    hosts.extend(bursters.iter().cloned());
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
+    // Servers whose next log flush fails and which have not stopped yet.
+    let mut failing: BTreeSet<usize> = BTreeSet::new();
     let mut next_fault = scenario.warmup;
     let heal_at = scenario.warmup + scenario.faulty;
     let mut healed = false;
@@ -327,11 +410,29 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
 
     loop {
         let now = sim.elapsed();
+        // A server whose log flush failed stops (fail-stop: Raft cannot go
+        // on, so the process exits); it is restarted when its fault ends.
+        for i in failing.clone() {
+            if disks[i].log.failed() {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{} ms: s{} stops on its failed fsync", ms(now), i + 1);
+                }
+                crash_host(&mut sim, i, &names, &hosts, &slots);
+                failing.remove(&i);
+                report.fsync_stops += 1;
+            }
+        }
         // End faults whose time is up (or all of them at the heal).
         let mut i = 0;
         while i < active.len() {
             if active[i].until <= now || (now >= heal_at && !healed) {
                 let a = active.remove(i);
+                // One whose flush never came is restarted all the same.
+                if let Undo::Restart(v) = a.undo
+                    && failing.remove(&v)
+                {
+                    crash_host(&mut sim, v, &names, &hosts, &slots);
+                }
                 Event::FaultEnds(ms(now), a.kind).hash(&mut trace);
                 undo(&mut sim, a.undo, &names, &mut crashed);
             } else {
@@ -358,8 +459,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                 &slots,
                 &disks,
                 &mut crashed,
+                &mut failing,
             ) {
                 Event::Fault(ms(now), kind, &what).hash(&mut trace);
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{} ms: fault {kind:?} {what}", ms(now));
+                }
                 *report.faults.entry(kind).or_default() += 1;
                 active.push(Active {
                     kind,
@@ -454,6 +559,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         checks::check_history(&history, &s.store.state(), &mut report);
     }
     {
+        let burst = burst_log.lock().unwrap().clone();
+        burst.hash(&mut trace);
+        if let Some(s) = servers.first() {
+            check_burst(&burst, &history, &s.store.state(), &mut report);
+        }
+    }
+    {
         let log = lock_log.lock().unwrap().clone();
         log.hash(&mut trace);
         report.locks_held = log
@@ -492,6 +604,30 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     report
 }
 
+/// Crashes server `i` (its process ends).
+fn crash_host(
+    sim: &mut turmoil::Sim,
+    i: usize,
+    names: &[String],
+    hosts: &[String],
+    slots: &[Slot],
+) {
+    // Dropping the host's tasks closes its sockets, in an order set by
+    // tokio's process-wide task ids: cut its links first so those last
+    // messages go nowhere and draw nothing from turmoil's RNG (else a run
+    // depends on what ran before it in the process).
+    let me = names[i].as_str();
+    for other in hosts.iter().filter(|h| h.as_str() != me) {
+        sim.set_link_fail_rate(me, other.as_str(), 0.0);
+        sim.partition(me, other.as_str());
+    }
+    sim.crash(me);
+    for other in hosts.iter().filter(|h| h.as_str() != me) {
+        sim.repair(me, other.as_str());
+    }
+    *slots[i].lock().unwrap() = None;
+}
+
 fn all_pairs(names: &[String]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (i, a) in names.iter().enumerate() {
@@ -513,6 +649,7 @@ fn inject(
     slots: &[Slot],
     disks: &[Disk],
     crashed: &mut BTreeSet<usize>,
+    failing: &mut BTreeSet<usize>,
 ) -> Option<(Undo, String)> {
     let n = names.len();
     match kind {
@@ -567,15 +704,6 @@ fn inject(
             }
             let up: Vec<usize> = (0..n).filter(|i| !crashed.contains(i)).collect();
             let victim = *up.choose(rng)?;
-            // Dropping the host's tasks closes its sockets, in an order set
-            // by tokio's process-wide task ids: cut its links first so those
-            // last messages go nowhere and draw nothing from turmoil's RNG
-            // (else a run depends on what ran before it in the process).
-            let me = names[victim].as_str();
-            for other in hosts.iter().filter(|h| h.as_str() != me) {
-                sim.set_link_fail_rate(me, other.as_str(), 0.0);
-                sim.partition(me, other.as_str());
-            }
             let mut what = names[victim].clone();
             if kind == Fault::TornCrashRestart {
                 let log = &disks[victim].log;
@@ -584,12 +712,22 @@ fn inject(
                 log.tear(ops, entries);
                 what = format!("{what} torn {ops}+{entries}");
             }
-            sim.crash(me);
-            for other in hosts.iter().filter(|h| h.as_str() != me) {
-                sim.repair(me, other.as_str());
-            }
-            *slots[victim].lock().unwrap() = None;
+            crash_host(sim, victim, names, hosts, slots);
             crashed.insert(victim);
+            Some((Undo::Restart(victim), what))
+        }
+        Fault::FailedFsync => {
+            // Counted as down from now: it stops at its next flush.
+            if crashed.len() + 1 > (n - 1) / 2 {
+                return None;
+            }
+            let up: Vec<usize> = (0..n).filter(|i| !crashed.contains(i)).collect();
+            let victim = *up.choose(rng)?;
+            let keep = rng.gen_range(0..=disks[victim].log.pending() + 1);
+            disks[victim].log.fail_next_flush(keep);
+            crashed.insert(victim);
+            failing.insert(victim);
+            let what = format!("{} keeps {keep}", names[victim]);
             Some((Undo::Restart(victim), what))
         }
         Fault::MessageLoss => {

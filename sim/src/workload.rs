@@ -354,3 +354,61 @@ pub async fn subscriber(
 pub fn is_snapshot(items: &[StreamItem]) -> bool {
     matches!(items.last(), Some(StreamItem::EndOfSnapshot(_)))
 }
+
+/// One large write of a burst, as its client saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BurstRecord {
+    pub key: String,
+    pub len: usize,
+    /// Every byte of the value.
+    pub fill: u8,
+    pub call: u64,
+    /// `Some` when acknowledged.
+    pub ret: Option<u64>,
+}
+
+pub type BurstLog = Arc<Mutex<Vec<BurstRecord>>>;
+
+/// Bytes of a burst's writes: hundreds of KiB, each alone in its Raft entry
+/// and many times a small write's.
+pub const BURST_BYTES: std::ops::Range<usize> = (128 << 10)..(448 << 10);
+
+/// One client of a burst of large writes: at `at`, one write of
+/// `BURST_BYTES` to its own key (`big/<id>`) through a random server, at
+/// the same moment as the burst's other clients.
+pub async fn burst(
+    id: u64,
+    seed: u64,
+    servers: Vec<IpAddr>,
+    at: Duration,
+    log: BurstLog,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xB175_7000 ^ id);
+    tokio::time::sleep(at).await;
+    let len = rng.gen_range(BURST_BYTES);
+    let fill = rng.r#gen::<u8>();
+    let key = format!("big/{id}");
+    let req = ApiRequest::Write(Box::new(Command::Kv(KvOp {
+        verb: KvVerb::Set,
+        key: key.clone(),
+        value: vec![fill; len],
+        flags: 0,
+        index: 0,
+        session: String::new(),
+    })));
+    let addr = SocketAddr::new(servers[rng.gen_range(0..servers.len())], API_PORT);
+    let call_at = now_us();
+    let reply = call(addr, &req, false, CLIENT_TIMEOUT).await;
+    let acked = matches!(
+        reply,
+        Ok(ApiReply::Write(Ok(Response::Kv(KvOutcome::Done(true)))))
+    );
+    log.lock().unwrap().push(BurstRecord {
+        key,
+        len,
+        fill,
+        call: call_at,
+        ret: acked.then(now_us),
+    });
+    Ok(())
+}

@@ -675,19 +675,27 @@ impl LogStore {
         })
     }
 
-    /// The log, or why it can no longer be used: a failed fsync, or a
-    /// thread that panicked while holding it (its index may disagree with
-    /// the files).
-    fn lock(&self) -> Result<MutexGuard<'_, Log>, StorageError> {
-        if let Some(why) = self.failed.get() {
-            return Err(io::Error::other(why.clone()));
-        }
-        self.log.lock().map_err(|_| {
-            DiskError::Poisoned {
-                dir: self.dir.clone(),
-            }
-            .into()
+    /// Runs `f` on the locked log on a blocking thread, never on an async
+    /// worker: the lock may wait behind a segment roll's fsyncs or a 4 MiB
+    /// read, and `f` does file I/O itself. On 2 cores, a worker stuck there
+    /// is half the runtime, and heartbeats starve into elections.
+    ///
+    /// openraft awaits each append, truncate and purge before it issues the
+    /// next, so they still reach the files in order; readers (replication)
+    /// run alongside, serialized by the mutex.
+    async fn with_log<T, F>(&self, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Log) -> Result<T, DiskError> + Send + 'static,
+    {
+        let (log, dir, failed) = (self.log.clone(), self.dir.clone(), self.failed.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut guard = lock_log(&log, &dir, &failed)?;
+            Ok(f(&mut guard)?)
         })
+        .await
+        // A panic in `f` poisoned the lock: later calls report it.
+        .map_err(|e| io_err(&format!("raft log in {}", self.dir.display()), e))?
     }
 
     /// Makes the vote durable, off the async threads.
@@ -702,6 +710,24 @@ impl LogStore {
             .await
             .map_err(|e| DiskError::io("fsync", &self.sled_file.path, io::Error::other(e)))?
     }
+}
+
+/// The log, unless a failed fsync or a panic while it was held (its index
+/// may disagree with the files) made it unusable.
+fn lock_log<'a>(
+    log: &'a Mutex<Log>,
+    dir: &Path,
+    failed: &Failed,
+) -> Result<MutexGuard<'a, Log>, StorageError> {
+    if let Some(why) = failed.get() {
+        return Err(io::Error::other(why.clone()));
+    }
+    log.lock().map_err(|_| {
+        DiskError::Poisoned {
+            dir: dir.to_path_buf(),
+        }
+        .into()
+    })
 }
 
 /// Group commit: every callback waiting shares one `fdatasync` per file.
@@ -742,7 +768,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self.lock()?.read(bounds(&range))?)
+        let range = bounds(&range);
+        self.with_log(move |log| log.read(range)).await
     }
 
     /// What replication sends in one AppendEntries: bounded by bytes as
@@ -753,10 +780,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self.lock()?.read_upto(
-            (Bound::Included(start), Bound::Excluded(end)),
-            super::network::APPEND_BYTES,
-        )?)
+        self.with_log(move |log| {
+            log.read_upto(
+                (Bound::Included(start), Bound::Excluded(end)),
+                super::network::APPEND_BYTES,
+            )
+        })
+        .await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -777,11 +807,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let log = self.lock()?;
-        Ok(LogState {
-            last_purged_log_id: log.purged,
-            last_log_id: log.last(),
+        self.with_log(|log| {
+            Ok(LogState {
+                last_purged_log_id: log.purged,
+                last_log_id: log.last(),
+            })
         })
+        .await
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -811,18 +843,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let records = Records::encode(entries);
-        let file = self.lock()?.write(records)?;
+        // The pwrite (and, past a segment's size, the roll with its fsyncs)
+        // runs off the async workers; the entries are readable once it
+        // returns, as openraft requires, and durable when the flusher says.
+        let file = self.with_log(move |log| log.write(records)).await?;
         self.flusher
             .send((file, callback))
             .map_err(|_| io_err("raft log", "the flusher thread stopped"))
     }
 
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
-        Ok(self.lock()?.truncate_after(last)?)
+        self.with_log(move |log| log.truncate_after(last)).await
     }
 
     async fn purge(&mut self, upto: LogId) -> Result<(), StorageError> {
-        Ok(self.lock()?.purge(upto)?)
+        self.with_log(move |log| log.purge(upto)).await
     }
 }
 

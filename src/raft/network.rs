@@ -234,6 +234,67 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Re
     decode(&read_body(s, len).await?)
 }
 
+/// What each side of a connection sends first, before any frame: this
+/// magic, then its wire version (u32 BE). Frames are bincode of `Request`
+/// and `Reply`, whose shapes change between versions: a peer speaking
+/// another one is refused by name instead of failing on a frame.
+const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
+/// The Raft transport's wire version. Bump it with any change to how
+/// frames, `Request`, `Reply` or what they carry encode.
+pub const WIRE_VERSION: u32 = 1;
+
+/// This server's greeting.
+pub fn greeting() -> [u8; 12] {
+    let mut g = [0u8; 12];
+    g[..8].copy_from_slice(GREETING_MAGIC);
+    g[8..].copy_from_slice(&WIRE_VERSION.to_be_bytes());
+    g
+}
+
+/// A peer whose greeting is not this server's.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("raft peer {peer} speaks wire version {theirs}, this server {ours}: refused")]
+    Version {
+        peer: String,
+        theirs: u32,
+        ours: u32,
+    },
+    #[error(
+        "raft peer {peer} sent no cairn greeting (not a cairn server, or one from before wire versions): refused"
+    )]
+    NoGreeting { peer: String },
+}
+
+/// Reads the other side's greeting and checks its version.
+async fn read_greeting(s: &mut BoxStream, peer: &str) -> io::Result<()> {
+    let mut g = [0u8; 12];
+    s.read_exact(&mut g).await?;
+    let refuse = |e: WireError| Err(io::Error::new(io::ErrorKind::InvalidData, e));
+    if &g[..8] != GREETING_MAGIC {
+        return refuse(WireError::NoGreeting { peer: peer.into() });
+    }
+    let theirs = u32::from_be_bytes(g[8..].try_into().expect("4 bytes"));
+    if theirs != WIRE_VERSION {
+        return refuse(WireError::Version {
+            peer: peer.into(),
+            theirs,
+            ours: WIRE_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// The accepting side of the greeting: ours is sent whatever the peer's
+/// (so a peer of another version learns ours and says so), then theirs is
+/// checked. `Err` is why the connection is refused.
+async fn exchange_greetings(s: &mut BoxStream, peer: &str) -> Result<(), String> {
+    s.write_all(&greeting())
+        .await
+        .map_err(|e| format!("writing the greeting: {e}"))?;
+    read_greeting(s, peer).await.map_err(|e| e.to_string())
+}
+
 /// One connection to a peer, reopened on demand.
 pub struct Conn {
     addr: String,
@@ -298,11 +359,24 @@ impl Conn {
         }
         self.mid_call = true;
         let r = tokio::time::timeout(timeout, async {
-            if self.stream.is_none() {
+            let fresh = self.stream.is_none();
+            if fresh {
                 self.stream = Some(self.connector.connect(&self.addr).await?);
             }
             let s = self.stream.as_mut().expect("connected above");
+            if fresh {
+                // Sent with the first request; the peer's comes back
+                // before its answer.
+                s.write_all(&greeting()).await?;
+            }
             s.write_all(&frame).await?;
+            if fresh {
+                read_greeting(s, &self.addr).await.inspect_err(|e| {
+                    if e.get_ref().is_some_and(|i| i.is::<WireError>()) {
+                        tracing::warn!("{e}");
+                    }
+                })?;
+            }
             read_frame(s).await
         })
         .await
@@ -665,6 +739,16 @@ impl<F: Formation> Peer<F> {
     async fn serve(self, mut stream: BoxStream, slot: &ConnSlot) {
         let mut receiving: Option<Receiving> = None;
         let mut first = true;
+        let greeted = tokio::time::timeout(
+            self.limits.first_frame,
+            exchange_greetings(&mut stream, &self.ip.to_string()),
+        )
+        .await;
+        match greeted {
+            Err(_) => return self.closed(Close::Idle),
+            Ok(Err(reason)) => return self.closed(Close::Refused(reason)),
+            Ok(Ok(())) => {}
+        }
         let why = loop {
             let idle = if first {
                 self.limits.first_frame
@@ -727,6 +811,10 @@ impl<F: Formation> Peer<F> {
                 break Close::Io(e);
             }
         };
+        self.closed(why);
+    }
+
+    fn closed(&self, why: Close) {
         match why {
             Close::Refused(reason) => {
                 crate::metrics::RAFT_FRAMES_REFUSED.inc();
@@ -899,6 +987,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         tokio::spawn(async move {
             let mut server: BoxStream = Box::new(server);
+            exchange_greetings(&mut server, "client").await.unwrap();
             // Answers each vote late, with the term it was asked about.
             while let Ok(req) = read_frame::<Request>(&mut server).await {
                 let Request::Vote(v) = req else { return };
@@ -949,6 +1038,7 @@ mod tests {
         let peer = tokio::spawn(async move {
             let mut seen = Vec::new();
             let mut server: BoxStream = Box::new(server);
+            exchange_greetings(&mut server, "client").await.unwrap();
             loop {
                 let Ok(len) = server.read_u32().await else {
                     return seen;
@@ -990,5 +1080,75 @@ mod tests {
         assert_eq!(r, AppendEntriesResponse::PartialSuccess(Some(second)));
         drop(conn);
         assert_eq!(peer.await.unwrap(), vec![None, Some(2)]);
+    }
+
+    /// A peer of another wire version is refused on both sides with an
+    /// error naming it and both versions, before any frame is decoded.
+    #[tokio::test]
+    async fn a_peer_of_another_wire_version_is_refused_by_name() {
+        let other = |version: u32| {
+            let mut g = greeting();
+            g[8..].copy_from_slice(&version.to_be_bytes());
+            g
+        };
+        // Calling a server of version 7: it greets, then closes.
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut server = server;
+            server.write_all(&other(7)).await.unwrap();
+            let mut sink = Vec::new();
+            let _ = server.read_to_end(&mut sink).await;
+        });
+        let mut conn = Conn::new(Arc::new(Pipe(Mutex::new(Some(client)))), "10.0.0.9:8300");
+        let vote = VoteRequest::new(
+            Vote {
+                leader_id: LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                committed: false,
+            },
+            None,
+        );
+        let e = conn
+            .call(&Request::Vote(vote), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "raft peer 10.0.0.9:8300 speaks wire version 7, this server {WIRE_VERSION}: refused"
+            )
+        );
+
+        // Called by a peer of version 7: refused, and told our version.
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let mut client: BoxStream = Box::new(client);
+        client.write_all(&other(7)).await.unwrap();
+        let mut server: BoxStream = Box::new(server);
+        let why = exchange_greetings(&mut server, "10.0.0.8")
+            .await
+            .unwrap_err();
+        assert!(
+            why.contains("10.0.0.8")
+                && why.contains("version 7")
+                && why.contains(&format!("this server {WIRE_VERSION}")),
+            "{why}"
+        );
+        assert!(read_greeting(&mut client, "server").await.is_ok());
+
+        // Bytes that are no greeting at all (a frame from a server before
+        // versions, a stranger): refused as such, nothing decoded.
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let mut client: BoxStream = Box::new(client);
+        client
+            .write_all(&encode_frame(&Request::Join(1, ServerNode::default())).unwrap())
+            .await
+            .unwrap();
+        let mut server: BoxStream = Box::new(server);
+        let why = exchange_greetings(&mut server, "10.0.0.7")
+            .await
+            .unwrap_err();
+        assert!(why.contains("sent no cairn greeting"), "{why}");
     }
 }

@@ -117,8 +117,24 @@ pub struct Tx<'a> {
     set: ChangeSet,
 }
 
+/// A service's or check's row key: its node and its ID (`pair_key`).
 pub(crate) fn node_key(node: &str, id: &str) -> String {
-    format!("{node}\0{id}")
+    pair_key(node, id)
+}
+
+/// A row key made of two names, injective whatever they hold: the first
+/// one's length in bytes, `:`, then both. Joined by a separator instead,
+/// (`a\0b`, `c`) and (`a`, `b\0c`) would share a row on disk.
+pub fn pair_key(first: &str, second: &str) -> String {
+    format!("{}:{first}{second}", first.len())
+}
+
+/// The two names of a `pair_key`; `None` for a key it did not make.
+pub fn split_pair_key(key: &str) -> Option<(&str, &str)> {
+    let (len, rest) = key.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    // `get` is None past the end or inside a character.
+    Some((rest.get(..len)?, rest.get(len..)?))
 }
 
 impl<'a> Tx<'a> {
@@ -363,7 +379,7 @@ impl<'a> Tx<'a> {
         self.touch(keys::config_kind(key.0.as_str()));
         self.record(
             Table::Config,
-            format!("{}/{}", key.0, key.1),
+            pair_key(key.0.as_str(), &key.1),
             before.map(Row::Config),
             Some(Row::Config(after)),
         );
@@ -376,7 +392,7 @@ impl<'a> Tx<'a> {
             self.touch(keys::config_kind(kind.as_str()));
             self.record(
                 Table::Config,
-                format!("{kind}/{name}"),
+                pair_key(kind.as_str(), name),
                 Some(Row::Config(before)),
                 None,
             );

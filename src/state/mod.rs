@@ -34,7 +34,7 @@ use crate::structs::{
     Session, TxnError, TxnOp, TxnResult,
 };
 
-pub use apply::{apply_command, apply_payload};
+pub use apply::{apply_command, apply_payload, pair_key, split_pair_key};
 pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
 pub use watch::Watches;
 
@@ -141,10 +141,10 @@ impl From<Timeable> for Command {
 }
 
 impl Command {
-    /// Refuses a name or ID holding a control character (NUL included): a
-    /// NUL is the separator of persisted keys (`node\0id`), so such a name
-    /// could land on another's row after a restart, and no Consul client
-    /// writes one. Checked for every write before it is proposed.
+    /// Refuses a name or ID holding a control character (NUL included): no
+    /// Consul client writes one, and they break logs and line-based tools.
+    /// (Persisted keys no longer depend on it: `pair_key` is injective.)
+    /// Checked for every write before it is proposed.
     pub fn check_names(&self) -> Result<(), String> {
         fn check(what: &str, v: &str) -> Result<(), String> {
             if v.chars().any(char::is_control) {
@@ -281,7 +281,8 @@ pub enum Table {
 #[derive(Debug, Clone)]
 pub struct Change {
     pub table: Table,
-    /// The row's key in its table (for services and checks `node\0id`).
+    /// The row's key in its table (for services and checks their node and
+    /// ID, for config entries kind and name, as `pair_key`).
     pub key: String,
     pub before: Option<Row>,
     pub after: Option<Row>,

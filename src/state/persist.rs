@@ -1,7 +1,9 @@
 //! Where the state machine's tables live on disk: one ordered key space of
 //! rows, written in one atomic batch per applied group of commands.
 //!
-//! Rows are `table byte + key`. KV entries are bincode, catalog rows and
+//! Rows are `table byte + key`; a key of two names (a service's or check's
+//! node and ID, a config entry's kind and name) is `apply::pair_key`,
+//! length-prefixed, so no two names share a row. KV entries are bincode, catalog rows and
 //! config entries JSON (their Consul shape skips empty fields), indexes a
 //! big-endian u64. The batch also carries the Raft adapter's meta rows
 //! (last applied log id, membership), so a restart finds state and applied
@@ -181,19 +183,19 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     }
     for ((n, id), s) in &state.services {
         ops.push((
-            row_key(SERVICE, &format!("{n}\0{id}")),
+            row_key(SERVICE, &super::apply::node_key(n, id)),
             Some(serde_json::to_vec(&**s)?),
         ));
     }
     for ((n, id), c) in &state.checks {
         ops.push((
-            row_key(CHECK, &format!("{n}\0{id}")),
+            row_key(CHECK, &super::apply::node_key(n, id)),
             Some(serde_json::to_vec(&**c)?),
         ));
     }
     for ((kind, name), e) in &state.config {
         ops.push((
-            row_key(CONFIG, &format!("{kind}/{name}")),
+            row_key(CONFIG, &super::apply::pair_key(kind.as_str(), name)),
             Some(serde_json::to_vec(&**e)?),
         ));
     }
@@ -292,7 +294,9 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 }
                 SERVICE => {
                     let s: NodeService = serde_json::from_slice(v)?;
-                    let node = key.split('\0').next().unwrap_or_default().to_string();
+                    let (node, _) = super::apply::split_pair_key(key)
+                        .with_context(|| format!("service row key {key:?}"))?;
+                    let node = node.to_string();
                     st.services.insert((node, s.id.clone()), Arc::new(s));
                 }
                 CHECK => {
@@ -556,6 +560,36 @@ mod tests {
             .filter(|n| n.starts_with(b"state"))
             .count();
         assert_eq!(states, 1);
+    }
+
+    /// Two services whose node and ID, joined by NUL as rows once were,
+    /// both gave `a\0b\0c`: one overwrote the other on disk, and after a
+    /// restart the survivor came back under the wrong node.
+    #[test]
+    fn names_that_joined_into_one_key_get_rows_of_their_own() {
+        use super::super::{pair_key, split_pair_key};
+        let pairs = [("a\0b", "c"), ("a", "b\0c"), ("a:1", "b"), ("a", ":1b")];
+        let mut st = State::default();
+        for (node, id) in pairs {
+            assert_eq!(split_pair_key(&pair_key(node, id)), Some((node, id)));
+            let svc = NodeService {
+                id: id.into(),
+                ..Default::default()
+            };
+            st.services
+                .insert((node.to_string(), id.to_string()), Arc::new(svc));
+        }
+        let keys: std::collections::BTreeSet<String> =
+            pairs.iter().map(|(n, i)| pair_key(n, i)).collect();
+        assert_eq!(keys.len(), pairs.len());
+        let p = MemoryBackend::default();
+        replace_all(&p, &st, Vec::new()).unwrap();
+        let loaded = load_state(&p).unwrap();
+        let got: Vec<_> = loaded.services.keys().cloned().collect();
+        let want: Vec<_> = st.services.keys().cloned().collect();
+        assert_eq!(got, want);
+        assert_eq!(split_pair_key("5:ab"), None);
+        assert_eq!(split_pair_key("x:ab"), None);
     }
 
     #[test]

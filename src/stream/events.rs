@@ -205,7 +205,7 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                 ));
             }
             (Table::Services, before, _) => {
-                let (node, id) = c.key.split_once('\0').unwrap_or_default();
+                let (node, id) = crate::state::split_pair_key(&c.key).unwrap_or_default();
                 let k = (node.to_string(), id.to_string());
                 if let Some(Row::Service(s)) = before {
                     before_cmd.entry(k.clone()).or_insert_with(|| s.clone());
