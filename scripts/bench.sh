@@ -7,7 +7,7 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone burst"  which parts to run (default all three)
+#   BENCH_PARTS="compare alone burst many memory"  which parts to run (default all)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
 #                    B+300.., DNS B+600.., etcd client B+790.., peer B+800..
@@ -139,7 +139,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone burst}
+PARTS=${BENCH_PARTS:-compare alone burst many memory}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -263,6 +263,98 @@ stop_all
 rm -rf "$OUT/cairn"
 fi
 
+# ------------------------------------------------------------------ many keys per request
+# One request over many keys, side by side: a read of 10,000 keys under one
+# prefix (cairn ?recurse, etcd a prefix range) and a 128-put transaction.
+if [[ " $PARTS " == *" many "* ]]; then
+echo "many keys per request: cairn (3 servers) and etcd (3 members)"
+start_cairn
+WITH_ETCD=0
+if [ "${BENCH_SKIP_ETCD:-0}" != 1 ]; then start_etcd; WITH_ETCD=1; fi
+MANY=(--seconds "$SECS" --warmup 1 --clients 4 --keys 10000 --value-size 64)
+l=$(load1)
+cl=$(run "cairn recurse" recurse --system cairn --addrs "$CAIRN_HTTP" "${MANY[@]}")
+el=""
+[ "$WITH_ETCD" = 1 ] && el=$(run "etcd range" recurse --system etcd --addrs "$ETCD_HTTP" "${MANY[@]}")
+row "read of 10,000 keys (cairn ?recurse / etcd prefix range), 4 clients" "$cl" "$el" "$l"
+echo "  recurse 10000: cairn [$cl] etcd [$el]"
+TXN=(--seconds "$SECS" --warmup 1 --clients 16 --keys 10000 --value-size 64 --ops 128)
+l=$(load1)
+cl=$(run "cairn txn" txn --system cairn --addrs "$CAIRN_HTTP" "${TXN[@]}")
+el=""
+[ "$WITH_ETCD" = 1 ] && el=$(run "etcd txn" txn --system etcd --addrs "$ETCD_HTTP" "${TXN[@]}")
+row "txn of 128 puts, 16 clients" "$cl" "$el" "$l"
+echo "  txn 128: cairn [$cl] etcd [$el]"
+stop_all
+rm -rf "$OUT/cairn" "$OUT/etcd"
+fi
+
+# ------------------------------------------------------------------ memory
+# RSS, side by side: idle (4 s after start, nothing stored) for one server
+# and for each of 3, then per KV entry at the leader of 3 (RSS_N entries of
+# a 16 B key and 64 B value, written in transactions of 128).
+MEM="$OUT/memory.md"
+mem() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$MEM"; echo "  $1: cairn $2, etcd $3"; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
+if [[ " $PARTS " == *" memory "* ]]; then
+echo "memory: idle and per KV entry"
+: >"$MEM"
+WITH_ETCD=0
+[ "${BENCH_SKIP_ETCD:-0}" != 1 ] && WITH_ETCD=1
+# One server.
+"$BIN" server --dev --node s0 --http-addr "$(ch 0)" --raft-addr "$(cr 0)" 2>>"$OUT/cairn-dev.log" &
+PIDS[s0]=$!
+"$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+sleep 4
+c1=$(rss_kib "${PIDS[s0]}")
+stop_one s0
+e1="–"
+if [ "$WITH_ETCD" = 1 ]; then
+  etcd --name e0 --data-dir "$OUT/etcd/one" \
+    --listen-client-urls "http://$(eh 0)" --advertise-client-urls "http://$(eh 0)" \
+    --listen-peer-urls "http://$(ep 0)" --initial-advertise-peer-urls "http://$(ep 0)" \
+    --initial-cluster "e0=http://$(ep 0)" 2>>"$OUT/etcd-one.log" &
+  PIDS[e0]=$!
+  "$LOAD" leader --system etcd --addrs "$(eh 0)" >/dev/null
+  sleep 4
+  e1=$(mib "$(rss_kib "${PIDS[e0]}")")
+  stop_one e0
+fi
+mem "idle RSS, one server (cairn --dev / etcd single member)" "$(mib "$c1")" "$e1"
+# Three.
+start_cairn
+[ "$WITH_ETCD" = 1 ] && start_etcd
+sleep 4
+c3=$(for i in 0 1 2; do mib "$(rss_kib "${PIDS[s$i]}")"; echo; done | paste -sd/ | sed 's|/| / |g')
+e3="–"
+[ "$WITH_ETCD" = 1 ] && e3=$(for i in 0 1 2; do mib "$(rss_kib "${PIDS[e$i]}")"; echo; done | paste -sd/ | sed 's|/| / |g')
+mem "idle RSS, each of 3 servers / members" "$c3" "$e3"
+# Per entry, at the leader.
+leader_pid_of() { # system http-addrs prefix
+  local a; a=$("$LOAD" leader --system "$1" --addrs "$2")
+  for i in 0 1 2; do
+    if { [ "$1" = cairn ] && [ "$a" = "$(ch "$i")" ]; } || { [ "$1" = etcd ] && [ "$a" = "$(eh "$i")" ]; }; then
+      echo "${PIDS[$3$i]}"
+    fi
+  done
+}
+per_entry() { # system addrs pid-prefix -> "X B (Y beyond 80 B of data)"
+  local p r0 r1
+  p=$(leader_pid_of "$1" "$2" "$3")
+  r0=$(rss_kib "$p")
+  run "$1 fill $RSS_N" txn --system "$1" --addrs "$2" --clients 16 --value-size 64 --ops 128 --count "$RSS_N" >/dev/null
+  sleep 2
+  r1=$(rss_kib "$p")
+  echo "$(((r1 - r0) * 1024 / RSS_N)) B ($(((r1 - r0) * 1024 / RSS_N - 80)) beyond 80 B of data; $(mib "$r0") → $(mib "$r1"))"
+}
+ce=$(per_entry cairn "$CAIRN_HTTP" s)
+ee="–"
+[ "$WITH_ETCD" = 1 ] && ee=$(per_entry etcd "$ETCD_HTTP" e)
+mem "leader RSS per KV entry ($RSS_N entries, 16 B key, 64 B value)" "$ce" "$ee"
+stop_all
+rm -rf "$OUT/cairn" "$OUT/etcd"
+fi
+
 # ------------------------------------------------------------------ report
 echo
 echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
@@ -274,5 +366,13 @@ echo
 echo "| measure | result |"
 echo "| --- | --- |"
 cat "$OUT/alone.md" 2>/dev/null || true
+if [ -s "$OUT/memory.md" ]; then
+  echo
+  echo "## memory (RSS)"
+  echo
+  echo "| measure | cairn | etcd |"
+  echo "| --- | --- | --- |"
+  cat "$OUT/memory.md"
+fi
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"

@@ -115,6 +115,10 @@ struct ServerArgs {
     /// Connections open at once on the Raft port (from one IP: a quarter).
     #[arg(long, default_value_t = 512)]
     raft_max_conns: usize,
+    /// The most sled's page cache holds, in MiB (it grows as pages are
+    /// touched, up to this).
+    #[arg(long, default_value_t = cairn::server::SLED_CACHE_BYTES >> 20, hide = true)]
+    sled_cache_mb: u64,
     #[command(flatten)]
     dns: DnsArgs,
 }
@@ -440,6 +444,7 @@ fn server_limits(a: &ServerArgs) -> cairn::server::Limits {
     l.http.max_blocking = a.http_max_blocking_queries.max(1);
     l.raft_port.max_conns = a.raft_max_conns.max(4);
     l.raft_port.max_conns_per_ip = (a.raft_max_conns / 4).max(4);
+    l.sled_cache_bytes = Some(a.sled_cache_mb.max(1) << 20);
     l
 }
 

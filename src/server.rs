@@ -76,7 +76,16 @@ impl ServerConfig {
 pub struct Limits {
     pub raft_port: network::PortLimits,
     pub http: crate::request::serve::HttpLimits,
+    /// sled's page cache, in bytes (default `SLED_CACHE_BYTES`).
+    pub sled_cache_bytes: Option<u64>,
 }
+
+/// sled's page cache by default. It fills as pages are written or read and
+/// is never allocated ahead, so a small state costs what it holds; the cap
+/// matters for large states. The state is served from memory (`state`), so
+/// sled is read on start and to find the pages a write changes: a cache
+/// past the hot pages of those writes only duplicates the state in RSS.
+pub const SLED_CACHE_BYTES: u64 = 64 << 20;
 
 pub struct Server {
     pub config: ServerConfig,
@@ -187,7 +196,7 @@ impl Server {
         let db_dir = config.data_dir.join("db");
         let db = sled::Config::new()
             .path(&db_dir)
-            .cache_capacity(256 << 20)
+            .cache_capacity(config.limits.sled_cache_bytes.unwrap_or(SLED_CACHE_BYTES))
             .mode(sled::Mode::HighThroughput)
             .open()?;
         let parts = ServerParts {

@@ -23,6 +23,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
+mod rows;
+
 #[derive(Parser)]
 #[command(name = "cairn-load", about = "Load generator for cairn and etcd")]
 struct Cli {
@@ -156,6 +158,27 @@ enum Cmd {
         /// stays small; the log and snapshots carry the bytes).
         #[arg(long, default_value_t = 16)]
         burst_keys: u64,
+    },
+    /// Reads every key under a prefix of `--keys` keys (cairn `?recurse`,
+    /// etcd a prefix range), after writing them.
+    Recurse {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value = "recurse/")]
+        prefix: String,
+    },
+    /// Transactions of `--ops` puts (cairn `/v1/txn`, etcd `/v3/kv/txn`).
+    Txn {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 128)]
+        ops: u64,
+        /// Write exactly this many fresh keys (`fill/<n>`) instead of
+        /// running for `--seconds`.
+        #[arg(long)]
+        count: Option<u64>,
+        #[arg(long, default_value_t = 0)]
+        start: u64,
     },
     /// Polls `path` on `addr` until it answers 200; prints the seconds taken.
     Wait {
@@ -917,6 +940,13 @@ fn main() -> Result<()> {
                 connect_parallel,
                 timeout,
             } => cmd_watch(addrs, watchers, key, connect_parallel, timeout).await,
+            Cmd::Recurse { common, prefix } => rows::cmd_recurse(common, prefix).await,
+            Cmd::Txn {
+                common,
+                ops,
+                count,
+                start,
+            } => rows::cmd_txn(common, ops, count, start).await,
             Cmd::Wait {
                 addr,
                 path,
