@@ -333,8 +333,7 @@ impl Server {
             tasks.watch("event publisher", h);
         }
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
-        crate::tls::install_default_provider();
-        let mut http = reqwest::Client::builder()
+        let mut http = crate::tls::http_client()
             .pool_max_idle_per_host(256)
             .timeout(Duration::from_secs(660));
         if let Some(tls) = &config.tls {

@@ -61,6 +61,13 @@ pub fn install_default_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A reqwest client builder that cannot panic for want of a provider: the
+/// one way this crate and its tests start building an HTTP client.
+pub fn http_client() -> reqwest::ClientBuilder {
+    install_default_provider();
+    reqwest::Client::builder()
+}
+
 fn display(p: &Path) -> String {
     p.display().to_string()
 }

@@ -36,8 +36,7 @@ impl Load {
                     prefix.to_string(),
                 );
                 tokio::spawn(async move {
-                    cairn::tls::install_default_provider();
-                    let c = reqwest::Client::builder()
+                    let c = cairn::tls::http_client()
                         .timeout(Duration::from_secs(10))
                         .build()
                         .unwrap();

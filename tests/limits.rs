@@ -28,8 +28,7 @@ async fn a_burst_of_large_writes_never_wedges_the_cluster() {
     const WRITES: usize = 300;
     const LEN: usize = 500 * 1024;
     let procs = cluster(3, &[]);
-    cairn::tls::install_default_provider();
-    let c = reqwest::Client::builder()
+    let c = cairn::tls::http_client()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap();

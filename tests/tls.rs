@@ -446,7 +446,7 @@ fn a_stalled_https_handshake_is_closed() {
     );
 }
 
-/// `--http-addr ""`: the server listens on its HTTPS and Raft ports only,
+/// `--http-addr ""`: the server listens on its HTTPS, Raft and DNS ports only,
 /// and its own agent reaches it over HTTPS (a service registered through
 /// the agent API reaches the catalog).
 #[test]
@@ -462,7 +462,11 @@ fn https_only_leaves_no_plain_port() {
         let (_, l) = https_get(&ca, &format!("{}/v1/status/leader", server.url));
         (l.len() > 2).then_some(())
     });
-    let mut want = vec![server.http_addr.port(), server.raft_addr.port()];
+    let mut want = vec![
+        server.http_addr.port(),
+        server.raft_addr.port(),
+        server.dns_addr.port(),
+    ];
     want.sort();
     assert_eq!(listening_ports(server.pid().unwrap()), want);
     // Plain HTTP on the HTTPS port gets no answer.

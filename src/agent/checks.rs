@@ -473,7 +473,7 @@ fn https_check_client(
 ) -> Result<reqwest::Client, String> {
     let tls =
         crate::tls::check_client_config(skip_verify, server_name).map_err(|e| e.to_string())?;
-    reqwest::Client::builder()
+    crate::tls::http_client()
         .tls_backend_preconfigured(tls)
         .build()
         .map_err(|e| e.to_string())

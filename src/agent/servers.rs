@@ -93,8 +93,7 @@ impl Servers {
             );
         }
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
-        crate::tls::install_default_provider();
-        let mut http = reqwest::Client::builder()
+        let mut http = crate::tls::http_client()
             .connect_timeout(Duration::from_secs(3))
             .pool_idle_timeout(Duration::from_secs(90));
         if let Some(tls) = tls {

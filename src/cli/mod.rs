@@ -216,8 +216,7 @@ impl Client {
     pub fn new(addr: &str) -> Result<Client, CliError> {
         let base = normalize_addr(addr)?;
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
-        crate::tls::install_default_provider();
-        let mut http = reqwest::Client::builder()
+        let mut http = crate::tls::http_client()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60));
         if base.starts_with("https://")

@@ -24,7 +24,7 @@ impl Endpoint for super::Server {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    cairn::tls::http_client()
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap()
