@@ -54,28 +54,10 @@ struct ServerArgs {
     node: Option<String>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// The plain HTTP API's address; "" for none (HTTPS only).
-    #[arg(long, default_value = "127.0.0.1:8500")]
-    http_addr: String,
     #[arg(long, default_value = "127.0.0.1:8300")]
     raft_addr: SocketAddr,
-    /// The CA certificate (PEM) that peers' and clients' certificates are
-    /// checked against.
-    #[arg(long)]
-    tls_ca_file: Option<PathBuf>,
-    /// This process's certificate (PEM; `cairn tls cert create`).
-    #[arg(long)]
-    tls_cert_file: Option<PathBuf>,
-    /// This process's certificate key (PEM).
-    #[arg(long)]
-    tls_key_file: Option<PathBuf>,
-    /// Serve the HTTP API over HTTPS here too (or only, with
-    /// `--http-addr ""`).
-    #[arg(long)]
-    https_addr: Option<SocketAddr>,
-    /// HTTPS clients must present a certificate signed by the CA.
-    #[arg(long)]
-    tls_verify_incoming: bool,
+    #[command(flatten)]
+    listen: ListenArgs,
 
     #[arg(long, default_value = "dc1")]
     datacenter: String,
@@ -169,26 +151,8 @@ struct AgentArgs {
     node: Option<String>,
     #[arg(long)]
     data_dir: PathBuf,
-    /// The plain HTTP API's address; "" for none (HTTPS only).
-    #[arg(long, default_value = "127.0.0.1:8500")]
-    http_addr: String,
-    /// The CA certificate (PEM) that peers' and clients' certificates are
-    /// checked against.
-    #[arg(long)]
-    tls_ca_file: Option<PathBuf>,
-    /// This process's certificate (PEM; `cairn tls cert create`).
-    #[arg(long)]
-    tls_cert_file: Option<PathBuf>,
-    /// This process's certificate key (PEM).
-    #[arg(long)]
-    tls_key_file: Option<PathBuf>,
-    /// Serve the HTTP API over HTTPS here too (or only, with
-    /// `--http-addr ""`).
-    #[arg(long)]
-    https_addr: Option<SocketAddr>,
-    /// HTTPS clients must present a certificate signed by the CA.
-    #[arg(long)]
-    tls_verify_incoming: bool,
+    #[command(flatten)]
+    listen: ListenArgs,
     /// A server's HTTP address (repeatable): http://host:port, host:port,
     /// or https://host:port (with --tls-ca-file).
     #[arg(long = "server", required = true)]
@@ -217,17 +181,33 @@ fn parse_ttl(s: &str) -> Result<u32, String> {
     u32::try_from(d.nanos() / 1_000_000_000).map_err(|_| "too long".into())
 }
 
-/// The TLS flags both servers and agents take, checked together.
-struct TlsFlags<'a> {
-    ca: Option<&'a PathBuf>,
-    cert: Option<&'a PathBuf>,
-    key: Option<&'a PathBuf>,
+/// Where the HTTP API listens and the TLS flags: servers and agents take
+/// the same, checked together.
+#[derive(clap::Args)]
+struct ListenArgs {
+    /// The plain HTTP API's address; "" for none (HTTPS only).
+    #[arg(long, default_value = "127.0.0.1:8500")]
+    http_addr: String,
+    /// The CA certificate (PEM) that peers' and clients' certificates are
+    /// checked against.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// This process's certificate (PEM; `cairn tls cert create`).
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// This process's certificate key (PEM).
+    #[arg(long)]
+    tls_key_file: Option<PathBuf>,
+    /// Serve the HTTP API over HTTPS here too (or only, with
+    /// `--http-addr ""`).
+    #[arg(long)]
     https_addr: Option<SocketAddr>,
-    verify_incoming: bool,
-    http_addr: &'a str,
+    /// HTTPS clients must present a certificate signed by the CA.
+    #[arg(long)]
+    tls_verify_incoming: bool,
 }
 
-impl TlsFlags<'_> {
+impl ListenArgs {
     /// The plain HTTP address (none for `""`) and the address the process
     /// is reached on (the HTTPS one when plain HTTP is off).
     fn addrs(&self) -> anyhow::Result<(Option<SocketAddr>, SocketAddr)> {
@@ -246,10 +226,10 @@ impl TlsFlags<'_> {
 
     /// The three files loaded, if given (all or none).
     fn files(&self) -> anyhow::Result<Option<cairn::tls::Tls>> {
-        match (self.ca, self.cert, self.key) {
+        match (&self.tls_ca_file, &self.tls_cert_file, &self.tls_key_file) {
             (None, None, None) => {
                 anyhow::ensure!(
-                    self.https_addr.is_none() && !self.verify_incoming,
+                    self.https_addr.is_none() && !self.tls_verify_incoming,
                     "--https-addr and --tls-verify-incoming need --tls-ca-file, --tls-cert-file and --tls-key-file"
                 );
                 Ok(None)
@@ -322,21 +302,14 @@ fn main() -> anyhow::Result<()> {
                 .iter()
                 .map(|s| cairn::cli::normalize_addr(s).map_err(|e| anyhow::anyhow!(e.0)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let flags = TlsFlags {
-                ca: a.tls_ca_file.as_ref(),
-                cert: a.tls_cert_file.as_ref(),
-                key: a.tls_key_file.as_ref(),
-                https_addr: a.https_addr,
-                verify_incoming: a.tls_verify_incoming,
-                http_addr: &a.http_addr,
-            };
+            let flags = &a.listen;
             let (plain, http_addr) = flags.addrs()?;
             let files = flags.files()?;
-            let tls = match (&a.tls_ca_file, &files) {
+            let tls = match (&a.listen.tls_ca_file, &files) {
                 (_, Some(f)) => Some(std::sync::Arc::new(cairn::agent::AgentTls {
                     client: f.client()?,
-                    https: match a.https_addr {
-                        Some(addr) => Some((addr, f.https_server(a.tls_verify_incoming)?)),
+                    https: match a.listen.https_addr {
+                        Some(addr) => Some((addr, f.https_server(a.listen.tls_verify_incoming)?)),
                         None => None,
                     },
                     http_off: plain.is_none(),
@@ -385,27 +358,20 @@ fn main() -> anyhow::Result<()> {
                 }
                 (false, None) => anyhow::bail!("--data-dir is required (or use --dev)"),
             };
-            let flags = TlsFlags {
-                ca: a.tls_ca_file.as_ref(),
-                cert: a.tls_cert_file.as_ref(),
-                key: a.tls_key_file.as_ref(),
-                https_addr: a.https_addr,
-                verify_incoming: a.tls_verify_incoming,
-                http_addr: &a.http_addr,
-            };
+            let flags = &a.listen;
             let (plain, http_addr) = flags.addrs()?;
             let tls = match flags.files()? {
                 Some(files) => Some(std::sync::Arc::new(cairn::server::ServerTls {
                     files,
-                    https_addr: a.https_addr,
-                    verify_incoming: a.tls_verify_incoming,
+                    https_addr: a.listen.https_addr,
+                    verify_incoming: a.listen.tls_verify_incoming,
                     http_off: plain.is_none(),
                 })),
                 None => {
                     // A CA alone means nothing to a server: it needs its
                     // own certificate for HTTPS and the Raft port.
                     anyhow::ensure!(
-                        a.tls_ca_file.is_none(),
+                        a.listen.tls_ca_file.is_none(),
                         "a server needs --tls-cert-file and --tls-key-file with --tls-ca-file"
                     );
                     None

@@ -596,35 +596,11 @@ fn cli_services_commands_talk_to_the_agent() {
     });
 }
 
-/// Three servers `s0`..`s2` that formed a cluster and know its leader.
-fn three_servers() -> Vec<Server> {
-    let raft: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
-    let servers: Vec<Server> = (0..3)
-        .map(|i| {
-            let mut b = Server::builder()
-                .node(&format!("s{i}"))
-                .raft_port(raft[i])
-                .bootstrap_expect(3)
-                .no_wait();
-            for (j, p) in raft.iter().enumerate() {
-                if j != i {
-                    b = b.join(format!("127.0.0.1:{p}"));
-                }
-            }
-            b.start()
-        })
-        .collect();
-    for s in &servers {
-        s.wait_for_leader(DEADLINE);
-    }
-    servers
-}
-
 /// Leases survive a leader change: a new leader gives live agents a grace
 /// period, then marks the ones that died (even with the old leader).
 #[test]
 fn liveness_survives_a_leader_change() {
-    let mut servers = three_servers();
+    let mut servers = Server::cluster(3);
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let agent = |name: &str| {
         let mut b = Agent::builder(name, &urls[0]);
@@ -1210,7 +1186,7 @@ fn a_restarted_server_keeps_its_agent_services() {
 /// critical as any agent's does.
 #[test]
 fn a_follower_server_is_an_agent_too() {
-    let mut servers = three_servers();
+    let mut servers = Server::cluster(3);
     let leader = servers[0].get_json("/v1/status/leader");
     let li = servers
         .iter()

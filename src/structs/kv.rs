@@ -58,7 +58,7 @@ fn value_b64<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
 
 fn value_from_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     if !d.is_human_readable() {
-        return serde_bytes_vec(d);
+        return super::serde_util::raw_bytes::deserialize(d);
     }
     let s: Option<String> = Option::deserialize(d)?;
     match s {
@@ -67,30 +67,6 @@ fn value_from_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::
             .decode(s.as_bytes())
             .map_err(serde::de::Error::custom),
     }
-}
-
-fn serde_bytes_vec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    struct V;
-    impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Vec<u8>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("bytes")
-        }
-        fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-            Ok(v.to_vec())
-        }
-        fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-            Ok(v)
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<u8>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(b) = a.next_element()? {
-                out.push(b);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_byte_buf(V)
 }
 
 /// The verbs of a KV write, as Consul's `api.KVOp`.

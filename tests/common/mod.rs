@@ -312,22 +312,7 @@ impl Server {
     /// `n` servers `s0`.. that formed a cluster (`--bootstrap-expect n`)
     /// and all know its leader.
     pub fn cluster(n: usize) -> Vec<Server> {
-        let raft: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let servers: Vec<Server> = (0..n)
-            .map(|i| {
-                let mut b = Server::builder()
-                    .node(&format!("s{i}"))
-                    .raft_port(raft[i])
-                    .bootstrap_expect(n)
-                    .no_wait();
-                for (j, p) in raft.iter().enumerate() {
-                    if j != i {
-                        b = b.join(format!("127.0.0.1:{p}"));
-                    }
-                }
-                b.start()
-            })
-            .collect();
+        let servers = cluster(n, &[]);
         for s in &servers {
             s.wait_for_leader(Duration::from_secs(30));
         }
