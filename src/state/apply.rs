@@ -75,6 +75,16 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             super::restore::abort(&mut tx, id);
             Response::Ok
         }
+        Command::AclTokenSet { token } => super::acl::set_token(&mut tx, token),
+        Command::AclTokenDelete { accessor } => super::acl::delete_token(&mut tx, accessor),
+        Command::AclPolicySet { policy } => super::acl::set_policy(&mut tx, policy),
+        Command::AclPolicyDelete { id } => super::acl::delete_policy(&mut tx, id),
+        Command::AclRoleSet { role } => super::acl::set_role(&mut tx, role),
+        Command::AclRoleDelete { id } => super::acl::delete_role(&mut tx, id),
+        Command::AclBootstrap { token } => super::acl::bootstrap(&mut tx, token),
+        Command::AclInit { initial_management } => {
+            super::acl::init(&mut tx, initial_management.as_ref())
+        }
     };
     let set = tx.finish();
     (response, set)
@@ -452,6 +462,18 @@ impl Tx<'_> {
     /// The whole state was replaced (see `ChangeSet::replaced`).
     pub(crate) fn mark_replaced(&mut self) {
         self.set.replaced = true;
+    }
+
+    /// An ACL row changed (`state::acl` keeps the maps): wakes `acl`, the
+    /// resolution caches' generation.
+    pub(crate) fn put_acl(
+        &mut self,
+        key: String,
+        before: Option<super::acl::AclRow>,
+        after: Option<super::acl::AclRow>,
+    ) {
+        self.touch(keys::ACL);
+        self.record(Table::Acl, key, before.map(Row::Acl), after.map(Row::Acl));
     }
 
     /// Lock-delays are not shown by any read: no watch key.

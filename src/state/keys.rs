@@ -64,6 +64,9 @@ pub const SERVICES: WatchKey = WatchKey::fixed("services");
 pub const CHECKS: WatchKey = WatchKey::fixed("checks");
 pub const CLUSTER: WatchKey = WatchKey::fixed("cluster");
 pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
+/// Any ACL token, policy or role: its index is the generation token
+/// resolution caches are checked against.
+pub const ACL: WatchKey = WatchKey::fixed("acl");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -7,6 +7,7 @@
 //! reports what it changed (`ChangeSet`): the rows before and after, and the
 //! watch keys whose blocking queries must wake.
 
+pub mod acl;
 mod apply;
 pub mod catalog;
 pub mod config;
@@ -27,6 +28,7 @@ use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::structs::acl::{AclPolicy, AclRole, AclToken};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{
@@ -106,6 +108,40 @@ pub enum Command {
     /// Drops a staged restore (its proposer gave up or lost office).
     RestoreAbort {
         id: String,
+    },
+    /// ACL writes (`state::acl`). A token carries the hash of its secret,
+    /// never the secret: the Raft log holds no secrets either.
+    AclTokenSet {
+        #[serde(with = "as_json")]
+        token: AclToken,
+    },
+    AclTokenDelete {
+        accessor: String,
+    },
+    AclPolicySet {
+        #[serde(with = "as_json")]
+        policy: AclPolicy,
+    },
+    AclPolicyDelete {
+        id: String,
+    },
+    AclRoleSet {
+        #[serde(with = "as_json")]
+        role: AclRole,
+    },
+    AclRoleDelete {
+        id: String,
+    },
+    /// `PUT /v1/acl/bootstrap`: refused once done.
+    AclBootstrap {
+        #[serde(with = "as_json")]
+        token: AclToken,
+    },
+    /// Proposed by a leader with ACLs on: the built-ins and the initial
+    /// management token, if missing.
+    AclInit {
+        #[serde(with = "as_json")]
+        initial_management: Option<AclToken>,
     },
 }
 
@@ -221,7 +257,25 @@ impl Command {
             Command::RestoreChunk { id, .. }
             | Command::RestoreCommit { id, .. }
             | Command::RestoreAbort { id } => check("snapshot restore ID", id),
-            Command::InitCluster { .. } | Command::Noop | Command::ReapTombstones { .. } => Ok(()),
+            Command::AclTokenSet { token } | Command::AclBootstrap { token } => {
+                check("token description", &token.description)?;
+                check("accessor ID", &token.accessor_id)
+            }
+            Command::AclPolicySet { policy } => {
+                check("policy ID", &policy.id)?;
+                check("policy name", &policy.name)
+            }
+            Command::AclRoleSet { role } => {
+                check("role ID", &role.id)?;
+                check("role name", &role.name)
+            }
+            Command::InitCluster { .. }
+            | Command::Noop
+            | Command::ReapTombstones { .. }
+            | Command::AclTokenDelete { .. }
+            | Command::AclPolicyDelete { .. }
+            | Command::AclRoleDelete { .. }
+            | Command::AclInit { .. } => Ok(()),
         }
     }
 }
@@ -259,6 +313,7 @@ pub enum Row {
     LockDelay(session::LockDelay),
     /// A chunk of a snapshot restore being staged.
     RestoreChunk(Arc<Vec<u8>>),
+    Acl(acl::AclRow),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -272,6 +327,8 @@ pub enum Table {
     LockDelays,
     /// Chunks of a staged snapshot restore: persisted, not shown.
     Restore,
+    /// Tokens, policies, roles and the bootstrap mark (`state::acl`).
+    Acl,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
     Meta,
@@ -336,6 +393,14 @@ pub struct State {
     pub now_ms: Option<u64>,
     /// A snapshot restore being staged (see `restore`).
     pub restore: Option<restore::Staged>,
+    /// ACL tokens by accessor ID (see `acl`).
+    pub acl_tokens: OrdMap<String, Arc<AclToken>>,
+    /// Hex SHA-256 of a token's secret → its accessor (derived).
+    pub acl_secrets: OrdMap<String, String>,
+    pub acl_policies: OrdMap<String, Arc<AclPolicy>>,
+    pub acl_roles: OrdMap<String, Arc<AclRole>>,
+    /// The index `PUT /v1/acl/bootstrap` succeeded at; 0: not yet.
+    pub acl_bootstrapped: u64,
 }
 
 impl State {

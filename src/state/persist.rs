@@ -50,6 +50,8 @@ const SESSION: u8 = b'x';
 const LOCK_DELAY: u8 = b'l';
 /// Chunks of a staged restore: `id/seq` → the bytes.
 const RESTORE: u8 = b'r';
+/// ACL tokens, policies, roles: `state::acl`'s row keys → JSON.
+const ACL: u8 = b'a';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -118,6 +120,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Session(s) => serde_json::to_vec(&**s)?,
         Row::LockDelay(d) => serde_json::to_vec(d)?,
         Row::RestoreChunk(c) => (**c).clone(),
+        Row::Acl(r) => serde_json::to_vec(r)?,
     })
 }
 
@@ -131,6 +134,7 @@ fn table_tag(t: Table) -> u8 {
         Table::Sessions => SESSION,
         Table::LockDelays => LOCK_DELAY,
         Table::Restore => RESTORE,
+        Table::Acl => ACL,
         Table::Index => INDEX,
         Table::Meta => META,
     }
@@ -208,6 +212,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     for (k, d) in &state.lock_delays {
         ops.push((row_key(LOCK_DELAY, k), Some(serde_json::to_vec(d)?)));
     }
+    for (k, r) in super::acl::rows(state) {
+        ops.push((row_key(ACL, &k), Some(serde_json::to_vec(&r)?)));
+    }
     if let Some(r) = &state.restore {
         for (seq, c) in r.chunks.iter().enumerate() {
             let key = super::restore::chunk_key(&r.id, seq);
@@ -283,7 +290,7 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
     for tag in [
-        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, META,
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, ACL, META,
     ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
@@ -333,6 +340,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                     }
                     staged.chunks.push_back(Arc::new(v.to_vec()));
                 }
+                ACL => super::acl::load(&mut st, serde_json::from_slice(v)?),
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

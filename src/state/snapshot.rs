@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::acl::AclRow;
 use super::session::LockDelay;
 use super::{State, WatchKey};
 use crate::structs::serde_util::{as_json, raw_bytes};
@@ -29,6 +30,9 @@ struct Body {
     lock_delays: Vec<(String, LockDelay)>,
     /// A restore being staged: its id and chunks.
     staged: Option<(String, Vec<Chunk>)>,
+    /// ACL tokens (secret hashes, never secrets), policies, roles.
+    #[serde(with = "as_json")]
+    acl: Vec<AclRow>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +52,7 @@ pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)>
             ("ConfigEntries", b.config.len()),
             ("Sessions", b.sessions.len()),
             ("LockDelays", b.lock_delays.len()),
+            ("ACL", b.acl.len()),
             ("Indexes", b.indexes.len()),
         ],
     ))
@@ -91,6 +96,7 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             let chunks = r.chunks.iter().map(|c| Chunk((**c).clone())).collect();
             (r.id.clone(), chunks)
         }),
+        acl: super::acl::rows(st).into_iter().map(|(_, r)| r).collect(),
     };
     Ok(bincode::serialize(&body)?)
 }
@@ -129,6 +135,9 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),
     });
+    for r in body.acl {
+        super::acl::load(&mut st, r);
+    }
     super::apply::reindex(&mut st);
     Ok(st)
 }

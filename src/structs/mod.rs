@@ -3,6 +3,7 @@
 //! Every type here serializes exactly as Consul's HTTP API shows it, so the
 //! HTTP layer hands them to serde and nothing else re-declares them.
 
+pub mod acl;
 pub mod agent;
 pub mod catalog;
 pub mod config_entry;

@@ -1,0 +1,374 @@
+//! The ACL tables: tokens (by accessor, found by the hash of their
+//! secret), policies and roles, written only by apply; and the bootstrap
+//! mark (`PUT /v1/acl/bootstrap` succeeds once).
+//!
+//! Every change touches the `acl` watch key: its index is the generation
+//! that token resolution caches are checked against (`state::resolve`).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::apply::Tx;
+use super::{Response, State};
+use crate::structs::acl::{
+    self, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME,
+};
+
+/// Consul's answer to a second bootstrap (a 403).
+pub const BOOTSTRAP_DONE: &str = "ACL bootstrap no longer allowed";
+
+/// One row of the ACL table, as persisted (JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AclRow {
+    Token(Arc<AclToken>),
+    Policy(Arc<AclPolicy>),
+    Role(Arc<AclRole>),
+    /// The index bootstrap was done at.
+    Bootstrapped(u64),
+}
+
+/// Row keys within the table: a kind letter, `/`, the ID.
+pub fn token_key(accessor: &str) -> String {
+    format!("t/{accessor}")
+}
+pub fn policy_key(id: &str) -> String {
+    format!("p/{id}")
+}
+pub fn role_key(id: &str) -> String {
+    format!("r/{id}")
+}
+pub const BOOTSTRAP_KEY: &str = "bootstrap";
+
+/// Puts a row read back from storage (or a snapshot) into the state.
+pub fn load(st: &mut State, row: AclRow) {
+    match row {
+        AclRow::Token(t) => {
+            st.acl_secrets
+                .insert(t.secret_hash.clone(), t.accessor_id.clone());
+            st.acl_tokens.insert(t.accessor_id.clone(), t);
+        }
+        AclRow::Policy(p) => {
+            st.acl_policies.insert(p.id.clone(), p);
+        }
+        AclRow::Role(r) => {
+            st.acl_roles.insert(r.id.clone(), r);
+        }
+        AclRow::Bootstrapped(i) => st.acl_bootstrapped = i,
+    }
+}
+
+/// Every row of the tables, keyed (snapshots, a whole replace).
+pub fn rows(st: &State) -> Vec<(String, AclRow)> {
+    let mut out = Vec::new();
+    for t in st.acl_tokens.values() {
+        out.push((token_key(&t.accessor_id), AclRow::Token(t.clone())));
+    }
+    for p in st.acl_policies.values() {
+        out.push((policy_key(&p.id), AclRow::Policy(p.clone())));
+    }
+    for r in st.acl_roles.values() {
+        out.push((role_key(&r.id), AclRow::Role(r.clone())));
+    }
+    if st.acl_bootstrapped > 0 {
+        out.push((
+            BOOTSTRAP_KEY.to_string(),
+            AclRow::Bootstrapped(st.acl_bootstrapped),
+        ));
+    }
+    out
+}
+
+/// A token by the hash of its secret.
+pub fn token_by_secret_hash<'a>(st: &'a State, hash: &str) -> Option<&'a Arc<AclToken>> {
+    st.acl_secrets.get(hash).and_then(|a| st.acl_tokens.get(a))
+}
+
+pub fn policy_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclPolicy>> {
+    st.acl_policies.values().find(|p| p.name == name)
+}
+
+pub fn role_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclRole>> {
+    st.acl_roles.values().find(|r| r.name == name)
+}
+
+/// Creates or replaces a token. Its secret's hash may belong to no other
+/// token; every policy and role it names must exist.
+pub fn set_token(tx: &mut Tx, token: &AclToken) -> Response {
+    if token.accessor_id.is_empty() || token.secret_hash.is_empty() {
+        return Response::Rejected("Token is missing its AccessorID or SecretID".into());
+    }
+    if let Some(other) = tx.state.acl_secrets.get(&token.secret_hash)
+        && *other != token.accessor_id
+    {
+        return Response::Rejected("Invalid Token: SecretID is already in use".into());
+    }
+    if let Err(e) = links_exist(tx.state, token) {
+        return Response::Rejected(e);
+    }
+    let existing = tx.state.acl_tokens.get(&token.accessor_id).cloned();
+    if let Some(e) = &existing
+        && e.secret_hash != token.secret_hash
+    {
+        return Response::Rejected("Changing a token's SecretID is not allowed".into());
+    }
+    let mut t = token.clone();
+    t.secret_id = String::new();
+    t.create_index = existing.as_ref().map_or(tx.index, |e| e.create_index);
+    t.modify_index = tx.index;
+    put(tx, AclRow::Token(Arc::new(t)));
+    Response::Ok
+}
+
+fn links_exist(st: &State, token: &AclToken) -> Result<(), String> {
+    for p in &token.policies {
+        if !st.acl_policies.contains_key(&p.id) {
+            return Err(format!("cannot find policy {}", p.id));
+        }
+    }
+    for r in &token.roles {
+        if !st.acl_roles.contains_key(&r.id) {
+            return Err(format!("cannot find role {}", r.id));
+        }
+    }
+    Ok(())
+}
+
+pub fn delete_token(tx: &mut Tx, accessor: &str) -> Response {
+    if accessor == acl::ANONYMOUS_ID {
+        return Response::Rejected("Delete of the anonymous token is not allowed".into());
+    }
+    remove(tx, &token_key(accessor));
+    Response::Ok
+}
+
+pub fn set_policy(tx: &mut Tx, policy: &AclPolicy) -> Response {
+    if policy.id == GLOBAL_MANAGEMENT_ID
+        && tx.state.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID)
+        && policy.name != GLOBAL_MANAGEMENT_NAME
+    {
+        return Response::Rejected(
+            "Changing the Name of the builtin global-management policy is not permitted".into(),
+        );
+    }
+    if let Some(other) = policy_by_name(tx.state, &policy.name)
+        && other.id != policy.id
+    {
+        return Response::Rejected(format!(
+            "Invalid Policy: A Policy with Name {:?} already exists",
+            policy.name
+        ));
+    }
+    let existing = tx.state.acl_policies.get(&policy.id).cloned();
+    let mut p = policy.clone();
+    p.create_index = existing.as_ref().map_or(tx.index, |e| e.create_index);
+    p.modify_index = tx.index;
+    put(tx, AclRow::Policy(Arc::new(p)));
+    Response::Ok
+}
+
+pub fn delete_policy(tx: &mut Tx, id: &str) -> Response {
+    if id == GLOBAL_MANAGEMENT_ID {
+        return Response::Rejected(
+            "Delete of the builtin global-management policy is not permitted".into(),
+        );
+    }
+    remove(tx, &policy_key(id));
+    Response::Ok
+}
+
+pub fn set_role(tx: &mut Tx, role: &AclRole) -> Response {
+    if let Some(other) = role_by_name(tx.state, &role.name)
+        && other.id != role.id
+    {
+        return Response::Rejected(format!(
+            "Invalid Role: A Role with Name {:?} already exists",
+            role.name
+        ));
+    }
+    for p in &role.policies {
+        if !tx.state.acl_policies.contains_key(&p.id) {
+            return Response::Rejected(format!("cannot find policy {}", p.id));
+        }
+    }
+    let existing = tx.state.acl_roles.get(&role.id).cloned();
+    let mut r = role.clone();
+    r.create_index = existing.as_ref().map_or(tx.index, |e| e.create_index);
+    r.modify_index = tx.index;
+    put(tx, AclRow::Role(Arc::new(r)));
+    Response::Ok
+}
+
+pub fn delete_role(tx: &mut Tx, id: &str) -> Response {
+    remove(tx, &role_key(id));
+    Response::Ok
+}
+
+/// `PUT /v1/acl/bootstrap`: a management token, once.
+pub fn bootstrap(tx: &mut Tx, token: &AclToken) -> Response {
+    if tx.state.acl_bootstrapped > 0 {
+        return Response::Rejected(format!(
+            "{BOOTSTRAP_DONE} (reset index: {})",
+            tx.state.acl_bootstrapped
+        ));
+    }
+    builtins(tx);
+    let r = set_token(tx, token);
+    if r == Response::Ok {
+        put(tx, AclRow::Bootstrapped(tx.index));
+    }
+    r
+}
+
+/// The leader's first duty with ACLs on: the built-in policy and anonymous
+/// token, and the initial management token (its secret's hash) unless a
+/// token with that secret exists. Idempotent: every leader may propose it.
+pub fn init(tx: &mut Tx, initial_management: Option<&AclToken>) -> Response {
+    builtins(tx);
+    if let Some(t) = initial_management
+        && !tx.state.acl_secrets.contains_key(&t.secret_hash)
+    {
+        return set_token(tx, t);
+    }
+    Response::Ok
+}
+
+fn builtins(tx: &mut Tx) {
+    if !tx.state.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID) {
+        let mut p = acl::global_management();
+        p.hash = acl::content_hash(&[&p.name, &p.rules]);
+        set_policy(tx, &p);
+    }
+    if !tx.state.acl_tokens.contains_key(acl::ANONYMOUS_ID) {
+        set_token(tx, &acl::anonymous());
+    }
+}
+
+fn put(tx: &mut Tx, row: AclRow) {
+    let key = match &row {
+        AclRow::Token(t) => token_key(&t.accessor_id),
+        AclRow::Policy(p) => policy_key(&p.id),
+        AclRow::Role(r) => role_key(&r.id),
+        AclRow::Bootstrapped(_) => BOOTSTRAP_KEY.to_string(),
+    };
+    let before = remove_row(tx.state, &key);
+    load(tx.state, row.clone());
+    tx.put_acl(key, before, Some(row));
+}
+
+fn remove(tx: &mut Tx, key: &str) {
+    if let Some(before) = remove_row(tx.state, key) {
+        tx.put_acl(key.to_string(), Some(before), None);
+    }
+}
+
+fn remove_row(st: &mut State, key: &str) -> Option<AclRow> {
+    let (kind, id) = key.split_once('/').unwrap_or((key, ""));
+    match kind {
+        "t" => {
+            let t = st.acl_tokens.remove(id)?;
+            st.acl_secrets.remove(&t.secret_hash);
+            Some(AclRow::Token(t))
+        }
+        "p" => st.acl_policies.remove(id).map(AclRow::Policy),
+        "r" => st.acl_roles.remove(id).map(AclRow::Role),
+        _ if st.acl_bootstrapped > 0 => {
+            let i = std::mem::take(&mut st.acl_bootstrapped);
+            Some(AclRow::Bootstrapped(i))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, apply_command, keys};
+
+    fn token(accessor: &str, secret: &str) -> AclToken {
+        AclToken {
+            accessor_id: accessor.into(),
+            secret_hash: acl::secret_hash(secret),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn bootstrap_succeeds_once_and_tokens_are_found_by_secret() {
+        let mut st = State::default();
+        let (r, set) = apply_command(
+            &mut st,
+            3,
+            &Command::AclBootstrap {
+                token: token("a1", "s1"),
+            },
+        );
+        assert_eq!(r, Response::Ok);
+        assert!(set.watch_keys.contains(&keys::ACL));
+        assert!(st.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID));
+        assert_eq!(
+            token_by_secret_hash(&st, &acl::secret_hash("s1"))
+                .unwrap()
+                .create_index,
+            3
+        );
+        let (r, _) = apply_command(
+            &mut st,
+            4,
+            &Command::AclBootstrap {
+                token: token("a2", "s2"),
+            },
+        );
+        assert_eq!(
+            r,
+            Response::Rejected(format!("{BOOTSTRAP_DONE} (reset index: 3)"))
+        );
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("s2")).is_none());
+    }
+
+    #[test]
+    fn a_deleted_token_is_no_longer_found_and_the_generation_moves() {
+        let mut st = State::default();
+        apply_command(
+            &mut st,
+            2,
+            &Command::AclTokenSet {
+                token: token("a", "s"),
+            },
+        );
+        let before = st.index_of([&keys::ACL]);
+        apply_command(
+            &mut st,
+            5,
+            &Command::AclTokenDelete {
+                accessor: "a".into(),
+            },
+        );
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("s")).is_none());
+        assert!(st.index_of([&keys::ACL]) > before);
+        let back =
+            crate::state::snapshot::decode(&crate::state::snapshot::encode(&st).unwrap()).unwrap();
+        assert!(back.acl_tokens.is_empty());
+    }
+
+    #[test]
+    fn a_secret_belongs_to_one_token() {
+        let mut st = State::default();
+        apply_command(
+            &mut st,
+            2,
+            &Command::AclTokenSet {
+                token: token("a", "s"),
+            },
+        );
+        let (r, _) = apply_command(
+            &mut st,
+            3,
+            &Command::AclTokenSet {
+                token: token("b", "s"),
+            },
+        );
+        assert!(matches!(r, Response::Rejected(_)));
+        assert_eq!(st.acl_tokens.len(), 1);
+    }
+}

@@ -1,0 +1,180 @@
+//! ACL tokens, policies and roles in Consul's JSON shapes (`/v1/acl/*`),
+//! and how a token's secret is kept: only its SHA-256 is stored, so a copy
+//! of the data dir (or of the Raft log) does not hand out secrets.
+
+use serde::{Deserialize, Serialize};
+
+/// The built-in policy every management token holds.
+pub const GLOBAL_MANAGEMENT_ID: &str = "00000000-0000-0000-0000-000000000001";
+pub const GLOBAL_MANAGEMENT_NAME: &str = "global-management";
+/// The token of requests that carry none.
+pub const ANONYMOUS_ID: &str = "00000000-0000-0000-0000-000000000002";
+pub const ANONYMOUS_SECRET: &str = "anonymous";
+/// What later reads show instead of a secret this server no longer knows.
+pub const HIDDEN_SECRET: &str = "<hidden>";
+
+/// A policy or role as a token or role names it (`{ID, Name}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(rename = "Name", default)]
+    pub name: String,
+}
+
+/// One token, as stored (with the hash of its secret) and shown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclToken {
+    #[serde(rename = "AccessorID")]
+    pub accessor_id: String,
+    /// Shown only when the caller knows it (create, bootstrap, clone, self);
+    /// stored empty.
+    #[serde(rename = "SecretID", default)]
+    pub secret_id: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub policies: Vec<Link>,
+    #[serde(default)]
+    pub roles: Vec<Link>,
+    #[serde(default)]
+    pub local: bool,
+    /// RFC 3339, as Consul's; empty: never expires.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub expiration_time: String,
+    #[serde(default)]
+    pub create_time: String,
+    #[serde(default)]
+    pub hash: String,
+    /// Hex SHA-256 of the secret: the lookup key. Stored, never shown
+    /// (`shown` empties it).
+    #[serde(
+        rename = "cairnSecretHash",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub secret_hash: String,
+    #[serde(default)]
+    pub create_index: u64,
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+impl AclToken {
+    /// The token as an answer shows it: the secret when the caller knows
+    /// it, else Consul's `<hidden>`; never the stored hash.
+    pub fn shown(&self, secret: Option<&str>) -> AclToken {
+        AclToken {
+            secret_id: secret.unwrap_or(HIDDEN_SECRET).to_string(),
+            secret_hash: String::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// One policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclPolicy {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub rules: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+    #[serde(default)]
+    pub hash: String,
+    #[serde(default)]
+    pub create_index: u64,
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+/// One role: a named set of policies tokens can hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AclRole {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub policies: Vec<Link>,
+    #[serde(default)]
+    pub hash: String,
+    #[serde(default)]
+    pub create_index: u64,
+    #[serde(default)]
+    pub modify_index: u64,
+}
+
+/// Hex SHA-256 of a secret: how tokens are found and kept.
+pub fn secret_hash(secret: &str) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref())
+}
+
+/// Consul shows a base64 `Hash` of a token's or policy's content; ours is
+/// a hex SHA-256 of the fields that define it (clients only compare it).
+pub fn content_hash(parts: &[&str]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for p in parts {
+        ctx.update(p.as_bytes());
+        ctx.update(&[0]);
+    }
+    hex(ctx.finish().as_ref())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The built-in `global-management` policy (rules are not consulted: its
+/// ID alone makes a token a management token).
+pub fn global_management() -> AclPolicy {
+    AclPolicy {
+        id: GLOBAL_MANAGEMENT_ID.into(),
+        name: GLOBAL_MANAGEMENT_NAME.into(),
+        description: "Builtin Policy that grants unlimited access".into(),
+        rules: String::new(),
+        ..Default::default()
+    }
+}
+
+/// The built-in anonymous token, with no policies.
+pub fn anonymous() -> AclToken {
+    AclToken {
+        accessor_id: ANONYMOUS_ID.into(),
+        description: "Anonymous Token".into(),
+        secret_hash: secret_hash(ANONYMOUS_SECRET),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_hash_is_stored_but_never_shown() {
+        let t = AclToken {
+            accessor_id: "a".into(),
+            secret_hash: secret_hash("s"),
+            ..Default::default()
+        };
+        let stored = serde_json::to_value(&t).unwrap();
+        assert_eq!(stored["cairnSecretHash"], secret_hash("s"));
+        let json = serde_json::to_value(t.shown(None)).unwrap();
+        assert!(json.get("cairnSecretHash").is_none());
+        assert_eq!(json["SecretID"], HIDDEN_SECRET);
+        assert_eq!(json["AccessorID"], "a");
+        assert_eq!(secret_hash("s").len(), 64);
+        assert_ne!(secret_hash("s"), secret_hash("t"));
+    }
+}
