@@ -2,6 +2,7 @@
 //!
 //! The crate is split by concern; ARCHITECTURE.md is the map.
 
+pub mod acl;
 pub mod agent;
 pub mod cli;
 pub mod config_entry;

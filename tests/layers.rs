@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// Each room's layer, from the ground up.
 const LAYERS: &[&[&str]] = &[
     &[
+        "acl",
         "filter",
         "metrics",
         "signal",
