@@ -181,6 +181,8 @@ async fn run(proxies: usize) {
         tombstone_ttl: std::time::Duration::from_secs(15 * 60),
         limits: Default::default(),
         tls: None,
+        acl: Default::default(),
+        agent_tokens: Default::default(),
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

@@ -19,6 +19,13 @@ pub enum Error {
     Busy(String),
     #[error("{0}")]
     NotFound(String),
+    /// Refused by ACLs: Consul's `Permission denied: …` or `ACL not found`
+    /// (a 403), nothing read or changed.
+    #[error("{0}")]
+    Forbidden(String),
+    /// An ACL endpoint with ACLs off (Consul's 401 `ACL support disabled`).
+    #[error("{0}")]
+    Unauthorized(String),
     /// No leader could be reached within the hold time.
     #[error("No cluster leader")]
     NoLeader,
@@ -42,6 +49,8 @@ impl Error {
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::NoLeader | Error::LeadershipLost | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

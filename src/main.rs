@@ -58,6 +58,8 @@ struct ServerArgs {
     raft_addr: SocketAddr,
     #[command(flatten)]
     listen: ListenArgs,
+    #[command(flatten)]
+    acl: AclArgs,
 
     #[arg(long, default_value = "dc1")]
     datacenter: String,
@@ -153,6 +155,8 @@ struct AgentArgs {
     data_dir: PathBuf,
     #[command(flatten)]
     listen: ListenArgs,
+    #[command(flatten)]
+    acl: AclArgs,
     /// A server's HTTP address (repeatable): http://host:port, host:port,
     /// or https://host:port (with --tls-ca-file).
     #[arg(long = "server", required = true)]
@@ -205,6 +209,69 @@ struct ListenArgs {
     /// HTTPS clients must present a certificate signed by the CA.
     #[arg(long)]
     tls_verify_incoming: bool,
+}
+
+/// The ACL flags: servers take all of them, agents only their tokens.
+#[derive(clap::Args)]
+struct AclArgs {
+    /// Enforce ACLs (servers).
+    #[arg(long)]
+    acl_enabled: bool,
+    /// What a token's rules do not decide (servers): allow or deny.
+    #[arg(long, default_value = "allow", value_parser = parse_default_policy)]
+    acl_default_policy: cairn::acl::DefaultPolicy,
+    /// A management token the first leader creates with this secret
+    /// (servers; Consul's `initial_management`).
+    #[arg(
+        long,
+        env = "CAIRN_ACL_INITIAL_MANAGEMENT_TOKEN",
+        hide_env_values = true
+    )]
+    acl_initial_management_token: Option<String>,
+    /// The token of requests this agent makes or forwards without one.
+    #[arg(long)]
+    acl_token: Option<String>,
+    /// The token of this agent's own anti-entropy, heartbeats and leave
+    /// (default: --acl-token).
+    #[arg(long)]
+    acl_agent_token: Option<String>,
+}
+
+impl AclArgs {
+    fn tokens(&self) -> cairn::structs::acl::AgentTokens {
+        cairn::structs::acl::AgentTokens {
+            default: self.acl_token.clone().filter(|t| !t.is_empty()),
+            agent: self.acl_agent_token.clone().filter(|t| !t.is_empty()),
+        }
+    }
+
+    fn server(&self) -> cairn::state::resolve::AclConfig {
+        cairn::state::resolve::AclConfig {
+            enabled: self.acl_enabled,
+            default_policy: self.acl_default_policy,
+            initial_management: self
+                .acl_initial_management_token
+                .clone()
+                .filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// A client agent enforces nothing itself (its servers do).
+    fn agent_only(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.acl_enabled && self.acl_initial_management_token.is_none(),
+            "--acl-enabled and --acl-initial-management-token are server flags"
+        );
+        Ok(())
+    }
+}
+
+fn parse_default_policy(s: &str) -> Result<cairn::acl::DefaultPolicy, String> {
+    match s {
+        "allow" => Ok(cairn::acl::DefaultPolicy::Allow),
+        "deny" => Ok(cairn::acl::DefaultPolicy::Deny),
+        _ => Err(format!("{s:?}: must be allow or deny")),
+    }
 }
 
 impl ListenArgs {
@@ -297,6 +364,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Agent(a) => {
             init_logging(&a.log_level, a.log_json);
+            a.acl.agent_only()?;
             let servers = a
                 .servers
                 .iter()
@@ -333,6 +401,7 @@ fn main() -> anyhow::Result<()> {
                 in_server: false,
                 dns_port: None,
                 tls,
+                tokens: a.acl.tokens(),
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
@@ -390,6 +459,8 @@ fn main() -> anyhow::Result<()> {
                 tombstone_ttl: a.tombstone_ttl,
                 limits,
                 tls,
+                acl: a.acl.server(),
+                agent_tokens: a.acl.tokens(),
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()

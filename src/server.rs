@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// HTTPS and the Raft transport's mutual TLS (none: plain TCP).
     pub tls: Option<Arc<ServerTls>>,
+    /// ACLs (off by default).
+    pub acl: crate::state::resolve::AclConfig,
+    /// The token this server's own agent sends (`--acl-agent-token`, else
+    /// `--acl-token`; as a client agent's).
+    pub agent_tokens: crate::structs::acl::AgentTokens,
 }
 
 /// A server's TLS: with the three files given, the Raft transport is
@@ -103,6 +108,8 @@ pub struct Server {
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     /// Session TTL timers (used by the leader).
     pub sessions: crate::session::Timers,
+    /// Token resolution and its cache (`state::resolve`).
+    pub acl: crate::state::resolve::Resolver,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -348,7 +355,9 @@ impl Server {
         }
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
         let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
+        let acl = crate::state::resolve::Resolver::new(config.acl.clone());
         Ok(Arc::new(Server {
+            acl,
             proxycfg,
             views,
             config,

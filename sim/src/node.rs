@@ -181,6 +181,8 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         tombstone_ttl: std::time::Duration::from_secs(2),
         limits: Default::default(),
         tls: None,
+        acl: Default::default(),
+        agent_tokens: Default::default(),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

@@ -77,6 +77,8 @@ pub struct AgentConfig {
     pub dns_port: Option<u16>,
     /// HTTPS to servers and on its own listener (none: plain HTTP).
     pub tls: Option<Arc<AgentTls>>,
+    /// Its ACL tokens (`--acl-token`, `--acl-agent-token`).
+    pub tokens: crate::structs::acl::AgentTokens,
 }
 
 /// An agent's TLS.

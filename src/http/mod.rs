@@ -3,6 +3,7 @@
 //! headers, and forwarding to the leader. Plumbing shared with the client
 //! agent's router (parameters, bodies, layers) is in `crate::request`.
 
+pub mod acl;
 pub(crate) mod catalog;
 mod config;
 mod dataplane;
@@ -44,6 +45,7 @@ pub(crate) const ORIGIN_NODE: &str = "x-cairn-origin-node";
 
 pub fn router(server: App) -> Router {
     Router::new()
+        .merge(acl::routes())
         .merge(kv::routes())
         .merge(session::routes())
         .merge(snapshot::routes())
@@ -60,12 +62,18 @@ pub fn router(server: App) -> Router {
             forward_to_leader,
         ))
         .layer(middleware::from_fn(refuse_enterprise_tenancy))
+        .layer(axum::Extension(resolver(&server)))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
         .layer(middleware::from_fn(trace_request))
         .with_state(server)
+}
+
+/// How this server's handlers resolve tokens (`request::authz`).
+pub fn resolver(server: &App) -> crate::request::authz::Resolver {
+    crate::request::authz::Resolver(server.clone())
 }
 
 /// Endpoints any server answers itself, whatever the mode.
@@ -296,7 +304,10 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config).await?;
     let _ = server.agent.set(agent.clone());
-    let app = router(server.clone()).merge(crate::agent::api::server_routes(agent.clone()));
+    let app = router(server.clone())
+        .merge(crate::agent::api::server_routes(agent.clone()))
+        .layer(axum::Extension(resolver(&server)));
+    server.tasks.spawn("ACL init", acl::init(server.clone()));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -392,5 +403,6 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         in_server: true,
         dns_port: None,
         tls,
+        tokens: config.agent_tokens.clone(),
     })
 }

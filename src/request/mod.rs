@@ -4,6 +4,7 @@
 //! `?filter`/`?node-meta`/`?tag` row matching. It knows nothing of a
 //! server or an agent: both routers build on it.
 
+pub mod authz;
 pub mod rows;
 pub mod serve;
 

@@ -300,7 +300,7 @@ mod tests {
             &mut st,
             3,
             &Command::AclBootstrap {
-                token: token("a1", "s1"),
+                token: Box::new(token("a1", "s1")),
             },
         );
         assert_eq!(r, Response::Ok);
@@ -316,7 +316,7 @@ mod tests {
             &mut st,
             4,
             &Command::AclBootstrap {
-                token: token("a2", "s2"),
+                token: Box::new(token("a2", "s2")),
             },
         );
         assert_eq!(
@@ -333,7 +333,7 @@ mod tests {
             &mut st,
             2,
             &Command::AclTokenSet {
-                token: token("a", "s"),
+                token: Box::new(token("a", "s")),
             },
         );
         let before = st.index_of([&keys::ACL]);
@@ -358,14 +358,14 @@ mod tests {
             &mut st,
             2,
             &Command::AclTokenSet {
-                token: token("a", "s"),
+                token: Box::new(token("a", "s")),
             },
         );
         let (r, _) = apply_command(
             &mut st,
             3,
             &Command::AclTokenSet {
-                token: token("b", "s"),
+                token: Box::new(token("b", "s")),
             },
         );
         assert!(matches!(r, Response::Rejected(_)));

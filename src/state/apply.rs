@@ -83,7 +83,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::AclRoleDelete { id } => super::acl::delete_role(&mut tx, id),
         Command::AclBootstrap { token } => super::acl::bootstrap(&mut tx, token),
         Command::AclInit { initial_management } => {
-            super::acl::init(&mut tx, initial_management.as_ref())
+            super::acl::init(&mut tx, initial_management.as_deref())
         }
     };
     let set = tx.finish();

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod config;
 pub mod kv;
 pub mod persist;
+pub mod resolve;
 pub mod restore;
 pub mod session;
 pub mod snapshot;
@@ -113,21 +114,21 @@ pub enum Command {
     /// never the secret: the Raft log holds no secrets either.
     AclTokenSet {
         #[serde(with = "as_json")]
-        token: AclToken,
+        token: Box<AclToken>,
     },
     AclTokenDelete {
         accessor: String,
     },
     AclPolicySet {
         #[serde(with = "as_json")]
-        policy: AclPolicy,
+        policy: Box<AclPolicy>,
     },
     AclPolicyDelete {
         id: String,
     },
     AclRoleSet {
         #[serde(with = "as_json")]
-        role: AclRole,
+        role: Box<AclRole>,
     },
     AclRoleDelete {
         id: String,
@@ -135,13 +136,13 @@ pub enum Command {
     /// `PUT /v1/acl/bootstrap`: refused once done.
     AclBootstrap {
         #[serde(with = "as_json")]
-        token: AclToken,
+        token: Box<AclToken>,
     },
     /// Proposed by a leader with ACLs on: the built-ins and the initial
     /// management token, if missing.
     AclInit {
         #[serde(with = "as_json")]
-        initial_management: Option<AclToken>,
+        initial_management: Option<Box<AclToken>>,
     },
 }
 

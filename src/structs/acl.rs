@@ -115,6 +115,22 @@ pub struct AclRole {
     pub modify_index: u64,
 }
 
+/// An agent's tokens: `default` for requests it makes or forwards without
+/// one (`--acl-token`), `agent` for its own anti-entropy, heartbeats and
+/// leave (`--acl-agent-token`, falling back to `default`).
+#[derive(Debug, Clone, Default)]
+pub struct AgentTokens {
+    pub default: Option<String>,
+    pub agent: Option<String>,
+}
+
+impl AgentTokens {
+    /// The token of the agent's own calls.
+    pub fn own(&self) -> Option<&str> {
+        self.agent.as_deref().or(self.default.as_deref())
+    }
+}
+
 /// Hex SHA-256 of a secret: how tokens are found and kept.
 pub fn secret_hash(secret: &str) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref())

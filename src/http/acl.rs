@@ -1,0 +1,717 @@
+//! `/v1/acl/*`: bootstrap, tokens, policies and roles (Consul's API), the
+//! server's token resolver (`request::authz::Resolve` over its state), and
+//! the leader's ACL init (built-ins and the initial management token).
+//!
+//! Secrets never reach the Raft log: a handler makes or takes the secret,
+//! proposes its hash, and shows the secret once in its answer.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use openraft::async_runtime::WatchReceiver;
+use serde::Deserialize;
+
+use super::{App, json_at};
+use crate::acl::{Authorizer, parse_rules};
+use crate::error::{Error, Result};
+use crate::request::authz::{Authz, Resolve};
+use crate::request::decode_json;
+use crate::server::Server;
+use crate::state::acl::{BOOTSTRAP_DONE, policy_by_name, role_by_name};
+use crate::state::{Command, Response as Applied, keys};
+use crate::structs::acl::{
+    ANONYMOUS_ID, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Link,
+    content_hash, secret_hash,
+};
+use crate::structs::duration::Duration;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/acl/bootstrap", put(bootstrap))
+        .route("/v1/acl/token", put(token_create))
+        .route("/v1/acl/token/self", get(token_self))
+        .route(
+            "/v1/acl/token/{accessor}",
+            get(token_read).put(token_update).delete(token_delete),
+        )
+        .route("/v1/acl/token/{accessor}/clone", put(token_clone))
+        .route("/v1/acl/tokens", get(token_list))
+        .route("/v1/acl/policy", put(policy_create))
+        .route(
+            "/v1/acl/policy/{id}",
+            get(policy_read).put(policy_update).delete(policy_delete),
+        )
+        .route("/v1/acl/policy/name/{name}", get(policy_read_name))
+        .route("/v1/acl/policies", get(policy_list))
+        .route("/v1/acl/role", put(role_create))
+        .route(
+            "/v1/acl/role/{id}",
+            get(role_read).put(role_update).delete(role_delete),
+        )
+        .route("/v1/acl/role/name/{name}", get(role_read_name))
+        .route("/v1/acl/roles", get(role_list))
+}
+
+impl Resolve for Server {
+    fn resolve(&self, token: Option<&str>) -> Result<Arc<Authorizer>> {
+        self.acl
+            .resolve(&self.store.state(), token)
+            .map_err(|e| Error::Forbidden(e.to_string()))
+    }
+}
+
+/// Consul answers ACL endpoints with ACLs off so.
+fn enabled(s: &Server) -> Result<()> {
+    if s.acl.enabled() {
+        Ok(())
+    } else {
+        Err(Error::Unauthorized("ACL support disabled".into()))
+    }
+}
+
+fn acl_read(s: &Server, a: &Authz) -> Result<()> {
+    enabled(s)?;
+    a.require(a.acl_read(), "acl:read", "")
+}
+
+fn acl_write(s: &Server, a: &Authz) -> Result<()> {
+    enabled(s)?;
+    a.require(a.acl_write(), "acl:write", "")
+}
+
+fn not_found() -> Error {
+    Error::Forbidden("ACL not found".into())
+}
+
+fn applied(r: Applied) -> Result<()> {
+    match r {
+        Applied::Ok => Ok(()),
+        Applied::Rejected(reason) if reason.starts_with(BOOTSTRAP_DONE) => {
+            Err(Error::Forbidden(format!("Permission denied: {reason}")))
+        }
+        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn token_hash(t: &AclToken) -> String {
+    let links: Vec<&str> = t
+        .policies
+        .iter()
+        .chain(&t.roles)
+        .map(|l| l.id.as_str())
+        .collect();
+    let mut parts = vec![t.description.as_str()];
+    parts.extend(links);
+    content_hash(&parts)
+}
+
+// ---- bootstrap ----
+
+async fn bootstrap(State(s): State<App>) -> Result<Response> {
+    enabled(&s)?;
+    let secret = uuid();
+    let mut token = AclToken {
+        accessor_id: uuid(),
+        description: "Bootstrap Token (Global Management)".into(),
+        policies: vec![Link {
+            id: GLOBAL_MANAGEMENT_ID.into(),
+            name: GLOBAL_MANAGEMENT_NAME.into(),
+        }],
+        create_time: now_rfc3339(),
+        secret_hash: secret_hash(&secret),
+        ..Default::default()
+    };
+    token.hash = token_hash(&token);
+    applied(
+        s.write(Command::AclBootstrap {
+            token: Box::new(token.clone()),
+        })
+        .await?,
+    )?;
+    shown_token(&s, &token.accessor_id, Some(&secret))
+}
+
+/// A token as the state holds it now, with its secret if the caller knows it.
+fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Response> {
+    let st = s.store.state();
+    let t = st.acl_tokens.get(accessor).ok_or_else(not_found)?;
+    let index = st.index_of([&keys::ACL]);
+    Ok(json_at(s, index, &t.shown(secret)))
+}
+
+// ---- tokens ----
+
+/// A token create or update body (Consul's `ACLToken` fields a caller sets).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct TokenBody {
+    #[serde(rename = "AccessorID")]
+    accessor_id: String,
+    #[serde(rename = "SecretID")]
+    secret_id: String,
+    description: String,
+    policies: Vec<Link>,
+    roles: Vec<Link>,
+    local: bool,
+    expiration_time: String,
+    #[serde(rename = "ExpirationTTL")]
+    expiration_ttl: Option<Duration>,
+}
+
+/// Each link names an existing policy (or role) by ID or by name.
+fn resolve_links(
+    links: &[Link],
+    by_id: impl Fn(&str) -> Option<String>,
+    by_name: impl Fn(&str) -> Option<String>,
+    what: &str,
+) -> Result<Vec<Link>> {
+    let mut out: Vec<Link> = Vec::new();
+    for l in links {
+        let found = if !l.id.is_empty() {
+            by_id(&l.id).map(|name| Link {
+                id: l.id.clone(),
+                name,
+            })
+        } else {
+            by_name(&l.name).map(|id| Link {
+                id,
+                name: l.name.clone(),
+            })
+        };
+        let link = found.ok_or_else(|| {
+            Error::bad(format!(
+                "cannot find {what} {}",
+                if l.id.is_empty() { &l.name } else { &l.id }
+            ))
+        })?;
+        if !out.iter().any(|o| o.id == link.id) {
+            out.push(link);
+        }
+    }
+    Ok(out)
+}
+
+fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken> {
+    let st = s.store.state();
+    let policies = resolve_links(
+        &body.policies,
+        |id| st.acl_policies.get(id).map(|p| p.name.clone()),
+        |n| policy_by_name(&st, n).map(|p| p.id.clone()),
+        "policy",
+    )?;
+    let roles = resolve_links(
+        &body.roles,
+        |id| st.acl_roles.get(id).map(|r| r.name.clone()),
+        |n| role_by_name(&st, n).map(|r| r.id.clone()),
+        "role",
+    )?;
+    let mut t = AclToken {
+        description: body.description.clone(),
+        policies,
+        roles,
+        local: body.local,
+        ..base
+    };
+    if let Some(ttl) = &body.expiration_ttl {
+        if ttl.nanos() <= 0 {
+            return Err(Error::bad("Token Expiration TTL must be positive"));
+        }
+        let at = time::OffsetDateTime::now_utc() + time::Duration::nanoseconds(ttl.nanos());
+        t.expiration_time = at
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+    } else if !body.expiration_time.is_empty() {
+        if crate::state::resolve::expiry(&AclToken {
+            expiration_time: body.expiration_time.clone(),
+            ..Default::default()
+        })
+        .is_none()
+        {
+            return Err(Error::bad("Invalid ExpirationTime: not RFC 3339"));
+        }
+        t.expiration_time = body.expiration_time.clone();
+    }
+    t.hash = token_hash(&t);
+    Ok(t)
+}
+
+fn check_uuid(what: &str, v: &str) -> Result<()> {
+    uuid::Uuid::parse_str(v)
+        .map(|_| ())
+        .map_err(|_| Error::bad(format!("Invalid {what}: must be a UUID")))
+}
+
+async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: TokenBody = decode_json(&body)?;
+    let accessor = if body.accessor_id.is_empty() {
+        uuid()
+    } else {
+        check_uuid("AccessorID", &body.accessor_id)?;
+        body.accessor_id.clone()
+    };
+    let secret = if body.secret_id.is_empty() {
+        uuid()
+    } else {
+        check_uuid("SecretID", &body.secret_id)?;
+        body.secret_id.clone()
+    };
+    if s.store.state().acl_tokens.contains_key(&accessor) {
+        return Err(Error::bad("Invalid Token: AccessorID is already in use"));
+    }
+    let base = AclToken {
+        accessor_id: accessor.clone(),
+        secret_hash: secret_hash(&secret),
+        create_time: now_rfc3339(),
+        ..Default::default()
+    };
+    let token = build_token(&s, &body, base)?;
+    applied(
+        s.write(Command::AclTokenSet {
+            token: Box::new(token),
+        })
+        .await?,
+    )?;
+    shown_token(&s, &accessor, Some(&secret))
+}
+
+async fn token_read(
+    State(s): State<App>,
+    a: Authz,
+    Path(accessor): Path<String>,
+) -> Result<Response> {
+    acl_read(&s, &a)?;
+    shown_token(&s, &accessor, None)
+}
+
+async fn token_self(
+    State(s): State<App>,
+    a: Authz,
+    parts: axum::http::request::Parts,
+) -> Result<Response> {
+    enabled(&s)?;
+    // Resolving it (`Authz`) proved the token valid; the caller knows it.
+    let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query());
+    let st = s.store.state();
+    let t = match &secret {
+        Some(sec) => crate::state::acl::token_by_secret_hash(&st, &secret_hash(sec)),
+        None => st.acl_tokens.get(ANONYMOUS_ID),
+    }
+    .ok_or_else(not_found)?;
+    debug_assert_eq!(t.accessor_id, a.accessor());
+    Ok(json_at(
+        &s,
+        st.index_of([&keys::ACL]),
+        &t.shown(secret.as_deref()),
+    ))
+}
+
+async fn token_update(
+    State(s): State<App>,
+    a: Authz,
+    Path(accessor): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: TokenBody = decode_json(&body)?;
+    let existing = s
+        .store
+        .state()
+        .acl_tokens
+        .get(&accessor)
+        .cloned()
+        .ok_or_else(|| Error::bad(format!("Cannot find token {accessor:?}")))?;
+    if !body.accessor_id.is_empty() && body.accessor_id != accessor {
+        return Err(Error::bad("AccessorID in the body does not match the URL"));
+    }
+    if !body.secret_id.is_empty() && secret_hash(&body.secret_id) != existing.secret_hash {
+        return Err(Error::bad("Changing a token's SecretID is not allowed"));
+    }
+    let token = build_token(&s, &body, (*existing).clone())?;
+    applied(
+        s.write(Command::AclTokenSet {
+            token: Box::new(token),
+        })
+        .await?,
+    )?;
+    let secret = (!body.secret_id.is_empty()).then_some(body.secret_id.as_str());
+    shown_token(&s, &accessor, secret)
+}
+
+async fn token_delete(
+    State(s): State<App>,
+    a: Authz,
+    Path(accessor): Path<String>,
+) -> Result<Response> {
+    acl_write(&s, &a)?;
+    applied(s.write(Command::AclTokenDelete { accessor }).await?)?;
+    Ok(axum::Json(true).into_response())
+}
+
+async fn token_clone(
+    State(s): State<App>,
+    a: Authz,
+    Path(accessor): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    acl_write(&s, &a)?;
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "PascalCase", default)]
+    struct CloneBody {
+        description: Option<String>,
+    }
+    let body: CloneBody = if body.is_empty() {
+        CloneBody::default()
+    } else {
+        decode_json(&body)?
+    };
+    let existing = s
+        .store
+        .state()
+        .acl_tokens
+        .get(&accessor)
+        .cloned()
+        .ok_or_else(not_found)?;
+    let secret = uuid();
+    let mut token = AclToken {
+        accessor_id: uuid(),
+        secret_hash: secret_hash(&secret),
+        create_time: now_rfc3339(),
+        description: body
+            .description
+            .unwrap_or_else(|| existing.description.clone()),
+        ..(*existing).clone()
+    };
+    token.hash = token_hash(&token);
+    let new = token.accessor_id.clone();
+    applied(
+        s.write(Command::AclTokenSet {
+            token: Box::new(token),
+        })
+        .await?,
+    )?;
+    shown_token(&s, &new, Some(&secret))
+}
+
+async fn token_list(State(s): State<App>, a: Authz) -> Result<Response> {
+    acl_read(&s, &a)?;
+    let st = s.store.state();
+    let list: Vec<AclToken> = st.acl_tokens.values().map(|t| t.shown(None)).collect();
+    Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
+}
+
+// ---- policies ----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct PolicyBody {
+    #[serde(rename = "ID")]
+    id: String,
+    name: String,
+    description: String,
+    rules: String,
+    datacenters: Vec<String>,
+}
+
+/// Consul's policy and role names: letters, digits, `-` and `_`, 1–128.
+fn valid_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::bad(format!("Invalid {what} Name: {name:?}")))
+    }
+}
+
+fn build_policy(body: PolicyBody, id: String, existing: Option<&AclPolicy>) -> Result<AclPolicy> {
+    if id == GLOBAL_MANAGEMENT_ID {
+        if body.name != GLOBAL_MANAGEMENT_NAME {
+            return Err(Error::bad(
+                "Changing the Name of the builtin global-management policy is not permitted",
+            ));
+        }
+        if existing.is_some_and(|e| e.rules != body.rules) {
+            return Err(Error::bad(
+                "Changing the Rules for the builtin global-management policy is not permitted",
+            ));
+        }
+    }
+    valid_name("Policy", &body.name)?;
+    parse_rules(&body.rules).map_err(|e| Error::bad(format!("Invalid Policy: {e}")))?;
+    let hash = content_hash(&[&body.name, &body.rules, &body.datacenters.join(",")]);
+    Ok(AclPolicy {
+        id,
+        name: body.name,
+        description: body.description,
+        rules: body.rules,
+        datacenters: body.datacenters,
+        hash,
+        ..Default::default()
+    })
+}
+
+fn shown_policy(s: &Server, p: Option<&Arc<AclPolicy>>) -> Result<Response> {
+    let p = p.ok_or_else(not_found)?;
+    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**p))
+}
+
+async fn policy_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: PolicyBody = decode_json(&body)?;
+    if !body.id.is_empty() {
+        return Err(Error::bad("Cannot specify an ID in a policy create"));
+    }
+    if policy_by_name(&s.store.state(), &body.name).is_some() {
+        return Err(Error::bad(format!(
+            "Invalid Policy: A Policy with Name {:?} already exists",
+            body.name
+        )));
+    }
+    let policy = build_policy(body, uuid(), None)?;
+    let id = policy.id.clone();
+    applied(
+        s.write(Command::AclPolicySet {
+            policy: Box::new(policy),
+        })
+        .await?,
+    )?;
+    shown_policy(&s, s.store.state().acl_policies.get(&id))
+}
+
+async fn policy_read(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+    acl_read(&s, &a)?;
+    shown_policy(&s, s.store.state().acl_policies.get(&id))
+}
+
+async fn policy_read_name(
+    State(s): State<App>,
+    a: Authz,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    acl_read(&s, &a)?;
+    shown_policy(&s, policy_by_name(&s.store.state(), &name))
+}
+
+async fn policy_update(
+    State(s): State<App>,
+    a: Authz,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: PolicyBody = decode_json(&body)?;
+    if !body.id.is_empty() && body.id != id {
+        return Err(Error::bad("Policy ID in the body does not match the URL"));
+    }
+    let st = s.store.state();
+    let existing = st
+        .acl_policies
+        .get(&id)
+        .ok_or_else(|| Error::bad(format!("Cannot find policy {id:?}")))?;
+    let policy = build_policy(body, id.clone(), Some(existing))?;
+    applied(
+        s.write(Command::AclPolicySet {
+            policy: Box::new(policy),
+        })
+        .await?,
+    )?;
+    shown_policy(&s, s.store.state().acl_policies.get(&id))
+}
+
+async fn policy_delete(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+    acl_write(&s, &a)?;
+    applied(s.write(Command::AclPolicyDelete { id }).await?)?;
+    Ok(axum::Json(true).into_response())
+}
+
+async fn policy_list(State(s): State<App>, a: Authz) -> Result<Response> {
+    acl_read(&s, &a)?;
+    let st = s.store.state();
+    let list: Vec<&AclPolicy> = st.acl_policies.values().map(|p| &**p).collect();
+    Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
+}
+
+// ---- roles ----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct RoleBody {
+    #[serde(rename = "ID")]
+    id: String,
+    name: String,
+    description: String,
+    policies: Vec<Link>,
+}
+
+fn build_role(s: &Server, body: RoleBody, id: String) -> Result<AclRole> {
+    valid_name("Role", &body.name)?;
+    let st = s.store.state();
+    let policies = resolve_links(
+        &body.policies,
+        |id| st.acl_policies.get(id).map(|p| p.name.clone()),
+        |n| policy_by_name(&st, n).map(|p| p.id.clone()),
+        "policy",
+    )?;
+    let ids: Vec<&str> = policies.iter().map(|p| p.id.as_str()).collect();
+    let mut parts = vec![body.name.as_str()];
+    parts.extend(ids);
+    let hash = content_hash(&parts);
+    Ok(AclRole {
+        id,
+        name: body.name,
+        description: body.description,
+        policies,
+        hash,
+        ..Default::default()
+    })
+}
+
+fn shown_role(s: &Server, r: Option<&Arc<AclRole>>) -> Result<Response> {
+    let r = r.ok_or_else(not_found)?;
+    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**r))
+}
+
+async fn role_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: RoleBody = decode_json(&body)?;
+    if !body.id.is_empty() {
+        return Err(Error::bad("Cannot specify an ID in a role create"));
+    }
+    if role_by_name(&s.store.state(), &body.name).is_some() {
+        return Err(Error::bad(format!(
+            "Invalid Role: A Role with Name {:?} already exists",
+            body.name
+        )));
+    }
+    let role = build_role(&s, body, uuid())?;
+    let id = role.id.clone();
+    applied(
+        s.write(Command::AclRoleSet {
+            role: Box::new(role),
+        })
+        .await?,
+    )?;
+    shown_role(&s, s.store.state().acl_roles.get(&id))
+}
+
+async fn role_read(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+    acl_read(&s, &a)?;
+    shown_role(&s, s.store.state().acl_roles.get(&id))
+}
+
+async fn role_read_name(
+    State(s): State<App>,
+    a: Authz,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    acl_read(&s, &a)?;
+    shown_role(&s, role_by_name(&s.store.state(), &name))
+}
+
+async fn role_update(
+    State(s): State<App>,
+    a: Authz,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    acl_write(&s, &a)?;
+    let body: RoleBody = decode_json(&body)?;
+    if !body.id.is_empty() && body.id != id {
+        return Err(Error::bad("Role ID in the body does not match the URL"));
+    }
+    if !s.store.state().acl_roles.contains_key(&id) {
+        return Err(Error::bad(format!("Cannot find role {id:?}")));
+    }
+    let role = build_role(&s, body, id.clone())?;
+    applied(
+        s.write(Command::AclRoleSet {
+            role: Box::new(role),
+        })
+        .await?,
+    )?;
+    shown_role(&s, s.store.state().acl_roles.get(&id))
+}
+
+async fn role_delete(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+    acl_write(&s, &a)?;
+    applied(s.write(Command::AclRoleDelete { id }).await?)?;
+    Ok(axum::Json(true).into_response())
+}
+
+async fn role_list(State(s): State<App>, a: Authz) -> Result<Response> {
+    acl_read(&s, &a)?;
+    let st = s.store.state();
+    let list: Vec<&AclRole> = st.acl_roles.values().map(|r| &**r).collect();
+    Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
+}
+
+// ---- the leader's init ----
+
+/// While this server leads with ACLs on: writes the built-in policy and
+/// anonymous token, and the initial management token, once they are
+/// missing (each new leader checks again; apply makes it idempotent).
+pub async fn init(s: App) {
+    if !s.acl.enabled() {
+        return std::future::pending().await;
+    }
+    let initial = s.acl.config().initial_management.clone();
+    let mut metrics = s.raft.metrics();
+    loop {
+        if s.cluster.is_leader() && missing(&s, initial.as_deref()) {
+            let token = initial.as_deref().map(|secret| {
+                let mut t = AclToken {
+                    accessor_id: uuid(),
+                    description: "Initial Management Token".into(),
+                    policies: vec![Link {
+                        id: GLOBAL_MANAGEMENT_ID.into(),
+                        name: GLOBAL_MANAGEMENT_NAME.into(),
+                    }],
+                    create_time: now_rfc3339(),
+                    secret_hash: secret_hash(secret),
+                    ..Default::default()
+                };
+                t.hash = token_hash(&t);
+                t
+            });
+            if let Err(e) = s
+                .write(Command::AclInit {
+                    initial_management: token.map(Box::new),
+                })
+                .await
+            {
+                tracing::warn!(error = %e, "ACL init not written yet");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+fn missing(s: &Server, initial: Option<&str>) -> bool {
+    let st = s.store.state();
+    !st.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID)
+        || !st.acl_tokens.contains_key(ANONYMOUS_ID)
+        || initial.is_some_and(|i| !st.acl_secrets.contains_key(&secret_hash(i)))
+}

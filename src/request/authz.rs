@@ -1,0 +1,125 @@
+//! The one place a request's token is read and resolved: `Authz`, an
+//! extractor every handler that reads or writes state takes first, so the
+//! check comes before any state is read.
+//!
+//! The token comes from `X-Consul-Token`, then `Authorization: Bearer`,
+//! then `?token=` (Consul's order); none is the anonymous token. Resolution
+//! is whoever serves the router's (`Resolver` in the request's
+//! extensions): a server resolves against its state, after forwarding, so
+//! the server that answers is the one that checks.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+
+use crate::acl::Authorizer;
+use crate::error::{Error, Result};
+
+/// Header names a token travels in.
+pub const TOKEN_HEADER: &str = "x-consul-token";
+
+/// Resolves a secret (none: anonymous) to its authorizer; `Err` is the
+/// answer (Consul's 403 `ACL not found`).
+pub trait Resolve: Send + Sync {
+    fn resolve(&self, token: Option<&str>) -> Result<Arc<Authorizer>>;
+}
+
+/// What a router resolves tokens with (a request extension).
+#[derive(Clone)]
+pub struct Resolver(pub Arc<dyn Resolve>);
+
+/// Everything allowed, no lookup: a router with ACLs off.
+pub struct AllowAll(Arc<Authorizer>);
+
+impl AllowAll {
+    pub fn resolver() -> Resolver {
+        Resolver(Arc::new(AllowAll(Arc::new(Authorizer::allow_all()))))
+    }
+}
+
+impl Resolve for AllowAll {
+    fn resolve(&self, _: Option<&str>) -> Result<Arc<Authorizer>> {
+        Ok(self.0.clone())
+    }
+}
+
+/// The token a request carries, in Consul's order of carriers.
+pub fn token_of(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    if let Some(t) = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok())
+        && !t.is_empty()
+    {
+        return Some(t.to_string());
+    }
+    if let Some(t) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        && !t.trim().is_empty()
+    {
+        return Some(t.trim().to_string());
+    }
+    super::Params::parse(query)
+        .get("token")
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+}
+
+/// The caller's authorizer, resolved from its token.
+#[derive(Clone)]
+pub struct Authz(pub Arc<Authorizer>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Authz {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self> {
+        let resolver = parts
+            .extensions
+            .get::<Resolver>()
+            .cloned()
+            .ok_or_else(|| Error::Internal("no token resolver on this router".into()))?;
+        let token = token_of(&parts.headers, parts.uri.query());
+        Ok(Authz(resolver.0.resolve(token.as_deref())?))
+    }
+}
+
+impl Authz {
+    /// `Ok` if `allowed`, else Consul's 403 naming the permission
+    /// (`key:write`) and the resource.
+    pub fn require(&self, allowed: bool, permission: &str, resource: &str) -> Result<()> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(Error::Forbidden(
+                self.0.deny(permission, resource).to_string(),
+            ))
+        }
+    }
+}
+
+impl std::ops::Deref for Authz {
+    type Target = Authorizer;
+    fn deref(&self) -> &Authorizer {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carriers_in_consuls_order() {
+        let mut h = HeaderMap::new();
+        assert_eq!(token_of(&h, Some("token=q")), Some("q".into()));
+        h.insert("authorization", "Bearer b".parse().unwrap());
+        assert_eq!(token_of(&h, Some("token=q")), Some("b".into()));
+        h.insert(TOKEN_HEADER, "x".parse().unwrap());
+        assert_eq!(token_of(&h, Some("token=q")), Some("x".into()));
+        assert_eq!(token_of(&HeaderMap::new(), None), None);
+    }
+}

@@ -1,0 +1,167 @@
+//! Token resolution: a secret (or none: the anonymous token) to the
+//! `Authorizer` a request is checked with, from one version of the state.
+//!
+//! Cached per server by the hash of the secret; an entry is good only for
+//! the ACL generation it was built at (the index of the `acl` watch key,
+//! moved by every apply that changes a token, policy or role), so a
+//! deleted token is refused by a server as soon as that server applied the
+//! delete.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+use super::{State, acl, keys};
+use crate::acl::{Authorizer, DefaultPolicy, parse_rules};
+use crate::structs::acl::{
+    ANONYMOUS_ID, ANONYMOUS_SECRET, AclToken, GLOBAL_MANAGEMENT_ID, secret_hash,
+};
+
+/// Past this many cached tokens the cache starts over (it refills with the
+/// tokens in use).
+const CACHE_MAX: usize = 4096;
+
+/// How ACLs are configured on a server.
+#[derive(Debug, Clone)]
+pub struct AclConfig {
+    pub enabled: bool,
+    pub default_policy: DefaultPolicy,
+    /// `--acl-initial-management-token`: created by the first leader.
+    pub initial_management: Option<String>,
+}
+
+impl Default for AclConfig {
+    fn default() -> Self {
+        AclConfig {
+            enabled: false,
+            default_policy: DefaultPolicy::Allow,
+            initial_management: None,
+        }
+    }
+}
+
+/// The secret names no token, or its token expired: Consul's 403.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ACL not found")]
+pub struct AclNotFound;
+
+struct Cached {
+    generation: u64,
+    expires: Option<SystemTime>,
+    authz: Arc<Authorizer>,
+}
+
+/// A server's token resolver and its cache.
+pub struct Resolver {
+    config: AclConfig,
+    allow_all: Arc<Authorizer>,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+impl Resolver {
+    pub fn new(config: AclConfig) -> Self {
+        Resolver {
+            config,
+            allow_all: Arc::new(Authorizer::allow_all()),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    pub fn config(&self) -> &AclConfig {
+        &self.config
+    }
+
+    /// The authorizer of `secret` (none or empty: the anonymous token)
+    /// against `st`. ACLs off: everything is allowed, nothing looked up.
+    pub fn resolve(
+        &self,
+        st: &State,
+        secret: Option<&str>,
+    ) -> Result<Arc<Authorizer>, AclNotFound> {
+        if !self.config.enabled {
+            return Ok(self.allow_all.clone());
+        }
+        let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
+        let hash = secret_hash(secret);
+        let generation = st.indexes.get(&keys::ACL).copied().unwrap_or(0);
+        let now = SystemTime::now();
+        {
+            let cache = self.cache.lock();
+            if let Some(c) = cache.get(&hash)
+                && c.generation == generation
+            {
+                if c.expires.is_some_and(|e| e <= now) {
+                    return Err(AclNotFound);
+                }
+                return Ok(c.authz.clone());
+            }
+        }
+        let (authz, expires) = match acl::token_by_secret_hash(st, &hash) {
+            Some(t) => (self.build(st, t), expiry(t)),
+            // Before the first leader's init wrote it: no policies.
+            None if secret == ANONYMOUS_SECRET => (
+                Authorizer::new(ANONYMOUS_ID, &[], self.config.default_policy),
+                None,
+            ),
+            None => return Err(AclNotFound),
+        };
+        if expires.is_some_and(|e| e <= now) {
+            return Err(AclNotFound);
+        }
+        let authz = Arc::new(authz);
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHE_MAX || cache.values().any(|c| c.generation != generation) {
+            cache.clear();
+        }
+        cache.insert(
+            hash,
+            Cached {
+                generation,
+                expires,
+                authz: authz.clone(),
+            },
+        );
+        Ok(authz)
+    }
+
+    /// A token's policies, its own and its roles'; `global-management`
+    /// among them makes it a management token.
+    fn build(&self, st: &State, t: &AclToken) -> Authorizer {
+        let mut ids: Vec<&str> = t.policies.iter().map(|p| p.id.as_str()).collect();
+        for r in &t.roles {
+            if let Some(role) = st.acl_roles.get(&r.id) {
+                ids.extend(role.policies.iter().map(|p| p.id.as_str()));
+            }
+        }
+        if ids.contains(&GLOBAL_MANAGEMENT_ID) {
+            return Authorizer::management(&t.accessor_id);
+        }
+        // Rules were checked when written; a policy deleted since is gone.
+        let rules: Vec<_> = ids
+            .iter()
+            .filter_map(|id| st.acl_policies.get(*id))
+            .filter_map(|p| parse_rules(&p.rules).ok())
+            .collect();
+        let refs: Vec<_> = rules.iter().collect();
+        Authorizer::new(&t.accessor_id, &refs, self.config.default_policy)
+    }
+}
+
+/// When a token stops working (`ExpirationTime`, RFC 3339).
+pub fn expiry(t: &AclToken) -> Option<SystemTime> {
+    if t.expiration_time.is_empty() {
+        return None;
+    }
+    time::OffsetDateTime::parse(
+        &t.expiration_time,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .ok()
+    .map(SystemTime::from)
+}
