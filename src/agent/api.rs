@@ -473,6 +473,23 @@ async fn service_maintenance_no_id() -> Result<Response> {
     Err(maintenance::MaintenanceError::MissingService.into())
 }
 
+/// Who a forwarded request acts as: the token it carries in a header
+/// (moved to `X-Consul-Token`), else in `?token=` (left in the path), else
+/// the agent's `--acl-token`.
+fn forwarded_identity(
+    a: &Agent,
+    parts: &axum::http::request::Parts,
+    path: &str,
+) -> (String, Option<String>) {
+    let in_query = crate::request::Params::parse(parts.uri.query()).has("token");
+    let token = crate::request::authz::token_of(&parts.headers, None);
+    match token {
+        Some(t) => (path.to_string(), Some(t)),
+        None if in_query => (path.to_string(), None),
+        None => (path.to_string(), a.config.tokens.default.clone()),
+    }
+}
+
 /// Any other request: to a server, and its answer back as it streams.
 async fn forward(State(a): State<App>, req: Request) -> Response {
     match forward_inner(&a, req).await {
@@ -511,14 +528,26 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
         body
     };
     let body = (!body.is_empty() || ct.is_some()).then_some((body, ct));
+    // The caller's token (any carrier; `?token=` travels in the path), or
+    // this agent's default token for a request that carries none.
+    let (path, token) = forwarded_identity(a, &parts, path);
     let resp = a
         .servers
-        .send(parts.method.clone(), path, body, FORWARD_TIMEOUT)
+        .send_as(
+            parts.method.clone(),
+            &path,
+            body,
+            FORWARD_TIMEOUT,
+            token.as_deref(),
+        )
         .await?;
     let mut builder = Response::builder().status(resp.status().as_u16());
     for (k, v) in resp.headers() {
         let name = k.as_str();
-        if name.starts_with("x-consul-") || name == "content-type" {
+        if !matches!(
+            name,
+            "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "date"
+        ) {
             builder = builder.header(name, v.as_bytes());
         }
     }

@@ -378,6 +378,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         servers: Servers::new(
             config.servers.clone(),
             config.tls.as_ref().map(|t| t.client.clone()),
+            config.tokens.own().map(String::from),
         )?,
         local: Arc::new(Local::new(tables)),
         node_id,

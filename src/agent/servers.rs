@@ -76,6 +76,9 @@ pub struct Servers {
     urls: Vec<String>,
     current: AtomicUsize,
     pub http: reqwest::Client,
+    /// The token of the agent's own calls (anti-entropy, heartbeats,
+    /// leave): `--acl-agent-token`, else `--acl-token`.
+    own_token: Option<String>,
 }
 
 /// How long a sync read or write may take.
@@ -84,7 +87,11 @@ pub const SHORT: Duration = Duration::from_secs(30);
 impl Servers {
     /// `urls` are base URLs (`http://host:port` or `https://host:port`),
     /// at least one; `tls` is for the `https://` ones.
-    pub fn new(urls: Vec<String>, tls: Option<rustls::ClientConfig>) -> anyhow::Result<Self> {
+    pub fn new(
+        urls: Vec<String>,
+        tls: Option<rustls::ClientConfig>,
+        own_token: Option<String>,
+    ) -> anyhow::Result<Self> {
         anyhow::ensure!(!urls.is_empty(), "at least one --server is needed");
         if let Some(u) = urls.iter().find(|u| u.starts_with("https://")) {
             anyhow::ensure!(
@@ -104,11 +111,11 @@ impl Servers {
             urls,
             current: AtomicUsize::new(0),
             http,
+            own_token,
         })
     }
 
-    /// Sends a request to the server in use, moving on to the next ones
-    /// while they cannot be connected to.
+    /// One of the agent's own requests (with its own token).
     pub async fn send(
         &self,
         method: reqwest::Method,
@@ -116,12 +123,31 @@ impl Servers {
         body: Option<(Bytes, Option<String>)>,
         timeout: Duration,
     ) -> Result<reqwest::Response, ServerError> {
+        let token = self.own_token.clone();
+        self.send_as(method, path_and_query, body, timeout, token.as_deref())
+            .await
+    }
+
+    /// Sends a request with `token` (none: the anonymous token) to the
+    /// server in use, moving on to the next ones while they cannot be
+    /// connected to.
+    pub async fn send_as(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<(Bytes, Option<String>)>,
+        timeout: Duration,
+        token: Option<&str>,
+    ) -> Result<reqwest::Response, ServerError> {
         let start = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
         for i in 0..self.urls.len() {
             let at = (start + i) % self.urls.len();
             let url = format!("{}{}", self.urls[at], path_and_query);
             let mut req = self.http.request(method.clone(), &url).timeout(timeout);
+            if let Some(t) = token {
+                req = req.header(crate::request::authz::TOKEN_HEADER, t);
+            }
             if let Some((b, ct)) = &body {
                 req = req.body(b.clone());
                 if let Some(ct) = ct {

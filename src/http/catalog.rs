@@ -18,9 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::Value;
 
-use super::{App, Watch, blocking, json_at};
+use super::{App, Watch, blocking, json_at, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
+use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
 };
@@ -55,15 +56,95 @@ async fn missing_node() -> Error {
     Error::bad("Missing node name")
 }
 
-async fn register(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn register(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
     validate_register(&mut req, &s.config.datacenter)?;
+    authorize_register(&a, &s.store.state(), &req)?;
     done(s.write(Command::Register(Box::new(req))).await?)
 }
 
-async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+/// Consul's checks on a registration: `service:write` on its service and
+/// on the services its checks belong to; `node:write` when the node is new
+/// or changes, or for a node-level check.
+pub(crate) fn authorize_register(
+    a: &Authz,
+    st: &state::State,
+    req: &RegisterRequest,
+) -> Result<()> {
+    let node_changes = !req.skip_node_update
+        && match st.nodes.get(&req.node) {
+            None => true,
+            Some(n) => {
+                n.address != req.address
+                    || (!req.node_meta.is_empty() && n.meta != req.node_meta)
+                    || (!req.tagged_addresses.is_empty()
+                        && n.tagged_addresses != req.tagged_addresses)
+            }
+        };
+    if node_changes {
+        a.require(a.node_write(&req.node), "node:write", &req.node)?;
+    }
+    if let Some(svc) = &req.service {
+        a.require(a.service_write(&svc.service), "service:write", &svc.service)?;
+    }
+    for c in req.check.iter().chain(&req.checks) {
+        if c.service_id.is_empty() {
+            a.require(a.node_write(&req.node), "node:write", &req.node)?;
+            continue;
+        }
+        let name = req
+            .service
+            .as_ref()
+            .filter(|svc| svc.id == c.service_id)
+            .map(|svc| svc.service.clone())
+            .or_else(|| {
+                st.services
+                    .get(&(req.node.clone(), c.service_id.clone()))
+                    .map(|svc| svc.service.clone())
+            })
+            .unwrap_or_else(|| c.service_name.clone());
+        a.require(a.service_write(&name), "service:write", &name)?;
+    }
+    Ok(())
+}
+
+/// A service or check goes with `service:write` on its service (a node's
+/// check and the node itself with `node:write`).
+fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterRequest) -> Result<()> {
+    let service_of = |id: &str| {
+        st.services
+            .get(&(req.node.clone(), id.to_string()))
+            .map(|svc| svc.service.clone())
+    };
+    let service = if !req.service_id.is_empty() {
+        service_of(&req.service_id)
+    } else if !req.check_id.is_empty() {
+        st.checks
+            .get(&(req.node.clone(), req.check_id.clone()))
+            .filter(|c| !c.service_id.is_empty())
+            .and_then(|c| service_of(&c.service_id).or(Some(c.service_name.clone())))
+    } else {
+        None
+    };
+    match service {
+        Some(name) => a.require(a.service_write(&name), "service:write", &name),
+        None => a.require(a.node_write(&req.node), "node:write", &req.node),
+    }
+}
+
+async fn deregister(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
@@ -72,6 +153,7 @@ async fn deregister(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) ->
     if req.node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
+    authorize_deregister(&a, &s.store.state(), &req)?;
     done(s.write(Command::Deregister(req)).await?)
 }
 
@@ -180,7 +262,7 @@ fn read_ctx(s: &Server, q: Option<String>) -> Result<ReadCtx> {
     Ok(ReadCtx { p, opts })
 }
 
-async fn nodes(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn nodes(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let ReadCtx { p, opts } = read_ctx(&s, q)?;
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
@@ -195,11 +277,12 @@ async fn nodes(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
         (st.index_of([&keys::NODES]), list)
     })
     .await?;
+    let filtered = keep(&mut list, |n| a.node_read(&n.node));
     apply_filter(&filter, &mut list);
-    Ok(json_at(&s, index, &list))
+    Ok(json_filtered(&s, index, &list, filtered))
 }
 
-async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let ReadCtx { p, opts } = read_ctx(&s, q)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
@@ -210,7 +293,7 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
         watch.push(keys::NODES);
     }
     let dc = s.config.datacenter.clone();
-    let (index, map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, mut map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
         let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for ((node, _), svc) in st.services.iter() {
             let Some(n) = st.nodes.get(node) else {
@@ -232,11 +315,19 @@ async fn services(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respons
         (st.index_of(watch.iter()), map)
     })
     .await?;
-    Ok(json_at(&s, index, &map))
+    let before = map.len();
+    map.retain(|name, _| a.service_read(name));
+    Ok(json_filtered(&s, index, &map, map.len() != before))
 }
 
 /// Instances of a service (or its connect endpoints) in `ServiceNode` form.
-async fn service_rows(s: App, q: Option<String>, name: String, connect: bool) -> Result<Response> {
+async fn service_rows(
+    s: App,
+    a: Authz,
+    q: Option<String>,
+    name: String,
+    connect: bool,
+) -> Result<Response> {
     let ReadCtx { p, opts } = read_ctx(&s, q)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
@@ -263,24 +354,29 @@ async fn service_rows(s: App, q: Option<String>, name: String, connect: bool) ->
         .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tag_refs))
         .map(|i| ServiceNodeRow::new(&i.node, &i.service, dc))
         .collect();
+    let filtered = keep(&mut rows, |r| {
+        a.service_read(r.service_name) && a.node_read(r.node)
+    });
     apply_filter(&filter, &mut rows);
-    Ok(json_at(&s, index, &rows))
+    Ok(json_filtered(&s, index, &rows, filtered))
 }
 
 async fn service(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    service_rows(s, q, name, false).await
+    service_rows(s, a, q, name, false).await
 }
 
 async fn connect(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    service_rows(s, q, name, true).await
+    service_rows(s, a, q, name, true).await
 }
 
 /// One node and its services, read at the node's watch key.
@@ -312,6 +408,7 @@ async fn read_node(
 /// (with 200, as Consul answers).
 async fn node(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -321,40 +418,54 @@ async fn node(
     let Some((node, mut services)) = found else {
         return Ok(json_at(&s, index, &Value::Null));
     };
+    // A node the token may not read is not there, as Consul answers.
+    if !a.node_read(&node.node) {
+        return Ok(json_filtered(&s, index, &Value::Null, true));
+    }
+    let filtered = keep(&mut services, |svc| a.service_read(&svc.service));
     apply_filter(&filter, &mut services);
     let map: BTreeMap<&str, &NodeService> =
         services.iter().map(|svc| (svc.id.as_str(), svc)).collect();
-    Ok(json_at(
+    Ok(json_filtered(
         &s,
         index,
         &NodeWith {
             node: Some(&node),
             services: map,
         },
+        filtered,
     ))
 }
 
 /// `{"Node": .., "Services": [..]}`; an unknown node gives `Node: null`.
 async fn node_services_list(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let ReadCtx { p, opts } = read_ctx(&s, q)?;
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
     let (index, found) = read_node(&s, &opts, &name).await?;
-    let (node, mut services) = match found {
+    let (mut node, mut services) = match found {
         Some((n, svcs)) => (Some(n), svcs),
         None => (None, Vec::new()),
     };
+    let mut filtered = false;
+    if node.as_ref().is_some_and(|n| !a.node_read(&n.node)) {
+        (node, filtered) = (None, true);
+        services.clear();
+    }
+    filtered |= keep(&mut services, |svc| a.service_read(&svc.service));
     apply_filter(&filter, &mut services);
-    Ok(json_at(
+    Ok(json_filtered(
         &s,
         index,
         &NodeWith {
             node: node.as_ref(),
             services,
         },
+        filtered,
     ))
 }
 

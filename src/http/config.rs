@@ -8,12 +8,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{App, Watch, blocking, json_at, meta_headers};
+use super::{App, Watch, blocking, json_at, json_filtered, keep, meta_headers};
 use crate::config_entry::{ConfigEntryError, decode_and_validate};
 use crate::discovery_chain::{
     ChainError, CompileOverrides, CompileRequest, EntryChange, compile, validate_write,
 };
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::config_entry::Kind;
@@ -44,6 +45,23 @@ impl From<ChainError> for Error {
     }
 }
 
+/// Consul's permissions on config entries: proxy-defaults is read by any
+/// token and written with `mesh:write`; the service kinds go with
+/// `service:read` / `service:write` on the entry's name.
+fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
+    match kind {
+        Kind::ProxyDefaults => true,
+        _ => a.service_read(name),
+    }
+}
+
+fn authorize_entry_write(a: &Authz, kind: Kind, name: &str) -> Result<()> {
+    match kind {
+        Kind::ProxyDefaults => a.require(a.mesh_write(), "mesh:write", ""),
+        _ => a.require(a.service_write(name), "service:write", name),
+    }
+}
+
 fn parse_kind(kind: &str) -> Result<Kind> {
     kind.parse().map_err(Error::BadRequest)
 }
@@ -56,11 +74,17 @@ fn bool_answer(r: Applied) -> Result<Response> {
     }
 }
 
-async fn put_entry(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn put_entry(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let body: Value = decode_json(&body)?;
     let entry = decode_and_validate(&body)?;
+    authorize_entry_write(&a, entry.kind(), entry.name())?;
     // Refuse early what the state machine would refuse; it checks again on
     // the state the write actually lands on.
     validate_write(&*s.store.state(), &EntryChange::Upsert(entry.clone()))?;
@@ -80,12 +104,14 @@ async fn put_entry(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> 
 
 async fn delete_entry(
     State(s): State<App>,
+    a: Authz,
     Path((kind, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
+    authorize_entry_write(&a, kind, &name)?;
     validate_write(
         &*s.store.state(),
         &EntryChange::Delete {
@@ -103,12 +129,16 @@ async fn delete_entry(
 
 async fn get_entry(
     State(s): State<App>,
+    a: Authz,
     Path((kind, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
+    if !entry_readable(&a, kind, &name) {
+        return Err(Error::Forbidden(a.deny("service:read", &name).to_string()));
+    }
     let key = keys::config(kind.as_str(), &name);
     let (index, entry) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let e = st.config.get(&(kind, name.clone())).map(|e| e.to_json());
@@ -132,6 +162,7 @@ async fn get_entry(
 
 async fn list_entries(
     State(s): State<App>,
+    a: Authz,
     Path(kind): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -139,17 +170,19 @@ async fn list_entries(
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     let key = keys::config_kind(kind.as_str());
-    let (index, list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let list: Vec<Value> = st
+    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+        let list: Vec<(String, Value)> = st
             .config
             .range((kind, String::new())..)
             .take_while(|((k, _), _)| *k == kind)
-            .map(|(_, e)| e.to_json())
+            .map(|((_, name), e)| (name.clone(), e.to_json()))
             .collect();
         (st.index_of([&key]), list)
     })
     .await?;
-    Ok(json_at(&s, index, &list))
+    let filtered = keep(&mut list, |(name, _)| entry_readable(&a, kind, name));
+    let list: Vec<Value> = list.into_iter().map(|(_, e)| e).collect();
+    Ok(json_filtered(&s, index, &list, filtered))
 }
 
 /// A chain reads entries of every chain kind and proxy-defaults.
@@ -162,10 +195,12 @@ fn chain_keys() -> Vec<crate::state::WatchKey> {
 
 async fn chain(
     s: App,
+    a: Authz,
     service: String,
     q: Option<String>,
     overrides: CompileOverrides,
 ) -> Result<Response> {
+    a.require(a.service_read(&service), "service:read", &service)?;
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let dc = p
@@ -188,14 +223,16 @@ async fn chain(
 
 async fn chain_get(
     State(s): State<App>,
+    a: Authz,
     Path(service): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    chain(s, service, q, CompileOverrides::default()).await
+    chain(s, a, service, q, CompileOverrides::default()).await
 }
 
 async fn chain_post(
     State(s): State<App>,
+    a: Authz,
     Path(service): Path<String>,
     RawQuery(q): RawQuery,
     body: Bytes,
@@ -206,5 +243,5 @@ async fn chain_post(
         decode_json(&body)?
     };
     let overrides = CompileOverrides::from_json(&body)?;
-    chain(s, service, q, overrides).await
+    chain(s, a, service, q, overrides).await
 }

@@ -7,6 +7,7 @@
 //! `?merge-central-config` reads show it. The node is named by `?node=`
 //! (or `?node-id=`, the gRPC request's other spelling).
 
+use crate::request::authz::Authz;
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
@@ -134,6 +135,7 @@ pub fn bootstrap_params_for(
 
 async fn bootstrap_params(
     State(s): State<App>,
+    a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -153,6 +155,8 @@ async fn bootstrap_params(
         if let Some(node) = spec.find(&st)
             && let Some(svc) = st.services.get(&(node.node.clone(), id.clone()))
         {
+            // The dataplane's token holds `service:write` on its proxy.
+            a.require(a.service_write(&svc.service), "service:write", &svc.service)?;
             watch.extend(merge::merge_watch_keys(&st, svc));
         }
     }

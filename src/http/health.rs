@@ -13,8 +13,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::{App, Watch, blocking, json_at};
+use super::{App, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
@@ -59,6 +60,7 @@ fn read_opts(s: &App, q: Option<String>) -> Result<(Params, QueryOptions)> {
 /// The checks on a node, node-level and service-level.
 async fn node(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -70,13 +72,15 @@ async fn node(
         (st.index_of([&key]), checks)
     })
     .await?;
+    let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
-    Ok(json_at(&s, index, &checks))
+    Ok(json_filtered(&s, index, &checks, filtered))
 }
 
 /// The checks of a service's instances (their own checks, not node checks).
 async fn service_checks(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -96,13 +100,15 @@ async fn service_checks(
         (st.index_of([&key]), checks)
     })
     .await?;
+    let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
-    Ok(json_at(&s, index, &checks))
+    Ok(json_filtered(&s, index, &checks, filtered))
 }
 
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
 async fn by_state(
     State(s): State<App>,
+    a: Authz,
     Path(state): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -135,15 +141,28 @@ async fn by_state(
         (st.index_of(watch.iter()), checks)
     })
     .await?;
+    let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
-    Ok(json_at(&s, index, &checks))
+    Ok(json_filtered(&s, index, &checks, filtered))
 }
 
 fn all_passing(i: &Instance) -> bool {
     i.checks.iter().all(|c| c.status == HEALTH_PASSING)
 }
 
-async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Result<Response> {
+/// A check is shown to a token that may read its node, and its service
+/// if it has one (Consul's filter).
+fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
+    a.node_read(&c.node) && (c.service_name.is_empty() || a.service_read(&c.service_name))
+}
+
+async fn instances(
+    s: App,
+    a: Authz,
+    q: Option<String>,
+    name: String,
+    connect: bool,
+) -> Result<Response> {
     let (p, opts) = read_opts(&s, q)?;
     let passing = passing_flag(&p)?;
     let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
@@ -214,22 +233,27 @@ async fn instances(s: App, q: Option<String>, name: String, connect: bool) -> Re
             checks: &i.checks,
         })
         .collect();
+    let filtered = keep(&mut rows, |r| {
+        a.service_read(&r.service.service) && a.node_read(&r.node.node)
+    });
     apply_filter(&filter, &mut rows);
-    Ok(json_at(&s, index, &rows))
+    Ok(json_filtered(&s, index, &rows, filtered))
 }
 
 async fn service(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    instances(s, q, name, false).await
+    instances(s, a, q, name, false).await
 }
 
 async fn connect(
     State(s): State<App>,
+    a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    instances(s, q, name, true).await
+    instances(s, a, q, name, true).await
 }

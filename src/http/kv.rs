@@ -10,8 +10,9 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Watch, blocking, json_at, meta_headers};
+use super::{App, FILTERED, Watch, blocking, json_filtered, keep, meta_headers};
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions};
 use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
 use crate::state::{Command, Response as Applied, Timeable, keys};
@@ -33,18 +34,29 @@ pub fn routes() -> Router<App> {
         .route("/v1/txn", put(txn))
 }
 
-async fn get_root(s: State<App>, q: RawQuery) -> Result<Response> {
-    get_kv(s, Path(String::new()), q).await
+async fn get_root(s: State<App>, a: Authz, q: RawQuery) -> Result<Response> {
+    get_kv(s, a, Path(String::new()), q).await
 }
-async fn put_root(s: State<App>, q: RawQuery, body: Bytes) -> Result<Response> {
-    put_kv(s, Path(String::new()), q, body).await
+async fn put_root(s: State<App>, a: Authz, q: RawQuery, body: Bytes) -> Result<Response> {
+    put_kv(s, a, Path(String::new()), q, body).await
 }
-async fn delete_root(s: State<App>, q: RawQuery) -> Result<Response> {
-    delete_kv(s, Path(String::new()), q).await
+async fn delete_root(s: State<App>, a: Authz, q: RawQuery) -> Result<Response> {
+    delete_kv(s, a, Path(String::new()), q).await
+}
+
+/// A 404 that still says whether ACLs hid what was there.
+fn not_found(s: &App, index: u64, filtered: bool) -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, meta_headers(s, index)).into_response();
+    if filtered {
+        resp.headers_mut()
+            .insert(FILTERED, axum::http::HeaderValue::from_static("true"));
+    }
+    resp
 }
 
 async fn get_kv(
     State(s): State<App>,
+    a: Authz,
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -53,38 +65,45 @@ async fn get_kv(
     let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
-        let (index, list) = blocking(&s, &opts, Watch::Prefix(keys::kv(&key)), |st| {
-            (read_index(st, &key, true), list_keys(st, &key, &sep))
+        // Filtered on every wake: the answer is what the token may read now.
+        let (index, (list, filtered)) = blocking(&s, &opts, Watch::Prefix(keys::kv(&key)), |st| {
+            let mut list = list_keys(st, &key, &sep);
+            let filtered = keep(&mut list, |k| a.key_read(k));
+            (read_index(st, &key, true), (list, filtered))
         })
         .await?;
         if list.is_empty() {
-            return Ok((StatusCode::NOT_FOUND, meta_headers(&s, index)).into_response());
+            return Ok(not_found(&s, index, filtered));
         }
-        return Ok(json_at(&s, index, &list));
+        return Ok(json_filtered(&s, index, &list, filtered));
+    }
+    if !recurse {
+        a.require(a.key_read(&key), "key:read", &key)?;
     }
     let watch = if recurse {
         Watch::Prefix(keys::kv(&key))
     } else {
         Watch::Keys(vec![keys::kv(&key)])
     };
-    let (index, entries) = blocking(&s, &opts, watch, |st| {
-        let entries: Vec<KvEntry> = if recurse {
+    let (index, (entries, filtered)) = blocking(&s, &opts, watch, |st| {
+        let mut entries: Vec<KvEntry> = if recurse {
             prefix_iter(st, &key).cloned().collect()
         } else {
             st.kv.get(&key).map(|e| (**e).clone()).into_iter().collect()
         };
-        (read_index(st, &key, recurse), entries)
+        let filtered = keep(&mut entries, |e| a.key_read(&e.key));
+        (read_index(st, &key, recurse), (entries, filtered))
     })
     .await?;
     if entries.is_empty() {
-        return Ok((StatusCode::NOT_FOUND, meta_headers(&s, index)).into_response());
+        return Ok(not_found(&s, index, filtered));
     }
     if p.has("raw") && !recurse {
         let mut resp = entries[0].value.clone().into_response();
         resp.headers_mut().extend(meta_headers(&s, index));
         return Ok(resp);
     }
-    Ok(json_at(&s, index, &entries))
+    Ok(json_filtered(&s, index, &entries, filtered))
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -96,6 +115,7 @@ fn check_key(key: &str) -> Result<()> {
 
 async fn put_kv(
     State(s): State<App>,
+    a: Authz,
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
     body: Bytes,
@@ -103,6 +123,7 @@ async fn put_kv(
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     check_key(&key)?;
+    a.require(a.key_write(&key), "key:write", &key)?;
     if p.has("acquire") && p.has("release") {
         return Err(Error::bad("Conflicting flags: acquire and release"));
     }
@@ -137,14 +158,18 @@ async fn put_kv(
 
 async fn delete_kv(
     State(s): State<App>,
+    a: Authz,
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let recurse = p.has("recurse");
-    if !recurse {
+    if recurse {
+        a.require(a.key_write_prefix(&key), "key:write", &key)?;
+    } else {
         check_key(&key)?;
+        a.require(a.key_write(&key), "key:write", &key)?;
     }
     let cas = p.u64("cas")?;
     let verb = match (recurse, cas) {
@@ -352,10 +377,60 @@ pub(super) fn read_only(body: &[u8], dc: &str) -> bool {
     decode_txn(body, dc).is_ok_and(|ops| ops.iter().all(TxnOp::is_read))
 }
 
-async fn txn(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+/// Every operation of a txn is checked before any runs (one refused
+/// refuses the txn).
+fn authorize_txn(a: &Authz, ops: &[TxnOp]) -> Result<()> {
+    for op in ops {
+        match op {
+            TxnOp::Kv(op) => match op.verb {
+                KvVerb::DeleteTree => {
+                    a.require(a.key_write_prefix(&op.key), "key:write", &op.key)?
+                }
+                v if v.is_read() => a.require(a.key_read(&op.key), "key:read", &op.key)?,
+                _ => a.require(a.key_write(&op.key), "key:write", &op.key)?,
+            },
+            TxnOp::Node { verb, node } if verb.is_read() => {
+                a.require(a.node_read(&node.node), "node:read", &node.node)?
+            }
+            TxnOp::Node { node, .. } => {
+                a.require(a.node_write(&node.node), "node:write", &node.node)?
+            }
+            TxnOp::Service { verb, service, .. } if verb.is_read() => a.require(
+                a.service_read(&service.service),
+                "service:read",
+                &service.service,
+            )?,
+            TxnOp::Service { service, .. } => a.require(
+                a.service_write(&service.service),
+                "service:write",
+                &service.service,
+            )?,
+            TxnOp::Check { verb, check } if verb.is_read() => {
+                a.require(a.node_read(&check.node), "node:read", &check.node)?
+            }
+            TxnOp::Check { check, .. } if check.service_name.is_empty() => {
+                a.require(a.node_write(&check.node), "node:write", &check.node)?
+            }
+            TxnOp::Check { check, .. } => a.require(
+                a.service_write(&check.service_name),
+                "service:write",
+                &check.service_name,
+            )?,
+        }
+    }
+    Ok(())
+}
+
+async fn txn(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let ops = decode_txn(&body, &s.config.datacenter)?;
+    authorize_txn(&a, &ops)?;
     // Reads only: answered from this server's state without Raft, in the
     // request's consistency mode (Consul's fast path).
     if ops.iter().all(TxnOp::is_read) {

@@ -20,6 +20,7 @@
 //! agent's HTTP address). Steady state costs one small request per agent per
 //! heartbeat and no Raft write. The agents' side is `crate::agent::liveness`.
 
+use crate::request::authz::Authz;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,8 +93,9 @@ async fn commit(s: &Server, cmd: Command) -> Result<()> {
     }
 }
 
-async fn heartbeat(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn heartbeat(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     let mut req: RegisterRequest = decode_json(&body)?;
+    a.require(a.node_write(&req.node), "node:write", &req.node)?;
     req.service = None;
     req.check = None;
     req.checks.clear();
@@ -122,11 +124,12 @@ struct LeaveRequest {
     node: String,
 }
 
-async fn leave(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn leave(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     let req: LeaveRequest = decode_json(&body)?;
     if req.node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
+    a.require(a.node_write(&req.node), "node:write", &req.node)?;
     s.liveness.forget(&req.node);
     tracing::info!(node = %req.node, "agent left");
     commit(

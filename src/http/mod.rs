@@ -160,8 +160,11 @@ async fn proxy(
         .header(FORWARDED, "1")
         .header(ORIGIN_NODE, s.config.node.as_str())
         .body(body);
-    if let Some(ct) = parts.headers.get("content-type") {
-        out = out.header("content-type", ct);
+    // The caller's identity goes with it: the leader checks the token.
+    for name in ["content-type", "x-consul-token", "authorization"] {
+        if let Some(v) = parts.headers.get(name) {
+            out = out.header(name, v);
+        }
     }
     // Only a request that never reached the leader may be retried: one that
     // did could have committed.
@@ -172,10 +175,13 @@ async fn proxy(
             Error::LeadershipLost
         }
     })?;
+    // Every header the leader set, but those of the hop itself.
     let mut builder = Response::builder().status(resp.status());
     for (k, v) in resp.headers() {
-        let name = k.as_str();
-        if name.starts_with("x-consul-") || name == "content-type" {
+        if !matches!(
+            k.as_str(),
+            "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "date"
+        ) {
             builder = builder.header(k, v);
         }
     }
@@ -249,6 +255,31 @@ pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
     };
     h.insert("x-consul-lastcontact", HeaderValue::from(contact));
     h
+}
+
+/// Set on a read whose answer lost rows the caller may not see (Consul's).
+pub const FILTERED: &str = "x-consul-results-filtered-by-acls";
+
+/// A JSON answer with the read headers, marked when ACLs dropped rows.
+pub fn json_filtered<T: serde::Serialize>(
+    s: &Server,
+    index: u64,
+    value: &T,
+    filtered: bool,
+) -> Response {
+    let mut resp = json_at(s, index, value);
+    if filtered {
+        resp.headers_mut()
+            .insert(FILTERED, HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+/// Keeps the rows `allowed` passes; says whether any was dropped.
+pub fn keep<T>(rows: &mut Vec<T>, allowed: impl Fn(&T) -> bool) -> bool {
+    let before = rows.len();
+    rows.retain(|r| allowed(r));
+    rows.len() != before
 }
 
 /// A JSON answer with the read headers.

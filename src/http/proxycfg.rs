@@ -2,6 +2,7 @@
 //! server-side snapshot of one proxy, blocking until its version passes
 //! `index`. Any server answers from its own state.
 
+use crate::request::authz::Authz;
 use std::time::Duration;
 
 use axum::Router;
@@ -19,6 +20,7 @@ pub fn routes() -> Router<App> {
 
 async fn snapshot(
     State(s): State<App>,
+    a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -30,6 +32,10 @@ async fn snapshot(
         .ok_or_else(|| Error::bad("Missing node parameter"))?
         .to_string();
     let key = (node.clone(), id.clone());
+    // A proxy's own token holds `service:write` on it (Consul's check).
+    if let Some(svc) = s.store.state().services.get(&key) {
+        a.require(a.service_write(&svc.service), "service:write", &svc.service)?;
+    }
     let deadline = tokio::time::Instant::now() + opts.wait;
     // A proxy registered a moment ago may not have its first snapshot yet:
     // give it a little time before answering 404.

@@ -15,6 +15,7 @@ use serde_json::json;
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::filter::Schema;
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::session::CHECK_EVERY;
@@ -72,6 +73,7 @@ fn receiving_node(s: &App, headers: &HeaderMap) -> String {
 
 async fn create(
     State(s): State<App>,
+    a: Authz,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
     body: Bytes,
@@ -92,6 +94,11 @@ async fn create(
     let mut session = req
         .into_session(id.clone(), &receiving_node(&s, &headers))
         .map_err(Error::BadRequest)?;
+    a.require(
+        a.session_write(&session.node),
+        "session:write",
+        &session.node,
+    )?;
     if no_checks
         && s.store
             .state()
@@ -118,12 +125,22 @@ async fn create(
     }
 }
 
+/// Destroying or renewing a session takes `session:write` on its node.
+fn authorize_session(s: &Server, a: &Authz, id: &str) -> Result<()> {
+    match s.store.state().sessions.get(id) {
+        Some(x) => a.require(a.session_write(&x.node), "session:write", &x.node),
+        None => Ok(()),
+    }
+}
+
 async fn destroy(
     State(s): State<App>,
+    a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     query(&s, q)?;
+    authorize_session(&s, &a, &id)?;
     match s
         .write(
             s.sessions
@@ -142,10 +159,12 @@ async fn destroy(
 /// Resets the session's TTL timer on the leader (no Raft write, as Consul).
 async fn renew(
     State(s): State<App>,
+    a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     query(&s, q)?;
+    authorize_session(&s, &a, &id)?;
     let (index, session) = renew_session(&s, &id).await?;
     Ok(json_at(&s, index, &[&*session]))
 }
@@ -171,24 +190,29 @@ pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> 
     Ok((st.index_of([&keys::session(id)]), session.clone()))
 }
 
+/// Sessions the token may read (`session:read` on their node).
 async fn read(
     s: &App,
+    a: &Authz,
     q: Option<String>,
     key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
     let opts = query(s, q)?;
     let watch = Watch::Keys(vec![key.clone()]);
-    let (index, sessions) = blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
-    Ok(json_at(s, index, &sessions))
+    let (index, mut sessions) =
+        blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
+    let filtered = super::keep(&mut sessions, |x| a.session_read(&x.node));
+    Ok(super::json_filtered(s, index, &sessions, filtered))
 }
 
 async fn info(
     State(s): State<App>,
+    a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    read(&s, q, keys::session(&id), |st| {
+    read(&s, &a, q, keys::session(&id), |st| {
         st.sessions
             .get(&id)
             .map(|x| (**x).clone())
@@ -200,10 +224,11 @@ async fn info(
 
 async fn node(
     State(s): State<App>,
+    a: Authz,
     Path(node): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    read(&s, q, keys::node_sessions(&node), |st| {
+    read(&s, &a, q, keys::node_sessions(&node), |st| {
         crate::state::session::node_sessions(st, &node)
             .into_iter()
             .map(|x| (*x).clone())
@@ -212,8 +237,8 @@ async fn node(
     .await
 }
 
-async fn list(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
-    read(&s, q, keys::SESSIONS, |st| {
+async fn list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    read(&s, &a, q, keys::SESSIONS, |st| {
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await

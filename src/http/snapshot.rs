@@ -1,6 +1,7 @@
 //! `/v1/snapshot`: the whole state as one file (`GET`), and restoring one
 //! on the running cluster through Raft (`PUT`, see `state::restore`).
 
+use crate::request::authz::Authz;
 use std::path::Path;
 
 use axum::Router;
@@ -35,7 +36,14 @@ pub fn routes() -> Router<App> {
 /// A point-in-time copy of the whole state, framed as the data dir's
 /// snapshot file. Default mode is answered by the leader (forwarded),
 /// `?stale` by any server, `?consistent` after a leadership check.
-async fn save(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+/// Consul's snapshots need a management token (they hold every secret's
+/// hash and every rule).
+fn management(a: &Authz) -> Result<()> {
+    a.require(a.snapshot(), "acl:write", "")
+}
+
+async fn save(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    management(&a)?;
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     if opts.consistent {
@@ -106,7 +114,13 @@ fn applied(r: Applied) -> Result<()> {
 /// Restores a snapshot: checked whole here (a bad one is refused with 400
 /// and nothing is proposed), then proposed as chunks and one commit that
 /// swaps the state on every server at once.
-async fn restore(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn restore(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
+    management(&a)?;
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let checked = body.clone();

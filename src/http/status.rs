@@ -6,9 +6,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use serde_json::{Value, json};
 
-use super::{App, json_at};
+use super::{App, json_at, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::request::Params;
+use crate::request::authz::Authz;
 use crate::structs::agent::Member;
 
 pub fn routes() -> Router<App> {
@@ -44,7 +45,8 @@ async fn peers(State(s): State<App>) -> Response {
     axum::Json(list).into_response()
 }
 
-async fn configuration(State(s): State<App>) -> Response {
+async fn configuration(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
     let leader = s.cluster.leader().map(|(id, _)| id);
     let m = s.cluster.metrics();
     let servers: Vec<Value> = s
@@ -64,10 +66,15 @@ async fn configuration(State(s): State<App>) -> Response {
         })
         .collect();
     let index = m.membership_config.log_id().map(|l| l.index).unwrap_or(1);
-    json_at(&s, index, &json!({ "Servers": servers, "Index": index }))
+    Ok(json_at(
+        &s,
+        index,
+        &json!({ "Servers": servers, "Index": index }),
+    ))
 }
 
-async fn remove_peer(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
     let p = Params::parse(q.as_deref());
     let who = p
         .get("id")
@@ -83,7 +90,8 @@ fn member_json(s: &App, name: &str, addr: &str) -> Member {
     Member::server(name, host, port, &s.config.datacenter)
 }
 
-async fn agent_self(State(s): State<App>) -> Response {
+async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
     let m = s.cluster.metrics();
     // The server's own agent (absent only while starting, and in the
     // simulation) owns the node's identity and configuration.
@@ -100,7 +108,7 @@ async fn agent_self(State(s): State<App>) -> Response {
             "Version": env!("CARGO_PKG_VERSION"),
         }),
     };
-    axum::Json(json!({
+    Ok(axum::Json(json!({
         "Config": config,
         "DebugConfig": agent.map(|a| crate::agent::api::debug_config(a)),
         "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
@@ -114,10 +122,10 @@ async fn agent_self(State(s): State<App>) -> Response {
             },
         },
     }))
-    .into_response()
+    .into_response())
 }
 
-async fn members(State(s): State<App>) -> Response {
+async fn members(State(s): State<App>, a: Authz) -> Response {
     let servers = super::liveness::server_names(&s);
     let mut list: Vec<Member> = s
         .cluster
@@ -130,10 +138,12 @@ async fn members(State(s): State<App>) -> Response {
         &s.config.datacenter,
         &servers,
     ));
-    axum::Json(list).into_response()
+    let filtered = keep(&mut list, |m| a.node_read(&m.name));
+    json_filtered(&s, s.store.state().index, &list, filtered)
 }
 
-async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
+async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
     let m = s.cluster.metrics();
     let st = s.store.state();
     let gauges = [
@@ -201,7 +211,11 @@ async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
         all.extend(crate::agent::api::metric_gauges(a));
         counters.extend(crate::agent::api::COUNTERS);
     }
-    crate::request::metrics_response(q.as_deref(), &counters, &all)
+    Ok(crate::request::metrics_response(
+        q.as_deref(),
+        &counters,
+        &all,
+    ))
 }
 
 async fn datacenters(State(s): State<App>) -> Response {

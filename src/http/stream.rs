@@ -2,6 +2,7 @@
 //! JSON — a snapshot, `{"EndOfSnapshot":true,"Index":N}`, then each change
 //! as it commits. Any server answers from its own state.
 
+use crate::request::authz::Authz;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
@@ -28,7 +29,7 @@ fn line(item: Item) -> Bytes {
     }
 }
 
-async fn stream(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let topic_name = p
         .get("topic")
@@ -36,6 +37,12 @@ async fn stream(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response>
     let topic = Topic::parse(topic_name)
         .ok_or_else(|| Error::bad(format!("Unknown topic {topic_name:?}")))?;
     let key = p.get("key").unwrap_or("");
+    // A subscription is to one key (or prefix): checked once, up front.
+    match topic {
+        Topic::Kv => a.require(a.key_read(key), "key:read", key)?,
+        Topic::ProxyDefaults => {}
+        _ => a.require(a.service_read(key), "service:read", key)?,
+    }
     let index = p.u64("index")?.unwrap_or(0);
     let sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
     // One chunk per batch: an index's events are written together.
