@@ -154,6 +154,17 @@ impl ServerBuilder {
         self.wait_leader = false;
         self
     }
+    /// ACLs on with `default` (`allow` or `deny`) and `management` as the
+    /// initial management token, which the server's own agent uses too.
+    pub fn acl(self, default: &str, management: &str) -> Self {
+        self.arg("--acl-enabled")
+            .arg("--acl-default-policy")
+            .arg(default)
+            .arg("--acl-initial-management-token")
+            .arg(management)
+            .arg("--acl-agent-token")
+            .arg(management)
+    }
     /// An environment variable for the server process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
@@ -577,12 +588,44 @@ pub fn try_request_bytes(
     path: &str,
     body: &[u8],
 ) -> std::io::Result<Resp> {
+    try_request_with(addr, method, path, body, &[])
+}
+
+/// A request with extra headers (`X-Consul-Token`, `Authorization`).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Resp {
+    try_request_with(
+        addr,
+        method,
+        path,
+        body.unwrap_or("").as_bytes(),
+        headers,
+    )
+    .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+}
+
+pub fn try_request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect(addr)?;
     // Long enough for a blocking query's longest wait in tests.
     stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+         Content-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes())?;

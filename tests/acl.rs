@@ -1,0 +1,280 @@
+//! ACLs against real servers: default deny, key and service rules with
+//! Consul's 403 text and list filtering, bootstrap once, the three token
+//! carriers, a deleted token refused by every server of a cluster within a
+//! second, an agent's anti-entropy with its token, and no secret in logs.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::agent::Agent;
+use common::{Resp, Server, eventually, request_with};
+use serde_json::{Value, json};
+
+const ROOT: &str = "6f1c2a4e-0000-4000-8000-000000000001";
+
+fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
+    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
+}
+
+/// Creates a policy with `rules` and a token holding it; returns
+/// (accessor, secret).
+fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, String) {
+    let r = with(
+        addr,
+        "PUT",
+        "/v1/acl/policy",
+        Some(&json!({ "Name": name, "Rules": rules }).to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "policy create: {}", r.body);
+    let r = with(
+        addr,
+        "PUT",
+        "/v1/acl/token",
+        Some(&json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "token create: {}", r.body);
+    let t = r.json();
+    (
+        t["AccessorID"].as_str().unwrap().to_string(),
+        t["SecretID"].as_str().unwrap().to_string(),
+    )
+}
+
+fn deny_server() -> Server {
+    let s = Server::builder().dev().acl("deny", ROOT).start();
+    // The leader's init wrote the management token once this answers.
+    eventually(Duration::from_secs(10), "the management token", || {
+        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
+    });
+    s
+}
+
+#[test]
+fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_prefix() {
+    let s = deny_server();
+    let r = s.put("/v1/kv/app/x", "v");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.starts_with("Permission denied"), "{}", r.body);
+    assert_eq!(s.get("/v1/kv/app/x").status, 403);
+
+    let (accessor, secret) = token_with_rules(
+        s.http_addr,
+        "app-writer",
+        r#"key_prefix "app/" { policy = "write" }"#,
+    );
+    let r = with(s.http_addr, "PUT", "/v1/kv/app/x", Some("v"), &secret);
+    assert_eq!((r.status, r.body.as_str()), (200, "true"));
+    let r = with(s.http_addr, "PUT", "/v1/kv/other/x", Some("v"), &secret);
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.body,
+        format!(
+            "Permission denied: token with AccessorID '{accessor}' lacks permission 'key:write' on \"other/x\""
+        )
+    );
+    // Nothing was written by the refused request.
+    assert_eq!(with(s.http_addr, "GET", "/v1/kv/other/x", None, ROOT).status, 404);
+
+    // The three carriers, in Consul's order of precedence.
+    let bearer = format!("Bearer {secret}");
+    let r = request_with(s.http_addr, "GET", "/v1/kv/app/x", None, &[("Authorization", &bearer)]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.get(&format!("/v1/kv/app/x?token={secret}"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = request_with(
+        s.http_addr,
+        "GET",
+        &format!("/v1/kv/app/x?token={ROOT}"),
+        None,
+        &[("X-Consul-Token", &secret), ("Authorization", "Bearer nonsense")],
+    );
+    assert_eq!(r.status, 200, "the header wins over the others: {}", r.body);
+
+    // An unknown secret is not the anonymous token.
+    let r = with(s.http_addr, "GET", "/v1/kv/app/x", None, "no-such-secret");
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+
+    // A policy with rules that do not parse is refused, naming why.
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/acl/policy",
+        Some(&json!({ "Name": "bad", "Rules": "key_prefix \"\" { policy = \"bogus\" }" }).to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("bogus"), "{}", r.body);
+}
+
+#[test]
+fn a_service_deny_rule_hides_the_service_from_lists_with_the_filtered_header() {
+    let s = deny_server();
+    for (node, svc) in [("n1", "web"), ("n2", "db")] {
+        let body = json!({ "Node": node, "Address": "10.0.0.1", "Service": { "Service": svc, "Port": 80 } });
+        let r = with(s.http_addr, "PUT", "/v1/catalog/register", Some(&body.to_string()), ROOT);
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let (_, secret) = token_with_rules(
+        s.http_addr,
+        "reader",
+        r#"
+service_prefix "" { policy = "read" }
+service "web" { policy = "deny" }
+node_prefix "" { policy = "read" }
+"#,
+    );
+    let r = with(s.http_addr, "GET", "/v1/catalog/services", None, &secret);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let names: Vec<String> = r.json().as_object().unwrap().keys().cloned().collect();
+    assert!(names.contains(&"db".to_string()), "{names:?}");
+    assert!(!names.contains(&"web".to_string()), "{names:?}");
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+
+    let r = with(s.http_addr, "GET", "/v1/health/service/web", None, &secret);
+    assert_eq!((r.status, r.json()), (200, json!([])));
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    let r = with(s.http_addr, "GET", "/v1/catalog/service/db", None, &secret);
+    assert_eq!(r.json().as_array().unwrap().len(), 1);
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), None);
+
+    // The management token sees everything, unmarked.
+    let r = with(s.http_addr, "GET", "/v1/catalog/services", None, ROOT);
+    assert!(r.json().get("web").is_some());
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), None);
+}
+
+#[test]
+fn bootstrap_works_once() {
+    let s = Server::builder().dev().arg("--acl-enabled").arg("--acl-default-policy").arg("deny").start();
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let t = r.json();
+    let secret = t["SecretID"].as_str().unwrap().to_string();
+    assert_eq!(t["Policies"][0]["Name"], "global-management");
+    let r = with(s.http_addr, "GET", "/v1/acl/tokens", None, &secret);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Later reads never show a secret (only its hash is kept).
+    assert!(!r.body.contains(&secret), "{}", r.body);
+
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("ACL bootstrap no longer allowed"), "{}", r.body);
+    // Not even a management token may bootstrap again.
+    let r = with(s.http_addr, "PUT", "/v1/acl/bootstrap", Some(""), &secret);
+    assert_eq!(r.status, 403);
+}
+
+#[test]
+fn a_deleted_token_is_refused_by_every_server_within_a_second() {
+    let args = [
+        "--acl-enabled",
+        "--acl-default-policy",
+        "deny",
+        "--acl-initial-management-token",
+        ROOT,
+        "--acl-agent-token",
+        ROOT,
+    ];
+    let servers = common::cluster(3, &args);
+    for s in &servers {
+        s.wait_for_leader(Duration::from_secs(30));
+    }
+    let first = servers[0].http_addr;
+    eventually(Duration::from_secs(10), "the management token", || {
+        (with(first, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
+    });
+    let with_kv = with(first, "PUT", "/v1/kv/shared", Some("v"), ROOT);
+    assert_eq!(with_kv.status, 200);
+    let (accessor, secret) =
+        token_with_rules(first, "kv-reader", r#"key_prefix "" { policy = "read" }"#);
+    // `?stale`: each server answers (and resolves the token) itself.
+    for s in &servers {
+        eventually(Duration::from_secs(5), "the token on every server", || {
+            (with(s.http_addr, "GET", "/v1/kv/shared?stale", None, &secret).status == 200)
+                .then_some(())
+        });
+    }
+    let r = with(first, "DELETE", &format!("/v1/acl/token/{accessor}"), None, ROOT);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let deleted = Instant::now();
+    for s in &servers {
+        loop {
+            let r = with(s.http_addr, "GET", "/v1/kv/shared?stale", None, &secret);
+            if r.status == 403 {
+                assert_eq!(r.body, "ACL not found");
+                break;
+            }
+            assert!(
+                deleted.elapsed() < Duration::from_secs(1),
+                "{} still takes the deleted token after {:?}",
+                s.name(),
+                deleted.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn an_agent_with_its_token_keeps_anti_entropy_working_under_default_deny() {
+    let s = deny_server();
+    let (_, secret) = token_with_rules(
+        s.http_addr,
+        "agent",
+        r#"
+node_prefix "" { policy = "write" }
+service_prefix "" { policy = "write" }
+"#,
+    );
+    let mut a = Agent::builder("ac1", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&secret)
+        .arg("--acl-token")
+        .arg(&secret)
+        .start();
+    let r = a.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "api", "ID": "api-1", "Port": 9000}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually(Duration::from_secs(15), "the agent's service in the catalog", || {
+        let r = with(s.http_addr, "GET", "/v1/catalog/service/api", None, ROOT);
+        (r.status == 200 && r.json().as_array().is_some_and(|l| l.len() == 1)).then_some(())
+    });
+    // Its node is alive (heartbeats carry the token too).
+    let r = with(s.http_addr, "GET", "/v1/health/node/ac1", None, ROOT);
+    let checks = r.json();
+    let serf = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["CheckID"] == "serfHealth")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(serf["Status"], "passing", "{checks}");
+    // A request forwarded without a token acts as the agent's --acl-token.
+    let r = a.get("/v1/catalog/service/api");
+    assert_eq!(r.json().as_array().unwrap().len(), 1, "{}", r.body);
+    a.stop();
+}
+
+#[test]
+fn a_token_in_the_query_string_never_reaches_the_log() {
+    let s = Server::builder()
+        .dev()
+        .acl("deny", ROOT)
+        .env("RUST_LOG", "debug,openraft=warn,sled=warn,hyper=warn")
+        .start();
+    eventually(Duration::from_secs(10), "the management token", || {
+        (s.get(&format!("/v1/acl/token/self?token={ROOT}")).status == 200).then_some(())
+    });
+    assert_eq!(s.put(&format!("/v1/kv/k?token={ROOT}"), "v").status, 200);
+    assert_eq!(s.get(&format!("/v1/kv/k?token={ROOT}")).status, 200);
+    let log = s.log();
+    assert!(log.contains("/v1/kv/k"), "requests are logged at debug: {log}");
+    assert!(!log.contains(ROOT), "a secret in the log:\n{log}");
+}
