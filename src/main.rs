@@ -20,6 +20,10 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The ACL token client commands send (default: CAIRN_HTTP_TOKEN, then
+    /// CONSUL_HTTP_TOKEN).
+    #[arg(long, global = true)]
+    token: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -352,9 +356,11 @@ fn main() -> anyhow::Result<()> {
     // ring for any rustls client built without a config of ours.
     cairn::tls::install_default_provider();
     match cli.command {
-        Command::Cli(cmd) => {
-            std::process::exit(cairn::cli::run(cmd, cairn::raft::state_machine::inspect))
-        }
+        Command::Cli(cmd) => std::process::exit(cairn::cli::run(
+            cmd,
+            cairn::raft::state_machine::inspect,
+            cli.token,
+        )),
         Command::Debug(DebugCmd::DataDir { dir }) => {
             let (lines, ok) = cairn::raft::inspect::inspect_data_dir(&dir);
             for l in lines {

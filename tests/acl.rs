@@ -77,11 +77,20 @@ fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_
         )
     );
     // Nothing was written by the refused request.
-    assert_eq!(with(s.http_addr, "GET", "/v1/kv/other/x", None, ROOT).status, 404);
+    assert_eq!(
+        with(s.http_addr, "GET", "/v1/kv/other/x", None, ROOT).status,
+        404
+    );
 
     // The three carriers, in Consul's order of precedence.
     let bearer = format!("Bearer {secret}");
-    let r = request_with(s.http_addr, "GET", "/v1/kv/app/x", None, &[("Authorization", &bearer)]);
+    let r = request_with(
+        s.http_addr,
+        "GET",
+        "/v1/kv/app/x",
+        None,
+        &[("Authorization", &bearer)],
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let r = s.get(&format!("/v1/kv/app/x?token={secret}"));
     assert_eq!(r.status, 200, "{}", r.body);
@@ -90,7 +99,10 @@ fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_
         "GET",
         &format!("/v1/kv/app/x?token={ROOT}"),
         None,
-        &[("X-Consul-Token", &secret), ("Authorization", "Bearer nonsense")],
+        &[
+            ("X-Consul-Token", &secret),
+            ("Authorization", "Bearer nonsense"),
+        ],
     );
     assert_eq!(r.status, 200, "the header wins over the others: {}", r.body);
 
@@ -103,7 +115,10 @@ fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_
         s.http_addr,
         "PUT",
         "/v1/acl/policy",
-        Some(&json!({ "Name": "bad", "Rules": "key_prefix \"\" { policy = \"bogus\" }" }).to_string()),
+        Some(
+            &json!({ "Name": "bad", "Rules": "key_prefix \"\" { policy = \"bogus\" }" })
+                .to_string(),
+        ),
         ROOT,
     );
     assert_eq!(r.status, 400, "{}", r.body);
@@ -115,7 +130,13 @@ fn a_service_deny_rule_hides_the_service_from_lists_with_the_filtered_header() {
     let s = deny_server();
     for (node, svc) in [("n1", "web"), ("n2", "db")] {
         let body = json!({ "Node": node, "Address": "10.0.0.1", "Service": { "Service": svc, "Port": 80 } });
-        let r = with(s.http_addr, "PUT", "/v1/catalog/register", Some(&body.to_string()), ROOT);
+        let r = with(
+            s.http_addr,
+            "PUT",
+            "/v1/catalog/register",
+            Some(&body.to_string()),
+            ROOT,
+        );
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let (_, secret) = token_with_rules(
@@ -149,7 +170,12 @@ node_prefix "" { policy = "read" }
 
 #[test]
 fn bootstrap_works_once() {
-    let s = Server::builder().dev().arg("--acl-enabled").arg("--acl-default-policy").arg("deny").start();
+    let s = Server::builder()
+        .dev()
+        .arg("--acl-enabled")
+        .arg("--acl-default-policy")
+        .arg("deny")
+        .start();
     let r = s.put("/v1/acl/bootstrap", "");
     assert_eq!(r.status, 200, "{}", r.body);
     let t = r.json();
@@ -162,7 +188,11 @@ fn bootstrap_works_once() {
 
     let r = s.put("/v1/acl/bootstrap", "");
     assert_eq!(r.status, 403, "{}", r.body);
-    assert!(r.body.contains("ACL bootstrap no longer allowed"), "{}", r.body);
+    assert!(
+        r.body.contains("ACL bootstrap no longer allowed"),
+        "{}",
+        r.body
+    );
     // Not even a management token may bootstrap again.
     let r = with(s.http_addr, "PUT", "/v1/acl/bootstrap", Some(""), &secret);
     assert_eq!(r.status, 403);
@@ -198,7 +228,13 @@ fn a_deleted_token_is_refused_by_every_server_within_a_second() {
                 .then_some(())
         });
     }
-    let r = with(first, "DELETE", &format!("/v1/acl/token/{accessor}"), None, ROOT);
+    let r = with(
+        first,
+        "DELETE",
+        &format!("/v1/acl/token/{accessor}"),
+        None,
+        ROOT,
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let deleted = Instant::now();
     for s in &servers {
@@ -241,10 +277,14 @@ service_prefix "" { policy = "write" }
         r#"{"Name": "api", "ID": "api-1", "Port": 9000}"#,
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    eventually(Duration::from_secs(15), "the agent's service in the catalog", || {
-        let r = with(s.http_addr, "GET", "/v1/catalog/service/api", None, ROOT);
-        (r.status == 200 && r.json().as_array().is_some_and(|l| l.len() == 1)).then_some(())
-    });
+    eventually(
+        Duration::from_secs(15),
+        "the agent's service in the catalog",
+        || {
+            let r = with(s.http_addr, "GET", "/v1/catalog/service/api", None, ROOT);
+            (r.status == 200 && r.json().as_array().is_some_and(|l| l.len() == 1)).then_some(())
+        },
+    );
     // Its node is alive (heartbeats carry the token too).
     let r = with(s.http_addr, "GET", "/v1/health/node/ac1", None, ROOT);
     let checks = r.json();
@@ -275,6 +315,121 @@ fn a_token_in_the_query_string_never_reaches_the_log() {
     assert_eq!(s.put(&format!("/v1/kv/k?token={ROOT}"), "v").status, 200);
     assert_eq!(s.get(&format!("/v1/kv/k?token={ROOT}")).status, 200);
     let log = s.log();
-    assert!(log.contains("/v1/kv/k"), "requests are logged at debug: {log}");
+    assert!(
+        log.contains("/v1/kv/k"),
+        "requests are logged at debug: {log}"
+    );
     assert!(!log.contains(ROOT), "a secret in the log:\n{log}");
+}
+
+/// Runs the CLI against `s` with `env` set (tokens unset otherwise).
+fn cli_with(s: &Server, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::bin())
+        .args(args)
+        .env("CAIRN_HTTP_ADDR", s.http_addr.to_string())
+        .env_remove("CONSUL_HTTP_ADDR")
+        .env_remove("CAIRN_HTTP_TOKEN")
+        .env_remove("CONSUL_HTTP_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run cairn")
+}
+
+fn stdout_ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The value of a `Name:   value` line of Consul's CLI output.
+fn field(out: &str, name: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {name} in {out}"))
+}
+
+#[test]
+fn the_cli_bootstraps_and_uses_tokens_from_the_environment_and_the_flag() {
+    let s = Server::builder()
+        .dev()
+        .arg("--acl-enabled")
+        .arg("--acl-default-policy")
+        .arg("deny")
+        .start();
+    let out = stdout_ok(&cli_with(&s, &[], &["acl", "bootstrap"]));
+    let root = field(&out, "SecretID");
+    assert!(out.contains("global-management"), "{out}");
+
+    // Without a token the CLI is the anonymous token: refused.
+    let o = cli_with(&s, &[], &["acl", "token", "list"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("403"), "{o:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("app.hcl");
+    std::fs::write(&rules, r#"key_prefix "app/" { policy = "write" }"#).unwrap();
+    let root_env = [("CAIRN_HTTP_TOKEN", root.as_str())];
+    let out = stdout_ok(&cli_with(
+        &s,
+        &root_env,
+        &[
+            "acl",
+            "policy",
+            "create",
+            "-name",
+            "app",
+            "-rules",
+            &format!("@{}", rules.display()),
+        ],
+    ));
+    assert_eq!(field(&out, "Name"), "app");
+    let out = stdout_ok(&cli_with(
+        &s,
+        &root_env,
+        &[
+            "acl",
+            "token",
+            "create",
+            "-description",
+            "app token",
+            "-policy-name",
+            "app",
+        ],
+    ));
+    let secret = field(&out, "SecretID");
+    let accessor = field(&out, "AccessorID");
+    assert!(out.contains(" - app"), "{out}");
+
+    // CONSUL_HTTP_TOKEN is the fallback; -token wins over both.
+    let consul_env = [("CONSUL_HTTP_TOKEN", secret.as_str())];
+    stdout_ok(&cli_with(&s, &consul_env, &["kv", "put", "app/x", "1"]));
+    let o = cli_with(&s, &consul_env, &["kv", "put", "other/x", "1"]);
+    assert!(!o.status.success(), "outside its prefix");
+    let both = [
+        ("CAIRN_HTTP_TOKEN", "no-such-secret"),
+        ("CONSUL_HTTP_TOKEN", "no-such-secret"),
+    ];
+    stdout_ok(&cli_with(
+        &s,
+        &both,
+        &["kv", "put", "-token", &secret, "app/y", "1"],
+    ));
+
+    let out = stdout_ok(&cli_with(&s, &root_env, &["acl", "token", "list"]));
+    assert!(out.contains(&accessor) && !out.contains(&secret), "{out}");
+    stdout_ok(&cli_with(
+        &s,
+        &root_env,
+        &["acl", "token", "delete", "-id", &accessor],
+    ));
+    let o = cli_with(&s, &consul_env, &["kv", "put", "app/z", "1"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ACL not found"),
+        "{o:?}"
+    );
 }

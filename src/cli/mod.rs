@@ -10,6 +10,7 @@
 //! aligned tables). A command returns `Result<(), CliError>`; `run` prints
 //! the error and turns it into the exit code.
 
+mod acl;
 mod catalog;
 pub(crate) mod config;
 mod kv;
@@ -61,6 +62,9 @@ pub enum CliCommand {
     /// Create a CA and certificates for TLS (local files; no server).
     #[command(subcommand)]
     Tls(tls::TlsCmd),
+    /// ACLs: bootstrap, tokens, policies, roles.
+    #[command(subcommand)]
+    Acl(acl::AclCmd),
 }
 
 /// A failed command: the one line to print.
@@ -77,9 +81,9 @@ pub type CliResult = Result<(), CliError>;
 
 /// Runs one command; returns the process exit code. `inspect` reads a
 /// snapshot file (see `snapshot::Inspect`).
-pub fn run(cmd: CliCommand, inspect: snapshot::Inspect) -> i32 {
+pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -> i32 {
     // A server is needed by every command but `tls` (local files only).
-    let client = || Client::from_env();
+    let client = || Client::from_env(token.clone());
     let result = match cmd {
         CliCommand::Tls(c) => tls::run(c),
         CliCommand::Catalog(c) => client().and_then(|cl| catalog::run(&cl, c)),
@@ -91,6 +95,7 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect) -> i32 {
         CliCommand::DiscoveryChain(a) => client().and_then(|cl| config::discovery_chain(&cl, a)),
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
         CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
+        CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, c)),
         CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -193,6 +198,8 @@ pub struct Client {
     pub base: String,
     http: reqwest::Client,
     rt: tokio::runtime::Runtime,
+    /// Sent as `X-Consul-Token` on every request.
+    token: Option<String>,
 }
 
 /// One answer: status and body.
@@ -209,8 +216,24 @@ impl Reply {
 }
 
 impl Client {
-    pub fn from_env() -> Result<Client, CliError> {
-        Client::new(&http_addr_from_env())
+    /// The server and token from the environment; `-token` (given) wins
+    /// over `CAIRN_HTTP_TOKEN`, then `CONSUL_HTTP_TOKEN`.
+    pub fn from_env(token: Option<String>) -> Result<Client, CliError> {
+        let mut c = Client::new(&http_addr_from_env())?;
+        c.token = token
+            .filter(|t| !t.is_empty())
+            .or_else(|| env_var(&["CAIRN_HTTP_TOKEN", "CONSUL_HTTP_TOKEN"]));
+        Ok(c)
+    }
+
+    /// A request to `path` with the token, if any.
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{}", self.base, path);
+        let req = self.http.request(method, &url);
+        match &self.token {
+            Some(t) => req.header("x-consul-token", t),
+            None => req,
+        }
     }
 
     pub fn new(addr: &str) -> Result<Client, CliError> {
@@ -228,7 +251,12 @@ impl Client {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        Ok(Client { base, http, rt })
+        Ok(Client {
+            base,
+            http,
+            rt,
+            token: None,
+        })
     }
 
     /// Sends a request; any answer (even 4xx/5xx) is a `Reply`, only an
@@ -239,8 +267,7 @@ impl Client {
         path: &str,
         body: Option<String>,
     ) -> Result<Reply, CliError> {
-        let url = format!("{}{}", self.base, path);
-        let mut req = self.http.request(method, &url);
+        let mut req = self.request(method, path);
         if let Some(b) = body {
             req = req.header("content-type", "application/json").body(b);
         }
@@ -260,11 +287,7 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(u16, Vec<u8>), CliError> {
-        let url = format!("{}{}", self.base, path);
-        let mut req = self
-            .http
-            .request(method, &url)
-            .timeout(Duration::from_secs(600));
+        let mut req = self.request(method, path).timeout(Duration::from_secs(600));
         if let Some(b) = body {
             req = req
                 .header("content-type", "application/octet-stream")
@@ -280,8 +303,7 @@ impl Client {
 
     /// A (blocking) read's `X-Consul-Index`, whatever its status.
     pub fn send_with_index(&self, method: reqwest::Method, path: &str) -> Result<u64, CliError> {
-        let url = format!("{}{}", self.base, path);
-        let req = self.http.request(method, &url);
+        let req = self.request(method, path);
         self.rt.block_on(async {
             let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
             Ok(resp

@@ -599,14 +599,8 @@ pub fn request_with(
     body: Option<&str>,
     headers: &[(&str, &str)],
 ) -> Resp {
-    try_request_with(
-        addr,
-        method,
-        path,
-        body.unwrap_or("").as_bytes(),
-        headers,
-    )
-    .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+    try_request_with(addr, method, path, body.unwrap_or("").as_bytes(), headers)
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
 }
 
 pub fn try_request_with(

@@ -1,0 +1,377 @@
+//! `cairn acl`: bootstrap, tokens, policies and roles, printed as Consul's
+//! CLI prints them (`AccessorID:`, `SecretID:`, ... lines), or `-format
+//! json`.
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::{CliError, CliResult, Client, Format, enc, print_json};
+
+#[derive(Subcommand, Debug)]
+pub enum AclCmd {
+    /// Create the first management token (once per cluster).
+    Bootstrap(FormatArg),
+    /// Create, read, list and delete tokens.
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// Create, read, list and delete policies.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// Create, read, list and delete roles.
+    #[command(subcommand)]
+    Role(RoleCmd),
+}
+
+#[derive(Args, Debug)]
+pub struct FormatArg {
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    Create(TokenCreate),
+    Read(TokenRead),
+    List(FormatArg),
+    Delete(ById),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenCreate {
+    #[arg(long, default_value = "")]
+    description: String,
+    /// A policy by name (repeatable).
+    #[arg(long)]
+    policy_name: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long)]
+    policy_id: Vec<String>,
+    /// A role by name (repeatable).
+    #[arg(long)]
+    role_name: Vec<String>,
+    /// A role by ID (repeatable).
+    #[arg(long)]
+    role_id: Vec<String>,
+    /// The token's secret (a UUID; default: a new one).
+    #[arg(long)]
+    secret: Option<String>,
+    /// The token's accessor (a UUID; default: a new one).
+    #[arg(long)]
+    accessor: Option<String>,
+    /// A Go duration after which the token stops working.
+    #[arg(long)]
+    expires_ttl: Option<String>,
+    #[arg(long)]
+    local: bool,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct TokenRead {
+    /// The token's accessor ID.
+    #[arg(long)]
+    id: Option<String>,
+    /// The token this command runs with.
+    #[arg(long = "self")]
+    me: bool,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ById {
+    #[arg(long)]
+    id: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    Create(PolicyCreate),
+    Read(ByIdOrName),
+    List(FormatArg),
+    Delete(ByIdOrName),
+}
+
+#[derive(Args, Debug)]
+pub struct PolicyCreate {
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value = "")]
+    description: String,
+    /// The rules (HCL or JSON), or `@file` to read them from a file.
+    #[arg(long, default_value = "")]
+    rules: String,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ByIdOrName {
+    #[arg(long)]
+    id: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RoleCmd {
+    Create(RoleCreate),
+    Read(ByIdOrName),
+    List(FormatArg),
+    Delete(ByIdOrName),
+}
+
+#[derive(Args, Debug)]
+pub struct RoleCreate {
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value = "")]
+    description: String,
+    #[arg(long)]
+    policy_name: Vec<String>,
+    #[arg(long)]
+    policy_id: Vec<String>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
+    match cmd {
+        AclCmd::Bootstrap(f) => {
+            let t = send(
+                c,
+                reqwest::Method::PUT,
+                "/v1/acl/bootstrap",
+                Some(json!({})),
+            )?;
+            show(f.format, &t, print_token)
+        }
+        AclCmd::Token(t) => token(c, t),
+        AclCmd::Policy(p) => policy(c, p),
+        AclCmd::Role(r) => role(c, r),
+    }
+}
+
+/// A request whose answer must be 2xx JSON.
+fn send(
+    c: &Client,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, CliError> {
+    let body = body.map(|b| b.to_string());
+    c.expect_ok(method, path, body)?.json()
+}
+
+fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
+    if format == Format::Json {
+        return print_json(v);
+    }
+    pretty(v);
+    Ok(())
+}
+
+fn list(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
+    if format == Format::Json {
+        return print_json(v);
+    }
+    for (i, item) in v.as_array().into_iter().flatten().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        pretty(item);
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+fn links(v: &Value) {
+    for l in v.as_array().into_iter().flatten() {
+        println!("   {} - {}", s(&l["ID"]), s(&l["Name"]));
+    }
+}
+
+fn print_token(t: &Value) {
+    println!("AccessorID:       {}", s(&t["AccessorID"]));
+    println!("SecretID:         {}", s(&t["SecretID"]));
+    println!("Description:      {}", s(&t["Description"]));
+    println!(
+        "Local:            {}",
+        t["Local"].as_bool().unwrap_or(false)
+    );
+    println!("Create Time:      {}", s(&t["CreateTime"]));
+    if !s(&t["ExpirationTime"]).is_empty() {
+        println!("Expiration Time:  {}", s(&t["ExpirationTime"]));
+    }
+    if t["Policies"].as_array().is_some_and(|p| !p.is_empty()) {
+        println!("Policies:");
+        links(&t["Policies"]);
+    }
+    if t["Roles"].as_array().is_some_and(|p| !p.is_empty()) {
+        println!("Roles:");
+        links(&t["Roles"]);
+    }
+}
+
+fn print_policy(p: &Value) {
+    println!("ID:           {}", s(&p["ID"]));
+    println!("Name:         {}", s(&p["Name"]));
+    println!("Description:  {}", s(&p["Description"]));
+    let dcs: Vec<&str> = p["Datacenters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(s)
+        .collect();
+    println!("Datacenters:  {}", dcs.join(", "));
+    println!("Rules:");
+    println!("{}", s(&p["Rules"]));
+}
+
+fn print_role(r: &Value) {
+    println!("ID:           {}", s(&r["ID"]));
+    println!("Name:         {}", s(&r["Name"]));
+    println!("Description:  {}", s(&r["Description"]));
+    if r["Policies"].as_array().is_some_and(|p| !p.is_empty()) {
+        println!("Policies:");
+        links(&r["Policies"]);
+    }
+}
+
+fn link_list(ids: &[String], names: &[String]) -> Vec<Value> {
+    ids.iter()
+        .map(|i| json!({ "ID": i }))
+        .chain(names.iter().map(|n| json!({ "Name": n })))
+        .collect()
+}
+
+fn token(c: &Client, cmd: TokenCmd) -> CliResult {
+    match cmd {
+        TokenCmd::Create(a) => {
+            let mut body = json!({
+                "Description": a.description,
+                "Policies": link_list(&a.policy_id, &a.policy_name),
+                "Roles": link_list(&a.role_id, &a.role_name),
+                "Local": a.local,
+            });
+            if let Some(sec) = a.secret {
+                body["SecretID"] = json!(sec);
+            }
+            if let Some(acc) = a.accessor {
+                body["AccessorID"] = json!(acc);
+            }
+            if let Some(ttl) = a.expires_ttl {
+                body["ExpirationTTL"] = json!(ttl);
+            }
+            let t = send(c, reqwest::Method::PUT, "/v1/acl/token", Some(body))?;
+            show(a.format, &t, print_token)
+        }
+        TokenCmd::Read(a) => {
+            let path = match (a.me, a.id) {
+                (true, _) => "/v1/acl/token/self".to_string(),
+                (false, Some(id)) => format!("/v1/acl/token/{}", enc(&id)),
+                (false, None) => return Err(CliError("Must specify the -id or -self".into())),
+            };
+            let t = send(c, reqwest::Method::GET, &path, None)?;
+            show(a.format, &t, print_token)
+        }
+        TokenCmd::List(f) => {
+            let l = send(c, reqwest::Method::GET, "/v1/acl/tokens", None)?;
+            list(f.format, &l, print_token)
+        }
+        TokenCmd::Delete(a) => {
+            send(
+                c,
+                reqwest::Method::DELETE,
+                &format!("/v1/acl/token/{}", enc(&a.id)),
+                None,
+            )?;
+            println!("Token {:?} deleted successfully", a.id);
+            Ok(())
+        }
+    }
+}
+
+/// A policy's or role's path by `-id` or `-name`.
+fn by(kind: &str, a: &ByIdOrName) -> Result<String, CliError> {
+    match (&a.id, &a.name) {
+        (Some(id), _) => Ok(format!("/v1/acl/{kind}/{}", enc(id))),
+        (None, Some(n)) => Ok(format!("/v1/acl/{kind}/name/{}", enc(n))),
+        (None, None) => Err(CliError("Must specify the -id or -name".into())),
+    }
+}
+
+fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
+    match cmd {
+        PolicyCmd::Create(a) => {
+            let rules = match a.rules.strip_prefix('@') {
+                Some(file) => std::fs::read_to_string(file)
+                    .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}")))?,
+                None => a.rules,
+            };
+            let body = json!({ "Name": a.name, "Description": a.description, "Rules": rules });
+            let p = send(c, reqwest::Method::PUT, "/v1/acl/policy", Some(body))?;
+            show(a.format, &p, print_policy)
+        }
+        PolicyCmd::Read(a) => {
+            let p = send(c, reqwest::Method::GET, &by("policy", &a)?, None)?;
+            show(a.format, &p, print_policy)
+        }
+        PolicyCmd::List(f) => {
+            let l = send(c, reqwest::Method::GET, "/v1/acl/policies", None)?;
+            list(f.format, &l, print_policy)
+        }
+        PolicyCmd::Delete(a) => {
+            let p = send(c, reqwest::Method::GET, &by("policy", &a)?, None)?;
+            let id = s(&p["ID"]).to_string();
+            send(
+                c,
+                reqwest::Method::DELETE,
+                &format!("/v1/acl/policy/{}", enc(&id)),
+                None,
+            )?;
+            println!("Policy {id:?} deleted successfully");
+            Ok(())
+        }
+    }
+}
+
+fn role(c: &Client, cmd: RoleCmd) -> CliResult {
+    match cmd {
+        RoleCmd::Create(a) => {
+            let body = json!({
+                "Name": a.name,
+                "Description": a.description,
+                "Policies": link_list(&a.policy_id, &a.policy_name),
+            });
+            let r = send(c, reqwest::Method::PUT, "/v1/acl/role", Some(body))?;
+            show(a.format, &r, print_role)
+        }
+        RoleCmd::Read(a) => {
+            let r = send(c, reqwest::Method::GET, &by("role", &a)?, None)?;
+            show(a.format, &r, print_role)
+        }
+        RoleCmd::List(f) => {
+            let l = send(c, reqwest::Method::GET, "/v1/acl/roles", None)?;
+            list(f.format, &l, print_role)
+        }
+        RoleCmd::Delete(a) => {
+            let r = send(c, reqwest::Method::GET, &by("role", &a)?, None)?;
+            let id = s(&r["ID"]).to_string();
+            send(
+                c,
+                reqwest::Method::DELETE,
+                &format!("/v1/acl/role/{}", enc(&id)),
+                None,
+            )?;
+            println!("Role {id:?} deleted successfully");
+            Ok(())
+        }
+    }
+}
