@@ -122,9 +122,27 @@ fn token_hash(t: &AclToken) -> String {
 
 // ---- bootstrap ----
 
-async fn bootstrap(State(s): State<App>) -> Result<Response> {
+async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
     enabled(&s)?;
-    let secret = uuid();
+    // Consul takes a secret of the caller's choosing (py-consul's
+    // `bootstrap(bootstrap_secret=)`).
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Body {
+        #[serde(rename = "BootstrapSecret")]
+        secret: String,
+    }
+    let body: Body = if body.iter().all(u8::is_ascii_whitespace) {
+        Body::default()
+    } else {
+        decode_json(&body)?
+    };
+    let secret = if body.secret.is_empty() {
+        uuid()
+    } else {
+        check_uuid("BootstrapSecret", &body.secret)?;
+        body.secret
+    };
     let mut token = AclToken {
         accessor_id: uuid(),
         description: "Bootstrap Token (Global Management)".into(),
@@ -250,6 +268,41 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
     Ok(t)
 }
 
+/// Decodes a body whose top-level keys match `fields` in any case, as
+/// Go's decoder does (py-consul sends a policy's `name` and `rules`).
+fn decode_folded<T: serde::de::DeserializeOwned>(body: &[u8], fields: &[&str]) -> Result<T> {
+    let mut v: serde_json::Value = decode_json(body)?;
+    let Some(m) = v.as_object_mut() else {
+        return Err(Error::bad(
+            "Request decode failed: the body must be a JSON object",
+        ));
+    };
+    let keys: Vec<String> = m.keys().cloned().collect();
+    for k in keys {
+        if let Some(f) = fields.iter().find(|f| f.eq_ignore_ascii_case(&k))
+            && **f != k
+            && !m.contains_key(*f)
+            && let Some(val) = m.remove(&k)
+        {
+            m.insert(f.to_string(), val);
+        }
+    }
+    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+}
+
+const TOKEN_FIELDS: &[&str] = &[
+    "AccessorID",
+    "SecretID",
+    "Description",
+    "Policies",
+    "Roles",
+    "Local",
+    "ExpirationTime",
+    "ExpirationTTL",
+];
+const POLICY_FIELDS: &[&str] = &["ID", "Name", "Description", "Rules", "Datacenters"];
+const ROLE_FIELDS: &[&str] = &["ID", "Name", "Description", "Policies"];
+
 fn check_uuid(what: &str, v: &str) -> Result<()> {
     uuid::Uuid::parse_str(v)
         .map(|_| ())
@@ -258,7 +311,7 @@ fn check_uuid(what: &str, v: &str) -> Result<()> {
 
 async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: TokenBody = decode_json(&body)?;
+    let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
     let accessor = if body.accessor_id.is_empty() {
         uuid()
     } else {
@@ -328,7 +381,7 @@ async fn token_update(
     body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: TokenBody = decode_json(&body)?;
+    let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
     let existing = s
         .store
         .state()
@@ -476,7 +529,7 @@ fn shown_policy(s: &Server, p: Option<&Arc<AclPolicy>>) -> Result<Response> {
 
 async fn policy_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: PolicyBody = decode_json(&body)?;
+    let body: PolicyBody = decode_folded(&body, POLICY_FIELDS)?;
     if !body.id.is_empty() {
         return Err(Error::bad("Cannot specify an ID in a policy create"));
     }
@@ -518,7 +571,7 @@ async fn policy_update(
     body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: PolicyBody = decode_json(&body)?;
+    let body: PolicyBody = decode_folded(&body, POLICY_FIELDS)?;
     if !body.id.is_empty() && body.id != id {
         return Err(Error::bad("Policy ID in the body does not match the URL"));
     }
@@ -592,7 +645,7 @@ fn shown_role(s: &Server, r: Option<&Arc<AclRole>>) -> Result<Response> {
 
 async fn role_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: RoleBody = decode_json(&body)?;
+    let body: RoleBody = decode_folded(&body, ROLE_FIELDS)?;
     if !body.id.is_empty() {
         return Err(Error::bad("Cannot specify an ID in a role create"));
     }
@@ -634,7 +687,7 @@ async fn role_update(
     body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: RoleBody = decode_json(&body)?;
+    let body: RoleBody = decode_folded(&body, ROLE_FIELDS)?;
     if !body.id.is_empty() && body.id != id {
         return Err(Error::bad("Role ID in the body does not match the URL"));
     }
