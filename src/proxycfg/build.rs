@@ -21,6 +21,7 @@ use crate::filter::schemas::HEALTH_SERVICE;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{State, keys};
 use crate::structs::config_entry::Kind;
+use crate::structs::connect::{CaRoots, Intention, IssuedCert};
 use crate::structs::{HealthStatus, NodeService};
 
 #[derive(Debug, Clone, Serialize)]
@@ -35,6 +36,16 @@ pub struct Snapshot {
     /// The proxy's registration with central config merged.
     pub service: NodeService,
     pub upstreams: BTreeMap<String, UpstreamSnapshot>,
+    /// The current CA roots (`None` until the CA exists).
+    pub roots: Option<Arc<CaRoots>>,
+    /// This proxy's service leaf (signed on the server; its key never
+    /// enters Raft).
+    pub leaf: Option<Arc<IssuedCert>>,
+    /// The intentions whose destination is this proxy's service, highest
+    /// precedence first.
+    pub intentions: Arc<Vec<Intention>>,
+    /// The decision when no intention matches.
+    pub intentions_default_allow: bool,
 }
 
 /// Healthy connect-capable instances of one chain target (`{Node, Service,
@@ -55,7 +66,12 @@ pub struct UpstreamSnapshot {
 impl Snapshot {
     /// Equal apart from version and index.
     pub fn same_content(&self, other: &Snapshot) -> bool {
-        self.service == other.service && self.upstreams == other.upstreams
+        self.service == other.service
+            && self.upstreams == other.upstreams
+            && self.roots == other.roots
+            && self.leaf == other.leaf
+            && self.intentions == other.intentions
+            && self.intentions_default_allow == other.intentions_default_allow
     }
 }
 
@@ -275,6 +291,10 @@ pub fn build(
         index: state.index,
         service,
         upstreams,
+        roots: None,
+        leaf: None,
+        intentions: Arc::new(Vec::new()),
+        intentions_default_allow: true,
     };
     Some((snapshot, deps))
 }
