@@ -5,6 +5,7 @@
 
 pub(crate) mod catalog;
 mod config;
+pub mod connect;
 mod dataplane;
 mod health;
 mod kv;
@@ -48,6 +49,7 @@ pub fn router(server: App) -> Router {
         .merge(session::routes())
         .merge(snapshot::routes())
         .merge(config::routes())
+        .merge(connect::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
         .merge(proxycfg::routes())

@@ -29,6 +29,9 @@ pub enum Topic {
     ServiceResolver,
     #[serde(rename = "KV")]
     Kv,
+    /// The Connect CA's roots (one key, empty).
+    #[serde(rename = "CARoots")]
+    CaRoots,
 }
 
 impl Topic {
@@ -42,6 +45,7 @@ impl Topic {
             "ServiceSplitter" | "service-splitter" => Topic::ServiceSplitter,
             "ServiceResolver" | "service-resolver" => Topic::ServiceResolver,
             "KV" | "kv" => Topic::Kv,
+            "CARoots" => Topic::CaRoots,
             _ => return None,
         })
     }
@@ -204,6 +208,17 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     &e.to_json(),
                 ));
             }
+            (Table::ConnectCa, _, Some(Row::ConnectCa(_))) => {
+                if let Some(roots) = crate::state::connect::roots(state) {
+                    out.push(Event::new(
+                        Topic::CaRoots,
+                        String::new(),
+                        set.index,
+                        "Upsert",
+                        &roots,
+                    ));
+                }
+            }
             (Table::Services, before, _) => {
                 let (node, id) = crate::state::split_pair_key(&c.key).unwrap_or_default();
                 let k = (node.to_string(), id.to_string());
@@ -310,6 +325,10 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
             }
             out
         }
+        Topic::CaRoots => crate::state::connect::roots(state)
+            .map(|r| Event::new(topic, String::new(), index, "Upsert", &r))
+            .into_iter()
+            .collect(),
         _ => {
             let kind = topic.kind().expect("config topics have a kind");
             state
