@@ -8,6 +8,10 @@
 
 pub mod ca;
 
+/// Where a client agent sends a CSR to be signed (Consul's `ConnectCA.Sign`
+/// RPC): `{"CSR": PEM}` → an `IssuedCert` without a key.
+pub const SIGN_PATH: &str = "/v1/internal/connect/ca/sign";
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

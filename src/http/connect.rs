@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{App, Watch, blocking, json_at, meta_headers};
-use crate::connect::ca;
+use crate::connect::{SIGN_PATH, ca};
 use crate::error::{Error, Result};
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
@@ -25,11 +25,8 @@ pub fn routes() -> Router<App> {
             get(get_config).put(put_config),
         )
         .route("/v1/agent/connect/ca/leaf/{service}", get(leaf))
-        .route(SIGN_PATH, post(sign))
+        .route(SIGN_PATH, post(sign).put(sign))
 }
-
-/// Where a client agent sends a CSR (Consul's `ConnectCA.Sign` RPC).
-pub const SIGN_PATH: &str = "/v1/internal/connect/ca/sign";
 
 /// The CA exists from the first leader's first duties on; a read before
 /// waits for it as for the cluster id.

@@ -27,6 +27,7 @@ pub enum Topic {
     ServiceRouter,
     ServiceSplitter,
     ServiceResolver,
+    ServiceIntentions,
     #[serde(rename = "KV")]
     Kv,
     /// The Connect CA's roots (one key, empty).
@@ -44,6 +45,7 @@ impl Topic {
             "ServiceRouter" | "service-router" => Topic::ServiceRouter,
             "ServiceSplitter" | "service-splitter" => Topic::ServiceSplitter,
             "ServiceResolver" | "service-resolver" => Topic::ServiceResolver,
+            "ServiceIntentions" | "service-intentions" => Topic::ServiceIntentions,
             "KV" | "kv" => Topic::Kv,
             "CARoots" => Topic::CaRoots,
             _ => return None,
@@ -57,6 +59,7 @@ impl Topic {
             Kind::ServiceRouter => Topic::ServiceRouter,
             Kind::ServiceSplitter => Topic::ServiceSplitter,
             Kind::ServiceResolver => Topic::ServiceResolver,
+            Kind::ServiceIntentions => Topic::ServiceIntentions,
         }
     }
 
@@ -67,6 +70,7 @@ impl Topic {
             Topic::ServiceRouter => Kind::ServiceRouter,
             Topic::ServiceSplitter => Kind::ServiceSplitter,
             Topic::ServiceResolver => Kind::ServiceResolver,
+            Topic::ServiceIntentions => Kind::ServiceIntentions,
             _ => return None,
         })
     }
