@@ -7,6 +7,7 @@
 //! below proxycfg, the agent and HTTP, which all use it.
 
 pub mod ca;
+pub mod intentions;
 
 /// Where a client agent sends a CSR to be signed (Consul's `ConnectCA.Sign`
 /// RPC): `{"CSR": PEM}` → an `IssuedCert` without a key.

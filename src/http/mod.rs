@@ -8,6 +8,7 @@ mod config;
 pub mod connect;
 mod dataplane;
 mod health;
+mod intentions;
 mod kv;
 pub mod liveness;
 mod proxycfg;
@@ -50,6 +51,7 @@ pub fn router(server: App) -> Router {
         .merge(snapshot::routes())
         .merge(config::routes())
         .merge(connect::routes())
+        .merge(intentions::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
         .merge(proxycfg::routes())
