@@ -20,6 +20,7 @@ use crate::structs::connect::CaConfiguration;
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/v1/connect/ca/roots", get(roots))
+        .route("/v1/agent/connect/ca/roots", get(roots))
         .route(
             "/v1/connect/ca/configuration",
             get(get_config).put(put_config),

@@ -27,7 +27,11 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/connect/intentions/match", get(match_))
         .route("/v1/connect/intentions/check", get(check))
-        .route("/v1/agent/connect/authorize", post(authorize))
+        // POST as Consul documents it; PUT as py-consul sends it.
+        .route(
+            "/v1/agent/connect/authorize",
+            post(authorize).put(authorize),
+        )
 }
 
 fn kind_key() -> crate::state::WatchKey {
