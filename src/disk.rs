@@ -8,15 +8,17 @@ use std::path::{Path, PathBuf};
 
 /// Format version of Raft log segments (their records are bincode of
 /// `Entry` under it). Bump it on any change to how entries or commands
-/// encode. 3: ACL commands.
+/// encode. 3: ACL commands and `Command::CaSet`.
 pub const LOG_FORMAT: u32 = 3;
 /// Format version of the snapshot file (also what `GET /v1/snapshot`
-/// answers and `PUT /v1/snapshot` accepts). 3: the ACL tables.
+/// answers and `PUT /v1/snapshot` accepts). 3: the ACL tables and the
+/// Connect CA.
 pub const SNAPSHOT_FORMAT: u32 = 3;
 /// Format version of the state rows in sled. 2: staged snapshot restores
 /// among the rows. 3: keys of two names are length-prefixed
 /// (`state::pair_key`), no longer joined by NUL or `/`. 4: ACL rows (an
-/// older binary would ignore them and serve without its tokens). Nothing migrates:
+/// older binary would ignore them and serve without its tokens), the
+/// Connect CA row and `service-intentions` entries. Nothing migrates:
 /// a data dir of another version refuses to start.
 pub const STATE_FORMAT: u32 = 4;
 

@@ -99,6 +99,8 @@ pub struct Server {
     pub publisher: Arc<Publisher>,
     pub cluster: Arc<Cluster>,
     pub proxycfg: crate::proxycfg::Manager,
+    /// Leaf certificates this server signed for its own agent endpoint.
+    pub leaves: crate::connect::Leaves,
     /// Materialized health views for blocking reads.
     pub views: Arc<crate::stream::view::Views>,
     pub http: reqwest::Client,
@@ -359,6 +361,7 @@ impl Server {
         Ok(Arc::new(Server {
             acl,
             proxycfg,
+            leaves: Default::default(),
             views,
             config,
             raft,

@@ -6,8 +6,10 @@
 pub mod acl;
 pub(crate) mod catalog;
 mod config;
+pub mod connect;
 mod dataplane;
 mod health;
+mod intentions;
 mod kv;
 pub mod liveness;
 mod proxycfg;
@@ -50,6 +52,8 @@ pub fn router(server: App) -> Router {
         .merge(session::routes())
         .merge(snapshot::routes())
         .merge(config::routes())
+        .merge(connect::routes())
+        .merge(intentions::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
         .merge(proxycfg::routes())

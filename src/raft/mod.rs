@@ -51,6 +51,7 @@ impl std::fmt::Display for Command {
             Command::AclRoleDelete { .. } => "acl-role-delete",
             Command::AclBootstrap { .. } => "acl-bootstrap",
             Command::AclInit { .. } => "acl-init",
+            Command::CaSet { .. } => "ca-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

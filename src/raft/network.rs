@@ -240,7 +240,8 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Re
 /// another one is refused by name instead of failing on a frame.
 const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// The Raft transport's wire version. Bump it with any change to how
-/// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands.
+/// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands
+/// and the Connect CA's.
 pub const WIRE_VERSION: u32 = 2;
 
 /// This server's greeting.

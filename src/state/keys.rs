@@ -67,6 +67,8 @@ pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
 /// Any ACL token, policy or role: its index is the generation token
 /// resolution caches are checked against.
 pub const ACL: WatchKey = WatchKey::fixed("acl");
+/// The Connect CA: its configuration and roots.
+pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -11,6 +11,7 @@ pub mod acl;
 mod apply;
 pub mod catalog;
 pub mod config;
+pub mod connect;
 pub mod kv;
 pub mod persist;
 pub mod resolve;
@@ -144,6 +145,14 @@ pub enum Command {
         #[serde(with = "as_json")]
         initial_management: Option<Box<AclToken>>,
     },
+    /// The Connect CA whole (configuration and roots with their keys), with
+    /// the configuration's `ModifyIndex` its proposer read (see
+    /// `state::connect::set`).
+    CaSet {
+        #[serde(with = "as_json")]
+        ca: Box<connect::CaState>,
+        cas: Option<u64>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -276,7 +285,8 @@ impl Command {
             | Command::AclTokenDelete { .. }
             | Command::AclPolicyDelete { .. }
             | Command::AclRoleDelete { .. }
-            | Command::AclInit { .. } => Ok(()),
+            | Command::AclInit { .. }
+            | Command::CaSet { .. } => Ok(()),
         }
     }
 }
@@ -315,6 +325,7 @@ pub enum Row {
     /// A chunk of a snapshot restore being staged.
     RestoreChunk(Arc<Vec<u8>>),
     Acl(acl::AclRow),
+    ConnectCa(Arc<connect::CaState>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -332,6 +343,8 @@ pub enum Table {
     Acl,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
+    /// The Connect CA (one row).
+    ConnectCa,
     Meta,
 }
 
@@ -402,6 +415,8 @@ pub struct State {
     pub acl_roles: OrdMap<String, Arc<AclRole>>,
     /// The index `PUT /v1/acl/bootstrap` succeeded at; 0: not yet.
     pub acl_bootstrapped: u64,
+    /// The Connect CA, once the first leader made it.
+    pub connect_ca: Option<Arc<connect::CaState>>,
 }
 
 impl State {

@@ -52,6 +52,8 @@ const LOCK_DELAY: u8 = b'l';
 const RESTORE: u8 = b'r';
 /// ACL tokens, policies, roles: `state::acl`'s row keys → JSON.
 const ACL: u8 = b'a';
+/// The Connect CA: one row, `p` + `ca`.
+const CONNECT_CA: u8 = b'p';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -121,6 +123,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::LockDelay(d) => serde_json::to_vec(d)?,
         Row::RestoreChunk(c) => (**c).clone(),
         Row::Acl(r) => serde_json::to_vec(r)?,
+        Row::ConnectCa(ca) => serde_json::to_vec(&**ca)?,
     })
 }
 
@@ -136,6 +139,7 @@ fn table_tag(t: Table) -> u8 {
         Table::Restore => RESTORE,
         Table::Acl => ACL,
         Table::Index => INDEX,
+        Table::ConnectCa => CONNECT_CA,
         Table::Meta => META,
     }
 }
@@ -221,6 +225,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
             ops.push((row_key(RESTORE, &key), Some((**c).clone())));
         }
     }
+    if let Some(ca) = &state.connect_ca {
+        ops.push((row_key(CONNECT_CA, "ca"), Some(serde_json::to_vec(&**ca)?)));
+    }
     ops.push((
         META_INDEX.to_vec(),
         Some(state.index.to_be_bytes().to_vec()),
@@ -290,7 +297,7 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
     for tag in [
-        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, ACL, META,
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, ACL, CONNECT_CA, META,
     ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
@@ -341,6 +348,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                     staged.chunks.push_back(Arc::new(v.to_vec()));
                 }
                 ACL => super::acl::load(&mut st, serde_json::from_slice(v)?),
+                CONNECT_CA => st.connect_ca = Some(Arc::new(serde_json::from_slice(v)?)),
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

@@ -33,6 +33,8 @@ struct Body {
     /// ACL tokens (secret hashes, never secrets), policies, roles.
     #[serde(with = "as_json")]
     acl: Vec<AclRow>,
+    #[serde(with = "as_json")]
+    connect_ca: Option<super::connect::CaState>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -97,6 +99,7 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             (r.id.clone(), chunks)
         }),
         acl: super::acl::rows(st).into_iter().map(|(_, r)| r).collect(),
+        connect_ca: st.connect_ca.as_ref().map(|c| (**c).clone()),
     };
     Ok(bincode::serialize(&body)?)
 }
@@ -131,6 +134,7 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
         st.sessions.insert(s.id.clone(), Arc::new(s));
     }
     st.lock_delays = body.lock_delays.into_iter().collect();
+    st.connect_ca = body.connect_ca.map(Arc::new);
     st.restore = body.staged.map(|(id, chunks)| super::restore::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),

@@ -7,6 +7,7 @@ pub mod acl;
 pub mod agent;
 pub mod catalog;
 pub mod config_entry;
+pub mod connect;
 pub mod duration;
 pub mod health;
 pub mod kv;
