@@ -103,6 +103,10 @@ struct ServerArgs {
     sled_cache_mb: u64,
     #[command(flatten)]
     dns: DnsArgs,
+    /// Where gRPC listens (Envoy's xDS, consul-dataplane's services); ""
+    /// turns it off.
+    #[arg(long, default_value = "127.0.0.1:8502")]
+    grpc_addr: String,
 }
 
 /// The DNS interface's flags (servers and agents alike).
@@ -392,10 +396,19 @@ fn main() -> anyhow::Result<()> {
                 tls,
             };
             let dns = a.dns.config()?;
+            let grpc = if a.grpc_addr.trim().is_empty() {
+                None
+            } else {
+                Some(
+                    a.grpc_addr
+                        .parse::<SocketAddr>()
+                        .map_err(|e| anyhow::anyhow!("--grpc-addr {:?}: {e}", a.grpc_addr))?,
+                )
+            };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::run(config, dns))
+                .block_on(cairn::http::run(config, dns, grpc))
         }
     }
 }
