@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["state"],
     &["stream", "merge", "session", "dns"],
     &["proxycfg", "raft", "agent", "testing"],
-    &["server"],
+    &["server", "xds"],
     &["http"],
 ];
 

@@ -129,9 +129,10 @@ where
             }
         }
     });
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|io| (io, rx))
-    })
+    futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|io| (io, rx)) },
+    )
 }
 
 /// A TLS connection, as tonic's server wants its connections.
@@ -395,7 +396,9 @@ impl tower::Service<http::Request<Body>> for Dataplane {
                 })
             }
             Some("GetEnvoyBootstrapParams") => {
-                unary(req, move |r: GetEnvoyBootstrapParamsRequest| bootstrap(&s, r))
+                unary(req, move |r: GetEnvoyBootstrapParamsRequest| {
+                    bootstrap(&s, r)
+                })
             }
             _ => unimplemented(),
         }

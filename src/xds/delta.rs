@@ -81,7 +81,8 @@ impl Session {
         if first {
             // Clusters and listeners are wildcard types: a first request
             // naming nothing asks for all of them.
-            sub.wildcard = (ty == CLUSTER || ty == LISTENER) && req.resource_names_subscribe.is_empty();
+            sub.wildcard =
+                (ty == CLUSTER || ty == LISTENER) && req.resource_names_subscribe.is_empty();
             // A reconnecting proxy says what it holds: only what differs
             // is sent again.
             sub.sent.extend(
@@ -265,7 +266,10 @@ mod tests {
                 error: "bad cluster".into()
             }
         );
-        assert!(s.next_push().is_none(), "the rejected content is not resent");
+        assert!(
+            s.next_push().is_none(),
+            "the rejected content is not resent"
+        );
         s.set_resources(res(&[(CLUSTER, "a", "2")]));
         assert_eq!(s.next_push().unwrap().resources[0].version, "2");
     }
@@ -276,7 +280,8 @@ mod tests {
         s.set_resources(res(&[(CLUSTER, "a", "1"), (CLUSTER, "b", "2")]));
         let mut r = req(CLUSTER, &[], "");
         r.initial_resource_versions.insert("a".into(), "1".into());
-        r.initial_resource_versions.insert("gone".into(), "1".into());
+        r.initial_resource_versions
+            .insert("gone".into(), "1".into());
         s.on_request(&r);
         let push = s.next_push().unwrap();
         let names: Vec<_> = push.resources.iter().map(|r| r.name.as_str()).collect();

@@ -54,9 +54,9 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
                 let mut ids = vec![principal];
                 ids.extend(exclude);
                 principal = rbac::Principal {
-                    identifier: Some(rbac::principal::Identifier::AndIds(
-                        rbac::principal::Set { ids },
-                    )),
+                    identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set {
+                        ids,
+                    })),
                 };
             }
         }
@@ -168,11 +168,8 @@ mod tests {
         else {
             panic!("not an authenticated principal: {p:?}")
         };
-        let Some(matcher::string_matcher::MatchPattern::SafeRegex(re)) = &a
-            .principal_name
-            .as_ref()
-            .unwrap()
-            .match_pattern
+        let Some(matcher::string_matcher::MatchPattern::SafeRegex(re)) =
+            &a.principal_name.as_ref().unwrap().match_pattern
         else {
             panic!("not a regex")
         };

@@ -470,11 +470,7 @@ fn target_cluster(
     let lb = chain
         .nodes
         .values()
-        .find(|n| {
-            n.resolver
-                .as_ref()
-                .is_some_and(|r| r.target == target.id)
-        })
+        .find(|n| n.resolver.as_ref().is_some_and(|r| r.target == target.id))
         .and_then(|n| n.load_balancer.as_ref());
     let mut c = cluster::Cluster {
         name: target.name.clone(),
@@ -616,12 +612,7 @@ fn route_config(name: &str, chain: &CompiledDiscoveryChain) -> route::RouteConfi
         match start.node_type {
             NodeType::Router => {
                 for r in &start.routes {
-                    let m = route_match(
-                        r.definition
-                            .match_
-                            .as_ref()
-                            .and_then(|m| m.http.as_ref()),
-                    );
+                    let m = route_match(r.definition.match_.as_ref().and_then(|m| m.http.as_ref()));
                     let mut action = next_action(chain, &r.next_node);
                     if let Some(d) = &r.definition.destination {
                         destination(&mut action, d);
@@ -776,9 +767,9 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
                 })
             } else {
                 S::StringMatch(matcher::StringMatcher {
-                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
-                        regex(&h.regex),
-                    )),
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &h.regex,
+                    ))),
                     ..Default::default()
                 })
             };
@@ -793,16 +784,14 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
     if !m.methods.is_empty() {
         headers.push(route::HeaderMatcher {
             name: ":method".into(),
-            header_match_specifier: Some(
-                route::header_matcher::HeaderMatchSpecifier::StringMatch(
-                    matcher::StringMatcher {
-                        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
-                            regex(&m.methods.join("|")),
-                        )),
-                        ..Default::default()
-                    },
-                ),
-            ),
+            header_match_specifier: Some(route::header_matcher::HeaderMatchSpecifier::StringMatch(
+                matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &m.methods.join("|"),
+                    ))),
+                    ..Default::default()
+                },
+            )),
             ..Default::default()
         });
     }
@@ -815,9 +804,9 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
                 Q::PresentMatch(true)
             } else if !q.regex.is_empty() {
                 Q::StringMatch(matcher::StringMatcher {
-                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
-                        regex(&q.regex),
-                    )),
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &q.regex,
+                    ))),
                     ..Default::default()
                 })
             } else {

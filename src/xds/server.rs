@@ -125,9 +125,7 @@ async fn run_stream(
         .as_ref()
         .and_then(|m| m.fields.get(NODE_NAME_META))
         .and_then(|v| match &v.kind {
-            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => {
-                Some(s.clone())
-            }
+            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => Some(s.clone()),
             _ => None,
         })
         .filter(|s| !s.is_empty());
