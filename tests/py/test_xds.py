@@ -464,3 +464,89 @@ def test_state_of_the_world_ads_is_unimplemented(mesh):
             pass
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     ch.close()
+
+
+# --- consul-dataplane's services, from Consul's public protos -------------
+
+def dataplane_messages():
+    """The few messages of Consul's dataplane and serverdiscovery protos,
+    built at run time (`config`, a google.protobuf.Struct, is read as
+    bytes and decoded with struct_pb2)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="cairn_test_dataplane.proto", package="hashicorp.consul.dataplane")
+
+    def message(name, fields):
+        m = fdp.message_type.add(name=name)
+        for fname, number, ftype, *rest in fields:
+            label = F.LABEL_REPEATED if rest else F.LABEL_OPTIONAL
+            f = m.field.add(name=fname, number=number, type=ftype, label=label)
+            if ftype == F.TYPE_MESSAGE:
+                f.type_name = rest[0]
+    message("FeaturesRequest", [])
+    message("Feature", [("feature_name", 1, F.TYPE_INT32), ("supported", 2, F.TYPE_BOOL)])
+    message("FeaturesResponse", [("supported_dataplane_features", 1, F.TYPE_MESSAGE,
+                                  ".hashicorp.consul.dataplane.Feature")])
+    message("BootstrapRequest", [("node_id", 1, F.TYPE_STRING), ("node_name", 2, F.TYPE_STRING),
+                                 ("service_id", 3, F.TYPE_STRING), ("partition", 4, F.TYPE_STRING),
+                                 ("namespace", 5, F.TYPE_STRING)])
+    message("BootstrapResponse", [("service_kind", 1, F.TYPE_INT32), ("service", 2, F.TYPE_STRING),
+                                  ("namespace", 3, F.TYPE_STRING), ("partition", 4, F.TYPE_STRING),
+                                  ("datacenter", 5, F.TYPE_STRING), ("config", 6, F.TYPE_BYTES),
+                                  ("node_id", 7, F.TYPE_STRING), ("node_name", 8, F.TYPE_STRING),
+                                  ("identity", 10, F.TYPE_STRING)])
+    message("WatchServersRequest", [("wan", 1, F.TYPE_BOOL)])
+    message("Server", [("id", 1, F.TYPE_STRING), ("address", 2, F.TYPE_STRING), ("version", 3, F.TYPE_STRING)])
+    message("WatchServersResponse", [("servers", 1, F.TYPE_MESSAGE, ".hashicorp.consul.dataplane.Server")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"hashicorp.consul.dataplane.{m.name}"))
+            for m in fdp.message_type}
+
+
+def call(channel, method, req, resp_cls):
+    return channel.unary_unary(method, request_serializer=lambda m: m.SerializeToString(),
+                               response_deserializer=resp_cls.FromString)(req, timeout=10)
+
+
+def test_dataplane_bootstrap_params_match_the_http_endpoint(mesh):
+    from google.protobuf import struct_pb2
+    from google.protobuf.json_format import MessageToDict
+    M = dataplane_messages()
+    ch = grpc.insecure_channel(f"127.0.0.1:{mesh.grpc_port}")
+    svc = "/hashicorp.consul.dataplane.DataplaneService/"
+    features = call(ch, svc + "GetSupportedDataplaneFeatures", M["FeaturesRequest"](), M["FeaturesResponse"])
+    assert {(f.feature_name, f.supported) for f in features.supported_dataplane_features} == {
+        (1, True), (2, True), (3, True)}
+
+    got = call(ch, svc + "GetEnvoyBootstrapParams",
+               M["BootstrapRequest"](node_name="n1", service_id="web-sidecar-proxy"), M["BootstrapResponse"])
+    want = get(mesh.url + "/v1/internal/dataplane/bootstrap-params/web-sidecar-proxy?node=n1")
+    assert got.service_kind == 2  # SERVICE_KIND_CONNECT_PROXY
+    assert want["ServiceKind"] == "SERVICE_KIND_CONNECT_PROXY"
+    assert (got.service, got.identity, got.datacenter, got.node_name, got.node_id,
+            got.namespace, got.partition) == (
+        want["Service"], want["Identity"], want["Datacenter"], want["NodeName"], want["NodeId"],
+        want["Namespace"], want["Partition"])
+    assert MessageToDict(struct_pb2.Struct.FromString(got.config)) == want["Config"]
+    assert want["Config"]["protocol"] == "http"
+
+    with pytest.raises(grpc.RpcError) as e:
+        call(ch, svc + "GetEnvoyBootstrapParams",
+             M["BootstrapRequest"](node_name="n1", service_id="nope"), M["BootstrapResponse"])
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as e:
+        call(ch, svc + "GetEnvoyBootstrapParams",
+             M["BootstrapRequest"](node_name="n1", service_id="web-sidecar-proxy", partition="other"),
+             M["BootstrapResponse"])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    watch = ch.unary_stream("/hashicorp.consul.serverdiscovery.ServerDiscoveryService/WatchServers",
+                            request_serializer=lambda m: m.SerializeToString(),
+                            response_deserializer=M["WatchServersResponse"].FromString)
+    stream = watch(M["WatchServersRequest"](), timeout=10)
+    first = next(stream)
+    assert [s.address for s in first.servers] == ["127.0.0.1"]
+    assert first.servers[0].id and first.servers[0].version
+    stream.cancel()
+    ch.close()
