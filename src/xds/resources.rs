@@ -87,11 +87,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
     } else {
         svc.proxy.local_service_address.clone()
     };
-    let local_port = if svc.proxy.local_service_port != 0 {
-        u32::from(svc.proxy.local_service_port)
-    } else {
-        0
-    };
+    let local_port = u32::from(svc.proxy.local_service_port);
     put(
         CLUSTER,
         LOCAL_APP.into(),
@@ -100,7 +96,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
     let public = public_listener(snap, &id);
     put(LISTENER, public.name.clone(), Resource::of(public));
 
-    for (i, up) in svc.proxy.upstreams.iter().enumerate() {
+    for up in &svc.proxy.upstreams {
         let Some(us) = snap.upstreams.get(&up.destination_name) else {
             continue;
         };
@@ -124,8 +120,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
         };
         let port = u32::from(up.local_bind_port);
         if port == 0 {
-            let _ = i;
-            continue;
+            continue; // no bind port: reached by transparent proxy only
         }
         let name = format!("{upstream_id}:{bind}:{port}");
         let stat = format!(
@@ -138,7 +133,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
                 upstream_id.clone(),
                 Resource::of(route_config(&upstream_id, chain)),
             );
-            http_filter(&stat, Rds::Named(upstream_id.clone()))
+            http_filter(&stat, &upstream_id)
         } else {
             let cluster = start_cluster(chain).unwrap_or_default();
             tcp_filter(&stat, &cluster)
@@ -274,8 +269,23 @@ fn regex(s: &str) -> matcher::RegexMatcher {
 /// certificates required), the intentions' RBAC, then the application.
 fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     let svc = &snap.service;
-    let bind = "0.0.0.0";
-    let port = u32::try_from(svc.port).unwrap_or(0);
+    // As Consul: `bind_address`/`bind_port` from the proxy's config, else
+    // the proxy's own address (all addresses when it has none) and port.
+    let config = svc.proxy.config.as_deref();
+    let bind = config
+        .and_then(|c| c.get("bind_address"))
+        .and_then(|v| v.as_str())
+        .filter(|a| !a.is_empty())
+        .unwrap_or(if svc.address.is_empty() {
+            "0.0.0.0"
+        } else {
+            &svc.address
+        });
+    let port = config
+        .and_then(|c| c.get("bind_port"))
+        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
     let http = is_http(&protocol_of(snap));
     let mut filters = Vec::new();
     let filter = if http {
@@ -359,10 +369,6 @@ fn tcp_filter(stat: &str, cluster: &str) -> listener::Filter {
     )
 }
 
-enum Rds {
-    Named(String),
-}
-
 fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
     hcm::HttpConnectionManager {
         stat_prefix: stat.to_string(),
@@ -377,13 +383,13 @@ fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
     }
 }
 
-fn http_filter(stat: &str, rds: Rds) -> listener::Filter {
-    let Rds::Named(name) = rds;
+/// An upstream's HTTP connection manager, its routes by RDS over ADS.
+fn http_filter(stat: &str, route: &str) -> listener::Filter {
     let mut m = hcm_base(stat);
     m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
         hcm::Rds {
             config_source: ads(),
-            route_config_name: name,
+            route_config_name: route.to_string(),
         },
     ));
     typed("envoy.filters.network.http_connection_manager", m)
@@ -497,16 +503,16 @@ fn target_cluster(
         if let Some(rh) = &lb.ring_hash_config {
             c.lb_config = Some(cluster::cluster::LbConfig::RingHashLbConfig(
                 cluster::cluster::RingHashLbConfig {
-                    minimum_ring_size: (rh.minimum_ring_size > 0).then(|| {
+                    minimum_ring_size: (rh.minimum_ring_size > 0).then_some(
                         envoy_types::pb::google::protobuf::UInt64Value {
                             value: rh.minimum_ring_size,
-                        }
-                    }),
-                    maximum_ring_size: (rh.maximum_ring_size > 0).then(|| {
+                        },
+                    ),
+                    maximum_ring_size: (rh.maximum_ring_size > 0).then_some(
                         envoy_types::pb::google::protobuf::UInt64Value {
                             value: rh.maximum_ring_size,
-                        }
-                    }),
+                        },
+                    ),
                     ..Default::default()
                 },
             ));

@@ -141,7 +141,9 @@ fn tls_contexts_carry_the_leaf_and_the_roots() {
         .as_ref()
         .and_then(|d| d.specifier.clone())
     {
-        Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(s)) => s,
+        Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(s)) => {
+            s
+        }
         other => panic!("not inline: {other:?}"),
     };
     assert_eq!(inline(&cert.certificate_chain), "LEAF-PEM");
