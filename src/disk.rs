@@ -8,16 +8,17 @@ use std::path::{Path, PathBuf};
 
 /// Format version of Raft log segments (their records are bincode of
 /// `Entry` under it). Bump it on any change to how entries or commands
-/// encode.
-pub const LOG_FORMAT: u32 = 2;
+/// encode. 3: `Command::CaSet`.
+pub const LOG_FORMAT: u32 = 3;
 /// Format version of the snapshot file (also what `GET /v1/snapshot`
-/// answers and `PUT /v1/snapshot` accepts).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// answers and `PUT /v1/snapshot` accepts). 3: the Connect CA.
+pub const SNAPSHOT_FORMAT: u32 = 3;
 /// Format version of the state rows in sled. 2: staged snapshot restores
 /// among the rows. 3: keys of two names are length-prefixed
-/// (`state::pair_key`), no longer joined by NUL or `/`. Nothing migrates:
+/// (`state::pair_key`), no longer joined by NUL or `/`. 4: the Connect CA
+/// row and `service-intentions` entries. Nothing migrates:
 /// a data dir of another version refuses to start.
-pub const STATE_FORMAT: u32 = 3;
+pub const STATE_FORMAT: u32 = 4;
 
 /// A storage failure, always naming the file and what was being done.
 ///

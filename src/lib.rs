@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config_entry;
+pub mod connect;
 pub mod definition;
 pub mod discovery_chain;
 pub mod disk;

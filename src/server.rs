@@ -94,6 +94,8 @@ pub struct Server {
     pub publisher: Arc<Publisher>,
     pub cluster: Arc<Cluster>,
     pub proxycfg: crate::proxycfg::Manager,
+    /// Leaf certificates this server signed for its own agent endpoint.
+    pub leaves: crate::connect::Leaves,
     /// Materialized health views for blocking reads.
     pub views: Arc<crate::stream::view::Views>,
     pub http: reqwest::Client,
@@ -350,6 +352,7 @@ impl Server {
         let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
         Ok(Arc::new(Server {
             proxycfg,
+            leaves: Default::default(),
             views,
             config,
             raft,

@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["config_entry", "request"],
     &["discovery_chain", "cli"],
     &["state"],
-    &["stream", "merge", "session", "dns"],
+    &["stream", "merge", "session", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
     &["http"],

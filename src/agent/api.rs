@@ -80,6 +80,10 @@ pub fn router(agent: App) -> Router {
             .route("/v1/agent/self", get(agent_self))
             .route("/v1/agent/metrics", get(metrics))
             .route("/v1/agent/leave", put(leave))
+            .route(
+                "/v1/agent/connect/ca/leaf/{service}",
+                get(super::connect::leaf),
+            )
             .fallback(forward)
             .with_state(agent),
     )

@@ -27,6 +27,7 @@
 pub mod api;
 mod central;
 pub mod checks;
+mod connect;
 mod define;
 mod dns;
 pub mod liveness;
@@ -97,6 +98,8 @@ pub struct Agent {
     pub config: AgentConfig,
     pub local: Arc<Local>,
     servers: Servers,
+    /// Leaf certificates made here (their keys never leave the agent).
+    leaves: connect::AgentLeaves,
     node_id: String,
     /// Check id → (registration it runs, its task).
     runners: Mutex<HashMap<String, (u64, tokio::task::AbortHandle)>>,
@@ -378,6 +381,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
             config.tls.as_ref().map(|t| t.client.clone()),
         )?,
         local: Arc::new(Local::new(tables)),
+        leaves: Default::default(),
         node_id,
         runners: Mutex::new(HashMap::new()),
         tasks: Default::default(),

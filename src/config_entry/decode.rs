@@ -50,6 +50,7 @@ pub fn decode_entry(body: &Value) -> Result<ConfigEntry, ConfigEntryError> {
         Kind::ServiceRouter => ConfigEntry::ServiceRouter(typed(v)?),
         Kind::ServiceSplitter => ConfigEntry::ServiceSplitter(typed(v)?),
         Kind::ServiceResolver => ConfigEntry::ServiceResolver(typed(v)?),
+        Kind::ServiceIntentions => ConfigEntry::ServiceIntentions(typed(v)?),
     })
 }
 

@@ -14,6 +14,7 @@
 //! Every error here means "400 Bad Request" with the error's text as body.
 
 mod decode;
+pub mod intentions;
 mod validate;
 
 pub use crate::structs::config_entry::{ConfigEntry, Kind};

@@ -62,6 +62,11 @@ pub fn normalize(entry: &mut ConfigEntry) -> Result {
             e.kind = kind;
             normalize_tenancy(&mut e.namespace, &mut e.partition)?;
         }
+        ConfigEntry::ServiceIntentions(e) => {
+            e.kind = kind;
+            normalize_tenancy(&mut e.namespace, &mut e.partition)?;
+            super::intentions::normalize(e);
+        }
     }
     Ok(())
 }
@@ -98,6 +103,7 @@ pub fn validate(entry: &ConfigEntry) -> Result {
         ConfigEntry::ServiceRouter(e) => validate_router(e),
         ConfigEntry::ServiceSplitter(e) => validate_splitter(e),
         ConfigEntry::ServiceResolver(e) => validate_resolver(e),
+        ConfigEntry::ServiceIntentions(e) => super::intentions::validate(e),
     }
 }
 

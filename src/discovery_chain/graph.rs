@@ -199,6 +199,10 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
             EntryChange::Delete { .. } => None,
         },
     };
+    check_intentions_protocol(&proposed, kind, name)?;
+    if kind == Kind::ServiceIntentions {
+        return Ok(()); // intentions are in no chain
+    }
     for service in affected_chains(entries, kind, name) {
         // The datacenter and trust domain do not change whether a chain
         // compiles; any values will do.
@@ -208,6 +212,49 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
             "11111111-2222-3333-4444-555555555555.consul",
         );
         compile(&req, &proposed).map_err(|e| ConfigEntryError::Graph(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// L7 intention permissions need an L7 destination: refuses a write that
+/// leaves a `service-intentions` entry with `Permissions` on a service
+/// whose protocol (resolved as its chain resolves it) is not http, http2
+/// or grpc, whether the write is the intentions or the defaults.
+fn check_intentions_protocol<L: EntryLookup + ?Sized>(
+    entries: &L,
+    kind: Kind,
+    name: &str,
+) -> Result<(), ConfigEntryError> {
+    let to_check: Vec<&ConfigEntry> = match kind {
+        Kind::ServiceIntentions => entries.get(kind, name).into_iter().collect(),
+        Kind::ServiceDefaults => entries
+            .get(Kind::ServiceIntentions, name)
+            .into_iter()
+            .collect(),
+        Kind::ProxyDefaults => entries.list(Kind::ServiceIntentions),
+        _ => Vec::new(),
+    };
+    for e in to_check {
+        let Some(ixn) = e.as_intentions() else {
+            continue;
+        };
+        if ixn.sources.iter().all(|s| s.permissions.is_empty()) {
+            continue;
+        }
+        let req = CompileRequest::new(
+            &ixn.name,
+            "dc1",
+            "11111111-2222-3333-4444-555555555555.consul",
+        );
+        let protocol = compile(&req, entries)
+            .map(|c| c.protocol.clone())
+            .unwrap_or_else(|_| "tcp".into());
+        if !matches!(protocol.as_str(), "http" | "http2" | "grpc") {
+            return Err(ConfigEntryError::Invalid(format!(
+                "service {:?} has protocol {protocol:?}; intentions with L7 Permissions need http, http2 or grpc",
+                ixn.name
+            )));
+        }
     }
     Ok(())
 }

@@ -5,9 +5,11 @@
 
 pub(crate) mod catalog;
 mod config;
+pub mod connect;
 mod dataplane;
 pub mod grpc;
 mod health;
+mod intentions;
 mod kv;
 pub mod liveness;
 mod proxycfg;
@@ -49,6 +51,8 @@ pub fn router(server: App) -> Router {
         .merge(session::routes())
         .merge(snapshot::routes())
         .merge(config::routes())
+        .merge(connect::routes())
+        .merge(intentions::routes())
         .merge(dataplane::routes())
         .merge(stream::routes())
         .merge(proxycfg::routes())

@@ -21,7 +21,6 @@ pub fn routes() -> Router<App> {
         .route("/v1/agent/members", get(members))
         .route("/v1/agent/metrics", get(metrics))
         .route("/v1/catalog/datacenters", get(datacenters))
-        .route("/v1/connect/ca/roots", get(ca_roots))
 }
 
 async fn leader(State(s): State<App>) -> Response {
@@ -206,18 +205,4 @@ async fn metrics(State(s): State<App>, RawQuery(q): RawQuery) -> Response {
 
 async fn datacenters(State(s): State<App>) -> Response {
     axum::Json(vec![s.config.datacenter.clone()]).into_response()
-}
-
-async fn ca_roots(State(s): State<App>) -> Result<Response> {
-    let cluster_id = s.cluster_id().await?;
-    let index = s.store.state().index_of([&crate::state::keys::CLUSTER]);
-    Ok(json_at(
-        &s,
-        index,
-        &json!({
-            "ActiveRootID": "",
-            "TrustDomain": format!("{cluster_id}.consul"),
-            "Roots": [],
-        }),
-    ))
 }

@@ -100,6 +100,13 @@ pub struct Shared {
     /// (service, subset filter, only passing) → its healthy connect-capable
     /// instances.
     endpoints: HashMap<(String, String, bool), Stamped<Endpoints>>,
+    /// The roots as of the CA's index, shared by every snapshot.
+    roots: Option<(u64, Arc<CaRoots>)>,
+    /// service → (active root id, its leaf): signed here, on the server
+    /// (the key never enters Raft), renewed on rotation or when due.
+    leaves: HashMap<String, (String, Arc<IssuedCert>)>,
+    /// destination → (its intentions' index, intentions in evaluation order).
+    intentions: HashMap<String, (u64, Arc<Vec<Intention>>)>,
 }
 
 impl Shared {
@@ -109,6 +116,62 @@ impl Shared {
             .retain(|_, c| matches!(&c.value, Ok(chain) if Arc::strong_count(chain) > 1));
         self.endpoints
             .retain(|_, e| Arc::strong_count(&e.value) > 1);
+        self.leaves.retain(|_, (_, l)| Arc::strong_count(l) > 1);
+        self.intentions.retain(|_, (_, l)| Arc::strong_count(l) > 1);
+    }
+
+    fn roots(&mut self, state: &State) -> Option<Arc<CaRoots>> {
+        let at = state.index_of([&keys::CONNECT_CA]);
+        if let Some((i, r)) = &self.roots
+            && *i == at
+        {
+            return Some(r.clone());
+        }
+        let roots = Arc::new(crate::state::connect::roots(state)?);
+        self.roots = Some((at, roots.clone()));
+        Some(roots)
+    }
+
+    /// The leaf of `service`, signed again after a rotation or once due.
+    fn leaf(&mut self, state: &State, dc: &str, service: &str) -> Option<Arc<IssuedCert>> {
+        let ca = state.connect_ca.as_ref()?;
+        let active = ca.active()?.root.id.clone();
+        if let Some((root, leaf)) = self.leaves.get(service)
+            && *root == active
+            && crate::connect::ca::renew_at(leaf) > time::OffsetDateTime::now_utc()
+        {
+            return Some(leaf.clone());
+        }
+        let trust_domain = format!("{}.consul", state.cluster_id);
+        match crate::connect::ca::sign_local(ca, &trust_domain, dc, service) {
+            Ok(leaf) => {
+                let leaf = Arc::new(leaf);
+                self.leaves
+                    .insert(service.to_string(), (active, leaf.clone()));
+                Some(leaf)
+            }
+            Err(e) => {
+                tracing::warn!(service, error = %e, "proxycfg: could not sign a leaf");
+                None
+            }
+        }
+    }
+
+    fn intentions(&mut self, state: &State, destination: &str) -> Arc<Vec<Intention>> {
+        let kind = Kind::ServiceIntentions.as_str();
+        let at = state.index_of([&keys::config(kind, destination), &keys::config(kind, "*")]);
+        if let Some((i, l)) = self.intentions.get(destination)
+            && *i == at
+        {
+            return l.clone();
+        }
+        let list = Arc::new(crate::connect::intentions::for_destination(
+            state,
+            destination,
+        ));
+        self.intentions
+            .insert(destination.to_string(), (at, list.clone()));
+        list
     }
 
     fn chain(
@@ -285,16 +348,29 @@ pub fn build(
         };
         upstreams.insert(name.clone(), entry);
     }
+    // Mesh identity and authorization of the service this proxy fronts.
+    deps.insert(keys::CONNECT_CA);
+    let destination = service.proxy.destination_service_name.clone();
+    let kind = Kind::ServiceIntentions.as_str();
+    deps.insert(keys::config(kind, &destination));
+    deps.insert(keys::config(kind, "*"));
+    let roots = shared.roots(state);
+    let leaf = if destination.is_empty() {
+        None
+    } else {
+        shared.leaf(state, datacenter, &destination)
+    };
+    let intentions = shared.intentions(state, &destination);
     let snapshot = Snapshot {
         proxy_id: json!({ "Node": key.0, "ServiceID": key.1 }),
         version: 0,
         index: state.index,
         service,
         upstreams,
-        roots: None,
-        leaf: None,
-        intentions: Arc::new(Vec::new()),
-        intentions_default_allow: true,
+        roots,
+        leaf,
+        intentions,
+        intentions_default_allow: crate::connect::intentions::default_allow(None),
     };
     Some((snapshot, deps))
 }

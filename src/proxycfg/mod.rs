@@ -80,6 +80,8 @@ fn build_one(
 
 /// Proxies rebuilt per batch before yielding.
 const BATCH: usize = 256;
+/// How often proxies' leaves are checked for renewal.
+const LEAF_CHECK: Duration = Duration::from_secs(60);
 /// Pause after a wake-up so a burst of events becomes one rebuild.
 const COALESCE: Duration = Duration::from_millis(5);
 
@@ -321,6 +323,9 @@ impl Manager {
             Topic::ServiceHealthConnect,
             |inner, e| inner.mark_dep(&keys::connect(&e.key)),
         );
+        follow(&inner, publisher, Topic::CaRoots, |inner, _| {
+            inner.mark_dep(&keys::CONNECT_CA)
+        });
         for kind in Kind::ALL {
             follow(&inner, publisher, Topic::of_kind(kind), move |inner, e| {
                 inner.mark_dep(&keys::config(kind.as_str(), &e.key))
@@ -337,6 +342,34 @@ impl Manager {
             }
         }));
         inner.tasks.lock().push(("proxycfg rebuilder", rebuild));
+        // Leaves are renewed before they expire: proxies whose leaf is due
+        // are rebuilt (which signs a new one).
+        let renewer = Arc::downgrade(&inner);
+        let renew = tokio::spawn(crate::tasks::fault("proxycfg leaf renewal", async move {
+            let mut tick = tokio::time::interval(LEAF_CHECK);
+            loop {
+                tick.tick().await;
+                let Some(inner) = renewer.upgrade() else {
+                    return;
+                };
+                let now = time::OffsetDateTime::now_utc();
+                let due: Vec<ProxyKey> = inner
+                    .proxies
+                    .lock()
+                    .iter()
+                    .filter(|(_, p)| {
+                        p.snapshot.borrow().as_ref().is_some_and(|s| {
+                            s.leaf
+                                .as_ref()
+                                .is_some_and(|l| crate::connect::ca::renew_at(l) <= now)
+                        })
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                inner.mark(due);
+            }
+        }));
+        inner.tasks.lock().push(("proxycfg leaf renewal", renew));
         Manager { inner }
     }
 

@@ -273,7 +273,8 @@ impl Cluster {
         }
     }
 
-    /// Leader duties: give the cluster its id once; on taking office, drop
+    /// Leader duties: give the cluster its id and its Connect CA once; on
+    /// taking office, drop
     /// a snapshot restore left half-staged (its proposer lost office or
     /// crashed: nobody will commit it).
     pub async fn lead(self: Arc<Self>) {
@@ -303,6 +304,32 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }
+            }
+            // The Connect CA's first root, once the cluster has its id
+            // (the trust domain is made from it).
+            let state = self.store.state();
+            if self.is_leader() && !state.cluster_id.is_empty() && state.connect_ca.is_none() {
+                let made = crate::connect::ca::initial(&state.cluster_id);
+                let written = match made {
+                    Ok(ca) => {
+                        let cmd = Command::CaSet {
+                            ca: Box::new(ca),
+                            cas: Some(0),
+                        };
+                        self.raft
+                            .client_write(cmd.into())
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "could not make the Connect CA's first root");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                tracing::info!("connect: CA initialized with a new root");
             }
             if metrics.changed().await.is_err() {
                 return;

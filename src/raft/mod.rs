@@ -43,6 +43,7 @@ impl std::fmt::Display for Command {
             Command::RestoreChunk { .. } => "restore-chunk",
             Command::RestoreCommit { .. } => "restore-commit",
             Command::RestoreAbort { .. } => "restore-abort",
+            Command::CaSet { .. } => "ca-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

@@ -241,7 +241,7 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Re
 const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// The Raft transport's wire version. Bump it with any change to how
 /// frames, `Request`, `Reply` or what they carry encode.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// This server's greeting.
 pub fn greeting() -> [u8; 12] {

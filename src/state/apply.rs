@@ -71,6 +71,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             len,
             crc,
         } => result(super::restore::commit(&mut tx, id, *chunks, *len, *crc)),
+        Command::CaSet { ca, cas } => super::connect::set(&mut tx, ca, *cas),
         Command::RestoreAbort { id } => {
             super::restore::abort(&mut tx, id);
             Response::Ok
@@ -153,6 +154,16 @@ impl<'a> Tx<'a> {
     pub fn touch(&mut self, key: WatchKey) {
         self.state.indexes.insert(key.clone(), self.index);
         self.set.watch_keys.insert(key);
+    }
+
+    pub(crate) fn record_row(
+        &mut self,
+        table: Table,
+        key: String,
+        before: Option<Row>,
+        after: Option<Row>,
+    ) {
+        self.record(table, key, before, after)
     }
 
     fn record(&mut self, table: Table, key: String, before: Option<Row>, after: Option<Row>) {

@@ -64,6 +64,8 @@ pub const SERVICES: WatchKey = WatchKey::fixed("services");
 pub const CHECKS: WatchKey = WatchKey::fixed("checks");
 pub const CLUSTER: WatchKey = WatchKey::fixed("cluster");
 pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
+/// The Connect CA: its configuration and roots.
+pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

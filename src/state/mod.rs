@@ -10,6 +10,7 @@
 mod apply;
 pub mod catalog;
 pub mod config;
+pub mod connect;
 pub mod kv;
 pub mod persist;
 pub mod restore;
@@ -106,6 +107,14 @@ pub enum Command {
     /// Drops a staged restore (its proposer gave up or lost office).
     RestoreAbort {
         id: String,
+    },
+    /// The Connect CA whole (configuration and roots with their keys), with
+    /// the configuration's `ModifyIndex` its proposer read (see
+    /// `state::connect::set`).
+    CaSet {
+        #[serde(with = "as_json")]
+        ca: Box<connect::CaState>,
+        cas: Option<u64>,
     },
 }
 
@@ -221,7 +230,10 @@ impl Command {
             Command::RestoreChunk { id, .. }
             | Command::RestoreCommit { id, .. }
             | Command::RestoreAbort { id } => check("snapshot restore ID", id),
-            Command::InitCluster { .. } | Command::Noop | Command::ReapTombstones { .. } => Ok(()),
+            Command::InitCluster { .. }
+            | Command::Noop
+            | Command::ReapTombstones { .. }
+            | Command::CaSet { .. } => Ok(()),
         }
     }
 }
@@ -259,6 +271,7 @@ pub enum Row {
     LockDelay(session::LockDelay),
     /// A chunk of a snapshot restore being staged.
     RestoreChunk(Arc<Vec<u8>>),
+    ConnectCa(Arc<connect::CaState>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -274,6 +287,8 @@ pub enum Table {
     Restore,
     /// Tombstones and per-key indexes: persisted, not shown.
     Index,
+    /// The Connect CA (one row).
+    ConnectCa,
     Meta,
 }
 
@@ -336,6 +351,8 @@ pub struct State {
     pub now_ms: Option<u64>,
     /// A snapshot restore being staged (see `restore`).
     pub restore: Option<restore::Staged>,
+    /// The Connect CA, once the first leader made it.
+    pub connect_ca: Option<Arc<connect::CaState>>,
 }
 
 impl State {

@@ -50,6 +50,8 @@ const SESSION: u8 = b'x';
 const LOCK_DELAY: u8 = b'l';
 /// Chunks of a staged restore: `id/seq` → the bytes.
 const RESTORE: u8 = b'r';
+/// The Connect CA: one row, `a` + `ca`.
+const CONNECT_CA: u8 = b'a';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -118,6 +120,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Session(s) => serde_json::to_vec(&**s)?,
         Row::LockDelay(d) => serde_json::to_vec(d)?,
         Row::RestoreChunk(c) => (**c).clone(),
+        Row::ConnectCa(ca) => serde_json::to_vec(&**ca)?,
     })
 }
 
@@ -132,6 +135,7 @@ fn table_tag(t: Table) -> u8 {
         Table::LockDelays => LOCK_DELAY,
         Table::Restore => RESTORE,
         Table::Index => INDEX,
+        Table::ConnectCa => CONNECT_CA,
         Table::Meta => META,
     }
 }
@@ -214,6 +218,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
             ops.push((row_key(RESTORE, &key), Some((**c).clone())));
         }
     }
+    if let Some(ca) = &state.connect_ca {
+        ops.push((row_key(CONNECT_CA, "ca"), Some(serde_json::to_vec(&**ca)?)));
+    }
     ops.push((
         META_INDEX.to_vec(),
         Some(state.index.to_be_bytes().to_vec()),
@@ -283,7 +290,7 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
     for tag in [
-        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, META,
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, CONNECT_CA, META,
     ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
@@ -333,6 +340,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                     }
                     staged.chunks.push_back(Arc::new(v.to_vec()));
                 }
+                CONNECT_CA => st.connect_ca = Some(Arc::new(serde_json::from_slice(v)?)),
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

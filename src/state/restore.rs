@@ -156,6 +156,11 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
     if new.cluster_id.is_empty() {
         new.cluster_id = old.cluster_id.clone();
     }
+    // A snapshot without a CA keeps the running one: leaves already out
+    // must keep verifying.
+    if new.connect_ca.is_none() {
+        new.connect_ca = old.connect_ca.clone();
+    }
     new.restore = None;
     new.now_ms = None;
     super::tombstones::rebuild(&mut new);

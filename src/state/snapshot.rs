@@ -29,6 +29,8 @@ struct Body {
     lock_delays: Vec<(String, LockDelay)>,
     /// A restore being staged: its id and chunks.
     staged: Option<(String, Vec<Chunk>)>,
+    #[serde(with = "as_json")]
+    connect_ca: Option<super::connect::CaState>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,6 +93,7 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             let chunks = r.chunks.iter().map(|c| Chunk((**c).clone())).collect();
             (r.id.clone(), chunks)
         }),
+        connect_ca: st.connect_ca.as_ref().map(|c| (**c).clone()),
     };
     Ok(bincode::serialize(&body)?)
 }
@@ -125,6 +128,7 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
         st.sessions.insert(s.id.clone(), Arc::new(s));
     }
     st.lock_delays = body.lock_delays.into_iter().collect();
+    st.connect_ca = body.connect_ca.map(Arc::new);
     st.restore = body.staged.map(|(id, chunks)| super::restore::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),

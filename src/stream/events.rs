@@ -27,8 +27,12 @@ pub enum Topic {
     ServiceRouter,
     ServiceSplitter,
     ServiceResolver,
+    ServiceIntentions,
     #[serde(rename = "KV")]
     Kv,
+    /// The Connect CA's roots (one key, empty).
+    #[serde(rename = "CARoots")]
+    CaRoots,
 }
 
 impl Topic {
@@ -41,7 +45,9 @@ impl Topic {
             "ServiceRouter" | "service-router" => Topic::ServiceRouter,
             "ServiceSplitter" | "service-splitter" => Topic::ServiceSplitter,
             "ServiceResolver" | "service-resolver" => Topic::ServiceResolver,
+            "ServiceIntentions" | "service-intentions" => Topic::ServiceIntentions,
             "KV" | "kv" => Topic::Kv,
+            "CARoots" => Topic::CaRoots,
             _ => return None,
         })
     }
@@ -53,6 +59,7 @@ impl Topic {
             Kind::ServiceRouter => Topic::ServiceRouter,
             Kind::ServiceSplitter => Topic::ServiceSplitter,
             Kind::ServiceResolver => Topic::ServiceResolver,
+            Kind::ServiceIntentions => Topic::ServiceIntentions,
         }
     }
 
@@ -63,6 +70,7 @@ impl Topic {
             Topic::ServiceRouter => Kind::ServiceRouter,
             Topic::ServiceSplitter => Kind::ServiceSplitter,
             Topic::ServiceResolver => Kind::ServiceResolver,
+            Topic::ServiceIntentions => Kind::ServiceIntentions,
             _ => return None,
         })
     }
@@ -204,6 +212,17 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     &e.to_json(),
                 ));
             }
+            (Table::ConnectCa, _, Some(Row::ConnectCa(_))) => {
+                if let Some(roots) = crate::state::connect::roots(state) {
+                    out.push(Event::new(
+                        Topic::CaRoots,
+                        String::new(),
+                        set.index,
+                        "Upsert",
+                        &roots,
+                    ));
+                }
+            }
             (Table::Services, before, _) => {
                 let (node, id) = crate::state::split_pair_key(&c.key).unwrap_or_default();
                 let k = (node.to_string(), id.to_string());
@@ -310,6 +329,10 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
             }
             out
         }
+        Topic::CaRoots => crate::state::connect::roots(state)
+            .map(|r| Event::new(topic, String::new(), index, "Upsert", &r))
+            .into_iter()
+            .collect(),
         _ => {
             let kind = topic.kind().expect("config topics have a kind");
             state

@@ -26,15 +26,17 @@ pub enum Kind {
     ServiceRouter,
     ServiceSplitter,
     ServiceResolver,
+    ServiceIntentions,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::ProxyDefaults,
         Kind::ServiceDefaults,
         Kind::ServiceRouter,
         Kind::ServiceSplitter,
         Kind::ServiceResolver,
+        Kind::ServiceIntentions,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +46,7 @@ impl Kind {
             Kind::ServiceRouter => "service-router",
             Kind::ServiceSplitter => "service-splitter",
             Kind::ServiceResolver => "service-resolver",
+            Kind::ServiceIntentions => "service-intentions",
         }
     }
 
@@ -88,6 +91,7 @@ pub enum ConfigEntry {
     ServiceRouter(ServiceRouterConfigEntry),
     ServiceSplitter(ServiceSplitterConfigEntry),
     ServiceResolver(ServiceResolverConfigEntry),
+    ServiceIntentions(ServiceIntentionsConfigEntry),
 }
 
 macro_rules! each_kind {
@@ -98,6 +102,7 @@ macro_rules! each_kind {
             ConfigEntry::ServiceRouter($e) => $body,
             ConfigEntry::ServiceSplitter($e) => $body,
             ConfigEntry::ServiceResolver($e) => $body,
+            ConfigEntry::ServiceIntentions($e) => $body,
         }
     };
 }
@@ -110,6 +115,7 @@ impl ConfigEntry {
             ConfigEntry::ServiceRouter(_) => Kind::ServiceRouter,
             ConfigEntry::ServiceSplitter(_) => Kind::ServiceSplitter,
             ConfigEntry::ServiceResolver(_) => Kind::ServiceResolver,
+            ConfigEntry::ServiceIntentions(_) => Kind::ServiceIntentions,
         }
     }
 
@@ -172,6 +178,13 @@ impl ConfigEntry {
     pub fn as_splitter(&self) -> Option<&ServiceSplitterConfigEntry> {
         match self {
             ConfigEntry::ServiceSplitter(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_intentions(&self) -> Option<&ServiceIntentionsConfigEntry> {
+        match self {
+            ConfigEntry::ServiceIntentions(e) => Some(e),
             _ => None,
         }
     }
@@ -737,4 +750,48 @@ pub struct CookieConfig {
     #[serde(rename = "TTL")]
     pub ttl: Duration,
     pub path: String,
+}
+
+// ---------------------------------------------------------------------------
+// service-intentions
+// ---------------------------------------------------------------------------
+
+/// `service-intentions`: who may reach the service `Name` (or every
+/// service, `*`), one source each.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceIntentionsConfigEntry {
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub partition: String,
+    pub sources: Vec<SourceIntention>,
+    pub meta: BTreeMap<String, String>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+/// One source of a `service-intentions` entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct SourceIntention {
+    pub name: String,
+    pub peer: String,
+    pub namespace: String,
+    pub partition: String,
+    /// "allow" or "deny"; empty when `Permissions` decide.
+    pub action: String,
+    pub permissions: Vec<super::connect::IntentionPermission>,
+    /// Computed (Consul's precedence of the source/destination pair).
+    pub precedence: i32,
+    /// "consul".
+    #[serde(rename = "Type")]
+    pub type_: String,
+    pub description: String,
+    /// Set only for intentions made through the legacy API.
+    #[serde(rename = "LegacyID")]
+    pub legacy_id: String,
+    pub legacy_meta: BTreeMap<String, String>,
+    pub legacy_create_time: Option<String>,
+    pub legacy_update_time: Option<String>,
 }

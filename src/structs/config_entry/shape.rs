@@ -288,6 +288,55 @@ const SERVICE_RESOLVER: Shape = Obj(&[
     ("ModifyIndex", Any),
 ]);
 
+const INTENTION_HEADER: Shape = Obj(&[
+    ("Name", Any),
+    ("Present", Any),
+    ("Exact", Any),
+    ("Prefix", Any),
+    ("Suffix", Any),
+    ("Regex", Any),
+    ("Invert", Any),
+]);
+const INTENTION_PERMISSION: Shape = Obj(&[
+    ("Action", Any),
+    (
+        "HTTP",
+        Obj(&[
+            ("PathExact", Any),
+            ("PathPrefix", Any),
+            ("PathRegex", Any),
+            ("Header", List(&INTENTION_HEADER)),
+            ("Methods", Any),
+        ]),
+    ),
+]);
+const SOURCE_INTENTION: Shape = Obj(&[
+    ("Name", Any),
+    ("Peer", Any),
+    ("Namespace", Any),
+    ("Partition", Any),
+    ("SamenessGroup", Any),
+    ("Action", Any),
+    ("Permissions", List(&INTENTION_PERMISSION)),
+    ("Precedence", Any),
+    ("Type", Any),
+    ("Description", Any),
+    ("LegacyID", Any),
+    ("LegacyMeta", Any),
+    ("LegacyCreateTime", Any),
+    ("LegacyUpdateTime", Any),
+]);
+const SERVICE_INTENTIONS: Shape = Obj(&[
+    ("Kind", Any),
+    ("Name", Any),
+    ("Namespace", Any),
+    ("Partition", Any),
+    ("Sources", List(&SOURCE_INTENTION)),
+    ("Meta", Any),
+    ("CreateIndex", Any),
+    ("ModifyIndex", Any),
+]);
+
 /// The shape of a whole entry of `kind`.
 pub fn for_kind(kind: Kind) -> &'static Shape {
     match kind {
@@ -296,6 +345,7 @@ pub fn for_kind(kind: Kind) -> &'static Shape {
         Kind::ServiceRouter => &SERVICE_ROUTER,
         Kind::ServiceSplitter => &SERVICE_SPLITTER,
         Kind::ServiceResolver => &SERVICE_RESOLVER,
+        Kind::ServiceIntentions => &SERVICE_INTENTIONS,
     }
 }
 

@@ -1,0 +1,185 @@
+//! `/v1/connect/ca/*` (roots, configuration), the server agent's leaf
+//! endpoint (`/v1/agent/connect/ca/leaf/:service`), and the internal sign
+//! endpoint client agents send their CSRs to (the key stays with them).
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{App, Watch, blocking, json_at, meta_headers};
+use crate::connect::{SIGN_PATH, ca};
+use crate::error::{Error, Result};
+use crate::request::{Params, QueryOptions, decode_json};
+use crate::state::{Command, Response as Applied, keys};
+use crate::structs::connect::CaConfiguration;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/connect/ca/roots", get(roots))
+        .route("/v1/agent/connect/ca/roots", get(roots))
+        .route(
+            "/v1/connect/ca/configuration",
+            get(get_config).put(put_config),
+        )
+        .route("/v1/agent/connect/ca/leaf/{service}", get(leaf))
+        .route(SIGN_PATH, post(sign).put(sign))
+}
+
+/// The CA exists from the first leader's first duties on; a read before
+/// waits for it as for the cluster id.
+async fn ca_ready(s: &App) -> Result<()> {
+    s.cluster_id().await?;
+    let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+    let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
+    while s.store.state().connect_ca.is_none() {
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
+            return Err(Error::Internal(
+                "the Connect CA is not initialized yet".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    ca_ready(&s).await?;
+    let (index, roots) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
+        (
+            st.index_of([&keys::CONNECT_CA]),
+            crate::state::connect::roots(st).unwrap_or_default(),
+        )
+    })
+    .await?;
+    if p.get("pem").is_some_and(|v| v.is_empty() || v == "true") {
+        // Every root and what chains to it, as Consul's `?pem=true`.
+        let mut pem = String::new();
+        for r in &roots.roots {
+            for c in std::iter::once(&r.root_cert).chain(&r.intermediate_certs) {
+                pem.push_str(c.trim_end());
+                pem.push('\n');
+            }
+        }
+        let mut resp = pem.into_response();
+        resp.headers_mut().extend(meta_headers(&s, index));
+        resp.headers_mut().insert(
+            "content-type",
+            axum::http::HeaderValue::from_static("application/pem-certificate-chain"),
+        );
+        return Ok(resp);
+    }
+    Ok(json_at(&s, index, &roots))
+}
+
+async fn get_config(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    ca_ready(&s).await?;
+    let (index, config) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
+        let mut c = st
+            .connect_ca
+            .as_ref()
+            .map(|c| c.config.clone())
+            .unwrap_or_default();
+        // An operator's key is never shown back.
+        c.config.remove("PrivateKey");
+        (st.index_of([&keys::CONNECT_CA]), c)
+    })
+    .await?;
+    Ok(json_at(&s, index, &config))
+}
+
+async fn put_config(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    QueryOptions::from(&p, &s.config.datacenter)?;
+    let body: Value = decode_json(&body)?;
+    let body: CaConfiguration = serde_json::from_value(body)
+        .map_err(|e| Error::bad(format!("Request decode failed: {e}")))?;
+    // Checked before the CA exists too, so bad input is a 400 at once.
+    ca::normalize(body.clone())?;
+    ca_ready(&s).await?;
+    // A racing change (another PUT) makes the write's CAS fail: build the
+    // new CA again on the state it lost to.
+    for _ in 0..5 {
+        let state = s.store.state();
+        let Some(current) = state.connect_ca.clone() else {
+            return Err(Error::Internal(
+                "the Connect CA is not initialized yet".into(),
+            ));
+        };
+        let trust_domain = format!("{}.consul", state.cluster_id);
+        let next = ca::reconfigure(&current, body.clone(), &trust_domain)?;
+        let cmd = Command::CaSet {
+            ca: Box::new(next),
+            cas: Some(current.config.modify_index),
+        };
+        match s.write(cmd).await? {
+            Applied::Bool(true) => return Ok(axum::Json(Value::Null).into_response()),
+            Applied::Bool(false) => continue,
+            Applied::Rejected(r) => return Err(Error::BadRequest(r)),
+            other => return Err(Error::Internal(format!("unexpected answer {other:?}"))),
+        }
+    }
+    Err(Error::Busy(
+        "the CA configuration kept changing; try again".into(),
+    ))
+}
+
+/// `GET /v1/agent/connect/ca/leaf/:service` on a server: signed here,
+/// blocking on `?index` until a new leaf (after a rotation, or renewal).
+async fn leaf(
+    State(s): State<App>,
+    Path(service): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    crate::connect::check_service_name(&service)?;
+    ca_ready(&s).await?;
+    let deadline = opts.deadline();
+    let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
+    loop {
+        let state = s.store.state();
+        let cert = s.leaves.get(&state, &s.config.datacenter, &service)?;
+        let now = tokio::time::Instant::now();
+        if opts.index == 0 || cert.modify_index > opts.index || now >= deadline {
+            return Ok(json_at(&s, cert.modify_index, &*cert));
+        }
+        // Wake on a CA change, at the leaf's renewal time, or at the end.
+        let until_renew = (ca::renew_at(&cert) - time::OffsetDateTime::now_utc())
+            .try_into()
+            .unwrap_or(std::time::Duration::ZERO);
+        let wake = deadline.min(now + until_renew);
+        let _ = tokio::time::timeout_at(wake, rx.changed()).await;
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SignRequest {
+    #[serde(rename = "CSR")]
+    csr: String,
+}
+
+/// A client agent's CSR, signed with the active root (the key never
+/// leaves the agent).
+async fn sign(State(s): State<App>, body: Bytes) -> Result<Response> {
+    let req: SignRequest = decode_json(&body)?;
+    ca_ready(&s).await?;
+    let state = s.store.state();
+    let ca = state
+        .connect_ca
+        .as_ref()
+        .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
+    let trust_domain = format!("{}.consul", state.cluster_id);
+    let cert = ca::sign_csr(ca, &trust_domain, &s.config.datacenter, &req.csr)?;
+    Ok(json_at(&s, state.index, &cert))
+}
