@@ -62,7 +62,23 @@ fn sidecar(id: &str, dest: &str, port: i64, upstream: Option<&str>) -> NodeServi
 /// web's sidecar (upstream db) and one db instance with its sidecar, with
 /// a CA, a leaf and a deny intention set on the snapshot.
 fn snapshot() -> crate::proxycfg::Snapshot {
+    snapshot_with(&[])
+}
+
+fn snapshot_with(entries: &[serde_json::Value]) -> crate::proxycfg::Snapshot {
     let mut w = crate::testing::World::new();
+    for entry in entries {
+        w.apply(Command::ConfigSet {
+            entry: entry.clone(),
+            cas: None,
+        });
+    }
+    register(
+        &mut w,
+        "n3",
+        "10.0.0.3",
+        sidecar("db-backup-proxy", "db-backup", 21002, None),
+    );
     register(
         &mut w,
         "n1",
@@ -113,6 +129,25 @@ fn snapshot() -> crate::proxycfg::Snapshot {
     }]);
     snap.intentions_default_allow = true;
     snap
+}
+
+/// The (priority, port) of every endpoint of a load assignment.
+fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(u32, u32)> {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    let mut out = Vec::new();
+    for tier in &cla.endpoints {
+        for e in &tier.lb_endpoints {
+            if let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier
+                && let Some(address::Address::SocketAddress(s)) =
+                    ep.address.as_ref().and_then(|a| a.address.as_ref())
+                && let Some(socket_address::PortSpecifier::PortValue(p)) = s.port_specifier
+            {
+                out.push((tier.priority, p));
+            }
+        }
+    }
+    out
 }
 
 fn decode<T: Message + Default>(r: &Resources, ty: &str, name: &str) -> T {
@@ -236,4 +271,27 @@ fn versions_follow_content_only() {
     let name = "public_listener:0.0.0.0:21000";
     assert_ne!(a[LISTENER][name].version, c[LISTENER][name].version);
     assert_eq!(a[ENDPOINT], c[ENDPOINT], "endpoints did not change");
+}
+
+#[test]
+fn a_resolver_sets_timeout_load_balancer_and_failover_priorities() {
+    let r = generate(&snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db", "ConnectTimeout": "3s",
+        "LoadBalancer": {"Policy": "least_request", "LeastRequestConfig": {"ChoiceCount": 3}},
+        "Failover": {"*": {"Service": "db-backup"}}
+    })]));
+    let name = r[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .expect("db's cluster")
+        .clone();
+    let c: Cluster = decode(&r, CLUSTER, &name);
+    assert_eq!(c.connect_timeout.map(|d| d.seconds), Some(3));
+    assert_eq!(
+        c.lb_policy,
+        envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy::LeastRequest as i32
+    );
+    // db's sidecar first, the failover target's at the next priority.
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
+    assert_eq!(endpoints(&cla), [(0, 21001), (1, 21002)]);
 }
