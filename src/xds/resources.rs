@@ -648,7 +648,6 @@ fn route_config(name: &str, chain: &CompiledDiscoveryChain) -> route::RouteConfi
             routes,
             ..Default::default()
         }],
-        validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
         ..Default::default()
     }
 }
