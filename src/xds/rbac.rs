@@ -3,7 +3,11 @@
 //! default of deny, one ALLOW policy per allow intention. A source is a
 //! SPIFFE URI pattern matched against the client certificate's URI SAN,
 //! and a wildcard source excludes the more specific sources that a
-//! higher-precedence intention of the other action names.
+//! higher-precedence intention names. An intention with L7 `Permissions`
+//! (http destinations only) gives, in the HTTP filter, one policy per
+//! permission of the enforced action: its request match, minus the earlier
+//! permissions of the other action (the first match decides; a request
+//! matching none falls to the default).
 
 use envoy_types::pb::envoy::config::listener::v3 as listener;
 use envoy_types::pb::envoy::config::rbac::v3 as rbac;
@@ -15,11 +19,14 @@ use envoy_types::util::pack_any;
 
 use crate::proxycfg::Snapshot;
 
-/// One L4 intention: its source service (or `*`) and whether it allows.
+/// One intention: its source service (or `*`) and its decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     pub source: String,
+    /// L4: allow or deny every request of the source.
     pub allow: bool,
+    /// L7: the source's requests, each with its decision; empty for L4.
+    pub permissions: Vec<(bool, rbac::Permission)>,
 }
 
 /// The intentions whose destination is this proxy's service, highest
@@ -36,14 +43,61 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
     let enforce_allow = !default_allow;
     let mut n = 0;
     for (i, r) in rules.iter().enumerate() {
+        if !r.permissions.is_empty() {
+            // The first matching permission decides: a permission of the
+            // enforced action applies unless an earlier one of the other
+            // action matched.
+            for (j, (allow, perm)) in r.permissions.iter().enumerate() {
+                if *allow != enforce_allow {
+                    continue;
+                }
+                let earlier: Vec<rbac::Permission> = r.permissions[..j]
+                    .iter()
+                    .filter(|(a, _)| *a != enforce_allow)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                let permission = if earlier.is_empty() {
+                    perm.clone()
+                } else {
+                    rbac::Permission {
+                        rule: Some(rbac::permission::Rule::AndRules(rbac::permission::Set {
+                            rules: vec![
+                                perm.clone(),
+                                rbac::Permission {
+                                    rule: Some(rbac::permission::Rule::NotRule(Box::new(
+                                        rbac::Permission {
+                                            rule: Some(rbac::permission::Rule::OrRules(
+                                                rbac::permission::Set { rules: earlier },
+                                            )),
+                                        },
+                                    ))),
+                                },
+                            ],
+                        })),
+                    }
+                };
+                policies.insert(
+                    format!("consul-intentions-layer7-{n}"),
+                    rbac::Policy {
+                        permissions: vec![permission],
+                        principals: vec![source(&r.source)],
+                        ..Default::default()
+                    },
+                );
+                n += 1;
+            }
+            continue;
+        }
         if r.allow != enforce_allow {
             continue;
         }
         let mut principal = source(&r.source);
         if r.source == "*" {
+            // More specific sources of higher precedence decide for
+            // themselves: L4 ones of the other action, and L7 ones.
             let exclude: Vec<rbac::Principal> = rules[..i]
                 .iter()
-                .filter(|h| h.allow != r.allow && h.source != "*")
+                .filter(|h| (h.allow != r.allow || !h.permissions.is_empty()) && h.source != "*")
                 .map(|h| rbac::Principal {
                     identifier: Some(rbac::principal::Identifier::NotId(Box::new(source(
                         &h.source,
@@ -121,7 +175,11 @@ fn regex_escape(s: &str) -> String {
 
 /// The network filter (tcp listeners), ahead of the tcp proxy.
 pub fn network_filter(snap: &Snapshot, _trust_domain: &str) -> listener::Filter {
-    let (rules, default_allow) = rules(snap);
+    let (mut rules, default_allow) = rules(snap);
+    // L7 permissions exist only on http destinations, which get the HTTP
+    // filter; should one reach a tcp listener, its source is left to the
+    // default rather than half-applied.
+    rules.retain(|r| r.permissions.is_empty());
     super::resources::typed(
         "envoy.filters.network.rbac",
         net_rbac::Rbac {
@@ -155,7 +213,40 @@ mod tests {
         Rule {
             source: source.into(),
             allow,
+            permissions: Vec::new(),
         }
+    }
+
+    fn path(prefix: &str) -> rbac::Permission {
+        crate::xds::l7_permission(&crate::structs::connect::IntentionHttpPermission {
+            path_prefix: prefix.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn l7_permissions_deny_what_matches_after_earlier_allows() {
+        // allow /public, deny /: with a default of allow, one DENY policy
+        // for "/ and not /public".
+        let r = build(
+            &[Rule {
+                source: "web".into(),
+                allow: false,
+                permissions: vec![(true, path("/public")), (false, path("/"))],
+            }],
+            true,
+        );
+        assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(r.policies.len(), 1);
+        let p = &r.policies["consul-intentions-layer7-0"];
+        let Some(rbac::permission::Rule::AndRules(set)) = &p.permissions[0].rule else {
+            panic!("not an and-rule: {p:?}")
+        };
+        assert_eq!(set.rules[0], path("/"));
+        assert!(matches!(
+            set.rules[1].rule,
+            Some(rbac::permission::Rule::NotRule(_))
+        ));
     }
 
     #[test]

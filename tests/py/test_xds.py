@@ -329,8 +329,10 @@ def rbac_of(s):
 
 def test_a_deny_intention_arrives_as_an_rbac_deny(mesh, web):
     web.wait("the public listener", lambda s: rbac_of(s) is not None)
-    config(mesh.url, {"Kind": "service-intentions", "Name": "web",
-                      "Sources": [{"Name": "evil", "Action": "deny"}]})
+    config(mesh.url, {"Kind": "service-intentions", "Name": "web", "Sources": [
+        {"Name": "evil", "Action": "deny"},
+        # L7 (web is http): admin's requests under /secret are denied.
+        {"Name": "admin", "Permissions": [{"Action": "deny", "HTTP": {"PathPrefix": "/secret"}}]}]})
 
     def denied(s):
         r = rbac_of(s)
@@ -339,6 +341,10 @@ def test_a_deny_intention_arrives_as_an_rbac_deny(mesh, web):
             for pol in r.policies.values() for p in pol.principals)
     took = web.wait("an RBAC deny of evil", denied)
     assert took < PUSH_WITHIN, f"the intention took {took:.2f}s to arrive"
+    l7 = [pol for pol in rbac_of(web).policies.values()
+          if any("svc/admin$" in p.authenticated.principal_name.safe_regex.regex for p in pol.principals)]
+    assert len(l7) == 1, rbac_of(web)
+    assert l7[0].permissions[0].url_path.path.prefix == "/secret"
 
 
 def test_changes_arrive_within_a_second(mesh, web):
