@@ -107,6 +107,10 @@ struct ServerArgs {
     /// turns it off.
     #[arg(long, default_value = "127.0.0.1:8502")]
     grpc_addr: String,
+    /// xDS streams open at once; past it a new one is refused
+    /// (RESOURCE_EXHAUSTED).
+    #[arg(long, default_value_t = cairn::http::grpc::MAX_STREAMS, hide = true)]
+    grpc_max_streams: usize,
 }
 
 /// The DNS interface's flags (servers and agents alike).
@@ -399,11 +403,13 @@ fn main() -> anyhow::Result<()> {
             let grpc = if a.grpc_addr.trim().is_empty() {
                 None
             } else {
-                Some(
-                    a.grpc_addr
+                Some(cairn::http::grpc::GrpcConfig {
+                    addr: a
+                        .grpc_addr
                         .parse::<SocketAddr>()
                         .map_err(|e| anyhow::anyhow!("--grpc-addr {:?}: {e}", a.grpc_addr))?,
-                )
+                    max_streams: a.grpc_max_streams,
+                })
             };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -31,8 +31,15 @@ use tonic::{Request, Response, Status};
 use super::App;
 use crate::proxycfg::{ProxyKey, Snapshot};
 
-/// Streams (ADS and WatchServers) open at once; past it RESOURCE_EXHAUSTED.
+/// xDS streams open at once by default; past it RESOURCE_EXHAUSTED.
 pub const MAX_STREAMS: usize = 16_384;
+
+/// Where the gRPC port listens and its stream cap.
+#[derive(Debug, Clone)]
+pub struct GrpcConfig {
+    pub addr: SocketAddr,
+    pub max_streams: usize,
+}
 
 /// Bound before anything else starts, so a taken port refuses the start.
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
@@ -46,10 +53,11 @@ pub async fn serve(
     s: App,
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
+    max_streams: usize,
     stop: Arc<tokio::sync::Notify>,
 ) {
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
-    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), MAX_STREAMS);
+    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), max_streams);
     let router = tonic::service::Routes::new(ads)
         .add_service(Dataplane(s.clone()))
         .add_service(ServerDiscovery(s.clone()))

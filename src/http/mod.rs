@@ -263,7 +263,7 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 pub async fn run(
     config: ServerConfig,
     dns: Option<crate::dns::DnsConfig>,
-    grpc: Option<SocketAddr>,
+    grpc: Option<grpc::GrpcConfig>,
 ) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     server
@@ -295,11 +295,11 @@ pub async fn run(
         None => None,
     };
     let grpc_listener = match grpc {
-        Some(addr) => Some(grpc::bind(addr).await?),
+        Some(g) => Some((grpc::bind(g.addr).await?, g)),
         None => None,
     };
     let stop_grpc = Arc::new(tokio::sync::Notify::new());
-    if let Some(l) = grpc_listener {
+    if let Some((l, g)) = grpc_listener {
         // TLS with the server's certificate when the files are given;
         // client certificates only with --tls-verify-incoming (a proxy
         // authenticates with its ACL token, not a certificate).
@@ -307,7 +307,13 @@ pub async fn run(
             Some(t) => Some(t.files.https_server(t.verify_incoming)?),
             None => None,
         };
-        tokio::spawn(grpc::serve(server.clone(), l, tls, stop_grpc.clone()));
+        tokio::spawn(grpc::serve(
+            server.clone(),
+            l,
+            tls,
+            g.max_streams,
+            stop_grpc.clone(),
+        ));
     }
     let mut agent_config = agent_config(&config)?;
     agent_config.dns_port = dns_listeners.as_ref().map(|l| l.addr.port());

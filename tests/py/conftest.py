@@ -42,7 +42,7 @@ def cairn_bin():
 
 
 class CairnServer:
-    def __init__(self):
+    def __init__(self, extra=()):
         self.http_port = free_port()
         self.raft_port = free_port()
         self.dns_port = free_port()
@@ -54,7 +54,7 @@ class CairnServer:
             [cairn_bin(), "server", "--dev", "--node", "py-node",
              "--http-addr", self.addr, "--raft-addr", f"127.0.0.1:{self.raft_port}",
              "--dns-addr", f"127.0.0.1:{self.dns_port}",
-             "--grpc-addr", f"127.0.0.1:{self.grpc_port}"],
+             "--grpc-addr", f"127.0.0.1:{self.grpc_port}", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         self.wait_for_leader()

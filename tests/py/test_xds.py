@@ -29,7 +29,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 
-from conftest import get, put
+from conftest import CairnServer, get, put
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
@@ -480,6 +480,35 @@ def test_state_of_the_world_ads_is_unimplemented(mesh):
             pass
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     ch.close()
+
+
+def test_streams_past_the_cap_are_refused_until_one_ends():
+    server = CairnServer(["--grpc-max-streams", "1"])
+    try:
+        register(server.url, "n1", "10.0.0.1", sidecar_service("web-sidecar-proxy", "web", 21000, 8080))
+        addr = f"127.0.0.1:{server.grpc_port}"
+        first = Sidecar(addr, "web-sidecar-proxy")
+        first.wait("the first stream's listeners", lambda s: s.listener("public_listener:"))
+        second = Sidecar(addr, "web-sidecar-proxy")
+        with pytest.raises(grpc.RpcError) as e:
+            second.wait("an error", lambda s: False)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        second.close()
+        first.close()
+        # The first stream's end frees its place.
+        deadline = time.monotonic() + 10
+        while True:
+            third = Sidecar(addr, "web-sidecar-proxy")
+            try:
+                third.wait("a stream again", lambda s: s.listener("public_listener:"))
+                break
+            except grpc.RpcError as err:
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert time.monotonic() < deadline, "the ended stream's place was never freed"
+            finally:
+                third.close()
+    finally:
+        server.stop()
 
 
 # --- consul-dataplane's services, from Consul's public protos -------------
