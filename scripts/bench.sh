@@ -80,7 +80,7 @@ JOINS=(--join "$(cr 0)" --join "$(cr 1)" --join "$(cr 2)")
 start_cairn_server() { # i extra-args...
   local i=$1; shift
   "$BIN" server --node "s$i" --data-dir "$OUT/cairn/s$i" \
-    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" --dns-addr "$(cd_ "$i")" "$@" \
+    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" --dns-addr "$(cd_ "$i")" --grpc-addr "" "$@" \
     2>>"$OUT/cairn-s$i.log" &
   PIDS[s$i]=$!
 }
@@ -302,7 +302,7 @@ echo "memory: idle and per KV entry"
 WITH_ETCD=0
 [ "${BENCH_SKIP_ETCD:-0}" != 1 ] && WITH_ETCD=1
 # One server.
-"$BIN" server --dev --node s0 --http-addr "$(ch 0)" --raft-addr "$(cr 0)" 2>>"$OUT/cairn-dev.log" &
+"$BIN" server --dev --node s0 --http-addr "$(ch 0)" --raft-addr "$(cr 0)" --grpc-addr "" 2>>"$OUT/cairn-dev.log" &
 PIDS[s0]=$!
 "$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
 sleep 4

@@ -9,7 +9,7 @@ DIRS=${CONFORMANCE_DIRS:-"discovery-chain config-validation merge-central-config
 PORT=${PORT:-18555}
 if [ ! -d "$CASES" ]; then echo "conformance: $CASES not found" >&2; exit 1; fi
 "$BIN" server --dev --http-addr "127.0.0.1:$PORT" --raft-addr "127.0.0.1:$((PORT + 1))" \
-  --dns-addr "127.0.0.1:$((PORT + 2))" 2>/tmp/cairn-conformance.log &
+  --dns-addr "127.0.0.1:$((PORT + 2))" --grpc-addr "" 2>/tmp/cairn-conformance.log &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do

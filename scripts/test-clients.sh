@@ -2,13 +2,15 @@
 # Real-client tests: py-consul (catalog, health, a blocking query, Connect
 # CA, leaves and intentions, the
 # server's agent API and maintenance mode, sessions and KV locks with a
-# leader election), Prometheus's and VictoriaMetrics's Consul service
-# discovery and their scraping of /v1/agent/metrics?format=prometheus, each
+# leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
+# Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,
+# Prometheus's and VictoriaMetrics's Consul service discovery and their
+# scraping of /v1/agent/metrics?format=prometheus, each
 # against a `cairn server --dev` they start on free ports
 # (tests/py/conftest.py).
 #
 # Builds cairn (debug, or CAIRN_BIN=path to use a given binary), installs
-# py-consul and pytest if missing, and runs pytest on tests/py. The
+# py-consul, pytest, grpcio and xds-protos if missing, and runs pytest on tests/py. The
 # Prometheus test skips with a message when /usr/bin/prometheus (Debian
 # package `prometheus`) is absent or built without Consul SD (Debian's is);
 # the VictoriaMetrics one when `victoria-metrics` (Debian package) is absent.
@@ -21,8 +23,8 @@ if [[ -z "${CAIRN_BIN:-}" ]]; then
 fi
 
 PY="${PYTHON:-python3}"
-if ! "$PY" -c 'import consul, pytest' 2>/dev/null; then
-    "$PY" -m pip install --quiet py-consul pytest
+if ! "$PY" -c 'import consul, pytest, grpc, envoy.service.discovery.v3' 2>/dev/null; then
+    "$PY" -m pip install --quiet py-consul pytest grpcio xds-protos
 fi
 
 if ! command -v prometheus >/dev/null 2>&1 && [[ ! -x /usr/bin/prometheus ]]; then

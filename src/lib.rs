@@ -30,3 +30,4 @@ pub mod tasks;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tls;
+pub mod xds;

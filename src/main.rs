@@ -109,6 +109,14 @@ struct ServerArgs {
     sled_cache_mb: u64,
     #[command(flatten)]
     dns: DnsArgs,
+    /// Where gRPC listens (Envoy's xDS, consul-dataplane's services); ""
+    /// turns it off.
+    #[arg(long, default_value = "127.0.0.1:8502")]
+    grpc_addr: String,
+    /// xDS streams open at once; past it a new one is refused
+    /// (RESOURCE_EXHAUSTED).
+    #[arg(long, default_value_t = cairn::http::grpc::MAX_STREAMS, hide = true)]
+    grpc_max_streams: usize,
 }
 
 /// The DNS interface's flags (servers and agents alike).
@@ -469,10 +477,21 @@ fn main() -> anyhow::Result<()> {
                 agent_tokens: a.acl.tokens(),
             };
             let dns = a.dns.config()?;
+            let grpc = if a.grpc_addr.trim().is_empty() {
+                None
+            } else {
+                Some(cairn::http::grpc::GrpcConfig {
+                    addr: a
+                        .grpc_addr
+                        .parse::<SocketAddr>()
+                        .map_err(|e| anyhow::anyhow!("--grpc-addr {:?}: {e}", a.grpc_addr))?,
+                    max_streams: a.grpc_max_streams,
+                })
+            };
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::run(config, dns))
+                .block_on(cairn::http::run(config, dns, grpc))
         }
     }
 }

@@ -484,6 +484,7 @@ fn a_dns_port_in_use_refuses_the_start() {
             .args(["--http-addr", &format!("127.0.0.1:{}", free_port())])
             .args(["--raft-addr", &format!("127.0.0.1:{}", free_port())])
             .args(["--dns-addr", &addr.to_string()])
+            .args(["--grpc-addr", ""])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

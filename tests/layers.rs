@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["state"],
     &["stream", "merge", "session", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
-    &["server"],
+    &["server", "xds"],
     &["http"],
 ];
 

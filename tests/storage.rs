@@ -66,6 +66,7 @@ fn run_until_exit(dir: &Path, timeout: Duration) -> (Option<ExitStatus>, String)
             "--dns-addr",
             &format!("127.0.0.1:{}", common::free_dns_port()),
         ])
+        .args(["--grpc-addr", ""])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

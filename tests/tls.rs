@@ -446,7 +446,8 @@ fn a_stalled_https_handshake_is_closed() {
     );
 }
 
-/// `--http-addr ""`: the server listens on its HTTPS, Raft and DNS ports only,
+/// `--http-addr ""`: the server listens on its HTTPS, Raft, DNS and gRPC
+/// (TLS) ports only,
 /// and its own agent reaches it over HTTPS (a service registered through
 /// the agent API reaches the catalog).
 #[test]
@@ -466,6 +467,7 @@ fn https_only_leaves_no_plain_port() {
         server.http_addr.port(),
         server.raft_addr.port(),
         server.dns_addr.port(),
+        server.grpc_addr.port(),
     ];
     want.sort();
     assert_eq!(listening_ports(server.pid().unwrap()), want);

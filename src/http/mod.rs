@@ -8,6 +8,7 @@ pub(crate) mod catalog;
 mod config;
 pub mod connect;
 mod dataplane;
+pub mod grpc;
 mod health;
 mod intentions;
 mod kv;
@@ -296,8 +297,13 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 /// Runs a server process until SIGINT or SIGTERM (or a storage fault,
 /// which ends it with `FAULT_EXIT`, or a critical task's death, with
 /// `TASK_EXIT`): its Raft core, the leader's reaper, this HTTP API, the server's own agent and, with
-/// `dns`, the DNS interface (answering from this server's state).
-pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> anyhow::Result<()> {
+/// `dns`, the DNS interface (answering from this server's state) and, with
+/// `grpc`, the gRPC port (xDS and the dataplane's services).
+pub async fn run(
+    config: ServerConfig,
+    dns: Option<crate::dns::DnsConfig>,
+    grpc: Option<grpc::GrpcConfig>,
+) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     server
         .tasks
@@ -327,6 +333,27 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
         Some(d) => Some(crate::dns::bind(d.addr).await?),
         None => None,
     };
+    let grpc_listener = match grpc {
+        Some(g) => Some((grpc::bind(g.addr).await?, g)),
+        None => None,
+    };
+    let stop_grpc = Arc::new(tokio::sync::Notify::new());
+    if let Some((l, g)) = grpc_listener {
+        // TLS with the server's certificate when the files are given;
+        // client certificates only with --tls-verify-incoming (a proxy
+        // authenticates with its ACL token, not a certificate).
+        let tls = match &tls {
+            Some(t) => Some(t.files.https_server(t.verify_incoming)?),
+            None => None,
+        };
+        tokio::spawn(grpc::serve(
+            server.clone(),
+            l,
+            tls,
+            g.max_streams,
+            stop_grpc.clone(),
+        ));
+    }
     let mut agent_config = agent_config(&config)?;
     agent_config.dns_port = dns_listeners.as_ref().map(|l| l.addr.port());
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
@@ -390,6 +417,7 @@ pub async fn run(config: ServerConfig, dns: Option<crate::dns::DnsConfig>) -> an
             // moment to finish, then stop regardless.
             stop.notify_one();
             stop_tls.notify_one();
+            stop_grpc.notify_one();
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }

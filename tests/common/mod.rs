@@ -77,6 +77,20 @@ pub fn dns_args(extra: &[String]) -> (Vec<String>, SocketAddr) {
     (vec!["--dns-addr".into(), addr.to_string()], addr)
 }
 
+/// `--grpc-addr` on a free loopback port, unless the test's own arguments
+/// give one: every server would otherwise take the default 8502.
+pub fn grpc_args(extra: &[String]) -> (Vec<String>, SocketAddr) {
+    if let Some(i) = extra.iter().position(|a| a == "--grpc-addr") {
+        let addr = extra
+            .get(i + 1)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        return (Vec::new(), addr);
+    }
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    (vec!["--grpc-addr".into(), addr.to_string()], addr)
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cairn")
 }
@@ -216,6 +230,8 @@ impl ServerBuilder {
         }
         let (dns, dns_addr) = dns_args(&self.extra);
         args.extend(dns);
+        let (grpc, grpc_addr) = grpc_args(&self.extra);
+        args.extend(grpc);
         args.extend(self.extra.iter().cloned());
         let log_path = tmp.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -227,6 +243,7 @@ impl ServerBuilder {
             http_addr,
             raft_addr,
             dns_addr,
+            grpc_addr,
             url: format!(
                 "{}://{http_addr}",
                 if self.https_only { "https" } else { "http" }
@@ -306,6 +323,8 @@ pub struct Server {
     pub raft_addr: SocketAddr,
     /// Where its DNS answers (UDP and TCP).
     pub dns_addr: SocketAddr,
+    /// The gRPC port (xDS, the dataplane's services).
+    pub grpc_addr: SocketAddr,
     /// `http://127.0.0.1:PORT`
     pub url: String,
     pub node: Option<String>,

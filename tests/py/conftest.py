@@ -46,13 +46,15 @@ class CairnServer:
         self.http_port = free_port()
         self.raft_port = free_port()
         self.dns_port = free_port()
+        self.grpc_port = free_port()
         self.addr = f"127.0.0.1:{self.http_port}"
         self.url = f"http://{self.addr}"
         self.log = tempfile.NamedTemporaryFile(prefix="cairn-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [cairn_bin(), "server", "--dev", "--node", "py-node",
              "--http-addr", self.addr, "--raft-addr", f"127.0.0.1:{self.raft_port}",
-             "--dns-addr", f"127.0.0.1:{self.dns_port}", *extra],
+             "--dns-addr", f"127.0.0.1:{self.dns_port}",
+             "--grpc-addr", f"127.0.0.1:{self.grpc_port}", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         self.wait_for_leader()

@@ -1,6 +1,7 @@
 """py-consul over HTTPS, unchanged: `scheme="https", verify=<ca file>`
 against a `cairn server --dev` serving HTTPS only, its CA and certificate
-made by `cairn tls`. A client that does not trust the CA is refused."""
+made by `cairn tls`. A client that does not trust the CA is refused. The
+gRPC port (xDS, consul-dataplane) is TLS with the same certificate."""
 
 import json
 import subprocess
@@ -22,11 +23,14 @@ def https_server():
     for args in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
         subprocess.run([cairn_bin(), *args], cwd=d, check=True, capture_output=True)
     port = free_port()
+    grpc_port = free_port()
     log = open(d / "server.log", "w")
     proc = subprocess.Popen(
         [cairn_bin(), "server", "--dev", "--node", "py-tls",
          "--http-addr", "", "--https-addr", f"127.0.0.1:{port}",
          "--raft-addr", f"127.0.0.1:{free_port()}",
+         "--dns-addr", f"127.0.0.1:{free_port()}",
+         "--grpc-addr", f"127.0.0.1:{grpc_port}",
          "--tls-ca-file", str(d / "consul-agent-ca.pem"),
          "--tls-cert-file", str(d / "dc1-server-consul-0.pem"),
          "--tls-key-file", str(d / "dc1-server-consul-0-key.pem")],
@@ -45,14 +49,14 @@ def https_server():
             proc.kill()
             pytest.fail("cairn did not serve HTTPS with a leader:\n" + (d / "server.log").read_text())
         time.sleep(0.1)
-    yield port, ca
+    yield port, ca, grpc_port
     proc.terminate()
     proc.wait(10)
     tmp.cleanup()
 
 
 def test_py_consul_over_https(https_server):
-    port, ca = https_server
+    port, ca, _ = https_server
     c = consul.Consul(host="127.0.0.1", port=port, scheme="https", verify=ca)
     assert c.kv.put("py/tls", "secret") is True
     _, item = c.kv.get("py/tls")
@@ -64,7 +68,24 @@ def test_py_consul_over_https(https_server):
 
 
 def test_py_consul_refuses_an_unknown_ca(https_server):
-    port, _ = https_server
+    port, _, _ = https_server
     c = consul.Consul(host="127.0.0.1", port=port, scheme="https", verify=True)
     with pytest.raises(requests.exceptions.SSLError):
         c.kv.get("py/tls")
+
+
+def test_grpc_is_tls_with_the_server_certificate(https_server):
+    import grpc
+    _, ca, grpc_port = https_server
+    method = "/hashicorp.consul.dataplane.DataplaneService/GetSupportedDataplaneFeatures"
+    creds = grpc.ssl_channel_credentials(root_certificates=pathlib.Path(ca).read_bytes())
+    with grpc.secure_channel(f"127.0.0.1:{grpc_port}", creds,
+                             options=[("grpc.ssl_target_name_override", "server.dc1.consul")]) as ch:
+        # An empty request; the answer's bytes are its feature list.
+        answer = ch.unary_unary(method)(b"", timeout=10)
+        assert len(answer) > 0
+    # Plain gRPC on the TLS port gets nowhere.
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary(method)(b"", timeout=5)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE

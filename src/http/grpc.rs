@@ -1,0 +1,519 @@
+//! The gRPC port (`--grpc-addr`, default 127.0.0.1:8502; TLS with the
+//! server's certificate when the TLS files are given): Envoy's Delta ADS
+//! (`xds::Ads`, fed by this server's proxycfg snapshots) and
+//! consul-dataplane's own services from Consul's public protos:
+//! `hashicorp.consul.dataplane.DataplaneService` (the same bootstrap
+//! parameters as the HTTP endpoint, `http::dataplane`) and
+//! `hashicorp.consul.serverdiscovery.ServerDiscoveryService/WatchServers`.
+//!
+//! The dataplane's messages are few and small: written here as prost
+//! messages rather than generated (no protoc in the build).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::http;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
+use futures_util::Stream;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic::{Request, Response, Status};
+
+use super::App;
+use crate::proxycfg::{ProxyKey, Snapshot};
+
+/// xDS streams open at once by default; past it RESOURCE_EXHAUSTED.
+pub const MAX_STREAMS: usize = 16_384;
+
+/// Where the gRPC port listens and its stream cap.
+#[derive(Debug, Clone)]
+pub struct GrpcConfig {
+    pub addr: SocketAddr,
+    pub max_streams: usize,
+}
+
+/// Bound before anything else starts, so a taken port refuses the start.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on --grpc-addr {addr}"))
+}
+
+/// Serves the gRPC port until `stop` is notified.
+pub async fn serve(
+    s: App,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    max_streams: usize,
+    stop: Arc<tokio::sync::Notify>,
+) {
+    tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
+    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), max_streams);
+    let router = tonic::service::Routes::new(ads)
+        .add_service(Dataplane(s.clone()))
+        .add_service(ServerDiscovery(s.clone()))
+        .prepare();
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+    let shutdown = async move { stop.notified().await };
+    let result = match tls {
+        None => {
+            let incoming = accept(listener, |tcp| async move { Ok(tcp) });
+            server
+                .serve_with_incoming_shutdown(router, incoming, shutdown)
+                .await
+        }
+        Some(cfg) => {
+            // gRPC needs HTTP/2 chosen by ALPN.
+            let mut cfg = (*cfg).clone();
+            cfg.alpn_protocols = vec![b"h2".to_vec()];
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+            let incoming = accept(listener, move |tcp| {
+                let acceptor = acceptor.clone();
+                async move {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    {
+                        Ok(Ok(tls)) => Ok(TlsIo(tls)),
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(std::io::Error::other("TLS handshake timed out")),
+                    }
+                }
+            });
+            server
+                .serve_with_incoming_shutdown(router, incoming, shutdown)
+                .await
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!("gRPC server stopped: {e}");
+    }
+}
+
+/// Accepted connections, each set up (the TLS handshake) on its own task
+/// so that a slow client holds up no other; failed ones are dropped.
+fn accept<IO, F, Fut>(
+    listener: TcpListener,
+    setup: F,
+) -> impl Stream<Item = Result<IO, std::io::Error>> + Send
+where
+    IO: Send + 'static,
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::io::Result<IO>> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<std::io::Result<IO>>(64);
+    tokio::spawn(async move {
+        let setup = Arc::new(setup);
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("gRPC accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (conn_tx, setup) = (tx.clone(), setup.clone());
+            tokio::spawn(async move {
+                match setup(tcp).await {
+                    Ok(io) => {
+                        let _ = conn_tx.send(Ok(io)).await;
+                    }
+                    Err(e) => tracing::debug!(%peer, "gRPC connection refused: {e}"),
+                }
+            });
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|io| (io, rx)) },
+    )
+}
+
+/// A TLS connection, as tonic's server wants its connections.
+struct TlsIo(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for TlsIo {
+    type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// The server's catalog and proxycfg manager, as the xDS streams see them.
+struct Catalog(App);
+
+impl crate::xds::Source for Catalog {
+    fn locate(&self, service_id: &str, node: Option<&str>) -> Option<ProxyKey> {
+        let st = self.0.store.state();
+        match node {
+            Some(n) => {
+                let key = (n.to_string(), service_id.to_string());
+                st.services.contains_key(&key).then_some(key)
+            }
+            // A proxy's service ID is unique in practice (the dataplane's
+            // node ID is it); the first node holding it is taken.
+            None => st
+                .services
+                .iter()
+                .find(|((_, id), svc)| id == service_id && svc.is_connect_proxy())
+                .map(|(k, _)| k.clone()),
+        }
+    }
+
+    fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
+        self.0.proxycfg.snapshot(key)
+    }
+}
+
+// --- hashicorp.consul.dataplane -------------------------------------------
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetSupportedDataplaneFeaturesRequest {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DataplaneFeatureSupport {
+    #[prost(int32, tag = "1")]
+    pub feature_name: i32,
+    #[prost(bool, tag = "2")]
+    pub supported: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetSupportedDataplaneFeaturesResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub supported_dataplane_features: Vec<DataplaneFeatureSupport>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetEnvoyBootstrapParamsRequest {
+    #[prost(string, tag = "1")]
+    pub node_id: String,
+    #[prost(string, tag = "2")]
+    pub node_name: String,
+    #[prost(string, tag = "3")]
+    pub service_id: String,
+    #[prost(string, tag = "4")]
+    pub partition: String,
+    #[prost(string, tag = "5")]
+    pub namespace: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetEnvoyBootstrapParamsResponse {
+    #[prost(int32, tag = "1")]
+    pub service_kind: i32,
+    #[prost(string, tag = "2")]
+    pub service: String,
+    #[prost(string, tag = "3")]
+    pub namespace: String,
+    #[prost(string, tag = "4")]
+    pub partition: String,
+    #[prost(string, tag = "5")]
+    pub datacenter: String,
+    #[prost(message, optional, tag = "6")]
+    pub config: Option<Struct>,
+    #[prost(string, tag = "7")]
+    pub node_id: String,
+    #[prost(string, tag = "8")]
+    pub node_name: String,
+    #[prost(string, repeated, tag = "9")]
+    pub access_logs: Vec<String>,
+    #[prost(string, tag = "10")]
+    pub identity: String,
+}
+
+/// `DataplaneFeatures`: watch servers, edge certificate management,
+/// Envoy bootstrap configuration.
+const FEATURES: [i32; 3] = [1, 2, 3];
+
+fn service_kind_number(name: &str) -> i32 {
+    match name {
+        "SERVICE_KIND_TYPICAL" => 1,
+        "SERVICE_KIND_CONNECT_PROXY" => 2,
+        "SERVICE_KIND_MESH_GATEWAY" => 3,
+        "SERVICE_KIND_TERMINATING_GATEWAY" => 4,
+        "SERVICE_KIND_INGRESS_GATEWAY" => 5,
+        "SERVICE_KIND_API_GATEWAY" => 6,
+        _ => 0,
+    }
+}
+
+fn to_pb(v: &Value) -> PbValue {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(a) => Kind::ListValue(ListValue {
+            values: a.iter().map(to_pb).collect(),
+        }),
+        Value::Object(o) => Kind::StructValue(to_struct(o)),
+    };
+    PbValue { kind: Some(kind) }
+}
+
+fn to_struct(m: &serde_json::Map<String, Value>) -> Struct {
+    Struct {
+        fields: m.iter().map(|(k, v)| (k.clone(), to_pb(v))).collect(),
+    }
+}
+
+fn bootstrap(
+    s: &App,
+    req: GetEnvoyBootstrapParamsRequest,
+) -> Result<GetEnvoyBootstrapParamsResponse, Status> {
+    if req.service_id.is_empty() {
+        return Err(Status::invalid_argument("service_id is required"));
+    }
+    for (what, v) in [("partition", &req.partition), ("namespace", &req.namespace)] {
+        if !v.is_empty() && v != "default" {
+            return Err(Status::invalid_argument(format!(
+                "{what} {v:?}: only the default {what} exists (Consul open source)"
+            )));
+        }
+    }
+    let st = s.store.state();
+    let node = if !req.node_name.is_empty() {
+        st.nodes.get(&req.node_name).map(|n| &**n)
+    } else if !req.node_id.is_empty() {
+        st.nodes
+            .values()
+            .find(|n| n.id.eq_ignore_ascii_case(&req.node_id))
+            .map(|n| &**n)
+    } else {
+        return Err(Status::invalid_argument("node_id or node_name is required"));
+    }
+    .ok_or_else(|| Status::not_found("node not found"))?;
+    let svc = st
+        .services
+        .get(&(node.node.clone(), req.service_id.clone()))
+        .ok_or_else(|| {
+            Status::not_found(format!(
+                "service {:?} not found on node {:?}",
+                req.service_id, node.node
+            ))
+        })?;
+    let p = super::dataplane::bootstrap_params_for(&st, node, svc, &s.config.datacenter);
+    Ok(GetEnvoyBootstrapParamsResponse {
+        service_kind: service_kind_number(p.service_kind),
+        service: p.service,
+        namespace: p.namespace,
+        partition: p.partition,
+        datacenter: p.datacenter,
+        config: Some(to_struct(&p.config)),
+        node_id: p.node_id,
+        node_name: p.node_name,
+        access_logs: p.access_logs,
+        identity: p.identity,
+    })
+}
+
+type BoxFut = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+/// Answers one unary call with `f`.
+fn unary<Req, Resp, F>(req: http::Request<Body>, f: F) -> BoxFut
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    F: Fn(Req) -> Result<Resp, Status> + Clone + Send + Sync + 'static,
+{
+    Box::pin(async move {
+        let svc = tower::service_fn(move |r: Request<Req>| {
+            let f = f.clone();
+            async move { f(r.into_inner()).map(Response::new) }
+        });
+        let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
+        Ok(grpc.unary(svc, req).await)
+    })
+}
+
+fn unimplemented() -> BoxFut {
+    Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) })
+}
+
+#[derive(Clone)]
+struct Dataplane(App);
+
+impl NamedService for Dataplane {
+    const NAME: &'static str = "hashicorp.consul.dataplane.DataplaneService";
+}
+
+impl tower::Service<http::Request<Body>> for Dataplane {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> BoxFut {
+        let s = self.0.clone();
+        match req.uri().path().rsplit('/').next() {
+            Some("GetSupportedDataplaneFeatures") => {
+                unary(req, |_: GetSupportedDataplaneFeaturesRequest| {
+                    Ok(GetSupportedDataplaneFeaturesResponse {
+                        supported_dataplane_features: FEATURES
+                            .iter()
+                            .map(|f| DataplaneFeatureSupport {
+                                feature_name: *f,
+                                supported: true,
+                            })
+                            .collect(),
+                    })
+                })
+            }
+            Some("GetEnvoyBootstrapParams") => {
+                unary(req, move |r: GetEnvoyBootstrapParamsRequest| {
+                    bootstrap(&s, r)
+                })
+            }
+            _ => unimplemented(),
+        }
+    }
+}
+
+// --- hashicorp.consul.serverdiscovery -------------------------------------
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchServersRequest {
+    #[prost(bool, tag = "1")]
+    pub wan: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchServersResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub servers: Vec<ServerInfo>,
+}
+
+/// Consul's `Server` message.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ServerInfo {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub address: String,
+    #[prost(string, tag = "3")]
+    pub version: String,
+}
+
+/// The servers of the Raft membership: their IP addresses (the dataplane
+/// dials its configured gRPC port on them), as Consul answers.
+fn servers(s: &App) -> Vec<ServerInfo> {
+    s.cluster
+        .members()
+        .into_iter()
+        .map(|(_, n, _)| ServerInfo {
+            id: n.name.clone(),
+            address: n
+                .raft_addr
+                .parse::<SocketAddr>()
+                .map(|a| a.ip().to_string())
+                .unwrap_or_else(|_| {
+                    n.raft_addr
+                        .rsplit_once(':')
+                        .map(|(h, _)| h.to_string())
+                        .unwrap_or_default()
+                }),
+            version: env!("CARGO_PKG_VERSION").into(),
+        })
+        .collect()
+}
+
+#[derive(Clone)]
+struct ServerDiscovery(App);
+
+impl NamedService for ServerDiscovery {
+    const NAME: &'static str = "hashicorp.consul.serverdiscovery.ServerDiscoveryService";
+}
+
+type ServersStream = Pin<Box<dyn Stream<Item = Result<WatchServersResponse, Status>> + Send>>;
+
+impl tower::Service<http::Request<Body>> for ServerDiscovery {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> BoxFut {
+        if req.uri().path().rsplit('/').next() != Some("WatchServers") {
+            return unimplemented();
+        }
+        let s = self.0.clone();
+        Box::pin(async move {
+            let svc = tower::service_fn(move |_: Request<WatchServersRequest>| {
+                let s = s.clone();
+                async move {
+                    // The list now, then again whenever the membership
+                    // changes (checked once a second: membership changes
+                    // are rare and a dataplane only needs them eventually).
+                    let stream = futures_util::stream::unfold(
+                        (s, None::<Vec<ServerInfo>>),
+                        |(s, last)| async move {
+                            loop {
+                                let now = servers(&s);
+                                if last.as_ref() != Some(&now) {
+                                    let item = Ok(WatchServersResponse {
+                                        servers: now.clone(),
+                                    });
+                                    return Some((item, (s, Some(now))));
+                                }
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                        },
+                    );
+                    Ok::<_, Status>(Response::new(Box::pin(stream) as ServersStream))
+                }
+            });
+            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+                WatchServersResponse,
+                WatchServersRequest,
+            >::default());
+            Ok(grpc.server_streaming(svc, req).await)
+        })
+    }
+}

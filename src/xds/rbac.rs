@@ -1,0 +1,284 @@
+//! Intentions as Envoy RBAC on the public listener, as Consul builds them:
+//! with a default of allow, one DENY policy per deny intention; with a
+//! default of deny, one ALLOW policy per allow intention. A source is a
+//! SPIFFE URI pattern matched against the client certificate's URI SAN,
+//! and a wildcard source excludes the more specific sources that a
+//! higher-precedence intention names. An intention with L7 `Permissions`
+//! (http destinations only) gives, in the HTTP filter, one policy per
+//! permission of the enforced action: its request match, minus the earlier
+//! permissions of the other action (the first match decides; a request
+//! matching none falls to the default).
+
+use envoy_types::pb::envoy::config::listener::v3 as listener;
+use envoy_types::pb::envoy::config::rbac::v3 as rbac;
+use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as http_rbac;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use envoy_types::pb::envoy::extensions::filters::network::rbac::v3 as net_rbac;
+use envoy_types::pb::envoy::r#type::matcher::v3 as matcher;
+use envoy_types::util::pack_any;
+
+use crate::proxycfg::Snapshot;
+
+/// One intention: its source service (or `*`) and its decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub source: String,
+    /// L4: allow or deny every request of the source.
+    pub allow: bool,
+    /// L7: the source's requests, each with its decision; empty for L4.
+    pub permissions: Vec<(bool, rbac::Permission)>,
+}
+
+/// The intentions whose destination is this proxy's service, highest
+/// precedence first, and the default decision.
+pub fn rules(snap: &Snapshot) -> (Vec<Rule>, bool) {
+    super::intention_rules(snap)
+}
+
+/// The RBAC rules for `rules` over the default.
+pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
+    let mut policies = std::collections::HashMap::new();
+    // The action the filter enforces is the opposite of the default: only
+    // intentions that say otherwise become policies.
+    let enforce_allow = !default_allow;
+    let mut n = 0;
+    for (i, r) in rules.iter().enumerate() {
+        if !r.permissions.is_empty() {
+            // The first matching permission decides: a permission of the
+            // enforced action applies unless an earlier one of the other
+            // action matched.
+            for (j, (allow, perm)) in r.permissions.iter().enumerate() {
+                if *allow != enforce_allow {
+                    continue;
+                }
+                let earlier: Vec<rbac::Permission> = r.permissions[..j]
+                    .iter()
+                    .filter(|(a, _)| *a != enforce_allow)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                let permission = if earlier.is_empty() {
+                    perm.clone()
+                } else {
+                    rbac::Permission {
+                        rule: Some(rbac::permission::Rule::AndRules(rbac::permission::Set {
+                            rules: vec![
+                                perm.clone(),
+                                rbac::Permission {
+                                    rule: Some(rbac::permission::Rule::NotRule(Box::new(
+                                        rbac::Permission {
+                                            rule: Some(rbac::permission::Rule::OrRules(
+                                                rbac::permission::Set { rules: earlier },
+                                            )),
+                                        },
+                                    ))),
+                                },
+                            ],
+                        })),
+                    }
+                };
+                policies.insert(
+                    format!("consul-intentions-layer7-{n}"),
+                    rbac::Policy {
+                        permissions: vec![permission],
+                        principals: vec![source(&r.source)],
+                        ..Default::default()
+                    },
+                );
+                n += 1;
+            }
+            continue;
+        }
+        if r.allow != enforce_allow {
+            continue;
+        }
+        let mut principal = source(&r.source);
+        if r.source == "*" {
+            // More specific sources of higher precedence decide for
+            // themselves: L4 ones of the other action, and L7 ones.
+            let exclude: Vec<rbac::Principal> = rules[..i]
+                .iter()
+                .filter(|h| (h.allow != r.allow || !h.permissions.is_empty()) && h.source != "*")
+                .map(|h| rbac::Principal {
+                    identifier: Some(rbac::principal::Identifier::NotId(Box::new(source(
+                        &h.source,
+                    )))),
+                })
+                .collect();
+            if !exclude.is_empty() {
+                let mut ids = vec![principal];
+                ids.extend(exclude);
+                principal = rbac::Principal {
+                    identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set {
+                        ids,
+                    })),
+                };
+            }
+        }
+        policies.insert(
+            format!("consul-intentions-layer4-{n}"),
+            rbac::Policy {
+                permissions: vec![rbac::Permission {
+                    rule: Some(rbac::permission::Rule::Any(true)),
+                }],
+                principals: vec![principal],
+                ..Default::default()
+            },
+        );
+        n += 1;
+    }
+    rbac::Rbac {
+        action: if enforce_allow {
+            rbac::rbac::Action::Allow
+        } else {
+            rbac::rbac::Action::Deny
+        } as i32,
+        policies,
+        ..Default::default()
+    }
+}
+
+/// The client certificates of `service` (any service for `*`), in any
+/// trust domain and datacenter of the mesh.
+fn source(service: &str) -> rbac::Principal {
+    let svc = if service == "*" {
+        "[^/]+".to_string()
+    } else {
+        regex_escape(service)
+    };
+    rbac::Principal {
+        identifier: Some(rbac::principal::Identifier::Authenticated(
+            rbac::principal::Authenticated {
+                principal_name: Some(matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
+                        matcher::RegexMatcher {
+                            regex: format!("^spiffe://[^/]+/ns/default/dc/[^/]+/svc/{svc}$"),
+                            ..Default::default()
+                        },
+                    )),
+                    ..Default::default()
+                }),
+            },
+        )),
+    }
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The network filter (tcp listeners), ahead of the tcp proxy.
+pub fn network_filter(snap: &Snapshot, _trust_domain: &str) -> listener::Filter {
+    let (mut rules, default_allow) = rules(snap);
+    // L7 permissions exist only on http destinations, which get the HTTP
+    // filter; should one reach a tcp listener, its source is left to the
+    // default rather than half-applied.
+    rules.retain(|r| r.permissions.is_empty());
+    super::resources::typed(
+        "envoy.filters.network.rbac",
+        net_rbac::Rbac {
+            stat_prefix: "connect_authz".into(),
+            rules: Some(build(&rules, default_allow)),
+            ..Default::default()
+        },
+    )
+}
+
+/// The HTTP filter (http listeners), ahead of the router.
+pub fn http_filter(snap: &Snapshot, _trust_domain: &str) -> hcm::HttpFilter {
+    let (rules, default_allow) = rules(snap);
+    hcm::HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack_any(
+            http_rbac::Rbac {
+                rules: Some(build(&rules, default_allow)),
+                ..Default::default()
+            },
+        ))),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(source: &str, allow: bool) -> Rule {
+        Rule {
+            source: source.into(),
+            allow,
+            permissions: Vec::new(),
+        }
+    }
+
+    fn path(prefix: &str) -> rbac::Permission {
+        crate::xds::l7_permission(&crate::structs::connect::IntentionHttpPermission {
+            path_prefix: prefix.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn l7_permissions_deny_what_matches_after_earlier_allows() {
+        // allow /public, deny /: with a default of allow, one DENY policy
+        // for "/ and not /public".
+        let r = build(
+            &[Rule {
+                source: "web".into(),
+                allow: false,
+                permissions: vec![(true, path("/public")), (false, path("/"))],
+            }],
+            true,
+        );
+        assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(r.policies.len(), 1);
+        let p = &r.policies["consul-intentions-layer7-0"];
+        let Some(rbac::permission::Rule::AndRules(set)) = &p.permissions[0].rule else {
+            panic!("not an and-rule: {p:?}")
+        };
+        assert_eq!(set.rules[0], path("/"));
+        assert!(matches!(
+            set.rules[1].rule,
+            Some(rbac::permission::Rule::NotRule(_))
+        ));
+    }
+
+    #[test]
+    fn default_allow_denies_only_deny_intentions() {
+        let r = build(&[rule("web", false), rule("api", true)], true);
+        assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(r.policies.len(), 1);
+        let p = &r.policies["consul-intentions-layer4-0"];
+        let Some(rbac::principal::Identifier::Authenticated(a)) = &p.principals[0].identifier
+        else {
+            panic!("not an authenticated principal: {p:?}")
+        };
+        let Some(matcher::string_matcher::MatchPattern::SafeRegex(re)) =
+            &a.principal_name.as_ref().unwrap().match_pattern
+        else {
+            panic!("not a regex")
+        };
+        assert_eq!(re.regex, "^spiffe://[^/]+/ns/default/dc/[^/]+/svc/web$");
+    }
+
+    #[test]
+    fn default_deny_allows_allow_intentions_and_wildcards_exclude_higher_denies() {
+        let r = build(&[rule("web", false), rule("*", true)], false);
+        assert_eq!(r.action, rbac::rbac::Action::Allow as i32);
+        assert_eq!(r.policies.len(), 1);
+        let p = &r.policies["consul-intentions-layer4-0"];
+        let Some(rbac::principal::Identifier::AndIds(set)) = &p.principals[0].identifier else {
+            panic!("the wildcard should exclude web: {p:?}")
+        };
+        assert!(matches!(
+            set.ids[1].identifier,
+            Some(rbac::principal::Identifier::NotId(_))
+        ));
+    }
+}

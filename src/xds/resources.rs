@@ -1,0 +1,837 @@
+//! A proxy's snapshot turned into Envoy resources, named as Consul names
+//! them (so dashboards and tooling keep working): the `public_listener`
+//! and the `local_app` cluster for inbound traffic, one listener per
+//! upstream on its `LocalBindPort`, per http upstream a route
+//! configuration implementing its compiled chain (router matches, splitter
+//! weights, resolver targets), one EDS cluster per chain target named by
+//! its SNI with upstream mTLS, and the targets' healthy sidecars as
+//! endpoints (failover targets at lower priorities).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use envoy_types::pb::envoy::config::cluster::v3 as cluster;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
+use envoy_types::pb::envoy::config::listener::v3 as listener;
+use envoy_types::pb::envoy::config::route::v3 as route;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+use envoy_types::pb::envoy::r#type::matcher::v3 as matcher;
+use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration, UInt32Value};
+use envoy_types::util::pack_any;
+use prost::{Message, Name};
+
+use crate::discovery_chain::{CompiledDiscoveryChain, DiscoveryGraphNode, NodeType};
+use crate::proxycfg::{Snapshot, UpstreamSnapshot};
+use crate::structs::config_entry::{Duration, ServiceRouteDestination, ServiceRouteHttpMatch};
+
+pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
+/// The order Envoy needs updates in: a cluster before its endpoints, a
+/// listener before its routes (and clusters before the listeners that
+/// name them).
+pub const ORDER: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+
+/// Consul's name for the inbound cluster to the application.
+pub const LOCAL_APP: &str = "local_app";
+
+/// One encoded resource and its version (a hash of its encoding, so an
+/// unchanged resource keeps its version across rebuilds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    pub version: String,
+    pub any: Any,
+}
+
+impl Resource {
+    fn of<T: Message + Name>(msg: T) -> Resource {
+        let any = pack_any(msg);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        any.value.hash(&mut h);
+        Resource {
+            version: format!("{:016x}", h.finish()),
+            any,
+        }
+    }
+}
+
+/// type URL → resource name → resource.
+pub type Resources = BTreeMap<&'static str, BTreeMap<String, Resource>>;
+
+/// What the mesh's identity gives a proxy: the CA roots it trusts, its own
+/// leaf certificate and the trust domain. Without them (no CA yet) the
+/// listeners and clusters carry no TLS.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    pub roots_pem: String,
+    pub leaf: Option<(String, String)>,
+    pub trust_domain: String,
+}
+
+/// Every resource of one proxy's snapshot.
+pub fn generate(snap: &Snapshot) -> Resources {
+    let id = super::identity(snap);
+    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
+    let mut put = |ty: &'static str, name: String, r: Resource| {
+        out.get_mut(ty).expect("every type").insert(name, r);
+    };
+    let svc = &snap.service;
+    let local_addr = if svc.proxy.local_service_address.is_empty() {
+        "127.0.0.1".to_string()
+    } else {
+        svc.proxy.local_service_address.clone()
+    };
+    let local_port = u32::from(svc.proxy.local_service_port);
+    put(
+        CLUSTER,
+        LOCAL_APP.into(),
+        Resource::of(local_app(&local_addr, local_port)),
+    );
+    let public = public_listener(snap, &id);
+    put(LISTENER, public.name.clone(), Resource::of(public));
+
+    for up in &svc.proxy.upstreams {
+        let Some(us) = snap.upstreams.get(&up.destination_name) else {
+            continue;
+        };
+        let Some(chain) = us.chain.as_deref() else {
+            continue;
+        };
+        let upstream_id = upstream_id(&up.destination_name, &up.datacenter);
+        for target in chain.targets.values() {
+            if !us.endpoints.contains_key(&target.id) {
+                continue; // another datacenter or a peer: not served here
+            }
+            let c = target_cluster(chain, target, &id);
+            put(CLUSTER, c.name.clone(), Resource::of(c));
+            let cla = load_assignment(chain, us, &target.id);
+            put(ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        }
+        let bind = if up.local_bind_address.is_empty() {
+            "127.0.0.1"
+        } else {
+            &up.local_bind_address
+        };
+        let port = u32::from(up.local_bind_port);
+        if port == 0 {
+            continue; // no bind port: reached by transparent proxy only
+        }
+        let name = format!("{upstream_id}:{bind}:{port}");
+        let stat = format!(
+            "upstream.{}.default.default.{}",
+            chain.service_name, chain.datacenter
+        );
+        let filter = if is_http(&chain.protocol) {
+            put(
+                ROUTE,
+                upstream_id.clone(),
+                Resource::of(route_config(&upstream_id, chain)),
+            );
+            http_filter(&stat, &upstream_id)
+        } else {
+            let cluster = start_cluster(chain).unwrap_or_default();
+            tcp_filter(&stat, &cluster)
+        };
+        let l = listener::Listener {
+            name: name.clone(),
+            address: Some(socket(bind, port)),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![listener::FilterChain {
+                filters: vec![filter],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        put(LISTENER, name, Resource::of(l));
+    }
+    out
+}
+
+/// Consul's upstream ID: the name, with `?dc=` when it names another
+/// datacenter.
+fn upstream_id(name: &str, dc: &str) -> String {
+    if dc.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}?dc={dc}")
+    }
+}
+
+pub(crate) fn socket(addr: &str, port: u32) -> core::Address {
+    core::Address {
+        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+            address: addr.to_string(),
+            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(port)),
+            ..Default::default()
+        })),
+    }
+}
+
+fn duration(d: Duration) -> Option<PbDuration> {
+    (d.nanos() > 0).then(|| PbDuration {
+        seconds: d.nanos() / 1_000_000_000,
+        nanos: (d.nanos() % 1_000_000_000) as i32,
+    })
+}
+
+fn secs(s: i64) -> Option<PbDuration> {
+    Some(PbDuration {
+        seconds: s,
+        nanos: 0,
+    })
+}
+
+fn inline(s: &str) -> Option<core::DataSource> {
+    Some(core::DataSource {
+        specifier: Some(core::data_source::Specifier::InlineString(s.to_string())),
+        ..Default::default()
+    })
+}
+
+fn ads() -> Option<core::ConfigSource> {
+    Some(core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+            core::AggregatedConfigSource {},
+        )),
+        resource_api_version: core::ApiVersion::V3 as i32,
+        ..Default::default()
+    })
+}
+
+fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::TransportSocket> {
+    Some(core::TransportSocket {
+        name: "tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(
+            ctx,
+        ))),
+    })
+}
+
+/// The leaf as this proxy's certificate and the roots as what the peer's
+/// must chain to.
+fn common_tls(id: &Identity, san: Option<String>) -> tls::CommonTlsContext {
+    let validation = tls::CertificateValidationContext {
+        trusted_ca: inline(&id.roots_pem),
+        match_typed_subject_alt_names: san
+            .map(|uri| {
+                vec![tls::SubjectAltNameMatcher {
+                    san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
+                    matcher: Some(exact(&uri)),
+                    ..Default::default()
+                }]
+            })
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    tls::CommonTlsContext {
+        tls_params: Some(tls::TlsParameters::default()),
+        tls_certificates: id
+            .leaf
+            .iter()
+            .map(|(cert, key)| tls::TlsCertificate {
+                certificate_chain: inline(cert),
+                private_key: inline(key),
+                ..Default::default()
+            })
+            .collect(),
+        validation_context_type: Some(
+            tls::common_tls_context::ValidationContextType::ValidationContext(validation),
+        ),
+        ..Default::default()
+    }
+}
+
+fn has_tls(id: &Identity) -> bool {
+    id.leaf.is_some() && !id.roots_pem.is_empty()
+}
+
+fn exact(s: &str) -> matcher::StringMatcher {
+    matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(s.to_string())),
+        ..Default::default()
+    }
+}
+
+fn regex(s: &str) -> matcher::RegexMatcher {
+    matcher::RegexMatcher {
+        regex: s.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The inbound side: the proxy's own port, mTLS with the leaf (client
+/// certificates required), the intentions' RBAC, then the application.
+fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
+    let svc = &snap.service;
+    // As Consul: `bind_address`/`bind_port` from the proxy's config, else
+    // the proxy's own address (all addresses when it has none) and port.
+    let config = svc.proxy.config.as_deref();
+    let bind = config
+        .and_then(|c| c.get("bind_address"))
+        .and_then(|v| v.as_str())
+        .filter(|a| !a.is_empty())
+        .unwrap_or(if svc.address.is_empty() {
+            "0.0.0.0"
+        } else {
+            &svc.address
+        });
+    let port = config
+        .and_then(|c| c.get("bind_port"))
+        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
+    let http = is_http(&protocol_of(snap));
+    let mut filters = Vec::new();
+    let filter = if http {
+        let mut hcm = hcm_base("public_listener");
+        hcm.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
+            route::RouteConfiguration {
+                name: "public_listener".into(),
+                virtual_hosts: vec![route::VirtualHost {
+                    name: "public_listener".into(),
+                    domains: vec!["*".into()],
+                    routes: vec![route::Route {
+                        r#match: Some(prefix_match("/")),
+                        action: Some(route::route::Action::Route(to_cluster(LOCAL_APP))),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        ));
+        hcm.http_filters
+            .insert(0, super::rbac::http_filter(snap, &id.trust_domain));
+        typed("envoy.filters.network.http_connection_manager", hcm)
+    } else {
+        filters.push(super::rbac::network_filter(snap, &id.trust_domain));
+        tcp_filter("public_listener", LOCAL_APP)
+    };
+    filters.push(filter);
+    let transport = has_tls(id).then(|| {
+        transport_socket(tls::DownstreamTlsContext {
+            common_tls_context: Some(common_tls(id, None)),
+            require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
+                value: true,
+            }),
+            ..Default::default()
+        })
+    });
+    listener::Listener {
+        name: format!("public_listener:{bind}:{port}"),
+        address: Some(socket(bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        filter_chains: vec![listener::FilterChain {
+            filters,
+            transport_socket: transport.flatten(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The proxy's own protocol (`Proxy.Config.protocol`, central config
+/// merged), tcp by default.
+pub(crate) fn protocol_of(snap: &Snapshot) -> String {
+    snap.service
+        .proxy
+        .config
+        .as_ref()
+        .and_then(|c| c.get("protocol"))
+        .and_then(|p| p.as_str())
+        .unwrap_or("tcp")
+        .to_string()
+}
+
+pub(crate) fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
+    listener::Filter {
+        name: name.into(),
+        config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(msg))),
+    }
+}
+
+fn tcp_filter(stat: &str, cluster: &str) -> listener::Filter {
+    typed(
+        "envoy.filters.network.tcp_proxy",
+        tcp::TcpProxy {
+            stat_prefix: stat.to_string(),
+            cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(
+                cluster.to_string(),
+            )),
+            ..Default::default()
+        },
+    )
+}
+
+fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
+    hcm::HttpConnectionManager {
+        stat_prefix: stat.to_string(),
+        http_filters: vec![hcm::HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack_any(
+                Router::default(),
+            ))),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// An upstream's HTTP connection manager, its routes by RDS over ADS.
+fn http_filter(stat: &str, route: &str) -> listener::Filter {
+    let mut m = hcm_base(stat);
+    m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+        hcm::Rds {
+            config_source: ads(),
+            route_config_name: route.to_string(),
+        },
+    ));
+    typed("envoy.filters.network.http_connection_manager", m)
+}
+
+fn local_app(addr: &str, port: u32) -> cluster::Cluster {
+    cluster::Cluster {
+        name: LOCAL_APP.into(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Static as i32,
+        )),
+        connect_timeout: secs(5),
+        load_assignment: Some(endpoint::ClusterLoadAssignment {
+            cluster_name: LOCAL_APP.into(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: vec![lb_endpoint(addr, port)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
+    endpoint::LbEndpoint {
+        host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+            endpoint::Endpoint {
+                address: Some(socket(addr, port)),
+                ..Default::default()
+            },
+        )),
+        health_status: core::HealthStatus::Healthy as i32,
+        ..Default::default()
+    }
+}
+
+/// The resolver node a chain node leads to (for a tcp chain: the start).
+fn resolver_of<'a>(
+    chain: &'a CompiledDiscoveryChain,
+    node: &'a DiscoveryGraphNode,
+) -> Option<&'a DiscoveryGraphNode> {
+    match node.node_type {
+        NodeType::Resolver => Some(node),
+        _ => None,
+    }
+    .or_else(|| {
+        let next = node
+            .routes
+            .first()
+            .map(|r| &r.next_node)
+            .or(node.splits.first().map(|s| &s.next_node))?;
+        resolver_of(chain, chain.nodes.get(next)?)
+    })
+}
+
+/// The cluster a tcp upstream's traffic goes to: its start resolver's target.
+fn start_cluster(chain: &CompiledDiscoveryChain) -> Option<String> {
+    let start = chain.nodes.get(&chain.start_node)?;
+    let r = resolver_of(chain, start)?.resolver.as_ref()?;
+    Some(cluster_name(chain, &r.target))
+}
+
+fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> String {
+    chain
+        .targets
+        .get(target)
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| target.to_string())
+}
+
+/// One chain target's cluster: EDS over ADS, its resolver's connect timeout
+/// and load balancer, and mTLS to its sidecars (SNI and SPIFFE SAN).
+fn target_cluster(
+    chain: &CompiledDiscoveryChain,
+    target: &crate::discovery_chain::DiscoveryTarget,
+    id: &Identity,
+) -> cluster::Cluster {
+    let timeout = if target.connect_timeout.nanos() > 0 {
+        duration(target.connect_timeout)
+    } else {
+        secs(5)
+    };
+    let lb = chain
+        .nodes
+        .values()
+        .find(|n| n.resolver.as_ref().is_some_and(|r| r.target == target.id))
+        .and_then(|n| n.load_balancer.as_ref());
+    let mut c = cluster::Cluster {
+        name: target.name.clone(),
+        alt_stat_name: target.name.clone(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+            eds_config: ads(),
+            service_name: target.name.clone(),
+        }),
+        connect_timeout: timeout,
+        ..Default::default()
+    };
+    if let Some(lb) = lb {
+        use cluster::cluster::LbPolicy;
+        c.lb_policy = match lb.policy.as_str() {
+            "least_request" => LbPolicy::LeastRequest,
+            "ring_hash" => LbPolicy::RingHash,
+            "maglev" => LbPolicy::Maglev,
+            "random" => LbPolicy::Random,
+            _ => LbPolicy::RoundRobin,
+        } as i32;
+        if let Some(rh) = &lb.ring_hash_config {
+            c.lb_config = Some(cluster::cluster::LbConfig::RingHashLbConfig(
+                cluster::cluster::RingHashLbConfig {
+                    minimum_ring_size: (rh.minimum_ring_size > 0).then_some(
+                        envoy_types::pb::google::protobuf::UInt64Value {
+                            value: rh.minimum_ring_size,
+                        },
+                    ),
+                    maximum_ring_size: (rh.maximum_ring_size > 0).then_some(
+                        envoy_types::pb::google::protobuf::UInt64Value {
+                            value: rh.maximum_ring_size,
+                        },
+                    ),
+                    ..Default::default()
+                },
+            ));
+        }
+        if let Some(lr) = &lb.least_request_config {
+            c.lb_config = Some(cluster::cluster::LbConfig::LeastRequestLbConfig(
+                cluster::cluster::LeastRequestLbConfig {
+                    choice_count: (lr.choice_count > 0).then_some(UInt32Value {
+                        value: lr.choice_count,
+                    }),
+                    ..Default::default()
+                },
+            ));
+        }
+    }
+    if has_tls(id) {
+        let san = format!(
+            "spiffe://{}/ns/{}/dc/{}/svc/{}",
+            id.trust_domain, target.namespace, target.datacenter, target.service
+        );
+        c.transport_socket = transport_socket(tls::UpstreamTlsContext {
+            common_tls_context: Some(common_tls(id, Some(san))),
+            sni: target.sni.clone(),
+            ..Default::default()
+        });
+    }
+    c
+}
+
+/// A target's endpoints: its healthy sidecars (address and proxy port,
+/// never the application's), then each failover target's at the next
+/// priority.
+fn load_assignment(
+    chain: &CompiledDiscoveryChain,
+    us: &UpstreamSnapshot,
+    target: &str,
+) -> endpoint::ClusterLoadAssignment {
+    let mut tiers = vec![target.to_string()];
+    if let Some(f) = chain
+        .nodes
+        .values()
+        .filter_map(|n| n.resolver.as_ref())
+        .find(|r| r.target == target)
+        .and_then(|r| r.failover.as_ref())
+    {
+        tiers.extend(f.targets.iter().cloned());
+    }
+    let endpoints = tiers
+        .iter()
+        .enumerate()
+        .filter_map(|(priority, t)| {
+            let rows = us.endpoints.get(t)?;
+            Some(endpoint::LocalityLbEndpoints {
+                priority: priority as u32,
+                lb_endpoints: rows
+                    .iter()
+                    .map(|i| {
+                        let addr = if i.service.address.is_empty() {
+                            &i.node.address
+                        } else {
+                            &i.service.address
+                        };
+                        let mut e = lb_endpoint(addr, u32::try_from(i.service.port).unwrap_or(0));
+                        e.load_balancing_weight = Some(UInt32Value {
+                            value: u32::try_from(i.service.weights.passing.max(1)).unwrap_or(1),
+                        });
+                        e
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    endpoint::ClusterLoadAssignment {
+        cluster_name: cluster_name(chain, target),
+        endpoints,
+        ..Default::default()
+    }
+}
+
+fn prefix_match(p: &str) -> route::RouteMatch {
+    route::RouteMatch {
+        path_specifier: Some(route::route_match::PathSpecifier::Prefix(p.to_string())),
+        ..Default::default()
+    }
+}
+
+fn to_cluster(name: &str) -> route::RouteAction {
+    route::RouteAction {
+        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
+            name.to_string(),
+        )),
+        ..Default::default()
+    }
+}
+
+/// An http upstream's routes: the router's matches in order (the
+/// compiler appends the catch-all), a splitter's weighted clusters, or
+/// straight to the resolver's target.
+fn route_config(name: &str, chain: &CompiledDiscoveryChain) -> route::RouteConfiguration {
+    let mut routes = Vec::new();
+    if let Some(start) = chain.nodes.get(&chain.start_node) {
+        match start.node_type {
+            NodeType::Router => {
+                for r in &start.routes {
+                    let m = route_match(r.definition.match_.as_ref().and_then(|m| m.http.as_ref()));
+                    let mut action = next_action(chain, &r.next_node);
+                    if let Some(d) = &r.definition.destination {
+                        destination(&mut action, d);
+                    }
+                    routes.push(route::Route {
+                        r#match: Some(m),
+                        action: Some(route::route::Action::Route(action)),
+                        ..Default::default()
+                    });
+                }
+            }
+            _ => routes.push(route::Route {
+                r#match: Some(prefix_match("/")),
+                action: Some(route::route::Action::Route(next_action(
+                    chain,
+                    &chain.start_node,
+                ))),
+                ..Default::default()
+            }),
+        }
+    }
+    route::RouteConfiguration {
+        name: name.to_string(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: name.to_string(),
+            domains: vec!["*".into()],
+            routes,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Where a route goes: a splitter node's weighted clusters (Consul's
+/// weights × 100, so 0.01% steps are kept), or a resolver's target.
+fn next_action(chain: &CompiledDiscoveryChain, node: &str) -> route::RouteAction {
+    let Some(n) = chain.nodes.get(node) else {
+        return to_cluster(node);
+    };
+    match n.node_type {
+        NodeType::Splitter => {
+            let clusters = n
+                .splits
+                .iter()
+                .filter_map(|s| {
+                    let next = chain.nodes.get(&s.next_node)?;
+                    let r = resolver_of(chain, next)?.resolver.as_ref()?;
+                    Some(route::weighted_cluster::ClusterWeight {
+                        name: cluster_name(chain, &r.target),
+                        weight: Some(UInt32Value {
+                            value: (s.weight * 100.0).round() as u32,
+                        }),
+                        ..Default::default()
+                    })
+                })
+                .filter(|c| c.weight.as_ref().is_some_and(|w| w.value > 0))
+                .collect();
+            route::RouteAction {
+                cluster_specifier: Some(route::route_action::ClusterSpecifier::WeightedClusters(
+                    route::WeightedCluster {
+                        clusters,
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            }
+        }
+        _ => {
+            let target = resolver_of(chain, n)
+                .and_then(|r| r.resolver.as_ref())
+                .map(|r| cluster_name(chain, &r.target))
+                .unwrap_or_default();
+            let mut a = to_cluster(&target);
+            if let Some(r) = n.resolver.as_ref()
+                && r.request_timeout.nanos() > 0
+            {
+                a.timeout = duration(r.request_timeout);
+            }
+            a
+        }
+    }
+}
+
+/// A router destination's timeouts, retries and prefix rewrite.
+fn destination(a: &mut route::RouteAction, d: &ServiceRouteDestination) {
+    if !d.prefix_rewrite.is_empty() {
+        a.prefix_rewrite = d.prefix_rewrite.clone();
+    }
+    if d.request_timeout.nanos() > 0 {
+        a.timeout = duration(d.request_timeout);
+    }
+    if d.idle_timeout.nanos() > 0 {
+        a.idle_timeout = duration(d.idle_timeout);
+    }
+    let mut on: Vec<String> = d.retry_on.clone();
+    if d.retry_on_connect_failure {
+        on.push("connect-failure".into());
+    }
+    if !d.retry_on_status_codes.is_empty() {
+        on.push("retriable-status-codes".into());
+    }
+    if d.num_retries > 0 || !on.is_empty() {
+        a.retry_policy = Some(route::RetryPolicy {
+            retry_on: on.join(","),
+            num_retries: (d.num_retries > 0).then_some(UInt32Value {
+                value: d.num_retries,
+            }),
+            retriable_status_codes: d.retry_on_status_codes.clone(),
+            ..Default::default()
+        });
+    }
+}
+
+/// A router's HTTP match: path (exact, prefix or regex), headers, query
+/// parameters, methods (a `:method` header regex, as Consul).
+fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
+    let Some(m) = m else {
+        return prefix_match("/");
+    };
+    let path = if !m.path_exact.is_empty() {
+        route::route_match::PathSpecifier::Path(m.path_exact.clone())
+    } else if !m.path_prefix.is_empty() {
+        route::route_match::PathSpecifier::Prefix(m.path_prefix.clone())
+    } else if !m.path_regex.is_empty() {
+        route::route_match::PathSpecifier::SafeRegex(regex(&m.path_regex))
+    } else {
+        route::route_match::PathSpecifier::Prefix("/".into())
+    };
+    let mut headers: Vec<route::HeaderMatcher> = m
+        .header
+        .iter()
+        .map(|h| {
+            use route::header_matcher::HeaderMatchSpecifier as S;
+            let spec = if h.present {
+                S::PresentMatch(true)
+            } else if !h.exact.is_empty() {
+                S::StringMatch(exact(&h.exact))
+            } else if !h.prefix.is_empty() {
+                S::StringMatch(matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::Prefix(
+                        h.prefix.clone(),
+                    )),
+                    ..Default::default()
+                })
+            } else if !h.suffix.is_empty() {
+                S::StringMatch(matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::Suffix(
+                        h.suffix.clone(),
+                    )),
+                    ..Default::default()
+                })
+            } else {
+                S::StringMatch(matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &h.regex,
+                    ))),
+                    ..Default::default()
+                })
+            };
+            route::HeaderMatcher {
+                name: h.name.clone(),
+                invert_match: h.invert,
+                header_match_specifier: Some(spec),
+                ..Default::default()
+            }
+        })
+        .collect();
+    if !m.methods.is_empty() {
+        headers.push(route::HeaderMatcher {
+            name: ":method".into(),
+            header_match_specifier: Some(route::header_matcher::HeaderMatchSpecifier::StringMatch(
+                matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &m.methods.join("|"),
+                    ))),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        });
+    }
+    let query_parameters = m
+        .query_param
+        .iter()
+        .map(|q| {
+            use route::query_parameter_matcher::QueryParameterMatchSpecifier as Q;
+            let spec = if q.present {
+                Q::PresentMatch(true)
+            } else if !q.regex.is_empty() {
+                Q::StringMatch(matcher::StringMatcher {
+                    match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(regex(
+                        &q.regex,
+                    ))),
+                    ..Default::default()
+                })
+            } else {
+                Q::StringMatch(exact(&q.exact))
+            };
+            route::QueryParameterMatcher {
+                name: q.name.clone(),
+                query_parameter_match_specifier: Some(spec),
+            }
+        })
+        .collect();
+    route::RouteMatch {
+        path_specifier: Some(path),
+        headers,
+        query_parameters,
+        ..Default::default()
+    }
+}
+
+/// Protocols served with an HTTP connection manager (L7).
+fn is_http(protocol: &str) -> bool {
+    matches!(protocol, "http" | "http2" | "grpc")
+}

@@ -1,0 +1,297 @@
+//! Resource generation from a snapshot built on a real state: the TLS
+//! contexts carry the snapshot's leaf and roots, clusters are named by SNI
+//! with the target's SPIFFE SAN, endpoints are the sidecars' ports, and
+//! intentions become RBAC.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::rbac::v3 as rbac;
+use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetRbac;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, UpstreamTlsContext, common_tls_context::ValidationContextType,
+};
+use prost::Message;
+
+use super::resources::{CLUSTER, ENDPOINT, LISTENER};
+use super::*;
+use crate::proxycfg::{Shared, build};
+use crate::state::Command;
+use crate::structs::connect::{CaRoot, CaRoots, Intention, IssuedCert};
+use crate::structs::{HealthCheck, NodeService, RegisterRequest, Upstream};
+
+fn register(w: &mut crate::testing::World, node: &str, addr: &str, svc: NodeService) {
+    let check = HealthCheck {
+        check_id: format!("{}-check", svc.id),
+        name: "check".into(),
+        status: "passing".parse().unwrap(),
+        service_id: svc.id.clone(),
+        ..Default::default()
+    };
+    w.apply(Command::Register(Box::new(RegisterRequest {
+        node: node.into(),
+        address: addr.into(),
+        service: Some(svc),
+        checks: vec![check],
+        ..Default::default()
+    })));
+}
+
+fn sidecar(id: &str, dest: &str, port: i64, upstream: Option<&str>) -> NodeService {
+    let mut s = NodeService {
+        kind: "connect-proxy".into(),
+        id: id.into(),
+        service: format!("{dest}-sidecar-proxy"),
+        port,
+        ..Default::default()
+    };
+    s.proxy.destination_service_name = dest.into();
+    s.proxy.local_service_port = 8080;
+    if let Some(u) = upstream {
+        s.proxy.upstreams.push(Upstream {
+            destination_name: u.into(),
+            local_bind_port: 9191,
+            ..Default::default()
+        });
+    }
+    s
+}
+
+/// web's sidecar (upstream db) and one db instance with its sidecar, with
+/// a CA, a leaf and a deny intention set on the snapshot.
+fn snapshot() -> crate::proxycfg::Snapshot {
+    snapshot_with(&[])
+}
+
+fn snapshot_with(entries: &[serde_json::Value]) -> crate::proxycfg::Snapshot {
+    let mut w = crate::testing::World::new();
+    for entry in entries {
+        w.apply(Command::ConfigSet {
+            entry: entry.clone(),
+            cas: None,
+        });
+    }
+    register(
+        &mut w,
+        "n3",
+        "10.0.0.3",
+        sidecar("db-backup-proxy", "db-backup", 21002, None),
+    );
+    register(
+        &mut w,
+        "n1",
+        "10.0.0.1",
+        sidecar("web-proxy", "web", 21000, Some("db")),
+    );
+    register(
+        &mut w,
+        "n2",
+        "10.0.0.2",
+        NodeService {
+            id: "db".into(),
+            service: "db".into(),
+            port: 5432,
+            ..Default::default()
+        },
+    );
+    register(
+        &mut w,
+        "n2",
+        "10.0.0.2",
+        sidecar("db-proxy", "db", 21001, None),
+    );
+    let state = w.store.state();
+    let key = ("n1".to_string(), "web-proxy".to_string());
+    let (mut snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a proxy");
+    snap.roots = Some(Arc::new(CaRoots {
+        active_root_id: "r1".into(),
+        trust_domain: "11111111-2222-3333-4444-555555555555.consul".into(),
+        roots: vec![CaRoot {
+            id: "r1".into(),
+            root_cert: "ROOT-PEM".into(),
+            active: true,
+            ..Default::default()
+        }],
+    }));
+    snap.leaf = Some(Arc::new(IssuedCert {
+        cert_pem: "LEAF-PEM".into(),
+        private_key_pem: "LEAF-KEY".into(),
+        service: "web".into(),
+        ..Default::default()
+    }));
+    snap.intentions = Arc::new(vec![Intention {
+        source_name: "evil".into(),
+        destination_name: "web".into(),
+        action: Some("deny".into()),
+        ..Default::default()
+    }]);
+    snap.intentions_default_allow = true;
+    snap
+}
+
+/// The (priority, port) of every endpoint of a load assignment.
+fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(u32, u32)> {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    let mut out = Vec::new();
+    for tier in &cla.endpoints {
+        for e in &tier.lb_endpoints {
+            if let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier
+                && let Some(address::Address::SocketAddress(s)) =
+                    ep.address.as_ref().and_then(|a| a.address.as_ref())
+                && let Some(socket_address::PortSpecifier::PortValue(p)) = s.port_specifier
+            {
+                out.push((tier.priority, p));
+            }
+        }
+    }
+    out
+}
+
+fn decode<T: Message + Default>(r: &Resources, ty: &str, name: &str) -> T {
+    let res = r[ty]
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} in {ty}: {:?}", r[ty].keys()));
+    T::decode(&*res.any.value).unwrap()
+}
+
+#[test]
+fn tls_contexts_carry_the_leaf_and_the_roots() {
+    let r = generate(&snapshot());
+    let l: Listener = decode(&r, LISTENER, "public_listener:0.0.0.0:21000");
+    let ts = l.filter_chains[0].transport_socket.as_ref().expect("TLS");
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = &ts.config_type
+    else {
+        panic!("no TLS config")
+    };
+    let ctx = DownstreamTlsContext::decode(&*any.value).unwrap();
+    assert_eq!(ctx.require_client_certificate.map(|b| b.value), Some(true));
+    let common = ctx.common_tls_context.unwrap();
+    let cert = &common.tls_certificates[0];
+    let inline = |d: &Option<envoy_types::pb::envoy::config::core::v3::DataSource>| match d
+        .as_ref()
+        .and_then(|d| d.specifier.clone())
+    {
+        Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(s)) => {
+            s
+        }
+        other => panic!("not inline: {other:?}"),
+    };
+    assert_eq!(inline(&cert.certificate_chain), "LEAF-PEM");
+    assert_eq!(inline(&cert.private_key), "LEAF-KEY");
+    let Some(ValidationContextType::ValidationContext(v)) = common.validation_context_type else {
+        panic!("no validation context")
+    };
+    assert_eq!(inline(&v.trusted_ca), "ROOT-PEM\n");
+
+    // Named by the chain target's SNI (its trust domain is the test
+    // state's, which has no cluster ID).
+    let sni = r[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .expect("db's cluster")
+        .as_str();
+    let c: Cluster = decode(&r, CLUSTER, sni);
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = c.transport_socket.unwrap().config_type
+    else {
+        panic!("no upstream TLS")
+    };
+    let up = UpstreamTlsContext::decode(&*any.value).unwrap();
+    assert_eq!(up.sni, sni);
+    let Some(ValidationContextType::ValidationContext(v)) =
+        up.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("no validation context")
+    };
+    let san = v.match_typed_subject_alt_names[0].matcher.clone().unwrap();
+    assert_eq!(
+        san.match_pattern,
+        Some(
+            envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
+                "spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/db"
+                    .into()
+            )
+        )
+    );
+
+    // The sidecar's port, never the application's 5432.
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, sni);
+    let ports: Vec<u32> = cla.endpoints[0]
+        .lb_endpoints
+        .iter()
+        .filter_map(|e| match &e.host_identifier {
+            Some(envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                match ep.address.as_ref()?.address.as_ref()? {
+                    envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(s) => match s.port_specifier {
+                        Some(envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(p)) => Some(p),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ports, [21001]);
+}
+
+#[test]
+fn a_deny_intention_is_an_rbac_deny_policy_on_the_public_listener() {
+    let r = generate(&snapshot());
+    let l: Listener = decode(&r, LISTENER, "public_listener:0.0.0.0:21000");
+    let f = &l.filter_chains[0].filters[0];
+    assert_eq!(f.name, "envoy.filters.network.rbac");
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        &f.config_type
+    else {
+        panic!("no RBAC config")
+    };
+    let rules = NetRbac::decode(&*any.value).unwrap().rules.unwrap();
+    assert_eq!(rules.action, rbac::rbac::Action::Deny as i32);
+    assert_eq!(rules.policies.len(), 1);
+}
+
+#[test]
+fn versions_follow_content_only() {
+    let a = generate(&snapshot());
+    let b = generate(&snapshot());
+    assert_eq!(a, b, "the same snapshot gives the same versions");
+    let mut changed = snapshot();
+    changed.leaf = Some(Arc::new(IssuedCert {
+        cert_pem: "NEW-LEAF".into(),
+        ..Default::default()
+    }));
+    let c = generate(&changed);
+    let name = "public_listener:0.0.0.0:21000";
+    assert_ne!(a[LISTENER][name].version, c[LISTENER][name].version);
+    assert_eq!(a[ENDPOINT], c[ENDPOINT], "endpoints did not change");
+}
+
+#[test]
+fn a_resolver_sets_timeout_load_balancer_and_failover_priorities() {
+    let r = generate(&snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db", "ConnectTimeout": "3s",
+        "LoadBalancer": {"Policy": "least_request", "LeastRequestConfig": {"ChoiceCount": 3}},
+        "Failover": {"*": {"Service": "db-backup"}}
+    })]));
+    let name = r[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .expect("db's cluster")
+        .clone();
+    let c: Cluster = decode(&r, CLUSTER, &name);
+    assert_eq!(c.connect_timeout.map(|d| d.seconds), Some(3));
+    assert_eq!(
+        c.lb_policy,
+        envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy::LeastRequest as i32
+    );
+    // db's sidecar first, the failover target's at the next priority.
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
+    assert_eq!(endpoints(&cla), [(0, 21001), (1, 21002)]);
+}
