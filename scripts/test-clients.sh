@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real-client tests: py-consul (catalog, health, a blocking query, the
+# Real-client tests: py-consul (catalog, health, a blocking query, Connect
+# CA, leaves and intentions, the
 # server's agent API and maintenance mode, sessions and KV locks with a
 # leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
 # Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,

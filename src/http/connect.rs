@@ -59,7 +59,7 @@ async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
         )
     })
     .await?;
-    if p.get("pem").is_some_and(|v| v.is_empty() || v == "true") {
+    if p.get("pem").is_some_and(|v| matches!(v, "" | "true" | "1")) {
         // Every root and what chains to it, as Consul's `?pem=true`.
         let mut pem = String::new();
         for r in &roots.roots {
