@@ -259,6 +259,26 @@ fn a_deny_intention_is_an_rbac_deny_policy_on_the_public_listener() {
 
 #[test]
 fn versions_follow_content_only() {
+    // Several intentions: their RBAC must encode the same way every time.
+    let mut many = snapshot();
+    many.intentions = Arc::new(
+        ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|s| Intention {
+                source_name: s.to_string(),
+                destination_name: "web".into(),
+                action: Some("deny".into()),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let name = "public_listener:0.0.0.0:21000";
+    for _ in 0..8 {
+        assert_eq!(
+            generate(&many)[LISTENER][name].version,
+            generate(&many)[LISTENER][name].version
+        );
+    }
     let a = generate(&snapshot());
     let b = generate(&snapshot());
     assert_eq!(a, b, "the same snapshot gives the same versions");
