@@ -348,3 +348,70 @@ fn a_client_agents_leaf_is_signed_by_a_server() {
     let r = s.put("/v1/internal/connect/ca/sign", r#"{"CSR":"garbage"}"#);
     assert_eq!(r.status, 400, "{}", r.body);
 }
+
+#[test]
+fn the_ca_is_replicated_survives_restarts_and_snapshot_restores() {
+    let mut servers = common::cluster(3, &[]);
+    let leader = servers
+        .iter()
+        .position(|s| s.get("/v1/status/leader").json() == Value::String(s.raft_addr.to_string()))
+        .unwrap_or(0);
+    let first = servers[leader].get_json("/v1/connect/ca/roots");
+    // Every server holds the same CA (any of them answers `?stale`).
+    for s in &servers {
+        let stale = common::eventually(Duration::from_secs(10), "the roots replicated", || {
+            let r = s.get("/v1/connect/ca/roots?stale");
+            (r.status == 200 && r.json()["ActiveRootID"] == first["ActiveRootID"]).then_some(r)
+        });
+        assert_eq!(stale.json()["Roots"], first["Roots"]);
+    }
+    // A follower signs leaves with the same root.
+    let follower = (leader + 1) % servers.len();
+    let tmp = tempfile::tempdir().unwrap();
+    let leaf = servers[follower].get_json("/v1/agent/connect/ca/leaf/web");
+    let bundle = write(tmp.path(), "roots.pem", &roots_pem(&servers[leader]));
+    let cert = write(tmp.path(), "leaf.pem", leaf["CertPEM"].as_str().unwrap());
+    assert!(verifies(&bundle, None, &cert));
+
+    // A snapshot holds the CA: restoring it after a rotation brings the
+    // first root back as the active one.
+    let file = tmp.path().join("backup.snap");
+    let file = file.to_str().unwrap();
+    let out = common::cli(&servers[leader].url, &["snapshot", "save", file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = servers[leader].put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKeyBits":384}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_ne!(
+        servers[leader].get_json("/v1/connect/ca/roots")["ActiveRootID"],
+        first["ActiveRootID"]
+    );
+    let out = common::cli(&servers[leader].url, &["snapshot", "restore", file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        servers[leader].get_json("/v1/connect/ca/roots")["Roots"],
+        first["Roots"]
+    );
+
+    // A restarted server loads the CA from its data dir.
+    servers[follower].restart();
+    let again = common::eventually(
+        Duration::from_secs(20),
+        "the restarted server's roots",
+        || {
+            let r = servers[follower].get("/v1/connect/ca/roots?stale");
+            (r.status == 200).then(|| r.json())
+        },
+    );
+    assert_eq!(again["Roots"], first["Roots"]);
+}

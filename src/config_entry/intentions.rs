@@ -198,3 +198,57 @@ pub fn validate(e: &ServiceIntentionsConfigEntry) -> Result {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::structs::config_entry::SourceIntention;
+
+    #[test]
+    fn precedence_is_consuls() {
+        // Consul's table without namespaces: exact beats `*`, destination
+        // before source.
+        assert_eq!(precedence("web", "db"), 9);
+        assert_eq!(precedence("*", "db"), 8);
+        assert_eq!(precedence("web", "*"), 6);
+        assert_eq!(precedence("*", "*"), 5);
+    }
+
+    #[test]
+    fn normalize_orders_sources_and_fills_defaults() {
+        let src = |name: &str| SourceIntention {
+            name: name.into(),
+            action: "ALLOW".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        };
+        let mut e = ServiceIntentionsConfigEntry {
+            name: "db".into(),
+            sources: vec![src("*"), src("b"), src("a")],
+            ..Default::default()
+        };
+        normalize(&mut e);
+        let got: Vec<(&str, i32, &str, &str)> = e
+            .sources
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    s.precedence,
+                    s.type_.as_str(),
+                    s.action.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", 9, "consul", "allow"),
+                ("b", 9, "consul", "allow"),
+                ("*", 8, "consul", "allow")
+            ]
+        );
+        assert!(e.sources.iter().all(|s| s.namespace.is_empty()));
+        assert_eq!(validate(&e), Ok(()));
+    }
+}

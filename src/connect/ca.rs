@@ -529,3 +529,44 @@ pub fn renew_at(cert: &IssuedCert) -> OffsetDateTime {
         _ => OffsetDateTime::UNIX_EPOCH,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consuls() {
+        let (c, p) = normalize(CaConfiguration::default()).unwrap();
+        assert_eq!(c.provider, "consul");
+        assert_eq!(c.config["LeafCertTTL"], "72h0m0s");
+        assert_eq!(c.config["RotationPeriod"], "2160h0m0s");
+        assert_eq!(c.config["IntermediateCertTTL"], "8760h0m0s");
+        assert_eq!((p.key_type.as_str(), p.key_bits), ("ec", 256));
+        // snake_case keys are accepted, as Consul's decoder does.
+        let mut cfg = CaConfiguration::default();
+        cfg.config.insert("leaf_cert_ttl".into(), "24h".into());
+        let (c, _) = normalize(cfg).unwrap();
+        assert_eq!(c.config["LeafCertTTL"], "24h0m0s");
+    }
+
+    #[test]
+    fn only_this_clusters_spiffe_ids_are_signed() {
+        let ca = initial("11111111-2222-3333-4444-555555555555").unwrap();
+        let td = "11111111-2222-3333-4444-555555555555.consul";
+        let (_, csr) = new_csr(td, "dc1", "web").unwrap();
+        let cert = sign_csr(&ca, td, "dc1", &csr).unwrap();
+        assert_eq!(cert.service, "web");
+        assert_eq!(cert.service_uri, service_uri(td, "dc1", "web"));
+        let (_, other) =
+            new_csr("99999999-2222-3333-4444-555555555555.consul", "dc1", "web").unwrap();
+        assert!(matches!(
+            sign_csr(&ca, td, "dc1", &other),
+            Err(Error::BadRequest(_))
+        ));
+        let (_, other_dc) = new_csr(td, "dc2", "web").unwrap();
+        assert!(matches!(
+            sign_csr(&ca, td, "dc1", &other_dc),
+            Err(Error::BadRequest(_))
+        ));
+    }
+}

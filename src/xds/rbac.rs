@@ -42,6 +42,7 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
     // intentions that say otherwise become policies.
     let enforce_allow = !default_allow;
     let mut n = 0;
+    let mut l4 = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         if !r.permissions.is_empty() {
             // The first matching permission decides: a permission of the
@@ -114,17 +115,22 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
                 };
             }
         }
+        l4.push(principal);
+    }
+    // Every L4 source in one policy, as Consul: the policies are a protobuf
+    // map, whose encoding order is not fixed, so one policy keeps a
+    // listener's version stable across rebuilds.
+    if !l4.is_empty() {
         policies.insert(
-            format!("consul-intentions-layer4-{n}"),
+            "consul-intentions-layer4".to_string(),
             rbac::Policy {
                 permissions: vec![rbac::Permission {
                     rule: Some(rbac::permission::Rule::Any(true)),
                 }],
-                principals: vec![principal],
+                principals: l4,
                 ..Default::default()
             },
         );
-        n += 1;
     }
     rbac::Rbac {
         action: if enforce_allow {
@@ -254,7 +260,7 @@ mod tests {
         let r = build(&[rule("web", false), rule("api", true)], true);
         assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
         assert_eq!(r.policies.len(), 1);
-        let p = &r.policies["consul-intentions-layer4-0"];
+        let p = &r.policies["consul-intentions-layer4"];
         let Some(rbac::principal::Identifier::Authenticated(a)) = &p.principals[0].identifier
         else {
             panic!("not an authenticated principal: {p:?}")
@@ -272,7 +278,7 @@ mod tests {
         let r = build(&[rule("web", false), rule("*", true)], false);
         assert_eq!(r.action, rbac::rbac::Action::Allow as i32);
         assert_eq!(r.policies.len(), 1);
-        let p = &r.policies["consul-intentions-layer4-0"];
+        let p = &r.policies["consul-intentions-layer4"];
         let Some(rbac::principal::Identifier::AndIds(set)) = &p.principals[0].identifier else {
             panic!("the wildcard should exclude web: {p:?}")
         };

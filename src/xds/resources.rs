@@ -88,11 +88,11 @@ pub fn generate(snap: &Snapshot) -> Resources {
         svc.proxy.local_service_address.clone()
     };
     let local_port = u32::from(svc.proxy.local_service_port);
-    put(
-        CLUSTER,
-        LOCAL_APP.into(),
-        Resource::of(local_app(&local_addr, local_port)),
-    );
+    let mut app = local_app(&local_addr, local_port);
+    if matches!(protocol_of(snap).as_str(), "http2" | "grpc") {
+        http2_upstream(&mut app);
+    }
+    put(CLUSTER, LOCAL_APP.into(), Resource::of(app));
     let public = public_listener(snap, &id);
     put(LISTENER, public.name.clone(), Resource::of(public));
 
@@ -263,6 +263,32 @@ fn regex(s: &str) -> matcher::RegexMatcher {
         regex: s.to_string(),
         ..Default::default()
     }
+}
+
+/// HTTP/2 to the cluster's hosts (gRPC and http2 services), as Consul
+/// sets it: Envoy speaks HTTP/1.1 upstream otherwise.
+fn http2_upstream(c: &mut cluster::Cluster) {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+        HttpProtocolOptions, http_protocol_options,
+    };
+    let options = HttpProtocolOptions {
+        upstream_protocol_options: Some(
+            http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                http_protocol_options::ExplicitHttpConfig {
+                    protocol_config: Some(
+                        http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
+                            core::Http2ProtocolOptions::default(),
+                        ),
+                    ),
+                },
+            ),
+        ),
+        ..Default::default()
+    };
+    c.typed_extension_protocol_options.insert(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+        pack_any(options),
+    );
 }
 
 /// The inbound side: the proxy's own port, mTLS with the leaf (client
@@ -527,6 +553,9 @@ fn target_cluster(
                 },
             ));
         }
+    }
+    if matches!(chain.protocol.as_str(), "http2" | "grpc") {
+        http2_upstream(&mut c);
     }
     if has_tls(id) {
         let san = format!(

@@ -259,6 +259,26 @@ fn a_deny_intention_is_an_rbac_deny_policy_on_the_public_listener() {
 
 #[test]
 fn versions_follow_content_only() {
+    // Several intentions: their RBAC must encode the same way every time.
+    let mut many = snapshot();
+    many.intentions = Arc::new(
+        ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|s| Intention {
+                source_name: s.to_string(),
+                destination_name: "web".into(),
+                action: Some("deny".into()),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let name = "public_listener:0.0.0.0:21000";
+    for _ in 0..8 {
+        assert_eq!(
+            generate(&many)[LISTENER][name].version,
+            generate(&many)[LISTENER][name].version
+        );
+    }
     let a = generate(&snapshot());
     let b = generate(&snapshot());
     assert_eq!(a, b, "the same snapshot gives the same versions");
@@ -294,4 +314,41 @@ fn a_resolver_sets_timeout_load_balancer_and_failover_priorities() {
     // db's sidecar first, the failover target's at the next priority.
     let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
     assert_eq!(endpoints(&cla), [(0, 21001), (1, 21002)]);
+}
+
+#[test]
+fn grpc_targets_are_reached_over_http2() {
+    let r = generate(&snapshot_with(&[serde_json::json!({
+        "Kind": "service-defaults", "Name": "db", "Protocol": "grpc"
+    })]));
+    let name = r[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .expect("db's cluster")
+        .clone();
+    let c: Cluster = decode(&r, CLUSTER, &name);
+    let opts = &c.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+        HttpProtocolOptions, http_protocol_options as o,
+    };
+    let opts = HttpProtocolOptions::decode(&*opts.value).unwrap();
+    assert!(matches!(
+        opts.upstream_protocol_options,
+        Some(o::UpstreamProtocolOptions::ExplicitHttpConfig(
+            o::ExplicitHttpConfig {
+                protocol_config: Some(
+                    o::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(_)
+                )
+            }
+        ))
+    ));
+    // A tcp service's cluster has no HTTP options.
+    let plain = generate(&snapshot());
+    let name = plain[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .unwrap()
+        .clone();
+    let c: Cluster = decode(&plain, CLUSTER, &name);
+    assert!(c.typed_extension_protocol_options.is_empty());
 }
