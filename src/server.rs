@@ -350,8 +350,12 @@ impl Server {
             http = http.tls_backend_preconfigured(tls.files.client()?);
         }
         let http = http.build()?;
-        let proxycfg =
-            crate::proxycfg::Manager::start(store.clone(), &publisher, &config.datacenter);
+        let proxycfg = crate::proxycfg::Manager::start(
+            store.clone(),
+            &publisher,
+            &config.datacenter,
+            crate::connect::intentions::default_allow(&config.acl),
+        );
         for (name, h) in proxycfg.take_tasks() {
             tasks.watch(name, h);
         }

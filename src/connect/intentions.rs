@@ -13,12 +13,10 @@ use crate::structs::config_entry::{
 };
 use crate::structs::connect::Intention;
 
-/// The decision when no intention matches. ACLs are not served yet, so it
-/// is Consul's behaviour with ACLs off: allow. `acl_default_policy` is
-/// `--acl-default-policy` once ACLs are enabled (`None`: ACLs off); the
-/// ACL work extends its callers.
-pub fn default_allow(acl_default_policy: Option<&str>) -> bool {
-    !matches!(acl_default_policy, Some("deny"))
+/// The decision when no intention matches, as Consul's: allow with ACLs
+/// off, else `--acl-default-policy`.
+pub fn default_allow(acl: &crate::state::resolve::AclConfig) -> bool {
+    !acl.enabled || acl.default_policy == crate::acl::DefaultPolicy::Allow
 }
 
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";

@@ -51,6 +51,7 @@ impl From<ChainError> for Error {
 fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
     match kind {
         Kind::ProxyDefaults => true,
+        Kind::ServiceIntentions => a.intention_read(name),
         _ => a.service_read(name),
     }
 }
@@ -58,6 +59,7 @@ fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
 fn authorize_entry_write(a: &Authz, kind: Kind, name: &str) -> Result<()> {
     match kind {
         Kind::ProxyDefaults => a.require(a.mesh_write(), "mesh:write", ""),
+        Kind::ServiceIntentions => a.require(a.intention_write(name), "intention:write", name),
         _ => a.require(a.service_write(name), "service:write", name),
     }
 }

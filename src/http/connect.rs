@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::connect::{SIGN_PATH, ca};
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::connect::CaConfiguration;
@@ -79,7 +80,8 @@ async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
     Ok(json_at(&s, index, &roots))
 }
 
-async fn get_config(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn get_config(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     ca_ready(&s).await?;
@@ -97,7 +99,13 @@ async fn get_config(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respo
     Ok(json_at(&s, index, &config))
 }
 
-async fn put_config(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn put_config(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let body: Value = decode_json(&body)?;
@@ -137,9 +145,11 @@ async fn put_config(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) ->
 /// blocking on `?index` until a new leaf (after a rotation, or renewal).
 async fn leaf(
     State(s): State<App>,
+    a: Authz,
     Path(service): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    a.require(a.service_write(&service), "service:write", &service)?;
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     crate::connect::check_service_name(&service)?;
@@ -171,7 +181,7 @@ struct SignRequest {
 
 /// A client agent's CSR, signed with the active root (the key never
 /// leaves the agent).
-async fn sign(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn sign(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     let req: SignRequest = decode_json(&body)?;
     ca_ready(&s).await?;
     let state = s.store.state();
@@ -181,5 +191,11 @@ async fn sign(State(s): State<App>, body: Bytes) -> Result<Response> {
         .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
     let trust_domain = format!("{}.consul", state.cluster_id);
     let cert = ca::sign_csr(ca, &trust_domain, &s.config.datacenter, &req.csr)?;
+    // The CSR names the service: only its writers get a certificate.
+    a.require(
+        a.service_write(&cert.service),
+        "service:write",
+        &cert.service,
+    )?;
     Ok(json_at(&s, state.index, &cert))
 }

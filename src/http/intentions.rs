@@ -10,9 +10,10 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Watch, blocking, json_at};
+use super::{App, Watch, blocking, json_at, json_filtered, keep};
 use crate::connect::intentions::{self, default_allow};
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind};
@@ -61,15 +62,17 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-async fn list(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let key = kind_key();
     let (index, list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        (st.index_of([&key]), intentions::all(st))
+        let mut list = intentions::all(st);
+        let filtered = keep(&mut list, |i| a.intention_read(&i.destination_name));
+        (st.index_of([&key]), (list, filtered))
     })
     .await?;
-    Ok(json_at(&s, index, &list))
+    Ok(json_filtered(&s, index, &list.0, list.1))
 }
 
 /// A legacy body: an `Intention` (unknown keys refused as Consul's decoder).
@@ -117,10 +120,16 @@ async fn write_source(s: &App, intention: &Intention, legacy_id: &str) -> Result
 }
 
 /// `POST /v1/connect/intentions`: a new intention with a legacy ID.
-async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn create(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let ixn = decode_intention(&body)?;
+    require_write(&a, &ixn.destination_name)?;
     if !ixn.id.is_empty() {
         return Err(Error::bad("ID must be empty"));
     }
@@ -137,6 +146,15 @@ async fn create(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Res
     Ok(axum::Json(json!({ "ID": id })).into_response())
 }
 
+/// Writing intentions towards `destination` (Consul's `intention:write`).
+fn require_write(a: &Authz, destination: &str) -> Result<()> {
+    a.require(
+        a.intention_write(destination),
+        "intention:write",
+        destination,
+    )
+}
+
 fn exact_pair(p: &Params) -> Result<(String, String)> {
     let src = required(p, "source", "the source service")?.to_string();
     let dst = required(p, "destination", "the destination service")?.to_string();
@@ -145,10 +163,11 @@ fn exact_pair(p: &Params) -> Result<(String, String)> {
     Ok((src, dst))
 }
 
-async fn get_exact(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn get_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
+    a.require(a.intention_read(&dst), "intention:read", &dst)?;
     let key = keys::config(Kind::ServiceIntentions.as_str(), &dst);
     let (index, found) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let found = intentions::for_destination(st, &dst)
@@ -165,10 +184,16 @@ async fn get_exact(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Respon
 
 /// `PUT /v1/connect/intentions/exact`: upsert by name (source and
 /// destination from the query win over the body's).
-async fn put_exact(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> Result<Response> {
+async fn put_exact(
+    State(s): State<App>,
+    a: Authz,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
+    require_write(&a, &dst)?;
     let mut ixn = decode_intention(&body)?;
     ixn.source_name = src;
     ixn.destination_name = dst;
@@ -176,10 +201,11 @@ async fn put_exact(State(s): State<App>, RawQuery(q): RawQuery, body: Bytes) -> 
     Ok(axum::Json(true).into_response())
 }
 
-async fn delete_exact(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     QueryOptions::from(&p, &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
+    require_write(&a, &dst)?;
     for _ in 0..5 {
         let state = s.store.state();
         let existing = state
@@ -221,7 +247,7 @@ async fn delete_exact(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Res
 
 /// `GET /v1/connect/intentions/match?by=source|destination&name=N`:
 /// `{N: [intentions in evaluation order]}`.
-async fn match_(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn match_(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let by = required(&p, "by", "source or destination")?.to_string();
@@ -245,28 +271,32 @@ async fn match_(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response>
     let key = kind_key();
     let (index, out) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let mut out = serde_json::Map::new();
+        let mut filtered = false;
         for n in &names {
-            let list = if by == "source" {
+            let mut list = if by == "source" {
                 intentions::for_source(st, n)
             } else {
                 intentions::for_destination(st, n)
             };
+            filtered |= keep(&mut list, |i| a.intention_read(&i.destination_name));
             out.insert(n.clone(), serde_json::to_value(list).unwrap_or_default());
         }
-        (st.index_of([&key]), Value::Object(out))
+        (st.index_of([&key]), (Value::Object(out), filtered))
     })
     .await?;
-    Ok(json_at(&s, index, &out))
+    Ok(json_filtered(&s, index, &out.0, out.1))
 }
 
 /// `GET /v1/connect/intentions/check?source=&destination=`: `{"Allowed"}`.
-async fn check(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn check(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
+    // Consul's: the caller may read the destination service.
+    a.require(a.service_read(&dst), "service:read", &dst)?;
     let key = kind_key();
     let (index, allowed) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let (allowed, _) = intentions::authorize(st, &src, &dst, default_allow(None));
+        let (allowed, _) = intentions::authorize(st, &src, &dst, default_allow(&s.config.acl));
         (st.index_of([&key]), allowed)
     })
     .await?;
@@ -287,18 +317,20 @@ struct AuthorizeRequest {
 
 /// `POST /v1/agent/connect/authorize`: may the service named by the
 /// client certificate's SPIFFE ID connect to `Target`?
-async fn authorize(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn authorize(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     let req: AuthorizeRequest = decode_json(&body)?;
     if req.target.is_empty() {
         return Err(Error::bad("Target service must be specified"));
     }
+    // Consul's: only the target service's own token may ask.
+    a.require(a.service_write(&req.target), "service:write", &req.target)?;
     if req.client_cert_uri.is_empty() {
         return Err(Error::bad("ClientCertURI must be specified"));
     }
     let source = parse_service_uri(&req.client_cert_uri)?;
     let state = s.store.state();
     let (authorized, reason) =
-        intentions::authorize(&state, &source, &req.target, default_allow(None));
+        intentions::authorize(&state, &source, &req.target, default_allow(&s.config.acl));
     let index = state.index_of([&kind_key()]);
     Ok(json_at(
         &s,

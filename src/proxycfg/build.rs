@@ -107,6 +107,8 @@ pub struct Shared {
     leaves: HashMap<String, (String, Arc<IssuedCert>)>,
     /// destination → (its intentions' index, intentions in evaluation order).
     intentions: HashMap<String, (u64, Arc<Vec<Intention>>)>,
+    /// No intention matched: deny (ACLs on with default deny, as Consul's).
+    pub deny_by_default: bool,
 }
 
 impl Shared {
@@ -370,7 +372,7 @@ pub fn build(
         roots,
         leaf,
         intentions,
-        intentions_default_allow: crate::connect::intentions::default_allow(None),
+        intentions_default_allow: !shared.deny_by_default,
     };
     Some((snapshot, deps))
 }

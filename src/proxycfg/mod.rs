@@ -297,7 +297,13 @@ fn follow(
 
 impl Manager {
     /// Starts the manager: subscriptions and the rebuild loop.
-    pub fn start(store: Arc<Store>, publisher: &Publisher, datacenter: &str) -> Manager {
+    /// `default_allow`: the intentions' decision when none matches.
+    pub fn start(
+        store: Arc<Store>,
+        publisher: &Publisher,
+        datacenter: &str,
+        default_allow: bool,
+    ) -> Manager {
         let inner = Arc::new(Inner {
             store: store.clone(),
             datacenter: datacenter.to_string(),
@@ -309,6 +315,7 @@ impl Manager {
             live_watches: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
         });
+        inner.shared.lock().deny_by_default = !default_allow;
         follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
             inner.mark_dep(&keys::service(&e.key));
             if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_connect_proxy()) {

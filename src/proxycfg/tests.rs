@@ -20,7 +20,7 @@ struct World {
 impl World {
     fn new() -> World {
         let base = crate::testing::World::new();
-        let manager = Manager::start(base.store.clone(), &base.publisher, "dc1");
+        let manager = Manager::start(base.store.clone(), &base.publisher, "dc1", true);
         World { base, manager }
     }
 
