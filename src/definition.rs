@@ -143,6 +143,7 @@ fn pascal(key: &str) -> String {
         ("grpc_use_tls", "GRPCUseTLS"),
         ("ttl", "TTL"),
         ("h2ping", "H2PING"),
+        ("h2ping_use_tls", "H2PingUseTLS"),
         ("tls_skip_verify", "TLSSkipVerify"),
         ("tls_server_name", "TLSServerName"),
         ("tcp_use_tls", "TCPUseTLS"),
@@ -229,6 +230,7 @@ pub const DEFINITION_FIELDS: &[&str] = &[
     "Header",
     "Method",
     "Body",
+    "DisableRedirects",
     "TLSServerName",
     "TLSSkipVerify",
     "TCP",
@@ -237,7 +239,9 @@ pub const DEFINITION_FIELDS: &[&str] = &[
     "GRPC",
     "GRPCUseTLS",
     "H2PING",
+    "H2PingUseTLS",
     "OSService",
+    "OutputMaxSize",
     "Args",
     "ScriptArgs",
     "DockerContainerID",
@@ -558,6 +562,25 @@ Meta {
         assert_eq!(checks.len(), 1, "{req}");
         assert_eq!(checks[0]["CheckID"], "service:web");
         assert_eq!(checks[0]["Definition"]["TTL"], "10s");
+    }
+
+    #[test]
+    fn filterable_check_fields_are_kept_in_both_spellings() {
+        // Consul filters on these three (`Definition.OutputMaxSize` ...):
+        // dropping them made such filters match nothing.
+        for check in [
+            json!({"http": "http://x/", "disable_redirects": true,
+                   "h2ping_use_tls": false, "output_max_size": 8192, "interval": "5s"}),
+            json!({"HTTP": "http://x/", "DisableRedirects": true,
+                   "H2PingUseTLS": false, "OutputMaxSize": 8192, "Interval": "5s"}),
+        ] {
+            let svcs = services_of(json!({"service": {"name": "web", "check": check}})).unwrap();
+            let req = service_definition_to_register(svcs[0].clone(), "n1").unwrap();
+            let def = &req["Checks"][0]["Definition"];
+            assert_eq!(def["DisableRedirects"], true, "{def}");
+            assert_eq!(def["H2PingUseTLS"], false, "{def}");
+            assert_eq!(def["OutputMaxSize"], 8192, "{def}");
+        }
     }
 
     #[test]

@@ -216,7 +216,7 @@ pub fn check_client_config(skip_verify: bool, server_name: Option<&str>) -> Resu
     let builder =
         ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let verifier: Arc<dyn ServerCertVerifier> = if skip_verify {
-        Arc::new(NoVerify(provider()))
+        Arc::new(NoVerify)
     } else {
         let roots = system_roots();
         let inner = WebPkiServerVerifier::builder_with_provider(roots, provider())
@@ -256,6 +256,47 @@ fn system_roots() -> Arc<RootCertStore> {
     .clone()
 }
 
+/// The handshake-signature half of a certificate verifier. Every verifier
+/// here checks the peer's handshake signatures the same way, with the ring
+/// provider's algorithms, whatever it decides about the certificate.
+macro_rules! handshake_signatures {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &provider().signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &provider().signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+
 /// Verifies against a fixed name whatever name the connection used.
 #[derive(Debug)]
 struct NamedVerifier {
@@ -276,33 +317,13 @@ impl ServerCertVerifier for NamedVerifier {
             .verify_server_cert(end_entity, intermediates, &self.name, ocsp, now)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
+    handshake_signatures!();
 }
 
 /// Accepts any certificate (the handshake's signatures are still checked,
 /// so the session is at least with the key holder): `TLSSkipVerify`.
 #[derive(Debug)]
-struct NoVerify(Arc<CryptoProvider>);
+struct NoVerify;
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(
@@ -316,37 +337,7 @@ impl ServerCertVerifier for NoVerify {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    handshake_signatures!();
 }
 
 /// The Raft port's check of a connecting peer: a client certificate
@@ -395,27 +386,7 @@ impl ClientCertVerifier for PeerServerVerifier {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.client.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.client.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.client.supported_verify_schemes()
-    }
+    handshake_signatures!();
 
     fn client_auth_mandatory(&self) -> bool {
         true

@@ -102,6 +102,47 @@ fn services_register_list_and_deregister() {
     assert!(s.get_json("/v1/catalog/services").get("x").is_none());
 }
 
+/// The check-definition fields Consul filters on survive the definition
+/// parser, the catalog and `?filter` (HCL, snake_case).
+#[test]
+fn check_definition_fields_are_filterable() {
+    let s = Server::builder().dev().node("cli-node").start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.hcl");
+    std::fs::write(
+        &file,
+        r#"service {
+  name = "web"
+  port = 8080
+  check {
+    ttl               = "30s"
+    disable_redirects = true
+    h2ping_use_tls    = false
+    output_max_size   = 8192
+  }
+}
+"#,
+    )
+    .unwrap();
+    let o = cli(&s.url, &["services", "register", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let all = s.get_json("/v1/health/checks/web");
+    let def = &all[0]["Definition"];
+    assert_eq!(def["DisableRedirects"], true, "{all}");
+    assert_eq!(def["H2PingUseTLS"], false, "{all}");
+    assert_eq!(def["OutputMaxSize"], 8192, "{all}");
+    for (filter, n) in [
+        ("Definition.OutputMaxSize == 8192", 1),
+        ("Definition.OutputMaxSize == 4096", 0),
+        ("Definition.DisableRedirects == true", 1),
+        ("Definition.H2PingUseTLS == true", 0),
+    ] {
+        let q = format!("/v1/health/checks/web?filter={}", common::enc(filter));
+        let rows = s.get_json(&q);
+        assert_eq!(rows.as_array().unwrap().len(), n, "{filter}: {rows}");
+    }
+}
+
 #[test]
 fn operator_members_and_kv() {
     let s = Server::builder().dev().node("solo").start();

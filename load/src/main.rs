@@ -683,24 +683,23 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) 
     }
 }
 
-async fn cmd_fill(
-    addrs: Vec<String>,
-    entries: u64,
-    start: u64,
-    batch: u64,
+/// Sends batches `0..batches` once each (`make(b)` builds batch `b`) from
+/// `clients` connections that take the next batch from one counter, each
+/// retried a few times (a busy leader answers 429): the fill commands' one
+/// loop. Returns the seconds it took.
+async fn send_batches(
+    leader: &str,
     clients: usize,
-    value_size: usize,
-    timeout: f64,
-) -> Result<()> {
-    let leader = find_leader(System::Cairn, &addrs).await?;
-    let value = b64(&value_of(value_size));
-    let batches = entries.div_ceil(batch.max(1));
+    batches: u64,
+    deadline: Option<Instant>,
+    make: impl Fn(u64) -> Op + Send + Sync + 'static,
+) -> Result<f64> {
+    let make = Arc::new(make);
     let next_batch = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (leader, value, next_batch) = (leader.clone(), value.clone(), next_batch.clone());
+    for _ in 0..clients.max(1) {
+        let (leader, make, next_batch) = (leader.to_string(), make.clone(), next_batch.clone());
         tasks.push(tokio::spawn(async move {
             let mut conn = Conn::new(&leader);
             loop {
@@ -708,23 +707,19 @@ async fn cmd_fill(
                 if b >= batches {
                     return Ok::<_, anyhow::Error>(());
                 }
-                if Instant::now() > deadline {
-                    bail!("fill: timed out");
+                if deadline.is_some_and(|d| Instant::now() > d) {
+                    bail!("timed out");
                 }
-                let from = start + b * batch;
-                let to = (start + (b + 1) * batch).min(start + entries);
-                let ops: Vec<Value> = (from..to)
-                    .map(|i| {
-                        json!({"KV": {"Verb": "set", "Key": format!("fill/{i:011}"), "Value": value}})
-                    })
-                    .collect();
-                let body = Bytes::from(Value::Array(ops).to_string());
+                let op = make(b);
                 let mut tries = 0;
                 loop {
-                    match conn.call(Method::PUT, "/v1/txn", body.clone()).await {
+                    match conn
+                        .call(op.method.clone(), &op.path, op.body.clone())
+                        .await
+                    {
                         Ok((s, _, _)) if s.is_success() => break,
                         Ok((s, _, b)) if tries > 5 => {
-                            bail!("fill: {s}: {}", String::from_utf8_lossy(&b))
+                            bail!("{s}: {}", String::from_utf8_lossy(&b))
                         }
                         Err(e) if tries > 5 => return Err(e),
                         _ => {
@@ -739,7 +734,36 @@ async fn cmd_fill(
     for t in tasks {
         t.await??;
     }
-    let secs = t0.elapsed().as_secs_f64();
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+async fn cmd_fill(
+    addrs: Vec<String>,
+    entries: u64,
+    start: u64,
+    batch: u64,
+    clients: usize,
+    value_size: usize,
+    timeout: f64,
+) -> Result<()> {
+    let leader = find_leader(System::Cairn, &addrs).await?;
+    let value = b64(&value_of(value_size));
+    let batches = entries.div_ceil(batch.max(1));
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+    let secs = send_batches(&leader, clients, batches, Some(deadline), move |b| {
+        let from = start + b * batch;
+        let to = (start + (b + 1) * batch).min(start + entries);
+        let ops: Vec<Value> = (from..to)
+            .map(|i| json!({"KV": {"Verb": "set", "Key": format!("fill/{i:011}"), "Value": value}}))
+            .collect();
+        Op {
+            method: Method::PUT,
+            path: "/v1/txn".into(),
+            body: Bytes::from(Value::Array(ops).to_string()),
+        }
+    })
+    .await
+    .map_err(|e| anyhow!("fill: {e}"))?;
     println!(
         "secs={secs:.2} entries={entries} rate={:.0}",
         entries as f64 / secs

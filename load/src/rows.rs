@@ -6,15 +6,13 @@
 //! Kept apart from `main.rs` so the rows of other work merge cleanly.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use anyhow::{Result, bail};
 use bytes::Bytes;
 use hyper::Method;
 use serde_json::{Value, json};
 
-use crate::{Common, Conn, Op, System, b64, find_leader, run_load, value_of};
+use crate::{Common, Conn, Op, System, b64, find_leader, run_load, send_batches, value_of};
 
 /// `n` keys under `prefix`, each `prefix` + a zero-padded number.
 fn prefixed_key(prefix: &str, i: u64) -> String {
@@ -141,30 +139,13 @@ pub async fn cmd_txn(c: Common, ops: u64, count: Option<u64>, start: u64) -> Res
         return run_load(&leader, &c, next, &format!("{system:?} txn of {ops}")).await;
     };
     let batches = total.div_ceil(ops);
-    let next_batch = Arc::new(AtomicU64::new(0));
-    let value = Arc::new(value);
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..c.clients.max(1) {
-        let (leader, value, next_batch) = (leader.clone(), value.clone(), next_batch.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut conn = Conn::new(&leader);
-            loop {
-                let b = next_batch.fetch_add(1, Ordering::Relaxed);
-                if b >= batches {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let from = start + b * ops;
-                let to = (from + ops).min(start + total);
-                let ks: Vec<String> = (from..to).map(|i| format!("fill/{i:011}")).collect();
-                call_ok(&mut conn, txn_op(system, &ks, &value)).await?;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = send_batches(&leader, c.clients, batches, None, move |b| {
+        let from = start + b * ops;
+        let to = (from + ops).min(start + total);
+        let ks: Vec<String> = (from..to).map(|i| format!("fill/{i:011}")).collect();
+        txn_op(system, &ks, &value)
+    })
+    .await?;
     println!(
         "secs={secs:.2} entries={total} rate={:.0}",
         total as f64 / secs

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use cairn::state::State;
 
 use crate::linearizability::{Input, Op, Output, Verdict, check};
-use crate::run::Report;
+use crate::report::Report;
 use crate::workload::{KEYS, Kind, Record};
 
 /// States one key's search may explore before it gives up.

@@ -11,7 +11,8 @@
 //! - `run`: one run of a scenario: formation, faults (partitions, one-way
 //!   partitions, an isolated leader, crash and restart with the stored
 //!   state, message loss, delay, several at once), heal, convergence.
-//! - `checks` and `linearizability`: the history checkers.
+//! - `checks` and `linearizability`: the history checkers; `report`: what
+//!   a run found (the run and the checkers add to it), and the fault kinds.
 //! - `locks`: checker (e), lock clients (sessions, acquire, release,
 //!   destroy while holding) checked for mutual exclusion and lock-delay.
 //! - `stream_check`: checker (d), a KV event-stream subscriber moving
@@ -41,6 +42,7 @@ pub mod linearizability;
 pub mod locks;
 pub mod mem_log;
 pub mod node;
+pub mod report;
 pub mod run;
 pub mod stream_check;
 pub mod workload;

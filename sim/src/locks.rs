@@ -35,8 +35,7 @@ use cairn::structs::{Behavior, KvOp, KvOutcome, KvVerb, Session};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::node::{API_PORT, ApiReply, ApiRequest, call};
-use crate::workload::now_us;
+use crate::node::{API_PORT, ApiReply, ApiRequest, call, now_us};
 
 pub const LOCK_KEYS: [&str; 2] = ["lock/x", "lock/y"];
 /// Shorter than the KV clients' timeout: a lock client's last call (before

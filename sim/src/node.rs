@@ -155,8 +155,14 @@ fn record(truth: &Truth, server: &str, set: &ChangeSet) {
     }
 }
 
+/// Simulated time since the run began, in microseconds: the one clock of
+/// the servers, the clients and the checkers.
+pub fn now_us() -> u64 {
+    turmoil::sim_elapsed().unwrap_or_default().as_micros() as u64
+}
+
 fn sim_clock_ms() -> u64 {
-    crate::workload::now_us() / 1000
+    now_us() / 1000
 }
 
 /// Runs one life of a server until the host crashes.

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::linearizability::{Input, Output};
-use crate::node::{API_PORT, ApiReply, ApiRequest, StreamItem, call, read_msg, write_msg};
+use crate::node::{API_PORT, ApiReply, ApiRequest, StreamItem, call, now_us, read_msg, write_msg};
 
 /// The keys every client works on: few, so that clients contend.
 pub const KEYS: [&str; 4] = ["k/a", "k/b", "k/c", "k/d"];
@@ -52,10 +52,6 @@ pub struct Record {
 }
 
 pub type History = Arc<Mutex<Vec<Record>>>;
-
-pub fn now_us() -> u64 {
-    turmoil::sim_elapsed().unwrap_or_default().as_micros() as u64
-}
 
 fn value_of(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.parse().ok()

@@ -40,7 +40,7 @@ fn seeds() -> u64 {
 fn run_many(servers: usize) {
     let _serial = serial();
     let scenario = Scenario::new(servers);
-    let mut failed: Vec<sim::run::Report> = Vec::new();
+    let mut failed: Vec<sim::report::Report> = Vec::new();
     let mut totals = (0, 0, 0, 0);
     let mut stream = (0, 0, 0, 0, 0);
     let (mut locks, mut handoffs) = (0, 0);

@@ -3,8 +3,9 @@
 //! `--config-dir` files (JSON or HCL) — turned into catalog-shaped
 //! `NodeService` and `HealthCheck` values with a parsed [`CheckSpec`].
 //!
-//! The parsing itself is `cli::services`' (the same definitions `cairn
-//! services register` reads), so both paths accept exactly the same input.
+//! The parsing itself is `definition`'s (the same definitions `cairn
+//! services register` reads), so both paths accept exactly the same input;
+//! `parse` reads one service into the agent's shapes.
 //! Anything the agent cannot honour is refused here, with a one-line reason,
 //! before any state changes. A `Connect.SidecarService` is expanded here
 //! too (`sidecar`), all but its port, which the local state picks.
@@ -13,56 +14,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::checks::CheckSpec;
-use super::sidecar::{self, SidecarDef};
-use crate::definition::{
-    check_definition_to_health_check, normalize, service_definition_to_register, services_of, text,
-};
+use super::parse::{ServiceDef, decode, object, parse_service, with_spec};
+use super::sidecar;
+use super::spec::CheckSpec;
+use crate::definition::{check_definition_to_health_check, normalize, services_of, text};
 use crate::error::{Error, Result};
-use crate::structs::agent::SERF_CHECK_ID;
-use crate::structs::{HEALTH_MAINT, HealthCheck, NodeService, RegisterRequest};
-
-/// A service with the checks that came with it, and its sidecar if it
-/// declared one.
-#[derive(Debug, Clone)]
-pub struct ServiceDef {
-    pub service: NodeService,
-    pub checks: Vec<(HealthCheck, CheckSpec)>,
-    pub sidecar: Option<Box<SidecarDef>>,
-}
-
-fn object(body: Value) -> Result<Map<String, Value>> {
-    match normalize(body) {
-        Value::Object(m) => Ok(m),
-        _ => Err(Error::bad(
-            "Request decode failed: the body must be a JSON object",
-        )),
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
-}
-
-/// A definition field as text ("" when absent).
-pub(super) fn text_field(m: &Map<String, Value>, key: &str) -> String {
-    text(m.get(key))
-}
-
-pub(super) fn with_spec(check: HealthCheck) -> Result<(HealthCheck, CheckSpec)> {
-    if check.check_id == SERF_CHECK_ID {
-        return Err(Error::bad(format!(
-            "Check ID {SERF_CHECK_ID:?} is reserved for the servers"
-        )));
-    }
-    if check.status == HEALTH_MAINT {
-        return Err(Error::bad(
-            crate::structs::BadStatus(HEALTH_MAINT.to_string()).to_string(),
-        ));
-    }
-    let spec = CheckSpec::parse(&check).map_err(Error::BadRequest)?;
-    Ok((check, spec))
-}
+use crate::structs::HealthCheck;
 
 /// A service definition (one object, snake_case or PascalCase keys), with
 /// its sidecar expanded.
@@ -74,45 +31,6 @@ pub fn service(def: Value, node: &str) -> Result<ServiceDef> {
         parsed.sidecar = Some(Box::new(sidecar::define(&parsed.service, sc, node)?));
     }
     Ok(parsed)
-}
-
-/// One service definition, already normalized, without a sidecar.
-pub(super) fn parse_service(mut def: Map<String, Value>, node: &str) -> Result<ServiceDef> {
-    // HCL writes one `upstreams { ... }` block as an object: it is a list
-    // of one, as Consul reads it.
-    if let Some(Value::Object(proxy)) = def.get_mut("Proxy")
-        && let Some(up) = proxy.get_mut("Upstreams")
-        && up.is_object()
-    {
-        *up = Value::Array(vec![up.take()]);
-    }
-    let reg = service_definition_to_register(def, node).map_err(|e| Error::BadRequest(e.0))?;
-    let service: NodeService = decode(reg["Service"].clone())?;
-    let checks: Vec<HealthCheck> = decode(reg["Checks"].clone())?;
-    // The catalog's own validation (ports, proxy fields, check statuses).
-    let mut req = RegisterRequest {
-        node: node.to_string(),
-        address: "-".into(),
-        service: Some(service),
-        checks,
-        ..Default::default()
-    };
-    crate::structs::validate::validate_register(&mut req, "")?;
-    let checks = req
-        .checks
-        .into_iter()
-        .map(with_spec)
-        .collect::<Result<Vec<_>>>()?;
-    let mut ids: Vec<&str> = checks.iter().map(|(c, _)| c.check_id.as_str()).collect();
-    ids.sort();
-    if ids.windows(2).any(|w| w[0] == w[1]) {
-        return Err(Error::bad("Check IDs of a service must be unique"));
-    }
-    Ok(ServiceDef {
-        service: req.service.unwrap_or_default(),
-        checks,
-        sidecar: None,
-    })
 }
 
 /// A check definition for `PUT /v1/agent/check/register`: `Name` is
@@ -190,6 +108,7 @@ pub fn config_dir(dir: &Path, node: &str) -> anyhow::Result<ConfigDir> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::structs::agent::SERF_CHECK_ID;
     use serde_json::json;
 
     #[test]

@@ -20,15 +20,16 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, watch};
 
-use super::checks::{self, CheckSpec};
-use super::define::ServiceDef;
+use super::parse::ServiceDef;
 use super::sidecar;
+use super::spec::{self, CheckSpec};
 use crate::discovery_chain::{EntryLookup, MemoryEntries};
 use crate::error::{Error, Result};
 use crate::merge::{merge_with_central_config, should_merge};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{
-    HEALTH_CRITICAL, HealthCheck, HealthStatus, Meta, Node, NodeService, RegisterRequest,
+    HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, HealthStatus, Meta, Node, NodeService,
+    RegisterRequest,
 };
 
 /// Where an entry came from: definitions in `--config-dir` are read again
@@ -240,17 +241,15 @@ impl Tables {
             Some(sd) => {
                 let port = match u16::try_from(sd.service.port) {
                     Ok(p) if p > 0 => p,
-                    _ => {
-                        sidecar::choose_port(self, &sd.service.id, &parent, def.service.port, hint)
-                            .ok_or_else(|| {
-                                Error::bad(format!(
-                                    "No free sidecar port in {}-{} on this agent for {:?}",
-                                    sidecar::MIN_PORT,
-                                    sidecar::MAX_PORT,
-                                    sd.service.id
-                                ))
-                            })?
-                    }
+                    _ => sidecar_port(self, &sd.service.id, &parent, def.service.port, hint)
+                        .ok_or_else(|| {
+                            Error::bad(format!(
+                                "No free sidecar port in {}-{} on this agent for {:?}",
+                                sidecar::MIN_PORT,
+                                sidecar::MAX_PORT,
+                                sd.service.id
+                            ))
+                        })?,
                 };
                 Some(sidecar::finish(*sd, port)?)
             }
@@ -385,7 +384,7 @@ impl Tables {
         for _ in 0..=aliases.len() {
             let mut changed = false;
             for (id, target) in &aliases {
-                let (status, output) = checks::alias_status(self, target, id);
+                let (status, output) = alias_status(self, target, id);
                 changed |= self.record_status(id, (status, &output), now);
             }
             if !changed {
@@ -469,7 +468,7 @@ impl Tables {
     pub fn expected_check(&self, c: &HealthCheck) -> HealthCheck {
         let mut out = c.clone();
         // Thresholds are the agent's business, not the catalog's.
-        for k in checks::AGENT_ONLY_FIELDS {
+        for k in spec::AGENT_ONLY_FIELDS {
             out.definition.remove(*k);
         }
         out.node = self.node.name.clone();
@@ -541,6 +540,78 @@ impl Tables {
     pub(super) fn note_touched(&mut self) {
         self.touched = true;
     }
+}
+
+/// Services whose check has been critical longer than its
+/// `DeregisterCriticalServiceAfter`, at `now`.
+pub fn due_for_deregistration(t: &Tables, now: Instant) -> Vec<String> {
+    let mut out: Vec<String> = t
+        .live_checks()
+        .filter(|c| !c.check.service_id.is_empty())
+        .filter_map(|c| {
+            let after = c.spec.as_ref()?.deregister_after?;
+            let since = c.critical_since?;
+            (now.saturating_duration_since(since) >= after).then(|| c.check.service_id.clone())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What an alias check of `service` shows: critical if the service is not
+/// on this agent or any of its checks (or of this node's) is critical,
+/// warning if one warns, passing otherwise. `own` (the alias check itself)
+/// is left out.
+pub fn alias_status(t: &Tables, service: &str, own: &str) -> (HealthStatus, String) {
+    if t.live_service(service).is_none() {
+        return (
+            HEALTH_CRITICAL,
+            format!("Service {service:?} is not registered on this agent"),
+        );
+    }
+    let worst = t
+        .live_checks()
+        .filter(|c| c.check.check_id != own)
+        .filter(|c| c.check.service_id == service || c.check.service_id.is_empty())
+        .map(|c| c.check.status)
+        .fold(HEALTH_PASSING, HealthStatus::worse);
+    let output = match worst {
+        HealthStatus::Passing => "All checks passing".to_string(),
+        HealthStatus::Warning => format!("Aliased service {service:?} has a check warning"),
+        _ => format!("Aliased service {service:?} has a check critical"),
+    };
+    (worst, output)
+}
+
+/// The port for sidecar `id`: the one it already has (a re-registration
+/// keeps it), else `hint` (the one it had before a restart), else the
+/// lowest in the range no other service on this agent uses. `parent` is
+/// being (re)registered with `parent_port`. `None`: the range is full.
+pub fn sidecar_port(
+    t: &Tables,
+    id: &str,
+    parent: &str,
+    parent_port: i64,
+    hint: Option<u16>,
+) -> Option<u16> {
+    let used: std::collections::BTreeSet<i64> = t
+        .live_services()
+        .filter(|s| s.registered.id != id && s.registered.id != parent)
+        .map(|s| s.registered.port)
+        .chain([parent_port])
+        .collect();
+    let free = |p: u16| {
+        (sidecar::MIN_PORT..=sidecar::MAX_PORT).contains(&p) && !used.contains(&i64::from(p))
+    };
+    let current = t
+        .live_service(id)
+        .and_then(|s| u16::try_from(s.registered.port).ok());
+    current
+        .into_iter()
+        .chain(hint)
+        .find(|p| free(*p))
+        .or_else(|| (sidecar::MIN_PORT..=sidecar::MAX_PORT).find(|p| free(*p)))
 }
 
 /// The shared local state, and the signals around it.

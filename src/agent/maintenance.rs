@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Agent;
-use super::checks::{CheckSpec, Probe, Thresholds};
 use super::local::Source;
+use super::spec::{CheckSpec, Probe, Thresholds};
 use crate::error::{Error, Result};
 use crate::structs::agent::{NODE_MAINTENANCE_CHECK_ID, SERVICE_MAINTENANCE_CHECK_PREFIX};
 use crate::structs::{HEALTH_CRITICAL, HealthCheck};

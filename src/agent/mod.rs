@@ -13,8 +13,10 @@
 //! | --- | --- |
 //! | `local.rs` | the local state and what of it is in sync (pure) |
 //! | `define.rs` | service and check definitions (API bodies, config files) |
+//! | `parse.rs` | one service or check definition read into `ServiceDef` / `SidecarDef`, validated |
 //! | `sidecar.rs` | `Connect.SidecarService` expanded into a second service |
-//! | `checks.rs` | TTL, HTTP, TCP and alias checks, thresholds, runners |
+//! | `spec.rs` | what a check is (probe, interval, timeout, thresholds), read from its definition |
+//! | `checks.rs` | the runners of TTL, HTTP and TCP checks |
 //! | `sync.rs` | anti-entropy: reconcile with the catalog, push, periodic full sync |
 //! | `central.rs` | central config watched on the servers and merged into proxies |
 //! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
@@ -33,9 +35,11 @@ mod dns;
 pub mod liveness;
 pub mod local;
 mod maintenance;
+mod parse;
 mod persist;
 mod servers;
 mod sidecar;
+pub mod spec;
 pub mod sync;
 
 use std::collections::{BTreeMap, HashMap};
@@ -52,8 +56,8 @@ pub use maintenance::MaintenanceError;
 pub use servers::ServerError;
 
 use crate::error::{Error, Result};
-use define::ServiceDef;
 use local::{Local, NodeInfo, Source, Tables};
+use parse::ServiceDef;
 use servers::Servers;
 
 /// How `cairn agent` was started.
@@ -205,7 +209,7 @@ impl Agent {
     /// Starts runners for new or re-registered checks, stops those of
     /// checks that are gone.
     fn sync_runners(self: &Arc<Self>) {
-        let wanted: BTreeMap<String, (u64, checks::CheckSpec)> = self.local.with(|t| {
+        let wanted: BTreeMap<String, (u64, spec::CheckSpec)> = self.local.with(|t| {
             t.live_checks()
                 .filter_map(|c| Some((c.check.check_id.clone(), (c.run_id, c.spec.clone()?))))
                 .filter(|(_, (_, spec))| spec.has_runner())
@@ -267,7 +271,7 @@ impl Agent {
 
     async fn register_check(
         self: &Arc<Self>,
-        (check, spec): (crate::structs::HealthCheck, checks::CheckSpec),
+        (check, spec): (crate::structs::HealthCheck, spec::CheckSpec),
         source: Source,
     ) -> Result<()> {
         let sid = check.service_id.clone();
@@ -327,7 +331,7 @@ async fn reap_critical(a: Arc<Agent>) {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let due = a
             .local
-            .with(|t| checks::due_for_deregistration(t, Instant::now()));
+            .with(|t| local::due_for_deregistration(t, Instant::now()));
         for id in due {
             tracing::warn!(service = %id, "critical for too long: deregistering");
             if let Err(e) = a.deregister_service(&id).await {
@@ -416,7 +420,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
                 // parses (older version) is dropped rather than fatal.
                 match maintenance::spec_of(&c)
                     .map(Ok)
-                    .unwrap_or_else(|| checks::CheckSpec::parse(&c))
+                    .unwrap_or_else(|| spec::CheckSpec::parse(&c))
                 {
                     Ok(spec) => {
                         t.put_check(c, spec, Source::Api, now);

@@ -15,13 +15,11 @@
 //! Expansion is split in two because the port depends on the agent's state:
 //! [`define`] (pure, at parse time: everything but the port, so bad input is
 //! refused before anything changes) and [`finish`] (once the local state
-//! picked a port with [`choose_port`], under its lock).
+//! picked a port with `local::sidecar_port`, under its lock).
 
 use serde_json::{Map, Value, json};
 
-use super::checks::CheckSpec;
-use super::define::{ServiceDef, with_spec};
-use super::local::Tables;
+use super::parse::{ServiceDef, SidecarDef, with_spec};
 use crate::definition::check_definition_to_health_check;
 use crate::error::{Error, Result};
 use crate::structs::{HealthCheck, NodeService};
@@ -36,16 +34,6 @@ const KIND: &str = "connect-proxy";
 /// The ID a parent's sidecar always has.
 pub fn sidecar_id(parent_id: &str) -> String {
     format!("{parent_id}-sidecar-proxy")
-}
-
-/// A sidecar waiting for its port.
-#[derive(Debug, Clone)]
-pub struct SidecarDef {
-    /// Port 0 until one is assigned.
-    pub service: NodeService,
-    /// The sidecar's own checks; `None` for Consul's default pair, which
-    /// need the port.
-    pub checks: Option<Vec<(HealthCheck, CheckSpec)>>,
 }
 
 fn is_unset(v: Option<&Value>) -> bool {
@@ -92,13 +80,13 @@ pub fn define(parent: &NodeService, mut m: Map<String, Value>, node: &str) -> Re
         )));
     }
     let id = sidecar_id(&parent.id);
-    let given = super::define::text_field(&m, "ID");
+    let given = super::parse::text_field(&m, "ID");
     if !given.is_empty() && given != id {
         return Err(Error::bad(format!(
             "Connect.SidecarService cannot set its ID: it is always {id:?}"
         )));
     }
-    let kind = super::define::text_field(&m, "Kind");
+    let kind = super::parse::text_field(&m, "Kind");
     if !kind.is_empty() && kind != KIND {
         return Err(Error::bad(format!(
             "Connect.SidecarService cannot set Kind {kind:?}: a sidecar is a {KIND}"
@@ -152,7 +140,7 @@ pub fn define(parent: &NodeService, mut m: Map<String, Value>, node: &str) -> Re
     default(&mut proxy, "LocalServicePort", parent.port.into());
     m.insert("Proxy".into(), Value::Object(proxy));
     let own_checks = !is_unset(m.get("Check")) || !is_unset(m.get("Checks"));
-    let parsed: ServiceDef = super::define::parse_service(m, node)?;
+    let parsed: ServiceDef = super::parse::parse_service(m, node)?;
     let mut service = parsed.service;
     if auto_port {
         service.port = 0;
@@ -161,34 +149,6 @@ pub fn define(parent: &NodeService, mut m: Map<String, Value>, node: &str) -> Re
         service,
         checks: own_checks.then_some(parsed.checks),
     })
-}
-
-/// The port for sidecar `id`: the one it already has (a re-registration
-/// keeps it), else `hint` (the one it had before a restart), else the
-/// lowest in the range no other service on this agent uses. `parent` is
-/// being (re)registered with `parent_port`. `None`: the range is full.
-pub fn choose_port(
-    t: &Tables,
-    id: &str,
-    parent: &str,
-    parent_port: i64,
-    hint: Option<u16>,
-) -> Option<u16> {
-    let used: std::collections::BTreeSet<i64> = t
-        .live_services()
-        .filter(|s| s.registered.id != id && s.registered.id != parent)
-        .map(|s| s.registered.port)
-        .chain([parent_port])
-        .collect();
-    let free = |p: u16| (MIN_PORT..=MAX_PORT).contains(&p) && !used.contains(&i64::from(p));
-    let current = t
-        .live_service(id)
-        .and_then(|s| u16::try_from(s.registered.port).ok());
-    current
-        .into_iter()
-        .chain(hint)
-        .find(|p| free(*p))
-        .or_else(|| (MIN_PORT..=MAX_PORT).find(|p| free(*p)))
 }
 
 /// The sidecar as registered, on `port`, with Consul's default checks
@@ -243,9 +203,10 @@ pub fn finish(sd: SidecarDef, port: u16) -> Result<ServiceDef> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::checks::Probe;
     use super::super::define::service;
     use super::super::local::fixtures::{add, svc, tables};
+    use super::super::local::sidecar_port as choose_port;
+    use super::super::spec::Probe;
     use super::*;
     use std::time::Instant;
 

@@ -170,10 +170,6 @@ const DEFINITION_JSON_ONLY: [&str; 8] = [
     "Timeout",
 ];
 
-/// Filterable in Consul's `HealthCheckDefinition`, never kept by cairn's
-/// definition parser (`definition::DEFINITION_FIELDS`).
-const DEFINITION_SCHEMA_ONLY: [&str; 3] = ["DisableRedirects", "H2PingUseTLS", "OutputMaxSize"];
-
 #[test]
 fn node_rows_match_their_schema() {
     let (schema_only, json_only) = drift(&schemas::CATALOG_NODES, &json!(node()));
@@ -216,9 +212,7 @@ fn service_node_rows_match_their_schema() {
 #[test]
 fn health_check_rows_match_their_schema() {
     let (schema_only, json_only) = drift(&schemas::HEALTH_CHECKS, &json!(check()));
-    let mut want = set(&["PeerName"]);
-    want.extend(prefixed("Definition.", &DEFINITION_SCHEMA_ONLY));
-    assert_eq!(schema_only, want);
+    assert_eq!(schema_only, set(&["PeerName"]));
     let mut want = set(&RAFT_INDEX);
     want.extend(
         DEFINITION_JSON_ONLY
@@ -241,7 +235,6 @@ fn check_service_node_rows_match_their_schema() {
     let mut want: BTreeSet<String> = prefixed("Node.", &NODE_SCHEMA_ONLY).into_iter().collect();
     want.extend(prefixed("Service.Proxy.", &PROXY_SCHEMA_ONLY));
     want.insert("Checks.PeerName".into());
-    want.extend(prefixed("Checks.Definition.", &DEFINITION_SCHEMA_ONLY));
     assert_eq!(schema_only, want);
     let mut want: BTreeSet<String> = ["Node.", "Service.", "Checks."]
         .iter()

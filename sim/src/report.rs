@@ -1,0 +1,96 @@
+//! What one simulated run found (`Report`), and the kinds of fault it
+//! counts: shared by the run and the history checkers that add to it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::stream_check::StreamStats;
+
+/// The kinds of fault, counted per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    Partition,
+    OneWayPartition,
+    IsolateLeader,
+    CrashRestart,
+    /// A crash during which part of what the Raft log had not flushed
+    /// reached the disk (a torn write).
+    TornCrashRestart,
+    /// The Raft log's next fsync fails (EIO): part of what it had not
+    /// flushed is lost, Raft stops, and the server exits (fail-stop) and is
+    /// restarted from its disk, as a supervisor would.
+    FailedFsync,
+    MessageLoss,
+    Delay,
+}
+
+pub const FAULTS: [Fault; 8] = [
+    Fault::Partition,
+    Fault::OneWayPartition,
+    Fault::IsolateLeader,
+    Fault::CrashRestart,
+    Fault::TornCrashRestart,
+    Fault::FailedFsync,
+    Fault::MessageLoss,
+    Fault::Delay,
+];
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub servers: usize,
+    /// Hash of the whole trace: equal for two runs of one seed.
+    pub trace_hash: u64,
+    pub faults: BTreeMap<Fault, usize>,
+    /// At most this many faults were active at once.
+    pub max_concurrent_faults: usize,
+    pub ops: usize,
+    pub acked_writes: usize,
+    pub unknown_writes: usize,
+    pub reads: usize,
+    pub keys_checked: usize,
+    /// Keys whose history, default-mode reads included, is not
+    /// linearizable (a deposed leader answering from its own state: allowed
+    /// for default reads, as in Consul).
+    pub stale_default_read_keys: usize,
+    pub sim_time: Duration,
+    /// The highest index of a tombstone reaped (0: none was).
+    pub reaped_tombstones: u64,
+    /// What the event-stream subscriber saw (checker d).
+    pub stream: StreamStats,
+    /// Locks the lock clients held (checker e).
+    pub locks_held: usize,
+    /// Locks a silent holder's TTL expiry handed to another session.
+    pub ttl_handoffs: usize,
+    /// Large writes of the burst acknowledged (and found whole).
+    pub burst_acked: usize,
+    /// Servers that stopped on a failed fsync (and were restarted).
+    pub fsync_stops: usize,
+    /// Broken guarantees; empty when the run passed.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The one command that replays this run.
+    pub fn repro(&self) -> String {
+        // The build's injected bug, if any: the replay needs the same one.
+        let features = if cfg!(feature = "bug-ack-before-commit") {
+            " --features bug-ack-before-commit"
+        } else if cfg!(feature = "bug-stale-read") {
+            " --features bug-stale-read"
+        } else if cfg!(feature = "bug-stream-back-in-time") {
+            " --features bug-stream-back-in-time"
+        } else {
+            ""
+        };
+        format!(
+            "cargo run -p sim --release{features} -- --servers {} --seed {}",
+            self.servers, self.seed
+        )
+    }
+}
