@@ -433,3 +433,29 @@ fn the_cli_bootstraps_and_uses_tokens_from_the_environment_and_the_flag() {
         "{o:?}"
     );
 }
+
+#[test]
+fn a_servers_agent_endpoints_need_service_write() {
+    let s = deny_server();
+    let body = r#"{"Name": "web", "ID": "web-1", "Port": 80}"#;
+    let r = s.put("/v1/agent/service/register", body);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("'service:write' on \"web\""), "{}", r.body);
+    let (_, secret) = token_with_rules(
+        s.http_addr,
+        "web-writer",
+        r#"service "web" { policy = "write" }"#,
+    );
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/agent/service/register",
+        Some(body),
+        &secret,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Listed to its writer, hidden from the anonymous token.
+    let r = with(s.http_addr, "GET", "/v1/agent/services", None, &secret);
+    assert!(r.json().get("web-1").is_some(), "{}", r.body);
+    assert!(s.get("/v1/agent/services").json().get("web-1").is_none());
+}

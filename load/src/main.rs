@@ -194,6 +194,15 @@ enum Cmd {
 // ---------------------------------------------------------------- HTTP
 
 /// One keep-alive HTTP/1.1 connection.
+/// `CAIRN_LOAD_TOKEN`: an ACL token every request to cairn carries (the
+/// bench's ACL rows).
+fn acl_token() -> Option<&'static str> {
+    static TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    TOKEN
+        .get_or_init(|| std::env::var("CAIRN_LOAD_TOKEN").ok().filter(|t| !t.is_empty()))
+        .as_deref()
+}
+
 struct Conn {
     addr: String,
     send: Option<SendRequest<Full<Bytes>>>,
@@ -251,6 +260,9 @@ impl Conn {
             .header(hyper::header::HOST, &self.addr);
         if !body.is_empty() {
             req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(t) = acl_token() {
+            req = req.header("x-consul-token", t);
         }
         let resp = send.send_request(req.body(Full::new(body))?).await?;
         let status = resp.status();

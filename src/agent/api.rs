@@ -25,11 +25,36 @@ use super::maintenance;
 use super::servers::{self, FORWARDED};
 use super::sync;
 use crate::error::{Error, Result};
+use crate::request::authz::{AllowAll, Authz};
 use crate::request::rows::{RowFilter, Rows};
 use crate::request::{MAX_BODY, Params, decode_json, wait_of};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};
 
 type App = Arc<Agent>;
+
+/// The service a local service ID belongs to ("" if none).
+fn service_name(a: &Agent, id: &str) -> String {
+    a.local
+        .with(|t| t.live_service(id).map(|s| s.registered.service.clone()))
+        .unwrap_or_default()
+}
+
+/// A local check is written with `service:write` on its service, or
+/// `node:write` on this node for a node check.
+fn authorize_check(a: &Agent, z: &Authz, check_id: &str) -> Result<()> {
+    let service = a.local.with(|t| {
+        t.live_checks()
+            .find(|c| c.check.check_id == check_id)
+            .map(|c| c.check.service_id.clone())
+    });
+    match service.filter(|s| !s.is_empty()) {
+        Some(id) => {
+            let name = service_name(a, &id);
+            z.require(z.service_write(&name), "service:write", &name)
+        }
+        None => z.require(z.node_write(&a.config.node), "node:write", &a.config.node),
+    }
+}
 
 /// Forwarded requests may be blocking queries (up to 10 min + jitter).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
@@ -73,7 +98,10 @@ fn layered(routes: Router) -> Router {
         .layer(middleware::from_fn(crate::request::trace_request))
 }
 
-/// `cairn agent`'s whole HTTP API.
+/// `cairn agent`'s whole HTTP API. A client agent does not resolve
+/// tokens itself: its local endpoints allow every token, and what it
+/// forwards is checked by the server that answers (with the caller's
+/// token, or its `--acl-token`).
 pub fn router(agent: App) -> Router {
     layered(
         local_routes()
@@ -87,6 +115,7 @@ pub fn router(agent: App) -> Router {
             .fallback(forward)
             .with_state(agent),
     )
+    .layer(axum::Extension(AllowAll::resolver()))
 }
 
 /// A server's agent endpoints, merged into the server's router. The server
@@ -219,12 +248,13 @@ fn service_view(t: &Tables, id: &str, dc: &str) -> Option<Map<String, Value>> {
     Some(m)
 }
 
-async fn services(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn services(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
     let dc = a.datacenter();
     let all: Map<String, Value> = a.local.with(|t| {
         t.live_services()
+            .filter(|s| z.service_read(&s.registered.service))
             .filter_map(|s| {
                 let id = &s.registered.id;
                 Some((id.clone(), Value::Object(service_view(t, id, &dc)?)))
@@ -254,9 +284,12 @@ fn content_hash(v: &Map<String, Value>) -> String {
 /// while `?hash=` still matches (Consul's hash-based blocking).
 async fn service(
     State(a): State<App>,
+    z: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    let name = service_name(&a, &id);
+    z.require(z.service_read(&name), "service:read", &name)?;
     let p = Params::parse(q.as_deref());
     let wait = wait_of(&p)?;
     let want = p.get("hash").filter(|h| !h.is_empty()).map(String::from);
@@ -320,10 +353,13 @@ fn health_response(p: &Params, headers: &HeaderMap, status: HealthStatus, body: 
 
 async fn health_by_id(
     State(a): State<App>,
+    z: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response> {
+    let name = service_name(&a, &id);
+    z.require(z.service_read(&name), "service:read", &name)?;
     let p = Params::parse(q.as_deref());
     let dc = a.datacenter();
     let (status, entry) = a
@@ -336,10 +372,12 @@ async fn health_by_id(
 /// Every instance of the service on this agent, and the worst status.
 async fn health_by_name(
     State(a): State<App>,
+    z: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response> {
+    z.require(z.service_read(&name), "service:read", &name)?;
     let p = Params::parse(q.as_deref());
     let dc = a.datacenter();
     let entries: Vec<(HealthStatus, Value)> = a.local.with(|t| {
@@ -356,11 +394,18 @@ async fn health_by_name(
     Ok(health_response(&p, &headers, status, body))
 }
 
-async fn checks(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn checks(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let all: Map<String, Value> = a.local.with(|t| {
         t.live_checks()
+            .filter(|c| {
+                if c.check.service_name.is_empty() {
+                    z.node_read(&a.config.node)
+                } else {
+                    z.service_read(&c.check.service_name)
+                }
+            })
             .filter_map(|c| {
                 let v = serde_json::to_value(t.expected_check(&c.check)).ok()?;
                 Some((c.check.check_id.clone(), v))
@@ -372,11 +417,14 @@ async fn checks(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response>
 
 async fn register_service(
     State(a): State<App>,
+    z: Authz,
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let def = define::service(decode_json(&body)?, &a.config.node)?;
+    let name = &def.service.service;
+    z.require(z.service_write(name), "service:write", name)?;
     let replace = p.has("replace-existing-checks")
         && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
     a.register_service(def, Source::Api, replace).await?;
@@ -384,20 +432,37 @@ async fn register_service(
     Ok(ok())
 }
 
-async fn deregister_service(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
+async fn deregister_service(
+    State(a): State<App>,
+    z: Authz,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let name = service_name(&a, &id);
+    z.require(z.service_write(&name), "service:write", &name)?;
     a.deregister_service(&id).await?;
     sync::pushed(&a).await;
     Ok(ok())
 }
 
-async fn register_check(State(a): State<App>, body: Bytes) -> Result<Response> {
+async fn register_check(State(a): State<App>, z: Authz, body: Bytes) -> Result<Response> {
     let check = define::check(decode_json(&body)?)?;
+    if check.0.service_id.is_empty() {
+        z.require(z.node_write(&a.config.node), "node:write", &a.config.node)?;
+    } else {
+        let name = service_name(&a, &check.0.service_id);
+        z.require(z.service_write(&name), "service:write", &name)?;
+    }
     a.register_check(check, Source::Api).await?;
     sync::pushed(&a).await;
     Ok(ok())
 }
 
-async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Result<Response> {
+async fn deregister_check(
+    State(a): State<App>,
+    z: Authz,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    authorize_check(&a, &z, &id)?;
     a.deregister_check(&id).await?;
     sync::pushed(&a).await;
     Ok(ok())
@@ -406,9 +471,11 @@ async fn deregister_check(State(a): State<App>, Path(id): Path<String>) -> Resul
 /// `PUT /v1/agent/check/pass|warn|fail/:id?note=`.
 async fn ttl(
     State(a): State<App>,
+    z: Authz,
     Path((verb, id)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    authorize_check(&a, &z, &id)?;
     let status = match verb.as_str() {
         "pass" => HEALTH_PASSING,
         "warn" => HEALTH_WARNING,
@@ -435,7 +502,13 @@ struct CheckUpdate {
     output: String,
 }
 
-async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Result<Response> {
+async fn update(
+    State(a): State<App>,
+    z: Authz,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    authorize_check(&a, &z, &id)?;
     let u: CheckUpdate = decode_json(&body)?;
     let status = HealthStatus::settable(&u.status).map_err(|e| {
         Error::bad(format!(
@@ -449,7 +522,12 @@ async fn update(State(a): State<App>, Path(id): Path<String>, body: Bytes) -> Re
 }
 
 /// `PUT /v1/agent/maintenance?enable=&reason=`.
-async fn node_maintenance(State(a): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
+async fn node_maintenance(
+    State(a): State<App>,
+    z: Authz,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    z.require(z.node_write(&a.config.node), "node:write", &a.config.node)?;
     let p = Params::parse(q.as_deref());
     let enable = maintenance::parse_enable(p.get("enable"))?;
     a.node_maintenance(enable, p.get("reason").unwrap_or(""))
@@ -461,9 +539,12 @@ async fn node_maintenance(State(a): State<App>, RawQuery(q): RawQuery) -> Result
 /// `PUT /v1/agent/service/maintenance/:id?enable=&reason=`.
 async fn service_maintenance(
     State(a): State<App>,
+    z: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    let name = service_name(&a, &id);
+    z.require(z.service_write(&name), "service:write", &name)?;
     let p = Params::parse(q.as_deref());
     let enable = maintenance::parse_enable(p.get("enable"))?;
     a.service_maintenance(&id, enable, p.get("reason").unwrap_or(""))
