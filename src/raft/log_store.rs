@@ -770,7 +770,10 @@ impl Tail {
         let first = self.first_index().filter(|f| *f <= start)?;
         let mut out = Vec::new();
         let mut total = 0usize;
-        for c in self.entries.range((start - first).min(self.entries.len() as u64) as usize..) {
+        for c in self
+            .entries
+            .range((start - first).min(self.entries.len() as u64) as usize..)
+        {
             if !before(end, c.entry.log_id.index)
                 || (total.saturating_add(c.size) > budget && !(first_free && out.is_empty()))
             {
@@ -801,8 +804,11 @@ enum Job {
     },
     /// Anything else that changes the files (truncate, purge) or must see
     /// every append before it (the log's state): run on the locked log.
-    Run(Box<dyn FnOnce(Result<&mut Log, StorageError>) + Send>),
+    Run(LogFn),
 }
+
+/// Work on the locked log (or why it cannot be locked).
+type LogFn = Box<dyn FnOnce(Result<&mut Log, StorageError>) + Send>;
 
 #[derive(Clone)]
 pub struct LogStore {
@@ -1467,10 +1473,7 @@ mod tests {
         use openraft::type_config::async_runtime::oneshot::Oneshot;
         type Rt = <TypeConfig as openraft::RaftTypeConfig>::AsyncRuntime;
         let (tx, rx) = <Rt as openraft::AsyncRuntime>::Oneshot::channel();
-        store
-            .append(entries, IOFlushed::signal(tx))
-            .await
-            .unwrap();
+        store.append(entries, IOFlushed::signal(tx)).await.unwrap();
         rx.await.unwrap().unwrap();
     }
 
@@ -1494,9 +1497,18 @@ mod tests {
             .try_get_log_entries(first_cached - 2..first_cached + 2)
             .await
             .unwrap();
-        assert_eq!(ids(&across), (first_cached - 2..first_cached + 2).collect::<Vec<_>>());
+        assert_eq!(
+            ids(&across),
+            (first_cached - 2..first_cached + 2).collect::<Vec<_>>()
+        );
         // Past the end: nothing.
-        assert!(store.try_get_log_entries(n + 1..n + 5).await.unwrap().is_empty());
+        assert!(
+            store
+                .try_get_log_entries(n + 1..n + 5)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         // The byte budget of one AppendEntries holds across the two.
         let limited = store
             .limited_get_log_entries(first_cached - 10, n + 1)
@@ -1506,7 +1518,10 @@ mod tests {
             .iter()
             .map(|e| bincode::serialized_size(e).unwrap() + RECORD_HEADER as u64)
             .sum();
-        assert!(bytes <= super::super::network::APPEND_BYTES as u64, "{bytes}");
+        assert!(
+            bytes <= super::super::network::APPEND_BYTES as u64,
+            "{bytes}"
+        );
         assert_eq!(limited[0].log_id.index, first_cached - 10);
         assert!(limited.len() > 10, "{}", limited.len());
         assert_eq!(
@@ -1525,16 +1540,27 @@ mod tests {
             .append((4..=6).map(|i| entry(1, i)), IOFlushed::noop())
             .await
             .unwrap();
-        assert_eq!(ids(&store.try_get_log_entries(1..7).await.unwrap()), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            ids(&store.try_get_log_entries(1..7).await.unwrap()),
+            vec![1, 2, 3, 4, 5, 6]
+        );
         // Overwritten after a truncate: the new term's entries, not the old.
         store.truncate_after(Some(id(1, 4))).await.unwrap();
         append_durably(&mut store, vec![entry(2, 5)]).await;
         let got = store.try_get_log_entries(1..10).await.unwrap();
-        assert_eq!(got.iter().map(|e| e.log_id).collect::<Vec<_>>(),
-            vec![id(1, 1), id(1, 2), id(1, 3), id(1, 4), id(2, 5)]);
-        assert_eq!(store.get_log_state().await.unwrap().last_log_id, Some(id(2, 5)));
+        assert_eq!(
+            got.iter().map(|e| e.log_id).collect::<Vec<_>>(),
+            vec![id(1, 1), id(1, 2), id(1, 3), id(1, 4), id(2, 5)]
+        );
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(id(2, 5))
+        );
         store.purge(id(1, 2)).await.unwrap();
-        assert_eq!(ids(&store.try_get_log_entries(..).await.unwrap()), vec![3, 4, 5]);
+        assert_eq!(
+            ids(&store.try_get_log_entries(..).await.unwrap()),
+            vec![3, 4, 5]
+        );
         drop(store);
         let log = Log::open(&dir.path().join("log"), SEGMENT_BYTES).unwrap();
         assert_eq!(log.last(), Some(id(2, 5)));
@@ -1544,7 +1570,10 @@ mod tests {
     fn the_tail_keeps_every_entry_not_yet_written() {
         let mut tail = Tail::default();
         let n = 2 * TAIL_BYTES as u64 / 1000;
-        tail.push((1..=n).map(|i| entry(1, i)).collect(), std::iter::repeat(1000));
+        tail.push(
+            (1..=n).map(|i| entry(1, i)).collect(),
+            std::iter::repeat(1000),
+        );
         // Nothing written: nothing may leave, whatever the budget.
         tail.written(std::iter::empty());
         assert_eq!(tail.first_index(), Some(1));
