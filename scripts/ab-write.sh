@@ -60,7 +60,7 @@ for round in $(seq 1 "$ROUNDS"); do
       us=$(awk -v t=$((t1 - t0)) -v hz="$TICK" -v n="${ops:-0}" \
         'BEGIN { if (n > 0) printf "%.0f", t / hz * 1e6 / n; else print "-" }')
       printf '%s round %s clients %3s: %6s ops/s p50 %s p99 %s cpu/write %s µs load1 %s\n' \
-        "$(basename "$(dirname "$(dirname "$bin")")")/$(basename "$bin")" "$round" "$c" \
+        "$bin" "$round" "$c" \
         "${tput:-err}" "$(field p50_ms "$r")" "$(field p99_ms "$r")" "$us" "$l"
     done
     stop_all
