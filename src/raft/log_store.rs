@@ -658,9 +658,9 @@ struct Cached {
 /// entries here and returns (openraft asks only that they be readable when
 /// it returns); the writer thread writes them to the files in order, marks
 /// them written, and drops the oldest written ones past `TAIL_BYTES`. So
-/// every entry is in the tail or in the files (an entry leaves the tail
-/// only once the files' index has it), and neither an append nor a read
-/// of the newest entries waits for a thread.
+/// every entry not purged is in the tail or in the files (one leaves the
+/// tail only once the files' index has it), and neither an append nor a
+/// read of the newest entries waits for a thread.
 #[derive(Default)]
 struct Tail {
     entries: std::collections::VecDeque<Cached>,
@@ -713,8 +713,10 @@ impl Tail {
         }
     }
 
-    /// Drops every entry at or before `upto` (a purge: they were applied,
-    /// so written).
+    /// Drops every entry at or before `upto` (a purge: openraft never reads
+    /// them again; one committed by the followers before this server wrote
+    /// it is still written by the writer, before the purge reaches the
+    /// files).
     fn purge(&mut self, upto: u64) {
         while let Some(c) = self.entries.front() {
             if c.entry.log_id.index > upto {
