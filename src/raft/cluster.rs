@@ -277,13 +277,10 @@ impl Cluster {
     /// a snapshot restore left half-staged (its proposer lost office or
     /// crashed: nobody will commit it).
     pub async fn lead(self: Arc<Self>) {
-        // Server metrics (vote, role, leader, membership) change only with
-        // them; the full metrics change several times per write, and a
-        // wake-up per change was CPU taken from the write path.
-        let mut metrics = self.raft.server_metrics();
+        let mut metrics = self.raft.metrics();
         let mut checked_term = None;
         loop {
-            let term = self.raft.metrics().borrow_watched().current_term;
+            let term = metrics.borrow_watched().current_term;
             if self.is_leader() && checked_term != Some(term) {
                 checked_term = Some(term);
                 // Only the id seen now: a restore this leader starts later
