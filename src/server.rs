@@ -528,17 +528,23 @@ impl Server {
     /// Waits until Raft stops on its own (not by `shutdown`): a storage
     /// error it cannot continue past, or a panic of its core. Returns why.
     pub async fn raft_failed(&self) -> String {
-        let mut metrics = self.raft.metrics();
+        // Raft's core holds the metrics' senders until it ends, reporting
+        // why in the full metrics first. Waiting on the server metrics
+        // (they change with the role, not with every write) keeps this
+        // task, on the process's main thread, from waking per write.
+        let mut server = self.raft.server_metrics();
         loop {
-            let state = metrics.borrow_watched().running_state.clone();
-            match state {
-                Err(openraft::error::Fatal::Stopped) => {}
-                Err(e) => return e.to_string(),
-                Ok(()) => {}
+            if let Err(e) = &self.raft.metrics().borrow_watched().running_state
+                && !matches!(e, openraft::error::Fatal::Stopped)
+            {
+                return e.to_string();
             }
-            if metrics.changed().await.is_err() {
-                // The core's task ended without saying why: it panicked.
-                return "raft core stopped".into();
+            if server.changed().await.is_err() {
+                return match &self.raft.metrics().borrow_watched().running_state {
+                    Err(e) if !matches!(e, openraft::error::Fatal::Stopped) => e.to_string(),
+                    // The core's task ended without saying why: it panicked.
+                    _ => "raft core stopped".into(),
+                };
             }
         }
     }

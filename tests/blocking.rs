@@ -6,7 +6,11 @@
 //! A snapshot encoded, written or installed on an async worker, or the
 //! Raft log's I/O waiting there behind a segment roll's fsyncs, takes that
 //! worker away from the heartbeats for seconds, and a follower's election
-//! timer (600–1200 ms) runs out.
+//! timer (600–1200 ms) runs out. A follower whose only worker is stuck in
+//! an install cannot even run its own election timer (it finds the
+//! leader's heartbeats waiting once it is free), so for the install the
+//! test also asks that server for its leader all along: an answer that
+//! takes seconds is a worker taken away.
 
 mod common;
 
@@ -34,6 +38,10 @@ const LOADERS: u64 = 8;
 /// stopped follower needs by the time it comes back.
 const SNAPSHOT_EVERY: &str = "500";
 const DEADLINE: Duration = Duration::from_secs(60);
+/// The longest a server may take to answer `/v1/status/leader` while it
+/// installs a snapshot: a few election timeouts, for a debug build on a
+/// busy machine. An install on its one async worker takes over ten.
+const MAX_STALL: Duration = Duration::from_secs(3);
 
 fn term(s: &Server) -> u64 {
     s.metric("cairn_raft_term") as u64
@@ -157,6 +165,25 @@ fn large_snapshots_built_and_installed_under_write_load_cause_no_election() {
             panic!("a small write failed during the snapshots: {why}");
         }
     };
+    // The restarted follower is asked for its leader every 20 ms from its
+    // start to the end: the slowest answer is how long its worker was away.
+    let back_addr: std::net::SocketAddr = format!("127.0.0.1:{}", http[behind]).parse().unwrap();
+    let slowest = Arc::new(Mutex::new(Duration::ZERO));
+    let prober = {
+        let (stop, slowest) = (stop.clone(), slowest.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                // Refused while it starts: not an answer.
+                if common::try_request(back_addr, "GET", "/v1/status/leader", None).is_ok() {
+                    let took = asked.elapsed();
+                    let mut s = slowest.lock().unwrap();
+                    *s = (*s).max(took);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
     servers[behind] = member(behind, &raft, http[behind], dirs[behind].path());
     let back = &servers[behind];
     common::eventually(
@@ -181,7 +208,10 @@ fn large_snapshots_built_and_installed_under_write_load_cause_no_election() {
     for w in writers {
         w.join().unwrap();
     }
+    prober.join().unwrap();
     check();
+    let slowest = *slowest.lock().unwrap();
+    eprintln!("slowest answer of the installing follower: {slowest:?}");
     eprintln!(
         "installed and caught up after {:?}, {} small writes",
         started.elapsed(),
@@ -196,6 +226,12 @@ fn large_snapshots_built_and_installed_under_write_load_cause_no_election() {
         servers[leader].log().contains("built snapshot"),
         "{}",
         servers[leader].log()
+    );
+    assert!(
+        slowest < MAX_STALL,
+        "the follower took {slowest:?} to answer while it installed the snapshot: \
+         its async worker was blocked; log:\n{}",
+        servers[behind].log()
     );
     for s in &servers {
         assert_eq!(

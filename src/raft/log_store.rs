@@ -8,10 +8,16 @@
 //! it. Here an append is one `pwrite` to the end of the current segment, and
 //! one `fdatasync` makes every append waiting durable.
 //!
-//! - `append` writes the entries at once (readable by `pread` from then on)
-//!   and hands the completion callback to the flusher thread, which takes
-//!   every callback waiting, `fdatasync`s once and completes them all: many
+//! - `append` encodes the entries, keeps them decoded in the tail (readable
+//!   from then on) and hands them to the writer thread, and returns: no
+//!   file I/O and no wait for a thread on the async workers. The writer
+//!   takes every job waiting, writes each append with one `pwrite`,
+//!   `fdatasync`s once and only then completes their callbacks: many
 //!   appends share one fsync, and none is acknowledged before it.
+//! - Reads of the newest entries (replication) come from the tail; older
+//!   ones (a follower far behind, a restart) from the files, on a blocking
+//!   thread. Truncate, purge and the log's state go through the writer, in
+//!   order after the appends sent before them.
 //! - A segment (`log-<first index>.seg`) starts with `CAIRNLOG` and its
 //!   format version (`disk::LOG_FORMAT`), then a header record: the log id
 //!   of the entry before its first, so the log's start (the last purged log
@@ -425,7 +431,7 @@ impl Log {
     /// file to sync for them.
     #[cfg(test)]
     fn append(&mut self, entries: Vec<Entry>) -> Result<Arc<SegFile>, DiskError> {
-        self.write(Records::encode(entries))
+        self.write(Records::encode(&entries))
     }
 
     /// Writes encoded records at the end of the current segment; returns
@@ -455,26 +461,30 @@ impl Log {
         Ok(file)
     }
 
+    #[cfg(test)]
     fn read(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, DiskError> {
-        self.read_upto(range, usize::MAX)
+        self.read_upto(range, usize::MAX, true).map(|(out, ..)| out)
     }
 
     /// The entries in `range`, stopping before the one that would take the
-    /// records read past `budget` bytes (the first is always read).
+    /// records read past `budget` bytes (the first whatever its size if
+    /// `first_free`); with the bytes their records take, and whether the
+    /// budget cut it short.
     fn read_upto(
         &self,
         range: (Bound<u64>, Bound<u64>),
         budget: usize,
-    ) -> Result<Vec<Entry>, DiskError> {
+        first_free: bool,
+    ) -> Result<(Vec<Entry>, usize, bool), DiskError> {
         let from = next_index(self.purged.as_ref());
         let mut out = Vec::new();
         let mut buf = Vec::new();
         let mut total = 0usize;
         for (_, (_, pos)) in self.entries.range(range).filter(|(i, _)| **i >= from) {
-            total = total.saturating_add(pos.len as usize);
-            if total > budget && !out.is_empty() {
-                break;
+            if total.saturating_add(pos.len as usize) > budget && !(first_free && out.is_empty()) {
+                return Ok((out, total, true));
             }
+            total = total.saturating_add(pos.len as usize);
             let seg = &self.segments[&pos.segment].file;
             buf.resize(pos.len as usize, 0);
             seg.file
@@ -492,7 +502,7 @@ impl Log {
                     .map_err(|e| corrupt(format!("entry does not decode: {e}")))?,
             );
         }
-        Ok(out)
+        Ok((out, total, false))
     }
 
     /// Removes every entry after `last`, durably.
@@ -607,13 +617,13 @@ struct Records {
 }
 
 impl Records {
-    fn encode(entries: impl IntoIterator<Item = Entry>) -> Records {
+    fn encode<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Records {
         let mut buf = Vec::new();
         let mut placed = Vec::new();
         for e in entries {
             let start = buf.len();
             // bincode of an entry fails only on types it cannot encode.
-            encode_record(&bincode::serialize(&e).expect("an entry encodes"), &mut buf);
+            encode_record(&bincode::serialize(e).expect("an entry encodes"), &mut buf);
             placed.push((e.log_id, start, buf.len() - start));
         }
         Records { buf, placed }
@@ -623,18 +633,193 @@ impl Records {
 /// A callback and the file whose sync completes it.
 type Waiting = (Arc<SegFile>, IOFlushed<TypeConfig>);
 
-/// The first failed fsync, shared by the flusher and the writers: after
-/// one, the kernel may have dropped the dirty pages it failed to write, so
-/// nothing written before or after can be reported durable again.
+/// The first failed write or fsync, shared by the writer thread and the
+/// store: after a failed fsync the kernel may have dropped the dirty pages
+/// it failed to write, so nothing written before or after can be reported
+/// durable again.
 type Failed = Arc<std::sync::OnceLock<String>>;
+
+/// The newest entries are kept decoded, up to this many bytes of records
+/// (written ones; entries not yet written are always kept): replication
+/// reads them from here, and only a follower further behind than this
+/// costs a file read on a blocking thread. One AppendEntries' worth.
+const TAIL_BYTES: usize = super::network::APPEND_BYTES;
+
+/// One entry of the tail.
+struct Cached {
+    entry: Entry,
+    /// Bytes of its record in the files.
+    size: usize,
+    /// In the files (and their index) yet: only then may it leave the tail.
+    written: bool,
+}
+
+/// The newest entries appended, consecutive, oldest first. `append` puts
+/// entries here and returns (openraft asks only that they be readable when
+/// it returns); the writer thread writes them to the files in order, marks
+/// them written, and drops the oldest written ones past `TAIL_BYTES`. So
+/// every entry not purged is in the tail or in the files (one leaves the
+/// tail only once the files' index has it), and neither an append nor a
+/// read of the newest entries waits for a thread.
+#[derive(Default)]
+struct Tail {
+    entries: std::collections::VecDeque<Cached>,
+    /// Record bytes of the written entries held.
+    written_bytes: usize,
+}
+
+impl Tail {
+    fn first_index(&self) -> Option<u64> {
+        self.entries.front().map(|c| c.entry.log_id.index)
+    }
+
+    fn last_id(&self) -> Option<LogId> {
+        self.entries.back().map(|c| c.entry.log_id)
+    }
+
+    fn push(&mut self, entries: Vec<Entry>, sizes: impl Iterator<Item = usize>) {
+        let Some(first) = entries.first().map(|e| e.log_id.index) else {
+            return;
+        };
+        // openraft appends right after the last entry (a truncate comes
+        // first when it overwrites); anything else starts the tail afresh
+        // (the files hold or will hold every entry dropped here).
+        if self.last_id().is_some_and(|l| l.index + 1 != first) {
+            self.truncate_from(first);
+            if self.last_id().is_some_and(|l| l.index + 1 != first) {
+                self.entries.clear();
+                self.written_bytes = 0;
+            }
+        }
+        for (entry, size) in entries.into_iter().zip(sizes) {
+            self.entries.push_back(Cached {
+                entry,
+                size,
+                written: false,
+            });
+        }
+    }
+
+    /// Drops every entry at `from` and after.
+    fn truncate_from(&mut self, from: u64) {
+        while let Some(c) = self.entries.back() {
+            if c.entry.log_id.index < from {
+                break;
+            }
+            if c.written {
+                self.written_bytes -= c.size;
+            }
+            self.entries.pop_back();
+        }
+    }
+
+    /// Drops every entry at or before `upto` (a purge: openraft never reads
+    /// them again; one committed by the followers before this server wrote
+    /// it is still written by the writer, before the purge reaches the
+    /// files).
+    fn purge(&mut self, upto: u64) {
+        while let Some(c) = self.entries.front() {
+            if c.entry.log_id.index > upto {
+                break;
+            }
+            if c.written {
+                self.written_bytes -= c.size;
+            }
+            self.entries.pop_front();
+        }
+    }
+
+    /// The writer wrote these entries and the files' index has them.
+    fn written(&mut self, ids: impl Iterator<Item = LogId>) {
+        for id in ids {
+            let Some(first) = self.first_index() else {
+                return;
+            };
+            let Some(at) = id.index.checked_sub(first) else {
+                continue;
+            };
+            // The same log id: not an entry a truncate replaced since.
+            if let Some(c) = self.entries.get_mut(at as usize)
+                && c.entry.log_id == id
+                && !c.written
+            {
+                c.written = true;
+                self.written_bytes += c.size;
+            }
+        }
+        while self.written_bytes > TAIL_BYTES {
+            match self.entries.front() {
+                Some(c) if c.written => {
+                    self.written_bytes -= c.size;
+                    self.entries.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// The entries from `start` before `end` within `budget` bytes (the
+    /// first whatever its size if `first_free`), if the tail holds `start`
+    /// or starts before it; `None` if the tail is empty or starts after
+    /// `start` (the files have those).
+    fn read(
+        &self,
+        start: u64,
+        end: Bound<u64>,
+        budget: usize,
+        first_free: bool,
+    ) -> Option<Vec<Entry>> {
+        let first = self.first_index().filter(|f| *f <= start)?;
+        let mut out = Vec::new();
+        let mut total = 0usize;
+        for c in self
+            .entries
+            .range((start - first).min(self.entries.len() as u64) as usize..)
+        {
+            if !before(end, c.entry.log_id.index)
+                || (total.saturating_add(c.size) > budget && !(first_free && out.is_empty()))
+            {
+                break;
+            }
+            total = total.saturating_add(c.size);
+            out.push(c.entry.clone());
+        }
+        Some(out)
+    }
+}
+
+/// Whether `index` comes before `end`.
+fn before(end: Bound<u64>, index: u64) -> bool {
+    match end {
+        Bound::Included(e) => index <= e,
+        Bound::Excluded(e) => index < e,
+        Bound::Unbounded => true,
+    }
+}
+
+/// Work for the writer thread, done in the order sent.
+enum Job {
+    /// Records to write at the end of the log, then make durable.
+    Append {
+        records: Records,
+        done: IOFlushed<TypeConfig>,
+    },
+    /// Anything else that changes the files (truncate, purge) or must see
+    /// every append before it (the log's state): run on the locked log.
+    Run(LogFn),
+}
+
+/// Work on the locked log (or why it cannot be locked).
+type LogFn = Box<dyn FnOnce(Result<&mut Log, StorageError>) + Send>;
 
 #[derive(Clone)]
 pub struct LogStore {
     log: Arc<Mutex<Log>>,
+    tail: Arc<parking_lot::Mutex<Tail>>,
     dir: PathBuf,
     db: sled::Db,
     meta: sled::Tree,
-    flusher: mpsc::Sender<Waiting>,
+    writer: mpsc::Sender<Job>,
     failed: Failed,
     /// sled's file, for `fdatasync` after its flush (vote saves).
     sled_file: Arc<SegFile>,
@@ -649,24 +834,31 @@ impl LogStore {
         log_dir: &Path,
         segment_bytes: u64,
     ) -> anyhow::Result<Self> {
-        let log = Log::open(log_dir, segment_bytes)?;
-        let (tx, rx) = mpsc::channel::<Waiting>();
+        let log = Arc::new(Mutex::new(Log::open(log_dir, segment_bytes)?));
+        let tail = Arc::new(parking_lot::Mutex::new(Tail::default()));
+        let (tx, rx) = mpsc::channel::<Job>();
         let failed = Failed::default();
-        let flusher_failed = failed.clone();
+        let writer = Writer {
+            log: log.clone(),
+            tail: tail.clone(),
+            dir: log_dir.to_path_buf(),
+            failed: failed.clone(),
+        };
         std::thread::Builder::new()
-            .name("raft-log-flush".into())
-            .spawn(move || flush_loop(rx, flusher_failed))?;
+            .name("raft-log-write".into())
+            .spawn(move || writer.run(rx))?;
         let sled_path = db_dir.join("db");
         let sled_file = OpenOptions::new()
             .write(true)
             .open(&sled_path)
             .map_err(|e| DiskError::io("open", &sled_path, e))?;
         Ok(LogStore {
-            log: Arc::new(Mutex::new(log)),
+            log,
+            tail,
             dir: log_dir.to_path_buf(),
             db: db.clone(),
             meta: db.open_tree("raft_meta")?,
-            flusher: tx,
+            writer: tx,
             failed,
             sled_file: Arc::new(SegFile {
                 path: sled_path,
@@ -675,14 +867,10 @@ impl LogStore {
         })
     }
 
-    /// Runs `f` on the locked log on a blocking thread, never on an async
-    /// worker: the lock may wait behind a segment roll's fsyncs or a 4 MiB
-    /// read, and `f` does file I/O itself. On 2 cores, a worker stuck there
-    /// is half the runtime, and heartbeats starve into elections.
-    ///
-    /// openraft awaits each append, truncate and purge before it issues the
-    /// next, so they still reach the files in order; readers (replication)
-    /// run alongside, serialized by the mutex.
+    /// Reads the locked log on a blocking thread, never on an async worker:
+    /// the lock may wait behind a segment roll's fsyncs, and a read of 4 MiB
+    /// is file I/O. On 2 cores, a worker stuck there is half the runtime,
+    /// and heartbeats starve into elections.
     async fn with_log<T, F>(&self, f: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
@@ -698,6 +886,67 @@ impl LogStore {
         .map_err(|e| io_err(&format!("raft log in {}", self.dir.display()), e))?
     }
 
+    /// Runs `f` on the locked log on the writer thread, after every append
+    /// sent before it.
+    async fn in_order<T, F>(&self, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Log) -> Result<T, DiskError> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = Job::Run(Box::new(move |log| {
+            let _ = tx.send(log.and_then(|log| Ok(f(log)?)));
+        }));
+        self.writer.send(job).map_err(|_| writer_gone())?;
+        rx.await.map_err(|_| writer_gone())?
+    }
+
+    /// The entries from `start` before `end` within `budget` bytes (the
+    /// first always): the newest from the tail, older ones from the files.
+    async fn read(
+        &self,
+        start: u64,
+        end: Bound<u64>,
+        budget: usize,
+    ) -> Result<Vec<Entry>, StorageError> {
+        if let Some(why) = self.failed.get() {
+            return Err(io::Error::other(why.clone()));
+        }
+        let mut out: Vec<Entry> = Vec::new();
+        let mut used = 0usize;
+        let mut next = start;
+        loop {
+            let left = budget.saturating_sub(used);
+            let tail_from = {
+                let tail = self.tail.lock();
+                if let Some(more) = tail.read(next, end, left, out.is_empty()) {
+                    out.extend(more);
+                    return Ok(out);
+                }
+                tail.first_index()
+            };
+            // Before the tail: the files, up to where the tail starts.
+            let upto = match (tail_from, end) {
+                (Some(f), Bound::Included(e)) if e < f => end,
+                (Some(f), Bound::Excluded(e)) if e <= f => end,
+                (Some(f), _) => Bound::Excluded(f),
+                (None, _) => end,
+            };
+            let first_free = out.is_empty();
+            let (more, n, full) = self
+                .with_log(move |log| log.read_upto((Bound::Included(next), upto), left, first_free))
+                .await?;
+            used += n;
+            out.extend(more);
+            // Done unless the files gave everything before the tail: then
+            // the tail (or, had it moved on meanwhile, the files again).
+            match tail_from {
+                Some(f) if !full && before(end, f) => next = next.max(f),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// Makes the vote durable, off the async threads.
     async fn sync_sled(&self) -> Result<(), DiskError> {
         let db_dir = self.sled_file.path.parent().unwrap_or(Path::new("."));
@@ -709,6 +958,55 @@ impl LogStore {
         tokio::task::spawn_blocking(move || file.file.sync_data().map_err(|e| file.err("fsync", e)))
             .await
             .map_err(|e| DiskError::io("fsync", &self.sled_file.path, io::Error::other(e)))?
+    }
+}
+
+fn writer_gone() -> StorageError {
+    io_err("raft log", "the writer thread stopped")
+}
+
+/// The thread that writes the log: jobs in the order sent, every append
+/// written with one `pwrite`, then (group commit) one `fdatasync` per file
+/// for every append the batch of jobs held, and only then their callbacks.
+struct Writer {
+    log: Arc<Mutex<Log>>,
+    tail: Arc<parking_lot::Mutex<Tail>>,
+    dir: PathBuf,
+    failed: Failed,
+}
+
+impl Writer {
+    fn run(self, rx: mpsc::Receiver<Job>) {
+        while let Ok(first) = rx.recv() {
+            let mut waiting: Vec<Waiting> = Vec::new();
+            for job in std::iter::once(first).chain(rx.try_iter()) {
+                match job {
+                    Job::Append { records, done } => {
+                        let ids: Vec<LogId> = records.placed.iter().map(|p| p.0).collect();
+                        let written = lock_log(&self.log, &self.dir, &self.failed)
+                            .and_then(|mut log| Ok(log.write(records)?));
+                        match written {
+                            Ok(file) => {
+                                self.tail.lock().written(ids.into_iter());
+                                waiting.push((file, done));
+                            }
+                            Err(e) => {
+                                // The files may now disagree with the index.
+                                let _ = self.failed.set(e.to_string());
+                                done.io_completed(Err(e));
+                            }
+                        }
+                    }
+                    Job::Run(f) => match lock_log(&self.log, &self.dir, &self.failed) {
+                        Ok(mut log) => f(Ok(&mut log)),
+                        Err(e) => f(Err(e)),
+                    },
+                }
+            }
+            if !waiting.is_empty() {
+                sync_and_complete(waiting, &self.failed);
+            }
+        }
     }
 }
 
@@ -731,31 +1029,27 @@ fn lock_log<'a>(
 }
 
 /// Group commit: every callback waiting shares one `fdatasync` per file.
-fn flush_loop(rx: mpsc::Receiver<Waiting>, failed: Failed) {
-    while let Ok(first) = rx.recv() {
-        let mut waiting = vec![first];
-        waiting.extend(rx.try_iter());
-        let mut files: Vec<Arc<SegFile>> = Vec::new();
-        for (f, _) in &waiting {
-            if !files.iter().any(|g| Arc::ptr_eq(f, g)) {
-                files.push(f.clone());
-            }
+fn sync_and_complete(waiting: Vec<Waiting>, failed: &Failed) {
+    let mut files: Vec<Arc<SegFile>> = Vec::new();
+    for (f, _) in &waiting {
+        if !files.iter().any(|g| Arc::ptr_eq(f, g)) {
+            files.push(f.clone());
         }
-        let result = match failed.get() {
-            Some(why) => Err(why.clone()),
-            None => files.iter().try_for_each(|f| {
-                f.file.sync_data().map_err(|e| {
-                    let why = f.err("fsync", e).to_string();
-                    let _ = failed.set(why.clone());
-                    why
-                })
-            }),
-        };
-        crate::metrics::LOG_FSYNCS.inc();
-        crate::metrics::LOG_FSYNC_BATCH.add(waiting.len() as u64);
-        for (_, cb) in waiting {
-            cb.io_completed(result.clone().map_err(io::Error::other));
-        }
+    }
+    let result = match failed.get() {
+        Some(why) => Err(why.clone()),
+        None => files.iter().try_for_each(|f| {
+            f.file.sync_data().map_err(|e| {
+                let why = f.err("fsync", e).to_string();
+                let _ = failed.set(why.clone());
+                why
+            })
+        }),
+    };
+    crate::metrics::LOG_FSYNCS.inc();
+    crate::metrics::LOG_FSYNC_BATCH.add(waiting.len() as u64);
+    for (_, cb) in waiting {
+        cb.io_completed(result.clone().map_err(io::Error::other));
     }
 }
 
@@ -763,13 +1057,21 @@ fn bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
     (range.start_bound().cloned(), range.end_bound().cloned())
 }
 
+fn start_of(start: Bound<u64>) -> u64 {
+    match start {
+        Bound::Included(s) => s,
+        Bound::Excluded(s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let range = bounds(&range);
-        self.with_log(move |log| log.read(range)).await
+        let (start, end) = bounds(&range);
+        self.read(start_of(start), end, usize::MAX).await
     }
 
     /// What replication sends in one AppendEntries: bounded by bytes as
@@ -780,13 +1082,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.with_log(move |log| {
-            log.read_upto(
-                (Bound::Included(start), Bound::Excluded(end)),
-                super::network::APPEND_BYTES,
-            )
-        })
-        .await
+        self.read(start, Bound::Excluded(end), super::network::APPEND_BYTES)
+            .await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -807,7 +1104,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        self.with_log(|log| {
+        // On the writer thread, after every append sent before it.
+        self.in_order(|log| {
             Ok(LogState {
                 last_purged_log_id: log.purged,
                 last_log_id: log.last(),
@@ -833,6 +1131,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     // where to resume, and a committed id persisted apart from the log could
     // point past what the log made durable.
 
+    /// Encodes the entries, puts them in the tail (readable from now on)
+    /// and hands them to the writer thread: no file I/O and no wait for a
+    /// thread here. The writer writes them (a segment roll with its fsyncs
+    /// included) and reports them durable after its `fdatasync`.
     async fn append<I>(
         &mut self,
         entries: I,
@@ -842,22 +1144,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let records = Records::encode(entries);
-        // The pwrite (and, past a segment's size, the roll with its fsyncs)
-        // runs off the async workers; the entries are readable once it
-        // returns, as openraft requires, and durable when the flusher says.
-        let file = self.with_log(move |log| log.write(records)).await?;
-        self.flusher
-            .send((file, callback))
-            .map_err(|_| io_err("raft log", "the flusher thread stopped"))
+        if let Some(why) = self.failed.get() {
+            return Err(io::Error::other(why.clone()));
+        }
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let records = Records::encode(&entries);
+        let sizes: Vec<usize> = records.placed.iter().map(|p| p.2).collect();
+        self.tail.lock().push(entries, sizes.into_iter());
+        self.writer
+            .send(Job::Append {
+                records,
+                done: callback,
+            })
+            .map_err(|_| writer_gone())
     }
 
     async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), StorageError> {
-        self.with_log(move |log| log.truncate_after(last)).await
+        self.tail.lock().truncate_from(next_index(last.as_ref()));
+        self.in_order(move |log| log.truncate_after(last)).await
     }
 
     async fn purge(&mut self, upto: LogId) -> Result<(), StorageError> {
-        self.with_log(move |log| log.purge(upto)).await
+        self.tail.lock().purge(upto.index);
+        self.in_order(move |log| log.purge(upto)).await
     }
 }
 
@@ -1117,13 +1426,10 @@ mod tests {
             path: PathBuf::from("/pipe"),
             file: File::from(std::os::fd::OwnedFd::from(r)),
         });
-        let (tx, rx) = mpsc::channel::<Waiting>();
-        tx.send((bad, IOFlushed::noop())).unwrap();
-        drop(tx);
-        flush_loop(rx, store.failed.clone());
+        sync_and_complete(vec![(bad, IOFlushed::noop())], &store.failed);
         let why = store.failed.get().expect("recorded");
         assert!(why.starts_with("fsync /pipe:"), "{why}");
-        // The store's own flusher shares nothing with the one above: the
+        // The store's own writer thread had no part in the sync above: the
         // latch is what every later append checks.
         let e = store
             .append(vec![entry(1, 1)], IOFlushed::noop())
@@ -1162,5 +1468,121 @@ mod tests {
         assert_eq!(log.purged, Some(id(3, 10)));
         assert_eq!(indexes(&log), vec![11]);
         assert_eq!(log.segments.len(), 1);
+    }
+
+    /// Appends `entries` and waits until the writer reports them durable.
+    async fn append_durably(store: &mut LogStore, entries: Vec<Entry>) {
+        use openraft::type_config::async_runtime::oneshot::Oneshot;
+        type Rt = <TypeConfig as openraft::RaftTypeConfig>::AsyncRuntime;
+        let (tx, rx) = <Rt as openraft::AsyncRuntime>::Oneshot::channel();
+        store.append(entries, IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+    }
+
+    fn ids(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn reads_span_the_files_and_the_tail_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_in(dir.path());
+        // ~2 KiB records: 4,000 of them are twice the tail's budget, so
+        // the oldest are read back from the files.
+        let n = 2 * TAIL_BYTES as u64 / 2000;
+        append_durably(&mut store, (1..=n).map(|i| big(1, i)).collect()).await;
+        let first_cached = store.tail.lock().first_index().unwrap();
+        assert!(first_cached > 1 && first_cached < n, "{first_cached}");
+        let all = store.try_get_log_entries(1..=n).await.unwrap();
+        assert_eq!(ids(&all), (1..=n).collect::<Vec<_>>());
+        let across = store
+            .try_get_log_entries(first_cached - 2..first_cached + 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&across),
+            (first_cached - 2..first_cached + 2).collect::<Vec<_>>()
+        );
+        // Past the end: nothing.
+        assert!(
+            store
+                .try_get_log_entries(n + 1..n + 5)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // The byte budget of one AppendEntries holds across the two.
+        let limited = store
+            .limited_get_log_entries(first_cached - 10, n + 1)
+            .await
+            .unwrap();
+        let bytes: u64 = limited
+            .iter()
+            .map(|e| bincode::serialized_size(e).unwrap() + RECORD_HEADER as u64)
+            .sum();
+        assert!(
+            bytes <= super::super::network::APPEND_BYTES as u64,
+            "{bytes}"
+        );
+        assert_eq!(limited[0].log_id.index, first_cached - 10);
+        assert!(limited.len() > 10, "{}", limited.len());
+        assert_eq!(
+            ids(&limited),
+            (first_cached - 10..first_cached - 10 + limited.len() as u64).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_append_is_readable_when_it_returns_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_in(dir.path());
+        append_durably(&mut store, (1..=3).map(|i| entry(1, i)).collect()).await;
+        // Not waited for: readable at once all the same.
+        store
+            .append((4..=6).map(|i| entry(1, i)), IOFlushed::noop())
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(&store.try_get_log_entries(1..7).await.unwrap()),
+            vec![1, 2, 3, 4, 5, 6]
+        );
+        // Overwritten after a truncate: the new term's entries, not the old.
+        store.truncate_after(Some(id(1, 4))).await.unwrap();
+        append_durably(&mut store, vec![entry(2, 5)]).await;
+        let got = store.try_get_log_entries(1..10).await.unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.log_id).collect::<Vec<_>>(),
+            vec![id(1, 1), id(1, 2), id(1, 3), id(1, 4), id(2, 5)]
+        );
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(id(2, 5))
+        );
+        store.purge(id(1, 2)).await.unwrap();
+        assert_eq!(
+            ids(&store.try_get_log_entries(..).await.unwrap()),
+            vec![3, 4, 5]
+        );
+        drop(store);
+        let log = Log::open(&dir.path().join("log"), SEGMENT_BYTES).unwrap();
+        assert_eq!(log.last(), Some(id(2, 5)));
+    }
+
+    #[test]
+    fn the_tail_keeps_every_entry_not_yet_written() {
+        let mut tail = Tail::default();
+        let n = 2 * TAIL_BYTES as u64 / 1000;
+        tail.push(
+            (1..=n).map(|i| entry(1, i)).collect(),
+            std::iter::repeat(1000),
+        );
+        // Nothing written: nothing may leave, whatever the budget.
+        tail.written(std::iter::empty());
+        assert_eq!(tail.first_index(), Some(1));
+        // Written: the oldest leave down to the budget.
+        tail.written((1..=n).map(|i| id(1, i)));
+        assert_eq!(tail.entries.len() as u64, TAIL_BYTES as u64 / 1000);
+        assert_eq!(tail.last_id(), Some(id(1, n)));
+        assert!(tail.read(1, Bound::Unbounded, usize::MAX, true).is_none());
     }
 }
