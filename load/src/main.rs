@@ -199,7 +199,11 @@ enum Cmd {
 fn acl_token() -> Option<&'static str> {
     static TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     TOKEN
-        .get_or_init(|| std::env::var("CAIRN_LOAD_TOKEN").ok().filter(|t| !t.is_empty()))
+        .get_or_init(|| {
+            std::env::var("CAIRN_LOAD_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+        })
         .as_deref()
 }
 
