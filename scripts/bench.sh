@@ -174,7 +174,8 @@ fi
 
 # ------------------------------------------------------------------ ACLs
 # 64 writers with ACLs on and default deny (a token whose policy writes every
-# key, so each request is resolved and checked) against ACLs off, in the
+# key and reads the agents, where the load tool finds the leader, so each
+# request is resolved and checked) against ACLs off, in the
 # same run; the target is within 10%.
 if [[ " $PARTS " == *" acl "* ]]; then
 ACL_ROOT=5e1d0f7a-0000-4000-8000-00000000beef
@@ -184,10 +185,12 @@ acl_put() { # path body
 }
 for round in off on; do
   if [ "$round" = on ]; then
+    # The load tool finds the leader through endpoints that need a token.
+    export CAIRN_LOAD_TOKEN=$ACL_ROOT
     start_cairn --acl-enabled --acl-default-policy deny \
       --acl-initial-management-token "$ACL_ROOT" --acl-agent-token "$ACL_ROOT"
     for _ in $(seq 1 100); do acl_put /v1/kv/bench-acl-ready x && break; sleep 0.1; done
-    acl_put /v1/acl/policy '{"Name": "bench-writer", "Rules": "key_prefix \"\" { policy = \"write\" }"}'
+    acl_put /v1/acl/policy '{"Name": "bench-writer", "Rules": "key_prefix \"\" { policy = \"write\" }\nagent_prefix \"\" { policy = \"read\" }"}'
     acl_put /v1/acl/token "{\"SecretID\": \"$ACL_WRITER\", \"Policies\": [{\"Name\": \"bench-writer\"}]}"
     export CAIRN_LOAD_TOKEN=$ACL_WRITER
   else
