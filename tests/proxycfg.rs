@@ -198,7 +198,7 @@ fn a_proxy_snapshot_follows_its_upstream_and_is_torn_down() {
         );
         assert_eq!(d.status, 200);
     }
-    common::eventually(Duration::from_secs(2), "every watch dropped", || {
+    common::eventually(Duration::from_secs(10), "every watch dropped", || {
         (gauge(&s, "cairn_proxycfg_proxies") == 0 && gauge(&s, "cairn_proxycfg_watches") == 0)
             .then_some(())
     });
@@ -224,7 +224,7 @@ fn a_subset_filter_with_an_unknown_selector_matches_nothing() {
     let chain = s.get("/v1/discovery-chain/db");
     assert_eq!(chain.status, 200, "{}", chain.body);
     common::eventually(
-        Duration::from_secs(2),
+        Duration::from_secs(10),
         "the resolver in the snapshot",
         || {
             let r = s.get("/v1/internal/proxycfg/web-proxy?node=n2");
@@ -245,7 +245,7 @@ fn a_subset_filter_with_an_unknown_selector_matches_nothing() {
                     "v1": {"Filter": "Service.Meta.version == v1"}}});
     let w = s.put("/v1/config", &resolver.to_string());
     assert_eq!(w.status, 200, "{}", w.body);
-    common::eventually(Duration::from_secs(2), "the v1 subset's sidecar", || {
+    common::eventually(Duration::from_secs(10), "the v1 subset's sidecar", || {
         let snap = s.get("/v1/internal/proxycfg/web-proxy?node=n2").json();
         (endpoint_ids(&snap, "v1.db.default.default.dc1") == ["db1-sidecar-proxy"]).then_some(())
     });

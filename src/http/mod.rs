@@ -410,8 +410,8 @@ pub async fn run(
             tracing::error!("storage fault, stopping: {why}");
             std::process::exit(crate::server::FAULT_EXIT);
         }
-        ended = server.tasks.failed() => fail_task(ended),
-        ended = agent.tasks.failed() => fail_task(ended),
+        ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
+        ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
         _ = crate::signal::shutdown() => {
             // Blocking queries may wait minutes: give requests in flight a
             // moment to finish, then stop regardless.
@@ -428,6 +428,17 @@ pub async fn run(
 /// A critical task died: the server would answer while broken (no
 /// transport, no events, no leader duties), so it stops, naming the task,
 /// for a supervisor to restart it.
+/// A task that ended because Raft stopped on a storage fault (the leader
+/// duties do) is that fault's consequence: exit as the fault, not the task,
+/// so the exit code says what a supervisor needs to know.
+async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
+    if let Ok(why) = tokio::time::timeout(Duration::from_secs(1), server.raft_failed()).await {
+        tracing::error!("storage fault, stopping: {why}");
+        std::process::exit(crate::server::FAULT_EXIT);
+    }
+    fail_task(ended)
+}
+
 fn fail_task(ended: crate::tasks::Ended) -> ! {
     tracing::error!("{ended}: stopping");
     std::process::exit(crate::tasks::TASK_EXIT);

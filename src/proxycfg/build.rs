@@ -39,7 +39,10 @@ pub struct Snapshot {
     /// The current CA roots (`None` until the CA exists).
     pub roots: Option<Arc<CaRoots>>,
     /// This proxy's service leaf (signed on the server; its key never
-    /// enters Raft).
+    /// enters Raft). The debug JSON leaves the private key out: a debug
+    /// dump is copied into logs and tickets; the key is for the proxy's
+    /// xDS stream (and the leaf endpoint) only.
+    #[serde(serialize_with = "leaf_without_key")]
     pub leaf: Option<Arc<IssuedCert>>,
     /// The intentions whose destination is this proxy's service, highest
     /// precedence first.
@@ -385,4 +388,15 @@ fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> b
         HealthStatus::Critical | HealthStatus::Maintenance => false,
         HealthStatus::Warning => !only_passing,
     })
+}
+
+fn leaf_without_key<S: serde::Serializer>(
+    leaf: &Option<Arc<IssuedCert>>,
+    ser: S,
+) -> Result<S::Ok, S::Error> {
+    let shown = leaf.as_deref().map(|l| IssuedCert {
+        private_key_pem: String::new(),
+        ..l.clone()
+    });
+    shown.serialize(ser)
 }
