@@ -459,3 +459,60 @@ fn a_servers_agent_endpoints_need_service_write() {
     assert!(r.json().get("web-1").is_some(), "{}", r.body);
     assert!(s.get("/v1/agent/services").json().get("web-1").is_none());
 }
+
+/// Connect under ACLs: the CA configuration is the operator's, intentions
+/// are written by who may write intentions towards their destination, and
+/// with default deny a pair no intention names is denied.
+#[test]
+fn connect_endpoints_check_their_permissions_and_intentions_default_to_deny() {
+    let s = deny_server();
+    let r = s.get("/v1/connect/ca/configuration");
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = with(
+        s.http_addr,
+        "GET",
+        "/v1/connect/ca/configuration",
+        None,
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let (_, secret) = token_with_rules(
+        s.http_addr,
+        "db-intentions",
+        "service \"db\" {\n  policy = \"read\"\n  intentions = \"write\"\n}",
+    );
+    let exact = "/v1/connect/intentions/exact?source=web&destination=";
+    let r = with(
+        s.http_addr,
+        "PUT",
+        &format!("{exact}api"),
+        Some(r#"{"Action":"allow"}"#),
+        &secret,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("intention:write"), "{}", r.body);
+    let r = with(
+        s.http_addr,
+        "PUT",
+        &format!("{exact}db"),
+        Some(r#"{"Action":"allow"}"#),
+        &secret,
+    );
+    assert_eq!((r.status, r.body.as_str()), (200, "true"));
+
+    let check = |src: &str, dst: &str| {
+        let r = with(
+            s.http_addr,
+            "GET",
+            &format!("/v1/connect/intentions/check?source={src}&destination={dst}"),
+            None,
+            ROOT,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["Allowed"].clone()
+    };
+    assert_eq!(check("web", "db"), json!(true));
+    // No intention names web → api: the ACL default (deny) decides.
+    assert_eq!(check("web", "api"), json!(false));
+}
