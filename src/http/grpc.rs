@@ -203,6 +203,21 @@ impl crate::xds::Source for Catalog {
     fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
         self.0.proxycfg.snapshot(key)
     }
+
+    fn authorize(&self, token: Option<&str>, service: &str) -> Result<(), Status> {
+        let authz = self
+            .0
+            .acl
+            .resolve(&self.0.store.state(), token)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        if authz.service_write(service) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(
+                authz.deny("service:write", service).to_string(),
+            ))
+        }
+    }
 }
 
 // --- hashicorp.consul.dataplane -------------------------------------------
@@ -300,6 +315,7 @@ fn to_struct(m: &serde_json::Map<String, Value>) -> Struct {
 
 fn bootstrap(
     s: &App,
+    token: Option<&str>,
     req: GetEnvoyBootstrapParamsRequest,
 ) -> Result<GetEnvoyBootstrapParamsResponse, Status> {
     if req.service_id.is_empty() {
@@ -333,6 +349,16 @@ fn bootstrap(
                 req.service_id, node.node
             ))
         })?;
+    // Consul's: the caller may read the service it asks about.
+    let authz = s
+        .acl
+        .resolve(&st, token)
+        .map_err(|e| Status::permission_denied(e.to_string()))?;
+    if !authz.service_read(&svc.service) {
+        return Err(Status::permission_denied(
+            authz.deny("service:read", &svc.service).to_string(),
+        ));
+    }
     let p = super::dataplane::bootstrap_params_for(&st, node, svc, &s.config.datacenter);
     Ok(GetEnvoyBootstrapParamsResponse {
         service_kind: service_kind_number(p.service_kind),
@@ -404,8 +430,13 @@ impl tower::Service<http::Request<Body>> for Dataplane {
                 })
             }
             Some("GetEnvoyBootstrapParams") => {
+                let token = req
+                    .headers()
+                    .get(crate::xds::TOKEN_METADATA)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
                 unary(req, move |r: GetEnvoyBootstrapParamsRequest| {
-                    bootstrap(&s, r)
+                    bootstrap(&s, token.as_deref(), r)
                 })
             }
             _ => unimplemented(),

@@ -31,6 +31,10 @@ pub trait Source: Send + Sync + 'static {
     fn locate(&self, service_id: &str, node: Option<&str>) -> Option<ProxyKey>;
     /// The proxy's snapshot and its rebuilds.
     fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>>;
+    /// May the stream's token (gRPC metadata `x-consul-token`) receive the
+    /// config of the proxy for `service` (its destination)? Consul asks
+    /// `service:write` on it: the config carries the service's leaf key.
+    fn authorize(&self, token: Option<&str>, service: &str) -> Result<(), Status>;
 }
 
 /// How long a stream waits for its proxy's first snapshot (a proxy
@@ -90,12 +94,17 @@ impl AggregatedDiscoveryService for Ads {
         let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted("too many xDS streams on this server; retry later")
         })?;
+        let token = request
+            .metadata()
+            .get(TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
         let source = self.source.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(status) = run_stream(source, inbound, &tx).await {
+            if let Err(status) = run_stream(source, token.as_deref(), inbound, &tx).await {
                 let _ = tx.send(Err(status)).await;
             }
         });
@@ -103,11 +112,15 @@ impl AggregatedDiscoveryService for Ads {
     }
 }
 
+/// The gRPC metadata a token travels in (Consul's).
+pub const TOKEN_METADATA: &str = "x-consul-token";
+
 /// The node's metadata key consul-dataplane names the proxy's node with.
 const NODE_NAME_META: &str = "node_name";
 
 async fn run_stream(
     source: Arc<dyn Source>,
+    token: Option<&str>,
     mut inbound: Streaming<DeltaDiscoveryRequest>,
     tx: &mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
 ) -> Result<(), Status> {
@@ -130,6 +143,12 @@ async fn run_stream(
         })
         .filter(|s| !s.is_empty());
     let mut rx = first_snapshot(&*source, &node.id, node_name.as_deref()).await?;
+    let service = rx
+        .borrow()
+        .as_ref()
+        .map(|s| s.service.proxy.destination_service_name.clone())
+        .unwrap_or_default();
+    source.authorize(token, &service)?;
     let proxy = node.id.clone();
     let mut session = Session::new();
     let mut current = rx.borrow_and_update().clone();

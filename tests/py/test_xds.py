@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -51,7 +52,7 @@ class Sidecar:
     endpoints of the EDS clusters and the routes of the listeners it is
     given, keeps the resources by type and name, and ACKs each push."""
 
-    def __init__(self, addr, proxy_id, node_name=None):
+    def __init__(self, addr, proxy_id, node_name=None, token=None):
         self.channel = grpc.insecure_channel(addr)
         self.requests = queue.Queue()
         self.responses = queue.Queue()
@@ -67,7 +68,8 @@ class Sidecar:
         self.requests.put(discovery_pb2.DeltaDiscoveryRequest(node=node, type_url=CDS))
         self.requests.put(discovery_pb2.DeltaDiscoveryRequest(node=node, type_url=LDS))
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
-        self.call = stub.DeltaAggregatedResources(iter(self.requests.get, None))
+        metadata = (("x-consul-token", token),) if token else None
+        self.call = stub.DeltaAggregatedResources(iter(self.requests.get, None), metadata=metadata)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -507,6 +509,40 @@ def test_streams_past_the_cap_are_refused_until_one_ends():
                 assert time.monotonic() < deadline, "the ended stream's place was never freed"
             finally:
                 third.close()
+    finally:
+        server.stop()
+
+
+def test_under_acls_a_stream_needs_service_write_on_its_service():
+    root = "6f1c2a4e-0000-4000-8000-0000000000aa"
+    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
+                          "--acl-initial-management-token", root, "--acl-agent-token", root])
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the leader writes the management token after its election
+            try:
+                get(f"{server.url}/v1/acl/token/self?token={root}")
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline, "the management token never appeared"
+                time.sleep(0.1)
+        put(f"{server.url}/v1/catalog/register?token={root}", {
+            "Node": "n1", "Address": "10.0.0.1",
+            "Service": sidecar_service("web-sidecar-proxy", "web", 21000, 8080)})
+        addr = f"127.0.0.1:{server.grpc_port}"
+        anonymous = Sidecar(addr, "web-sidecar-proxy", node_name="n1")
+        try:
+            with pytest.raises(grpc.RpcError) as e:
+                anonymous.wait("an error", lambda s: False)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "service:write" in e.value.details()
+        finally:
+            anonymous.close()
+        allowed = Sidecar(addr, "web-sidecar-proxy", node_name="n1", token=root)
+        try:
+            allowed.wait("the public listener", lambda s: s.listener("public_listener:"))
+        finally:
+            allowed.close()
     finally:
         server.stop()
 
