@@ -205,6 +205,7 @@ impl Inner {
                 return;
             }
             let state = self.store.state();
+            let built_at = state.index;
             let dc = self.datacenter.clone();
             let shared = self.shared.clone();
             let built = tokio::task::spawn_blocking(move || {
@@ -217,7 +218,7 @@ impl Inner {
             .await
             .unwrap_or_default();
             for (key, result) in built {
-                self.install(key, result);
+                self.install(key, result, built_at);
             }
             tokio::task::yield_now().await;
         }
@@ -225,7 +226,8 @@ impl Inner {
 
     /// Installs a rebuilt snapshot and its watches (or tears the proxy down
     /// when its registration is gone).
-    fn install(self: &Arc<Self>, key: ProxyKey, result: Built) {
+    /// `built_at`: the index of the state it was built from.
+    fn install(self: &Arc<Self>, key: ProxyKey, result: Built, built_at: u64) {
         let Some((snapshot, deps)) = result else {
             let gone = self.proxies.lock().remove(&key);
             drop(gone); // its watches unregister here, outside the lock
@@ -244,7 +246,15 @@ impl Inner {
             })
             .key
             .clone();
+        let read: Vec<Dep> = deps.iter().cloned().collect();
         let mut watches = self.watch_all(deps, &shared_key);
+        // A write to something this build read, committed after the state
+        // it read and before its watches were registered, marked no one
+        // (a first build reads keys nobody watched yet): look once more
+        // now that the watches are in, or the snapshot would stay stale.
+        if self.store.state().index_of(read.iter()) > built_at {
+            self.mark([key.clone()]);
+        }
         let mut proxies = self.proxies.lock();
         let Some(proxy) = proxies.get_mut(&key) else {
             return;
