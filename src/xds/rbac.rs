@@ -180,24 +180,26 @@ fn regex_escape(s: &str) -> String {
 }
 
 /// The network filter (tcp listeners), ahead of the tcp proxy.
-pub fn network_filter(snap: &Snapshot, _trust_domain: &str) -> listener::Filter {
+pub fn network_filter(snap: &Snapshot) -> listener::Filter {
     let (mut rules, default_allow) = rules(snap);
     // L7 permissions exist only on http destinations, which get the HTTP
     // filter; should one reach a tcp listener, its source is left to the
     // default rather than half-applied.
     rules.retain(|r| r.permissions.is_empty());
-    super::resources::typed(
-        "envoy.filters.network.rbac",
-        net_rbac::Rbac {
-            stat_prefix: "connect_authz".into(),
-            rules: Some(build(&rules, default_allow)),
-            ..Default::default()
-        },
-    )
+    listener::Filter {
+        name: "envoy.filters.network.rbac".into(),
+        config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(
+            net_rbac::Rbac {
+                stat_prefix: "connect_authz".into(),
+                rules: Some(build(&rules, default_allow)),
+                ..Default::default()
+            },
+        ))),
+    }
 }
 
 /// The HTTP filter (http listeners), ahead of the router.
-pub fn http_filter(snap: &Snapshot, _trust_domain: &str) -> hcm::HttpFilter {
+pub fn http_filter(snap: &Snapshot) -> hcm::HttpFilter {
     let (rules, default_allow) = rules(snap);
     hcm::HttpFilter {
         name: "envoy.filters.http.rbac".into(),

@@ -333,10 +333,10 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
             },
         ));
         hcm.http_filters
-            .insert(0, super::rbac::http_filter(snap, &id.trust_domain));
+            .insert(0, super::rbac::http_filter(snap));
         typed("envoy.filters.network.http_connection_manager", hcm)
     } else {
-        filters.push(super::rbac::network_filter(snap, &id.trust_domain));
+        filters.push(super::rbac::network_filter(snap));
         tcp_filter("public_listener", LOCAL_APP)
     };
     filters.push(filter);
@@ -375,7 +375,7 @@ pub(crate) fn protocol_of(snap: &Snapshot) -> String {
         .to_string()
 }
 
-pub(crate) fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
+fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
     listener::Filter {
         name: name.into(),
         config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(msg))),
