@@ -146,10 +146,10 @@ impl Drop for Watch {
 
 impl Inner {
     /// Registers `proxy`'s watches on `deps`.
-    fn watch_all(self: &Arc<Self>, deps: BTreeSet<Dep>, proxy: &Arc<ProxyKey>) -> Vec<Watch> {
+    fn watch_all(self: &Arc<Self>, deps: &BTreeSet<Dep>, proxy: &Arc<ProxyKey>) -> Vec<Watch> {
         let mut index = self.deps.lock();
         let watches: Vec<Watch> = deps
-            .into_iter()
+            .iter()
             .map(|dep| {
                 let dep: Arc<str> = match index.get_key_value(dep.as_str()) {
                     Some((shared, _)) => shared.clone(),
@@ -246,13 +246,12 @@ impl Inner {
             })
             .key
             .clone();
-        let read: Vec<Dep> = deps.iter().cloned().collect();
-        let mut watches = self.watch_all(deps, &shared_key);
+        let mut watches = self.watch_all(&deps, &shared_key);
         // A write to something this build read, committed after the state
         // it read and before its watches were registered, marked no one
         // (a first build reads keys nobody watched yet): look once more
         // now that the watches are in, or the snapshot would stay stale.
-        if self.store.state().index_of(read.iter()) > built_at {
+        if self.store.state().index_of(deps.iter()) > built_at {
             self.mark([key.clone()]);
         }
         let mut proxies = self.proxies.lock();
