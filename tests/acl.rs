@@ -516,3 +516,77 @@ fn connect_endpoints_check_their_permissions_and_intentions_default_to_deny() {
     // No intention names web → api: the ACL default (deny) decides.
     assert_eq!(check("web", "api"), json!(false));
 }
+
+/// Roles go through the same endpoints as policies: create, read by ID and
+/// by name, update, list, delete, with Consul's refusals.
+#[test]
+fn roles_are_created_read_updated_listed_and_deleted() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let r = with(
+        a,
+        "PUT",
+        "/v1/acl/policy",
+        Some(r#"{"Name":"p1","Rules":""}"#),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = with(
+        a,
+        "PUT",
+        "/v1/acl/role",
+        Some(r#"{"Name":"r1","Policies":[{"Name":"p1"}]}"#),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["ID"].as_str().unwrap().to_string();
+    assert_eq!(r.json()["Policies"][0]["Name"], "p1");
+    let r = with(a, "PUT", "/v1/acl/role", Some(r#"{"Name":"r1"}"#), ROOT);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("already exists"), "{}", r.body);
+    assert_eq!(
+        with(a, "GET", "/v1/acl/role/name/r1", None, ROOT).json()["ID"],
+        id.as_str()
+    );
+    let r = with(
+        a,
+        "PUT",
+        &format!("/v1/acl/role/{id}"),
+        Some(r#"{"Name":"r2"}"#),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        with(a, "GET", &format!("/v1/acl/role/{id}"), None, ROOT).json()["Name"],
+        "r2"
+    );
+    assert_eq!(
+        with(
+            a,
+            "PUT",
+            "/v1/acl/role/nope",
+            Some(r#"{"Name":"r3"}"#),
+            ROOT
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        with(a, "GET", "/v1/acl/roles", None, ROOT)
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Reading roles needs acl:read.
+    assert_eq!(s.get("/v1/acl/roles").status, 403);
+    assert_eq!(
+        with(a, "DELETE", &format!("/v1/acl/role/{id}"), None, ROOT).body,
+        "true"
+    );
+    assert_eq!(
+        with(a, "GET", "/v1/acl/roles", None, ROOT).json(),
+        json!([])
+    );
+}

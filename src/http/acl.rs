@@ -40,20 +40,24 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/acl/token/{accessor}/clone", put(token_clone))
         .route("/v1/acl/tokens", get(token_list))
-        .route("/v1/acl/policy", put(policy_create))
+        .route("/v1/acl/policy", put(create::<AclPolicy>))
         .route(
             "/v1/acl/policy/{id}",
-            get(policy_read).put(policy_update).delete(policy_delete),
+            get(read::<AclPolicy>)
+                .put(update::<AclPolicy>)
+                .delete(delete::<AclPolicy>),
         )
-        .route("/v1/acl/policy/name/{name}", get(policy_read_name))
-        .route("/v1/acl/policies", get(policy_list))
-        .route("/v1/acl/role", put(role_create))
+        .route("/v1/acl/policy/name/{name}", get(read_name::<AclPolicy>))
+        .route("/v1/acl/policies", get(list::<AclPolicy>))
+        .route("/v1/acl/role", put(create::<AclRole>))
         .route(
             "/v1/acl/role/{id}",
-            get(role_read).put(role_update).delete(role_delete),
+            get(read::<AclRole>)
+                .put(update::<AclRole>)
+                .delete(delete::<AclRole>),
         )
-        .route("/v1/acl/role/name/{name}", get(role_read_name))
-        .route("/v1/acl/roles", get(role_list))
+        .route("/v1/acl/role/name/{name}", get(read_name::<AclRole>))
+        .route("/v1/acl/roles", get(list::<AclRole>))
 }
 
 impl Resolve for Server {
@@ -98,10 +102,13 @@ fn applied(r: Applied) -> Result<()> {
     }
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
+}
+
+fn now_rfc3339() -> String {
+    rfc3339(time::OffsetDateTime::now_utc())
 }
 
 fn uuid() -> String {
@@ -118,6 +125,23 @@ fn token_hash(t: &AclToken) -> String {
     let mut parts = vec![t.description.as_str()];
     parts.extend(links);
     content_hash(&parts)
+}
+
+/// A new token holding `global-management`, with `secret`.
+fn management_token(description: &str, secret: &str) -> AclToken {
+    let mut t = AclToken {
+        accessor_id: uuid(),
+        description: description.into(),
+        policies: vec![Link {
+            id: GLOBAL_MANAGEMENT_ID.into(),
+            name: GLOBAL_MANAGEMENT_NAME.into(),
+        }],
+        create_time: now_rfc3339(),
+        secret_hash: secret_hash(secret),
+        ..Default::default()
+    };
+    t.hash = token_hash(&t);
+    t
 }
 
 // ---- bootstrap ----
@@ -143,18 +167,7 @@ async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
         check_uuid("BootstrapSecret", &body.secret)?;
         body.secret
     };
-    let mut token = AclToken {
-        accessor_id: uuid(),
-        description: "Bootstrap Token (Global Management)".into(),
-        policies: vec![Link {
-            id: GLOBAL_MANAGEMENT_ID.into(),
-            name: GLOBAL_MANAGEMENT_NAME.into(),
-        }],
-        create_time: now_rfc3339(),
-        secret_hash: secret_hash(&secret),
-        ..Default::default()
-    };
-    token.hash = token_hash(&token);
+    let token = management_token("Bootstrap Token (Global Management)", &secret);
     applied(
         s.write(Command::AclBootstrap {
             token: Box::new(token.clone()),
@@ -249,20 +262,13 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
         if ttl.nanos() <= 0 {
             return Err(Error::bad("Token Expiration TTL must be positive"));
         }
-        let at = time::OffsetDateTime::now_utc() + time::Duration::nanoseconds(ttl.nanos());
-        t.expiration_time = at
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
+        t.expiration_time =
+            rfc3339(time::OffsetDateTime::now_utc() + time::Duration::nanoseconds(ttl.nanos()));
     } else if !body.expiration_time.is_empty() {
-        if crate::state::resolve::expiry(&AclToken {
-            expiration_time: body.expiration_time.clone(),
-            ..Default::default()
-        })
-        .is_none()
-        {
+        t.expiration_time = body.expiration_time.clone();
+        if crate::state::resolve::expiry(&t).is_none() {
             return Err(Error::bad("Invalid ExpirationTime: not RFC 3339"));
         }
-        t.expiration_time = body.expiration_time.clone();
     }
     t.hash = token_hash(&t);
     Ok(t)
@@ -300,8 +306,6 @@ const TOKEN_FIELDS: &[&str] = &[
     "ExpirationTime",
     "ExpirationTTL",
 ];
-const POLICY_FIELDS: &[&str] = &["ID", "Name", "Description", "Rules", "Datacenters"];
-const ROLE_FIELDS: &[&str] = &["ID", "Name", "Description", "Policies"];
 
 fn check_uuid(what: &str, v: &str) -> Result<()> {
     uuid::Uuid::parse_str(v)
@@ -522,87 +526,6 @@ fn build_policy(body: PolicyBody, id: String, existing: Option<&AclPolicy>) -> R
     })
 }
 
-fn shown_policy(s: &Server, p: Option<&Arc<AclPolicy>>) -> Result<Response> {
-    let p = p.ok_or_else(not_found)?;
-    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**p))
-}
-
-async fn policy_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
-    acl_write(&s, &a)?;
-    let body: PolicyBody = decode_folded(&body, POLICY_FIELDS)?;
-    if !body.id.is_empty() {
-        return Err(Error::bad("Cannot specify an ID in a policy create"));
-    }
-    if policy_by_name(&s.store.state(), &body.name).is_some() {
-        return Err(Error::bad(format!(
-            "Invalid Policy: A Policy with Name {:?} already exists",
-            body.name
-        )));
-    }
-    let policy = build_policy(body, uuid(), None)?;
-    let id = policy.id.clone();
-    applied(
-        s.write(Command::AclPolicySet {
-            policy: Box::new(policy),
-        })
-        .await?,
-    )?;
-    shown_policy(&s, s.store.state().acl_policies.get(&id))
-}
-
-async fn policy_read(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
-    acl_read(&s, &a)?;
-    shown_policy(&s, s.store.state().acl_policies.get(&id))
-}
-
-async fn policy_read_name(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-) -> Result<Response> {
-    acl_read(&s, &a)?;
-    shown_policy(&s, policy_by_name(&s.store.state(), &name))
-}
-
-async fn policy_update(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Response> {
-    acl_write(&s, &a)?;
-    let body: PolicyBody = decode_folded(&body, POLICY_FIELDS)?;
-    if !body.id.is_empty() && body.id != id {
-        return Err(Error::bad("Policy ID in the body does not match the URL"));
-    }
-    let st = s.store.state();
-    let existing = st
-        .acl_policies
-        .get(&id)
-        .ok_or_else(|| Error::bad(format!("Cannot find policy {id:?}")))?;
-    let policy = build_policy(body, id.clone(), Some(existing))?;
-    applied(
-        s.write(Command::AclPolicySet {
-            policy: Box::new(policy),
-        })
-        .await?,
-    )?;
-    shown_policy(&s, s.store.state().acl_policies.get(&id))
-}
-
-async fn policy_delete(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
-    acl_write(&s, &a)?;
-    applied(s.write(Command::AclPolicyDelete { id }).await?)?;
-    Ok(axum::Json(true).into_response())
-}
-
-async fn policy_list(State(s): State<App>, a: Authz) -> Result<Response> {
-    acl_read(&s, &a)?;
-    let st = s.store.state();
-    let list: Vec<&AclPolicy> = st.acl_policies.values().map(|p| &**p).collect();
-    Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
-}
-
 // ---- roles ----
 
 #[derive(Debug, Default, Deserialize)]
@@ -638,83 +561,171 @@ fn build_role(s: &Server, body: RoleBody, id: String) -> Result<AclRole> {
     })
 }
 
-fn shown_role(s: &Server, r: Option<&Arc<AclRole>>) -> Result<Response> {
-    let r = r.ok_or_else(not_found)?;
-    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**r))
+/// Policies and roles: named ACL objects with the same endpoints, the
+/// same checks and the same answers, told apart only by these.
+trait Named: serde::Serialize + Sized + Send + Sync + 'static {
+    /// "Policy" or "Role", as Consul's messages name it.
+    const KIND: &'static str;
+    /// The body's top-level keys, for `decode_folded`.
+    const FIELDS: &'static [&'static str];
+    type Body: serde::de::DeserializeOwned + Send;
+    fn body_id(body: &Self::Body) -> &str;
+    fn body_name(body: &Self::Body) -> &str;
+    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>>;
+    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>>;
+    fn all(st: &crate::state::State) -> Vec<&Self>;
+    /// The object `body` makes under `id` (`existing`: what it replaces).
+    fn build(s: &Server, body: Self::Body, id: String, existing: Option<&Self>) -> Result<Self>;
+    fn set(self) -> Command;
+    fn delete(id: String) -> Command;
 }
 
-async fn role_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
+fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
+    let found = found.ok_or_else(not_found)?;
+    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**found))
+}
+
+async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: RoleBody = decode_folded(&body, ROLE_FIELDS)?;
-    if !body.id.is_empty() {
-        return Err(Error::bad("Cannot specify an ID in a role create"));
-    }
-    if role_by_name(&s.store.state(), &body.name).is_some() {
+    let body: T::Body = decode_folded(&body, T::FIELDS)?;
+    if !T::body_id(&body).is_empty() {
         return Err(Error::bad(format!(
-            "Invalid Role: A Role with Name {:?} already exists",
-            body.name
+            "Cannot specify an ID in a {} create",
+            T::KIND.to_lowercase()
         )));
     }
-    let role = build_role(&s, body, uuid())?;
-    let id = role.id.clone();
-    applied(
-        s.write(Command::AclRoleSet {
-            role: Box::new(role),
-        })
-        .await?,
-    )?;
-    shown_role(&s, s.store.state().acl_roles.get(&id))
+    if T::by_name(&s.store.state(), T::body_name(&body)).is_some() {
+        return Err(Error::bad(format!(
+            "Invalid {kind}: A {kind} with Name {:?} already exists",
+            T::body_name(&body),
+            kind = T::KIND
+        )));
+    }
+    let id = uuid();
+    applied(s.write(T::build(&s, body, id.clone(), None)?.set()).await?)?;
+    shown(&s, T::get(&s.store.state(), &id))
 }
 
-async fn role_read(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+async fn read<T: Named>(
+    State(s): State<App>,
+    a: Authz,
+    Path(id): Path<String>,
+) -> Result<Response> {
     acl_read(&s, &a)?;
-    shown_role(&s, s.store.state().acl_roles.get(&id))
+    shown(&s, T::get(&s.store.state(), &id))
 }
 
-async fn role_read_name(
+async fn read_name<T: Named>(
     State(s): State<App>,
     a: Authz,
     Path(name): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
-    shown_role(&s, role_by_name(&s.store.state(), &name))
+    shown(&s, T::by_name(&s.store.state(), &name))
 }
 
-async fn role_update(
+async fn update<T: Named>(
     State(s): State<App>,
     a: Authz,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: RoleBody = decode_folded(&body, ROLE_FIELDS)?;
-    if !body.id.is_empty() && body.id != id {
-        return Err(Error::bad("Role ID in the body does not match the URL"));
+    let body: T::Body = decode_folded(&body, T::FIELDS)?;
+    if !T::body_id(&body).is_empty() && T::body_id(&body) != id {
+        return Err(Error::bad(format!(
+            "{} ID in the body does not match the URL",
+            T::KIND
+        )));
     }
-    if !s.store.state().acl_roles.contains_key(&id) {
-        return Err(Error::bad(format!("Cannot find role {id:?}")));
-    }
-    let role = build_role(&s, body, id.clone())?;
+    let st = s.store.state();
+    let existing = T::get(&st, &id)
+        .ok_or_else(|| Error::bad(format!("Cannot find {} {id:?}", T::KIND.to_lowercase())))?;
     applied(
-        s.write(Command::AclRoleSet {
-            role: Box::new(role),
-        })
-        .await?,
+        s.write(T::build(&s, body, id.clone(), Some(existing))?.set())
+            .await?,
     )?;
-    shown_role(&s, s.store.state().acl_roles.get(&id))
+    shown(&s, T::get(&s.store.state(), &id))
 }
 
-async fn role_delete(State(s): State<App>, a: Authz, Path(id): Path<String>) -> Result<Response> {
+async fn delete<T: Named>(
+    State(s): State<App>,
+    a: Authz,
+    Path(id): Path<String>,
+) -> Result<Response> {
     acl_write(&s, &a)?;
-    applied(s.write(Command::AclRoleDelete { id }).await?)?;
+    applied(s.write(T::delete(id)).await?)?;
     Ok(axum::Json(true).into_response())
 }
 
-async fn role_list(State(s): State<App>, a: Authz) -> Result<Response> {
+async fn list<T: Named>(State(s): State<App>, a: Authz) -> Result<Response> {
     acl_read(&s, &a)?;
     let st = s.store.state();
-    let list: Vec<&AclRole> = st.acl_roles.values().map(|r| &**r).collect();
-    Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
+    Ok(json_at(&s, st.index_of([&keys::ACL]), &T::all(&st)))
+}
+
+impl Named for AclPolicy {
+    const KIND: &'static str = "Policy";
+    const FIELDS: &'static [&'static str] = &["ID", "Name", "Description", "Rules", "Datacenters"];
+    type Body = PolicyBody;
+    fn body_id(body: &PolicyBody) -> &str {
+        &body.id
+    }
+    fn body_name(body: &PolicyBody) -> &str {
+        &body.name
+    }
+    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
+        st.acl_policies.get(id)
+    }
+    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>> {
+        policy_by_name(st, name)
+    }
+    fn all(st: &crate::state::State) -> Vec<&Self> {
+        st.acl_policies.values().map(|p| &**p).collect()
+    }
+    fn build(_: &Server, body: PolicyBody, id: String, existing: Option<&Self>) -> Result<Self> {
+        build_policy(body, id, existing)
+    }
+    fn set(self) -> Command {
+        Command::AclPolicySet {
+            policy: Box::new(self),
+        }
+    }
+    fn delete(id: String) -> Command {
+        Command::AclPolicyDelete { id }
+    }
+}
+
+impl Named for AclRole {
+    const KIND: &'static str = "Role";
+    const FIELDS: &'static [&'static str] = &["ID", "Name", "Description", "Policies"];
+    type Body = RoleBody;
+    fn body_id(body: &RoleBody) -> &str {
+        &body.id
+    }
+    fn body_name(body: &RoleBody) -> &str {
+        &body.name
+    }
+    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
+        st.acl_roles.get(id)
+    }
+    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>> {
+        role_by_name(st, name)
+    }
+    fn all(st: &crate::state::State) -> Vec<&Self> {
+        st.acl_roles.values().map(|r| &**r).collect()
+    }
+    fn build(s: &Server, body: RoleBody, id: String, _: Option<&Self>) -> Result<Self> {
+        build_role(s, body, id)
+    }
+    fn set(self) -> Command {
+        Command::AclRoleSet {
+            role: Box::new(self),
+        }
+    }
+    fn delete(id: String) -> Command {
+        Command::AclRoleDelete { id }
+    }
 }
 
 // ---- the leader's init ----
@@ -730,21 +741,9 @@ pub async fn init(s: App) {
     let mut metrics = s.raft.metrics();
     loop {
         if s.cluster.is_leader() && missing(&s, initial.as_deref()) {
-            let token = initial.as_deref().map(|secret| {
-                let mut t = AclToken {
-                    accessor_id: uuid(),
-                    description: "Initial Management Token".into(),
-                    policies: vec![Link {
-                        id: GLOBAL_MANAGEMENT_ID.into(),
-                        name: GLOBAL_MANAGEMENT_NAME.into(),
-                    }],
-                    create_time: now_rfc3339(),
-                    secret_hash: secret_hash(secret),
-                    ..Default::default()
-                };
-                t.hash = token_hash(&t);
-                t
-            });
+            let token = initial
+                .as_deref()
+                .map(|secret| management_token("Initial Management Token", secret));
             if let Err(e) = s
                 .write(Command::AclInit {
                     initial_management: token.map(Box::new),

@@ -332,8 +332,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
                 ..Default::default()
             },
         ));
-        hcm.http_filters
-            .insert(0, super::rbac::http_filter(snap));
+        hcm.http_filters.insert(0, super::rbac::http_filter(snap));
         typed("envoy.filters.network.http_connection_manager", hcm)
     } else {
         filters.push(super::rbac::network_filter(snap));
