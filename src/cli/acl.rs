@@ -307,6 +307,23 @@ fn by(kind: &str, a: &ByIdOrName) -> Result<String, CliError> {
     }
 }
 
+/// Reads a policy or role (`kind`) by `-id` or `-name`.
+fn read_named(c: &Client, kind: &str, a: &ByIdOrName, pretty: fn(&Value)) -> CliResult {
+    let v = send(c, reqwest::Method::GET, &by(kind, a)?, None)?;
+    show(a.format, &v, pretty)
+}
+
+/// Deletes a policy or role found by `-id` or `-name` (the API deletes by
+/// ID only).
+fn delete_named(c: &Client, kind: &str, label: &str, a: &ByIdOrName) -> CliResult {
+    let v = send(c, reqwest::Method::GET, &by(kind, a)?, None)?;
+    let id = s(&v["ID"]).to_string();
+    let path = format!("/v1/acl/{kind}/{}", enc(&id));
+    send(c, reqwest::Method::DELETE, &path, None)?;
+    println!("{label} {id:?} deleted successfully");
+    Ok(())
+}
+
 fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
     match cmd {
         PolicyCmd::Create(a) => {
@@ -319,26 +336,12 @@ fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
             let p = send(c, reqwest::Method::PUT, "/v1/acl/policy", Some(body))?;
             show(a.format, &p, print_policy)
         }
-        PolicyCmd::Read(a) => {
-            let p = send(c, reqwest::Method::GET, &by("policy", &a)?, None)?;
-            show(a.format, &p, print_policy)
-        }
+        PolicyCmd::Read(a) => read_named(c, "policy", &a, print_policy),
         PolicyCmd::List(f) => {
             let l = send(c, reqwest::Method::GET, "/v1/acl/policies", None)?;
             list(f.format, &l, print_policy)
         }
-        PolicyCmd::Delete(a) => {
-            let p = send(c, reqwest::Method::GET, &by("policy", &a)?, None)?;
-            let id = s(&p["ID"]).to_string();
-            send(
-                c,
-                reqwest::Method::DELETE,
-                &format!("/v1/acl/policy/{}", enc(&id)),
-                None,
-            )?;
-            println!("Policy {id:?} deleted successfully");
-            Ok(())
-        }
+        PolicyCmd::Delete(a) => delete_named(c, "policy", "Policy", &a),
     }
 }
 
@@ -353,25 +356,11 @@ fn role(c: &Client, cmd: RoleCmd) -> CliResult {
             let r = send(c, reqwest::Method::PUT, "/v1/acl/role", Some(body))?;
             show(a.format, &r, print_role)
         }
-        RoleCmd::Read(a) => {
-            let r = send(c, reqwest::Method::GET, &by("role", &a)?, None)?;
-            show(a.format, &r, print_role)
-        }
+        RoleCmd::Read(a) => read_named(c, "role", &a, print_role),
         RoleCmd::List(f) => {
             let l = send(c, reqwest::Method::GET, "/v1/acl/roles", None)?;
             list(f.format, &l, print_role)
         }
-        RoleCmd::Delete(a) => {
-            let r = send(c, reqwest::Method::GET, &by("role", &a)?, None)?;
-            let id = s(&r["ID"]).to_string();
-            send(
-                c,
-                reqwest::Method::DELETE,
-                &format!("/v1/acl/role/{}", enc(&id)),
-                None,
-            )?;
-            println!("Role {id:?} deleted successfully");
-            Ok(())
-        }
+        RoleCmd::Delete(a) => delete_named(c, "role", "Role", &a),
     }
 }
