@@ -25,7 +25,7 @@ use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
 };
-use crate::request::{Params, QueryOptions, decode_json};
+use crate::request::{QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{node_services, service_instances};
 use crate::state::{self, Command, Response as Applied, keys};
@@ -62,8 +62,7 @@ async fn register(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
     validate_register(&mut req, &s.config.datacenter)?;
     authorize_register(&a, &s.store.state(), &req)?;
@@ -145,8 +144,7 @@ async fn deregister(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
     check_dc(&req.datacenter, &s.config.datacenter)?;
     req.datacenter = s.config.datacenter.clone();
@@ -251,19 +249,8 @@ fn shown_node(node: &Node, dc: &str) -> Node {
     n
 }
 
-struct ReadCtx {
-    p: Params,
-    opts: QueryOptions,
-}
-
-fn read_ctx(s: &Server, q: Option<String>) -> Result<ReadCtx> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
-    Ok(ReadCtx { p, opts })
-}
-
 async fn nodes(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
     let dc = s.config.datacenter.clone();
@@ -283,7 +270,7 @@ async fn nodes(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<
 }
 
 async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
     // Node-meta and filters look at node fields, which change under the
@@ -328,7 +315,7 @@ async fn service_rows(
     name: String,
     connect: bool,
 ) -> Result<Response> {
-    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
     let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
@@ -412,7 +399,7 @@ async fn node(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
     let (index, found) = read_node(&s, &opts, &name).await?;
     let Some((node, mut services)) = found else {
@@ -444,7 +431,7 @@ async fn node_services_list(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let ReadCtx { p, opts } = read_ctx(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
     let (index, found) = read_node(&s, &opts, &name).await?;
     let (mut node, mut services) = match found {

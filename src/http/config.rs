@@ -15,7 +15,7 @@ use crate::discovery_chain::{
 };
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
-use crate::request::{Params, QueryOptions, decode_json};
+use crate::request::{QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::config_entry::Kind;
 
@@ -82,8 +82,7 @@ async fn put_entry(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let body: Value = decode_json(&body)?;
     let entry = decode_and_validate(&body)?;
     authorize_entry_write(&a, entry.kind(), entry.name())?;
@@ -110,8 +109,7 @@ async fn delete_entry(
     Path((kind, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     authorize_entry_write(&a, kind, &name)?;
     validate_write(
@@ -135,8 +133,7 @@ async fn get_entry(
     Path((kind, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     if !entry_readable(&a, kind, &name) {
         return Err(Error::Forbidden(a.deny("service:read", &name).to_string()));
@@ -168,8 +165,7 @@ async fn list_entries(
     Path(kind): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     let key = keys::config_kind(kind.as_str());
     let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
@@ -203,8 +199,7 @@ async fn chain(
     overrides: CompileOverrides,
 ) -> Result<Response> {
     a.require(a.service_read(&service), "service:read", &service)?;
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let dc = p
         .get("compile-dc")
         .filter(|d| !d.is_empty())

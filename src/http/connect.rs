@@ -14,7 +14,7 @@ use super::{App, Watch, blocking, json_at, meta_headers};
 use crate::connect::{SIGN_PATH, ca};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
-use crate::request::{Params, QueryOptions, decode_json};
+use crate::request::{QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::connect::CaConfiguration;
 
@@ -50,8 +50,7 @@ async fn ca_ready(s: &App) -> Result<()> {
 }
 
 async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     ca_ready(&s).await?;
     let (index, roots) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
         (
@@ -82,8 +81,7 @@ async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
 
 async fn get_config(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     ca_ready(&s).await?;
     let (index, config) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
         let mut c = st
@@ -106,8 +104,7 @@ async fn put_config(
     body: Bytes,
 ) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let body: Value = decode_json(&body)?;
     let body: CaConfiguration = serde_json::from_value(body)
         .map_err(|e| Error::bad(format!("Request decode failed: {e}")))?;
@@ -150,8 +147,7 @@ async fn leaf(
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     a.require(a.service_write(&service), "service:write", &service)?;
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     crate::connect::check_service_name(&service)?;
     ca_ready(&s).await?;
     let deadline = opts.deadline();

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::{App, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::merge;
-use crate::request::{Params, QueryOptions};
+use crate::request::QueryOptions;
 use crate::state::{self, keys};
 use crate::structs::catalog::{AccessLogsConfig, Node, NodeService};
 use crate::structs::health::ServiceKind;
@@ -139,8 +139,7 @@ async fn bootstrap_params(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let spec = match (p.get("node"), p.get("node-id")) {
         (Some(n), _) if !n.is_empty() => NodeSpec::Name(n.to_string()),
         (_, Some(i)) if !i.is_empty() => NodeSpec::Id(i.to_string()),

@@ -15,11 +15,11 @@ use axum::routing::get;
 
 use super::{App, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
+use crate::request::QueryOptions;
 use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
-use crate::request::{Params, QueryOptions};
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
 use crate::stream::Topic;
@@ -51,12 +51,6 @@ async fn missing_state() -> Error {
     Error::bad("Missing check state")
 }
 
-fn read_opts(s: &App, q: Option<String>) -> Result<(Params, QueryOptions)> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
-    Ok((p, opts))
-}
-
 /// The checks on a node, node-level and service-level.
 async fn node(
     State(s): State<App>,
@@ -64,7 +58,7 @@ async fn node(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let (p, opts) = read_opts(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let key = keys::node(&name);
     let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
@@ -84,7 +78,7 @@ async fn service_checks(
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let (p, opts) = read_opts(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
     let key = keys::service(&name);
@@ -112,7 +106,7 @@ async fn by_state(
     Path(state): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let (p, opts) = read_opts(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     if state != "any" && HealthStatus::settable(&state).is_err() {
         return Err(Error::bad(format!(
             "Invalid check state {state:?}: must be any, passing, warning or critical"
@@ -163,7 +157,7 @@ async fn instances(
     name: String,
     connect: bool,
 ) -> Result<Response> {
-    let (p, opts) = read_opts(&s, q)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let passing = passing_flag(&p)?;
     let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
     let meta = node_meta_filters(&p);

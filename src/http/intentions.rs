@@ -63,8 +63,7 @@ fn check_name(what: &str, name: &str) -> Result<()> {
 }
 
 async fn list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let key = kind_key();
     let (index, list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let mut list = intentions::all(st);
@@ -126,8 +125,7 @@ async fn create(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let ixn = decode_intention(&body)?;
     require_write(&a, &ixn.destination_name)?;
     if !ixn.id.is_empty() {
@@ -164,8 +162,7 @@ fn exact_pair(p: &Params) -> Result<(String, String)> {
 }
 
 async fn get_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     a.require(a.intention_read(&dst), "intention:read", &dst)?;
     let key = keys::config(Kind::ServiceIntentions.as_str(), &dst);
@@ -190,8 +187,7 @@ async fn put_exact(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
     let mut ixn = decode_intention(&body)?;
@@ -202,8 +198,7 @@ async fn put_exact(
 }
 
 async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
     for _ in 0..5 {
@@ -248,8 +243,7 @@ async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> 
 /// `GET /v1/connect/intentions/match?by=source|destination&name=N`:
 /// `{N: [intentions in evaluation order]}`.
 async fn match_(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let by = required(&p, "by", "source or destination")?.to_string();
     if by != "source" && by != "destination" {
         return Err(Error::bad(format!(
@@ -289,8 +283,7 @@ async fn match_(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
 
 /// `GET /v1/connect/intentions/check?source=&destination=`: `{"Allowed"}`.
 async fn check(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     // Consul's: the caller may read the destination service.
     a.require(a.service_read(&dst), "service:read", &dst)?;

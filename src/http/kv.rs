@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use super::{App, FILTERED, Watch, blocking, json_filtered, keep, meta_headers};
 use crate::error::{Error, Result};
+use crate::request::QueryOptions;
 use crate::request::authz::Authz;
-use crate::request::{Params, QueryOptions};
 use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::validate::{check_dc, validate_check, validate_service};
@@ -60,8 +60,7 @@ async fn get_kv(
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
@@ -120,8 +119,7 @@ async fn put_kv(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     check_key(&key)?;
     a.require(a.key_write(&key), "key:write", &key)?;
     if p.has("acquire") && p.has("release") {
@@ -162,8 +160,7 @@ async fn delete_kv(
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let recurse = p.has("recurse");
     if recurse {
         a.require(a.key_write_prefix(&key), "key:write", &key)?;
@@ -427,8 +424,7 @@ async fn txn(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let ops = decode_txn(&body, &s.config.datacenter)?;
     authorize_txn(&a, &ops)?;
     // Reads only: answered from this server's state without Raft, in the

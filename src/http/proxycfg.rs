@@ -12,7 +12,7 @@ use axum::routing::get;
 
 use super::{App, json_at};
 use crate::error::{Error, Result};
-use crate::request::{Params, QueryOptions};
+use crate::request::QueryOptions;
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/proxycfg/{id}", get(snapshot))
@@ -24,8 +24,7 @@ async fn snapshot(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let node = p
         .get("node")
         .filter(|n| !n.is_empty())

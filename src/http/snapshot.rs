@@ -16,7 +16,7 @@ use crate::disk::DiskError;
 use crate::error::{Error, Result};
 use crate::raft::state_machine::snapshot_file;
 use crate::raft::{LogId, SnapshotMeta};
-use crate::request::{Params, QueryOptions};
+use crate::request::QueryOptions;
 use crate::state::restore::CHUNK_BYTES;
 use crate::state::{Command, Response as Applied, snapshot};
 
@@ -44,8 +44,7 @@ fn management(a: &Authz) -> Result<()> {
 
 async fn save(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     management(&a)?;
-    let p = Params::parse(q.as_deref());
-    let opts = QueryOptions::from(&p, &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     if opts.consistent {
         s.linearize().await?;
     }
@@ -121,8 +120,7 @@ async fn restore(
     body: Bytes,
 ) -> Result<Response> {
     management(&a)?;
-    let p = Params::parse(q.as_deref());
-    QueryOptions::from(&p, &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let checked = body.clone();
     let start = tokio::task::spawn_blocking(move || check(&checked))
         .await

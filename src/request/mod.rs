@@ -88,6 +88,14 @@ pub fn wait_of(p: &Params) -> Result<Duration> {
 }
 
 impl QueryOptions {
+    /// A request's query string read whole: its parameters and the query
+    /// options they make (a `?dc` other than `dc` refused).
+    pub fn parse(q: Option<&str>, dc: &str) -> Result<(Params, Self)> {
+        let p = Params::parse(q);
+        let opts = Self::from(&p, dc)?;
+        Ok((p, opts))
+    }
+
     pub fn from(p: &Params, dc: &str) -> Result<Self> {
         if let Some(want) = p.get("dc")
             && !want.is_empty()
