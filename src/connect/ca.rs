@@ -423,7 +423,16 @@ pub fn new_csr(trust_domain: &str, dc: &str, service: &str) -> Result<(String, S
 /// The leaf carries Consul's common name and DNS SAN, is valid for the
 /// configured TTL, and its PEM is followed by the root's intermediates (the
 /// cross-signed root after a rotation), as Consul's `Sign` answers.
-pub fn sign_csr(ca: &CaState, trust_domain: &str, dc: &str, csr_pem: &str) -> Result<IssuedCert> {
+/// A CSR read and checked: one SPIFFE service ID of this trust domain and
+/// datacenter. `service` says who asks, so the caller can authorize
+/// before anything is signed.
+pub struct Csr {
+    params: CertificateSigningRequestParams,
+    uri: String,
+    pub service: String,
+}
+
+pub fn parse_csr(csr_pem: &str, trust_domain: &str, dc: &str) -> Result<Csr> {
     let csr = CertificateSigningRequestParams::from_pem(csr_pem)
         .map_err(|e| Error::bad(format!("invalid CSR: {e}")))?;
     let uris: Vec<String> = csr
@@ -448,6 +457,20 @@ pub fn sign_csr(ca: &CaState, trust_domain: &str, dc: &str, csr_pem: &str) -> Re
             ))
         })?
         .to_string();
+    Ok(Csr {
+        uri: uri.clone(),
+        params: csr,
+        service,
+    })
+}
+
+/// Signs a checked CSR with the active root.
+pub fn sign_csr(ca: &CaState, trust_domain: &str, csr: Csr) -> Result<IssuedCert> {
+    let Csr {
+        params: csr,
+        uri,
+        service,
+    } = csr;
     let active = ca
         .active()
         .ok_or_else(|| Error::Internal("the CA has no active root".into()))?;
@@ -514,7 +537,7 @@ fn csr_not_after(now: OffsetDateTime, ttl: std::time::Duration) -> OffsetDateTim
 /// CSR made here, the key returned with the certificate.
 pub fn sign_local(ca: &CaState, trust_domain: &str, dc: &str, service: &str) -> Result<IssuedCert> {
     let (key, csr) = new_csr(trust_domain, dc, service)?;
-    let mut cert = sign_csr(ca, trust_domain, dc, &csr)?;
+    let mut cert = sign_csr(ca, trust_domain, parse_csr(&csr, trust_domain, dc)?)?;
     cert.private_key_pem = key;
     Ok(cert)
 }
@@ -554,18 +577,18 @@ mod tests {
         let ca = initial("11111111-2222-3333-4444-555555555555").unwrap();
         let td = "11111111-2222-3333-4444-555555555555.consul";
         let (_, csr) = new_csr(td, "dc1", "web").unwrap();
-        let cert = sign_csr(&ca, td, "dc1", &csr).unwrap();
+        let cert = sign_csr(&ca, td, parse_csr(&csr, td, "dc1").unwrap()).unwrap();
         assert_eq!(cert.service, "web");
         assert_eq!(cert.service_uri, service_uri(td, "dc1", "web"));
         let (_, other) =
             new_csr("99999999-2222-3333-4444-555555555555.consul", "dc1", "web").unwrap();
         assert!(matches!(
-            sign_csr(&ca, td, "dc1", &other),
+            parse_csr(&other, td, "dc1"),
             Err(Error::BadRequest(_))
         ));
         let (_, other_dc) = new_csr(td, "dc2", "web").unwrap();
         assert!(matches!(
-            sign_csr(&ca, td, "dc1", &other_dc),
+            parse_csr(&other_dc, td, "dc1"),
             Err(Error::BadRequest(_))
         ));
     }

@@ -186,12 +186,9 @@ async fn sign(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
         .as_ref()
         .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
     let trust_domain = format!("{}.consul", state.cluster_id);
-    let cert = ca::sign_csr(ca, &trust_domain, &s.config.datacenter, &req.csr)?;
+    let csr = ca::parse_csr(&req.csr, &trust_domain, &s.config.datacenter)?;
     // The CSR names the service: only its writers get a certificate.
-    a.require(
-        a.service_write(&cert.service),
-        "service:write",
-        &cert.service,
-    )?;
+    a.require(a.service_write(&csr.service), "service:write", &csr.service)?;
+    let cert = ca::sign_csr(ca, &trust_domain, csr)?;
     Ok(json_at(&s, state.index, &cert))
 }
