@@ -24,40 +24,28 @@ pub struct Link {
 
 /// One token, as stored (with the hash of its secret) and shown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
+#[serde(rename_all = "PascalCase", default)]
 pub struct AclToken {
     #[serde(rename = "AccessorID")]
     pub accessor_id: String,
     /// Shown only when the caller knows it (create, bootstrap, clone, self);
     /// stored empty.
-    #[serde(rename = "SecretID", default)]
+    #[serde(rename = "SecretID")]
     pub secret_id: String,
-    #[serde(default)]
     pub description: String,
-    #[serde(default)]
     pub policies: Vec<Link>,
-    #[serde(default)]
     pub roles: Vec<Link>,
-    #[serde(default)]
     pub local: bool,
     /// RFC 3339, as Consul's; empty: never expires.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub expiration_time: String,
-    #[serde(default)]
     pub create_time: String,
-    #[serde(default)]
     pub hash: String,
     /// Hex SHA-256 of the secret: the lookup key. Stored, never shown
     /// (`shown` empties it).
-    #[serde(
-        rename = "cairnSecretHash",
-        default,
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(rename = "cairnSecretHash", skip_serializing_if = "String::is_empty")]
     pub secret_hash: String,
-    #[serde(default)]
     pub create_index: u64,
-    #[serde(default)]
     pub modify_index: u64,
 }
 
@@ -75,43 +63,31 @@ impl AclToken {
 
 /// One policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
+#[serde(rename_all = "PascalCase", default)]
 pub struct AclPolicy {
-    #[serde(rename = "ID", default)]
+    #[serde(rename = "ID")]
     pub id: String,
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub description: String,
-    #[serde(default)]
     pub rules: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub datacenters: Vec<String>,
-    #[serde(default)]
     pub hash: String,
-    #[serde(default)]
     pub create_index: u64,
-    #[serde(default)]
     pub modify_index: u64,
 }
 
 /// One role: a named set of policies tokens can hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
+#[serde(rename_all = "PascalCase", default)]
 pub struct AclRole {
-    #[serde(rename = "ID", default)]
+    #[serde(rename = "ID")]
     pub id: String,
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub description: String,
-    #[serde(default)]
     pub policies: Vec<Link>,
-    #[serde(default)]
     pub hash: String,
-    #[serde(default)]
     pub create_index: u64,
-    #[serde(default)]
     pub modify_index: u64,
 }
 
