@@ -34,7 +34,7 @@ clients: build
 conformance: build
 	bash scripts/conformance.sh
 
-## A 3-server cluster on loopback (HTTP 8500-8502); Ctrl-C stops it.
+## A 3-server cluster on loopback (HTTP 8500-8502, gRPC 8510-8512); Ctrl-C stops it.
 cluster: release
 	bash scripts/cluster.sh
 
