@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Tx;
-use super::{Response, State};
+use super::tx::Tx;
+use super::{Response, Row, State, Table, keys};
 use crate::structs::acl::{
     self, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME,
 };
@@ -277,6 +277,20 @@ fn remove_row(st: &mut State, key: &str) -> Option<AclRow> {
             Some(AclRow::Bootstrapped(i))
         }
         _ => None,
+    }
+}
+
+impl Tx<'_> {
+    /// An ACL row changed (`state::acl` keeps the maps): wakes `acl`, the
+    /// resolution caches' generation.
+    pub(crate) fn put_acl(
+        &mut self,
+        key: String,
+        before: Option<super::acl::AclRow>,
+        after: Option<super::acl::AclRow>,
+    ) {
+        self.touch(keys::ACL);
+        self.record(Table::Acl, key, before.map(Row::Acl), after.map(Row::Acl));
     }
 }
 

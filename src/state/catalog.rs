@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::State;
-use super::apply::Tx;
+use super::tx::Tx;
+use super::tx::{node_key, remove_from_index};
+use super::{Row, State, Table, keys};
 use crate::structs::{
     CatalogVerb, DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest, TxnOp,
     TxnResult,
@@ -416,6 +417,190 @@ pub fn instance_of(state: &State, node: &str, service: &Arc<NodeService>) -> Opt
         service: service.clone(),
         checks,
     })
+}
+
+/// The service a proxy or connect-native instance is an endpoint of.
+fn connect_target(svc: &NodeService) -> Option<&str> {
+    let native = svc
+        .connect
+        .get("Native")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true);
+    if svc.is_connect_proxy() && !svc.proxy.destination_service_name.is_empty() {
+        Some(&svc.proxy.destination_service_name)
+    } else if native {
+        Some(&svc.service)
+    } else {
+        None
+    }
+}
+
+/// Adds instance `k` to the by-name and by-connect-target indexes.
+pub(super) fn index_service(state: &mut State, k: &(String, String), svc: &NodeService) {
+    state
+        .service_names
+        .entry(svc.service.clone())
+        .or_default()
+        .insert(k.clone());
+    if let Some(dest) = connect_target(svc) {
+        state
+            .connect_names
+            .entry(dest.to_string())
+            .or_default()
+            .insert(k.clone());
+    }
+}
+
+fn unindex_service(state: &mut State, k: &(String, String), svc: &NodeService) {
+    remove_from_index(&mut state.service_names, &svc.service, k);
+    if let Some(dest) = connect_target(svc) {
+        remove_from_index(&mut state.connect_names, dest, k);
+    }
+}
+
+impl Tx<'_> {
+    /// Wakes everything that shows a node's services (health rows embed the
+    /// node and its node-level checks).
+    fn touch_node_services(&mut self, node: &str) {
+        let services: Vec<(String, String)> = self
+            .state
+            .services
+            .range((node.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == node)
+            .map(|(_, s)| (s.service.clone(), s.proxy.destination_service_name.clone()))
+            .collect();
+        for (name, dest) in services {
+            self.touch(keys::service(&name));
+            if !dest.is_empty() {
+                self.touch(keys::connect(&dest));
+            }
+        }
+    }
+
+    pub fn put_node(&mut self, node: Node) {
+        let name = node.node.clone();
+        let after = Arc::new(node);
+        let before = self.state.nodes.insert(name.clone(), after.clone());
+        self.touch(keys::node(&name));
+        self.touch(keys::NODES);
+        self.touch_node_services(&name);
+        self.record(
+            Table::Nodes,
+            name,
+            before.map(Row::Node),
+            Some(Row::Node(after)),
+        );
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        super::session::node_gone(self, name);
+        if let Some(before) = self.state.nodes.remove(name) {
+            self.touch(keys::node(name));
+            self.touch(keys::NODES);
+            self.record(
+                Table::Nodes,
+                name.to_string(),
+                Some(Row::Node(before)),
+                None,
+            );
+        }
+    }
+
+    fn touch_service(&mut self, svc: &NodeService, node: &str) {
+        self.touch(keys::service(&svc.service));
+        self.touch(keys::SERVICES);
+        self.touch(keys::node(node));
+        if !svc.proxy.destination_service_name.is_empty() {
+            self.touch(keys::connect(&svc.proxy.destination_service_name));
+        }
+        if svc
+            .connect
+            .get("Native")
+            .and_then(serde_json::Value::as_bool)
+            == Some(true)
+        {
+            self.touch(keys::connect(&svc.service));
+        }
+    }
+
+    pub fn put_service(&mut self, node: &str, svc: NodeService) {
+        let k = (node.to_string(), svc.id.clone());
+        let after = Arc::new(svc);
+        let before = self.state.services.insert(k.clone(), after.clone());
+        if let Some(b) = &before {
+            unindex_service(self.state, &k, b);
+            self.touch_service(&b.clone(), node);
+        }
+        index_service(self.state, &k, &after);
+        self.touch_service(&after.clone(), node);
+        self.record(
+            Table::Services,
+            node_key(node, &after.id),
+            before.map(Row::Service),
+            Some(Row::Service(after)),
+        );
+    }
+
+    pub fn remove_service(&mut self, node: &str, id: &str) {
+        let k = (node.to_string(), id.to_string());
+        if let Some(before) = self.state.services.remove(&k) {
+            unindex_service(self.state, &k, &before);
+            self.touch_service(&before.clone(), node);
+            self.record(
+                Table::Services,
+                node_key(node, id),
+                Some(Row::Service(before)),
+                None,
+            );
+        }
+    }
+
+    fn touch_check(&mut self, check: &HealthCheck) {
+        self.touch(keys::CHECKS);
+        self.touch(keys::node(&check.node));
+        if check.service_id.is_empty() {
+            let node = check.node.clone();
+            self.touch_node_services(&node);
+        } else {
+            let k = (check.node.clone(), check.service_id.clone());
+            if let Some(svc) = self.state.services.get(&k).cloned() {
+                self.touch_service(&svc, &check.node);
+            } else {
+                self.touch(keys::service(&check.service_name));
+            }
+        }
+    }
+
+    pub fn put_check(&mut self, check: HealthCheck) {
+        let k = (check.node.clone(), check.check_id.clone());
+        let after = Arc::new(check);
+        let before = self.state.checks.insert(k.clone(), after.clone());
+        if let Some(b) = &before {
+            self.touch_check(&b.clone());
+        }
+        self.touch_check(&after.clone());
+        self.record(
+            Table::Checks,
+            node_key(&k.0, &k.1),
+            before.map(Row::Check),
+            Some(Row::Check(after.clone())),
+        );
+        super::session::check_written(self, &k.0, &k.1, after.status);
+    }
+
+    pub fn remove_check(&mut self, node: &str, id: &str) {
+        let k = (node.to_string(), id.to_string());
+        if let Some(before) = self.state.checks.remove(&k) {
+            self.touch_check(&before.clone());
+            self.record(
+                Table::Checks,
+                node_key(node, id),
+                Some(Row::Check(before)),
+                None,
+            );
+            super::session::check_gone(self, node, id);
+        }
+    }
 }
 
 #[cfg(test)]

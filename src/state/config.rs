@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::apply::Tx;
-use super::{Response, State};
+use super::tx::Tx;
+use super::tx::pair_key;
+use super::{Response, Row, State, Table, keys};
 use crate::config_entry::decode_and_validate;
 use crate::discovery_chain::{EntryChange, EntryLookup, references, validate_write};
 use crate::structs::config_entry::{ConfigEntry, Kind};
@@ -154,6 +155,40 @@ pub(crate) fn from_stored(v: &Value) -> anyhow::Result<ConfigEntry> {
         .map_err(|e| anyhow::anyhow!("stored config entry: {e}"))?;
     entry.set_indexes(create, modify);
     Ok(entry)
+}
+
+impl Tx<'_> {
+    pub fn put_config(&mut self, entry: ConfigEntry) {
+        let key = (entry.kind(), entry.name().to_string());
+        let after = Arc::new(entry);
+        let before = self.state.config.insert(key.clone(), after.clone());
+        if let Some(b) = &before {
+            super::config::unindex(self.state, b);
+        }
+        super::config::index(self.state, &after);
+        self.touch(keys::config(key.0.as_str(), &key.1));
+        self.touch(keys::config_kind(key.0.as_str()));
+        self.record(
+            Table::Config,
+            pair_key(key.0.as_str(), &key.1),
+            before.map(Row::Config),
+            Some(Row::Config(after)),
+        );
+    }
+
+    pub fn remove_config(&mut self, kind: Kind, name: &str) {
+        if let Some(before) = self.state.config.remove(&(kind, name.to_string())) {
+            super::config::unindex(self.state, &before);
+            self.touch(keys::config(kind.as_str(), name));
+            self.touch(keys::config_kind(kind.as_str()));
+            self.record(
+                Table::Config,
+                pair_key(kind.as_str(), name),
+                Some(Row::Config(before)),
+                None,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Tx;
+use super::tx::Tx;
 use super::{Response, Row, State, Table, keys};
 use crate::structs::connect::{CaConfiguration, CaRoot, CaRoots};
 
@@ -89,7 +89,7 @@ impl Tx<'_> {
     pub fn put_connect_ca(&mut self, ca: CaState) {
         let ca = Arc::new(ca);
         let before = self.state.connect_ca.replace(ca.clone());
-        self.record_row(
+        self.record(
             Table::ConnectCa,
             "ca".into(),
             before.map(Row::ConnectCa),

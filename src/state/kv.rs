@@ -1,7 +1,9 @@
 //! The KV table: writes (as Consul's KVS verbs) and reads.
 
-use super::apply::Tx;
-use super::{Response, State, keys};
+use std::sync::Arc;
+
+use super::tx::Tx;
+use super::{Response, Row, State, Table, keys};
 use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb, TxnError, TxnOp, TxnResult};
 
 /// Applies one KV verb. `Err` is a failed precondition inside a txn.
@@ -182,6 +184,27 @@ pub fn list_keys(state: &State, prefix: &str, separator: &str) -> Vec<String> {
         }
     }
     out
+}
+
+impl Tx<'_> {
+    pub fn put_kv(&mut self, entry: KvEntry) {
+        let key = entry.key.clone();
+        let after = Arc::new(entry);
+        let before = self.state.kv.insert(key.clone(), after.clone());
+        super::session::index_kv(self.state, before.as_deref(), Some(&after));
+        self.touch(keys::kv(&key));
+        self.record(Table::Kv, key, before.map(Row::Kv), Some(Row::Kv(after)));
+    }
+
+    pub fn remove_kv(&mut self, key: &str) {
+        if let Some(before) = self.state.kv.remove(key) {
+            super::session::index_kv(self.state, Some(&before), None);
+            // The index entry left behind is the tombstone that keeps
+            // blocking queries on a deleted key monotonic.
+            self.touch(keys::kv(key));
+            self.record(Table::Kv, key.to_string(), Some(Row::Kv(before)), None);
+        }
+    }
 }
 
 #[cfg(test)]

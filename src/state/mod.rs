@@ -12,6 +12,7 @@ mod apply;
 pub mod catalog;
 pub mod config;
 pub mod connect;
+mod derived;
 pub mod kv;
 pub mod persist;
 pub mod resolve;
@@ -19,6 +20,7 @@ pub mod restore;
 pub mod session;
 pub mod snapshot;
 pub mod tombstones;
+pub(crate) mod tx;
 pub mod watch;
 
 use std::collections::BTreeSet;
@@ -38,8 +40,9 @@ use crate::structs::{
     Session, TxnError, TxnOp, TxnResult,
 };
 
-pub use apply::{apply_command, apply_payload, pair_key, split_pair_key};
+pub use apply::{apply_command, apply_payload};
 pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
+pub use tx::{pair_key, split_pair_key};
 pub use watch::Watches;
 
 /// (node name, service id) or (node name, check id).
@@ -406,7 +409,7 @@ pub struct State {
     /// The time of the `Command::Timed` being applied, `None` outside one.
     pub now_ms: Option<u64>,
     /// A snapshot restore being staged (see `restore`).
-    pub restore: Option<restore::Staged>,
+    pub restore: Option<Staged>,
     /// ACL tokens by accessor ID (see `acl`).
     pub acl_tokens: OrdMap<String, Arc<AclToken>>,
     /// Hex SHA-256 of a token's secret → its accessor (derived).
@@ -445,6 +448,22 @@ impl State {
             max = max.max(*v);
         }
         max
+    }
+}
+
+/// A restore being staged: its id and the chunks applied so far.
+#[derive(Clone, PartialEq, Default)]
+pub struct Staged {
+    pub id: String,
+    pub chunks: imbl::Vector<Arc<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("id", &self.id)
+            .field("chunks", &self.chunks.len())
+            .finish()
     }
 }
 

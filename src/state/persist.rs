@@ -2,7 +2,7 @@
 //! rows, written in one atomic batch per applied group of commands.
 //!
 //! Rows are `table byte + key`; a key of two names (a service's or check's
-//! node and ID, a config entry's kind and name) is `apply::pair_key`,
+//! node and ID, a config entry's kind and name) is `tx::pair_key`,
 //! length-prefixed, so no two names share a row. KV entries are bincode, catalog rows and
 //! config entries JSON (their Consul shape skips empty fields), indexes a
 //! big-endian u64. The batch also carries the Raft adapter's meta rows
@@ -191,19 +191,19 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     }
     for ((n, id), s) in &state.services {
         ops.push((
-            row_key(SERVICE, &super::apply::node_key(n, id)),
+            row_key(SERVICE, &super::tx::node_key(n, id)),
             Some(serde_json::to_vec(&**s)?),
         ));
     }
     for ((n, id), c) in &state.checks {
         ops.push((
-            row_key(CHECK, &super::apply::node_key(n, id)),
+            row_key(CHECK, &super::tx::node_key(n, id)),
             Some(serde_json::to_vec(&**c)?),
         ));
     }
     for ((kind, name), e) in &state.config {
         ops.push((
-            row_key(CONFIG, &super::apply::pair_key(kind.as_str(), name)),
+            row_key(CONFIG, &super::tx::pair_key(kind.as_str(), name)),
             Some(serde_json::to_vec(&**e)?),
         ));
     }
@@ -269,7 +269,7 @@ pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
         Ok::<_, anyhow::Error>((kv?, rest?))
     })?;
     st.kv = kv;
-    super::apply::reindex(&mut st);
+    super::derived::reindex(&mut st);
     tracing::info!(
         kv = st.kv.len(),
         indexes = st.indexes.len(),
@@ -308,7 +308,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 }
                 SERVICE => {
                     let s: NodeService = serde_json::from_slice(v)?;
-                    let (node, _) = super::apply::split_pair_key(key)
+                    let (node, _) = super::tx::split_pair_key(key)
                         .with_context(|| format!("service row key {key:?}"))?;
                     let node = node.to_string();
                     st.services.insert((node, s.id.clone()), Arc::new(s));
@@ -338,7 +338,7 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                     // Rows in key order: one restore's chunks, 0, 1, ...
                     let (id, seq) = super::restore::parse_chunk_key(key)
                         .with_context(|| format!("restore chunk row {key:?}"))?;
-                    let staged = st.restore.get_or_insert_with(|| super::restore::Staged {
+                    let staged = st.restore.get_or_insert_with(|| super::Staged {
                         id: id.to_string(),
                         chunks: imbl::Vector::new(),
                     });

@@ -21,32 +21,12 @@
 
 use std::sync::Arc;
 
-use super::State;
-use super::apply::Tx;
+use super::tx::Tx;
+use super::{Row, Staged, State, Table};
 
 /// The bytes of one chunk: with its command's framing well under the
 /// 1 MiB a Raft entry holds (`server::BATCH_BYTES`).
 pub const CHUNK_BYTES: usize = 512 << 10;
-
-/// The index row of the floor a restore leaves (no object family: it
-/// counts for every key without a row).
-pub const RESTORED_FLOOR: super::WatchKey = super::keys::RESTORED;
-
-/// A restore being staged: its id and the chunks applied so far.
-#[derive(Clone, PartialEq, Default)]
-pub struct Staged {
-    pub id: String,
-    pub chunks: imbl::Vector<Arc<Vec<u8>>>,
-}
-
-impl std::fmt::Debug for Staged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Staged")
-            .field("id", &self.id)
-            .field("chunks", &self.chunks.len())
-            .finish()
-    }
-}
 
 /// The row key of a staged chunk (ordered by `seq`).
 pub(crate) fn chunk_key(id: &str, seq: usize) -> String {
@@ -152,7 +132,8 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
         .into_iter()
         .map(|(k, v)| (k, v.max(index)))
         .collect();
-    new.indexes.insert(RESTORED_FLOOR, index);
+    // The floor a restore leaves: it counts for every key without a row.
+    new.indexes.insert(super::keys::RESTORED, index);
     if new.cluster_id.is_empty() {
         new.cluster_id = old.cluster_id.clone();
     }
@@ -165,6 +146,23 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
     new.now_ms = None;
     super::tombstones::rebuild(&mut new);
     new
+}
+
+impl Tx<'_> {
+    /// Stages chunk `seq` of restore `id` (see `restore`).
+    pub(crate) fn put_restore_chunk(&mut self, id: &str, seq: usize, data: Arc<Vec<u8>>) {
+        if let Some(s) = &mut self.state.restore {
+            s.chunks.push_back(data.clone());
+        }
+        let key = super::restore::chunk_key(id, seq);
+        self.record(Table::Restore, key, None, Some(Row::RestoreChunk(data)));
+    }
+
+    /// Forgets the row of staged chunk `seq` of restore `id`.
+    pub(crate) fn remove_restore_chunk(&mut self, id: &str, seq: usize) {
+        let key = super::restore::chunk_key(id, seq);
+        self.record(Table::Restore, key, None, None);
+    }
 }
 
 #[cfg(test)]

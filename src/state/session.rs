@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::State;
-use super::apply::Tx;
+use super::tx::Tx;
+use super::{Row, State, Table, keys};
 use crate::structs::{
     Behavior, HEALTH_CRITICAL, HealthStatus, KvEntry, KvOp, KvOutcome, MAX_LOCK_DELAY_NS, Session,
 };
@@ -325,6 +325,63 @@ pub fn node_sessions(state: &State, node: &str) -> Vec<Arc<Session>> {
         .flatten()
         .filter_map(|id| state.sessions.get(id).cloned())
         .collect()
+}
+
+impl Tx<'_> {
+    pub fn put_session(&mut self, s: Session) {
+        let id = s.id.clone();
+        let after = Arc::new(s);
+        let before = self.state.sessions.insert(id.clone(), after.clone());
+        super::session::index_session(self.state, &after, true);
+        self.touch_session(&after);
+        self.record(
+            Table::Sessions,
+            id,
+            before.map(Row::Session),
+            Some(Row::Session(after)),
+        );
+    }
+
+    pub fn remove_session(&mut self, id: &str) {
+        if let Some(before) = self.state.sessions.remove(id) {
+            super::session::index_session(self.state, &before, false);
+            self.touch_session(&before);
+            self.record(
+                Table::Sessions,
+                id.to_string(),
+                Some(Row::Session(before)),
+                None,
+            );
+        }
+    }
+
+    fn touch_session(&mut self, s: &Session) {
+        self.touch(keys::session(&s.id));
+        self.touch(keys::node_sessions(&s.node));
+        self.touch(keys::SESSIONS);
+    }
+
+    /// Lock-delays are not shown by any read: no watch key.
+    pub fn put_lock_delay(&mut self, key: &str, d: super::session::LockDelay) {
+        let before = self.state.lock_delays.insert(key.to_string(), d);
+        self.record(
+            Table::LockDelays,
+            key.to_string(),
+            before.map(Row::LockDelay),
+            Some(Row::LockDelay(d)),
+        );
+    }
+
+    pub fn remove_lock_delay(&mut self, key: &str) {
+        if let Some(before) = self.state.lock_delays.remove(key) {
+            self.record(
+                Table::LockDelays,
+                key.to_string(),
+                Some(Row::LockDelay(before)),
+                None,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

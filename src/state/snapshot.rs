@@ -135,13 +135,13 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
     }
     st.lock_delays = body.lock_delays.into_iter().collect();
     st.connect_ca = body.connect_ca.map(Arc::new);
-    st.restore = body.staged.map(|(id, chunks)| super::restore::Staged {
+    st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),
     });
     for r in body.acl {
         super::acl::load(&mut st, r);
     }
-    super::apply::reindex(&mut st);
+    super::derived::reindex(&mut st);
     Ok(st)
 }

@@ -99,11 +99,7 @@ pub(crate) fn floor(st: &State, key: &str) -> u64 {
         .and_then(|f| st.indexes.get(&f).copied())
         .unwrap_or(0);
     // A restore's floor counts for every key (see `restore`).
-    let restored = st
-        .indexes
-        .get(&super::restore::RESTORED_FLOOR)
-        .copied()
-        .unwrap_or(0);
+    let restored = st.indexes.get(&keys::RESTORED).copied().unwrap_or(0);
     family.max(restored)
 }
 
