@@ -738,7 +738,9 @@ pub async fn init(s: App) {
         return std::future::pending().await;
     }
     let initial = s.acl.config().initial_management.clone();
-    let mut metrics = s.raft.metrics();
+    // Woken by role and leader changes only: the full metrics change with
+    // every write, and this need only run when leadership moves.
+    let mut metrics = s.raft.server_metrics();
     loop {
         if s.cluster.is_leader() && missing(&s, initial.as_deref()) {
             let token = initial
