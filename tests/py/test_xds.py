@@ -152,6 +152,12 @@ class Sidecar:
             except queue.Empty:
                 pass
 
+    def refusal(self):
+        """The error the server ends this stream with (it must end so)."""
+        with pytest.raises(grpc.RpcError) as e:
+            self.wait("the stream's refusal", lambda s: False)
+        return e.value
+
     def summary(self):
         return {t.rsplit(".", 1)[-1]: sorted(v) for t, v in self.state.items()}
 
@@ -468,10 +474,9 @@ def test_a_reconnecting_proxy_gets_the_current_state_at_once(mesh):
 def test_an_unknown_proxy_ends_with_not_found(mesh):
     s = Sidecar(f"127.0.0.1:{mesh.grpc_port}", "nobody-sidecar-proxy")
     try:
-        with pytest.raises(grpc.RpcError) as e:
-            s.wait("an error", lambda s: False)
-        assert e.value.code() == grpc.StatusCode.NOT_FOUND
-        assert "nobody-sidecar-proxy" in e.value.details()
+        err = s.refusal()
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        assert "nobody-sidecar-proxy" in err.details()
     finally:
         s.close()
 
@@ -494,9 +499,7 @@ def test_streams_past_the_cap_are_refused_until_one_ends():
         first = Sidecar(addr, "web-sidecar-proxy")
         first.wait("the first stream's listeners", lambda s: s.listener("public_listener:"))
         second = Sidecar(addr, "web-sidecar-proxy")
-        with pytest.raises(grpc.RpcError) as e:
-            second.wait("an error", lambda s: False)
-        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert second.refusal().code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         second.close()
         first.close()
         # The first stream's end frees its place.
@@ -534,10 +537,9 @@ def test_under_acls_a_stream_needs_service_write_on_its_service():
         addr = f"127.0.0.1:{server.grpc_port}"
         anonymous = Sidecar(addr, "web-sidecar-proxy", node_name="n1")
         try:
-            with pytest.raises(grpc.RpcError) as e:
-                anonymous.wait("an error", lambda s: False)
-            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
-            assert "service:write" in e.value.details()
+            err = anonymous.refusal()
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "service:write" in err.details()
         finally:
             anonymous.close()
         allowed = Sidecar(addr, "web-sidecar-proxy", node_name="n1", token=root)
