@@ -110,6 +110,34 @@ fn applied(r: Applied) -> Result<()> {
     }
 }
 
+/// The longest a restore waits for its commit to apply on this server.
+const COMMIT_HOLD: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Waits until restore `id`, staged at `staged_at`, leaves staging on this
+/// server (the leader that proposed it): swapped in, or discarded by a
+/// failed commit or a new leader.
+async fn committed(s: &App, id: &str, staged_at: u64) -> Result<()> {
+    use crate::state::keys::RESTORED;
+    let deadline = tokio::time::Instant::now() + COMMIT_HOLD;
+    let mut swapped = s.store.watches.subscribe(&RESTORED);
+    loop {
+        let st = s.store.state();
+        if st.restore.as_ref().is_none_or(|r| r.id != id) {
+            return match st.indexes.get(&RESTORED) {
+                Some(at) if *at > staged_at => Ok(()),
+                _ => Err(Error::Internal(format!(
+                    "snapshot restore {id} was discarded before its commit applied"
+                ))),
+            };
+        }
+        if tokio::time::Instant::now() >= deadline || !s.cluster.is_leader() {
+            return Err(Error::NoLeader);
+        }
+        // A discard changes no watched key: look again every second.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), swapped.changed()).await;
+    }
+}
+
 /// Restores a snapshot: checked whole here (a bad one is refused with 400
 /// and nothing is proposed), then proposed as chunks and one commit that
 /// swaps the state on every server at once.
@@ -144,7 +172,13 @@ async fn restore(
             len: data.len() as u64,
             crc: crc32fast::hash(&data),
         };
-        applied(s.write(commit).await?)
+        let staged_at = s.store.state().index;
+        match s.write(commit).await {
+            // Turning a large snapshot into tables can outlast the wait of
+            // a write; the commit is in the log and will apply: wait for it.
+            Err(Error::NoLeader) => committed(&s, &id, staged_at).await,
+            r => applied(r?),
+        }
     };
     if let Err(e) = staged.await {
         // Best effort: a new leader, or the next restore, drops it anyway.

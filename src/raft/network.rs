@@ -121,6 +121,8 @@ pub enum Request {
         vote: Vote,
         meta: SnapshotMeta,
         offset: u64,
+        // Read as one slice, not byte by byte: the same bytes on the wire.
+        #[serde(with = "crate::structs::serde_util::raw_bytes")]
         data: Vec<u8>,
         done: bool,
     },

@@ -42,6 +42,20 @@ impl SnapshotStore {
         SnapshotStore::Memory(Arc::default())
     }
 
+    /// Runs work that takes as long as the state is large (encoding,
+    /// decoding, rewriting every row) on a blocking thread, so that the
+    /// async workers keep serving heartbeats. The simulation has no threads:
+    /// inline there.
+    async fn off_workers<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, StorageError> {
+        match self {
+            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(work).await.map_err(sm_err),
+            SnapshotStore::Memory(_) => Ok(work()),
+        }
+    }
+
     fn save(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
         match self {
             SnapshotStore::Dir(dir) => Ok(snapshot_file::save(dir, meta, data)?),
@@ -216,6 +230,22 @@ impl StateMachine {
     }
 }
 
+/// A restore's commit: it turns a whole staged snapshot into tables.
+fn is_restore_commit(cmd: &crate::state::Payload) -> bool {
+    matches!(
+        cmd,
+        crate::state::Payload::One(crate::state::Command::RestoreCommit { .. })
+    )
+}
+
+/// A restore's chunk: half a MiB to write to the state store.
+fn is_restore_chunk(cmd: &crate::state::Payload) -> bool {
+    matches!(
+        cmd,
+        crate::state::Payload::One(crate::state::Command::RestoreChunk { .. })
+    )
+}
+
 /// The rows that say where the state is: the applied log id and membership.
 fn meta_rows(
     applied: &Option<LogId>,
@@ -258,14 +288,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 Ok(data)
             }
         };
-        // Encoding and writing a large state takes a while: not on the
-        // async workers (the simulation has no threads: inline there).
-        let data = match &self.snapshots {
-            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(build)
-                .await
-                .map_err(snap_err)??,
-            SnapshotStore::Memory(_) => build()?,
-        };
+        // Encoding and writing a large state takes a while.
+        let data = self.snapshots.off_workers(build).await??;
         tracing::info!(
             bytes = data.len(),
             index = ?self.applied.map(|l| l.index),
@@ -300,13 +324,34 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut sets = Vec::new();
         let mut versions = Vec::new();
         let mut applied = 0u64;
+        // A batch that writes restore chunks or swaps the whole state is
+        // written to the store off the async workers.
+        let mut heavy = false;
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let index = entry.log_id.index;
             applied += 1;
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Ok,
+                EntryPayload::Normal(cmd) if is_restore_commit(&cmd) => {
+                    // Decoding a restored snapshot into tables takes as long
+                    // as a snapshot install: not on the async workers.
+                    let staged = std::mem::take(&mut state);
+                    let (next, resp, set) = self
+                        .snapshots
+                        .off_workers(move || {
+                            let mut next = staged;
+                            let (resp, set) = apply_payload(&mut next, index, &cmd);
+                            (next, resp, set)
+                        })
+                        .await?;
+                    state = next;
+                    versions.push(Arc::new(state.clone()));
+                    sets.push(set);
+                    resp
+                }
                 EntryPayload::Normal(cmd) => {
+                    heavy |= is_restore_chunk(&cmd);
                     let (resp, set) = apply_payload(&mut state, index, &cmd);
                     // Each event is built from the version its command made
                     // (cheap: the maps are shared, not copied).
@@ -330,12 +375,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let meta = self.meta_rows()?;
         let (replaced, index) = (sets.iter().any(|s| s.replaced), state.index);
-        self.store
-            .commit(state, &sets, meta)
-            .map_err(|e| sm_err(format!("{e:#}")))?;
+        let sets = if replaced || heavy {
+            // A restore rewrites every row, and its chunks are large:
+            // written off the async workers, as an install is.
+            let store = self.store.clone();
+            self.snapshots
+                .off_workers(move || store.commit(state, &sets, meta).map(|()| sets))
+                .await?
+        } else {
+            self.store.commit(state, &sets, meta).map(|()| sets)
+        }
+        .map_err(|e| sm_err(format!("{e:#}")))?;
         if replaced {
-            // A snapshot restore: subscribers start over from the new
-            // state, as after a snapshot install (its sets list no rows).
+            // Subscribers start over from the new state, as after a
+            // snapshot install (its sets list no rows).
             self.publisher.reset(index);
         } else {
             self.publisher
@@ -381,12 +434,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .replace(state, rows)
                 .map_err(|e| snap_err(format!("{e:#}")))
         };
-        match &self.snapshots {
-            SnapshotStore::Dir(_) => tokio::task::spawn_blocking(install)
-                .await
-                .map_err(snap_err)??,
-            SnapshotStore::Memory(_) => install()?,
-        }
+        self.snapshots.off_workers(install).await??;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.publisher
@@ -400,8 +448,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
+    /// The saved snapshot, to send to a follower: reading and checking a
+    /// large file takes a while (and a follower that cannot take it asks
+    /// again), so not on the async workers.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self.snapshots.load()?.map(|(meta, data)| Snapshot {
+        let snapshots = self.snapshots.clone();
+        let saved = self
+            .snapshots
+            .off_workers(move || snapshots.load())
+            .await??;
+        Ok(saved.map(|(meta, data)| Snapshot {
             meta,
             snapshot: data,
         }))

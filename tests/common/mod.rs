@@ -629,9 +629,21 @@ pub fn try_request_with(
     body: &[u8],
     headers: &[(&str, &str)],
 ) -> std::io::Result<Resp> {
-    let mut stream = TcpStream::connect(addr)?;
     // Long enough for a blocking query's longest wait in tests.
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    try_request_within(addr, method, path, body, headers, Duration::from_secs(120))
+}
+
+/// A request whose answer may take up to `timeout` (a large restore).
+pub fn try_request_within(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> std::io::Result<Resp> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(timeout))?;
     let extra: String = headers
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))
