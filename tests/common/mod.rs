@@ -349,6 +349,18 @@ impl Server {
         servers
     }
 
+    /// A lone server (`--bootstrap-expect 1`) keeping its state in `dir`,
+    /// on ports fixed now, so that a restart finds its data and answers at
+    /// the same address.
+    pub fn durable(node: &str, dir: impl AsRef<Path>) -> ServerBuilder {
+        Server::builder()
+            .node(node)
+            .data_dir(dir)
+            .http_port(free_port())
+            .raft_port(free_port())
+            .bootstrap_expect(1)
+    }
+
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
             dev: false,
