@@ -25,6 +25,15 @@ fn put_ok(a: &Agent, path: &str, body: Value) {
 }
 
 /// The catalog's instances of `service`: (node, service JSON).
+/// `web` (port 80, with a passing TTL check) registered on agent `a`.
+fn register_web(a: &Agent) {
+    put_ok(
+        a,
+        "/v1/agent/service/register",
+        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
+    );
+}
+
 fn instances(s: &Server, service: &str) -> Vec<(String, Value)> {
     s.get_json(&format!("/v1/catalog/service/{service}"))
         .as_array()
@@ -253,11 +262,7 @@ fn killed_agent_turns_critical_and_a_restart_keeps_its_services() {
     let s = Server::dev();
     let mut a1 = Agent::builder("a1", &s.url).start();
     let _a2 = Agent::builder("a2", &s.url).start();
-    put_ok(
-        &a1,
-        "/v1/agent/service/register",
-        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
-    );
+    register_web(&a1);
     eventually(DEADLINE, "both nodes alive, web in the catalog", || {
         let ok = check_status(&s, "a1", "serfHealth").as_deref() == Some("passing")
             && check_status(&s, "a2", "serfHealth").as_deref() == Some("passing")
@@ -366,11 +371,7 @@ fn a_server_that_lost_its_state_gets_the_agents_services_back() {
     let mut s = Server::dev();
     let port = s.http_addr.port();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
-        &a,
-        "/v1/agent/service/register",
-        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
-    );
+    register_web(&a);
     eventually(DEADLINE, "web in the catalog", || {
         (instances(&s, "web").len() == 1).then_some(())
     });
@@ -1139,12 +1140,7 @@ fn maintenance_mode_on_servers_and_agents() {
 #[test]
 fn a_restarted_server_keeps_its_agent_services() {
     let dir = tempfile::tempdir().unwrap();
-    let builder = Server::builder()
-        .node("srv")
-        .data_dir(dir.path())
-        .http_port(common::free_port())
-        .raft_port(common::free_port())
-        .bootstrap_expect(1);
+    let builder = Server::durable("srv", dir.path());
     let mut s = builder.clone().start();
     let r = s.put(
         "/v1/agent/service/register",
