@@ -14,48 +14,39 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::metrics::Counter;
 
-/// Requests sent to servers, by purpose (rendered at the agent's
-/// `/v1/agent/metrics`; the steady-state sync traffic is read off these).
-pub static SYNC_READS: Counter = Counter::new(
-    "cairn_agent_sync_reads_total",
-    "catalog reads made by full anti-entropy syncs",
-);
-pub static SYNC_WRITES: Counter = Counter::new(
-    "cairn_agent_sync_writes_total",
-    "catalog registrations and deregistrations pushed by anti-entropy",
-);
-pub static HEARTBEATS: Counter = Counter::new(
-    "cairn_agent_heartbeats_total",
-    "liveness heartbeats sent to the servers",
-);
-pub static CONFIG_WATCHES: Counter = Counter::new(
-    "cairn_agent_config_watch_requests_total",
-    "blocking reads of central config entries",
-);
-pub static FORWARDED: Counter = Counter::new(
-    "cairn_agent_forwarded_total",
-    "client requests forwarded to a server",
-);
-pub static FULL_SYNCS: Counter = Counter::new(
-    "cairn_agent_full_syncs_total",
-    "full anti-entropy syncs completed",
-);
-pub static SYNC_FAILURES: Counter = Counter::new(
-    "cairn_agent_sync_failures_total",
-    "anti-entropy runs that failed (retried with backoff)",
-);
-
-pub static ALL: &[&Counter] = &[
-    &SYNC_READS,
-    &SYNC_WRITES,
-    &HEARTBEATS,
-    &CONFIG_WATCHES,
-    &FORWARDED,
-    &FULL_SYNCS,
-    &SYNC_FAILURES,
-];
+// Requests sent to servers, by purpose (rendered at the agent's
+// `/v1/agent/metrics`; the steady-state sync traffic is read off these).
+crate::metrics::counters! { ALL:
+    SYNC_READS = (
+        "cairn_agent_sync_reads_total",
+        "catalog reads made by full anti-entropy syncs"
+    );
+    SYNC_WRITES = (
+        "cairn_agent_sync_writes_total",
+        "catalog registrations and deregistrations pushed by anti-entropy"
+    );
+    HEARTBEATS = (
+        "cairn_agent_heartbeats_total",
+        "liveness heartbeats sent to the servers"
+    );
+    CONFIG_WATCHES = (
+        "cairn_agent_config_watch_requests_total",
+        "blocking reads of central config entries"
+    );
+    FORWARDED = (
+        "cairn_agent_forwarded_total",
+        "client requests forwarded to a server"
+    );
+    FULL_SYNCS = (
+        "cairn_agent_full_syncs_total",
+        "full anti-entropy syncs completed"
+    );
+    SYNC_FAILURES = (
+        "cairn_agent_sync_failures_total",
+        "anti-entropy runs that failed (retried with backoff)"
+    );
+}
 
 /// Why a request to the servers failed.
 #[derive(Debug, thiserror::Error)]
