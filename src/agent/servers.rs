@@ -173,24 +173,13 @@ impl Servers {
     ) -> Result<(T, u64), ServerError> {
         let resp = self.send(reqwest::Method::GET, path, None, timeout).await?;
         let what = || format!("GET {path}");
-        let status = resp.status();
         let index = resp
             .headers()
             .get("x-consul-index")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
-            what: what(),
-            reason: e.to_string(),
-        })?;
-        if !status.is_success() {
-            return Err(ServerError::Refused {
-                what: what(),
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
+        let bytes = success_body(resp, what).await?;
         let value = serde_json::from_slice(&bytes).map_err(|e| ServerError::Failed {
             what: what(),
             reason: format!("invalid JSON: {e}"),
@@ -213,20 +202,29 @@ impl Servers {
                 SHORT,
             )
             .await?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
-            what: what(),
-            reason: e.to_string(),
-        })?;
-        if !status.is_success() {
-            return Err(ServerError::Refused {
-                what: what(),
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
-        Ok(bytes)
+        success_body(resp, what).await
     }
+}
+
+/// The body of a server's answer, or the answer as an error when it is not
+/// a success (`what` names the request in either error).
+async fn success_body(
+    resp: reqwest::Response,
+    what: impl Fn() -> String,
+) -> Result<Bytes, ServerError> {
+    let status = resp.status();
+    let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
+        what: what(),
+        reason: e.to_string(),
+    })?;
+    if !status.is_success() {
+        return Err(ServerError::Refused {
+            what: what(),
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&bytes).trim().to_string(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// A client agent's failed request to its servers, as its HTTP API
