@@ -40,12 +40,8 @@ pub enum TokenCmd {
 pub struct TokenCreate {
     #[arg(long, default_value = "")]
     description: String,
-    /// A policy by name (repeatable).
-    #[arg(long)]
-    policy_name: Vec<String>,
-    /// A policy by ID (repeatable).
-    #[arg(long)]
-    policy_id: Vec<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
     /// A role by name (repeatable).
     #[arg(long)]
     role_name: Vec<String>,
@@ -130,12 +126,21 @@ pub struct RoleCreate {
     name: String,
     #[arg(long, default_value = "")]
     description: String,
-    #[arg(long)]
-    policy_name: Vec<String>,
-    #[arg(long)]
-    policy_id: Vec<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// The policies a new token or role links to.
+#[derive(Args, Debug)]
+pub struct PolicyLinks {
+    /// A policy by name (repeatable).
+    #[arg(long)]
+    policy_name: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long)]
+    policy_id: Vec<String>,
 }
 
 pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
@@ -264,7 +269,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
         TokenCmd::Create(a) => {
             let mut body = json!({
                 "Description": a.description,
-                "Policies": link_list(&a.policy_id, &a.policy_name),
+                "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
                 "Roles": link_list(&a.role_id, &a.role_name),
                 "Local": a.local,
             });
@@ -351,7 +356,7 @@ fn role(c: &Client, cmd: RoleCmd) -> CliResult {
             let body = json!({
                 "Name": a.name,
                 "Description": a.description,
-                "Policies": link_list(&a.policy_id, &a.policy_name),
+                "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
             });
             create(c, "/v1/acl/role", body, a.format, print_role)
         }
