@@ -48,11 +48,14 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/node-services/{*name}", get(node_services_list))
 }
 
-async fn missing_service() -> Error {
+/// A service read without the service's name (the health endpoints'
+/// too).
+pub(super) async fn missing_service() -> Error {
     Error::bad("Missing service name")
 }
 
-async fn missing_node() -> Error {
+/// A node read without the node's name (the health endpoints' too).
+pub(super) async fn missing_node() -> Error {
     Error::bad("Missing node name")
 }
 

@@ -13,7 +13,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::catalog::read_instances;
+use super::catalog::{missing_node, missing_service, read_instances};
 use super::{App, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::request::QueryOptions;
@@ -39,14 +39,6 @@ pub fn routes() -> Router<App> {
         .route("/v1/health/connect/{*name}", get(instances::<true>))
         .route("/v1/health/state/", get(missing_state))
         .route("/v1/health/state/{*state}", get(by_state))
-}
-
-async fn missing_service() -> Error {
-    Error::bad("Missing service name")
-}
-
-async fn missing_node() -> Error {
-    Error::bad("Missing node name")
 }
 
 async fn missing_state() -> Error {
