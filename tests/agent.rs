@@ -25,11 +25,15 @@ fn put_ok(a: &Agent, path: &str, body: Value) {
 }
 
 /// The catalog's instances of `service`: (node, service JSON).
+/// A service definition registered on agent `a` (`/v1/agent/service/register`).
+fn register(a: &Agent, def: Value) {
+    put_ok(a, "/v1/agent/service/register", def);
+}
+
 /// `web` (port 80, with a passing TTL check) registered on agent `a`.
 fn register_web(a: &Agent) {
-    put_ok(
+    register(
         a,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
     );
 }
@@ -73,16 +77,11 @@ fn agent_services_reach_the_catalog_and_drift_is_undone() {
     let s = Server::dev();
     let a1 = Agent::builder("a1", &s.url).start();
     let a2 = Agent::builder("a2", &s.url).start();
-    put_ok(
+    register(
         &a1,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 80, "Tags": ["v1"], "Check": {"TTL": "1m", "Status": "passing"}}),
     );
-    put_ok(
-        &a2,
-        "/v1/agent/service/register",
-        json!({"name": "db", "port": 5432}),
-    );
+    register(&a2, json!({"name": "db", "port": 5432}));
 
     eventually(DEADLINE, "web and db in the catalog", || {
         let web = instances(&s, "web");
@@ -166,9 +165,8 @@ fn failing_checks_turn_the_service_critical() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
     let closed = common::free_port();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 80, "Checks": [
             {"CheckID": "ttl", "TTL": "5m", "Status": "passing"},
             {"CheckID": "http", "HTTP": format!("{}/v1/status/leader", s.url), "Interval": "1s"},
@@ -323,16 +321,11 @@ fn killed_agent_turns_critical_and_a_restart_keeps_its_services() {
 fn tag_override_keeps_catalog_tags() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "redis", "Port": 6379, "Tags": ["v1"], "EnableTagOverride": true}),
     );
-    put_ok(
-        &a,
-        "/v1/agent/service/register",
-        json!({"Name": "plain", "Port": 7000, "Tags": ["v1"]}),
-    );
+    register(&a, json!({"Name": "plain", "Port": 7000, "Tags": ["v1"]}));
     eventually(DEADLINE, "both in the catalog", || {
         (instances(&s, "redis").len() == 1 && instances(&s, "plain").len() == 1).then_some(())
     });
@@ -435,9 +428,8 @@ fn config_dir_definitions_are_loaded() {
 fn agent_proxies_get_central_config_merged() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Kind": "connect-proxy", "Name": "web-proxy", "Port": 21000,
                "Proxy": {"DestinationServiceName": "web",
                          "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}),
@@ -701,9 +693,8 @@ fn sidecar_services_from_a_config_dir_and_the_api_become_connect_proxies() {
     assert_eq!(local["shop-sidecar-proxy"]["Port"], 21001, "{local}");
     assert_eq!(local["pay-sidecar-proxy"]["Kind"], "connect-proxy");
 
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 8080, "Tags": ["v1"], "Meta": {"team": "a"},
                "Check": {"CheckID": "web-ttl", "TTL": "10m", "Status": "passing"},
                "Connect": {"SidecarService": {"Proxy": {
@@ -811,9 +802,8 @@ fn threshold_checks_flip_only_after_n_results_and_local_health_follows() {
     // Nothing listens there yet.
     let port = common::free_port();
     let t0 = Instant::now();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "db", "Port": port, "Check": {
             "CheckID": "db-tcp", "TCP": format!("127.0.0.1:{port}"), "Interval": "1s",
             "Status": "passing", "SuccessBeforePassing": 2, "FailuresBeforeCritical": 3}}),
