@@ -445,12 +445,13 @@ fn a_proxy_snapshot_sees_a_new_deny_intention() {
     // A blocking read wakes with the deny intention.
     let addr = s.http_addr;
     let index = first.index();
+    let parked = s.parked();
     let waiter = std::thread::spawn(move || {
         let started = Instant::now();
         let r = common::request(addr, "GET", &format!("{path}&index={index}&wait=20s"), None);
         (r, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(parked + 1);
     let r = s.put(
         "/v1/connect/intentions/exact?source=web&destination=db",
         r#"{"Action":"deny"}"#,
