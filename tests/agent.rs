@@ -1217,29 +1217,22 @@ fn a_session_made_through_an_agent_belongs_to_the_agents_node() {
         (check_status(&s, "sess-agent", "serfHealth").as_deref() == Some("passing")).then_some(())
     });
 
+    // A session created through the agent with `body`, as the server has it.
+    let create = |body: &str| {
+        let r = a.put("/v1/session/create", body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let id = r.json()["ID"].as_str().unwrap().to_string();
+        s.get_json(&format!("/v1/session/info/{id}"))
+    };
+
     // No body at all, as `consul lock` and py-consul may send.
-    let r = a.put("/v1/session/create", "");
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = serde_json::from_str::<Value>(&r.body).unwrap()["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let info = s.get_json(&format!("/v1/session/info/{id}"));
+    let info = create("");
     assert_eq!(info[0]["Node"], "sess-agent", "{info}");
     // Its node's liveness guards it, as the agent's own session should be.
     assert_eq!(info[0]["NodeChecks"], json!(["serfHealth"]), "{info}");
 
     // A body naming another node (any key case) keeps that node.
-    let r = a.put(
-        "/v1/session/create",
-        &json!({"node": "sess-server"}).to_string(),
-    );
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = serde_json::from_str::<Value>(&r.body).unwrap()["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let info = s.get_json(&format!("/v1/session/info/{id}"));
+    let info = create(&json!({"node": "sess-server"}).to_string());
     assert_eq!(info[0]["Node"], "sess-server", "{info}");
 
     // Bad JSON is still the server's 400, not a panic or a default.
