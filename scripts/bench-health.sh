@@ -10,14 +10,8 @@ N="${1:-1000}"; SECS="${2:-10}"; CONNS="${3:-16}"
 HTTP=127.0.0.1:18599; RAFT=127.0.0.1:18399; DNS=127.0.0.1:18598
 
 cargo build --release --quiet --bin cairn
-./target/release/cairn server --dev --http-addr "$HTTP" --raft-addr "$RAFT" --dns-addr "$DNS" --grpc-addr "" \
-    >/tmp/cairn-bench.log 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    [[ "$(curl -s "http://$HTTP/v1/status/leader")" == '"'*:*'"' ]] && break
-    sleep 0.1
-done
+source scripts/dev-server.sh
+dev_server ./target/release/cairn "$HTTP" "$RAFT" "$DNS" /tmp/cairn-bench.log
 
 python3 - "$HTTP" "$N" <<'PY'
 import json, sys, urllib.request

@@ -14,14 +14,8 @@ N="${1:-100}"; U="${2:-10}"; SECS="${3:-10}"; CONNS="${4:-8}"
 HTTP=127.0.0.1:18699; RAFT=127.0.0.1:18698; DNS=127.0.0.1:18697
 
 cargo build --release --quiet --bin cairn
-./target/release/cairn server --dev --http-addr "$HTTP" --raft-addr "$RAFT" --dns-addr "$DNS" --grpc-addr "" \
-    >/tmp/cairn-bench-merge.log 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    [[ "$(curl -s "http://$HTTP/v1/status/leader")" == '"'*:*'"' ]] && break
-    sleep 0.1
-done
+source scripts/dev-server.sh
+dev_server ./target/release/cairn "$HTTP" "$RAFT" "$DNS" /tmp/cairn-bench-merge.log
 
 python3 - "$HTTP" "$N" "$U" <<'PY'
 import json, sys, urllib.request

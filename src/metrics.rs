@@ -35,46 +35,56 @@ impl Counter {
     }
 }
 
-pub static HTTP_REQUESTS: Counter =
-    Counter::new("cairn_http_requests_total", "HTTP requests served");
-pub static HTTP_ERRORS: Counter =
-    Counter::new("cairn_http_errors_total", "HTTP requests answered 4xx/5xx");
-pub static HTTP_FORWARDED: Counter = Counter::new(
-    "cairn_http_forwarded_total",
-    "HTTP requests forwarded to the leader",
-);
-pub static APPLIED: Counter = Counter::new(
-    "cairn_raft_applied_total",
-    "Raft entries applied to the state machine",
-);
-pub static LOG_FSYNCS: Counter =
-    Counter::new("cairn_raft_log_fsyncs_total", "fsyncs of the Raft log");
-pub static LOG_FSYNC_BATCH: Counter = Counter::new(
-    "cairn_raft_log_fsync_appends_total",
-    "Raft log appends made durable (divide by fsyncs for the group-commit batch size)",
-);
-pub static BLOCKING_QUERIES: Counter =
-    Counter::new("cairn_blocking_queries_total", "blocking queries started");
-pub static WRITES_REFUSED_BUSY: Counter = Counter::new(
-    "cairn_writes_refused_busy_total",
-    "client writes answered 429: the proposal queue was at its budget",
-);
-pub static BLOCKING_REFUSED_BUSY: Counter = Counter::new(
-    "cairn_blocking_queries_refused_total",
-    "blocking queries answered 429: the server was at its cap",
-);
-pub static HTTP_CONNS_REFUSED: Counter = Counter::new(
-    "cairn_http_conns_refused_total",
-    "HTTP connections closed at once: over the connection cap",
-);
-pub static RAFT_CONNS_REFUSED: Counter = Counter::new(
-    "cairn_raft_conns_refused_total",
-    "connections to the Raft port closed to make room for a newer one: over a connection cap",
-);
-pub static RAFT_FRAMES_REFUSED: Counter = Counter::new(
-    "cairn_raft_frames_refused_total",
-    "frames on the Raft port refused: too large, undecodable, or from a non-member",
-);
+/// Declares counters, `NAME = ("metric_name", "help");` each, and the
+/// list `ALL` they are rendered from: each named once, so that no counter
+/// is declared and left out of its list.
+macro_rules! counters {
+    ($all:ident: $($name:ident = ($metric:expr, $help:expr);)*) => {
+        $(pub static $name: $crate::metrics::Counter =
+            $crate::metrics::Counter::new($metric, $help);)*
+        pub static $all: &[&$crate::metrics::Counter] = &[$(&$name),*];
+    };
+}
+pub(crate) use counters;
+
+counters! { ALL:
+    HTTP_REQUESTS = ("cairn_http_requests_total", "HTTP requests served");
+    HTTP_ERRORS = ("cairn_http_errors_total", "HTTP requests answered 4xx/5xx");
+    HTTP_FORWARDED = (
+        "cairn_http_forwarded_total",
+        "HTTP requests forwarded to the leader"
+    );
+    APPLIED = (
+        "cairn_raft_applied_total",
+        "Raft entries applied to the state machine"
+    );
+    LOG_FSYNCS = ("cairn_raft_log_fsyncs_total", "fsyncs of the Raft log");
+    LOG_FSYNC_BATCH = (
+        "cairn_raft_log_fsync_appends_total",
+        "Raft log appends made durable (divide by fsyncs for the group-commit batch size)"
+    );
+    WRITES_REFUSED_BUSY = (
+        "cairn_writes_refused_busy_total",
+        "client writes answered 429: the proposal queue was at its budget"
+    );
+    BLOCKING_REFUSED_BUSY = (
+        "cairn_blocking_queries_refused_total",
+        "blocking queries answered 429: the server was at its cap"
+    );
+    HTTP_CONNS_REFUSED = (
+        "cairn_http_conns_refused_total",
+        "HTTP connections closed at once: over the connection cap"
+    );
+    RAFT_CONNS_REFUSED = (
+        "cairn_raft_conns_refused_total",
+        "connections to the Raft port closed to make room for a newer one: over a connection cap"
+    );
+    RAFT_FRAMES_REFUSED = (
+        "cairn_raft_frames_refused_total",
+        "frames on the Raft port refused: too large, undecodable, or from a non-member"
+    );
+    BLOCKING_QUERIES = ("cairn_blocking_queries_total", "blocking queries started");
+}
 
 /// A value that goes up and down.
 pub struct Gauge {
@@ -118,21 +128,6 @@ pub static BLOCKING_PARKED: Gauge = Gauge::new(
 );
 
 static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED];
-
-pub static ALL: &[&Counter] = &[
-    &HTTP_REQUESTS,
-    &HTTP_ERRORS,
-    &HTTP_FORWARDED,
-    &APPLIED,
-    &LOG_FSYNCS,
-    &LOG_FSYNC_BATCH,
-    &WRITES_REFUSED_BUSY,
-    &BLOCKING_REFUSED_BUSY,
-    &HTTP_CONNS_REFUSED,
-    &RAFT_CONNS_REFUSED,
-    &RAFT_FRAMES_REFUSED,
-    &BLOCKING_QUERIES,
-];
 
 /// Renders the counters plus gauges supplied by the caller.
 pub fn render(gauges: &[(&str, &str, f64)]) -> String {

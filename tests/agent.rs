@@ -25,6 +25,19 @@ fn put_ok(a: &Agent, path: &str, body: Value) {
 }
 
 /// The catalog's instances of `service`: (node, service JSON).
+/// A service definition registered on agent `a` (`/v1/agent/service/register`).
+fn register(a: &Agent, def: Value) {
+    put_ok(a, "/v1/agent/service/register", def);
+}
+
+/// `web` (port 80, with a passing TTL check) registered on agent `a`.
+fn register_web(a: &Agent) {
+    register(
+        a,
+        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
+    );
+}
+
 fn instances(s: &Server, service: &str) -> Vec<(String, Value)> {
     s.get_json(&format!("/v1/catalog/service/{service}"))
         .as_array()
@@ -64,16 +77,11 @@ fn agent_services_reach_the_catalog_and_drift_is_undone() {
     let s = Server::dev();
     let a1 = Agent::builder("a1", &s.url).start();
     let a2 = Agent::builder("a2", &s.url).start();
-    put_ok(
+    register(
         &a1,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 80, "Tags": ["v1"], "Check": {"TTL": "1m", "Status": "passing"}}),
     );
-    put_ok(
-        &a2,
-        "/v1/agent/service/register",
-        json!({"name": "db", "port": 5432}),
-    );
+    register(&a2, json!({"name": "db", "port": 5432}));
 
     eventually(DEADLINE, "web and db in the catalog", || {
         let web = instances(&s, "web");
@@ -157,9 +165,8 @@ fn failing_checks_turn_the_service_critical() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
     let closed = common::free_port();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 80, "Checks": [
             {"CheckID": "ttl", "TTL": "5m", "Status": "passing"},
             {"CheckID": "http", "HTTP": format!("{}/v1/status/leader", s.url), "Interval": "1s"},
@@ -253,11 +260,7 @@ fn killed_agent_turns_critical_and_a_restart_keeps_its_services() {
     let s = Server::dev();
     let mut a1 = Agent::builder("a1", &s.url).start();
     let _a2 = Agent::builder("a2", &s.url).start();
-    put_ok(
-        &a1,
-        "/v1/agent/service/register",
-        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
-    );
+    register_web(&a1);
     eventually(DEADLINE, "both nodes alive, web in the catalog", || {
         let ok = check_status(&s, "a1", "serfHealth").as_deref() == Some("passing")
             && check_status(&s, "a2", "serfHealth").as_deref() == Some("passing")
@@ -318,16 +321,11 @@ fn killed_agent_turns_critical_and_a_restart_keeps_its_services() {
 fn tag_override_keeps_catalog_tags() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "redis", "Port": 6379, "Tags": ["v1"], "EnableTagOverride": true}),
     );
-    put_ok(
-        &a,
-        "/v1/agent/service/register",
-        json!({"Name": "plain", "Port": 7000, "Tags": ["v1"]}),
-    );
+    register(&a, json!({"Name": "plain", "Port": 7000, "Tags": ["v1"]}));
     eventually(DEADLINE, "both in the catalog", || {
         (instances(&s, "redis").len() == 1 && instances(&s, "plain").len() == 1).then_some(())
     });
@@ -366,11 +364,7 @@ fn a_server_that_lost_its_state_gets_the_agents_services_back() {
     let mut s = Server::dev();
     let port = s.http_addr.port();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
-        &a,
-        "/v1/agent/service/register",
-        json!({"Name": "web", "Port": 80, "Check": {"TTL": "10m", "Status": "passing"}}),
-    );
+    register_web(&a);
     eventually(DEADLINE, "web in the catalog", || {
         (instances(&s, "web").len() == 1).then_some(())
     });
@@ -434,9 +428,8 @@ fn config_dir_definitions_are_loaded() {
 fn agent_proxies_get_central_config_merged() {
     let s = Server::dev();
     let a = Agent::builder("a1", &s.url).start();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Kind": "connect-proxy", "Name": "web-proxy", "Port": 21000,
                "Proxy": {"DestinationServiceName": "web",
                          "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}),
@@ -700,9 +693,8 @@ fn sidecar_services_from_a_config_dir_and_the_api_become_connect_proxies() {
     assert_eq!(local["shop-sidecar-proxy"]["Port"], 21001, "{local}");
     assert_eq!(local["pay-sidecar-proxy"]["Kind"], "connect-proxy");
 
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "web", "Port": 8080, "Tags": ["v1"], "Meta": {"team": "a"},
                "Check": {"CheckID": "web-ttl", "TTL": "10m", "Status": "passing"},
                "Connect": {"SidecarService": {"Proxy": {
@@ -810,9 +802,8 @@ fn threshold_checks_flip_only_after_n_results_and_local_health_follows() {
     // Nothing listens there yet.
     let port = common::free_port();
     let t0 = Instant::now();
-    put_ok(
+    register(
         &a,
-        "/v1/agent/service/register",
         json!({"Name": "db", "Port": port, "Check": {
             "CheckID": "db-tcp", "TCP": format!("127.0.0.1:{port}"), "Interval": "1s",
             "Status": "passing", "SuccessBeforePassing": 2, "FailuresBeforeCritical": 3}}),
@@ -1139,12 +1130,7 @@ fn maintenance_mode_on_servers_and_agents() {
 #[test]
 fn a_restarted_server_keeps_its_agent_services() {
     let dir = tempfile::tempdir().unwrap();
-    let builder = Server::builder()
-        .node("srv")
-        .data_dir(dir.path())
-        .http_port(common::free_port())
-        .raft_port(common::free_port())
-        .bootstrap_expect(1);
+    let builder = Server::durable("srv", dir.path());
     let mut s = builder.clone().start();
     let r = s.put(
         "/v1/agent/service/register",
@@ -1231,29 +1217,22 @@ fn a_session_made_through_an_agent_belongs_to_the_agents_node() {
         (check_status(&s, "sess-agent", "serfHealth").as_deref() == Some("passing")).then_some(())
     });
 
+    // A session created through the agent with `body`, as the server has it.
+    let create = |body: &str| {
+        let r = a.put("/v1/session/create", body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let id = r.json()["ID"].as_str().unwrap().to_string();
+        s.get_json(&format!("/v1/session/info/{id}"))
+    };
+
     // No body at all, as `consul lock` and py-consul may send.
-    let r = a.put("/v1/session/create", "");
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = serde_json::from_str::<Value>(&r.body).unwrap()["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let info = s.get_json(&format!("/v1/session/info/{id}"));
+    let info = create("");
     assert_eq!(info[0]["Node"], "sess-agent", "{info}");
     // Its node's liveness guards it, as the agent's own session should be.
     assert_eq!(info[0]["NodeChecks"], json!(["serfHealth"]), "{info}");
 
     // A body naming another node (any key case) keeps that node.
-    let r = a.put(
-        "/v1/session/create",
-        &json!({"node": "sess-server"}).to_string(),
-    );
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = serde_json::from_str::<Value>(&r.body).unwrap()["ID"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let info = s.get_json(&format!("/v1/session/info/{id}"));
+    let info = create(&json!({"node": "sess-server"}).to_string());
     assert_eq!(info[0]["Node"], "sess-server", "{info}");
 
     // Bad JSON is still the server's 400, not a panic or a default.

@@ -665,3 +665,98 @@ fn blocking_health_reads_answer_what_plain_reads_answer() {
         "one view each for web, db and nothing-here:\n{metrics}"
     );
 }
+
+/// The check listings (by node, by service, by state) show a token only
+/// the checks it may read: `node:read` on the check's node and, for a
+/// service's check, `service:read` on the service; hiding any sets
+/// `X-Consul-Results-Filtered-By-ACLs`.
+#[test]
+fn check_listings_show_a_token_only_the_checks_it_may_read() {
+    const ROOT: &str = "6f1c2a4e-0000-4000-8000-0000000000c1";
+    let s = Server::builder().dev().acl("deny", ROOT).start();
+    let with = |token: &str, method: &str, path: &str, body: Option<&str>| {
+        common::request_with(
+            s.http_addr,
+            method,
+            path,
+            body,
+            &[("X-Consul-Token", token)],
+        )
+    };
+    let as_root = |method: &str, path: &str, body: Value| {
+        let r = with(ROOT, method, path, Some(&body.to_string()));
+        assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+        r.json()
+    };
+    common::eventually(Duration::from_secs(10), "the management token", || {
+        (with(ROOT, "GET", "/v1/acl/token/self", None).status == 200).then_some(())
+    });
+    as_root(
+        "PUT",
+        "/v1/catalog/register",
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": "web", "Service": "web", "Port": 80},
+               "Checks": [{"CheckID": "n1-ping", "Name": "ping", "Status": "passing"},
+                          {"CheckID": "web-alive", "Name": "alive", "ServiceID": "web",
+                           "Status": "passing"}]}),
+    );
+    as_root(
+        "PUT",
+        "/v1/catalog/register",
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": "db", "Service": "db", "Port": 5432},
+               "Check": {"CheckID": "db-alive", "Name": "alive", "ServiceID": "db",
+                         "Status": "passing"}}),
+    );
+    let rules = r#"node "n1" { policy = "read" }
+service "web" { policy = "read" }"#;
+    as_root(
+        "PUT",
+        "/v1/acl/policy",
+        json!({"Name": "web-reader", "Rules": rules}),
+    );
+    let token = as_root(
+        "PUT",
+        "/v1/acl/token",
+        json!({"Policies": [{"Name": "web-reader"}]}),
+    );
+    let secret = token["SecretID"].as_str().unwrap();
+
+    // (check IDs shown, filtered header) for a listing read with `token`.
+    let read = |token: &str, path: &str| {
+        let r = with(token, "GET", path, None);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let mut ids = names(&r.json(), "CheckID");
+        ids.sort();
+        (
+            ids,
+            r.header("x-consul-results-filtered-by-acls")
+                .map(String::from),
+        )
+    };
+    let hidden = Some("true".to_string());
+    // (The server's own node and its serfHealth check are hidden too.)
+    for path in ["/v1/health/node/n1", "/v1/health/state/any"] {
+        assert_eq!(
+            read(secret, path),
+            (
+                vec!["n1-ping".to_string(), "web-alive".into()],
+                hidden.clone()
+            ),
+            "{path}"
+        );
+    }
+    // The management token sees them all, unmarked.
+    assert_eq!(
+        read(ROOT, "/v1/health/node/n1"),
+        (
+            vec!["db-alive".to_string(), "n1-ping".into(), "web-alive".into()],
+            None
+        )
+    );
+    assert_eq!(
+        read(secret, "/v1/health/checks/web"),
+        (vec!["web-alive".to_string()], None)
+    );
+    assert_eq!(read(secret, "/v1/health/checks/db"), (vec![], hidden));
+}

@@ -258,33 +258,23 @@ fn legacy_api_maps_onto_entries_in_precedence_order() {
     assert_eq!(first["SourceNS"], "default");
     assert_eq!(first["Description"], "web->db");
 
-    // Match by destination: db's own and the `*` destination's.
-    let m = s.get_json("/v1/connect/intentions/match?by=destination&name=db");
-    let pairs: Vec<(&str, &str)> = m["db"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["SourceName"].as_str().unwrap(),
-                i["DestinationName"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(pairs, [("web", "db"), ("*", "db"), ("web", "*")]);
-    let m = s.get_json("/v1/connect/intentions/match?by=source&name=web");
-    let dsts: Vec<(&str, &str)> = m["web"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["SourceName"].as_str().unwrap(),
-                i["DestinationName"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(dsts, [("web", "db"), ("*", "db"), ("web", "*")]);
+    // Match by destination (db's own and the `*` destination's) and by
+    // source (web's own and the `*` source's), in precedence order.
+    let matched = |by: &str, name: &str| -> Vec<String> {
+        let m = s.get_json(&format!("/v1/connect/intentions/match?by={by}&name={name}"));
+        m[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let name = |k: &str| i[k].as_str().unwrap().to_string();
+                format!("{}->{}", name("SourceName"), name("DestinationName"))
+            })
+            .collect()
+    };
+    let in_order = ["web->db", "*->db", "web->*"];
+    assert_eq!(matched("destination", "db"), in_order);
+    assert_eq!(matched("source", "web"), in_order);
 
     // Check: the first match decides.
     let check = |src: &str, dst: &str| {
@@ -455,12 +445,13 @@ fn a_proxy_snapshot_sees_a_new_deny_intention() {
     // A blocking read wakes with the deny intention.
     let addr = s.http_addr;
     let index = first.index();
+    let parked = s.parked();
     let waiter = std::thread::spawn(move || {
         let started = Instant::now();
         let r = common::request(addr, "GET", &format!("{path}&index={index}&wait=20s"), None);
         (r, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(200));
+    s.wait_parked(parked + 1);
     let r = s.put(
         "/v1/connect/intentions/exact?source=web&destination=db",
         r#"{"Action":"deny"}"#,

@@ -16,22 +16,10 @@ fn dev() -> (Server, reqwest::Client) {
 #[tokio::test]
 async fn put_get_cas_flags_raw_keys_and_delete() {
     let (p, c) = dev();
-    let put = |path: &str, body: &'static str| c.put(p.at(path)).body(body).send();
-    assert_eq!(
-        put("/v1/kv/app/config?flags=42", "v1")
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        "true"
-    );
+    let put = |path: &str, body: &'static str| send_text(c.put(p.at(path)).body(body));
+    assert_eq!(put("/v1/kv/app/config?flags=42", "v1").await, "true");
     let r = c.get(p.at("/v1/kv/app/config")).send().await.unwrap();
-    let index: u64 = r.headers()["x-consul-index"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let index = consul_index(&r);
     assert_eq!(r.headers()["x-consul-knownleader"], "true");
     let body: Vec<Value> = r.json().await.unwrap();
     assert_eq!(body[0]["Key"], "app/config");
@@ -40,15 +28,7 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
     assert_eq!(body[0]["ModifyIndex"].as_u64(), Some(index));
 
     // cas with a stale index fails, with the current one succeeds
-    assert_eq!(
-        put("/v1/kv/app/config?cas=1", "v2")
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        "false"
-    );
+    assert_eq!(put("/v1/kv/app/config?cas=1", "v2").await, "false");
     let ok = c
         .put(p.at(&format!("/v1/kv/app/config?cas={index}")))
         .body("v2")
@@ -59,20 +39,14 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
     let raw = c.get(p.at("/v1/kv/app/config?raw")).send().await.unwrap();
     assert_eq!(raw.text().await.unwrap(), "v2");
 
-    put("/v1/kv/app/other/x", "1").await.unwrap();
+    put("/v1/kv/app/other/x", "1").await;
     let keys: Vec<String> = get_json(&c, p.at("/v1/kv/app/?keys&separator=/")).await;
     assert_eq!(keys, vec!["app/config", "app/other/"]);
     let all: Vec<Value> = get_json(&c, p.at("/v1/kv/app?recurse")).await;
     assert_eq!(all.len(), 2);
 
     assert_eq!(
-        c.delete(p.at("/v1/kv/app?recurse"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
+        send_text(c.delete(p.at("/v1/kv/app?recurse"))).await,
         "true"
     );
     let gone = c.get(p.at("/v1/kv/app/config")).send().await.unwrap();
@@ -89,22 +63,13 @@ async fn blocking_get_wakes_on_its_key_only() {
         .await
         .unwrap();
     let r = c.get(p.at("/v1/kv/watched")).send().await.unwrap();
-    let index: u64 = r.headers()["x-consul-index"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let index = consul_index(&r);
 
     let url = p.at(&format!("/v1/kv/watched?index={index}&wait=3s"));
     let (c2, started) = (c.clone(), Instant::now());
     let waiter = tokio::spawn(async move {
         let r = c2.get(url).send().await.unwrap();
-        let i: u64 = r.headers()["x-consul-index"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        (i, started.elapsed())
+        (consul_index(&r), started.elapsed())
     });
     wait_parked(&c, &p, 1).await;
     // An unrelated write must not wake it...
@@ -135,10 +100,7 @@ async fn blocking_get_wakes_on_its_key_only() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        r.headers()["x-consul-index"].to_str().unwrap(),
-        new_index.to_string()
-    );
+    assert_eq!(consul_index(&r), new_index);
     assert!(started.elapsed() >= Duration::from_millis(450));
 }
 

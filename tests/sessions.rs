@@ -74,6 +74,7 @@ fn one_holder_destroy_releases_and_lock_delay_holds_off_the_next() {
     // A blocking read of a's info wakes when it is destroyed.
     let index = info.index();
     let (addr, id) = (s.http_addr, a.clone());
+    let parked = s.parked();
     let waiter = std::thread::spawn(move || {
         common::request(
             addr,
@@ -82,10 +83,14 @@ fn one_holder_destroy_releases_and_lock_delay_holds_off_the_next() {
             None,
         )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_parked(parked + 1);
     assert_eq!(s.put(&format!("/v1/session/destroy/{a}"), "").body, "true");
     let destroyed = Instant::now();
     let woke = waiter.join().unwrap();
+    assert!(
+        destroyed.elapsed() < Duration::from_secs(5),
+        "the destroy did not wake the blocking read"
+    );
     assert_eq!(woke.json(), json!([]));
     assert!(woke.index() > index);
 

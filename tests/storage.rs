@@ -16,12 +16,7 @@ use common::{Server, ServerBuilder, free_port};
 const SEGMENT_BYTES: &str = "8192";
 
 fn builder(dir: &Path) -> ServerBuilder {
-    Server::builder()
-        .node("s1")
-        .data_dir(dir)
-        .http_port(free_port())
-        .raft_port(free_port())
-        .bootstrap_expect(1)
+    Server::durable("s1", dir)
         .arg("--raft-log-segment-bytes")
         .arg(SEGMENT_BYTES)
 }

@@ -214,12 +214,7 @@ fn health_and_config_topics() {
 #[test]
 fn a_restarted_server_tells_an_old_subscriber_to_start_over() {
     let dir = tempfile::tempdir().unwrap();
-    let builder = Server::builder()
-        .node("s1")
-        .data_dir(dir.path())
-        .http_port(common::free_port())
-        .raft_port(common::free_port())
-        .bootstrap_expect(1);
+    let builder = Server::durable("s1", dir.path());
     let mut s = builder.clone().start();
     put(&s, "k/1", "a");
     let mut st = Stream::open(&s, "topic=KV&key=k/");

@@ -46,12 +46,7 @@ fn snapshot_after(s: &Server, dir: &std::path::Path) -> u64 {
 #[test]
 fn churned_keys_are_reaped_and_indexes_never_go_backwards() {
     let dir = tempfile::tempdir().unwrap();
-    let builder = Server::builder()
-        .node("s1")
-        .data_dir(dir.path())
-        .http_port(common::free_port())
-        .raft_port(common::free_port())
-        .bootstrap_expect(1)
+    let builder = Server::durable("s1", dir.path())
         .arg("--tombstone-ttl")
         .arg("4s")
         // A snapshot every 32 entries, to see tombstones leave it.

@@ -715,6 +715,14 @@ pub(crate) mod fixtures {
     ) {
         t.put_service(s, checks, Source::Api, false, now);
     }
+
+    /// `tables()` holding the service `web` with the TTL checks `checks`.
+    pub fn web_with(checks: &[&str], now: Instant) -> Tables {
+        let mut t = tables();
+        let checks = checks.iter().map(|id| ttl(id, "web")).collect();
+        add(&mut t, svc("web", &[]), checks, now);
+        t
+    }
 }
 
 #[cfg(test)]
@@ -724,9 +732,8 @@ mod tests {
 
     #[test]
     fn changes_mark_out_of_sync_and_pushes_mark_back_only_if_unchanged() {
-        let mut t = tables();
         let now = Instant::now();
-        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
+        let mut t = web_with(&["c1"], now);
         let g = t.services["web"].mark.generation;
         assert!(!t.services["web"].mark.in_sync);
         assert_eq!(t.checks["c1"].check.status, HEALTH_CRITICAL);
@@ -745,9 +752,8 @@ mod tests {
 
     #[test]
     fn output_only_changes_do_not_ask_for_a_push() {
-        let mut t = tables();
         let now = Instant::now();
-        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
+        let mut t = web_with(&["c1"], now);
         let g = t.checks["c1"].mark.generation;
         t.synced(&[(Item::Check("c1".into()), g)]);
         t.dirty = false;
@@ -759,9 +765,8 @@ mod tests {
 
     #[test]
     fn removing_a_service_takes_its_checks_and_leaves_a_tombstone() {
-        let mut t = tables();
         let now = Instant::now();
-        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
+        let mut t = web_with(&["c1"], now);
         assert!(t.remove_service("web"));
         assert!(!t.remove_service("web"));
         assert!(t.checks.is_empty());
@@ -773,14 +778,8 @@ mod tests {
 
     #[test]
     fn replace_existing_checks_removes_the_others() {
-        let mut t = tables();
         let now = Instant::now();
-        add(
-            &mut t,
-            svc("web", &[]),
-            vec![ttl("c1", "web"), ttl("c2", "web")],
-            now,
-        );
+        let mut t = web_with(&["c1", "c2"], now);
         t.put_service(
             svc("web", &[]),
             vec![ttl("c2", "web")],

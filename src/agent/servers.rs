@@ -14,48 +14,39 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::metrics::Counter;
 
-/// Requests sent to servers, by purpose (rendered at the agent's
-/// `/v1/agent/metrics`; the steady-state sync traffic is read off these).
-pub static SYNC_READS: Counter = Counter::new(
-    "cairn_agent_sync_reads_total",
-    "catalog reads made by full anti-entropy syncs",
-);
-pub static SYNC_WRITES: Counter = Counter::new(
-    "cairn_agent_sync_writes_total",
-    "catalog registrations and deregistrations pushed by anti-entropy",
-);
-pub static HEARTBEATS: Counter = Counter::new(
-    "cairn_agent_heartbeats_total",
-    "liveness heartbeats sent to the servers",
-);
-pub static CONFIG_WATCHES: Counter = Counter::new(
-    "cairn_agent_config_watch_requests_total",
-    "blocking reads of central config entries",
-);
-pub static FORWARDED: Counter = Counter::new(
-    "cairn_agent_forwarded_total",
-    "client requests forwarded to a server",
-);
-pub static FULL_SYNCS: Counter = Counter::new(
-    "cairn_agent_full_syncs_total",
-    "full anti-entropy syncs completed",
-);
-pub static SYNC_FAILURES: Counter = Counter::new(
-    "cairn_agent_sync_failures_total",
-    "anti-entropy runs that failed (retried with backoff)",
-);
-
-pub static ALL: &[&Counter] = &[
-    &SYNC_READS,
-    &SYNC_WRITES,
-    &HEARTBEATS,
-    &CONFIG_WATCHES,
-    &FORWARDED,
-    &FULL_SYNCS,
-    &SYNC_FAILURES,
-];
+// Requests sent to servers, by purpose (rendered at the agent's
+// `/v1/agent/metrics`; the steady-state sync traffic is read off these).
+crate::metrics::counters! { ALL:
+    SYNC_READS = (
+        "cairn_agent_sync_reads_total",
+        "catalog reads made by full anti-entropy syncs"
+    );
+    SYNC_WRITES = (
+        "cairn_agent_sync_writes_total",
+        "catalog registrations and deregistrations pushed by anti-entropy"
+    );
+    HEARTBEATS = (
+        "cairn_agent_heartbeats_total",
+        "liveness heartbeats sent to the servers"
+    );
+    CONFIG_WATCHES = (
+        "cairn_agent_config_watch_requests_total",
+        "blocking reads of central config entries"
+    );
+    FORWARDED = (
+        "cairn_agent_forwarded_total",
+        "client requests forwarded to a server"
+    );
+    FULL_SYNCS = (
+        "cairn_agent_full_syncs_total",
+        "full anti-entropy syncs completed"
+    );
+    SYNC_FAILURES = (
+        "cairn_agent_sync_failures_total",
+        "anti-entropy runs that failed (retried with backoff)"
+    );
+}
 
 /// Why a request to the servers failed.
 #[derive(Debug, thiserror::Error)]
@@ -182,24 +173,13 @@ impl Servers {
     ) -> Result<(T, u64), ServerError> {
         let resp = self.send(reqwest::Method::GET, path, None, timeout).await?;
         let what = || format!("GET {path}");
-        let status = resp.status();
         let index = resp
             .headers()
             .get("x-consul-index")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
-            what: what(),
-            reason: e.to_string(),
-        })?;
-        if !status.is_success() {
-            return Err(ServerError::Refused {
-                what: what(),
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
+        let bytes = success_body(resp, what).await?;
         let value = serde_json::from_slice(&bytes).map_err(|e| ServerError::Failed {
             what: what(),
             reason: format!("invalid JSON: {e}"),
@@ -222,20 +202,29 @@ impl Servers {
                 SHORT,
             )
             .await?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
-            what: what(),
-            reason: e.to_string(),
-        })?;
-        if !status.is_success() {
-            return Err(ServerError::Refused {
-                what: what(),
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).trim().to_string(),
-            });
-        }
-        Ok(bytes)
+        success_body(resp, what).await
     }
+}
+
+/// The body of a server's answer, or the answer as an error when it is not
+/// a success (`what` names the request in either error).
+async fn success_body(
+    resp: reqwest::Response,
+    what: impl Fn() -> String,
+) -> Result<Bytes, ServerError> {
+    let status = resp.status();
+    let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {
+        what: what(),
+        reason: e.to_string(),
+    })?;
+    if !status.is_success() {
+        return Err(ServerError::Refused {
+            what: what(),
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&bytes).trim().to_string(),
+        });
+    }
+    Ok(bytes)
 }
 
 /// A client agent's failed request to its servers, as its HTTP API

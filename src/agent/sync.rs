@@ -604,14 +604,8 @@ mod tests {
 
     #[test]
     fn a_changed_check_resends_its_service_with_all_checks() {
-        let mut t = tables();
         let now = Instant::now();
-        add(
-            &mut t,
-            svc("web", &[]),
-            vec![ttl("c1", "web"), ttl("c2", "web")],
-            now,
-        );
+        let mut t = web_with(&["c1", "c2"], now);
         let p = plan(&t);
         synced_all(&mut t, &p);
         t.set_check_status("c2", crate::structs::HEALTH_PASSING, "ok", now);
@@ -656,9 +650,8 @@ mod tests {
 
     #[test]
     fn local_removals_are_pushed_as_deregistrations() {
-        let mut t = tables();
         let now = Instant::now();
-        add(&mut t, svc("web", &[]), vec![ttl("c1", "web")], now);
+        let mut t = web_with(&["c1"], now);
         t.put_check(ttl("n1", "").0, ttl("n1", "").1, Source::Api, now);
         let p = plan(&t);
         synced_all(&mut t, &p);

@@ -40,12 +40,8 @@ pub enum TokenCmd {
 pub struct TokenCreate {
     #[arg(long, default_value = "")]
     description: String,
-    /// A policy by name (repeatable).
-    #[arg(long)]
-    policy_name: Vec<String>,
-    /// A policy by ID (repeatable).
-    #[arg(long)]
-    policy_id: Vec<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
     /// A role by name (repeatable).
     #[arg(long)]
     role_name: Vec<String>,
@@ -130,12 +126,21 @@ pub struct RoleCreate {
     name: String,
     #[arg(long, default_value = "")]
     description: String,
-    #[arg(long)]
-    policy_name: Vec<String>,
-    #[arg(long)]
-    policy_id: Vec<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// The policies a new token or role links to.
+#[derive(Args, Debug)]
+pub struct PolicyLinks {
+    /// A policy by name (repeatable).
+    #[arg(long)]
+    policy_name: Vec<String>,
+    /// A policy by ID (repeatable).
+    #[arg(long)]
+    policy_id: Vec<String>,
 }
 
 pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
@@ -174,7 +179,15 @@ fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
     Ok(())
 }
 
-fn list(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
+/// `PUT path` with `body` (a create), its answer shown.
+fn create(c: &Client, path: &str, body: Value, format: Format, pretty: fn(&Value)) -> CliResult {
+    let v = send(c, reqwest::Method::PUT, path, Some(body))?;
+    show(format, &v, pretty)
+}
+
+/// `GET path` (a listing), each item shown.
+fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult {
+    let v = &send(c, reqwest::Method::GET, path, None)?;
     if format == Format::Json {
         return print_json(v);
     }
@@ -256,7 +269,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
         TokenCmd::Create(a) => {
             let mut body = json!({
                 "Description": a.description,
-                "Policies": link_list(&a.policy_id, &a.policy_name),
+                "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
                 "Roles": link_list(&a.role_id, &a.role_name),
                 "Local": a.local,
             });
@@ -269,8 +282,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
             if let Some(ttl) = a.expires_ttl {
                 body["ExpirationTTL"] = json!(ttl);
             }
-            let t = send(c, reqwest::Method::PUT, "/v1/acl/token", Some(body))?;
-            show(a.format, &t, print_token)
+            create(c, "/v1/acl/token", body, a.format, print_token)
         }
         TokenCmd::Read(a) => {
             let path = match (a.me, a.id) {
@@ -281,10 +293,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
             let t = send(c, reqwest::Method::GET, &path, None)?;
             show(a.format, &t, print_token)
         }
-        TokenCmd::List(f) => {
-            let l = send(c, reqwest::Method::GET, "/v1/acl/tokens", None)?;
-            list(f.format, &l, print_token)
-        }
+        TokenCmd::List(f) => list(c, "/v1/acl/tokens", f.format, print_token),
         TokenCmd::Delete(a) => {
             send(
                 c,
@@ -333,14 +342,10 @@ fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
                 None => a.rules,
             };
             let body = json!({ "Name": a.name, "Description": a.description, "Rules": rules });
-            let p = send(c, reqwest::Method::PUT, "/v1/acl/policy", Some(body))?;
-            show(a.format, &p, print_policy)
+            create(c, "/v1/acl/policy", body, a.format, print_policy)
         }
         PolicyCmd::Read(a) => read_named(c, "policy", &a, print_policy),
-        PolicyCmd::List(f) => {
-            let l = send(c, reqwest::Method::GET, "/v1/acl/policies", None)?;
-            list(f.format, &l, print_policy)
-        }
+        PolicyCmd::List(f) => list(c, "/v1/acl/policies", f.format, print_policy),
         PolicyCmd::Delete(a) => delete_named(c, "policy", "Policy", &a),
     }
 }
@@ -351,16 +356,12 @@ fn role(c: &Client, cmd: RoleCmd) -> CliResult {
             let body = json!({
                 "Name": a.name,
                 "Description": a.description,
-                "Policies": link_list(&a.policy_id, &a.policy_name),
+                "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
             });
-            let r = send(c, reqwest::Method::PUT, "/v1/acl/role", Some(body))?;
-            show(a.format, &r, print_role)
+            create(c, "/v1/acl/role", body, a.format, print_role)
         }
         RoleCmd::Read(a) => read_named(c, "role", &a, print_role),
-        RoleCmd::List(f) => {
-            let l = send(c, reqwest::Method::GET, "/v1/acl/roles", None)?;
-            list(f.format, &l, print_role)
-        }
+        RoleCmd::List(f) => list(c, "/v1/acl/roles", f.format, print_role),
         RoleCmd::Delete(a) => delete_named(c, "role", "Role", &a),
     }
 }

@@ -27,7 +27,7 @@ use crate::request::rows::{
 };
 use crate::request::{QueryOptions, decode_json};
 use crate::server::Server;
-use crate::state::catalog::{node_services, service_instances};
+use crate::state::catalog::{Instance, node_services, service_instances};
 use crate::state::{self, Command, Response as Applied, keys};
 use crate::structs::validate::{check_dc, validate_register};
 use crate::structs::{DeregisterRequest, Node, NodeService, RegisterRequest};
@@ -39,20 +39,23 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/nodes", get(nodes))
         .route("/v1/catalog/services", get(services))
         .route("/v1/catalog/service/", get(missing_service))
-        .route("/v1/catalog/service/{*name}", get(service))
+        .route("/v1/catalog/service/{*name}", get(service_rows::<false>))
         .route("/v1/catalog/connect/", get(missing_service))
-        .route("/v1/catalog/connect/{*name}", get(connect))
+        .route("/v1/catalog/connect/{*name}", get(service_rows::<true>))
         .route("/v1/catalog/node/", get(missing_node))
         .route("/v1/catalog/node/{*name}", get(node))
         .route("/v1/catalog/node-services/", get(missing_node))
         .route("/v1/catalog/node-services/{*name}", get(node_services_list))
 }
 
-async fn missing_service() -> Error {
+/// A service read without the service's name (the health endpoints'
+/// too).
+pub(super) async fn missing_service() -> Error {
     Error::bad("Missing service name")
 }
 
-async fn missing_node() -> Error {
+/// A node read without the node's name (the health endpoints' too).
+pub(super) async fn missing_node() -> Error {
     Error::bad("Missing node name")
 }
 
@@ -307,33 +310,47 @@ async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resu
     Ok(json_filtered(&s, index, &map, map.len() != before))
 }
 
-/// Instances of a service (or its connect endpoints) in `ServiceNode` form.
-async fn service_rows(
-    s: App,
-    a: Authz,
-    q: Option<String>,
-    name: String,
+/// A service's instances (or its connect endpoints) read from
+/// the state at the keys they depend on, merged with central config under
+/// `?merge-central-config`: the catalog's reads and the health endpoint's
+/// non-view reads are the same read.
+pub(super) async fn read_instances(
+    s: &Server,
+    opts: &QueryOptions,
+    name: &str,
     connect: bool,
-) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
-    let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
-    let meta = node_meta_filters(&p);
-    let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
+    merge: bool,
+) -> Result<(u64, Vec<Instance>)> {
     let key = if connect {
-        keys::connect(&name)
+        keys::connect(name)
     } else {
-        keys::service(&name)
+        keys::service(name)
     };
-    let merge = p.has(crate::merge::PARAM);
-    let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
-    let (index, instances) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
-        let mut found = service_instances(st, &name, connect);
+    let watch = crate::merge::read_watch_keys(&s.store.state(), key, name, connect, merge);
+    blocking(s, opts, Watch::Keys(watch.clone()), |st| {
+        let mut found = service_instances(st, name, connect);
         if merge {
             crate::merge::merge_instances(st, &mut found);
         }
         (st.index_of(watch.iter()), found)
     })
-    .await?;
+    .await
+}
+
+/// `/v1/catalog/service/:name` (`CONNECT` false) and
+/// `/v1/catalog/connect/:name` (true): instances in `ServiceNode` form.
+async fn service_rows<const CONNECT: bool>(
+    State(s): State<App>,
+    a: Authz,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
+    let meta = node_meta_filters(&p);
+    let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
+    let merge = p.has(crate::merge::PARAM);
+    let (index, instances) = read_instances(&s, &opts, &name, CONNECT, merge).await?;
     let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
     let dc = s.config.datacenter.as_str();
     let mut rows: Vec<ServiceNodeRow> = instances
@@ -346,24 +363,6 @@ async fn service_rows(
     });
     apply_filter(&filter, &mut rows);
     Ok(json_filtered(&s, index, &rows, filtered))
-}
-
-async fn service(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    service_rows(s, a, q, name, false).await
-}
-
-async fn connect(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    service_rows(s, a, q, name, true).await
 }
 
 /// One node and its services, read at the node's watch key.

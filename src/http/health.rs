@@ -13,6 +13,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use axum::routing::get;
 
+use super::catalog::{missing_node, missing_service, read_instances};
 use super::{App, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::request::QueryOptions;
@@ -20,6 +21,7 @@ use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
+use crate::server::Server;
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::keys;
 use crate::stream::Topic;
@@ -32,19 +34,11 @@ pub fn routes() -> Router<App> {
         .route("/v1/health/checks/", get(missing_service))
         .route("/v1/health/checks/{*name}", get(service_checks))
         .route("/v1/health/service/", get(missing_service))
-        .route("/v1/health/service/{*name}", get(service))
+        .route("/v1/health/service/{*name}", get(instances::<false>))
         .route("/v1/health/connect/", get(missing_service))
-        .route("/v1/health/connect/{*name}", get(connect))
+        .route("/v1/health/connect/{*name}", get(instances::<true>))
         .route("/v1/health/state/", get(missing_state))
         .route("/v1/health/state/{*state}", get(by_state))
-}
-
-async fn missing_service() -> Error {
-    Error::bad("Missing service name")
-}
-
-async fn missing_node() -> Error {
-    Error::bad("Missing node name")
 }
 
 async fn missing_state() -> Error {
@@ -61,14 +55,12 @@ async fn node(
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let key = keys::node(&name);
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+    let (index, checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
         (st.index_of([&key]), checks)
     })
     .await?;
-    let filtered = keep(&mut checks, |c| check_visible(&a, c));
-    apply_filter(&filter, &mut checks);
-    Ok(json_filtered(&s, index, &checks, filtered))
+    Ok(checks_answer(&s, &a, index, checks, &filter))
 }
 
 /// The checks of a service's instances (their own checks, not node checks).
@@ -82,7 +74,7 @@ async fn service_checks(
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
     let key = keys::service(&name);
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
+    let (index, checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
         let mut checks = Vec::new();
         for i in service_instances(st, &name, false) {
             if !node_matches(&i.node, &meta) {
@@ -94,9 +86,7 @@ async fn service_checks(
         (st.index_of([&key]), checks)
     })
     .await?;
-    let filtered = keep(&mut checks, |c| check_visible(&a, c));
-    apply_filter(&filter, &mut checks);
-    Ok(json_filtered(&s, index, &checks, filtered))
+    Ok(checks_answer(&s, &a, index, checks, &filter))
 }
 
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
@@ -118,7 +108,7 @@ async fn by_state(
     if !meta.is_empty() {
         watch.push(keys::NODES);
     }
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
         let checks: Vec<HealthCheck> = st
             .checks
             .values()
@@ -135,9 +125,21 @@ async fn by_state(
         (st.index_of(watch.iter()), checks)
     })
     .await?;
-    let filtered = keep(&mut checks, |c| check_visible(&a, c));
-    apply_filter(&filter, &mut checks);
-    Ok(json_filtered(&s, index, &checks, filtered))
+    Ok(checks_answer(&s, &a, index, checks, &filter))
+}
+
+/// What every check listing answers: the checks the token may see, then
+/// `?filter`, with the filtered header when the token hid any.
+fn checks_answer(
+    s: &Server,
+    a: &Authz,
+    index: u64,
+    mut checks: Vec<HealthCheck>,
+    filter: &Option<RowFilter>,
+) -> Response {
+    let filtered = keep(&mut checks, |c| check_visible(a, c));
+    apply_filter(filter, &mut checks);
+    json_filtered(s, index, &checks, filtered)
 }
 
 fn all_passing(i: &Instance) -> bool {
@@ -150,13 +152,15 @@ fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
     a.node_read(&c.node) && (c.service_name.is_empty() || a.service_read(&c.service_name))
 }
 
-async fn instances(
-    s: App,
+/// `/v1/health/service/:name` (`CONNECT` false) and
+/// `/v1/health/connect/:name` (true): instances with their checks.
+async fn instances<const CONNECT: bool>(
+    State(s): State<App>,
     a: Authz,
-    q: Option<String>,
-    name: String,
-    connect: bool,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    let connect = CONNECT;
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let passing = passing_flag(&p)?;
     let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
@@ -182,20 +186,7 @@ async fn instances(
         let answer = view.wait(opts.index, opts.deadline()).await;
         (answer.index, answer.instances.values().cloned().collect())
     } else {
-        let key = if connect {
-            keys::connect(&name)
-        } else {
-            keys::service(&name)
-        };
-        let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
-        let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
-            let mut found = service_instances(st, &name, connect);
-            if merge {
-                crate::merge::merge_instances(st, &mut found);
-            }
-            (st.index_of(watch.iter()), found)
-        })
-        .await?;
+        let (index, found) = read_instances(&s, &opts, &name, connect, merge).await?;
         (index, found.into_iter().map(Arc::new).collect())
     };
     let dc = &s.config.datacenter;
@@ -232,22 +223,4 @@ async fn instances(
     });
     apply_filter(&filter, &mut rows);
     Ok(json_filtered(&s, index, &rows, filtered))
-}
-
-async fn service(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    instances(s, a, q, name, false).await
-}
-
-async fn connect(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    instances(s, a, q, name, true).await
 }

@@ -14,6 +14,7 @@ use super::App;
 use crate::error::{Error, Result};
 use crate::request::Params;
 use crate::stream::{Item, Topic};
+use crate::structs::config_entry::Kind;
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/stream", get(stream))
@@ -40,7 +41,7 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     // A subscription is to one key (or prefix): checked once, up front.
     match topic {
         Topic::Kv => a.require(a.key_read(key), "key:read", key)?,
-        Topic::ProxyDefaults => {}
+        Topic::Config(Kind::ProxyDefaults) => {}
         _ => a.require(a.service_read(key), "service:read", key)?,
     }
     let index = p.u64("index")?.unwrap_or(0);

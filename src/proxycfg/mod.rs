@@ -343,7 +343,7 @@ impl Manager {
             inner.mark_dep(&keys::CONNECT_CA)
         });
         for kind in Kind::ALL {
-            follow(&inner, publisher, Topic::of_kind(kind), move |inner, e| {
+            follow(&inner, publisher, Topic::Config(kind), move |inner, e| {
                 inner.mark_dep(&keys::config(kind.as_str(), &e.key))
             });
         }

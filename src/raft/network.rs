@@ -944,7 +944,7 @@ async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::state::{Command, Payload};
-    use crate::structs::{KvOp, KvVerb};
+    use crate::structs::KvOp;
     use openraft::impls::leader_id_adv::LeaderId;
 
     /// Hands out the client end of an in-memory stream whose other end a
@@ -971,14 +971,10 @@ mod tests {
         };
         super::super::Entry {
             log_id: super::super::LogId { leader_id, index },
-            payload: openraft::EntryPayload::Normal(Payload::One(Command::Kv(KvOp {
-                verb: KvVerb::Set,
-                key: format!("k{index}"),
-                value: vec![b'x'; value_len],
-                flags: 0,
-                index: 0,
-                session: String::new(),
-            }))),
+            payload: openraft::EntryPayload::Normal(Payload::One(Command::Kv(KvOp::set(
+                format!("k{index}"),
+                vec![b'x'; value_len],
+            )))),
         }
     }
 

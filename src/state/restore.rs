@@ -169,17 +169,10 @@ impl Tx<'_> {
 mod tests {
     use super::*;
     use crate::state::{Command, Response, apply_command, keys, snapshot};
-    use crate::structs::{KvOp, KvVerb};
+    use crate::structs::KvOp;
 
     fn set(key: &str) -> Command {
-        Command::Kv(KvOp {
-            verb: KvVerb::Set,
-            key: key.into(),
-            value: b"v".to_vec(),
-            flags: 0,
-            index: 0,
-            session: String::new(),
-        })
+        Command::Kv(KvOp::set(key, b"v".to_vec()))
     }
 
     fn stage_all(st: &mut State, at: &mut u64, id: &str, bytes: &[u8]) -> u32 {

@@ -528,14 +528,7 @@ mod tests {
             Response::Rejected(_)
         ));
         // A plain write to a locked key keeps its holder.
-        let set = Command::Kv(KvOp {
-            verb: KvVerb::Set,
-            key: "k".into(),
-            value: b"w".to_vec(),
-            flags: 0,
-            index: 0,
-            session: String::new(),
-        });
+        let set = Command::Kv(KvOp::set("k", b"w".to_vec()));
         apply_command(&mut st, 17, &set);
         assert_eq!(
             (st.kv["k"].session.as_str(), st.kv["k"].lock_index),

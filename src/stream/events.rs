@@ -18,61 +18,57 @@ use crate::state::{ChangeSet, Row, State, Table, keys};
 use crate::structs::config_entry::Kind;
 use crate::structs::{Node, NodeService};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Topic {
     ServiceHealth,
     ServiceHealthConnect,
-    ProxyDefaults,
-    ServiceDefaults,
-    ServiceRouter,
-    ServiceSplitter,
-    ServiceResolver,
-    ServiceIntentions,
-    #[serde(rename = "KV")]
+    /// One topic per config entry kind.
+    Config(Kind),
     Kv,
     /// The Connect CA's roots (one key, empty).
-    #[serde(rename = "CARoots")]
     CaRoots,
 }
 
 impl Topic {
+    /// Consul's name of the topic: what `?topic=` takes and an event's
+    /// `Topic` says.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topic::ServiceHealth => "ServiceHealth",
+            Topic::ServiceHealthConnect => "ServiceHealthConnect",
+            Topic::Config(kind) => match kind {
+                Kind::ProxyDefaults => "ProxyDefaults",
+                Kind::ServiceDefaults => "ServiceDefaults",
+                Kind::ServiceRouter => "ServiceRouter",
+                Kind::ServiceSplitter => "ServiceSplitter",
+                Kind::ServiceResolver => "ServiceResolver",
+                Kind::ServiceIntentions => "ServiceIntentions",
+            },
+            Topic::Kv => "KV",
+            Topic::CaRoots => "CARoots",
+        }
+    }
+
+    /// A topic by its name; a config topic also by its kind's name
+    /// (`proxy-defaults`), and the KV topic as `kv`.
     pub fn parse(s: &str) -> Option<Topic> {
         Some(match s {
             "ServiceHealth" => Topic::ServiceHealth,
             "ServiceHealthConnect" => Topic::ServiceHealthConnect,
-            "ProxyDefaults" | "proxy-defaults" => Topic::ProxyDefaults,
-            "ServiceDefaults" | "service-defaults" => Topic::ServiceDefaults,
-            "ServiceRouter" | "service-router" => Topic::ServiceRouter,
-            "ServiceSplitter" | "service-splitter" => Topic::ServiceSplitter,
-            "ServiceResolver" | "service-resolver" => Topic::ServiceResolver,
-            "ServiceIntentions" | "service-intentions" => Topic::ServiceIntentions,
             "KV" | "kv" => Topic::Kv,
             "CARoots" => Topic::CaRoots,
-            _ => return None,
+            _ => Topic::Config(
+                Kind::ALL
+                    .into_iter()
+                    .find(|&k| Topic::Config(k).name() == s || k.as_str() == s)?,
+            ),
         })
     }
+}
 
-    pub fn of_kind(kind: Kind) -> Topic {
-        match kind {
-            Kind::ProxyDefaults => Topic::ProxyDefaults,
-            Kind::ServiceDefaults => Topic::ServiceDefaults,
-            Kind::ServiceRouter => Topic::ServiceRouter,
-            Kind::ServiceSplitter => Topic::ServiceSplitter,
-            Kind::ServiceResolver => Topic::ServiceResolver,
-            Kind::ServiceIntentions => Topic::ServiceIntentions,
-        }
-    }
-
-    fn kind(self) -> Option<Kind> {
-        Some(match self {
-            Topic::ProxyDefaults => Kind::ProxyDefaults,
-            Topic::ServiceDefaults => Kind::ServiceDefaults,
-            Topic::ServiceRouter => Kind::ServiceRouter,
-            Topic::ServiceSplitter => Kind::ServiceSplitter,
-            Topic::ServiceResolver => Kind::ServiceResolver,
-            Topic::ServiceIntentions => Kind::ServiceIntentions,
-            _ => return None,
-        })
+impl Serialize for Topic {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -203,7 +199,7 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     (None, Some(Row::Config(e))) => ("Delete", e),
                     _ => continue,
                 };
-                let topic = Topic::of_kind(e.kind());
+                let topic = Topic::Config(e.kind());
                 out.push(Event::new(
                     topic,
                     e.name().to_string(),
@@ -333,15 +329,12 @@ pub fn snapshot_events(state: &State, topic: Topic, key: &str) -> Vec<Event> {
             .map(|r| Event::new(topic, String::new(), index, "Upsert", &r))
             .into_iter()
             .collect(),
-        _ => {
-            let kind = topic.kind().expect("config topics have a kind");
-            state
-                .config
-                .range((kind, String::new())..)
-                .take_while(|((k, _), _)| *k == kind)
-                .filter(|((_, n), _)| key.is_empty() || n == key)
-                .map(|((_, n), e)| Event::new(topic, n.clone(), index, "Upsert", &e.to_json()))
-                .collect()
-        }
+        Topic::Config(kind) => state
+            .config
+            .range((kind, String::new())..)
+            .take_while(|((k, _), _)| *k == kind)
+            .filter(|((_, n), _)| key.is_empty() || n == key)
+            .map(|((_, n), e)| Event::new(topic, n.clone(), index, "Upsert", &e.to_json()))
+            .collect(),
     }
 }

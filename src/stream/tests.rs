@@ -7,18 +7,12 @@ use std::time::Duration;
 
 use super::*;
 use crate::state::Command;
-use crate::structs::{HealthCheck, KvOp, KvVerb, NodeService, RegisterRequest};
+use crate::structs::config_entry::Kind;
+use crate::structs::{HealthCheck, KvOp, NodeService, RegisterRequest};
 use crate::testing::World;
 
 fn put(w: &mut World, key: &str) {
-    w.apply(Command::Kv(KvOp {
-        verb: KvVerb::Set,
-        key: key.into(),
-        value: b"v".to_vec(),
-        flags: 0,
-        index: 0,
-        session: String::new(),
-    }));
+    w.apply(Command::Kv(KvOp::set(key, b"v".to_vec())));
 }
 
 fn subscribe(w: &World, topic: Topic, key: &str, index: u64) -> Subscription {
@@ -111,14 +105,10 @@ async fn a_subscriber_behind_the_buffer_gets_a_fresh_snapshot() {
     next(&mut slow).await;
     // More events than the buffer holds, while the subscriber sleeps.
     for i in 0..(BUFFER_EVENTS + 10) {
-        w.apply(Command::Txn(vec![crate::structs::TxnOp::Kv(KvOp {
-            verb: KvVerb::Set,
-            key: format!("x/{}", i % 50),
-            value: vec![],
-            flags: 0,
-            index: 0,
-            session: String::new(),
-        })]));
+        w.apply(Command::Txn(vec![crate::structs::TxnOp::Kv(KvOp::set(
+            format!("x/{}", i % 50),
+            vec![],
+        ))]));
     }
     while w.publisher.published_index() < w.index {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -229,7 +219,7 @@ async fn health_events_cover_node_checks_and_connect_proxies() {
 #[tokio::test]
 async fn config_entries_are_topics_keyed_by_name() {
     let mut w = World::new();
-    let mut sub = subscribe(&w, Topic::ServiceDefaults, "web", 0);
+    let mut sub = subscribe(&w, Topic::Config(Kind::ServiceDefaults), "web", 0);
     assert!(matches!(next(&mut sub).await, Item::EndOfSnapshot(_)));
     w.apply(Command::ConfigSet {
         entry: serde_json::json!({"Kind": "service-defaults", "Name": "db", "Protocol": "http"}),
@@ -388,5 +378,33 @@ mod views {
         w.apply(register("n1", Some(proxy), vec![]));
         let answer = view.wait(empty.index, deadline(2000)).await;
         assert_eq!(ids(&answer), vec!["web1-proxy"]);
+    }
+}
+
+/// Topic names are Consul's, in `?topic=` and in each event's `Topic`;
+/// config topics are also asked for by their kind's name.
+#[test]
+fn topics_go_by_consuls_names() {
+    for kind in Kind::ALL {
+        let t = Topic::Config(kind);
+        assert_eq!(Topic::parse(t.name()), Some(t));
+        assert_eq!(Topic::parse(kind.as_str()), Some(t));
+        assert_eq!(serde_json::to_value(t).unwrap(), t.name());
+    }
+    let names = [
+        (Topic::ServiceHealth, "ServiceHealth"),
+        (Topic::ServiceHealthConnect, "ServiceHealthConnect"),
+        (Topic::Config(Kind::ProxyDefaults), "ProxyDefaults"),
+        (Topic::Config(Kind::ServiceIntentions), "ServiceIntentions"),
+        (Topic::Kv, "KV"),
+        (Topic::CaRoots, "CARoots"),
+    ];
+    for (t, name) in names {
+        assert_eq!(serde_json::to_value(t).unwrap(), name);
+        assert_eq!(Topic::parse(name), Some(t));
+    }
+    assert_eq!(Topic::parse("kv"), Some(Topic::Kv));
+    for unknown in ["Service-Defaults", "serviceHealth", "nope", ""] {
+        assert_eq!(Topic::parse(unknown), None, "{unknown}");
     }
 }

@@ -138,6 +138,20 @@ pub struct KvOp {
     pub session: String,
 }
 
+impl KvOp {
+    /// A plain set of `key` to `value`: no flags, no CAS index, no session.
+    pub fn set(key: impl Into<String>, value: impl Into<Vec<u8>>) -> KvOp {
+        KvOp {
+            verb: KvVerb::Set,
+            key: key.into(),
+            value: value.into(),
+            flags: 0,
+            index: 0,
+            session: String::new(),
+        }
+    }
+}
+
 /// What a KV operation returns from the state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvOutcome {

@@ -150,6 +150,15 @@ fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(u32, u32)> {
     out
 }
 
+/// The name of db's cluster (its chain target's SNI), found by its prefix.
+fn db_cluster(r: &Resources) -> String {
+    r[CLUSTER]
+        .keys()
+        .find(|n| n.starts_with("db.default.dc1.internal."))
+        .expect("db's cluster")
+        .clone()
+}
+
 fn decode<T: Message + Default>(r: &Resources, ty: &str, name: &str) -> T {
     let res = r[ty]
         .get(name)
@@ -190,12 +199,8 @@ fn tls_contexts_carry_the_leaf_and_the_roots() {
 
     // Named by the chain target's SNI (its trust domain is the test
     // state's, which has no cluster ID).
-    let sni = r[CLUSTER]
-        .keys()
-        .find(|n| n.starts_with("db.default.dc1.internal."))
-        .expect("db's cluster")
-        .as_str();
-    let c: Cluster = decode(&r, CLUSTER, sni);
+    let sni = db_cluster(&r);
+    let c: Cluster = decode(&r, CLUSTER, &sni);
     let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
         any,
     )) = c.transport_socket.unwrap().config_type
@@ -221,7 +226,7 @@ fn tls_contexts_carry_the_leaf_and_the_roots() {
     );
 
     // The sidecar's port, never the application's 5432.
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &sni);
     let ports: Vec<u32> = cla.endpoints[0]
         .lb_endpoints
         .iter()
@@ -300,11 +305,7 @@ fn a_resolver_sets_timeout_load_balancer_and_failover_priorities() {
         "LoadBalancer": {"Policy": "least_request", "LeastRequestConfig": {"ChoiceCount": 3}},
         "Failover": {"*": {"Service": "db-backup"}}
     })]));
-    let name = r[CLUSTER]
-        .keys()
-        .find(|n| n.starts_with("db.default.dc1.internal."))
-        .expect("db's cluster")
-        .clone();
+    let name = db_cluster(&r);
     let c: Cluster = decode(&r, CLUSTER, &name);
     assert_eq!(c.connect_timeout.map(|d| d.seconds), Some(3));
     assert_eq!(
@@ -321,11 +322,7 @@ fn grpc_targets_are_reached_over_http2() {
     let r = generate(&snapshot_with(&[serde_json::json!({
         "Kind": "service-defaults", "Name": "db", "Protocol": "grpc"
     })]));
-    let name = r[CLUSTER]
-        .keys()
-        .find(|n| n.starts_with("db.default.dc1.internal."))
-        .expect("db's cluster")
-        .clone();
+    let name = db_cluster(&r);
     let c: Cluster = decode(&r, CLUSTER, &name);
     let opts = &c.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
@@ -344,11 +341,7 @@ fn grpc_targets_are_reached_over_http2() {
     ));
     // A tcp service's cluster has no HTTP options.
     let plain = generate(&snapshot());
-    let name = plain[CLUSTER]
-        .keys()
-        .find(|n| n.starts_with("db.default.dc1.internal."))
-        .unwrap()
-        .clone();
+    let name = db_cluster(&plain);
     let c: Cluster = decode(&plain, CLUSTER, &name);
     assert!(c.typed_extension_protocol_options.is_empty());
 }

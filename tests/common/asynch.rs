@@ -39,6 +39,21 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
     c.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// Sends `req` and reads the answer's body as text (panics on a transport
+/// failure).
+pub async fn send_text(req: reqwest::RequestBuilder) -> String {
+    req.send().await.unwrap().text().await.unwrap()
+}
+
+/// An answer's `X-Consul-Index` (panics when it has none).
+pub fn consul_index(r: &reqwest::Response) -> u64 {
+    r.headers()["x-consul-index"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// Polls until `f` returns Some, or panics after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where

@@ -349,6 +349,18 @@ impl Server {
         servers
     }
 
+    /// A lone server (`--bootstrap-expect 1`) keeping its state in `dir`,
+    /// on ports fixed now, so that a restart finds its data and answers at
+    /// the same address.
+    pub fn durable(node: &str, dir: impl AsRef<Path>) -> ServerBuilder {
+        Server::builder()
+            .node(node)
+            .data_dir(dir)
+            .http_port(free_port())
+            .raft_port(free_port())
+            .bootstrap_expect(1)
+    }
+
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
             dev: false,
@@ -462,8 +474,14 @@ impl Server {
     /// write would answer at once and prove nothing).
     pub fn wait_parked(&self, n: u64) {
         eventually(Duration::from_secs(10), "parked blocking queries", || {
-            (self.metric("cairn_blocking_queries_parked") as u64 >= n).then_some(())
+            (self.parked() >= n).then_some(())
         });
+    }
+
+    /// Blocking queries parked on this server now (its own agent may hold
+    /// some: a test waits for `parked() + 1` after starting its own).
+    pub fn parked(&self) -> u64 {
+        self.metric("cairn_blocking_queries_parked") as u64
     }
 
     pub fn pid(&self) -> Option<u32> {
