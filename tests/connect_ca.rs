@@ -168,6 +168,7 @@ fn rotation_keeps_old_leaves_valid_and_wakes_blocking_leaf_reads() {
     );
 
     // A blocking read of the leaf, waiting for a new one.
+    let parked = s.parked();
     let addr = s.http_addr;
     let waiter = std::thread::spawn(move || {
         let started = Instant::now();
@@ -179,7 +180,8 @@ fn rotation_keeps_old_leaves_valid_and_wakes_blocking_leaf_reads() {
         );
         (r, started.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Rotated only once it waits: a read arriving after would answer at once.
+    s.wait_parked(parked + 1);
 
     // A new key type size asks for a new root.
     let r = s.put(

@@ -164,6 +164,7 @@ async fn leaf(
             .try_into()
             .unwrap_or(std::time::Duration::ZERO);
         let wake = deadline.min(now + until_renew);
+        let _parked = crate::metrics::BLOCKING_PARKED.hold();
         let _ = tokio::time::timeout_at(wake, rx.changed()).await;
     }
 }
