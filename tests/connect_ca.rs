@@ -405,7 +405,16 @@ fn the_ca_is_replicated_survives_restarts_and_snapshot_restores() {
         first["Roots"]
     );
 
-    // A restarted server loads the CA from its data dir.
+    // A restarted server loads the CA from its data dir (once it has
+    // applied the restore: the leader answers the restore at its own).
+    common::eventually(
+        Duration::from_secs(20),
+        "the follower to apply the restore",
+        || {
+            let r = servers[follower].get("/v1/connect/ca/roots?stale");
+            (r.status == 200 && r.json()["Roots"] == first["Roots"]).then_some(())
+        },
+    );
     servers[follower].restart();
     let again = common::eventually(
         Duration::from_secs(20),
