@@ -40,6 +40,7 @@ cluster: release
 
 bench: release
 	$(CARGO) build --release -p cairn-load
+	$(CARGO) build --release --example xds_bench
 	bash scripts/bench.sh
 	$(CARGO) run --release --example proxycfg_bench
 

@@ -7,10 +7,11 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone burst many memory acl"  which parts to run (default all)
+#   BENCH_PARTS="compare alone burst many memory acl xds"  which parts to run (default all)
+#   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
-#                    B+300.., DNS B+600.., etcd client B+790.., peer B+800..
+#                    B+300.., DNS B+600.., gRPC B+510, etcd client B+790.., peer B+800..
 #
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
@@ -22,8 +23,11 @@ SECS=${BENCH_SECONDS:-$DEF_SECS}
 OUT=${BENCH_OUT:-data/bench}
 BIN=${CAIRN_BIN:-target/release/cairn}
 LOAD=${CAIRN_LOAD:-target/release/cairn-load}
+XDS_BENCH=${CAIRN_XDS_BENCH:-target/release/examples/xds_bench}
 if [ "$QUICK" = 1 ]; then RSS_N=20000; BIG_N=100000; else RSS_N=100000; BIG_N=1000000; fi
 WATCHERS=${BENCH_WATCHERS:-10000}
+if [ "$QUICK" = 1 ]; then DEF_XDS=1000; else DEF_XDS=10000; fi
+XDS_STREAMS=${BENCH_XDS_STREAMS:-$DEF_XDS}
 SNAP_THRESHOLD=2048
 T_START=$(date +%s)
 B=${BENCH_PORT_BASE:-27000}
@@ -32,6 +36,7 @@ cr() { echo "127.0.0.1:$((B + 300 + $1))"; } # cairn Raft
 cd_() { echo "127.0.0.1:$((B + 600 + $1))"; } # cairn DNS
 eh() { echo "127.0.0.1:$((B + 790 + $1))"; } # etcd client
 ep() { echo "127.0.0.1:$((B + 800 + $1))"; } # etcd peer
+cg() { echo "127.0.0.1:$((B + 510))"; } # cairn gRPC (the xds part's one server)
 
 [ -x "$BIN" ] && [ -x "$LOAD" ] || cargo build --release
 if [ "${BENCH_SKIP_ETCD:-0}" != 1 ] && ! { command -v etcd && command -v etcdctl; } >/dev/null; then
@@ -63,7 +68,7 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $(for i in 0 1 2 3; do ch $i; cr $i; cd_ $i; eh $i; ep $i; done | cut -d: -f2); do
+for p in $( (for i in 0 1 2 3; do ch $i; cr $i; cd_ $i; eh $i; ep $i; done; cg) | cut -d: -f2); do
   port_free "$p" || { echo "port $p is in use: stop what holds it first" >&2; exit 1; }
 done
 
@@ -139,7 +144,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone burst many memory acl}
+PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -389,6 +394,46 @@ stop_all
 rm -rf "$OUT/cairn" "$OUT/etcd"
 fi
 
+# ------------------------------------------------------------------ xDS
+# One server (its own data dir, Raft with fsync) and XDS_STREAMS Delta ADS
+# streams, one per registered sidecar, driven by examples/xds_bench over 16
+# HTTP/2 connections (issue 19's performance rows). Past the server's
+# default cap of 16,384 streams the cap is raised to fit them.
+XDS="$OUT/xds.md"
+xnote() { printf '| %s | %s |\n' "$1" "$2" >>"$XDS"; echo "  $1: $2"; }
+if [[ " $PARTS " == *" xds "* ]]; then
+echo "xDS: $XDS_STREAMS ADS streams on one server"
+: >"$XDS"
+[ -x "$XDS_BENCH" ] || cargo build --release --example xds_bench
+"$BIN" server --node s0 --data-dir "$OUT/cairn/xds" --bootstrap-expect 1 \
+  --http-addr "$(ch 0)" --raft-addr "$(cr 0)" --dns-addr "$(cd_ 0)" --grpc-addr "$(cg)" \
+  --grpc-max-streams "$((XDS_STREAMS > 16384 ? XDS_STREAMS + 1024 : 16384))" \
+  2>>"$OUT/cairn-xds.log" &
+PIDS[s0]=$!
+"$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+l=$(load1)
+if out=$("$XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --pid "${PIDS[s0]}" --streams "$XDS_STREAMS" 2>>"$LOG"); then
+  r=$(grep '^row=initial' <<<"$out" || true)
+  xnote "$XDS_STREAMS streams opened → all hold their clusters, listeners, endpoints, routes" \
+    "$(field secs "$r") s (per stream p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms; $(field retries "$r") refusals retried, $(field errors "$r") errors) — load $l"
+  r=$(grep '^row=memory' <<<"$out" || true)
+  xnote "server RSS before → after the streams connected" \
+    "$(($(field rss0_kib "$r") / 1024)) → $(($(field rss1_kib "$r") / 1024)) MiB: $(field per_stream_b "$r") B per stream"
+  r=$(grep '^row=eds' <<<"$out" || true)
+  xnote "one upstream sidecar deregistered → every affected stream has EDS without it ($(field runs "$r") runs, $(field affected "$r") stream updates)" \
+    "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms"
+  while read -r r; do
+    xnote "proxy-defaults protocol → $(field protocol "$r"): all $(field streams "$r") streams have the new public listener" \
+      "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms; KV PUT meanwhile ($(field kv_writes "$r") writes, 4 clients) p50 $(field kv_p50_ms "$r") ms, p99 $(field kv_p99_ms "$r") ms, max $(field kv_max_ms "$r") ms"
+  done < <(grep '^row=defaults' <<<"$out" || true)
+  xnote "server RSS at the end" "$(($(rss_kib "${PIDS[s0]}") / 1024)) MiB"
+else
+  xnote "xds bench ($XDS_STREAMS streams)" "failed (see $LOG)"
+fi
+stop_all
+rm -rf "$OUT/cairn"
+fi
+
 # ------------------------------------------------------------------ report
 echo
 echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
@@ -407,6 +452,14 @@ if [ -s "$OUT/memory.md" ]; then
   echo "| measure | cairn | etcd |"
   echo "| --- | --- | --- |"
   cat "$OUT/memory.md"
+fi
+if [ -s "$OUT/xds.md" ]; then
+  echo
+  echo "## xDS ($XDS_STREAMS Delta ADS streams, one server)"
+  echo
+  echo "| measure | result |"
+  echo "| --- | --- |"
+  cat "$OUT/xds.md"
 fi
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"
