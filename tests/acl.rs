@@ -590,3 +590,92 @@ fn roles_are_created_read_updated_listed_and_deleted() {
         json!([])
     );
 }
+
+/// Blocking queries parked on this server (read with the management token:
+/// metrics need `agent:read`).
+fn parked(addr: SocketAddr) -> u64 {
+    common::metric_in(
+        &with(addr, "GET", common::METRICS, None, ROOT).body,
+        "cairn_blocking_queries_parked",
+    ) as u64
+}
+
+/// Starts a blocking read of `path` (which carries `?index=`) with
+/// `token`, and returns once the server holds it parked.
+fn park(addr: SocketAddr, path: String, token: &str) -> std::thread::JoinHandle<Resp> {
+    let before = parked(addr);
+    let token = token.to_string();
+    let h = std::thread::spawn(move || with(addr, "GET", &path, None, &token));
+    eventually(Duration::from_secs(10), "the query parked", || {
+        (parked(addr) > before).then_some(())
+    });
+    h
+}
+
+/// A blocking query is checked against the ACLs of the version it wakes
+/// to, not those of its start: a policy narrowed while it waited filters
+/// its rows (or refuses a single key), a deleted token is refused.
+#[test]
+fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
+    let s = deny_server();
+    let a = s.http_addr;
+    for k in ["app/a", "app/b"] {
+        assert_eq!(
+            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
+            200
+        );
+    }
+    let (accessor, secret) =
+        token_with_rules(a, "app-reader", r#"key_prefix "app/" { policy = "read" }"#);
+    let r = with(a, "GET", "/v1/kv/app/?recurse", None, &secret);
+    assert_eq!(r.json().as_array().map(Vec::len), Some(2), "{}", r.body);
+    let index = r.header("x-consul-index").unwrap().to_string();
+    let keys_of = |r: &Resp| -> Vec<String> {
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["Key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let policy = with(a, "GET", "/v1/acl/policy/name/app-reader", None, ROOT).json();
+    let narrow = |rules: &str| {
+        let body = json!({ "Name": "app-reader", "Rules": rules }).to_string();
+        let path = format!("/v1/acl/policy/{}", policy["ID"].as_str().unwrap());
+        assert_eq!(with(a, "PUT", &path, Some(&body), ROOT).status, 200);
+    };
+
+    // A list: the rows the narrowed policy no longer grants are dropped.
+    let list = park(
+        a,
+        format!("/v1/kv/app/?recurse&index={index}&wait=30s"),
+        &secret,
+    );
+    let single = park(a, format!("/v1/kv/app/b?index={index}&wait=30s"), &secret);
+    narrow(r#"key_prefix "app/a" { policy = "read" }"#);
+    // The ACL write does not wake them (nor Consul's); a write to the keys does.
+    assert_eq!(with(a, "PUT", "/v1/kv/app/b", Some("w"), ROOT).status, 200);
+    let r = list.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(keys_of(&r), ["app/a"]);
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    let r = single.join().unwrap();
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("'key:read' on \"app/b\""), "{}", r.body);
+
+    // A deleted token: refused when the query wakes.
+    let index = with(a, "GET", "/v1/kv/app/?recurse", None, ROOT)
+        .header("x-consul-index")
+        .unwrap()
+        .to_string();
+    let list = park(
+        a,
+        format!("/v1/kv/app/?recurse&index={index}&wait=30s"),
+        &secret,
+    );
+    let path = format!("/v1/acl/token/{accessor}");
+    assert_eq!(with(a, "DELETE", &path, None, ROOT).status, 200);
+    assert_eq!(with(a, "PUT", "/v1/kv/app/a", Some("w"), ROOT).status, 200);
+    let r = list.join().unwrap();
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+}

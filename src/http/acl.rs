@@ -22,6 +22,7 @@ use crate::request::authz::{Authz, Resolve};
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::acl::{BOOTSTRAP_DONE, policy_by_name, role_by_name};
+use crate::state::resolve::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Link,
@@ -61,11 +62,22 @@ pub fn routes() -> Router<App> {
 }
 
 impl Resolve for Server {
-    fn resolve(&self, token: Option<&str>) -> Result<Arc<Authorizer>> {
-        self.acl
-            .resolve(&self.store.state(), token)
-            .map_err(|e| Error::Forbidden(e.to_string()))
+    fn resolve(&self, token: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
+        let st = self.store.state();
+        Ok((resolve_in(self, &st, token)?, generation(&st)))
     }
+}
+
+/// `token`'s authorizer against the version `st` (a blocking query's
+/// re-check reads the version it answers from).
+pub fn resolve_in(
+    s: &Server,
+    st: &crate::state::State,
+    token: Option<&str>,
+) -> Result<Arc<Authorizer>> {
+    s.acl
+        .resolve(st, token)
+        .map_err(|e| Error::Forbidden(e.to_string()))
 }
 
 /// Consul answers ACL endpoints with ACLs off so.

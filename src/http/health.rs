@@ -54,17 +54,23 @@ async fn missing_state() -> Error {
 /// The checks on a node, node-level and service-level.
 async fn node(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let key = keys::node(&name);
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
-        (st.index_of([&key]), checks)
-    })
+    let (index, mut checks) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
+            (st.index_of([&key]), checks)
+        },
+    )
     .await?;
     let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
@@ -74,7 +80,7 @@ async fn node(
 /// The checks of a service's instances (their own checks, not node checks).
 async fn service_checks(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -82,17 +88,23 @@ async fn service_checks(
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
     let key = keys::service(&name);
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let mut checks = Vec::new();
-        for i in service_instances(st, &name, false) {
-            if !node_matches(&i.node, &meta) {
-                continue;
+    let (index, mut checks) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let mut checks = Vec::new();
+            for i in service_instances(st, &name, false) {
+                if !node_matches(&i.node, &meta) {
+                    continue;
+                }
+                let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
+                checks.extend(own.map(|c| (**c).clone()));
             }
-            let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
-            checks.extend(own.map(|c| (**c).clone()));
-        }
-        (st.index_of([&key]), checks)
-    })
+            (st.index_of([&key]), checks)
+        },
+    )
     .await?;
     let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
@@ -102,7 +114,7 @@ async fn service_checks(
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
 async fn by_state(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(state): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -118,7 +130,7 @@ async fn by_state(
     if !meta.is_empty() {
         watch.push(keys::NODES);
     }
-    let (index, mut checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, mut checks) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let checks: Vec<HealthCheck> = st
             .checks
             .values()
@@ -152,7 +164,7 @@ fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
 
 async fn instances(
     s: App,
-    a: Authz,
+    mut a: Authz,
     q: Option<String>,
     name: String,
     connect: bool,
@@ -180,6 +192,8 @@ async fn instances(
         let _permit = s.blocking_permit()?;
         crate::metrics::BLOCKING_QUERIES.inc();
         let answer = view.wait(opts.index, opts.deadline()).await;
+        // The token is checked again as `blocking` does after a wait.
+        super::recheck(&s, &mut a, &s.store.state())?;
         (answer.index, answer.instances.values().cloned().collect())
     } else {
         let key = if connect {
@@ -188,7 +202,7 @@ async fn instances(
             keys::service(&name)
         };
         let watch = crate::merge::read_watch_keys(&s.store.state(), key, &name, connect, merge);
-        let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+        let (index, found) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
             let mut found = service_instances(st, &name, connect);
             if merge {
                 crate::merge::merge_instances(st, &mut found);

@@ -56,7 +56,7 @@ fn not_found(s: &App, index: u64, filtered: bool) -> Response {
 
 async fn get_kv(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -64,13 +64,15 @@ async fn get_kv(
     let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
-        // Filtered on every wake: the answer is what the token may read now.
-        let (index, (list, filtered)) = blocking(&s, &opts, Watch::Prefix(keys::kv(&key)), |st| {
-            let mut list = list_keys(st, &key, &sep);
-            let filtered = keep(&mut list, |k| a.key_read(k));
-            (read_index(st, &key, true), (list, filtered))
-        })
-        .await?;
+        // Filtered on every wake, with the authorizer of that version: the
+        // answer is what the token may read now.
+        let (index, (list, filtered)) =
+            blocking(&s, &opts, &mut a, Watch::Prefix(keys::kv(&key)), |st, a| {
+                let mut list = list_keys(st, &key, &sep);
+                let filtered = keep(&mut list, |k| a.key_read(k));
+                (read_index(st, &key, true), (list, filtered))
+            })
+            .await?;
         if list.is_empty() {
             return Ok(not_found(&s, index, filtered));
         }
@@ -84,7 +86,7 @@ async fn get_kv(
     } else {
         Watch::Keys(vec![keys::kv(&key)])
     };
-    let (index, (entries, filtered)) = blocking(&s, &opts, watch, |st| {
+    let (index, (entries, filtered)) = blocking(&s, &opts, &mut a, watch, |st, a| {
         let mut entries: Vec<KvEntry> = if recurse {
             prefix_iter(st, &key).cloned().collect()
         } else {
@@ -94,6 +96,10 @@ async fn get_kv(
         (read_index(st, &key, recurse), (entries, filtered))
     })
     .await?;
+    if !recurse {
+        // Again: the policy may have been narrowed while the query waited.
+        a.require(a.key_read(&key), "key:read", &key)?;
+    }
     if entries.is_empty() {
         return Ok(not_found(&s, index, filtered));
     }

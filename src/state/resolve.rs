@@ -89,7 +89,7 @@ impl Resolver {
         }
         let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
         let hash = secret_hash(secret);
-        let generation = st.indexes.get(&keys::ACL).copied().unwrap_or(0);
+        let generation = generation(st);
         let now = SystemTime::now();
         {
             let cache = self.cache.lock();
@@ -151,6 +151,12 @@ impl Resolver {
         let refs: Vec<_> = rules.iter().collect();
         Authorizer::new(&t.accessor_id, &refs, self.config.default_policy)
     }
+}
+
+/// The ACL generation of `st`: the index of the `acl` watch key, moved by
+/// every apply that changes a token, policy or role.
+pub fn generation(st: &State) -> u64 {
+    st.indexes.get(&keys::ACL).copied().unwrap_or(0)
 }
 
 /// When a token stops working (`ExpirationTime`, RFC 3339).
