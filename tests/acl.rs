@@ -679,3 +679,67 @@ fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
     let r = list.join().unwrap();
     assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
 }
+
+/// A client agent checks the caller's token on its own endpoints as a
+/// server does (resolved through its server), while its anti-entropy keeps
+/// writing with its agent token.
+#[test]
+fn a_client_agents_own_endpoints_check_the_callers_token() {
+    let s = deny_server();
+    let (_, agent_secret) = token_with_rules(
+        s.http_addr,
+        "agent",
+        "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }",
+    );
+    let (_, web) = token_with_rules(
+        s.http_addr,
+        "web-writer",
+        r#"service "web" { policy = "write" }"#,
+    );
+    let mut ag = Agent::builder("ac2", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&agent_secret)
+        .start();
+    let at = ag.http_addr;
+    let register = "/v1/agent/service/register";
+    let web_body = r#"{"Name": "web", "ID": "web-1", "Port": 80}"#;
+
+    let r = ag.put(register, web_body);
+    assert_eq!(r.status, 403, "anonymous: {}", r.body);
+    assert!(r.body.contains("'service:write' on \"web\""), "{}", r.body);
+    let r = with(at, "PUT", register, Some(web_body), "no-such-secret");
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+    let r = with(
+        at,
+        "PUT",
+        register,
+        Some(r#"{"Name": "db", "Port": 81}"#),
+        &web,
+    );
+    assert_eq!(r.status, 403, "outside its rules: {}", r.body);
+
+    let r = with(at, "PUT", register, Some(web_body), &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Anti-entropy wrote it with the agent token.
+    eventually(Duration::from_secs(15), "web in the catalog", || {
+        let r = with(s.http_addr, "GET", "/v1/catalog/service/web", None, ROOT);
+        (r.json().as_array().is_some_and(|l| l.len() == 1)).then_some(())
+    });
+    // Reads are filtered: the anonymous token sees nothing of web.
+    assert!(ag.get_json("/v1/agent/services").get("web-1").is_none());
+    let r = with(at, "GET", "/v1/agent/services", None, &web);
+    assert!(r.json().get("web-1").is_some(), "{}", r.body);
+    // A check on web needs service:write on web.
+    let check = r#"{"Name": "web-ttl", "ServiceID": "web-1", "TTL": "10m"}"#;
+    assert_eq!(ag.put("/v1/agent/check/register", check).status, 403);
+    let r = with(at, "PUT", "/v1/agent/check/register", Some(check), &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The agent itself: agent:read to look, agent:write to make it leave.
+    assert_eq!(ag.get("/v1/agent/self").status, 403);
+    assert_eq!(with(at, "GET", "/v1/agent/self", None, &web).status, 403);
+    assert_eq!(with(at, "GET", "/v1/agent/self", None, ROOT).status, 200);
+    assert_eq!(ag.put("/v1/agent/leave", "").status, 403);
+    let r = with(at, "PUT", "/v1/agent/service/deregister/web-1", None, &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    ag.stop();
+}

@@ -25,8 +25,8 @@ use crate::state::acl::{BOOTSTRAP_DONE, policy_by_name, role_by_name};
 use crate::state::resolve::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
-    ANONYMOUS_ID, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Link,
-    content_hash, secret_hash,
+    ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
+    GLOBAL_MANAGEMENT_NAME, Link, content_hash, secret_hash,
 };
 use crate::structs::duration::Duration;
 
@@ -59,6 +59,20 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/acl/role/name/{name}", get(read_name::<AclRole>))
         .route("/v1/acl/roles", get(list::<AclRole>))
+        .route(AUTHORIZER_PATH, get(authorizer))
+}
+
+/// The caller's own token, as a client agent checks it locally: its
+/// accessor and its policies' rules (Consul, too, lets a token resolve the
+/// policies it holds without `acl:read`). An unknown secret was refused by
+/// the extractor already.
+async fn authorizer(State(s): State<App>, a: Authz) -> Result<Response> {
+    let st = s.store.state();
+    let resolved = s
+        .acl
+        .describe(&st, a.token())
+        .map_err(|e| Error::Forbidden(e.to_string()))?;
+    Ok(json_at(&s, st.index, &resolved))
 }
 
 impl Resolve for Server {

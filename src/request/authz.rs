@@ -87,6 +87,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Authz {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self> {
+        // Resolved already by an async layer (a client agent asks its
+        // servers; see `agent::acl`).
+        if let Some(a) = parts.extensions.get::<Authz>() {
+            return Ok(a.clone());
+        }
         let resolver = parts
             .extensions
             .get::<Resolver>()
@@ -115,14 +120,20 @@ impl Authz {
         }
     }
 
+    /// An authorizer resolved before the handler ran, by a layer that puts
+    /// it in the request's extensions (never resolved again).
+    pub fn resolved(authz: Arc<Authorizer>, token: Option<String>) -> Self {
+        Authz {
+            authz,
+            token,
+            generation: 0,
+            checked: false,
+        }
+    }
+
     /// The secret the request carried (none: the anonymous token).
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
-    }
-
-    /// The ACL generation this authorizer was resolved at.
-    pub fn generation(&self) -> u64 {
-        self.generation
     }
 
     /// Resolves the token again with `resolve` (given the generation it
