@@ -743,3 +743,63 @@ fn a_client_agents_own_endpoints_check_the_callers_token() {
     assert_eq!(r.status, 200, "{}", r.body);
     ag.stop();
 }
+
+/// A txn's reads are filtered, not refused (Consul's output-side
+/// filtering); `check-index` needs `key:read` and `delete-tree` write on
+/// the whole prefix.
+#[test]
+fn a_txns_reads_are_filtered_and_its_checks_and_tree_deletes_need_their_permissions() {
+    let s = deny_server();
+    let a = s.http_addr;
+    for k in ["app/a", "app/secret/b"] {
+        assert_eq!(
+            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
+            200
+        );
+    }
+    let (_, secret) = token_with_rules(
+        a,
+        "app-rw",
+        "key_prefix \"app/\" { policy = \"write\" }\nkey_prefix \"app/secret/\" { policy = \"deny\" }",
+    );
+    let txn = |ops: Value| with(a, "PUT", "/v1/txn", Some(&ops.to_string()), &secret);
+    let r = txn(json!([{ "KV": { "Verb": "get-tree", "Key": "app/" } }]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let keys: Vec<String> = r.json()["Results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["KV"]["Key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["app/a"]);
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    // A get of a key it may not read: no result, no refusal.
+    let r = txn(json!([{ "KV": { "Verb": "get", "Key": "app/secret/b" } }]));
+    assert_eq!(
+        (r.status, r.json()["Results"].clone()),
+        (200, json!([])),
+        "{}",
+        r.body
+    );
+
+    let r = txn(json!([{ "KV": { "Verb": "check-index", "Key": "app/secret/b", "Index": 1 } }]));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(
+        r.body.contains("'key:read' on \"app/secret/b\""),
+        "{}",
+        r.body
+    );
+    // delete-tree of app/ would reach app/secret/: refused, nothing deleted.
+    let r = txn(json!([{ "KV": { "Verb": "delete-tree", "Key": "app/" } }]));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(with(a, "GET", "/v1/kv/app/a", None, ROOT).status, 200);
+    // A write with a read in the same txn: the write commits, the read is
+    // filtered.
+    let r = txn(json!([
+        { "KV": { "Verb": "set", "Key": "app/c", "Value": "dg==" } },
+        { "KV": { "Verb": "get-tree", "Key": "app/" } }
+    ]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("app/secret/b"), "{}", r.body);
+    assert!(r.body.contains("app/c"), "{}", r.body);
+}
