@@ -803,3 +803,66 @@ fn a_txns_reads_are_filtered_and_its_checks_and_tree_deletes_need_their_permissi
     assert!(!r.body.contains("app/secret/b"), "{}", r.body);
     assert!(r.body.contains("app/c"), "{}", r.body);
 }
+
+/// `GET /v1/acl/tokens?policy=ID` and `?role=ID` list the tokens that
+/// link that policy or role themselves, as Consul's.
+#[test]
+fn the_token_list_filters_by_policy_and_by_role() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let id_of = |r: Resp, key: &str| {
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()[key].as_str().unwrap().to_string()
+    };
+    let put = |path: &str, body: Value| with(a, "PUT", path, Some(&body.to_string()), ROOT);
+    let p1 = id_of(put("/v1/acl/policy", json!({ "Name": "p1" })), "ID");
+    let p2 = id_of(put("/v1/acl/policy", json!({ "Name": "p2" })), "ID");
+    let r1 = id_of(
+        put(
+            "/v1/acl/role",
+            json!({ "Name": "r1", "Policies": [{ "ID": p1 }] }),
+        ),
+        "ID",
+    );
+    let t1 = id_of(
+        put("/v1/acl/token", json!({ "Policies": [{ "ID": p1 }] })),
+        "AccessorID",
+    );
+    let t2 = id_of(
+        put("/v1/acl/token", json!({ "Policies": [{ "ID": p2 }] })),
+        "AccessorID",
+    );
+    let t3 = id_of(
+        put("/v1/acl/token", json!({ "Roles": [{ "ID": r1 }] })),
+        "AccessorID",
+    );
+    let list = |q: &str| {
+        let r = with(a, "GET", &format!("/v1/acl/tokens{q}"), None, ROOT);
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        let mut ids: Vec<String> = r
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["AccessorID"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(list(&format!("?policy={p1}")), [t1.clone()]);
+    assert_eq!(list(&format!("?policy={p2}")), [t2.clone()]);
+    assert_eq!(list(&format!("?role={r1}")), [t3.clone()]);
+    assert_eq!(list("?policy=no-such-policy"), Vec::<String>::new());
+    // Unfiltered: the three, the initial management token and anonymous.
+    let all = list("");
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert!([&t1, &t2, &t3].iter().all(|t| all.contains(t)));
+    let r = with(
+        a,
+        "GET",
+        &format!("/v1/acl/tokens?policy={p1}&role={r1}"),
+        None,
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use openraft::async_runtime::WatchReceiver;
@@ -491,10 +491,30 @@ async fn token_clone(
     shown_token(&s, &new, Some(&secret))
 }
 
-async fn token_list(State(s): State<App>, a: Authz) -> Result<Response> {
+/// `GET /v1/acl/tokens`, with Consul's filters: `?policy=ID` (tokens that
+/// link the policy themselves), `?role=ID` (tokens that link the role), one
+/// at a time; `?authmethod=` names none (no token here comes from an auth
+/// method).
+async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     acl_read(&s, &a)?;
+    let p = crate::request::Params::parse(q.as_deref());
+    let given = |k| p.get(k).filter(|v| !v.is_empty());
+    let (policy, role, method) = (given("policy"), given("role"), given("authmethod"));
+    if [policy, role, method].iter().flatten().count() > 1 {
+        return Err(Error::bad(
+            "Can only filter by one of policy, role, or authmethod at a time",
+        ));
+    }
+    let links = |l: &[Link], id: &str| l.iter().any(|x| x.id == id);
     let st = s.store.state();
-    let list: Vec<AclToken> = st.acl_tokens.values().map(|t| t.shown(None)).collect();
+    let list: Vec<AclToken> = st
+        .acl_tokens
+        .values()
+        .filter(|t| policy.is_none_or(|id| links(&t.policies, id)))
+        .filter(|t| role.is_none_or(|id| links(&t.roles, id)))
+        .filter(|_| method.is_none())
+        .map(|t| t.shown(None))
+        .collect();
     Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
 }
 
