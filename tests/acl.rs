@@ -849,9 +849,9 @@ fn the_token_list_filters_by_policy_and_by_role() {
         ids.sort();
         ids
     };
-    assert_eq!(list(&format!("?policy={p1}")), [t1.clone()]);
-    assert_eq!(list(&format!("?policy={p2}")), [t2.clone()]);
-    assert_eq!(list(&format!("?role={r1}")), [t3.clone()]);
+    assert_eq!(list(&format!("?policy={p1}")), vec![t1.clone()]);
+    assert_eq!(list(&format!("?policy={p2}")), vec![t2.clone()]);
+    assert_eq!(list(&format!("?role={r1}")), vec![t3.clone()]);
     assert_eq!(list("?policy=no-such-policy"), Vec::<String>::new());
     // Unfiltered: the three, the initial management token and anonymous.
     let all = list("");

@@ -97,8 +97,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Authz {
             .get::<Resolver>()
             .cloned()
             .ok_or_else(|| Error::Internal("no token resolver on this router".into()))?;
-        let token = token_of(&parts.headers, parts.uri.query());
-        let (authz, generation) = resolver.0.resolve(token.as_deref())?;
+        Authz::resolve(&*resolver.0, token_of(&parts.headers, parts.uri.query()))
+    }
+}
+
+impl Authz {
+    /// `token` (none: anonymous) resolved by `resolver`, to be checked
+    /// again by a blocking query when the ACL generation moves.
+    pub fn resolve(resolver: &dyn Resolve, token: Option<String>) -> Result<Self> {
+        let (authz, generation) = resolver.resolve(token.as_deref())?;
         Ok(Authz {
             authz,
             token,
@@ -106,9 +113,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Authz {
             checked: true,
         })
     }
-}
 
-impl Authz {
     /// What a read open to everyone runs with (Consul checks no token on
     /// the CA roots): everything allowed, never resolved again.
     pub fn open() -> Self {
@@ -184,5 +189,27 @@ mod tests {
         h.insert(TOKEN_HEADER, "x".parse().unwrap());
         assert_eq!(token_of(&h, Some("token=q")), Some("x".into()));
         assert_eq!(token_of(&HeaderMap::new(), None), None);
+    }
+
+    struct Fixed(u64);
+    impl Resolve for Fixed {
+        fn resolve(&self, _: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
+            Ok((Arc::new(Authorizer::allow_all()), self.0))
+        }
+    }
+
+    #[test]
+    fn refresh_resolves_again_only_when_the_generation_moved() {
+        let mut a = Authz::resolve(&Fixed(7), Some("s".into())).unwrap();
+        a.refresh(7, |_| panic!("same generation: nothing to resolve"))
+            .unwrap();
+        let gone = a.refresh(8, |t| {
+            assert_eq!(t, Some("s"));
+            Err(Error::Forbidden("ACL not found".into()))
+        });
+        assert!(matches!(gone, Err(Error::Forbidden(_))));
+        let mut open = Authz::open();
+        open.refresh(9, |_| panic!("an open read checks no token"))
+            .unwrap();
     }
 }
