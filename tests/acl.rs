@@ -590,3 +590,279 @@ fn roles_are_created_read_updated_listed_and_deleted() {
         json!([])
     );
 }
+
+/// Blocking queries parked on this server (read with the management token:
+/// metrics need `agent:read`).
+fn parked(addr: SocketAddr) -> u64 {
+    common::metric_in(
+        &with(addr, "GET", common::METRICS, None, ROOT).body,
+        "cairn_blocking_queries_parked",
+    ) as u64
+}
+
+/// Starts a blocking read of `path` (which carries `?index=`) with
+/// `token`, and returns once the server holds it parked.
+fn park(addr: SocketAddr, path: String, token: &str) -> std::thread::JoinHandle<Resp> {
+    let before = parked(addr);
+    let token = token.to_string();
+    let h = std::thread::spawn(move || with(addr, "GET", &path, None, &token));
+    eventually(Duration::from_secs(10), "the query parked", || {
+        (parked(addr) > before).then_some(())
+    });
+    h
+}
+
+/// A blocking query is checked against the ACLs of the version it wakes
+/// to, not those of its start: a policy narrowed while it waited filters
+/// its rows (or refuses a single key), a deleted token is refused.
+#[test]
+fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
+    let s = deny_server();
+    let a = s.http_addr;
+    for k in ["app/a", "app/b"] {
+        assert_eq!(
+            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
+            200
+        );
+    }
+    let (accessor, secret) =
+        token_with_rules(a, "app-reader", r#"key_prefix "app/" { policy = "read" }"#);
+    let r = with(a, "GET", "/v1/kv/app/?recurse", None, &secret);
+    assert_eq!(r.json().as_array().map(Vec::len), Some(2), "{}", r.body);
+    let index = r.header("x-consul-index").unwrap().to_string();
+    let keys_of = |r: &Resp| -> Vec<String> {
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["Key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let policy = with(a, "GET", "/v1/acl/policy/name/app-reader", None, ROOT).json();
+    let narrow = |rules: &str| {
+        let body = json!({ "Name": "app-reader", "Rules": rules }).to_string();
+        let path = format!("/v1/acl/policy/{}", policy["ID"].as_str().unwrap());
+        assert_eq!(with(a, "PUT", &path, Some(&body), ROOT).status, 200);
+    };
+
+    // A list: the rows the narrowed policy no longer grants are dropped.
+    let list = park(
+        a,
+        format!("/v1/kv/app/?recurse&index={index}&wait=30s"),
+        &secret,
+    );
+    let single = park(a, format!("/v1/kv/app/b?index={index}&wait=30s"), &secret);
+    narrow(r#"key_prefix "app/a" { policy = "read" }"#);
+    // The ACL write does not wake them (nor Consul's); a write to the keys does.
+    assert_eq!(with(a, "PUT", "/v1/kv/app/b", Some("w"), ROOT).status, 200);
+    let r = list.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(keys_of(&r), ["app/a"]);
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    let r = single.join().unwrap();
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("'key:read' on \"app/b\""), "{}", r.body);
+
+    // A deleted token: refused when the query wakes.
+    let index = with(a, "GET", "/v1/kv/app/?recurse", None, ROOT)
+        .header("x-consul-index")
+        .unwrap()
+        .to_string();
+    let list = park(
+        a,
+        format!("/v1/kv/app/?recurse&index={index}&wait=30s"),
+        &secret,
+    );
+    let path = format!("/v1/acl/token/{accessor}");
+    assert_eq!(with(a, "DELETE", &path, None, ROOT).status, 200);
+    assert_eq!(with(a, "PUT", "/v1/kv/app/a", Some("w"), ROOT).status, 200);
+    let r = list.join().unwrap();
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+}
+
+/// A client agent checks the caller's token on its own endpoints as a
+/// server does (resolved through its server), while its anti-entropy keeps
+/// writing with its agent token.
+#[test]
+fn a_client_agents_own_endpoints_check_the_callers_token() {
+    let s = deny_server();
+    let (_, agent_secret) = token_with_rules(
+        s.http_addr,
+        "agent",
+        "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }",
+    );
+    let (_, web) = token_with_rules(
+        s.http_addr,
+        "web-writer",
+        r#"service "web" { policy = "write" }"#,
+    );
+    let mut ag = Agent::builder("ac2", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&agent_secret)
+        .start();
+    let at = ag.http_addr;
+    let register = "/v1/agent/service/register";
+    let web_body = r#"{"Name": "web", "ID": "web-1", "Port": 80}"#;
+
+    let r = ag.put(register, web_body);
+    assert_eq!(r.status, 403, "anonymous: {}", r.body);
+    assert!(r.body.contains("'service:write' on \"web\""), "{}", r.body);
+    let r = with(at, "PUT", register, Some(web_body), "no-such-secret");
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+    let r = with(
+        at,
+        "PUT",
+        register,
+        Some(r#"{"Name": "db", "Port": 81}"#),
+        &web,
+    );
+    assert_eq!(r.status, 403, "outside its rules: {}", r.body);
+
+    let r = with(at, "PUT", register, Some(web_body), &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Anti-entropy wrote it with the agent token.
+    eventually(Duration::from_secs(15), "web in the catalog", || {
+        let r = with(s.http_addr, "GET", "/v1/catalog/service/web", None, ROOT);
+        (r.json().as_array().is_some_and(|l| l.len() == 1)).then_some(())
+    });
+    // Reads are filtered: the anonymous token sees nothing of web.
+    assert!(ag.get_json("/v1/agent/services").get("web-1").is_none());
+    let r = with(at, "GET", "/v1/agent/services", None, &web);
+    assert!(r.json().get("web-1").is_some(), "{}", r.body);
+    // A check on web needs service:write on web.
+    let check = r#"{"Name": "web-ttl", "ServiceID": "web-1", "TTL": "10m"}"#;
+    assert_eq!(ag.put("/v1/agent/check/register", check).status, 403);
+    let r = with(at, "PUT", "/v1/agent/check/register", Some(check), &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The agent itself: agent:read to look, agent:write to make it leave.
+    assert_eq!(ag.get("/v1/agent/self").status, 403);
+    assert_eq!(with(at, "GET", "/v1/agent/self", None, &web).status, 403);
+    assert_eq!(with(at, "GET", "/v1/agent/self", None, ROOT).status, 200);
+    assert_eq!(ag.put("/v1/agent/leave", "").status, 403);
+    let r = with(at, "PUT", "/v1/agent/service/deregister/web-1", None, &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    ag.stop();
+}
+
+/// A txn's reads are filtered, not refused (Consul's output-side
+/// filtering); `check-index` needs `key:read` and `delete-tree` write on
+/// the whole prefix.
+#[test]
+fn a_txns_reads_are_filtered_and_its_checks_and_tree_deletes_need_their_permissions() {
+    let s = deny_server();
+    let a = s.http_addr;
+    for k in ["app/a", "app/secret/b"] {
+        assert_eq!(
+            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
+            200
+        );
+    }
+    let (_, secret) = token_with_rules(
+        a,
+        "app-rw",
+        "key_prefix \"app/\" { policy = \"write\" }\nkey_prefix \"app/secret/\" { policy = \"deny\" }",
+    );
+    let txn = |ops: Value| with(a, "PUT", "/v1/txn", Some(&ops.to_string()), &secret);
+    let r = txn(json!([{ "KV": { "Verb": "get-tree", "Key": "app/" } }]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let keys: Vec<String> = r.json()["Results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["KV"]["Key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["app/a"]);
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    // A get of a key it may not read: no result, no refusal.
+    let r = txn(json!([{ "KV": { "Verb": "get", "Key": "app/secret/b" } }]));
+    assert_eq!(
+        (r.status, r.json()["Results"].clone()),
+        (200, json!([])),
+        "{}",
+        r.body
+    );
+
+    let r = txn(json!([{ "KV": { "Verb": "check-index", "Key": "app/secret/b", "Index": 1 } }]));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(
+        r.body.contains("'key:read' on \"app/secret/b\""),
+        "{}",
+        r.body
+    );
+    // delete-tree of app/ would reach app/secret/: refused, nothing deleted.
+    let r = txn(json!([{ "KV": { "Verb": "delete-tree", "Key": "app/" } }]));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(with(a, "GET", "/v1/kv/app/a", None, ROOT).status, 200);
+    // A write with a read in the same txn: the write commits, the read is
+    // filtered.
+    let r = txn(json!([
+        { "KV": { "Verb": "set", "Key": "app/c", "Value": "dg==" } },
+        { "KV": { "Verb": "get-tree", "Key": "app/" } }
+    ]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("app/secret/b"), "{}", r.body);
+    assert!(r.body.contains("app/c"), "{}", r.body);
+}
+
+/// `GET /v1/acl/tokens?policy=ID` and `?role=ID` list the tokens that
+/// link that policy or role themselves, as Consul's.
+#[test]
+fn the_token_list_filters_by_policy_and_by_role() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let id_of = |r: Resp, key: &str| {
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()[key].as_str().unwrap().to_string()
+    };
+    let put = |path: &str, body: Value| with(a, "PUT", path, Some(&body.to_string()), ROOT);
+    let p1 = id_of(put("/v1/acl/policy", json!({ "Name": "p1" })), "ID");
+    let p2 = id_of(put("/v1/acl/policy", json!({ "Name": "p2" })), "ID");
+    let r1 = id_of(
+        put(
+            "/v1/acl/role",
+            json!({ "Name": "r1", "Policies": [{ "ID": p1 }] }),
+        ),
+        "ID",
+    );
+    let t1 = id_of(
+        put("/v1/acl/token", json!({ "Policies": [{ "ID": p1 }] })),
+        "AccessorID",
+    );
+    let t2 = id_of(
+        put("/v1/acl/token", json!({ "Policies": [{ "ID": p2 }] })),
+        "AccessorID",
+    );
+    let t3 = id_of(
+        put("/v1/acl/token", json!({ "Roles": [{ "ID": r1 }] })),
+        "AccessorID",
+    );
+    let list = |q: &str| {
+        let r = with(a, "GET", &format!("/v1/acl/tokens{q}"), None, ROOT);
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        let mut ids: Vec<String> = r
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["AccessorID"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(list(&format!("?policy={p1}")), vec![t1.clone()]);
+    assert_eq!(list(&format!("?policy={p2}")), vec![t2.clone()]);
+    assert_eq!(list(&format!("?role={r1}")), vec![t3.clone()]);
+    assert_eq!(list("?policy=no-such-policy"), Vec::<String>::new());
+    // Unfiltered: the three, the initial management token and anonymous.
+    let all = list("");
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert!([&t1, &t2, &t3].iter().all(|t| all.contains(t)));
+    let r = with(
+        a,
+        "GET",
+        &format!("/v1/acl/tokens?policy={p1}&role={r1}"),
+        None,
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+}

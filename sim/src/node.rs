@@ -21,6 +21,7 @@ use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect};
 use cairn::raft::state_machine::SnapshotStore;
 use cairn::request::QueryOptions;
+use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, keys};
 use cairn::stream::{Item, Topic};
@@ -389,7 +390,10 @@ async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
                 consistent,
                 stale: false,
             };
-            let read = blocking(s, &opts, Watch::Keys(vec![keys::kv(&key)]), |st| {
+            // The simulated clients carry no token (ACLs are off here).
+            let mut authz = Authz::open();
+            let watch = Watch::Keys(vec![keys::kv(&key)]);
+            let read = blocking(s, &opts, &mut authz, watch, |st, _| {
                 (st.index, st.kv.get(&key).map(|e| (**e).clone()))
             })
             .await;

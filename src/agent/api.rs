@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde::Deserialize;
@@ -25,7 +25,7 @@ use super::maintenance;
 use super::servers::{self, FORWARDED};
 use super::sync;
 use crate::error::{Error, Result};
-use crate::request::authz::{AllowAll, Authz};
+use crate::request::authz::{Authz, token_of};
 use crate::request::rows::{RowFilter, Rows};
 use crate::request::{MAX_BODY, Params, decode_json, wait_of};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};
@@ -98,10 +98,10 @@ fn layered(routes: Router) -> Router {
         .layer(middleware::from_fn(crate::request::trace_request))
 }
 
-/// `cairn agent`'s whole HTTP API. A client agent does not resolve
-/// tokens itself: its local endpoints allow every token, and what it
-/// forwards is checked by the server that answers (with the caller's
-/// token, or its `--acl-token`).
+/// `cairn agent`'s whole HTTP API. Its own endpoints check the caller's
+/// token, resolved through the servers (`agent::acl`, before the handler
+/// runs); what it forwards is checked by the server that answers (with
+/// the caller's token, or its `--acl-token`).
 pub fn router(agent: App) -> Router {
     layered(
         local_routes()
@@ -112,10 +112,25 @@ pub fn router(agent: App) -> Router {
                 "/v1/agent/connect/ca/leaf/{service}",
                 get(super::connect::leaf),
             )
+            .route_layer(middleware::from_fn_with_state(agent.clone(), resolve_token))
             .fallback(forward)
             .with_state(agent),
     )
-    .layer(axum::Extension(AllowAll::resolver()))
+}
+
+/// Resolves the caller's token (none: the agent's `--acl-token`, as
+/// Consul's agents default it) before one of the agent's own endpoints
+/// runs; its `Authz` extractor takes the answer from the extensions.
+async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Response {
+    let token =
+        token_of(req.headers(), req.uri().query()).or_else(|| a.config.tokens.default.clone());
+    match a.tokens.resolve(&a.servers, token.as_deref()).await {
+        Ok(authz) => {
+            req.extensions_mut().insert(Authz::resolved(authz, token));
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// A server's agent endpoints, merged into the server's router. The server
@@ -210,9 +225,11 @@ pub fn metric_gauges(a: &Agent) -> [(&'static str, &'static str, f64); 3] {
     ]
 }
 
-async fn agent_self(State(a): State<App>) -> Response {
+async fn agent_self(State(a): State<App>, z: Authz) -> Result<Response> {
+    let node = &a.config.node;
+    z.require(z.agent_read(node), "agent:read", node)?;
     let dc = a.datacenter();
-    axum::Json(json!({
+    Ok(axum::Json(json!({
         "Config": self_config(&a),
         "DebugConfig": debug_config(&a),
         "Member": crate::structs::agent::Member::node(
@@ -224,16 +241,24 @@ async fn agent_self(State(a): State<App>) -> Response {
         ),
         "Meta": node_meta(&a),
     }))
-    .into_response()
+    .into_response())
 }
 
-async fn metrics(State(a): State<App>, RawQuery(q): RawQuery) -> Response {
-    crate::request::metrics_response(q.as_deref(), servers::ALL, &metric_gauges(&a))
+async fn metrics(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    let node = &a.config.node;
+    z.require(z.agent_read(node), "agent:read", node)?;
+    Ok(crate::request::metrics_response(
+        q.as_deref(),
+        servers::ALL,
+        &metric_gauges(&a),
+    ))
 }
 
-async fn leave(State(a): State<App>) -> Response {
+async fn leave(State(a): State<App>, z: Authz) -> Result<Response> {
+    let node = &a.config.node;
+    z.require(z.agent_write(node), "agent:write", node)?;
     a.leave.notify_one();
-    ok()
+    Ok(ok())
 }
 
 /// A service as `/v1/agent/services` shows it.

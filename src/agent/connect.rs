@@ -15,6 +15,7 @@ use serde_json::json;
 use super::Agent;
 use crate::connect::ca;
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions};
 use crate::structs::connect::{CaRoots, IssuedCert};
 
@@ -70,9 +71,11 @@ impl Agent {
 /// read), and the renewal time bounds each wait.
 pub async fn leaf(
     State(a): State<Arc<Agent>>,
+    z: Authz,
     Path(service): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    z.require(z.service_write(&service), "service:write", &service)?;
     let p = Params::parse(q.as_deref());
     let opts = QueryOptions::from(&p, &a.datacenter())?;
     crate::connect::check_service_name(&service)?;

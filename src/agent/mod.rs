@@ -26,6 +26,7 @@
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
 //! | `dns.rs` | a client agent's DNS answers, read from a server |
 
+mod acl;
 pub mod api;
 mod central;
 pub mod checks;
@@ -104,6 +105,8 @@ pub struct Agent {
     pub config: AgentConfig,
     pub local: Arc<Local>,
     servers: Servers,
+    /// Tokens resolved through the servers for this agent's own endpoints.
+    tokens: acl::Tokens,
     /// Leaf certificates made here (their keys never leave the agent).
     leaves: connect::AgentLeaves,
     node_id: String,
@@ -388,6 +391,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
             config.tokens.own().map(String::from),
         )?,
         local: Arc::new(Local::new(tables)),
+        tokens: Default::default(),
         leaves: Default::default(),
         node_id,
         runners: Mutex::new(HashMap::new()),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use openraft::async_runtime::WatchReceiver;
@@ -22,10 +22,11 @@ use crate::request::authz::{Authz, Resolve};
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::acl::{BOOTSTRAP_DONE, policy_by_name, role_by_name};
+use crate::state::resolve::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
-    ANONYMOUS_ID, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Link,
-    content_hash, secret_hash,
+    ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
+    GLOBAL_MANAGEMENT_NAME, Link, content_hash, secret_hash,
 };
 use crate::structs::duration::Duration;
 
@@ -58,14 +59,39 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/acl/role/name/{name}", get(read_name::<AclRole>))
         .route("/v1/acl/roles", get(list::<AclRole>))
+        .route(AUTHORIZER_PATH, get(authorizer))
+}
+
+/// The caller's own token, as a client agent checks it locally: its
+/// accessor and its policies' rules (Consul, too, lets a token resolve the
+/// policies it holds without `acl:read`). An unknown secret was refused by
+/// the extractor already.
+async fn authorizer(State(s): State<App>, a: Authz) -> Result<Response> {
+    let st = s.store.state();
+    let resolved = s
+        .acl
+        .describe(&st, a.token())
+        .map_err(|e| Error::Forbidden(e.to_string()))?;
+    Ok(json_at(&s, st.index, &resolved))
 }
 
 impl Resolve for Server {
-    fn resolve(&self, token: Option<&str>) -> Result<Arc<Authorizer>> {
-        self.acl
-            .resolve(&self.store.state(), token)
-            .map_err(|e| Error::Forbidden(e.to_string()))
+    fn resolve(&self, token: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
+        let st = self.store.state();
+        Ok((resolve_in(self, &st, token)?, generation(&st)))
     }
+}
+
+/// `token`'s authorizer against the version `st` (a blocking query's
+/// re-check reads the version it answers from).
+pub fn resolve_in(
+    s: &Server,
+    st: &crate::state::State,
+    token: Option<&str>,
+) -> Result<Arc<Authorizer>> {
+    s.acl
+        .resolve(st, token)
+        .map_err(|e| Error::Forbidden(e.to_string()))
 }
 
 /// Consul answers ACL endpoints with ACLs off so.
@@ -465,10 +491,30 @@ async fn token_clone(
     shown_token(&s, &new, Some(&secret))
 }
 
-async fn token_list(State(s): State<App>, a: Authz) -> Result<Response> {
+/// `GET /v1/acl/tokens`, with Consul's filters: `?policy=ID` (tokens that
+/// link the policy themselves), `?role=ID` (tokens that link the role), one
+/// at a time; `?authmethod=` names none (no token here comes from an auth
+/// method).
+async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     acl_read(&s, &a)?;
+    let p = crate::request::Params::parse(q.as_deref());
+    let given = |k| p.get(k).filter(|v| !v.is_empty());
+    let (policy, role, method) = (given("policy"), given("role"), given("authmethod"));
+    if [policy, role, method].iter().flatten().count() > 1 {
+        return Err(Error::bad(
+            "Can only filter by one of policy, role, or authmethod at a time",
+        ));
+    }
+    let links = |l: &[Link], id: &str| l.iter().any(|x| x.id == id);
     let st = s.store.state();
-    let list: Vec<AclToken> = st.acl_tokens.values().map(|t| t.shown(None)).collect();
+    let list: Vec<AclToken> = st
+        .acl_tokens
+        .values()
+        .filter(|t| policy.is_none_or(|id| links(&t.policies, id)))
+        .filter(|t| role.is_none_or(|id| links(&t.roles, id)))
+        .filter(|_| method.is_none())
+        .map(|t| t.shown(None))
+        .collect();
     Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
 }
 

@@ -252,27 +252,33 @@ fn shown_node(node: &Node, dc: &str) -> Node {
     n
 }
 
-async fn nodes(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn nodes(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
     let dc = s.config.datacenter.clone();
-    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![keys::NODES]), |st| {
-        let list: Vec<Node> = st
-            .nodes
-            .values()
-            .filter(|n| node_matches(n, &meta))
-            .map(|n| shown_node(n, &dc))
-            .collect();
-        (st.index_of([&keys::NODES]), list)
-    })
+    let (index, mut list) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![keys::NODES]),
+        |st, _| {
+            let list: Vec<Node> = st
+                .nodes
+                .values()
+                .filter(|n| node_matches(n, &meta))
+                .map(|n| shown_node(n, &dc))
+                .collect();
+            (st.index_of([&keys::NODES]), list)
+        },
+    )
     .await?;
     let filtered = keep(&mut list, |n| a.node_read(&n.node));
     apply_filter(&filter, &mut list);
     Ok(json_filtered(&s, index, &list, filtered))
 }
 
-async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn services(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
@@ -283,7 +289,7 @@ async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resu
         watch.push(keys::NODES);
     }
     let dc = s.config.datacenter.clone();
-    let (index, mut map) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, mut map) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for ((node, _), svc) in st.services.iter() {
             let Some(n) = st.nodes.get(node) else {
@@ -313,10 +319,11 @@ async fn services(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resu
 /// A service's instances (or its connect endpoints) read from
 /// the state at the keys they depend on, merged with central config under
 /// `?merge-central-config`: the catalog's reads and the health endpoint's
-/// non-view reads are the same read.
+/// non-view reads are the same read. `a` is re-checked on every wake.
 pub(super) async fn read_instances(
     s: &Server,
     opts: &QueryOptions,
+    a: &mut Authz,
     name: &str,
     connect: bool,
     merge: bool,
@@ -327,7 +334,7 @@ pub(super) async fn read_instances(
         keys::service(name)
     };
     let watch = crate::merge::read_watch_keys(&s.store.state(), key, name, connect, merge);
-    blocking(s, opts, Watch::Keys(watch.clone()), |st| {
+    blocking(s, opts, a, Watch::Keys(watch.clone()), |st, _| {
         let mut found = service_instances(st, name, connect);
         if merge {
             crate::merge::merge_instances(st, &mut found);
@@ -341,7 +348,7 @@ pub(super) async fn read_instances(
 /// `/v1/catalog/connect/:name` (true): instances in `ServiceNode` form.
 async fn service_rows<const CONNECT: bool>(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -350,7 +357,7 @@ async fn service_rows<const CONNECT: bool>(
     let meta = node_meta_filters(&p);
     let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
     let merge = p.has(crate::merge::PARAM);
-    let (index, instances) = read_instances(&s, &opts, &name, CONNECT, merge).await?;
+    let (index, instances) = read_instances(&s, &opts, &mut a, &name, CONNECT, merge).await?;
     let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
     let dc = s.config.datacenter.as_str();
     let mut rows: Vec<ServiceNodeRow> = instances
@@ -369,6 +376,7 @@ async fn service_rows<const CONNECT: bool>(
 async fn read_node(
     s: &Server,
     opts: &QueryOptions,
+    a: &mut Authz,
     name: &str,
 ) -> Result<(u64, Option<(Node, Vec<NodeService>)>)> {
     let key = keys::node(name);
@@ -376,8 +384,9 @@ async fn read_node(
     blocking(
         s,
         opts,
+        a,
         Watch::Keys(vec![key.clone()]),
-        |st: &state::State| {
+        |st: &state::State, _: &Authz| {
             let found = st.nodes.get(name).map(|n| {
                 (
                     shown_node(n, &dc),
@@ -394,13 +403,13 @@ async fn read_node(
 /// (with 200, as Consul answers).
 async fn node(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
-    let (index, found) = read_node(&s, &opts, &name).await?;
+    let (index, found) = read_node(&s, &opts, &mut a, &name).await?;
     let Some((node, mut services)) = found else {
         return Ok(json_at(&s, index, &Value::Null));
     };
@@ -426,13 +435,13 @@ async fn node(
 /// `{"Node": .., "Services": [..]}`; an unknown node gives `Node: null`.
 async fn node_services_list(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
-    let (index, found) = read_node(&s, &opts, &name).await?;
+    let (index, found) = read_node(&s, &opts, &mut a, &name).await?;
     let (mut node, mut services) = match found {
         Some((n, svcs)) => (Some(n), svcs),
         None => (None, Vec::new()),

@@ -129,21 +129,34 @@ async fn delete_entry(
 
 async fn get_entry(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path((kind, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
-    if !entry_readable(&a, kind, &name) {
-        return Err(Error::Forbidden(a.deny("service:read", &name).to_string()));
-    }
+    let readable = |a: &Authz| {
+        if entry_readable(a, kind, &name) {
+            Ok(())
+        } else {
+            Err(Error::Forbidden(a.deny("service:read", &name).to_string()))
+        }
+    };
+    readable(&a)?;
     let key = keys::config(kind.as_str(), &name);
-    let (index, entry) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let e = st.config.get(&(kind, name.clone())).map(|e| e.to_json());
-        (st.index_of([&key]), e)
-    })
+    let (index, entry) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let e = st.config.get(&(kind, name.clone())).map(|e| e.to_json());
+            (st.index_of([&key]), e)
+        },
+    )
     .await?;
+    // Again with the authorizer of the version answered from.
+    readable(&a)?;
     match entry {
         Some(e) => Ok(json_at(&s, index, &e)),
         None => Ok((
@@ -161,22 +174,28 @@ async fn get_entry(
 
 async fn list_entries(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(kind): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     let key = keys::config_kind(kind.as_str());
-    let (index, mut list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let list: Vec<(String, Value)> = st
-            .config
-            .range((kind, String::new())..)
-            .take_while(|((k, _), _)| *k == kind)
-            .map(|((_, name), e)| (name.clone(), e.to_json()))
-            .collect();
-        (st.index_of([&key]), list)
-    })
+    let (index, mut list) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let list: Vec<(String, Value)> = st
+                .config
+                .range((kind, String::new())..)
+                .take_while(|((k, _), _)| *k == kind)
+                .map(|((_, name), e)| (name.clone(), e.to_json()))
+                .collect();
+            (st.index_of([&key]), list)
+        },
+    )
     .await?;
     let filtered = keep(&mut list, |(name, _)| entry_readable(&a, kind, name));
     let list: Vec<Value> = list.into_iter().map(|(_, e)| e).collect();
@@ -193,7 +212,7 @@ fn chain_keys() -> Vec<crate::state::WatchKey> {
 
 async fn chain(
     s: App,
-    a: Authz,
+    mut a: Authz,
     service: String,
     q: Option<String>,
     overrides: CompileOverrides,
@@ -207,13 +226,14 @@ async fn chain(
         .to_string();
     let watch = chain_keys();
     let trust_domain = format!("{}.consul", s.cluster_id().await?);
-    let (index, result) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, result) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let mut req =
             CompileRequest::new(&service, &dc, &trust_domain).with_overrides(overrides.clone());
         req.server_datacenter = s.config.datacenter.clone();
         (st.index_of(watch.iter()), compile(&req, st))
     })
     .await?;
+    a.require(a.service_read(&service), "service:read", &service)?;
     let chain = result?;
     Ok(json_at(&s, index, &json!({ "Chain": chain })))
 }

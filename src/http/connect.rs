@@ -52,12 +52,18 @@ async fn ca_ready(s: &App) -> Result<()> {
 async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     ca_ready(&s).await?;
-    let (index, roots) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
-        (
-            st.index_of([&keys::CONNECT_CA]),
-            crate::state::connect::roots(st).unwrap_or_default(),
-        )
-    })
+    let (index, roots) = blocking(
+        &s,
+        &opts,
+        &mut Authz::open(),
+        Watch::Keys(vec![keys::CONNECT_CA]),
+        |st, _| {
+            (
+                st.index_of([&keys::CONNECT_CA]),
+                crate::state::connect::roots(st).unwrap_or_default(),
+            )
+        },
+    )
     .await?;
     if p.get("pem").is_some_and(|v| matches!(v, "" | "true" | "1")) {
         // Every root and what chains to it, as Consul's `?pem=true`.
@@ -79,21 +85,28 @@ async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> 
     Ok(json_at(&s, index, &roots))
 }
 
-async fn get_config(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn get_config(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     ca_ready(&s).await?;
-    let (index, config) = blocking(&s, &opts, Watch::Keys(vec![keys::CONNECT_CA]), |st| {
-        let mut c = st
-            .connect_ca
-            .as_ref()
-            .map(|c| c.config.clone())
-            .unwrap_or_default();
-        // An operator's key is never shown back.
-        c.config.remove("PrivateKey");
-        (st.index_of([&keys::CONNECT_CA]), c)
-    })
+    let (index, config) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![keys::CONNECT_CA]),
+        |st, _| {
+            let mut c = st
+                .connect_ca
+                .as_ref()
+                .map(|c| c.config.clone())
+                .unwrap_or_default();
+            // An operator's key is never shown back.
+            c.config.remove("PrivateKey");
+            (st.index_of([&keys::CONNECT_CA]), c)
+        },
+    )
     .await?;
+    a.require(a.operator_read(), "operator:read", "")?;
     Ok(json_at(&s, index, &config))
 }
 
@@ -142,7 +155,7 @@ async fn put_config(
 /// blocking on `?index` until a new leaf (after a rotation, or renewal).
 async fn leaf(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(service): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -154,6 +167,9 @@ async fn leaf(
     let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
     loop {
         let state = s.store.state();
+        // A token deleted or narrowed while the read waited gets no leaf.
+        super::recheck(&s, &mut a, &state)?;
+        a.require(a.service_write(&service), "service:write", &service)?;
         let cert = s.leaves.get(&state, &s.config.datacenter, &service)?;
         let now = tokio::time::Instant::now();
         if opts.index == 0 || cert.modify_index > opts.index || now >= deadline {

@@ -135,7 +135,7 @@ pub fn bootstrap_params_for(
 
 async fn bootstrap_params(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -160,7 +160,7 @@ async fn bootstrap_params(
         }
     }
     let dc = s.config.datacenter.clone();
-    let (index, found) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, found) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
         let index = st.index_of(watch.iter());
         let Some(node) = spec.find(st) else {
             return (index, Err(Error::NotFound("Node not found".into())));
@@ -174,6 +174,10 @@ async fn bootstrap_params(
                 ))),
             );
         };
+        // Checked again on each version: the token may have lost it.
+        if let Err(e) = a.require(a.service_write(&svc.service), "service:write", &svc.service) {
+            return (index, Err(e));
+        }
         (index, Ok(bootstrap_params_for(st, node, svc, &dc)))
     })
     .await?;

@@ -48,17 +48,23 @@ async fn missing_state() -> Error {
 /// The checks on a node, node-level and service-level.
 async fn node(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let key = keys::node(&name);
-    let (index, checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
-        (st.index_of([&key]), checks)
-    })
+    let (index, checks) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
+            (st.index_of([&key]), checks)
+        },
+    )
     .await?;
     Ok(checks_answer(&s, &a, index, checks, &filter))
 }
@@ -66,7 +72,7 @@ async fn node(
 /// The checks of a service's instances (their own checks, not node checks).
 async fn service_checks(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -74,17 +80,23 @@ async fn service_checks(
     let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
     let key = keys::service(&name);
-    let (index, checks) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let mut checks = Vec::new();
-        for i in service_instances(st, &name, false) {
-            if !node_matches(&i.node, &meta) {
-                continue;
+    let (index, checks) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let mut checks = Vec::new();
+            for i in service_instances(st, &name, false) {
+                if !node_matches(&i.node, &meta) {
+                    continue;
+                }
+                let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
+                checks.extend(own.map(|c| (**c).clone()));
             }
-            let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
-            checks.extend(own.map(|c| (**c).clone()));
-        }
-        (st.index_of([&key]), checks)
-    })
+            (st.index_of([&key]), checks)
+        },
+    )
     .await?;
     Ok(checks_answer(&s, &a, index, checks, &filter))
 }
@@ -92,7 +104,7 @@ async fn service_checks(
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
 async fn by_state(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(state): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -108,7 +120,7 @@ async fn by_state(
     if !meta.is_empty() {
         watch.push(keys::NODES);
     }
-    let (index, checks) = blocking(&s, &opts, Watch::Keys(watch.clone()), |st| {
+    let (index, checks) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let checks: Vec<HealthCheck> = st
             .checks
             .values()
@@ -156,7 +168,7 @@ fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
 /// `/v1/health/connect/:name` (true): instances with their checks.
 async fn instances<const CONNECT: bool>(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(name): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -184,9 +196,11 @@ async fn instances<const CONNECT: bool>(
         let _permit = s.blocking_permit()?;
         crate::metrics::BLOCKING_QUERIES.inc();
         let answer = view.wait(opts.index, opts.deadline()).await;
+        // The token is checked again as `blocking` does after a wait.
+        super::recheck(&s, &mut a, &s.store.state())?;
         (answer.index, answer.instances.values().cloned().collect())
     } else {
-        let (index, found) = read_instances(&s, &opts, &name, connect, merge).await?;
+        let (index, found) = read_instances(&s, &opts, &mut a, &name, connect, merge).await?;
         (index, found.into_iter().map(Arc::new).collect())
     };
     let dc = &s.config.datacenter;

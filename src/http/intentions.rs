@@ -62,14 +62,20 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-async fn list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn list(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let key = kind_key();
-    let (index, list) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let mut list = intentions::all(st);
-        let filtered = keep(&mut list, |i| a.intention_read(&i.destination_name));
-        (st.index_of([&key]), (list, filtered))
-    })
+    let (index, list) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, a| {
+            let mut list = intentions::all(st);
+            let filtered = keep(&mut list, |i| a.intention_read(&i.destination_name));
+            (st.index_of([&key]), (list, filtered))
+        },
+    )
     .await?;
     Ok(json_filtered(&s, index, &list.0, list.1))
 }
@@ -161,18 +167,25 @@ fn exact_pair(p: &Params) -> Result<(String, String)> {
     Ok((src, dst))
 }
 
-async fn get_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn get_exact(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     a.require(a.intention_read(&dst), "intention:read", &dst)?;
     let key = keys::config(Kind::ServiceIntentions.as_str(), &dst);
-    let (index, found) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let found = intentions::for_destination(st, &dst)
-            .into_iter()
-            .find(|i| i.source_name == src && i.destination_name == dst);
-        (st.index_of([&key]), found)
-    })
+    let (index, found) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let found = intentions::for_destination(st, &dst)
+                .into_iter()
+                .find(|i| i.source_name == src && i.destination_name == dst);
+            (st.index_of([&key]), found)
+        },
+    )
     .await?;
+    a.require(a.intention_read(&dst), "intention:read", &dst)?;
     match found {
         Some(i) => Ok(json_at(&s, index, &i)),
         None => Err(Error::NotFound("Intention not found".into())),
@@ -242,7 +255,7 @@ async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> 
 
 /// `GET /v1/connect/intentions/match?by=source|destination&name=N`:
 /// `{N: [intentions in evaluation order]}`.
-async fn match_(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn match_(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let by = required(&p, "by", "source or destination")?.to_string();
     if by != "source" && by != "destination" {
@@ -263,36 +276,49 @@ async fn match_(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
         check_name("name", n)?;
     }
     let key = kind_key();
-    let (index, out) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let mut out = serde_json::Map::new();
-        let mut filtered = false;
-        for n in &names {
-            let mut list = if by == "source" {
-                intentions::for_source(st, n)
-            } else {
-                intentions::for_destination(st, n)
-            };
-            filtered |= keep(&mut list, |i| a.intention_read(&i.destination_name));
-            out.insert(n.clone(), serde_json::to_value(list).unwrap_or_default());
-        }
-        (st.index_of([&key]), (Value::Object(out), filtered))
-    })
+    let (index, out) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, a| {
+            let mut out = serde_json::Map::new();
+            let mut filtered = false;
+            for n in &names {
+                let mut list = if by == "source" {
+                    intentions::for_source(st, n)
+                } else {
+                    intentions::for_destination(st, n)
+                };
+                filtered |= keep(&mut list, |i| a.intention_read(&i.destination_name));
+                out.insert(n.clone(), serde_json::to_value(list).unwrap_or_default());
+            }
+            (st.index_of([&key]), (Value::Object(out), filtered))
+        },
+    )
     .await?;
     Ok(json_filtered(&s, index, &out.0, out.1))
 }
 
 /// `GET /v1/connect/intentions/check?source=&destination=`: `{"Allowed"}`.
-async fn check(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn check(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     // Consul's: the caller may read the destination service.
     a.require(a.service_read(&dst), "service:read", &dst)?;
     let key = kind_key();
-    let (index, allowed) = blocking(&s, &opts, Watch::Keys(vec![key.clone()]), |st| {
-        let (allowed, _) = intentions::authorize(st, &src, &dst, default_allow(&s.config.acl));
-        (st.index_of([&key]), allowed)
-    })
+    let (index, allowed) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let (allowed, _) = intentions::authorize(st, &src, &dst, default_allow(&s.config.acl));
+            (st.index_of([&key]), allowed)
+        },
+    )
     .await?;
+    a.require(a.service_read(&dst), "service:read", &dst)?;
     Ok(json_at(&s, index, &json!({ "Allowed": allowed })))
 }
 

@@ -18,7 +18,7 @@ use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::validate::{check_dc, validate_check, validate_service};
 use crate::structs::{
-    CatalogVerb, HealthCheck, KvEntry, KvOp, KvOutcome, KvVerb, Node, NodeService, TxnOp,
+    CatalogVerb, HealthCheck, KvEntry, KvOp, KvOutcome, KvVerb, Node, NodeService, TxnOp, TxnResult,
 };
 
 /// Consul's limit on one value.
@@ -56,7 +56,7 @@ fn not_found(s: &App, index: u64, filtered: bool) -> Response {
 
 async fn get_kv(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(key): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
@@ -64,13 +64,15 @@ async fn get_kv(
     let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
-        // Filtered on every wake: the answer is what the token may read now.
-        let (index, (list, filtered)) = blocking(&s, &opts, Watch::Prefix(keys::kv(&key)), |st| {
-            let mut list = list_keys(st, &key, &sep);
-            let filtered = keep(&mut list, |k| a.key_read(k));
-            (read_index(st, &key, true), (list, filtered))
-        })
-        .await?;
+        // Filtered on every wake, with the authorizer of that version: the
+        // answer is what the token may read now.
+        let (index, (list, filtered)) =
+            blocking(&s, &opts, &mut a, Watch::Prefix(keys::kv(&key)), |st, a| {
+                let mut list = list_keys(st, &key, &sep);
+                let filtered = keep(&mut list, |k| a.key_read(k));
+                (read_index(st, &key, true), (list, filtered))
+            })
+            .await?;
         if list.is_empty() {
             return Ok(not_found(&s, index, filtered));
         }
@@ -84,7 +86,7 @@ async fn get_kv(
     } else {
         Watch::Keys(vec![keys::kv(&key)])
     };
-    let (index, (entries, filtered)) = blocking(&s, &opts, watch, |st| {
+    let (index, (entries, filtered)) = blocking(&s, &opts, &mut a, watch, |st, a| {
         let mut entries: Vec<KvEntry> = if recurse {
             prefix_iter(st, &key).cloned().collect()
         } else {
@@ -94,6 +96,10 @@ async fn get_kv(
         (read_index(st, &key, recurse), (entries, filtered))
     })
     .await?;
+    if !recurse {
+        // Again: the policy may have been narrowed while the query waited.
+        a.require(a.key_read(&key), "key:read", &key)?;
+    }
     if entries.is_empty() {
         return Ok(not_found(&s, index, filtered));
     }
@@ -375,36 +381,35 @@ pub(super) fn read_only(body: &[u8], dc: &str) -> bool {
 }
 
 /// Every operation of a txn is checked before any runs (one refused
-/// refuses the txn).
+/// refuses the txn), as Consul checks them: reads (`get`, `get-tree`, and
+/// the catalog's `get`) are not refused but filtered from the results
+/// (`filter_results`); `check-index` and `check-session` need `key:read`
+/// (their outcome tells of the key); `delete-tree` needs write on the
+/// whole prefix; every other KV verb, `check-not-exists` included, needs
+/// `key:write`.
 fn authorize_txn(a: &Authz, ops: &[TxnOp]) -> Result<()> {
     for op in ops {
         match op {
             TxnOp::Kv(op) => match op.verb {
+                KvVerb::Get | KvVerb::GetTree => {}
                 KvVerb::DeleteTree => {
                     a.require(a.key_write_prefix(&op.key), "key:write", &op.key)?
                 }
-                v if v.is_read() => a.require(a.key_read(&op.key), "key:read", &op.key)?,
+                KvVerb::CheckIndex | KvVerb::CheckSession => {
+                    a.require(a.key_read(&op.key), "key:read", &op.key)?
+                }
                 _ => a.require(a.key_write(&op.key), "key:write", &op.key)?,
             },
-            TxnOp::Node { verb, node } if verb.is_read() => {
-                a.require(a.node_read(&node.node), "node:read", &node.node)?
-            }
+            TxnOp::Node { verb, .. } | TxnOp::Service { verb, .. } | TxnOp::Check { verb, .. }
+                if verb.is_read() => {}
             TxnOp::Node { node, .. } => {
                 a.require(a.node_write(&node.node), "node:write", &node.node)?
             }
-            TxnOp::Service { verb, service, .. } if verb.is_read() => a.require(
-                a.service_read(&service.service),
-                "service:read",
-                &service.service,
-            )?,
             TxnOp::Service { service, .. } => a.require(
                 a.service_write(&service.service),
                 "service:write",
                 &service.service,
             )?,
-            TxnOp::Check { verb, check } if verb.is_read() => {
-                a.require(a.node_read(&check.node), "node:read", &check.node)?
-            }
             TxnOp::Check { check, .. } if check.service_name.is_empty() => {
                 a.require(a.node_write(&check.node), "node:write", &check.node)?
             }
@@ -416,6 +421,19 @@ fn authorize_txn(a: &Authz, ops: &[TxnOp]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Drops the results the caller may not read (Consul filters a txn's
+/// reads on the output side); says whether any was dropped.
+fn filter_results(a: &Authz, results: &mut Vec<TxnResult>) -> bool {
+    keep(results, |r| match r {
+        TxnResult::Kv(e) => a.key_read(&e.key),
+        TxnResult::Node(n) => a.node_read(&n.node),
+        TxnResult::Service(x) => a.service_read(&x.service),
+        TxnResult::Check(c) => {
+            a.node_read(&c.node) && (c.service_name.is_empty() || a.service_read(&c.service_name))
+        }
+    })
 }
 
 async fn txn(
@@ -434,7 +452,7 @@ async fn txn(
             s.linearize().await?;
         }
         let st = s.store.state();
-        let mut resp = answer(read_txn(&st, &ops))?;
+        let mut resp = answer(&a, read_txn(&st, &ops))?;
         resp.headers_mut().extend(meta_headers(&s, st.index));
         return Ok(resp);
     }
@@ -446,15 +464,22 @@ async fn txn(
     } else {
         Command::Txn(ops)
     };
-    answer(s.write(cmd).await?)
+    answer(&a, s.write(cmd).await?)
 }
 
-/// Consul's txn answer: 200 with the results, or 409 with the errors of a
-/// txn rolled back.
-fn answer(r: Applied) -> Result<Response> {
+/// Consul's txn answer: 200 with the results the caller may read (marked
+/// when some were dropped), or 409 with the errors of a txn rolled back.
+fn answer(a: &Authz, r: Applied) -> Result<Response> {
     match r {
-        Applied::Txn(Ok(results)) => {
-            Ok(axum::Json(json!({ "Results": results, "Errors": null })).into_response())
+        Applied::Txn(Ok(mut results)) => {
+            let filtered = filter_results(a, &mut results);
+            let mut resp =
+                axum::Json(json!({ "Results": results, "Errors": null })).into_response();
+            if filtered {
+                resp.headers_mut()
+                    .insert(FILTERED, axum::http::HeaderValue::from_static("true"));
+            }
+            Ok(resp)
         }
         Applied::Txn(Err(errors)) => Ok((
             StatusCode::CONFLICT,

@@ -33,6 +33,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::select_all;
 
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::request::{
     MAX_BODY, Params, QueryOptions, panic_response, refuse_enterprise_tenancy, trace_request,
 };
@@ -208,18 +209,27 @@ pub enum Watch {
 /// Runs a read, blocking while its index is not past `?index`.
 ///
 /// Subscribes before reading so a change in between is never missed; wakes
-/// only when a watched key changes (or the wait runs out).
+/// only when a watched key changes (or the wait runs out). The caller's
+/// authorizer is checked again against every version read (`recheck`), so
+/// a token deleted or a policy narrowed while the query waited is in force
+/// in its answer; `read` and the caller after it see the current one.
 pub async fn blocking<T>(
     s: &Server,
     opts: &QueryOptions,
+    a: &mut Authz,
     watch: Watch,
-    read: impl Fn(&state::State) -> (u64, T),
+    read: impl Fn(&state::State, &Authz) -> (u64, T),
 ) -> Result<(u64, T)> {
     if opts.consistent {
         s.linearize().await?;
     }
+    let answer = |a: &mut Authz| -> Result<(u64, T)> {
+        let st = s.store.state();
+        recheck(s, a, &st)?;
+        Ok(read(&st, a))
+    };
     if opts.index == 0 {
-        return Ok(read(&s.store.state()));
+        return answer(a);
     }
     let _permit = s.blocking_permit()?;
     crate::metrics::BLOCKING_QUERIES.inc();
@@ -232,16 +242,29 @@ pub async fn blocking<T>(
         Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
     };
     loop {
-        let (index, value) = read(&s.store.state());
+        let (index, value) = answer(a)?;
         if index > opts.index || tokio::time::Instant::now() >= deadline {
             return Ok((index, value));
         }
         let changed = select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
         let _parked = crate::metrics::BLOCKING_PARKED.hold();
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            return Ok(read(&s.store.state()));
+            return answer(a);
         }
     }
+}
+
+/// Resolves the caller's token again against `st` when the ACL generation
+/// moved since it was resolved (a deleted token: 403 `ACL not found`); a
+/// version with no ACL change costs one comparison, so 10,000 woken
+/// watchers resolve nothing.
+pub fn recheck(s: &Server, a: &mut Authz, st: &state::State) -> Result<()> {
+    if !s.acl.enabled() {
+        return Ok(());
+    }
+    a.refresh(state::resolve::generation(st), |token| {
+        acl::resolve_in(s, st, token)
+    })
 }
 
 /// The `X-Consul-*` headers of a read answered at `index`.

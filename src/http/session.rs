@@ -193,7 +193,7 @@ pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> 
 /// Sessions the token may read (`session:read` on their node).
 async fn read(
     s: &App,
-    a: &Authz,
+    a: &mut Authz,
     q: Option<String>,
     key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
@@ -201,18 +201,18 @@ async fn read(
     let opts = query(s, q)?;
     let watch = Watch::Keys(vec![key.clone()]);
     let (index, mut sessions) =
-        blocking(s, &opts, watch, |st| (st.index_of([&key]), pick(st))).await?;
+        blocking(s, &opts, a, watch, |st, _| (st.index_of([&key]), pick(st))).await?;
     let filtered = super::keep(&mut sessions, |x| a.session_read(&x.node));
     Ok(super::json_filtered(s, index, &sessions, filtered))
 }
 
 async fn info(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    read(&s, &a, q, keys::session(&id), |st| {
+    read(&s, &mut a, q, keys::session(&id), |st| {
         st.sessions
             .get(&id)
             .map(|x| (**x).clone())
@@ -224,11 +224,11 @@ async fn info(
 
 async fn node(
     State(s): State<App>,
-    a: Authz,
+    mut a: Authz,
     Path(node): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    read(&s, &a, q, keys::node_sessions(&node), |st| {
+    read(&s, &mut a, q, keys::node_sessions(&node), |st| {
         crate::state::session::node_sessions(st, &node)
             .into_iter()
             .map(|x| (*x).clone())
@@ -237,8 +237,8 @@ async fn node(
     .await
 }
 
-async fn list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    read(&s, &a, q, keys::SESSIONS, |st| {
+async fn list(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+    read(&s, &mut a, q, keys::SESSIONS, |st| {
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await

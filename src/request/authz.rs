@@ -20,10 +20,12 @@ use crate::error::{Error, Result};
 /// Header names a token travels in.
 pub const TOKEN_HEADER: &str = "x-consul-token";
 
-/// Resolves a secret (none: anonymous) to its authorizer; `Err` is the
-/// answer (Consul's 403 `ACL not found`).
+/// Resolves a secret (none: anonymous) to its authorizer and the ACL
+/// generation it holds for (whatever number moves when a token, policy or
+/// role changes; 0 where nothing does); `Err` is the answer (Consul's 403
+/// `ACL not found`).
 pub trait Resolve: Send + Sync {
-    fn resolve(&self, token: Option<&str>) -> Result<Arc<Authorizer>>;
+    fn resolve(&self, token: Option<&str>) -> Result<(Arc<Authorizer>, u64)>;
 }
 
 /// What a router resolves tokens with (a request extension).
@@ -40,8 +42,8 @@ impl AllowAll {
 }
 
 impl Resolve for AllowAll {
-    fn resolve(&self, _: Option<&str>) -> Result<Arc<Authorizer>> {
-        Ok(self.0.clone())
+    fn resolve(&self, _: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
+        Ok((self.0.clone(), 0))
     }
 }
 
@@ -69,25 +71,91 @@ pub fn token_of(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The caller's authorizer, resolved from its token.
+/// The caller's authorizer, resolved from its token. It keeps the token
+/// and the generation it was resolved at, so a blocking query can resolve
+/// it again when the generation moved while it waited (`refresh`).
 #[derive(Clone)]
-pub struct Authz(pub Arc<Authorizer>);
+pub struct Authz {
+    authz: Arc<Authorizer>,
+    token: Option<String>,
+    generation: u64,
+    /// False for a read that checks no token (`open`): nothing to re-check.
+    checked: bool,
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for Authz {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self> {
+        // Resolved already by an async layer (a client agent asks its
+        // servers; see `agent::acl`).
+        if let Some(a) = parts.extensions.get::<Authz>() {
+            return Ok(a.clone());
+        }
         let resolver = parts
             .extensions
             .get::<Resolver>()
             .cloned()
             .ok_or_else(|| Error::Internal("no token resolver on this router".into()))?;
-        let token = token_of(&parts.headers, parts.uri.query());
-        Ok(Authz(resolver.0.resolve(token.as_deref())?))
+        Authz::resolve(&*resolver.0, token_of(&parts.headers, parts.uri.query()))
     }
 }
 
 impl Authz {
+    /// `token` (none: anonymous) resolved by `resolver`, to be checked
+    /// again by a blocking query when the ACL generation moves.
+    pub fn resolve(resolver: &dyn Resolve, token: Option<String>) -> Result<Self> {
+        let (authz, generation) = resolver.resolve(token.as_deref())?;
+        Ok(Authz {
+            authz,
+            token,
+            generation,
+            checked: true,
+        })
+    }
+
+    /// What a read open to everyone runs with (Consul checks no token on
+    /// the CA roots): everything allowed, never resolved again.
+    pub fn open() -> Self {
+        Authz {
+            authz: Arc::new(Authorizer::allow_all()),
+            token: None,
+            generation: 0,
+            checked: false,
+        }
+    }
+
+    /// An authorizer resolved before the handler ran, by a layer that puts
+    /// it in the request's extensions (never resolved again).
+    pub fn resolved(authz: Arc<Authorizer>, token: Option<String>) -> Self {
+        Authz {
+            authz,
+            token,
+            generation: 0,
+            checked: false,
+        }
+    }
+
+    /// The secret the request carried (none: the anonymous token).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Resolves the token again with `resolve` (given the generation it
+    /// resolves at) unless `generation` is the one already held: a wake
+    /// with no ACL change costs one comparison.
+    pub fn refresh(
+        &mut self,
+        generation: u64,
+        resolve: impl FnOnce(Option<&str>) -> Result<Arc<Authorizer>>,
+    ) -> Result<()> {
+        if self.checked && generation != self.generation {
+            self.authz = resolve(self.token.as_deref())?;
+            self.generation = generation;
+        }
+        Ok(())
+    }
+
     /// `Ok` if `allowed`, else Consul's 403 naming the permission
     /// (`key:write`) and the resource.
     pub fn require(&self, allowed: bool, permission: &str, resource: &str) -> Result<()> {
@@ -95,7 +163,7 @@ impl Authz {
             Ok(())
         } else {
             Err(Error::Forbidden(
-                self.0.deny(permission, resource).to_string(),
+                self.authz.deny(permission, resource).to_string(),
             ))
         }
     }
@@ -104,7 +172,7 @@ impl Authz {
 impl std::ops::Deref for Authz {
     type Target = Authorizer;
     fn deref(&self) -> &Authorizer {
-        &self.0
+        &self.authz
     }
 }
 
@@ -121,5 +189,27 @@ mod tests {
         h.insert(TOKEN_HEADER, "x".parse().unwrap());
         assert_eq!(token_of(&h, Some("token=q")), Some("x".into()));
         assert_eq!(token_of(&HeaderMap::new(), None), None);
+    }
+
+    struct Fixed(u64);
+    impl Resolve for Fixed {
+        fn resolve(&self, _: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
+            Ok((Arc::new(Authorizer::allow_all()), self.0))
+        }
+    }
+
+    #[test]
+    fn refresh_resolves_again_only_when_the_generation_moved() {
+        let mut a = Authz::resolve(&Fixed(7), Some("s".into())).unwrap();
+        a.refresh(7, |_| panic!("same generation: nothing to resolve"))
+            .unwrap();
+        let gone = a.refresh(8, |t| {
+            assert_eq!(t, Some("s"));
+            Err(Error::Forbidden("ACL not found".into()))
+        });
+        assert!(matches!(gone, Err(Error::Forbidden(_))));
+        let mut open = Authz::open();
+        open.refresh(9, |_| panic!("an open read checks no token"))
+            .unwrap();
     }
 }

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use super::{State, acl, keys};
 use crate::acl::{Authorizer, DefaultPolicy, parse_rules};
 use crate::structs::acl::{
-    ANONYMOUS_ID, ANONYMOUS_SECRET, AclToken, GLOBAL_MANAGEMENT_ID, secret_hash,
+    ANONYMOUS_ID, ANONYMOUS_SECRET, AclToken, GLOBAL_MANAGEMENT_ID, ResolvedToken, secret_hash,
 };
 
 /// Past this many cached tokens the cache starts over (it refills with the
@@ -89,7 +89,7 @@ impl Resolver {
         }
         let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
         let hash = secret_hash(secret);
-        let generation = st.indexes.get(&keys::ACL).copied().unwrap_or(0);
+        let generation = generation(st);
         let now = SystemTime::now();
         {
             let cache = self.cache.lock();
@@ -133,24 +133,77 @@ impl Resolver {
     /// A token's policies, its own and its roles'; `global-management`
     /// among them makes it a management token.
     fn build(&self, st: &State, t: &AclToken) -> Authorizer {
-        let mut ids: Vec<&str> = t.policies.iter().map(|p| p.id.as_str()).collect();
-        for r in &t.roles {
-            if let Some(role) = st.acl_roles.get(&r.id) {
-                ids.extend(role.policies.iter().map(|p| p.id.as_str()));
-            }
-        }
-        if ids.contains(&GLOBAL_MANAGEMENT_ID) {
+        let Some(texts) = policy_rules(st, t) else {
             return Authorizer::management(&t.accessor_id);
-        }
-        // Rules were checked when written; a policy deleted since is gone.
-        let rules: Vec<_> = ids
-            .iter()
-            .filter_map(|id| st.acl_policies.get(*id))
-            .filter_map(|p| parse_rules(&p.rules).ok())
-            .collect();
+        };
+        // Rules were checked when written.
+        let rules: Vec<_> = texts.iter().filter_map(|r| parse_rules(r).ok()).collect();
         let refs: Vec<_> = rules.iter().collect();
         Authorizer::new(&t.accessor_id, &refs, self.config.default_policy)
     }
+
+    /// What a client agent needs to check `secret` itself (`ResolvedToken`),
+    /// against `st`; an unknown or expired secret is `AclNotFound`.
+    pub fn describe(&self, st: &State, secret: Option<&str>) -> Result<ResolvedToken, AclNotFound> {
+        let default_policy = match self.config.default_policy {
+            DefaultPolicy::Allow => "allow",
+            DefaultPolicy::Deny => "deny",
+        }
+        .to_string();
+        if !self.config.enabled {
+            return Ok(ResolvedToken {
+                default_policy,
+                ..Default::default()
+            });
+        }
+        let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
+        let (accessor_id, rules) = match acl::token_by_secret_hash(st, &secret_hash(secret)) {
+            Some(t) if expiry(t).is_some_and(|e| e <= SystemTime::now()) => {
+                return Err(AclNotFound);
+            }
+            Some(t) => (t.accessor_id.clone(), policy_rules(st, t)),
+            None if secret == ANONYMOUS_SECRET => (ANONYMOUS_ID.to_string(), Some(Vec::new())),
+            None => return Err(AclNotFound),
+        };
+        Ok(ResolvedToken {
+            enabled: true,
+            accessor_id,
+            management: rules.is_none(),
+            default_policy,
+            rules: rules
+                .unwrap_or_default()
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+        })
+    }
+}
+
+/// The rules of a token's policies, its own and its roles' (a policy
+/// deleted since is gone); `None` for a management token (it holds
+/// `global-management`).
+fn policy_rules<'a>(st: &'a State, t: &'a AclToken) -> Option<Vec<&'a str>> {
+    let mut ids: Vec<&str> = t.policies.iter().map(|p| p.id.as_str()).collect();
+    for r in &t.roles {
+        if let Some(role) = st.acl_roles.get(&r.id) {
+            ids.extend(role.policies.iter().map(|p| p.id.as_str()));
+        }
+    }
+    if ids.contains(&GLOBAL_MANAGEMENT_ID) {
+        return None;
+    }
+    Some(
+        ids.iter()
+            .filter_map(|id| st.acl_policies.get(*id))
+            .map(|p| p.rules.as_str())
+            .collect(),
+    )
+}
+
+/// The ACL generation of `st`: the index of the `acl` watch key, moved by
+/// every apply that changes a token, policy or role.
+pub fn generation(st: &State) -> u64 {
+    st.indexes.get(&keys::ACL).copied().unwrap_or(0)
 }
 
 /// When a token stops working (`ExpirationTime`, RFC 3339).

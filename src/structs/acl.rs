@@ -91,6 +91,29 @@ pub struct AclRole {
     pub modify_index: u64,
 }
 
+/// Where a client agent learns what a caller's token may do (cairn's own;
+/// the agent asks with `?stale`, so any server answers).
+pub const AUTHORIZER_PATH: &str = "/v1/internal/acl/authorizer";
+
+/// What a client agent learns of a token from its servers (cairn's own
+/// `GET /v1/internal/acl/authorizer`): enough to check it locally, as
+/// Consul's agents resolve a token's policies through their servers and
+/// cache them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ResolvedToken {
+    /// False: the servers run without ACLs, everything is allowed.
+    pub enabled: bool,
+    #[serde(rename = "AccessorID")]
+    pub accessor_id: String,
+    /// Holds `global-management`.
+    pub management: bool,
+    /// The servers' `--acl-default-policy`: `allow` or `deny`.
+    pub default_policy: String,
+    /// The rules of every policy the token holds, its own and its roles'.
+    pub rules: Vec<String>,
+}
+
 /// An agent's tokens: `default` for requests it makes or forwards without
 /// one (`--acl-token`), `agent` for its own anti-entropy, heartbeats and
 /// leave (`--acl-agent-token`, falling back to `default`).

@@ -1,13 +1,15 @@
 """py-consul over HTTPS, unchanged: `scheme="https", verify=<ca file>`
 against a `cairn server --dev` serving HTTPS only, its CA and certificate
 made by `cairn tls`. A client that does not trust the CA is refused. The
-gRPC port (xDS, consul-dataplane) is TLS with the same certificate."""
+gRPC port (xDS, consul-dataplane) is TLS with the same certificate. With
+ACLs on (default deny) the same client passes its `token=` over HTTPS."""
 
 import json
 import subprocess
 import tempfile
 import time
 import pathlib
+import uuid
 
 import consul
 import pytest
@@ -16,8 +18,9 @@ import requests
 from conftest import cairn_bin, free_port
 
 
-@pytest.fixture(scope="module")
-def https_server():
+def start_https(extra=()):
+    """A `cairn server --dev` serving HTTPS only with a CA and certificate
+    made by `cairn tls`; yields (port, CA file, gRPC port)."""
     tmp = tempfile.TemporaryDirectory(prefix="cairn-tls-")
     d = pathlib.Path(tmp.name)
     for args in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
@@ -33,7 +36,7 @@ def https_server():
          "--grpc-addr", f"127.0.0.1:{grpc_port}",
          "--tls-ca-file", str(d / "consul-agent-ca.pem"),
          "--tls-cert-file", str(d / "dc1-server-consul-0.pem"),
-         "--tls-key-file", str(d / "dc1-server-consul-0-key.pem")],
+         "--tls-key-file", str(d / "dc1-server-consul-0-key.pem"), *extra],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     ca = str(d / "consul-agent-ca.pem")
@@ -53,6 +56,20 @@ def https_server():
     proc.terminate()
     proc.wait(10)
     tmp.cleanup()
+
+
+@pytest.fixture(scope="module")
+def https_server():
+    yield from start_https()
+
+
+ROOT = str(uuid.uuid4())
+
+
+@pytest.fixture(scope="module")
+def https_acl_server():
+    yield from start_https(["--acl-enabled", "--acl-default-policy", "deny",
+                            "--acl-initial-management-token", ROOT])
 
 
 def test_py_consul_over_https(https_server):
@@ -89,3 +106,31 @@ def test_grpc_is_tls_with_the_server_certificate(https_server):
         with pytest.raises(grpc.RpcError) as e:
             ch.unary_unary(method)(b"", timeout=5)
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_py_consul_over_https_with_a_token(https_acl_server):
+    port, ca, _ = https_acl_server
+    def client(token=None):
+        return consul.Consul(host="127.0.0.1", port=port, scheme="https", verify=ca, token=token)
+    root = client(ROOT)
+    # The leader writes the initial management token once it leads.
+    deadline = time.time() + 10
+    while True:
+        try:
+            root.acl.token.read_self()
+            break
+        except consul.ACLPermissionDenied:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
+    root.acl.policy.create("py-tls-app", rules={"key_prefix": {"py/": {"policy": "write"}}})
+    secret = root.acl.token.create(policies_name=["py-tls-app"])["SecretID"]
+    with pytest.raises(consul.ACLPermissionDenied):
+        client().kv.put("py/anon", "1")
+    app = client(secret)
+    assert app.kv.put("py/tls-acl", "ok") is True
+    assert app.kv.get("py/tls-acl")[1]["Value"] == b"ok"
+    with pytest.raises(consul.ACLPermissionDenied):
+        app.kv.put("other/x", "1")
+    # Nothing was written by the refused requests.
+    assert root.kv.get("py/anon")[1] is None
