@@ -37,6 +37,7 @@
 //! openraft draws random numbers of its own (the first tick's phase):
 //! `run` seeds them from the run's seed (`cairn::raft::runtime::seed_rng`).
 
+pub mod acl;
 pub mod checks;
 pub mod linearizability;
 pub mod locks;
