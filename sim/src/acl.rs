@@ -30,7 +30,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::node::{API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, now_us};
-use crate::workload::CLIENT_TIMEOUT;
 
 /// The initial management token's secret (`--acl-initial-management-token`).
 pub const MANAGEMENT: &str = "5e1f0000-0000-4000-8000-00000000000a";
@@ -50,9 +49,11 @@ const POLICY_NAME: &str = "sim-workload";
 /// the linearizability checker owns).
 const USER_KEYS: [&str; 2] = ["acl/a", "acl/b"];
 
-/// The user's timeout: short, so that a request stuck behind a fault does
-/// not keep it from asking again after the delete.
-const USER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The admin's and the user's timeout: short, so that a request stuck
+/// behind a fault (a crashed or cut-off server) does not keep them from
+/// asking again: the delete must be acknowledged, and the token used
+/// after it, before the run ends.
+const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the user goes on after the workload (and the admin's retries
 /// of the delete) end: the faults have healed by then, so every server
@@ -163,25 +164,28 @@ pub struct AclStats {
 
 /// Sends `cmd` with the management token until it is acknowledged (or
 /// `until` passes), moving to the next server after each failure.
-async fn until_acked(
-    servers: &[IpAddr],
-    cmd: Command,
-    until: Duration,
-    log: &AclLog,
-) -> bool {
+async fn until_acked(servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog) -> bool {
     let req = ApiRequest::Write(Box::new(cmd));
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let addr = SocketAddr::new(servers[target], API_PORT);
-        match call(addr, &req, Some(MANAGEMENT), CLIENT_TIMEOUT).await {
+        match call(addr, &req, Some(MANAGEMENT), SHORT_TIMEOUT).await {
             Ok(ApiReply::Write(Ok(Response::Ok))) => return true,
             Ok(ApiReply::Write(Ok(other))) => {
                 // Refused for good: the run's own setup is wrong.
-                log.lock().unwrap().errors.push(format!("{req:?}: {other:?}"));
+                log.lock()
+                    .unwrap()
+                    .errors
+                    .push(format!("{req:?}: {other:?}"));
                 return false;
             }
             // No leader, a timeout, or ACL init not applied yet.
-            _ => target = (target + 1) % servers.len(),
+            other => {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{} ms: admin: {other:?}", now_us() / 1000);
+                }
+                target = (target + 1) % servers.len();
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -292,7 +296,7 @@ pub async fn user(
         let asked = rng.gen_range(0..servers.len());
         let addr = SocketAddr::new(servers[asked], API_PORT);
         let call_at = now_us();
-        let answer = call_checked(addr, &req, token, false, USER_TIMEOUT).await;
+        let answer = call_checked(addr, &req, token, false, SHORT_TIMEOUT).await;
         let (acked, checked) = match answer {
             Ok(a) => (
                 matches!(a.reply, ApiReply::Write(Ok(_)) | ApiReply::Get(Ok(_))),

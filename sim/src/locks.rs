@@ -201,7 +201,9 @@ pub async fn client(
         let mut silent = false;
         for _ in 0..rng.gen_range(1..6) {
             if with_ttl {
-                lease.renew(&servers, &mut target, &mut rng, token, &session).await;
+                lease
+                    .renew(&servers, &mut target, &mut rng, token, &session)
+                    .await;
                 if now_us() >= lease.until {
                     // Cannot vouch for the session: leave it.
                     break;

@@ -256,8 +256,16 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let (ips, history, access) = (ips.clone(), history.clone(), access.clone());
         let reader = c >= scenario.clients;
         sim.client(format!("c{}", c + 1), async move {
-            workload::client(c as u64 + 1, seed, ips, workload_end, history, reader, access)
-                .await
+            workload::client(
+                c as u64 + 1,
+                seed,
+                ips,
+                workload_end,
+                history,
+                reader,
+                access,
+            )
+            .await
         });
     }
     // A third of the seeds get a burst of large writes, concurrent, early

@@ -72,11 +72,7 @@ async fn register(
 /// Consul's checks on a registration: `service:write` on its service and
 /// on the services its checks belong to; `node:write` when the node is new
 /// or changes, or for a node-level check.
-pub fn authorize_register(
-    a: &Authz,
-    st: &state::State,
-    req: &RegisterRequest,
-) -> Result<()> {
+pub fn authorize_register(a: &Authz, st: &state::State, req: &RegisterRequest) -> Result<()> {
     let node_changes = !req.skip_node_update
         && match st.nodes.get(&req.node) {
             None => true,
