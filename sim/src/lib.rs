@@ -15,6 +15,10 @@
 //!   a run found (the run and the checkers add to it), and the fault kinds.
 //! - `locks`: checker (e), lock clients (sessions, acquire, release,
 //!   destroy while holding) checked for mutual exclusion and lock-delay.
+//! - `acl`: on a quarter of the seeds ACLs are on (default deny); the
+//!   admin client creates the clients' tokens through Raft and deletes one
+//!   mid-run; checker (f): no server accepts it past its apply of the
+//!   delete.
 //! - `stream_check`: checker (d), a KV event-stream subscriber moving
 //!   between servers against what every server committed (recorded by a
 //!   tap on each server's publisher).
@@ -37,6 +41,7 @@
 //! openraft draws random numbers of its own (the first tick's phase):
 //! `run` seeds them from the run's seed (`cairn::raft::runtime::seed_rng`).
 
+pub mod acl;
 pub mod checks;
 pub mod linearizability;
 pub mod locks;

@@ -104,13 +104,14 @@ async fn write(
     servers: &[IpAddr],
     target: &mut usize,
     rng: &mut StdRng,
+    token: Option<&str>,
     cmd: Command,
 ) -> Option<Response> {
     let addr = SocketAddr::new(servers[*target], API_PORT);
     match call(
         addr,
         &ApiRequest::Write(Box::new(cmd)),
-        false,
+        token,
         LOCK_CALL_TIMEOUT,
     )
     .await
@@ -129,6 +130,7 @@ async fn destroy(
     servers: &[IpAddr],
     target: &mut usize,
     rng: &mut StdRng,
+    token: Option<&str>,
     session: &str,
 ) -> (u64, u64) {
     let first = now_ms();
@@ -137,7 +139,7 @@ async fn destroy(
             now_ms: now_ms(),
             cmd: Timeable::SessionDestroy { id: session.into() },
         };
-        if write(servers, target, rng, cmd).await.is_some() {
+        if write(servers, target, rng, token, cmd).await.is_some() {
             return (first, now_us());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,7 +153,10 @@ pub async fn client(
     servers: Vec<IpAddr>,
     until: Duration,
     log: LockLog,
+    access: crate::acl::Access,
 ) -> turmoil::Result {
+    let token = access.workload().await;
+    let token = token.as_deref();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x10C4 ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut target = rng.gen_range(0..servers.len());
     let record = |r: LockRecord| log.lock().unwrap().push(r);
@@ -181,7 +186,7 @@ pub async fn client(
         };
         // Retried with the same ID: an earlier attempt may have committed.
         loop {
-            match write(&servers, &mut target, &mut rng, create.clone()).await {
+            match write(&servers, &mut target, &mut rng, token, create.clone()).await {
                 Some(Response::Ok) => break,
                 Some(Response::Rejected(r)) if r.contains("already exists") => break,
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -196,7 +201,9 @@ pub async fn client(
         let mut silent = false;
         for _ in 0..rng.gen_range(1..6) {
             if with_ttl {
-                lease.renew(&servers, &mut target, &mut rng, &session).await;
+                lease
+                    .renew(&servers, &mut target, &mut rng, token, &session)
+                    .await;
                 if now_us() >= lease.until {
                     // Cannot vouch for the session: leave it.
                     break;
@@ -211,7 +218,7 @@ pub async fn client(
                 unreachable!()
             };
             let call_at = now_us();
-            match write(&servers, &mut target, &mut rng, cmd).await {
+            match write(&servers, &mut target, &mut rng, token, cmd).await {
                 Some(Response::Kv(KvOutcome::Done(true))) => {}
                 Some(Response::Kv(KvOutcome::Done(false))) => {
                     tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
@@ -257,7 +264,7 @@ pub async fn client(
             if rng.gen_bool(0.2) {
                 let to = now_us().min(lease.until);
                 let (first_now_ms, acked) =
-                    destroy(&servers, &mut target, &mut rng, &session).await;
+                    destroy(&servers, &mut target, &mut rng, token, &session).await;
                 record(LockRecord::Hold {
                     key: key.into(),
                     session: session.clone(),
@@ -280,7 +287,7 @@ pub async fn client(
                 to,
             });
             let release = lock_op(KvVerb::Unlock, key, &session);
-            match write(&servers, &mut target, &mut rng, release).await {
+            match write(&servers, &mut target, &mut rng, token, release).await {
                 // The session may have expired if the answer came after
                 // its lease.
                 Some(Response::Kv(KvOutcome::Done(false))) if now_us() < lease.until => {
@@ -295,7 +302,7 @@ pub async fn client(
         }
         if !silent {
             // Gone for sure (a no-op when already destroyed).
-            destroy(&servers, &mut target, &mut rng, &session).await;
+            destroy(&servers, &mut target, &mut rng, token, &session).await;
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..50))).await;
     }
@@ -318,6 +325,7 @@ impl Lease {
         servers: &[IpAddr],
         target: &mut usize,
         rng: &mut StdRng,
+        token: Option<&str>,
         session: &str,
     ) {
         let sent = now_us();
@@ -326,7 +334,7 @@ impl Lease {
         }
         let addr = SocketAddr::new(servers[*target], API_PORT);
         let req = ApiRequest::Renew { id: session.into() };
-        match call(addr, &req, false, LOCK_CALL_TIMEOUT).await {
+        match call(addr, &req, token, LOCK_CALL_TIMEOUT).await {
             Ok(ApiReply::Write(Ok(_))) => {
                 self.renewed = sent;
                 self.until = self.until.max(sent + LOCK_TTL.as_micros() as u64);

@@ -67,6 +67,12 @@ fn main() {
                     r.trace_hash,
                 );
             }
+            if let Some(a) = r.acl.as_ref().filter(|_| verbose || !r.passed()) {
+                println!(
+                    "  acl: token deleted at index {}, accepted {} times before, refused {} times after; {} anonymous requests refused",
+                    a.delete_index, a.accepted_before, a.refused_after, a.anonymous_refused
+                );
+            }
             if !r.passed() {
                 for f in &r.failures {
                     println!("  {f}");

@@ -8,6 +8,9 @@
 //! (the `forward_to_leader` middleware), writes go through `Server::write`,
 //! reads through `http::blocking` with the same consistency options
 //! (default = the leader's local state, `consistent` = `linearize()` first).
+//! With ACLs on, the server that answers resolves the request's token with
+//! the HTTP path's resolver (`http::resolver`, the `Authz` extractor's) and
+//! makes the checks the HTTP handlers make, before it reads any state.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,6 +19,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn::acl::DefaultPolicy;
+use cairn::error::Error;
 use cairn::http::{Watch, blocking};
 use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect};
@@ -23,7 +28,8 @@ use cairn::raft::state_machine::SnapshotStore;
 use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
-use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, keys};
+use cairn::state::resolve::AclConfig;
+use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, keys};
 use cairn::stream::{Item, Topic};
 use cairn::structs::KvEntry;
 use serde::{Deserialize, Serialize};
@@ -110,6 +116,9 @@ pub struct Boot {
     pub expect: usize,
     pub election_timeout: u64,
     pub snapshot_threshold: u64,
+    /// ACLs on, default deny, with `acl::MANAGEMENT` as the initial
+    /// management token.
+    pub acl: bool,
 }
 
 /// What was committed, as every server applied it: per Raft index, each KV
@@ -118,6 +127,9 @@ pub struct Boot {
 #[derive(Debug, Default)]
 pub struct Committed {
     pub kv: BTreeMap<u64, BTreeMap<String, Option<String>>>,
+    /// Per ACL token deleted (by accessor), the index whose apply removed
+    /// it: the ACL checker's ground truth.
+    pub acl_deleted: BTreeMap<String, u64>,
     /// Indexes two servers applied differently.
     pub conflicts: Vec<String>,
 }
@@ -125,6 +137,7 @@ pub struct Committed {
 pub type Truth = Arc<Mutex<Committed>>;
 
 fn record(truth: &Truth, server: &str, set: &ChangeSet) {
+    record_acl(truth, server, set);
     let changes: BTreeMap<String, Option<String>> = set
         .changes
         .iter()
@@ -152,6 +165,30 @@ fn record(truth: &Truth, server: &str, set: &ChangeSet) {
         Some(_) => {}
         None => {
             t.kv.insert(set.index, changes);
+        }
+    }
+}
+
+/// The tokens `set` removed, each at `set.index`.
+fn record_acl(truth: &Truth, server: &str, set: &ChangeSet) {
+    let removed = set.changes.iter().filter(|c| {
+        c.table == Table::Acl && c.before.is_some() && c.after.is_none() && c.key.starts_with("t/")
+    });
+    for c in removed {
+        let accessor = c.key["t/".len()..].to_string();
+        let mut t = truth.lock().unwrap();
+        match t.acl_deleted.get(&accessor) {
+            Some(&seen) if seen != set.index => {
+                let msg = format!(
+                    "{server} removed token {accessor} at index {}, another server at {seen}",
+                    set.index
+                );
+                t.conflicts.push(msg);
+            }
+            Some(_) => {}
+            None => {
+                t.acl_deleted.insert(accessor, set.index);
+            }
         }
     }
 }
@@ -188,7 +225,15 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         tombstone_ttl: std::time::Duration::from_secs(2),
         limits: Default::default(),
         tls: None,
-        acl: Default::default(),
+        acl: if boot.acl {
+            AclConfig {
+                enabled: true,
+                default_policy: DefaultPolicy::Deny,
+                initial_management: Some(crate::acl::MANAGEMENT.into()),
+            }
+        } else {
+            AclConfig::default()
+        },
         agent_tokens: Default::default(),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
@@ -215,6 +260,10 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
     *slot.lock().unwrap() = Some(server.clone());
     // The leader's session TTL expiry, as `http::run` starts it.
     tokio::spawn(cairn::http::session::expire(server.clone()));
+    // And its ACL init (built-ins, the initial management token).
+    server
+        .tasks
+        .spawn("ACL init", cairn::http::acl::init(server.clone()));
     let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
     loop {
         let (stream, _) = api.accept().await?;
@@ -232,6 +281,11 @@ pub enum ApiRequest {
     Get {
         key: String,
         consistent: bool,
+    },
+    /// A `?stale` read: answered (and its token checked) by the server
+    /// asked, from its own state.
+    StaleGet {
+        key: String,
     },
     /// The KV topic's event stream, as `/v1/internal/stream?topic=KV`:
     /// answered by this server from its own state, one `ApiReply::Stream`
@@ -282,9 +336,29 @@ pub enum ApiReply {
     Stream(Vec<StreamItem>),
 }
 
+/// What a server answers a request with (a stream's batches excepted).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Answer {
+    pub reply: ApiReply,
+    /// With ACLs on: where and against what the request's token was checked.
+    pub checked: Option<Checked>,
+}
+
+/// One server's decision on a request's token: the server that answered,
+/// the index it had applied when it began checking (the version it
+/// resolved against is at least that), and whether the token passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Checked {
+    pub server: u64,
+    pub index: u64,
+    pub allowed: bool,
+}
+
 #[derive(Serialize, Deserialize)]
 pub struct Envelope {
     pub req: ApiRequest,
+    /// The request's token (`X-Consul-Token`); forwarded with it.
+    pub token: Option<String>,
     /// Sent by a server forwarding to the leader (`X-Cairn-Forwarded`).
     pub forwarded: bool,
 }
@@ -307,15 +381,30 @@ pub async fn read_msg<T: serde::de::DeserializeOwned>(
     bincode::deserialize(&buf).map_err(std::io::Error::other)
 }
 
-/// Sends one request on a fresh connection, within `timeout`.
+/// Sends one request with `token` on a fresh connection, within
+/// `timeout`.
 pub async fn call(
     addr: SocketAddr,
     req: &ApiRequest,
-    forwarded: bool,
+    token: Option<&str>,
     timeout: Duration,
 ) -> std::io::Result<ApiReply> {
+    call_checked(addr, req, token, false, timeout)
+        .await
+        .map(|a| a.reply)
+}
+
+/// `call`, with the answering server's decision on the token.
+pub async fn call_checked(
+    addr: SocketAddr,
+    req: &ApiRequest,
+    token: Option<&str>,
+    forwarded: bool,
+    timeout: Duration,
+) -> std::io::Result<Answer> {
     let env = Envelope {
         req: req.clone(),
+        token: token.map(str::to_string),
         forwarded,
     };
     tokio::time::timeout(timeout, async {
@@ -338,6 +427,11 @@ async fn serve_api(
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
     if let ApiRequest::Subscribe { index } = env.req {
+        // Answered by this server (`/v1/internal/stream` is always local),
+        // so checked here; a refused subscriber is hung up on.
+        if check_token(&server, &env.req, env.token.as_deref()).is_err() {
+            return Ok(());
+        }
         let mut sub = server
             .publisher
             .subscribe(server.store.clone(), Topic::Kv, "", index);
@@ -347,15 +441,70 @@ async fn serve_api(
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
     }
-    let reply = handle(&server, env.req, env.forwarded).await;
-    write_msg(&mut stream, &reply).await
+    let answer = handle(&server, env.req, env.token, env.forwarded).await;
+    write_msg(&mut stream, &answer).await
 }
 
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
         ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
-        ApiRequest::Get { .. } => ApiReply::Get(Err(e)),
+        ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } => ApiReply::Get(Err(e)),
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
+    }
+}
+
+fn error_answer(req: &ApiRequest, e: String) -> Answer {
+    Answer {
+        reply: error_reply(req, e),
+        checked: None,
+    }
+}
+
+/// As the `Authz` extractor and then the handler: the token resolved by
+/// the router's resolver against this server's state, then the checks the
+/// HTTP handler of the same request makes.
+fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn::error::Result<()> {
+    let a = Authz::resolve(&*cairn::http::resolver(s).0, token.map(str::to_string))?;
+    match req {
+        ApiRequest::Get { key, .. } | ApiRequest::StaleGet { key } => {
+            a.require(a.key_read(key), "key:read", key)
+        }
+        // The KV topic from the root: `key_read` on "".
+        ApiRequest::Subscribe { .. } => a.require(a.key_read(""), "key:read", ""),
+        ApiRequest::Renew { id } => cairn::http::session::authorize_session(s, &a, id),
+        ApiRequest::Write(cmd) => authorize_write(s, &a, cmd),
+    }
+}
+
+/// The HTTP handlers' checks for the commands the simulated clients send.
+fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result<()> {
+    match cmd {
+        Command::Kv(op)
+        | Command::Timed {
+            cmd: Timeable::Kv(op),
+            ..
+        } => a.require(a.key_write(&op.key), "key:write", &op.key),
+        Command::Timed {
+            cmd: Timeable::SessionDestroy { id },
+            ..
+        } => cairn::http::session::authorize_session(s, a, id),
+        Command::SessionCreate { session, .. } => a.require(
+            a.session_write(&session.node),
+            "session:write",
+            &session.node,
+        ),
+        Command::Register(req) => {
+            cairn::http::catalog::authorize_register(a, &s.store.state(), req)
+        }
+        Command::Deregister(req) => {
+            cairn::http::catalog::authorize_deregister(a, &s.store.state(), req)
+        }
+        Command::AclPolicySet { .. }
+        | Command::AclTokenSet { .. }
+        | Command::AclTokenDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
+        _ => Err(Error::BadRequest(
+            "a command the simulation's API does not take".into(),
+        )),
     }
 }
 
@@ -363,42 +512,76 @@ fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
 /// leader's own hold time on a write.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
 
-async fn handle(s: &Arc<Server>, req: ApiRequest, forwarded: bool) -> ApiReply {
-    // As `forward_to_leader`: the leader (or a forwarded request) is
-    // answered here, anything else goes to the leader.
-    if !forwarded && !s.cluster.is_leader() {
+async fn handle(
+    s: &Arc<Server>,
+    req: ApiRequest,
+    token: Option<String>,
+    forwarded: bool,
+) -> Answer {
+    // As `forward_to_leader`: the leader (or a forwarded request, or a
+    // stale read) is answered here, anything else goes to the leader, with
+    // its token.
+    let local = matches!(req, ApiRequest::StaleGet { .. });
+    if !forwarded && !local && !s.cluster.is_leader() {
         match s.await_leader().await {
             Ok((id, _)) if id == s.cluster.id => {}
             Ok((_, leader)) => {
                 let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
-                    return error_reply(&req, "bad leader address".into());
+                    return error_answer(&req, "bad leader address".into());
                 };
-                return match call(addr, &req, true, FORWARD_TIMEOUT).await {
-                    Ok(r) => r,
-                    Err(e) => error_reply(&req, e.to_string()),
+                let sent = call_checked(addr, &req, token.as_deref(), true, FORWARD_TIMEOUT);
+                return match sent.await {
+                    Ok(a) => a,
+                    Err(e) => error_answer(&req, e.to_string()),
                 };
             }
-            Err(e) => return error_reply(&req, e.to_string()),
+            Err(e) => return error_answer(&req, e.to_string()),
         }
     }
+    // The server that answers checks the token, before reading any state.
+    let index = s.store.state().index;
+    let decision = check_token(s, &req, token.as_deref());
+    let checked = s.acl.enabled().then_some(Checked {
+        server: s.cluster.id,
+        index,
+        allowed: decision.is_ok(),
+    });
+    if let Err(e) = decision {
+        return Answer {
+            reply: error_reply(&req, e.to_string()),
+            checked,
+        };
+    }
+    Answer {
+        reply: reply(s, req).await,
+        checked,
+    }
+}
+
+/// A KV read in the given consistency mode, through `http::blocking`.
+async fn read(s: &Arc<Server>, key: String, consistent: bool, stale: bool) -> ApiReply {
+    let opts = QueryOptions {
+        index: 0,
+        wait: Duration::from_secs(1),
+        consistent,
+        stale,
+    };
+    // The token was checked before (`check_token`); the read itself is
+    // a plain one.
+    let mut authz = Authz::open();
+    let watch = Watch::Keys(vec![keys::kv(&key)]);
+    let read = blocking(s, &opts, &mut authz, watch, |st, _| {
+        (st.index, st.kv.get(&key).map(|e| (**e).clone()))
+    })
+    .await;
+    ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
+}
+
+async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
     match req {
         ApiRequest::Write(cmd) => ApiReply::Write(s.write(*cmd).await.map_err(|e| e.to_string())),
-        ApiRequest::Get { key, consistent } => {
-            let opts = QueryOptions {
-                index: 0,
-                wait: Duration::from_secs(1),
-                consistent,
-                stale: false,
-            };
-            // The simulated clients carry no token (ACLs are off here).
-            let mut authz = Authz::open();
-            let watch = Watch::Keys(vec![keys::kv(&key)]);
-            let read = blocking(s, &opts, &mut authz, watch, |st, _| {
-                (st.index, st.kv.get(&key).map(|e| (**e).clone()))
-            })
-            .await;
-            ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
-        }
+        ApiRequest::Get { key, consistent } => read(s, key, consistent, false).await,
+        ApiRequest::StaleGet { key } => read(s, key, false, true).await,
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
         ApiRequest::Renew { id } => ApiReply::Write(
             cairn::http::session::renew_session(s, &id)

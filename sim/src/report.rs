@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::acl::AclStats;
 use crate::stream_check::StreamStats;
 
 /// The kinds of fault, counted per run.
@@ -67,6 +68,8 @@ pub struct Report {
     pub burst_acked: usize,
     /// Servers that stopped on a failed fsync (and were restarted).
     pub fsync_stops: usize,
+    /// With ACLs on: what checker (f) saw of the deleted token.
+    pub acl: Option<AclStats>,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }

@@ -23,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use crate::acl::{self, Access};
 use crate::checks;
 use crate::linearizability::Input;
 use crate::node::{Boot, Disk, Slot, Truth, run_server};
@@ -207,6 +208,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let slots: Vec<Slot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let disks: Vec<Disk> = (0..n).map(|_| Disk::default()).collect();
     let truth: Truth = Arc::default();
+    // A quarter of the seeds run with ACLs on (default deny).
+    let access = Access::new(seed, acl::acl_seed(seed));
+    let acl_on = access.enabled();
     for i in 0..n {
         let (slot, disk, truth) = (slots[i].clone(), disks[i].clone(), truth.clone());
         let host = names[i].clone();
@@ -239,6 +243,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                     expect: names.len(),
                     election_timeout,
                     snapshot_threshold: threshold,
+                    acl: acl_on,
                 };
                 run_server(boot, disk, slot, truth).await
             }
@@ -248,10 +253,19 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let history: History = Arc::default();
     let workload_end = scenario.warmup + scenario.faulty + scenario.after_heal;
     for c in 0..scenario.clients + scenario.readers {
-        let (ips, history) = (ips.clone(), history.clone());
+        let (ips, history, access) = (ips.clone(), history.clone(), access.clone());
         let reader = c >= scenario.clients;
         sim.client(format!("c{}", c + 1), async move {
-            workload::client(c as u64 + 1, seed, ips, workload_end, history, reader).await
+            workload::client(
+                c as u64 + 1,
+                seed,
+                ips,
+                workload_end,
+                history,
+                reader,
+                access,
+            )
+            .await
         });
     }
     // A third of the seeds get a burst of large writes, concurrent, early
@@ -265,9 +279,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     };
     let burst_at = scenario.warmup + Duration::from_millis(rng.gen_range(0..2000));
     for (b, name) in bursters.iter().enumerate() {
-        let (ips, log) = (ips.clone(), burst_log.clone());
+        let (ips, log, access) = (ips.clone(), burst_log.clone(), access.clone());
         sim.client(name.as_str(), async move {
-            workload::burst(b as u64 + 1, seed, ips, burst_at, log).await
+            workload::burst(b as u64 + 1, seed, ips, burst_at, log, access).await
         });
     }
     // Lock clients work through the faults and stop at the heal, so that
@@ -276,9 +290,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let lockers = ["l1", "l2", "l3"];
     let locks_end = scenario.warmup + scenario.faulty;
     for (i, name) in lockers.iter().enumerate() {
-        let (ips, log) = (ips.clone(), lock_log.clone());
+        let (ips, log, access) = (ips.clone(), lock_log.clone(), access.clone());
         sim.client(*name, async move {
-            crate::locks::client(i as u64 + 1, seed, ips, locks_end, log).await
+            crate::locks::client(i as u64 + 1, seed, ips, locks_end, log, access).await
         });
     }
     // Two subscribers follow the stream past the workload's end, to catch
@@ -290,16 +304,38 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let stream_logs: Vec<StreamLog> = subscribers.iter().map(|_| Arc::default()).collect();
     for ((name, stay), log) in subscribers.iter().zip(&stream_logs) {
         let (ips, log, stay) = (ips.clone(), log.clone(), stay.clone());
+        let access = access.clone();
         let until = workload_end + Duration::from_secs(4);
         sim.client(*name, async move {
-            workload::subscriber(seed, ips, until, stay, log).await
+            workload::subscriber(seed, ips, until, stay, log, access).await
         });
     }
     {
-        let (ips, history) = (ips.clone(), history.clone());
+        let (ips, history, access) = (ips.clone(), history.clone(), access.clone());
         sim.client("checker", async move {
             tokio::time::sleep(workload_end).await;
-            workload::final_reads(ips, history).await
+            workload::final_reads(ips, history, access).await
+        });
+    }
+    // With ACLs on: the admin deletes the doomed token at a time drawn
+    // (from an RNG of its own, so that the other seeds run as they did)
+    // within the faults; its user goes on until the workload ends.
+    let acl_log: acl::AclLog = Arc::default();
+    let acl_clients: Vec<String> = if acl_on {
+        vec!["admin".into(), "user".into()]
+    } else {
+        Vec::new()
+    };
+    if acl_on {
+        let mut r = StdRng::seed_from_u64(seed ^ 0xAC1_0DE1);
+        let delete_at = scenario.warmup + Duration::from_millis(r.gen_range(1000..8000));
+        let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
+        sim.client("admin", async move {
+            acl::admin(a, to, delete_at, workload_end, log).await
+        });
+        let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
+        sim.client("user", async move {
+            acl::user(a, seed, to, workload_end + acl::USER_AFTER, log).await
         });
     }
 
@@ -309,6 +345,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     hosts.extend(lockers.iter().map(|l| l.to_string()));
     hosts.extend(subscribers.iter().map(|(name, _)| name.to_string()));
     hosts.extend(bursters.iter().cloned());
+    hosts.extend(acl_clients.iter().cloned());
     let mut trace = std::hash::DefaultHasher::new();
     let mut active: Vec<Active> = Vec::new();
     let mut crashed: BTreeSet<usize> = BTreeSet::new();
@@ -497,6 +534,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     report
         .failures
         .extend(report.stream.failures.iter().cloned());
+    if let Some(tokens) = access.tokens() {
+        let log = acl_log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        let stats = acl::check(tokens, &log, &truth.lock().unwrap());
+        report.failures.extend(stats.failures.iter().cloned());
+        report.acl = Some(stats);
+    }
     // A run that made no progress checks nothing: every seed must show
     // acknowledged writes and a followed event stream (seeds commonly
     // reach 400-650 and 450-700).

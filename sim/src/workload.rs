@@ -12,6 +12,7 @@ use cairn::structs::{DeregisterRequest, KvOp, KvOutcome, KvVerb, NodeService, Re
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::acl::Access;
 use crate::linearizability::{Input, Output};
 use crate::node::{API_PORT, ApiReply, ApiRequest, StreamItem, call, now_us, read_msg, write_msg};
 
@@ -83,7 +84,9 @@ pub async fn client(
     until: Duration,
     history: History,
     reader: bool,
+    access: Access,
 ) -> turmoil::Result {
+    let token = access.workload().await;
     let mut rng = StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut target = rng.gen_range(0..servers.len());
     // The last entry this client read per key: (value, ModifyIndex).
@@ -189,7 +192,7 @@ pub async fn client(
         let asked = target;
         let addr = SocketAddr::new(servers[target], API_PORT);
         let started = now_us();
-        let reply = call(addr, &req, false, CLIENT_TIMEOUT).await;
+        let reply = call(addr, &req, token.as_deref(), CLIENT_TIMEOUT).await;
         let ended = now_us();
         let output = match (&kind, reply) {
             (
@@ -235,7 +238,12 @@ pub async fn client(
 
 /// After the faults heal: one `?consistent` read of every key, retried
 /// until it is answered, recorded like any other read.
-pub async fn final_reads(servers: Vec<IpAddr>, history: History) -> turmoil::Result {
+pub async fn final_reads(
+    servers: Vec<IpAddr>,
+    history: History,
+    access: Access,
+) -> turmoil::Result {
+    let token = access.workload().await;
     for (i, key) in KEYS.iter().enumerate() {
         let mut target = i % servers.len();
         loop {
@@ -247,7 +255,7 @@ pub async fn final_reads(servers: Vec<IpAddr>, history: History) -> turmoil::Res
             let reply = call(
                 SocketAddr::new(servers[target], API_PORT),
                 &req,
-                false,
+                token.as_deref(),
                 CLIENT_TIMEOUT,
             )
             .await;
@@ -295,7 +303,9 @@ pub async fn subscriber(
     until: Duration,
     stay_ms: std::ops::Range<u64>,
     log: StreamLog,
+    access: Access,
 ) -> turmoil::Result {
+    let token = access.workload().await;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED ^ stay_ms.start);
     // The index the subscriber's view is complete up to.
     let mut cursor = 0u64;
@@ -308,6 +318,7 @@ pub async fn subscriber(
             let mut s = turmoil::net::TcpStream::connect(addr).await?;
             let env = crate::node::Envelope {
                 req: ApiRequest::Subscribe { index: cursor },
+                token: token.clone(),
                 forwarded: false,
             };
             write_msg(&mut s, &env).await?;
@@ -378,7 +389,9 @@ pub async fn burst(
     servers: Vec<IpAddr>,
     at: Duration,
     log: BurstLog,
+    access: Access,
 ) -> turmoil::Result {
+    let token = access.workload().await;
     let mut rng = StdRng::seed_from_u64(seed ^ 0xB175_7000 ^ id);
     tokio::time::sleep(at).await;
     let len = rng.gen_range(BURST_BYTES);
@@ -394,7 +407,7 @@ pub async fn burst(
     })));
     let addr = SocketAddr::new(servers[rng.gen_range(0..servers.len())], API_PORT);
     let call_at = now_us();
-    let reply = call(addr, &req, false, CLIENT_TIMEOUT).await;
+    let reply = call(addr, &req, token.as_deref(), CLIENT_TIMEOUT).await;
     let acked = matches!(
         reply,
         Ok(ApiReply::Write(Ok(Response::Kv(KvOutcome::Done(true)))))

@@ -44,8 +44,19 @@ fn run_many(servers: usize) {
     let mut totals = (0, 0, 0, 0);
     let mut stream = (0, 0, 0, 0, 0);
     let (mut locks, mut handoffs) = (0, 0);
+    // ACL seeds: how many, the fewest acknowledged writes one made, and
+    // checker (f)'s counts.
+    let (mut acl_seeds, mut acl_fewest) = (0, usize::MAX);
+    let mut acl = (0, 0, 0);
     for seed in 0..seeds() {
         let r = run(&scenario, seed);
+        if let Some(a) = &r.acl {
+            acl_seeds += 1;
+            acl_fewest = acl_fewest.min(r.acked_writes);
+            acl.0 += a.accepted_before;
+            acl.1 += a.refused_after;
+            acl.2 += a.anonymous_refused;
+        }
         totals.0 += r.ops;
         totals.1 += r.acked_writes;
         totals.2 += r.faults.values().sum::<usize>();
@@ -76,6 +87,10 @@ fn run_many(servers: usize) {
     println!(
         "  locks (checker e): {locks} holds checked, {handoffs} locks freed by a TTL's expiry"
     );
+    println!(
+        "  ACLs (checker f), {acl_seeds} seeds with ACLs on (fewest acknowledged writes in one: {acl_fewest}): the deleted token accepted {} times before its delete's apply and refused {} times after, {} anonymous requests refused",
+        acl.0, acl.1, acl.2
+    );
     for r in &failed {
         println!("seed {} failed:", r.seed);
         for f in &r.failures {
@@ -84,6 +99,12 @@ fn run_many(servers: usize) {
         println!("  reproduce: {}", r.repro());
     }
     assert!(failed.is_empty(), "{} seeds failed", failed.len());
+    // A share of the seeds ran with ACLs on (each has its own floors).
+    assert!(
+        acl_seeds >= seeds() as usize / 5,
+        "only {acl_seeds} of {} seeds with ACLs on",
+        seeds()
+    );
     // The TTL path ran: silent holders' locks went to others.
     assert!(
         handoffs >= seeds() as usize,

@@ -75,11 +75,7 @@ async fn register(
 /// Consul's checks on a registration: `service:write` on its service and
 /// on the services its checks belong to; `node:write` when the node is new
 /// or changes, or for a node-level check.
-pub(crate) fn authorize_register(
-    a: &Authz,
-    st: &state::State,
-    req: &RegisterRequest,
-) -> Result<()> {
+pub fn authorize_register(a: &Authz, st: &state::State, req: &RegisterRequest) -> Result<()> {
     let node_changes = !req.skip_node_update
         && match st.nodes.get(&req.node) {
             None => true,
@@ -119,7 +115,7 @@ pub(crate) fn authorize_register(
 
 /// A service or check goes with `service:write` on its service (a node's
 /// check and the node itself with `node:write`).
-fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterRequest) -> Result<()> {
+pub fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterRequest) -> Result<()> {
     let service_of = |id: &str| {
         st.services
             .get(&(req.node.clone(), id.to_string()))

@@ -4,7 +4,7 @@
 //! agent's router (parameters, bodies, layers) is in `crate::request`.
 
 pub mod acl;
-pub(crate) mod catalog;
+pub mod catalog;
 mod config;
 pub mod connect;
 mod dataplane;

@@ -126,7 +126,7 @@ async fn create(
 }
 
 /// Destroying or renewing a session takes `session:write` on its node.
-fn authorize_session(s: &Server, a: &Authz, id: &str) -> Result<()> {
+pub fn authorize_session(s: &Server, a: &Authz, id: &str) -> Result<()> {
     match s.store.state().sessions.get(id) {
         Some(x) => a.require(a.session_write(&x.node), "session:write", &x.node),
         None => Ok(()),

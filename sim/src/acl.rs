@@ -1,0 +1,391 @@
+//! ACLs in the simulation, on a quarter of the seeds (`acl_seed`): the
+//! servers run with ACLs on, default deny and `MANAGEMENT` as the initial
+//! management token, and every simulated client carries a token.
+//!
+//! - `admin`: with the management token, creates through Raft (as any
+//!   write, through the API) the workload's policy and two tokens holding
+//!   it: the one every other client carries, and a second, "doomed" one.
+//!   Mid-run (during the faults) it deletes the doomed token.
+//! - `user`: uses the doomed token, before and after its delete, on random
+//!   servers: writes and default and `?consistent` reads (checked by the
+//!   leader) and `?stale` reads (checked by the server asked); now and then
+//!   the same without a token (the anonymous token).
+//! - `check` (checker f): no server accepted the doomed token for a request
+//!   it began checking after it had applied the delete (its applied index
+//!   at or past the delete's index, from the truth every server's apply
+//!   recorded); a server that had not applied it yet may still accept it,
+//!   as in Consul. No anonymous request is ever accepted. And the check
+//!   means something: the token was accepted before its delete, and
+//!   refused after it was acknowledged.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::state::{Command, Response};
+use cairn::structs::acl::{AclPolicy, AclToken, Link, secret_hash};
+use cairn::structs::{KvOp, KvVerb};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::node::{API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, now_us};
+
+/// The initial management token's secret (`--acl-initial-management-token`).
+pub const MANAGEMENT: &str = "5e1f0000-0000-4000-8000-00000000000a";
+
+/// What the workload's clients do: KV, catalog, sessions and their locks.
+pub const WORKLOAD_RULES: &str = r#"
+key_prefix "" { policy = "write" }
+node_prefix "" { policy = "write" }
+service_prefix "" { policy = "write" }
+session_prefix "" { policy = "write" }
+"#;
+
+const POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b0";
+const POLICY_NAME: &str = "sim-workload";
+
+/// Keys the doomed token's user writes (apart from the workload's, which
+/// the linearizability checker owns).
+const USER_KEYS: [&str; 2] = ["acl/a", "acl/b"];
+
+/// The admin's and the user's timeout: short, so that a request stuck
+/// behind a fault (a crashed or cut-off server) does not keep them from
+/// asking again: the delete must be acknowledged, and the token used
+/// after it, before the run ends.
+const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the user goes on after the workload (and the admin's retries
+/// of the delete) end: the faults have healed by then, so every server
+/// applies the delete and refuses the token.
+pub const USER_AFTER: Duration = Duration::from_secs(3);
+
+/// ACLs on for a quarter of the seeds (seed 7, the determinism test's,
+/// among them).
+pub fn acl_seed(seed: u64) -> bool {
+    seed % 4 == 3
+}
+
+/// The tokens of one ACL run: secrets and accessors drawn from the seed.
+#[derive(Debug)]
+pub struct Tokens {
+    pub workload: String,
+    pub workload_accessor: String,
+    pub doomed: String,
+    pub doomed_accessor: String,
+    /// Set once the admin has created both tokens.
+    ready: AtomicBool,
+}
+
+fn uuid_of(seed: u64, n: u64) -> String {
+    format!("{:08x}-5157-4000-8000-{n:012x}", seed as u32)
+}
+
+/// What a client carries: nothing with ACLs off, else the run's tokens.
+#[derive(Debug, Clone, Default)]
+pub struct Access(Option<Arc<Tokens>>);
+
+impl Access {
+    pub fn new(seed: u64, on: bool) -> Self {
+        Access(on.then(|| {
+            Arc::new(Tokens {
+                workload: uuid_of(seed, 1),
+                workload_accessor: uuid_of(seed, 2),
+                doomed: uuid_of(seed, 3),
+                doomed_accessor: uuid_of(seed, 4),
+                ready: AtomicBool::new(false),
+            })
+        }))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn tokens(&self) -> Option<&Arc<Tokens>> {
+        self.0.as_ref()
+    }
+
+    /// The token the workload's clients send: none with ACLs off; else
+    /// the workload token, once the admin has created it (a client waits
+    /// for it: a refused operation tells the history checkers nothing).
+    pub async fn workload(&self) -> Option<String> {
+        let t = self.0.as_ref()?;
+        while !t.ready.load(Ordering::Acquire) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Some(t.workload.clone())
+    }
+}
+
+/// One request of the doomed token's user, as it saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenUse {
+    /// Sent without a token (the anonymous token).
+    pub anonymous: bool,
+    /// Which server the user asked.
+    pub asked: usize,
+    pub call: u64,
+    pub ret: u64,
+    /// The answer was a success (the request was acknowledged).
+    pub acked: bool,
+    /// The answering server's decision on the token.
+    pub checked: Option<Checked>,
+}
+
+/// What the admin and the user did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct AclRecord {
+    /// When both tokens were acknowledged.
+    pub created: Option<u64>,
+    /// When the doomed token's delete was acknowledged.
+    pub deleted: Option<u64>,
+    pub uses: Vec<TokenUse>,
+    /// Admin writes the servers refused (none expected).
+    pub errors: Vec<String>,
+}
+
+pub type AclLog = Arc<Mutex<AclRecord>>;
+
+/// What checker (f) saw in one run.
+#[derive(Debug, Clone, Default)]
+pub struct AclStats {
+    /// The index whose apply removed the doomed token.
+    pub delete_index: u64,
+    /// Requests with the doomed token accepted before its delete's apply.
+    pub accepted_before: usize,
+    /// Requests with the doomed token refused, sent after its delete was
+    /// acknowledged.
+    pub refused_after: usize,
+    /// Anonymous requests refused.
+    pub anonymous_refused: usize,
+    pub failures: Vec<String>,
+}
+
+/// Sends `cmd` with the management token until it is acknowledged (or
+/// `until` passes), moving to the next server after each failure.
+async fn until_acked(servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog) -> bool {
+    let req = ApiRequest::Write(Box::new(cmd));
+    let mut target = 0;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        let addr = SocketAddr::new(servers[target], API_PORT);
+        match call(addr, &req, Some(MANAGEMENT), SHORT_TIMEOUT).await {
+            Ok(ApiReply::Write(Ok(Response::Ok))) => return true,
+            Ok(ApiReply::Write(Ok(other))) => {
+                // Refused for good: the run's own setup is wrong.
+                log.lock()
+                    .unwrap()
+                    .errors
+                    .push(format!("{req:?}: {other:?}"));
+                return false;
+            }
+            // No leader, a timeout, or ACL init not applied yet.
+            other => {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{} ms: admin: {other:?}", now_us() / 1000);
+                }
+                target = (target + 1) % servers.len();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+fn token(accessor: &str, secret: &str, description: &str) -> AclToken {
+    AclToken {
+        accessor_id: accessor.into(),
+        description: description.into(),
+        policies: vec![Link {
+            id: POLICY_ID.into(),
+            name: POLICY_NAME.into(),
+        }],
+        secret_hash: secret_hash(secret),
+        ..Default::default()
+    }
+}
+
+/// The admin client: creates the policy and both tokens, then at
+/// `delete_at` deletes the doomed one (retried until acknowledged, at the
+/// latest by `until`).
+pub async fn admin(
+    access: Access,
+    servers: Vec<IpAddr>,
+    delete_at: Duration,
+    until: Duration,
+    log: AclLog,
+) -> turmoil::Result {
+    let Some(t) = access.tokens().cloned() else {
+        return Ok(());
+    };
+    let policy = AclPolicy {
+        id: POLICY_ID.into(),
+        name: POLICY_NAME.into(),
+        rules: WORKLOAD_RULES.into(),
+        ..Default::default()
+    };
+    let writes = [
+        Command::AclPolicySet {
+            policy: Box::new(policy),
+        },
+        Command::AclTokenSet {
+            token: Box::new(token(&t.workload_accessor, &t.workload, "workload")),
+        },
+        Command::AclTokenSet {
+            token: Box::new(token(&t.doomed_accessor, &t.doomed, "doomed")),
+        },
+    ];
+    for cmd in writes {
+        if !until_acked(&servers, cmd, until, &log).await {
+            return Ok(());
+        }
+    }
+    log.lock().unwrap().created = Some(now_us());
+    t.ready.store(true, Ordering::Release);
+    let now = turmoil::sim_elapsed().unwrap_or_default();
+    tokio::time::sleep(delete_at.saturating_sub(now)).await;
+    let delete = Command::AclTokenDelete {
+        accessor: t.doomed_accessor.clone(),
+    };
+    if until_acked(&servers, delete, until, &log).await {
+        log.lock().unwrap().deleted = Some(now_us());
+    }
+    Ok(())
+}
+
+/// The doomed token's user: until `until`, one request every few tens of
+/// milliseconds to a random server, recording the answer and the answering
+/// server's decision.
+pub async fn user(
+    access: Access,
+    seed: u64,
+    servers: Vec<IpAddr>,
+    until: Duration,
+    log: AclLog,
+) -> turmoil::Result {
+    let Some(t) = access.tokens().cloned() else {
+        return Ok(());
+    };
+    access.workload().await;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xAC1_D00D);
+    let mut n = 0u64;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        n += 1;
+        let key = USER_KEYS[rng.gen_range(0..USER_KEYS.len())].to_string();
+        let req = match rng.gen_range(0..4) {
+            0 => ApiRequest::Write(Box::new(Command::Kv(KvOp {
+                verb: KvVerb::Set,
+                key,
+                value: n.to_string().into_bytes(),
+                flags: 0,
+                index: 0,
+                session: String::new(),
+            }))),
+            1 => ApiRequest::Get {
+                key,
+                consistent: false,
+            },
+            2 => ApiRequest::Get {
+                key,
+                consistent: true,
+            },
+            _ => ApiRequest::StaleGet { key },
+        };
+        let anonymous = rng.gen_ratio(1, 8);
+        let token = (!anonymous).then_some(t.doomed.as_str());
+        let asked = rng.gen_range(0..servers.len());
+        let addr = SocketAddr::new(servers[asked], API_PORT);
+        let call_at = now_us();
+        let answer = call_checked(addr, &req, token, false, SHORT_TIMEOUT).await;
+        let (acked, checked) = match answer {
+            Ok(a) => (
+                matches!(a.reply, ApiReply::Write(Ok(_)) | ApiReply::Get(Ok(_))),
+                a.checked,
+            ),
+            Err(_) => (false, None),
+        };
+        log.lock().unwrap().uses.push(TokenUse {
+            anonymous,
+            asked,
+            call: call_at,
+            ret: now_us(),
+            acked,
+            checked,
+        });
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..40))).await;
+    }
+    Ok(())
+}
+
+/// Checker (f) on a finished run.
+pub fn check(tokens: &Tokens, log: &AclRecord, truth: &Committed) -> AclStats {
+    let mut stats = AclStats::default();
+    let fail = |stats: &mut AclStats, f: String| stats.failures.push(f);
+    for e in &log.errors {
+        fail(&mut stats, format!("acl: an admin write was refused: {e}"));
+    }
+    let Some(deleted_at) = log.deleted else {
+        fail(
+            &mut stats,
+            "acl: the doomed token's delete was never acknowledged".into(),
+        );
+        return stats;
+    };
+    let Some(&delete_index) = truth.acl_deleted.get(&tokens.doomed_accessor) else {
+        fail(
+            &mut stats,
+            "acl: the doomed token's delete was acknowledged, but no server applied it".into(),
+        );
+        return stats;
+    };
+    stats.delete_index = delete_index;
+    for u in &log.uses {
+        if u.acked && u.checked.is_none_or(|c| !c.allowed) {
+            fail(
+                &mut stats,
+                format!("acl: a request was answered without its token passing a check: {u:?}"),
+            );
+            continue;
+        }
+        let Some(c) = u.checked else { continue };
+        if u.anonymous {
+            if u.acked {
+                fail(
+                    &mut stats,
+                    format!("acl: an anonymous request was accepted under default deny: {u:?}"),
+                );
+            } else if !c.allowed {
+                stats.anonymous_refused += 1;
+            }
+            continue;
+        }
+        if u.acked && c.index >= delete_index {
+            fail(
+                &mut stats,
+                format!(
+                    "acl: s{} accepted the deleted token at applied index {} (its delete applied at {delete_index}), asked at {} µs: {u:?}",
+                    c.server, c.index, u.call
+                ),
+            );
+        } else if u.acked {
+            stats.accepted_before += 1;
+        } else if !c.allowed && u.call > deleted_at {
+            stats.refused_after += 1;
+        }
+    }
+    if stats.accepted_before == 0 {
+        fail(
+            &mut stats,
+            "acl: no progress: the doomed token was never accepted before its delete".into(),
+        );
+    }
+    if stats.refused_after == 0 {
+        fail(
+            &mut stats,
+            format!(
+                "acl: no progress: the doomed token was never refused after its delete (acknowledged at {deleted_at} µs)"
+            ),
+        );
+    }
+    stats
+}
