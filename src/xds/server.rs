@@ -47,7 +47,10 @@ static BUILDS: Semaphore = Semaphore::const_new(1);
 
 /// A proxy's resources from its snapshot, built off the async workers.
 async fn build(snapshot: &Arc<Snapshot>) -> Resources {
-    let _turn = BUILDS.acquire().await.expect("the build semaphore is never closed");
+    let _turn = BUILDS
+        .acquire()
+        .await
+        .expect("the build semaphore is never closed");
     let snapshot = snapshot.clone();
     match tokio::task::spawn_blocking(move || super::resources::generate(&snapshot)).await {
         Ok(r) => r,
