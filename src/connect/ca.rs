@@ -641,4 +641,67 @@ mod tests {
             Err(Error::BadRequest(_))
         ));
     }
+
+    fn config(key_type: &str, bits: u32) -> CaConfiguration {
+        let mut c = CaConfiguration::default();
+        c.config.insert("PrivateKeyType".into(), key_type.into());
+        c.config.insert("PrivateKeyBits".into(), bits.into());
+        c
+    }
+
+    #[test]
+    fn key_types_and_sizes_are_checked_as_consuls() {
+        for (t, b, want) in [("rsa", 0, 2048), ("rsa", 3072, 3072), ("ec", 384, 384)] {
+            let (c, p) = normalize(config(t, b)).unwrap();
+            assert_eq!((p.key_type.as_str(), p.key_bits), (t, want));
+            assert_eq!(c.config["PrivateKeyBits"], want);
+        }
+        for (t, b, text) in [
+            ("rsa", 1024, "RSA key length must be at least 2048 bits"),
+            ("rsa", 8192, "RSA key length 8192 is not supported"),
+            ("ec", 2048, "EC key length must be one of"),
+            ("dsa", 0, "private key type must be either 'ec' or 'rsa'"),
+        ] {
+            match normalize(config(t, b)) {
+                Err(Error::BadRequest(m)) => assert!(m.contains(text), "{t} {b}: {m}"),
+                other => panic!("{t} {b}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_operators_rsa_key_must_have_the_configured_size() {
+        let key = generate_key("rsa", 2048).unwrap().serialize_pem();
+        let mut c = config("rsa", 2048);
+        c.config.insert("PrivateKey".into(), key.clone().into());
+        let (_, p) = normalize(c).unwrap();
+        let root = new_root("x.consul", &p).unwrap();
+        assert_eq!(root.root.private_key_type, "rsa");
+        let mut c = config("rsa", 3072);
+        c.config.insert("PrivateKey".into(), key.into());
+        assert!(matches!(normalize(c), Err(Error::BadRequest(_))));
+    }
+
+    #[test]
+    fn an_rsa_ca_signs_rsa_leaves_and_its_key_is_rsa() {
+        let cluster = "11111111-2222-3333-4444-555555555555";
+        let td = format!("{cluster}.consul");
+        let ca = initial(cluster).unwrap();
+        let ca = reconfigure(&ca, config("rsa", 2048), &td).unwrap();
+        let active = ca.active().unwrap();
+        assert_eq!(
+            (
+                active.root.private_key_type.as_str(),
+                active.root.private_key_bits
+            ),
+            ("rsa", 2048)
+        );
+        let key = KeyPair::from_pem(&active.signing_key).unwrap();
+        assert_eq!(key.algorithm(), &rcgen::PKCS_RSA_SHA256);
+        assert_eq!(rsa_bits(&key), Some(2048));
+        assert_eq!(active.root.intermediate_certs.len(), 1, "cross-signed");
+        let leaf = sign_local(&ca, &td, "dc1", "web").unwrap();
+        let leaf_key = KeyPair::from_pem(&leaf.private_key_pem).unwrap();
+        assert_eq!(rsa_bits(&leaf_key), Some(2048), "the leaf follows the CA");
+    }
 }
