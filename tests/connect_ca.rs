@@ -58,6 +58,39 @@ fn pem_blocks(pem: &str) -> Vec<String> {
         .collect()
 }
 
+/// `openssl <what> -noout -text -in file`: what openssl reads in a
+/// certificate (`x509`) or a key (`pkey`).
+fn openssl_text(what: &str, file: &str) -> String {
+    let out = Command::new("openssl")
+        .args([what, "-noout", "-text", "-in", file])
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The subject key identifier openssl reads in a certificate, as Consul
+/// shows `SigningKeyID` (lowercase, colon-separated).
+fn subject_key_id(cert: &str) -> String {
+    let out = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectKeyIdentifier",
+            "-in",
+            cert,
+        ])
+        .output()
+        .expect("openssl runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    text.lines().nth(1).unwrap_or_default().trim().to_string()
+}
+
 fn roots_pem(s: &Server) -> String {
     let r = s.get("/v1/connect/ca/roots?pem=true");
     assert_eq!(r.status, 200, "{}", r.body);
@@ -244,6 +277,176 @@ fn rotation_keeps_old_leaves_valid_and_wakes_blocking_leaf_reads() {
     assert!(verifies(&bundle, None, &new_leaf));
 }
 
+/// The key openssl reads in a certificate or key text: RSA of `bits`, or
+/// EC P-256.
+fn assert_key(text: &str, key_type: &str, bits: u32, what: &str) {
+    match key_type {
+        "rsa" => assert!(
+            text.to_lowercase().contains("modulus:") && text.contains(&format!("({bits} bit")),
+            "{what} should be RSA {bits}: {text}"
+        ),
+        _ => assert!(
+            !text.to_lowercase().contains("modulus:") && text.contains("prime256v1"),
+            "{what} should be EC P-256: {text}"
+        ),
+    }
+}
+
+/// A rotation to RSA and back to EC, as Consul's built-in provider does:
+/// each new root of the configured type, cross-signed by the one before so
+/// leaves of the old type keep verifying, new leaves (a server's and a
+/// client agent's) of the new type.
+#[test]
+fn rotations_between_ec_and_rsa_keep_leaves_verifying() {
+    let s = Server::dev();
+    let a = Agent::builder("a1", &s.url).start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ec_root = write(
+        dir,
+        "ec-root.pem",
+        s.get_json("/v1/connect/ca/roots")["Roots"][0]["RootCert"]
+            .as_str()
+            .unwrap(),
+    );
+    let ec_leaf = write(
+        dir,
+        "ec-leaf.pem",
+        s.get_json("/v1/agent/connect/ca/leaf/web")["CertPEM"]
+            .as_str()
+            .unwrap(),
+    );
+    assert_key(&openssl_text("x509", &ec_leaf), "ec", 256, "the first leaf");
+
+    let r = s.put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa","PrivateKeyBits":2048}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let c = s.get_json("/v1/connect/ca/configuration");
+    assert_eq!(c["Config"]["PrivateKeyType"], "rsa");
+    assert_eq!(c["Config"]["PrivateKeyBits"], 2048);
+    let roots = s.get_json("/v1/connect/ca/roots");
+    let list = roots["Roots"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{roots}");
+    let rsa_r = &list[1];
+    assert_eq!(rsa_r["Active"], true);
+    assert_eq!(roots["ActiveRootID"], rsa_r["ID"]);
+    assert_eq!(
+        (&rsa_r["PrivateKeyType"], &rsa_r["PrivateKeyBits"]),
+        (&"rsa".into(), &2048.into())
+    );
+    assert_eq!(
+        (&list[0]["PrivateKeyType"], &list[0]["PrivateKeyBits"]),
+        (&"ec".into(), &256.into())
+    );
+    let rsa_root = write(dir, "rsa-root.pem", rsa_r["RootCert"].as_str().unwrap());
+    let text = openssl_text("x509", &rsa_root);
+    assert_key(&text, "rsa", 2048, "the new root");
+    assert!(
+        text.contains("sha256WithRSAEncryption"),
+        "self-signed with its RSA key: {text}"
+    );
+    assert_eq!(
+        rsa_r["SigningKeyID"].as_str().unwrap(),
+        subject_key_id(&rsa_root)
+    );
+    let cross = rsa_r["IntermediateCerts"].as_array().unwrap();
+    assert_eq!(cross.len(), 1, "{rsa_r}");
+    let cross = write(dir, "cross-rsa.pem", cross[0].as_str().unwrap());
+    assert!(
+        openssl_text("x509", &cross).contains("ecdsa-with-SHA256"),
+        "the RSA root's cross-signature is the old EC root's"
+    );
+
+    // New leaves are RSA, a server's and a client agent's alike.
+    let bundle = write(dir, "roots-1.pem", &roots_pem(&s));
+    let mut rsa_leaves = Vec::new();
+    for (who, leaf) in [
+        ("server", s.get_json("/v1/agent/connect/ca/leaf/web")),
+        ("agent", a.get("/v1/agent/connect/ca/leaf/api").json()),
+    ] {
+        let chain = pem_blocks(leaf["CertPEM"].as_str().unwrap());
+        assert_eq!(chain.len(), 2, "{who}: the leaf and the cross-signed root");
+        let cert = write(dir, &format!("rsa-leaf-{who}.pem"), &chain[0]);
+        let key = write(
+            dir,
+            &format!("rsa-key-{who}.pem"),
+            leaf["PrivateKeyPEM"].as_str().unwrap(),
+        );
+        assert_key(&openssl_text("x509", &cert), "rsa", 2048, who);
+        assert_key(&openssl_text("pkey", &key), "rsa", 2048, who);
+        assert!(
+            verifies(&bundle, None, &cert),
+            "{who}: the RSA leaf verifies"
+        );
+        assert!(
+            verifies(&rsa_root, None, &cert),
+            "{who}: signed by the RSA root"
+        );
+        assert!(
+            verifies(&ec_root, Some(&cross), &cert),
+            "{who}: a peer trusting only the EC root verifies it through the cross-signed root"
+        );
+        rsa_leaves.push(cert);
+    }
+    assert!(
+        verifies(&bundle, None, &ec_leaf),
+        "the EC leaf keeps verifying"
+    );
+
+    // And back to EC: a third root, cross-signed by the RSA one.
+    let r = s.put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKeyType":"ec","PrivateKeyBits":256}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let roots = s.get_json("/v1/connect/ca/roots");
+    let list = roots["Roots"].as_array().unwrap();
+    assert_eq!(list.len(), 3, "{roots}");
+    let ec2 = &list[2];
+    assert_eq!(roots["ActiveRootID"], ec2["ID"]);
+    assert_eq!(
+        (&ec2["PrivateKeyType"], &ec2["PrivateKeyBits"]),
+        (&"ec".into(), &256.into())
+    );
+    let ec2_root = write(dir, "ec2-root.pem", ec2["RootCert"].as_str().unwrap());
+    assert_key(
+        &openssl_text("x509", &ec2_root),
+        "ec",
+        256,
+        "the third root",
+    );
+    assert_eq!(
+        ec2["SigningKeyID"].as_str().unwrap(),
+        subject_key_id(&ec2_root)
+    );
+    let cross2 = write(
+        dir,
+        "cross-ec2.pem",
+        ec2["IntermediateCerts"][0].as_str().unwrap(),
+    );
+    assert!(openssl_text("x509", &cross2).contains("sha256WithRSAEncryption"));
+    let leaf = s.get_json("/v1/agent/connect/ca/leaf/web");
+    let chain = pem_blocks(leaf["CertPEM"].as_str().unwrap());
+    let cert = write(dir, "ec2-leaf.pem", &chain[0]);
+    assert_key(
+        &openssl_text("x509", &cert),
+        "ec",
+        256,
+        "the leaf after going back",
+    );
+    let bundle = write(dir, "roots-2.pem", &roots_pem(&s));
+    assert!(verifies(&bundle, None, &cert));
+    assert!(
+        verifies(&rsa_root, Some(&cross2), &cert),
+        "through the RSA root's cross-signature"
+    );
+    for old in rsa_leaves.iter().chain([&ec_leaf]) {
+        assert!(verifies(&bundle, None, old), "{old} keeps verifying");
+    }
+}
+
 #[test]
 fn configuration_is_shown_and_checked() {
     let s = Server::dev();
@@ -267,15 +470,23 @@ fn configuration_is_shown_and_checked() {
         ),
         (
             r#"{"Provider":"consul","Config":{"PrivateKeyType":"dsa"}}"#,
-            "private key type",
+            "private key type must be either 'ec' or 'rsa'",
         ),
         (
             r#"{"Provider":"consul","Config":{"PrivateKeyBits":1000}}"#,
             "EC key length",
         ),
         (
-            r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa"}}"#,
-            "rsa",
+            r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa","PrivateKeyBits":1024}}"#,
+            "RSA key length must be at least 2048 bits",
+        ),
+        (
+            r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa","PrivateKeyBits":2049}}"#,
+            "RSA key length 2049 is not supported",
+        ),
+        (
+            r#"{"Provider":"consul","Config":{"PrivateKeyType":"ec","PrivateKeyBits":2048}}"#,
+            "EC key length",
         ),
         (
             r#"{"Provider":"consul","Config":{"LeafCertTTL":"1h","IntermediateCertTTL":"2h"}}"#,

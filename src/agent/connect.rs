@@ -42,7 +42,24 @@ impl Agent {
         {
             return Ok(cert.clone());
         }
-        let (key, csr) = ca::new_csr(&roots.trust_domain, &self.datacenter(), service)?;
+        // The key is of the active root's type and size, as Consul's
+        // agents make it from the CA configuration; made off the async
+        // workers (an RSA key takes up to seconds).
+        let (key_type, bits) = roots
+            .roots
+            .iter()
+            .find(|r| r.active)
+            .map(|r| (r.private_key_type.clone(), r.private_key_bits))
+            .unwrap_or_else(|| ("ec".into(), 256));
+        let (td, dc, svc) = (
+            roots.trust_domain.clone(),
+            self.datacenter(),
+            service.to_string(),
+        );
+        let (key, csr) =
+            tokio::task::spawn_blocking(move || ca::new_csr(&td, &dc, &svc, &key_type, bits))
+                .await
+                .map_err(|e| Error::Internal(format!("leaf key: {e}")))??;
         let body = self
             .servers
             .put(crate::connect::SIGN_PATH, &json!({ "CSR": csr }))

@@ -134,7 +134,12 @@ async fn put_config(
             ));
         };
         let trust_domain = format!("{}.consul", state.cluster_id);
-        let next = ca::reconfigure(&current, body.clone(), &trust_domain)?;
+        // A new root's key (RSA: up to seconds) is made off the async
+        // workers, here on the leader, and only the result is proposed.
+        let (cur, b) = (current.clone(), body.clone());
+        let next = tokio::task::spawn_blocking(move || ca::reconfigure(&cur, b, &trust_domain))
+            .await
+            .map_err(|e| Error::Internal(format!("CA reconfigure: {e}")))??;
         let cmd = Command::CaSet {
             ca: Box::new(next),
             cas: Some(current.config.modify_index),
@@ -170,7 +175,12 @@ async fn leaf(
         // A token deleted or narrowed while the read waited gets no leaf.
         super::recheck(&s, &mut a, &state)?;
         a.require(a.service_write(&service), "service:write", &service)?;
-        let cert = s.leaves.get(&state, &s.config.datacenter, &service)?;
+        // Signing may make a key (RSA: up to seconds): off the workers.
+        let (s2, svc) = (s.clone(), service.clone());
+        let cert =
+            tokio::task::spawn_blocking(move || s2.leaves.get(&state, &s2.config.datacenter, &svc))
+                .await
+                .map_err(|e| Error::Internal(format!("leaf: {e}")))??;
         let now = tokio::time::Instant::now();
         if opts.index == 0 || cert.modify_index > opts.index || now >= deadline {
             return Ok(json_at(&s, cert.modify_index, &*cert));
