@@ -29,10 +29,8 @@ use cairn::structs::{KvOp, KvVerb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub use crate::node::MANAGEMENT;
 use crate::node::{API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, now_us};
-
-/// The initial management token's secret (`--acl-initial-management-token`).
-pub const MANAGEMENT: &str = "5e1f0000-0000-4000-8000-00000000000a";
 
 /// What the workload's clients do: KV, catalog, sessions and their locks.
 pub const WORKLOAD_RULES: &str = r#"

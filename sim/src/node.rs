@@ -116,10 +116,14 @@ pub struct Boot {
     pub expect: usize,
     pub election_timeout: u64,
     pub snapshot_threshold: u64,
-    /// ACLs on, default deny, with `acl::MANAGEMENT` as the initial
+    /// ACLs on, default deny, with `MANAGEMENT` as the initial
     /// management token.
     pub acl: bool,
 }
+
+/// The initial management token's secret (`--acl-initial-management-token`)
+/// of servers with ACLs on; the ACL clients (`acl`) hold it too.
+pub const MANAGEMENT: &str = "5e1f0000-0000-4000-8000-00000000000a";
 
 /// What was committed, as every server applied it: per Raft index, each KV
 /// key changed there and its entry afterwards (JSON, as events carry it;
@@ -229,7 +233,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             AclConfig {
                 enabled: true,
                 default_policy: DefaultPolicy::Deny,
-                initial_management: Some(crate::acl::MANAGEMENT.into()),
+                initial_management: Some(MANAGEMENT.into()),
             }
         } else {
             AclConfig::default()
