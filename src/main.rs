@@ -230,7 +230,7 @@ struct AclArgs {
     #[arg(long)]
     acl_enabled: bool,
     /// What a token's rules do not decide (servers): allow or deny.
-    #[arg(long, default_value = "allow", value_parser = parse_default_policy)]
+    #[arg(long, default_value = "allow", value_parser = str::parse::<cairn::acl::DefaultPolicy>)]
     acl_default_policy: cairn::acl::DefaultPolicy,
     /// A management token the first leader creates with this secret
     /// (servers; Consul's `initial_management`).
@@ -275,14 +275,6 @@ impl AclArgs {
             "--acl-enabled and --acl-initial-management-token are server flags"
         );
         Ok(())
-    }
-}
-
-fn parse_default_policy(s: &str) -> Result<cairn::acl::DefaultPolicy, String> {
-    match s {
-        "allow" => Ok(cairn::acl::DefaultPolicy::Allow),
-        "deny" => Ok(cairn::acl::DefaultPolicy::Deny),
-        _ => Err(format!("{s:?}: must be allow or deny")),
     }
 }
 

@@ -13,11 +13,25 @@ use std::collections::HashMap;
 use super::rules::{Access, Named, Rules};
 
 /// The servers' `--acl-default-policy`: what a token may do where none of
-/// its rules matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// its rules matches. Written `allow` or `deny` (flag and JSON alike);
+/// Consul's default is `allow`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DefaultPolicy {
+    #[default]
     Allow,
     Deny,
+}
+
+impl std::str::FromStr for DefaultPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "allow" => Ok(DefaultPolicy::Allow),
+            "deny" => Ok(DefaultPolicy::Deny),
+            _ => Err(format!("{s:?}: must be allow or deny")),
+        }
+    }
 }
 
 /// Consul's anonymous token, named in denials by its own words.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::servers::{ServerError, Servers};
-use crate::acl::{Authorizer, DefaultPolicy, parse_rules};
+use crate::acl::{Authorizer, parse_rules};
 use crate::error::{Error, Result};
 use crate::structs::acl::{AUTHORIZER_PATH, ResolvedToken, secret_hash};
 
@@ -119,20 +119,16 @@ fn authorizer(r: &ResolvedToken) -> Authorizer {
     if r.management {
         return Authorizer::management(&r.accessor_id);
     }
-    let default = if r.default_policy == "deny" {
-        DefaultPolicy::Deny
-    } else {
-        DefaultPolicy::Allow
-    };
     // The server parsed these when they were written.
     let rules: Vec<_> = r.rules.iter().filter_map(|t| parse_rules(t).ok()).collect();
     let refs: Vec<_> = rules.iter().collect();
-    Authorizer::new(&r.accessor_id, &refs, default)
+    Authorizer::new(&r.accessor_id, &refs, r.default_policy)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acl::DefaultPolicy;
 
     #[test]
     fn a_described_token_checks_as_its_rules_say() {
@@ -140,7 +136,7 @@ mod tests {
             enabled: true,
             accessor_id: "a1".into(),
             management: false,
-            default_policy: "deny".into(),
+            default_policy: DefaultPolicy::Deny,
             rules: vec![r#"service "web" { policy = "write" }"#.into()],
         };
         let a = authorizer(&r);

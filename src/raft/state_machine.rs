@@ -230,20 +230,16 @@ impl StateMachine {
     }
 }
 
-/// A restore's commit: it turns a whole staged snapshot into tables.
-fn is_restore_commit(cmd: &crate::state::Payload) -> bool {
-    matches!(
-        cmd,
-        crate::state::Payload::One(crate::state::Command::RestoreCommit { .. })
-    )
-}
-
-/// A restore's chunk: half a MiB to write to the state store.
-fn is_restore_chunk(cmd: &crate::state::Payload) -> bool {
-    matches!(
-        cmd,
-        crate::state::Payload::One(crate::state::Command::RestoreChunk { .. })
-    )
+/// A restore's step, if `cmd` is one: `Some(true)` for its commit (the
+/// whole staged snapshot turned into tables), `Some(false)` for a chunk
+/// (half a MiB to write to the store).
+fn restore_step(cmd: &crate::state::Payload) -> Option<bool> {
+    use crate::state::{Command, Payload};
+    match cmd {
+        Payload::One(Command::RestoreCommit { .. }) => Some(true),
+        Payload::One(Command::RestoreChunk { .. }) => Some(false),
+        _ => None,
+    }
 }
 
 /// The rows that say where the state is: the applied log id and membership.
@@ -333,26 +329,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             applied += 1;
             let response = match entry.payload {
                 EntryPayload::Blank => Response::Ok,
-                EntryPayload::Normal(cmd) if is_restore_commit(&cmd) => {
-                    // Decoding a restored snapshot into tables takes as long
-                    // as a snapshot install: not on the async workers.
-                    let staged = std::mem::take(&mut state);
-                    let (next, resp, set) = self
-                        .snapshots
-                        .off_workers(move || {
-                            let mut next = staged;
-                            let (resp, set) = apply_payload(&mut next, index, &cmd);
-                            (next, resp, set)
-                        })
-                        .await?;
-                    state = next;
-                    versions.push(Arc::new(state.clone()));
-                    sets.push(set);
-                    resp
-                }
                 EntryPayload::Normal(cmd) => {
-                    heavy |= is_restore_chunk(&cmd);
-                    let (resp, set) = apply_payload(&mut state, index, &cmd);
+                    let step = restore_step(&cmd);
+                    heavy |= step.is_some();
+                    let (resp, set) = if step == Some(true) {
+                        // Decoding a restored snapshot into tables takes as
+                        // long as an install: not on the async workers.
+                        let staged = std::mem::take(&mut state);
+                        let (next, resp, set) = self
+                            .snapshots
+                            .off_workers(move || {
+                                let mut next = staged;
+                                let (resp, set) = apply_payload(&mut next, index, &cmd);
+                                (next, resp, set)
+                            })
+                            .await?;
+                        state = next;
+                        (resp, set)
+                    } else {
+                        apply_payload(&mut state, index, &cmd)
+                    };
                     // Each event is built from the version its command made
                     // (cheap: the maps are shared, not copied).
                     versions.push(Arc::new(state.clone()));

@@ -145,11 +145,7 @@ impl Resolver {
     /// What a client agent needs to check `secret` itself (`ResolvedToken`),
     /// against `st`; an unknown or expired secret is `AclNotFound`.
     pub fn describe(&self, st: &State, secret: Option<&str>) -> Result<ResolvedToken, AclNotFound> {
-        let default_policy = match self.config.default_policy {
-            DefaultPolicy::Allow => "allow",
-            DefaultPolicy::Deny => "deny",
-        }
-        .to_string();
+        let default_policy = self.config.default_policy;
         if !self.config.enabled {
             return Ok(ResolvedToken {
                 default_policy,

@@ -108,8 +108,8 @@ pub struct ResolvedToken {
     pub accessor_id: String,
     /// Holds `global-management`.
     pub management: bool,
-    /// The servers' `--acl-default-policy`: `allow` or `deny`.
-    pub default_policy: String,
+    /// The servers' `--acl-default-policy`.
+    pub default_policy: crate::acl::DefaultPolicy,
     /// The rules of every policy the token holds, its own and its roles'.
     pub rules: Vec<String>,
 }
