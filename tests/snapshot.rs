@@ -120,8 +120,12 @@ fn a_restore_brings_every_server_of_a_live_cluster_back_and_no_index_goes_back()
     let file = dir.path().join("before.snap");
     let s0 = &servers[0];
     write_content(s0, "old");
-    let want = content(s0);
-    all_answer(&servers, &want);
+    // The servers' own nodes may still be joining the catalog: the content
+    // to save is what every server has come to agree on.
+    let want = eventually(DEADLINE, "every server to agree on the content", || {
+        let want = content(s0);
+        servers.iter().all(|s| content(s) == want).then_some(want)
+    });
     save(s0, &file);
 
     // A series of writes after the snapshot, on every table.
