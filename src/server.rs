@@ -21,7 +21,7 @@ use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
 use crate::raft::secure::{TlsAccept, TlsConnect};
 use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
-use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
+use crate::state::{Command, Payload, Persist, Response, SledBackend, Store, WriteBehind};
 use crate::stream::Publisher;
 use crate::tasks::Tasks;
 
@@ -217,7 +217,7 @@ impl Server {
                 &config.data_dir.join("raft-log"),
                 config.log_segment_bytes,
             )?,
-            persist: Box::new(SledBackend::new(&db, &db_dir)?),
+            persist: Box::new(WriteBehind::new(Box::new(SledBackend::new(&db, &db_dir)?))?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -485,6 +485,23 @@ impl Server {
         }
     }
 
+    /// Waits (up to `LEADER_HOLD`) until this server, if it leads, has
+    /// applied an entry of its term (`Cluster::is_ready_leader`), as
+    /// Consul's leader waits on a barrier before it serves.
+    pub async fn await_ready_leader(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + LEADER_HOLD;
+        let mut metrics = self.raft.metrics();
+        while self.cluster.is_leader() && !self.cluster.is_ready_leader() {
+            if tokio::time::timeout_at(deadline, metrics.changed())
+                .await
+                .is_err()
+            {
+                return Err(Error::NoLeader);
+            }
+        }
+        Ok(())
+    }
+
     /// The cluster id, which the first leader writes right after its
     /// election: a read that comes in between waits for it (up to
     /// `LEADER_HOLD`), so a server that reports a leader never answers as if
@@ -549,9 +566,12 @@ impl Server {
         }
     }
 
-    /// Stops Raft and flushes sled.
+    /// Stops Raft, writes the state's waiting rows and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+        if let Err(e) = self.store.persist().flush() {
+            tracing::error!("{e:#}");
+        }
         if let Some(db) = &self.db {
             let _ = db.flush_async().await;
         }

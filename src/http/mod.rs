@@ -96,8 +96,14 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let path = req.uri().path();
     let read = matches!(*req.method(), Method::GET | Method::HEAD);
     let stale = read && Params::parse(req.uri().query()).has("stale");
-    if always_local(path) || stale || s.cluster.is_leader() || req.headers().contains_key(FORWARDED)
-    {
+    if always_local(path) || stale || s.cluster.is_ready_leader() {
+        return next.run(req).await;
+    }
+    if req.headers().contains_key(FORWARDED) {
+        // Sent here as to the leader: answered here, once ready if it leads.
+        if let Err(e) = s.await_ready_leader().await {
+            return e.into_response();
+        }
         return next.run(req).await;
     }
     // A txn of reads only may be answered here with `?stale` (Consul's
@@ -124,6 +130,9 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     loop {
         match s.await_leader().await {
             Ok((id, _)) if id == s.cluster.id => {
+                if let Err(e) = s.await_ready_leader().await {
+                    return e.into_response();
+                }
                 return next.run(Request::from_parts(parts, Body::from(body))).await;
             }
             Ok((_, leader)) => match proxy(&s, &leader.http_addr, &parts, body.clone()).await {

@@ -121,6 +121,17 @@ impl Cluster {
         self.raft.metrics().borrow_watched().current_leader == Some(self.id)
     }
 
+    /// Leads, and has applied an entry of its own term: everything
+    /// committed before its election is applied too, so what it reads is
+    /// never older than a write acknowledged before (a restarted server
+    /// re-applies the rows it had not yet written: `state::write_behind`).
+    pub fn is_ready_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        m.current_leader == Some(self.id)
+            && m.last_applied.as_ref().map(|l| l.leader_id.term) == Some(m.current_term)
+    }
+
     /// The term this server leads in, if it leads.
     pub fn leading_term(&self) -> Option<u64> {
         let m = self.raft.metrics();

@@ -35,6 +35,10 @@ pub trait Persist: Send + Sync {
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()>;
     /// Where the rows are, for messages.
     fn location(&self) -> String;
+    /// Writes whatever an earlier `batch` left waiting (`WriteBehind`).
+    fn flush(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Called with each row of a scan, in key order.
