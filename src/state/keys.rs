@@ -5,28 +5,79 @@
 //! it cannot spell a key differently. It is a string underneath (persisted
 //! rows, snapshots and prefix ranges rely on its text and ordering).
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Borrow;
+use std::sync::Arc;
 use std::fmt;
 use std::ops::Deref;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct WatchKey(Cow<'static, str>);
+/// A watch key's text. Cloned whenever a map of the state that holds it is
+/// written (persistent maps copy the node they change, keys included), so a
+/// stored key is shared, not copied: a clone is a reference count.
+#[derive(Clone)]
+pub struct WatchKey(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Fixed(&'static str),
+    Stored(Arc<str>),
+}
 
 impl WatchKey {
     const fn fixed(s: &'static str) -> WatchKey {
-        WatchKey(Cow::Borrowed(s))
+        WatchKey(Repr::Fixed(s))
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Fixed(s) => s,
+            Repr::Stored(s) => s,
+        }
     }
 
-    /// A key read back from storage (persisted index rows, snapshots).
     pub fn stored(s: impl Into<String>) -> WatchKey {
-        WatchKey(Cow::Owned(s.into()))
+        WatchKey(Repr::Stored(Arc::from(s.into())))
+    }
+}
+
+impl PartialEq for WatchKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for WatchKey {}
+
+impl PartialOrd for WatchKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for WatchKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for WatchKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+/// Encoded as its text alone (as the `String` it once was: snapshots and
+/// the rows keep their format).
+impl Serialize for WatchKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for WatchKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(WatchKey::stored)
     }
 }
 
@@ -76,7 +127,7 @@ pub const RESTORED: WatchKey = WatchKey::fixed("restored");
 impl Deref for WatchKey {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
@@ -84,25 +135,25 @@ impl Deref for WatchKey {
 /// `Ord`/`Hash` are the string's, as `Borrow` requires).
 impl Borrow<str> for WatchKey {
     fn borrow(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl fmt::Debug for WatchKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for WatchKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl PartialEq<&str> for WatchKey {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.as_str() == *other
     }
 }
 
