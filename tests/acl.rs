@@ -53,6 +53,14 @@ fn deny_server() -> Server {
     s
 }
 
+/// Writes `v` at each key with the management token.
+fn put_keys(addr: SocketAddr, keys: &[&str]) {
+    for k in keys {
+        let r = with(addr, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT);
+        assert_eq!(r.status, 200, "{k}: {}", r.body);
+    }
+}
+
 #[test]
 fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_prefix() {
     let s = deny_server();
@@ -619,12 +627,7 @@ fn park(addr: SocketAddr, path: String, token: &str) -> std::thread::JoinHandle<
 fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
     let s = deny_server();
     let a = s.http_addr;
-    for k in ["app/a", "app/b"] {
-        assert_eq!(
-            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
-            200
-        );
-    }
+    put_keys(a, &["app/a", "app/b"]);
     let (accessor, secret) =
         token_with_rules(a, "app-reader", r#"key_prefix "app/" { policy = "read" }"#);
     let r = with(a, "GET", "/v1/kv/app/?recurse", None, &secret);
@@ -751,12 +754,7 @@ fn a_client_agents_own_endpoints_check_the_callers_token() {
 fn a_txns_reads_are_filtered_and_its_checks_and_tree_deletes_need_their_permissions() {
     let s = deny_server();
     let a = s.http_addr;
-    for k in ["app/a", "app/secret/b"] {
-        assert_eq!(
-            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
-            200
-        );
-    }
+    put_keys(a, &["app/a", "app/secret/b"]);
     let (_, secret) = token_with_rules(
         a,
         "app-rw",
