@@ -36,16 +36,7 @@ fn verifies(ca: &str, untrusted: Option<&str>, cert: &str) -> bool {
 /// The certificate's subject alternative names, as openssl prints each
 /// (`URI:spiffe://...`, `DNS:...`).
 fn san(cert: &str) -> Vec<String> {
-    let out = Command::new("openssl")
-        .args(["x509", "-noout", "-ext", "subjectAltName", "-in", cert])
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = openssl(&["x509", "-noout", "-ext", "subjectAltName", "-in", cert]);
     let names = text.lines().nth(1).unwrap_or_default();
     names.split(',').map(|n| n.trim().to_string()).collect()
 }
@@ -61,13 +52,18 @@ fn pem_blocks(pem: &str) -> Vec<String> {
 /// `openssl <what> -noout -text -in file`: what openssl reads in a
 /// certificate (`x509`) or a key (`pkey`).
 fn openssl_text(what: &str, file: &str) -> String {
+    openssl(&[what, "-noout", "-text", "-in", file])
+}
+
+/// What `openssl <args>` prints; it must succeed.
+fn openssl(args: &[&str]) -> String {
     let out = Command::new("openssl")
-        .args([what, "-noout", "-text", "-in", file])
+        .args(args)
         .output()
         .expect("openssl runs");
     assert!(
         out.status.success(),
-        "{}",
+        "openssl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -184,14 +180,9 @@ fn leaf_verifies_against_the_roots_with_its_spiffe_id() {
     );
     // Its key is the certificate's.
     let key = write(tmp.path(), "leaf.key", v["PrivateKeyPEM"].as_str().unwrap());
-    let pubkey = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).output().unwrap();
-        assert!(out.status.success());
-        out.stdout
-    };
     assert_eq!(
-        pubkey(&["x509", "-noout", "-pubkey", "-in", &cert]),
-        pubkey(&["pkey", "-pubout", "-in", &key])
+        openssl(&["x509", "-noout", "-pubkey", "-in", &cert]),
+        openssl(&["pkey", "-pubout", "-in", &key])
     );
     // A second read is the same (cached) leaf, at the same index.
     let again = s.get("/v1/agent/connect/ca/leaf/web");
