@@ -40,8 +40,8 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/services", get(services))
         .named("/v1/catalog/service/", "service", service_rows::<false>)
         .named("/v1/catalog/connect/", "service", service_rows::<true>)
-        .named("/v1/catalog/node/", "node", node)
-        .named("/v1/catalog/node-services/", "node", node_services_list)
+        .named("/v1/catalog/node/", "node", node::<false>)
+        .named("/v1/catalog/node-services/", "node", node::<true>)
 }
 
 async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
@@ -381,15 +381,24 @@ async fn read_node(
     Ok((index, node, services, filtered))
 }
 
-/// `{"Node": .., "Services": {id: service}}`, or `null` for an unknown node
-/// (with 200, as Consul answers).
-async fn node(
+/// `/v1/catalog/node/:name`: `{"Node": .., "Services": {id: service}}`, or
+/// `null` for an unknown node (with 200, as Consul answers). With `LIST`,
+/// `/v1/catalog/node-services/:name`: `{"Node": .., "Services": [..]}`,
+/// an unknown node giving `Node: null`.
+async fn node<const LIST: bool>(
     State(s): State<App>,
     mut a: Authz,
     Path(name): Path<String>,
     Opts(p, opts): Opts,
 ) -> Result<Response> {
     let (index, node, services, filtered) = read_node(&s, &mut a, &p, &opts, &name).await?;
+    if LIST {
+        let body = NodeWith {
+            node: node.as_ref(),
+            services,
+        };
+        return Ok(json_filtered(&s, index, &body, filtered));
+    }
     let Some(node) = node else {
         return Ok(json_filtered(&s, index, &Value::Null, filtered));
     };
@@ -398,21 +407,6 @@ async fn node(
     let body = NodeWith {
         node: Some(&node),
         services: map,
-    };
-    Ok(json_filtered(&s, index, &body, filtered))
-}
-
-/// `{"Node": .., "Services": [..]}`; an unknown node gives `Node: null`.
-async fn node_services_list(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
-) -> Result<Response> {
-    let (index, node, services, filtered) = read_node(&s, &mut a, &p, &opts, &name).await?;
-    let body = NodeWith {
-        node: node.as_ref(),
-        services,
     };
     Ok(json_filtered(&s, index, &body, filtered))
 }
