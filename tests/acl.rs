@@ -53,6 +53,14 @@ fn deny_server() -> Server {
     s
 }
 
+/// Writes `v` at each key with the management token.
+fn put_keys(addr: SocketAddr, keys: &[&str]) {
+    for k in keys {
+        let r = with(addr, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT);
+        assert_eq!(r.status, 200, "{k}: {}", r.body);
+    }
+}
+
 #[test]
 fn default_deny_refuses_anonymous_writes_and_a_key_prefix_token_writes_only_its_prefix() {
     let s = deny_server();
@@ -619,12 +627,7 @@ fn park(addr: SocketAddr, path: String, token: &str) -> std::thread::JoinHandle<
 fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
     let s = deny_server();
     let a = s.http_addr;
-    for k in ["app/a", "app/b"] {
-        assert_eq!(
-            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
-            200
-        );
-    }
+    put_keys(a, &["app/a", "app/b"]);
     let (accessor, secret) =
         token_with_rules(a, "app-reader", r#"key_prefix "app/" { policy = "read" }"#);
     let r = with(a, "GET", "/v1/kv/app/?recurse", None, &secret);
@@ -751,12 +754,7 @@ fn a_client_agents_own_endpoints_check_the_callers_token() {
 fn a_txns_reads_are_filtered_and_its_checks_and_tree_deletes_need_their_permissions() {
     let s = deny_server();
     let a = s.http_addr;
-    for k in ["app/a", "app/secret/b"] {
-        assert_eq!(
-            with(a, "PUT", &format!("/v1/kv/{k}"), Some("v"), ROOT).status,
-            200
-        );
-    }
+    put_keys(a, &["app/a", "app/secret/b"]);
     let (_, secret) = token_with_rules(
         a,
         "app-rw",
@@ -865,4 +863,74 @@ fn the_token_list_filters_by_policy_and_by_role() {
         ROOT,
     );
     assert_eq!(r.status, 400, "{}", r.body);
+}
+
+/// A node read shows a token what it may read: a node it may not read is
+/// not there (`null`, or `Node: null` with no services, or no checks), a
+/// service or a service's check it may not read is left out, and each
+/// answer says so in its header.
+#[test]
+fn node_reads_hide_what_the_token_may_not_read() {
+    let s = deny_server();
+    let a = s.http_addr;
+    for svc in ["web", "db"] {
+        let body = json!({
+            "Node": "n1", "Address": "10.0.0.1",
+            "Service": { "Service": svc, "Port": 80 },
+            "Check": { "CheckID": format!("{svc}-up"), "Name": "up", "ServiceID": svc, "Status": "passing" },
+        });
+        let r = with(
+            a,
+            "PUT",
+            "/v1/catalog/register",
+            Some(&body.to_string()),
+            ROOT,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let filtered = |r: &Resp| r.header("x-consul-results-filtered-by-acls") == Some("true");
+    let (_, reader) = token_with_rules(
+        a,
+        "n1-db-reader",
+        "node \"n1\" { policy = \"read\" }\nservice \"db\" { policy = \"read\" }",
+    );
+    let r = with(a, "GET", "/v1/catalog/node/n1", None, &reader);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let services = r.json()["Services"].clone();
+    assert!(
+        services.get("db").is_some() && services.get("web").is_none(),
+        "{services}"
+    );
+    assert!(filtered(&r));
+    let r = with(a, "GET", "/v1/catalog/node-services/n1", None, &reader);
+    assert_eq!(r.json()["Node"]["Node"], "n1", "{}", r.body);
+    assert_eq!(
+        r.json()["Services"].as_array().unwrap().len(),
+        1,
+        "{}",
+        r.body
+    );
+    assert_eq!(r.json()["Services"][0]["Service"], "db", "{}", r.body);
+    assert!(filtered(&r));
+    let r = with(a, "GET", "/v1/health/node/n1", None, &reader);
+    assert_eq!(r.json().as_array().unwrap().len(), 1, "{}", r.body);
+    assert_eq!(r.json()[0]["CheckID"], "db-up", "{}", r.body);
+    assert!(filtered(&r));
+
+    // No node:read on n1: the node is not there.
+    let (_, outsider) = token_with_rules(a, "db-reader", "service \"db\" { policy = \"read\" }");
+    let r = with(a, "GET", "/v1/catalog/node/n1", None, &outsider);
+    assert_eq!((r.status, r.json()), (200, Value::Null), "{}", r.body);
+    assert!(filtered(&r));
+    let r = with(a, "GET", "/v1/catalog/node-services/n1", None, &outsider);
+    assert_eq!(
+        r.json(),
+        json!({ "Node": null, "Services": [] }),
+        "{}",
+        r.body
+    );
+    assert!(filtered(&r));
+    let r = with(a, "GET", "/v1/health/node/n1", None, &outsider);
+    assert_eq!(r.json(), json!([]), "{}", r.body);
+    assert!(filtered(&r));
 }

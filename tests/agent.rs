@@ -663,23 +663,10 @@ fn connect_check(s: &Server, parent: &str, id: &str, check: &str) -> Option<Stri
 fn sidecar_services_from_a_config_dir_and_the_api_become_connect_proxies() {
     let s = Server::dev();
     let dir = tempfile::tempdir().unwrap();
+    // Consul's HCL for a sidecar: nested blocks, one upstream block.
     std::fs::write(
         dir.path().join("a-pay.hcl"),
-        r#"service {
-  name = "pay"
-  port = 7000
-  connect {
-    sidecar_service {
-      proxy {
-        upstreams {
-          destination_name = "db"
-          local_bind_port  = 9191
-        }
-      }
-    }
-  }
-}
-"#,
+        include_str!("fixtures/pay-sidecar.hcl"),
     )
     .unwrap();
     std::fs::write(

@@ -760,3 +760,23 @@ service "web" { policy = "read" }"#;
     );
     assert_eq!(read(secret, "/v1/health/checks/db"), (vec![], hidden));
 }
+
+/// A read by name without the name is Consul's 400, naming what is missing.
+#[test]
+fn reads_without_a_name_are_refused() {
+    let s = Server::dev();
+    for (path, what) in [
+        ("/v1/catalog/service/", "service"),
+        ("/v1/catalog/connect/", "service"),
+        ("/v1/catalog/node/", "node"),
+        ("/v1/catalog/node-services/", "node"),
+        ("/v1/health/node/", "node"),
+        ("/v1/health/checks/", "service"),
+        ("/v1/health/service/", "service"),
+        ("/v1/health/connect/", "service"),
+    ] {
+        let r = s.get(path);
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert_eq!(r.body.trim(), format!("Missing {what} name"), "{path}");
+    }
+}

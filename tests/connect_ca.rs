@@ -36,16 +36,7 @@ fn verifies(ca: &str, untrusted: Option<&str>, cert: &str) -> bool {
 /// The certificate's subject alternative names, as openssl prints each
 /// (`URI:spiffe://...`, `DNS:...`).
 fn san(cert: &str) -> Vec<String> {
-    let out = Command::new("openssl")
-        .args(["x509", "-noout", "-ext", "subjectAltName", "-in", cert])
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = openssl(&["x509", "-noout", "-ext", "subjectAltName", "-in", cert]);
     let names = text.lines().nth(1).unwrap_or_default();
     names.split(',').map(|n| n.trim().to_string()).collect()
 }
@@ -61,13 +52,18 @@ fn pem_blocks(pem: &str) -> Vec<String> {
 /// `openssl <what> -noout -text -in file`: what openssl reads in a
 /// certificate (`x509`) or a key (`pkey`).
 fn openssl_text(what: &str, file: &str) -> String {
+    openssl(&[what, "-noout", "-text", "-in", file])
+}
+
+/// What `openssl <args>` prints; it must succeed.
+fn openssl(args: &[&str]) -> String {
     let out = Command::new("openssl")
-        .args([what, "-noout", "-text", "-in", file])
+        .args(args)
         .output()
         .expect("openssl runs");
     assert!(
         out.status.success(),
-        "{}",
+        "openssl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -89,6 +85,21 @@ fn subject_key_id(cert: &str) -> String {
         .expect("openssl runs");
     let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
     text.lines().nth(1).unwrap_or_default().trim().to_string()
+}
+
+/// Puts a CA configuration that must be taken.
+fn set_ca_config(s: &Server, body: &str) {
+    let r = s.put("/v1/connect/ca/configuration", body);
+    assert_eq!(r.status, 200, "{body}: {}", r.body);
+}
+
+/// `/v1/connect/ca/roots`, which must list `n` roots: the answer and its
+/// list.
+fn roots_n(s: &Server, n: usize) -> (Value, Vec<Value>) {
+    let roots = s.get_json("/v1/connect/ca/roots");
+    let list = roots["Roots"].as_array().unwrap().clone();
+    assert_eq!(list.len(), n, "{roots}");
+    (roots, list)
 }
 
 fn roots_pem(s: &Server) -> String {
@@ -169,14 +180,9 @@ fn leaf_verifies_against_the_roots_with_its_spiffe_id() {
     );
     // Its key is the certificate's.
     let key = write(tmp.path(), "leaf.key", v["PrivateKeyPEM"].as_str().unwrap());
-    let pubkey = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).output().unwrap();
-        assert!(out.status.success());
-        out.stdout
-    };
     assert_eq!(
-        pubkey(&["x509", "-noout", "-pubkey", "-in", &cert]),
-        pubkey(&["pkey", "-pubout", "-in", &key])
+        openssl(&["x509", "-noout", "-pubkey", "-in", &cert]),
+        openssl(&["pkey", "-pubout", "-in", &key])
     );
     // A second read is the same (cached) leaf, at the same index.
     let again = s.get("/v1/agent/connect/ca/leaf/web");
@@ -217,15 +223,12 @@ fn rotation_keeps_old_leaves_valid_and_wakes_blocking_leaf_reads() {
     s.wait_parked(parked + 1);
 
     // A new key type size asks for a new root.
-    let r = s.put(
-        "/v1/connect/ca/configuration",
+    set_ca_config(
+        &s,
         r#"{"Provider":"consul","Config":{"PrivateKeyType":"ec","PrivateKeyBits":384}}"#,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
 
-    let after = s.get_json("/v1/connect/ca/roots");
-    let roots = after["Roots"].as_array().unwrap();
-    assert_eq!(roots.len(), 2, "{after}");
+    let (after, roots) = roots_n(&s, 2);
     let (old_r, new_r) = (&roots[0], &roots[1]);
     assert_eq!(old_r["ID"], before["ActiveRootID"]);
     assert_eq!(old_r["Active"], false);
@@ -318,17 +321,14 @@ fn rotations_between_ec_and_rsa_keep_leaves_verifying() {
     );
     assert_key(&openssl_text("x509", &ec_leaf), "ec", 256, "the first leaf");
 
-    let r = s.put(
-        "/v1/connect/ca/configuration",
+    set_ca_config(
+        &s,
         r#"{"Provider":"consul","Config":{"PrivateKeyType":"rsa","PrivateKeyBits":2048}}"#,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
     let c = s.get_json("/v1/connect/ca/configuration");
     assert_eq!(c["Config"]["PrivateKeyType"], "rsa");
     assert_eq!(c["Config"]["PrivateKeyBits"], 2048);
-    let roots = s.get_json("/v1/connect/ca/roots");
-    let list = roots["Roots"].as_array().unwrap();
-    assert_eq!(list.len(), 2, "{roots}");
+    let (roots, list) = roots_n(&s, 2);
     let rsa_r = &list[1];
     assert_eq!(rsa_r["Active"], true);
     assert_eq!(roots["ActiveRootID"], rsa_r["ID"]);
@@ -396,14 +396,11 @@ fn rotations_between_ec_and_rsa_keep_leaves_verifying() {
     );
 
     // And back to EC: a third root, cross-signed by the RSA one.
-    let r = s.put(
-        "/v1/connect/ca/configuration",
+    set_ca_config(
+        &s,
         r#"{"Provider":"consul","Config":{"PrivateKeyType":"ec","PrivateKeyBits":256}}"#,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
-    let roots = s.get_json("/v1/connect/ca/roots");
-    let list = roots["Roots"].as_array().unwrap();
-    assert_eq!(list.len(), 3, "{roots}");
+    let (roots, list) = roots_n(&s, 3);
     let ec2 = &list[2];
     assert_eq!(roots["ActiveRootID"], ec2["ID"]);
     assert_eq!(
@@ -509,11 +506,10 @@ fn configuration_is_shown_and_checked() {
     // Nothing changed.
     assert_eq!(s.get_json("/v1/connect/ca/configuration"), c);
     // A new TTL without a new key changes the configuration, not the root.
-    let r = s.put(
-        "/v1/connect/ca/configuration",
+    set_ca_config(
+        &s,
         r#"{"Provider":"consul","Config":{"LeafCertTTL":"24h"}}"#,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         s.get_json("/v1/connect/ca/configuration")["Config"]["LeafCertTTL"],
         "24h0m0s"
@@ -596,11 +592,10 @@ fn the_ca_is_replicated_survives_restarts_and_snapshot_restores() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r = servers[leader].put(
-        "/v1/connect/ca/configuration",
+    set_ca_config(
+        &servers[leader],
         r#"{"Provider":"consul","Config":{"PrivateKeyBits":384}}"#,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
     assert_ne!(
         servers[leader].get_json("/v1/connect/ca/roots")["ActiveRootID"],
         first["ActiveRootID"]

@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use cairn::acl::DefaultPolicy;
 use cairn::error::Error;
 use cairn::http::{Watch, blocking};
 use cairn::raft::NodeId;
-use cairn::raft::network::{Accept, BoxStream, Connect};
+use cairn::raft::network::{Accept, BoxStream, Connect, Connecting};
 use cairn::raft::state_machine::SnapshotStore;
 use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
@@ -46,10 +45,7 @@ pub const API_PORT: u16 = 8500;
 pub struct SimConnect;
 
 impl Connect for SimConnect {
-    fn connect<'a>(
-        &'a self,
-        addr: &'a str,
-    ) -> Pin<Box<dyn Future<Output = std::io::Result<BoxStream>> + Send + 'a>> {
+    fn connect<'a>(&'a self, addr: &'a str) -> Connecting<'a> {
         Box::pin(async move {
             let addr: SocketAddr = addr.parse().map_err(std::io::Error::other)?;
             let s = turmoil::net::TcpStream::connect(addr).await?;

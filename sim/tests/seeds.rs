@@ -20,117 +20,107 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Without a planted bug: every seed must pass.
 #[cfg(not(any(
     feature = "bug-ack-before-commit",
     feature = "bug-stale-read",
     feature = "bug-stream-back-in-time"
 )))]
-fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if cfg!(debug_assertions) { 6 } else { 50 })
-}
+mod clean {
+    use super::*;
 
-#[cfg(not(any(
-    feature = "bug-ack-before-commit",
-    feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
-)))]
-fn run_many(servers: usize) {
-    let _serial = serial();
-    let scenario = Scenario::new(servers);
-    let mut failed: Vec<sim::report::Report> = Vec::new();
-    let mut totals = (0, 0, 0, 0);
-    let mut stream = (0, 0, 0, 0, 0);
-    let (mut locks, mut handoffs) = (0, 0);
-    // ACL seeds: how many, the fewest acknowledged writes one made, and
-    // checker (f)'s counts.
-    let (mut acl_seeds, mut acl_fewest) = (0, usize::MAX);
-    let mut acl = (0, 0, 0);
-    for seed in 0..seeds() {
-        let r = run(&scenario, seed);
-        if let Some(a) = &r.acl {
-            acl_seeds += 1;
-            acl_fewest = acl_fewest.min(r.acked_writes);
-            acl.0 += a.accepted_before;
-            acl.1 += a.refused_after;
-            acl.2 += a.anonymous_refused;
-        }
-        totals.0 += r.ops;
-        totals.1 += r.acked_writes;
-        totals.2 += r.faults.values().sum::<usize>();
-        totals.3 += r.stale_default_read_keys;
-        stream.0 += r.stream.indexes;
-        stream.1 += r.stream.events;
-        stream.2 += r.stream.resumes;
-        stream.3 += r.stream.snapshots;
-        stream.4 += r.stream.restarts;
-        locks += r.locks_held;
-        handoffs += r.ttl_handoffs;
-        if !r.passed() {
-            failed.push(r);
-        }
+    fn seeds() -> u64 {
+        std::env::var("SIM_SEEDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if cfg!(debug_assertions) { 6 } else { 50 })
     }
-    println!(
-        "{servers} servers, {} seeds: {} ops, {} acknowledged writes, {} faults, {} keys with stale default reads",
-        seeds(),
-        totals.0,
-        totals.1,
-        totals.2,
-        totals.3
-    );
-    println!(
-        "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",
-        stream.0, stream.1, stream.2, stream.3, stream.4
-    );
-    println!(
-        "  locks (checker e): {locks} holds checked, {handoffs} locks freed by a TTL's expiry"
-    );
-    println!(
-        "  ACLs (checker f), {acl_seeds} seeds with ACLs on (fewest acknowledged writes in one: {acl_fewest}): the deleted token accepted {} times before its delete's apply and refused {} times after, {} anonymous requests refused",
-        acl.0, acl.1, acl.2
-    );
-    for r in &failed {
-        println!("seed {} failed:", r.seed);
-        for f in &r.failures {
-            println!("  {f}");
+
+    fn run_many(servers: usize) {
+        let _serial = serial();
+        let scenario = Scenario::new(servers);
+        let mut failed: Vec<sim::report::Report> = Vec::new();
+        let mut totals = (0, 0, 0, 0);
+        let mut stream = (0, 0, 0, 0, 0);
+        let (mut locks, mut handoffs) = (0, 0);
+        // ACL seeds: how many, the fewest acknowledged writes one made, and
+        // checker (f)'s counts.
+        let (mut acl_seeds, mut acl_fewest) = (0, usize::MAX);
+        let mut acl = (0, 0, 0);
+        for seed in 0..seeds() {
+            let r = run(&scenario, seed);
+            if let Some(a) = &r.acl {
+                acl_seeds += 1;
+                acl_fewest = acl_fewest.min(r.acked_writes);
+                acl.0 += a.accepted_before;
+                acl.1 += a.refused_after;
+                acl.2 += a.anonymous_refused;
+            }
+            totals.0 += r.ops;
+            totals.1 += r.acked_writes;
+            totals.2 += r.faults.values().sum::<usize>();
+            totals.3 += r.stale_default_read_keys;
+            stream.0 += r.stream.indexes;
+            stream.1 += r.stream.events;
+            stream.2 += r.stream.resumes;
+            stream.3 += r.stream.snapshots;
+            stream.4 += r.stream.restarts;
+            locks += r.locks_held;
+            handoffs += r.ttl_handoffs;
+            if !r.passed() {
+                failed.push(r);
+            }
         }
-        println!("  reproduce: {}", r.repro());
+        println!(
+            "{servers} servers, {} seeds: {} ops, {} acknowledged writes, {} faults, {} keys with stale default reads",
+            seeds(),
+            totals.0,
+            totals.1,
+            totals.2,
+            totals.3
+        );
+        println!(
+            "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",
+            stream.0, stream.1, stream.2, stream.3, stream.4
+        );
+        println!(
+            "  locks (checker e): {locks} holds checked, {handoffs} locks freed by a TTL's expiry"
+        );
+        println!(
+            "  ACLs (checker f), {acl_seeds} seeds with ACLs on (fewest acknowledged writes in one: {acl_fewest}): the deleted token accepted {} times before its delete's apply and refused {} times after, {} anonymous requests refused",
+            acl.0, acl.1, acl.2
+        );
+        for r in &failed {
+            println!("seed {} failed:", r.seed);
+            for f in &r.failures {
+                println!("  {f}");
+            }
+            println!("  reproduce: {}", r.repro());
+        }
+        assert!(failed.is_empty(), "{} seeds failed", failed.len());
+        // A share of the seeds ran with ACLs on (each has its own floors).
+        assert!(
+            acl_seeds >= seeds() as usize / 5,
+            "only {acl_seeds} of {} seeds with ACLs on",
+            seeds()
+        );
+        // The TTL path ran: silent holders' locks went to others.
+        assert!(
+            handoffs >= seeds() as usize,
+            "only {handoffs} locks freed by TTL expiry in {} seeds",
+            seeds()
+        );
     }
-    assert!(failed.is_empty(), "{} seeds failed", failed.len());
-    // A share of the seeds ran with ACLs on (each has its own floors).
-    assert!(
-        acl_seeds >= seeds() as usize / 5,
-        "only {acl_seeds} of {} seeds with ACLs on",
-        seeds()
-    );
-    // The TTL path ran: silent holders' locks went to others.
-    assert!(
-        handoffs >= seeds() as usize,
-        "only {handoffs} locks freed by TTL expiry in {} seeds",
-        seeds()
-    );
-}
 
-#[cfg(not(any(
-    feature = "bug-ack-before-commit",
-    feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
-)))]
-#[test]
-fn three_servers() {
-    run_many(3);
-}
+    #[test]
+    fn three_servers() {
+        run_many(3);
+    }
 
-#[cfg(not(any(
-    feature = "bug-ack-before-commit",
-    feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
-)))]
-#[test]
-fn five_servers() {
-    run_many(5);
+    #[test]
+    fn five_servers() {
+        run_many(5);
+    }
 }
 
 #[test]
@@ -145,35 +135,35 @@ fn a_seed_replays_identically() {
     assert_ne!(a.trace_hash, c.trace_hash, "seeds 7 and 8 ran the same");
 }
 
-/// Within this many seeds the injected bug must be caught.
+/// With a planted bug (a `bug-*` feature): the checkers must catch it.
 #[cfg(any(
     feature = "bug-ack-before-commit",
     feature = "bug-stale-read",
     feature = "bug-stream-back-in-time"
 ))]
-const BUG_SEEDS: u64 = 40;
+mod planted {
+    use super::*;
 
-#[cfg(any(
-    feature = "bug-ack-before-commit",
-    feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
-))]
-#[test]
-fn catches_the_injected_bug() {
-    let _serial = serial();
-    for servers in [3, 5] {
-        let scenario = Scenario::new(servers);
-        let caught = (0..BUG_SEEDS)
-            .map(|s| run(&scenario, s))
-            .find(|r| !r.passed());
-        let r = caught.unwrap_or_else(|| {
-            panic!("{servers} servers: the injected bug went unnoticed for {BUG_SEEDS} seeds")
-        });
-        println!(
-            "{servers} servers: caught at seed {}: {}\n  reproduce: {}",
-            r.seed,
-            r.failures[0],
-            r.repro()
-        );
+    /// Within this many seeds the injected bug must be caught.
+    const BUG_SEEDS: u64 = 40;
+
+    #[test]
+    fn catches_the_injected_bug() {
+        let _serial = serial();
+        for servers in [3, 5] {
+            let scenario = Scenario::new(servers);
+            let caught = (0..BUG_SEEDS)
+                .map(|s| run(&scenario, s))
+                .find(|r| !r.passed());
+            let r = caught.unwrap_or_else(|| {
+                panic!("{servers} servers: the injected bug went unnoticed for {BUG_SEEDS} seeds")
+            });
+            println!(
+                "{servers} servers: caught at seed {}: {}\n  reproduce: {}",
+                r.seed,
+                r.failures[0],
+                r.repro()
+            );
+        }
     }
 }

@@ -39,6 +39,18 @@ fn service_name(a: &Agent, id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// `service:read` on the service of the local service `id`.
+fn may_read_service(a: &Agent, z: &Authz, id: &str) -> Result<()> {
+    let name = service_name(a, id);
+    z.require(z.service_read(&name), "service:read", &name)
+}
+
+/// `service:write` on the service of the local service `id`.
+fn may_write_service(a: &Agent, z: &Authz, id: &str) -> Result<()> {
+    let name = service_name(a, id);
+    z.require(z.service_write(&name), "service:write", &name)
+}
+
 /// A local check is written with `service:write` on its service, or
 /// `node:write` on this node for a node check.
 fn authorize_check(a: &Agent, z: &Authz, check_id: &str) -> Result<()> {
@@ -48,10 +60,7 @@ fn authorize_check(a: &Agent, z: &Authz, check_id: &str) -> Result<()> {
             .map(|c| c.check.service_id.clone())
     });
     match service.filter(|s| !s.is_empty()) {
-        Some(id) => {
-            let name = service_name(a, &id);
-            z.require(z.service_write(&name), "service:write", &name)
-        }
+        Some(id) => may_write_service(a, z, &id),
         None => z.require(z.node_write(&a.config.node), "node:write", &a.config.node),
     }
 }
@@ -313,8 +322,7 @@ async fn service(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let name = service_name(&a, &id);
-    z.require(z.service_read(&name), "service:read", &name)?;
+    may_read_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
     let wait = wait_of(&p)?;
     let want = p.get("hash").filter(|h| !h.is_empty()).map(String::from);
@@ -383,8 +391,7 @@ async fn health_by_id(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response> {
-    let name = service_name(&a, &id);
-    z.require(z.service_read(&name), "service:read", &name)?;
+    may_read_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
     let dc = a.datacenter();
     let (status, entry) = a
@@ -462,8 +469,7 @@ async fn deregister_service(
     z: Authz,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let name = service_name(&a, &id);
-    z.require(z.service_write(&name), "service:write", &name)?;
+    may_write_service(&a, &z, &id)?;
     a.deregister_service(&id).await?;
     sync::pushed(&a).await;
     Ok(ok())
@@ -474,8 +480,7 @@ async fn register_check(State(a): State<App>, z: Authz, body: Bytes) -> Result<R
     if check.0.service_id.is_empty() {
         z.require(z.node_write(&a.config.node), "node:write", &a.config.node)?;
     } else {
-        let name = service_name(&a, &check.0.service_id);
-        z.require(z.service_write(&name), "service:write", &name)?;
+        may_write_service(&a, &z, &check.0.service_id)?;
     }
     a.register_check(check, Source::Api).await?;
     sync::pushed(&a).await;
@@ -568,8 +573,7 @@ async fn service_maintenance(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let name = service_name(&a, &id);
-    z.require(z.service_write(&name), "service:write", &name)?;
+    may_write_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
     let enable = maintenance::parse_enable(p.get("enable"))?;
     a.service_maintenance(&id, enable, p.get("reason").unwrap_or(""))

@@ -213,24 +213,7 @@ mod tests {
         // Consul's HCL for a sidecar: nested blocks, one upstream block.
         std::fs::write(
             dir.path().join("d.hcl"),
-            r#"service {
-  name = "pay"
-  port = 7000
-  connect {
-    sidecar_service {
-      proxy {
-        upstreams {
-          destination_name = "db"
-          local_bind_port  = 9191
-        }
-        config {
-          handshake_timeout_ms = 1000
-        }
-      }
-    }
-  }
-}
-"#,
+            include_str!("../../tests/fixtures/pay-sidecar.hcl"),
         )
         .unwrap();
         let c = config_dir(dir.path(), "n").unwrap();

@@ -548,6 +548,9 @@ mod tests {
         }
     }
 
+    /// The SRV name of the `web` service.
+    const WEB_SRV: &str = "_web._tcp.service.consul.";
+
     fn ask(cfg: &DnsConfig, fake: &Fake, name: &str, qt: RecordType, udp: bool) -> Message {
         let mut q = Message::query();
         q.add_query(Query::query(Name::from_ascii(name).unwrap(), qt));
@@ -607,13 +610,7 @@ mod tests {
             ],
             nodes: vec![],
         };
-        let m = ask(
-            &cfg(),
-            &fake,
-            "_web._tcp.service.consul.",
-            RecordType::SRV,
-            true,
-        );
+        let m = ask(&cfg(), &fake, WEB_SRV, RecordType::SRV, true);
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         let mut targets: Vec<(String, u16)> = m
             .answers
@@ -672,13 +669,7 @@ mod tests {
         assert!(m.metadata.truncation);
         assert!(!m.answers.is_empty() && m.answers.len() < 100);
         assert!(m.to_vec().unwrap().len() <= 512);
-        let m = ask(
-            &cfg(),
-            &fake,
-            "_web._tcp.service.consul.",
-            RecordType::SRV,
-            true,
-        );
+        let m = ask(&cfg(), &fake, WEB_SRV, RecordType::SRV, true);
         assert!(m.metadata.truncation);
         // Each SRV kept keeps its target's address.
         assert_eq!(m.answers.len(), m.additionals.len());

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use imbl::OrdMap;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -21,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::request::authz::{Authz, Resolve};
 use crate::request::decode_json;
 use crate::server::Server;
-use crate::state::acl::{BOOTSTRAP_DONE, policy_by_name, role_by_name};
+use crate::state::acl::BOOTSTRAP_DONE;
 use crate::state::resolve::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
@@ -41,25 +43,23 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/acl/token/{accessor}/clone", put(token_clone))
         .route("/v1/acl/tokens", get(token_list))
-        .route("/v1/acl/policy", put(create::<AclPolicy>))
-        .route(
-            "/v1/acl/policy/{id}",
-            get(read::<AclPolicy>)
-                .put(update::<AclPolicy>)
-                .delete(delete::<AclPolicy>),
-        )
-        .route("/v1/acl/policy/name/{name}", get(read_name::<AclPolicy>))
-        .route("/v1/acl/policies", get(list::<AclPolicy>))
-        .route("/v1/acl/role", put(create::<AclRole>))
-        .route(
-            "/v1/acl/role/{id}",
-            get(read::<AclRole>)
-                .put(update::<AclRole>)
-                .delete(delete::<AclRole>),
-        )
-        .route("/v1/acl/role/name/{name}", get(read_name::<AclRole>))
-        .route("/v1/acl/roles", get(list::<AclRole>))
         .route(AUTHORIZER_PATH, get(authorizer))
+        .merge(named_routes::<AclPolicy>("policies"))
+        .merge(named_routes::<AclRole>("roles"))
+}
+
+/// A named object's endpoints: `/v1/acl/<kind>` (create),
+/// `/v1/acl/<kind>/:id`, `/v1/acl/<kind>/name/:name` and `/v1/acl/<plural>`.
+fn named_routes<T: Named>(plural: &str) -> Router<App> {
+    let one = format!("/v1/acl/{}", T::KIND.to_lowercase());
+    Router::new()
+        .route(&one, put(create::<T>))
+        .route(
+            &format!("{one}/{{id}}"),
+            get(read::<T, false>).put(update::<T>).delete(delete::<T>),
+        )
+        .route(&format!("{one}/name/{{name}}"), get(read::<T, true>))
+        .route(&format!("/v1/acl/{plural}"), get(list::<T>))
 }
 
 /// The caller's own token, as a client agent checks it locally: its
@@ -211,6 +211,19 @@ fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Respo
     Ok(json_at(s, index, &t.shown(secret)))
 }
 
+/// Writes `token` and answers with it as it was committed (with `secret`
+/// when the caller may see it).
+async fn set_token(s: &Server, token: AclToken, secret: Option<&str>) -> Result<Response> {
+    let accessor = token.accessor_id.clone();
+    applied(
+        s.write(Command::AclTokenSet {
+            token: Box::new(token),
+        })
+        .await?,
+    )?;
+    shown_token(s, &accessor, secret)
+}
+
 // ---- tokens ----
 
 /// A token create or update body (Consul's `ACLToken` fields a caller sets).
@@ -231,28 +244,24 @@ struct TokenBody {
 }
 
 /// Each link names an existing policy (or role) by ID or by name.
-fn resolve_links(
-    links: &[Link],
-    by_id: impl Fn(&str) -> Option<String>,
-    by_name: impl Fn(&str) -> Option<String>,
-    what: &str,
-) -> Result<Vec<Link>> {
+fn resolve_links<T: Named>(st: &crate::state::State, links: &[Link]) -> Result<Vec<Link>> {
     let mut out: Vec<Link> = Vec::new();
     for l in links {
         let found = if !l.id.is_empty() {
-            by_id(&l.id).map(|name| Link {
+            T::get(st, &l.id).map(|x| Link {
                 id: l.id.clone(),
-                name,
+                name: x.name().to_string(),
             })
         } else {
-            by_name(&l.name).map(|id| Link {
-                id,
+            T::by_name(st, &l.name).map(|x| Link {
+                id: x.id().to_string(),
                 name: l.name.clone(),
             })
         };
         let link = found.ok_or_else(|| {
             Error::bad(format!(
-                "cannot find {what} {}",
+                "cannot find {} {}",
+                T::KIND.to_lowercase(),
                 if l.id.is_empty() { &l.name } else { &l.id }
             ))
         })?;
@@ -265,18 +274,8 @@ fn resolve_links(
 
 fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken> {
     let st = s.store.state();
-    let policies = resolve_links(
-        &body.policies,
-        |id| st.acl_policies.get(id).map(|p| p.name.clone()),
-        |n| policy_by_name(&st, n).map(|p| p.id.clone()),
-        "policy",
-    )?;
-    let roles = resolve_links(
-        &body.roles,
-        |id| st.acl_roles.get(id).map(|r| r.name.clone()),
-        |n| role_by_name(&st, n).map(|r| r.id.clone()),
-        "role",
-    )?;
+    let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
+    let roles = resolve_links::<AclRole>(&st, &body.roles)?;
     let mut t = AclToken {
         description: body.description.clone(),
         policies,
@@ -364,13 +363,7 @@ async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Res
         ..Default::default()
     };
     let token = build_token(&s, &body, base)?;
-    applied(
-        s.write(Command::AclTokenSet {
-            token: Box::new(token),
-        })
-        .await?,
-    )?;
-    shown_token(&s, &accessor, Some(&secret))
+    set_token(&s, token, Some(&secret)).await
 }
 
 async fn token_read(
@@ -426,14 +419,8 @@ async fn token_update(
         return Err(Error::bad("Changing a token's SecretID is not allowed"));
     }
     let token = build_token(&s, &body, (*existing).clone())?;
-    applied(
-        s.write(Command::AclTokenSet {
-            token: Box::new(token),
-        })
-        .await?,
-    )?;
     let secret = (!body.secret_id.is_empty()).then_some(body.secret_id.as_str());
-    shown_token(&s, &accessor, secret)
+    set_token(&s, token, secret).await
 }
 
 async fn token_delete(
@@ -481,14 +468,7 @@ async fn token_clone(
         ..(*existing).clone()
     };
     token.hash = token_hash(&token);
-    let new = token.accessor_id.clone();
-    applied(
-        s.write(Command::AclTokenSet {
-            token: Box::new(token),
-        })
-        .await?,
-    )?;
-    shown_token(&s, &new, Some(&secret))
+    set_token(&s, token, Some(&secret)).await
 }
 
 /// `GET /v1/acl/tokens`, with Consul's filters: `?policy=ID` (tokens that
@@ -545,7 +525,12 @@ fn valid_name(what: &str, name: &str) -> Result<()> {
     }
 }
 
-fn build_policy(body: PolicyBody, id: String, existing: Option<&AclPolicy>) -> Result<AclPolicy> {
+fn build_policy(
+    _: &Server,
+    body: PolicyBody,
+    id: String,
+    existing: Option<&AclPolicy>,
+) -> Result<AclPolicy> {
     if id == GLOBAL_MANAGEMENT_ID {
         if body.name != GLOBAL_MANAGEMENT_NAME {
             return Err(Error::bad(
@@ -584,15 +569,10 @@ struct RoleBody {
     policies: Vec<Link>,
 }
 
-fn build_role(s: &Server, body: RoleBody, id: String) -> Result<AclRole> {
+fn build_role(s: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Result<AclRole> {
     valid_name("Role", &body.name)?;
     let st = s.store.state();
-    let policies = resolve_links(
-        &body.policies,
-        |id| st.acl_policies.get(id).map(|p| p.name.clone()),
-        |n| policy_by_name(&st, n).map(|p| p.id.clone()),
-        "policy",
-    )?;
+    let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
     let ids: Vec<&str> = policies.iter().map(|p| p.id.as_str()).collect();
     let mut parts = vec![body.name.as_str()];
     parts.extend(ids);
@@ -615,15 +595,63 @@ trait Named: serde::Serialize + Sized + Send + Sync + 'static {
     /// The body's top-level keys, for `decode_folded`.
     const FIELDS: &'static [&'static str];
     type Body: serde::de::DeserializeOwned + Send;
-    fn body_id(body: &Self::Body) -> &str;
-    fn body_name(body: &Self::Body) -> &str;
-    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>>;
-    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>>;
-    fn all(st: &crate::state::State) -> Vec<&Self>;
+    /// The body's `ID` and `Name`.
+    fn body_keys(body: &Self::Body) -> (&str, &str);
+    fn id(&self) -> &str;
+    fn name(&self) -> &str;
+    /// The state's table of these objects, by ID.
+    fn table(st: &crate::state::State) -> &OrdMap<String, Arc<Self>>;
     /// The object `body` makes under `id` (`existing`: what it replaces).
     fn build(s: &Server, body: Self::Body, id: String, existing: Option<&Self>) -> Result<Self>;
     fn set(self) -> Command;
     fn delete(id: String) -> Command;
+
+    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
+        Self::table(st).get(id)
+    }
+    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>> {
+        Self::table(st).values().find(|x| x.name() == name)
+    }
+    fn all(st: &crate::state::State) -> Vec<&Self> {
+        Self::table(st).values().map(|x| &**x).collect()
+    }
+}
+
+/// `Named` for an ACL object whose body and object both have `id` and
+/// `name`: its kind, body keys, body type, table in the state, builder and
+/// commands (a macro, as the two impls differ only in these names).
+macro_rules! named {
+    ($t:ty, $kind:literal, $fields:expr, $body:ty, $table:ident, $build:path,
+     $set:ident { $field:ident }, $delete:ident) => {
+        impl Named for $t {
+            const KIND: &'static str = $kind;
+            const FIELDS: &'static [&'static str] = &$fields;
+            type Body = $body;
+            fn body_keys(body: &$body) -> (&str, &str) {
+                (&body.id, &body.name)
+            }
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn table(st: &crate::state::State) -> &OrdMap<String, Arc<Self>> {
+                &st.$table
+            }
+            fn build(s: &Server, body: $body, id: String, existing: Option<&Self>) -> Result<Self> {
+                $build(s, body, id, existing)
+            }
+            fn set(self) -> Command {
+                Command::$set {
+                    $field: Box::new(self),
+                }
+            }
+            fn delete(id: String) -> Command {
+                Command::$delete { id }
+            }
+        }
+    };
 }
 
 fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
@@ -634,16 +662,16 @@ fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
 async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: T::Body = decode_folded(&body, T::FIELDS)?;
-    if !T::body_id(&body).is_empty() {
+    let (body_id, name) = T::body_keys(&body);
+    if !body_id.is_empty() {
         return Err(Error::bad(format!(
             "Cannot specify an ID in a {} create",
             T::KIND.to_lowercase()
         )));
     }
-    if T::by_name(&s.store.state(), T::body_name(&body)).is_some() {
+    if T::by_name(&s.store.state(), name).is_some() {
         return Err(Error::bad(format!(
-            "Invalid {kind}: A {kind} with Name {:?} already exists",
-            T::body_name(&body),
+            "Invalid {kind}: A {kind} with Name {name:?} already exists",
             kind = T::KIND
         )));
     }
@@ -652,22 +680,20 @@ async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result
     shown(&s, T::get(&s.store.state(), &id))
 }
 
-async fn read<T: Named>(
+/// One object by ID, or with `BY_NAME` by name.
+async fn read<T: Named, const BY_NAME: bool>(
     State(s): State<App>,
     a: Authz,
-    Path(id): Path<String>,
+    Path(key): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
-    shown(&s, T::get(&s.store.state(), &id))
-}
-
-async fn read_name<T: Named>(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-) -> Result<Response> {
-    acl_read(&s, &a)?;
-    shown(&s, T::by_name(&s.store.state(), &name))
+    let st = s.store.state();
+    let found = if BY_NAME {
+        T::by_name(&st, &key)
+    } else {
+        T::get(&st, &key)
+    };
+    shown(&s, found)
 }
 
 async fn update<T: Named>(
@@ -678,7 +704,8 @@ async fn update<T: Named>(
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: T::Body = decode_folded(&body, T::FIELDS)?;
-    if !T::body_id(&body).is_empty() && T::body_id(&body) != id {
+    let (body_id, _) = T::body_keys(&body);
+    if !body_id.is_empty() && body_id != id {
         return Err(Error::bad(format!(
             "{} ID in the body does not match the URL",
             T::KIND
@@ -710,69 +737,26 @@ async fn list<T: Named>(State(s): State<App>, a: Authz) -> Result<Response> {
     Ok(json_at(&s, st.index_of([&keys::ACL]), &T::all(&st)))
 }
 
-impl Named for AclPolicy {
-    const KIND: &'static str = "Policy";
-    const FIELDS: &'static [&'static str] = &["ID", "Name", "Description", "Rules", "Datacenters"];
-    type Body = PolicyBody;
-    fn body_id(body: &PolicyBody) -> &str {
-        &body.id
-    }
-    fn body_name(body: &PolicyBody) -> &str {
-        &body.name
-    }
-    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
-        st.acl_policies.get(id)
-    }
-    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>> {
-        policy_by_name(st, name)
-    }
-    fn all(st: &crate::state::State) -> Vec<&Self> {
-        st.acl_policies.values().map(|p| &**p).collect()
-    }
-    fn build(_: &Server, body: PolicyBody, id: String, existing: Option<&Self>) -> Result<Self> {
-        build_policy(body, id, existing)
-    }
-    fn set(self) -> Command {
-        Command::AclPolicySet {
-            policy: Box::new(self),
-        }
-    }
-    fn delete(id: String) -> Command {
-        Command::AclPolicyDelete { id }
-    }
-}
-
-impl Named for AclRole {
-    const KIND: &'static str = "Role";
-    const FIELDS: &'static [&'static str] = &["ID", "Name", "Description", "Policies"];
-    type Body = RoleBody;
-    fn body_id(body: &RoleBody) -> &str {
-        &body.id
-    }
-    fn body_name(body: &RoleBody) -> &str {
-        &body.name
-    }
-    fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
-        st.acl_roles.get(id)
-    }
-    fn by_name<'a>(st: &'a crate::state::State, name: &str) -> Option<&'a Arc<Self>> {
-        role_by_name(st, name)
-    }
-    fn all(st: &crate::state::State) -> Vec<&Self> {
-        st.acl_roles.values().map(|r| &**r).collect()
-    }
-    fn build(s: &Server, body: RoleBody, id: String, _: Option<&Self>) -> Result<Self> {
-        build_role(s, body, id)
-    }
-    fn set(self) -> Command {
-        Command::AclRoleSet {
-            role: Box::new(self),
-        }
-    }
-    fn delete(id: String) -> Command {
-        Command::AclRoleDelete { id }
-    }
-}
+named!(
+    AclPolicy,
+    "Policy",
+    ["ID", "Name", "Description", "Rules", "Datacenters"],
+    PolicyBody,
+    acl_policies,
+    build_policy,
+    AclPolicySet { policy },
+    AclPolicyDelete
+);
+named!(
+    AclRole,
+    "Role",
+    ["ID", "Name", "Description", "Policies"],
+    RoleBody,
+    acl_roles,
+    build_role,
+    AclRoleSet { role },
+    AclRoleDelete
+);
 
 // ---- the leader's init ----
 

@@ -13,19 +13,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::structs::rows::{NodeWith, ServiceNodeRow};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::Value;
 
-use super::{App, Watch, blocking, json_at, json_filtered, keep};
+use super::{App, NamedRoutes, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
 use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
 };
-use crate::request::{QueryOptions, decode_json};
+use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{Instance, node_services, service_instances};
 use crate::state::{self, Command, Response as Applied, keys};
@@ -38,34 +38,13 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/deregister", put(deregister))
         .route("/v1/catalog/nodes", get(nodes))
         .route("/v1/catalog/services", get(services))
-        .route("/v1/catalog/service/", get(missing_service))
-        .route("/v1/catalog/service/{*name}", get(service_rows::<false>))
-        .route("/v1/catalog/connect/", get(missing_service))
-        .route("/v1/catalog/connect/{*name}", get(service_rows::<true>))
-        .route("/v1/catalog/node/", get(missing_node))
-        .route("/v1/catalog/node/{*name}", get(node))
-        .route("/v1/catalog/node-services/", get(missing_node))
-        .route("/v1/catalog/node-services/{*name}", get(node_services_list))
+        .named("/v1/catalog/service/", "service", service_rows::<false>)
+        .named("/v1/catalog/connect/", "service", service_rows::<true>)
+        .named("/v1/catalog/node/", "node", node::<false>)
+        .named("/v1/catalog/node-services/", "node", node::<true>)
 }
 
-/// A service read without the service's name (the health endpoints'
-/// too).
-pub(super) async fn missing_service() -> Error {
-    Error::bad("Missing service name")
-}
-
-/// A node read without the node's name (the health endpoints' too).
-pub(super) async fn missing_node() -> Error {
-    Error::bad("Missing node name")
-}
-
-async fn register(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
     let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
     validate_register(&mut req, &s.config.datacenter)?;
     authorize_register(&a, &s.store.state(), &req)?;
@@ -137,13 +116,7 @@ pub fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterReques
     }
 }
 
-async fn deregister(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn deregister(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
     let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
     check_dc(&req.datacenter, &s.config.datacenter)?;
     req.datacenter = s.config.datacenter.clone();
@@ -248,8 +221,7 @@ fn shown_node(node: &Node, dc: &str) -> Node {
     n
 }
 
-async fn nodes(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn nodes(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
     let dc = s.config.datacenter.clone();
@@ -274,8 +246,7 @@ async fn nodes(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Res
     Ok(json_filtered(&s, index, &list, filtered))
 }
 
-async fn services(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn services(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
     // Node-meta and filters look at node fields, which change under the
@@ -346,9 +317,8 @@ async fn service_rows<const CONNECT: bool>(
     State(s): State<App>,
     mut a: Authz,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
     let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
@@ -368,16 +338,20 @@ async fn service_rows<const CONNECT: bool>(
     Ok(json_filtered(&s, index, &rows, filtered))
 }
 
-/// One node and its services, read at the node's watch key.
+/// One node and its services, read at the node's watch key, as the token
+/// may see them (a node it may not read is not there, as Consul answers),
+/// then `?filter` on the services; with whether the token hid anything.
 async fn read_node(
     s: &Server,
-    opts: &QueryOptions,
     a: &mut Authz,
+    p: &Params,
+    opts: &QueryOptions,
     name: &str,
-) -> Result<(u64, Option<(Node, Vec<NodeService>)>)> {
+) -> Result<(u64, Option<Node>, Vec<NodeService>, bool)> {
+    let filter = RowFilter::from_params(p, Rows::NodeServices)?;
     let key = keys::node(name);
     let dc = s.config.datacenter.clone();
-    blocking(
+    let (index, found) = blocking(
         s,
         opts,
         a,
@@ -392,52 +366,7 @@ async fn read_node(
             (st.index_of([&key]), found)
         },
     )
-    .await
-}
-
-/// `{"Node": .., "Services": {id: service}}`, or `null` for an unknown node
-/// (with 200, as Consul answers).
-async fn node(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
-    let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
-    let (index, found) = read_node(&s, &opts, &mut a, &name).await?;
-    let Some((node, mut services)) = found else {
-        return Ok(json_at(&s, index, &Value::Null));
-    };
-    // A node the token may not read is not there, as Consul answers.
-    if !a.node_read(&node.node) {
-        return Ok(json_filtered(&s, index, &Value::Null, true));
-    }
-    let filtered = keep(&mut services, |svc| a.service_read(&svc.service));
-    apply_filter(&filter, &mut services);
-    let map: BTreeMap<&str, &NodeService> =
-        services.iter().map(|svc| (svc.id.as_str(), svc)).collect();
-    Ok(json_filtered(
-        &s,
-        index,
-        &NodeWith {
-            node: Some(&node),
-            services: map,
-        },
-        filtered,
-    ))
-}
-
-/// `{"Node": .., "Services": [..]}`; an unknown node gives `Node: null`.
-async fn node_services_list(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
-) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
-    let filter = RowFilter::from_params(&p, Rows::NodeServices)?;
-    let (index, found) = read_node(&s, &opts, &mut a, &name).await?;
+    .await?;
     let (mut node, mut services) = match found {
         Some((n, svcs)) => (Some(n), svcs),
         None => (None, Vec::new()),
@@ -449,15 +378,37 @@ async fn node_services_list(
     }
     filtered |= keep(&mut services, |svc| a.service_read(&svc.service));
     apply_filter(&filter, &mut services);
-    Ok(json_filtered(
-        &s,
-        index,
-        &NodeWith {
+    Ok((index, node, services, filtered))
+}
+
+/// `/v1/catalog/node/:name`: `{"Node": .., "Services": {id: service}}`, or
+/// `null` for an unknown node (with 200, as Consul answers). With `LIST`,
+/// `/v1/catalog/node-services/:name`: `{"Node": .., "Services": [..]}`,
+/// an unknown node giving `Node: null`.
+async fn node<const LIST: bool>(
+    State(s): State<App>,
+    mut a: Authz,
+    Path(name): Path<String>,
+    Opts(p, opts): Opts,
+) -> Result<Response> {
+    let (index, node, services, filtered) = read_node(&s, &mut a, &p, &opts, &name).await?;
+    if LIST {
+        let body = NodeWith {
             node: node.as_ref(),
             services,
-        },
-        filtered,
-    ))
+        };
+        return Ok(json_filtered(&s, index, &body, filtered));
+    }
+    let Some(node) = node else {
+        return Ok(json_filtered(&s, index, &Value::Null, filtered));
+    };
+    let map: BTreeMap<&str, &NodeService> =
+        services.iter().map(|svc| (svc.id.as_str(), svc)).collect();
+    let body = NodeWith {
+        node: Some(&node),
+        services: map,
+    };
+    Ok(json_filtered(&s, index, &body, filtered))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{App, Watch, blocking, json_at, json_filtered, keep, meta_headers};
+use super::{App, Opts, Watch, blocking, json_at, json_filtered, keep, meta_headers};
 use crate::config_entry::{ConfigEntryError, decode_and_validate};
 use crate::discovery_chain::{
     ChainError, CompileOverrides, CompileRequest, EntryChange, compile, validate_write,
@@ -79,10 +79,9 @@ fn bool_answer(r: Applied) -> Result<Response> {
 async fn put_entry(
     State(s): State<App>,
     a: Authz,
-    RawQuery(q): RawQuery,
+    Opts(p, _): Opts,
     body: Bytes,
 ) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let body: Value = decode_json(&body)?;
     let entry = decode_and_validate(&body)?;
     authorize_entry_write(&a, entry.kind(), entry.name())?;
@@ -107,9 +106,8 @@ async fn delete_entry(
     State(s): State<App>,
     a: Authz,
     Path((kind, name)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
+    Opts(p, _): Opts,
 ) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     authorize_entry_write(&a, kind, &name)?;
     validate_write(
@@ -131,9 +129,8 @@ async fn get_entry(
     State(s): State<App>,
     mut a: Authz,
     Path((kind, name)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
+    Opts(_, opts): Opts,
 ) -> Result<Response> {
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     let readable = |a: &Authz| {
         if entry_readable(a, kind, &name) {
@@ -176,9 +173,8 @@ async fn list_entries(
     State(s): State<App>,
     mut a: Authz,
     Path(kind): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(_, opts): Opts,
 ) -> Result<Response> {
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let kind = parse_kind(&kind)?;
     let key = keys::config_kind(kind.as_str());
     let (index, mut list) = blocking(

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{App, Watch, blocking, json_at, meta_headers};
+use super::{App, Opts, Watch, blocking, json_at, meta_headers};
 use crate::connect::{SIGN_PATH, ca};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
@@ -49,8 +49,7 @@ async fn ca_ready(s: &App) -> Result<()> {
     Ok(())
 }
 
-async fn roots(State(s): State<App>, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn roots(State(s): State<App>, Opts(p, opts): Opts) -> Result<Response> {
     ca_ready(&s).await?;
     let (index, roots) = blocking(
         &s,

@@ -9,16 +9,15 @@
 
 use crate::request::authz::Authz;
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{App, Watch, blocking, json_at};
+use super::{App, Opts, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::merge;
-use crate::request::QueryOptions;
 use crate::state::{self, keys};
 use crate::structs::catalog::{AccessLogsConfig, Node, NodeService};
 use crate::structs::health::ServiceKind;
@@ -137,9 +136,8 @@ async fn bootstrap_params(
     State(s): State<App>,
     mut a: Authz,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let spec = match (p.get("node"), p.get("node-id")) {
         (Some(n), _) if !n.is_empty() => NodeSpec::Name(n.to_string()),
         (_, Some(i)) if !i.is_empty() => NodeSpec::Id(i.to_string()),

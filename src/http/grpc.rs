@@ -10,6 +10,7 @@
 //! messages rather than generated (no protoc in the build).
 
 use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -59,8 +60,8 @@ pub async fn serve(
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
     let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), max_streams);
     let router = tonic::service::Routes::new(ads)
-        .add_service(Dataplane(s.clone()))
-        .add_service(ServerDiscovery(s.clone()))
+        .add_service(Service::<Dataplane>::new(s.clone()))
+        .add_service(Service::<ServerDiscovery>::new(s.clone()))
         .prepare();
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -397,14 +398,29 @@ fn unimplemented() -> BoxFut {
     Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) })
 }
 
-#[derive(Clone)]
-struct Dataplane(App);
-
-impl NamedService for Dataplane {
-    const NAME: &'static str = "hashicorp.consul.dataplane.DataplaneService";
+/// A service whose messages are written here by hand: its name, and its
+/// answer to a call of `method` (the path's last segment).
+trait Methods: Clone + Send + Sync + 'static {
+    const NAME: &'static str;
+    fn call(s: &App, method: &str, req: http::Request<Body>) -> BoxFut;
 }
 
-impl tower::Service<http::Request<Body>> for Dataplane {
+/// The tower plumbing of a `Methods` service: always ready, each call
+/// handed to it by method name.
+#[derive(Clone)]
+struct Service<M>(App, PhantomData<M>);
+
+impl<M: Methods> Service<M> {
+    fn new(s: App) -> Self {
+        Service(s, PhantomData)
+    }
+}
+
+impl<M: Methods> NamedService for Service<M> {
+    const NAME: &'static str = M::NAME;
+}
+
+impl<M: Methods> tower::Service<http::Request<Body>> for Service<M> {
     type Response = http::Response<Body>;
     type Error = Infallible;
     type Future = BoxFut;
@@ -414,9 +430,27 @@ impl tower::Service<http::Request<Body>> for Dataplane {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> BoxFut {
-        let s = self.0.clone();
-        match req.uri().path().rsplit('/').next() {
-            Some("GetSupportedDataplaneFeatures") => {
+        let method = req
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        M::call(&self.0, &method, req)
+    }
+}
+
+#[derive(Clone)]
+struct Dataplane;
+
+impl Methods for Dataplane {
+    const NAME: &'static str = "hashicorp.consul.dataplane.DataplaneService";
+
+    fn call(s: &App, method: &str, req: http::Request<Body>) -> BoxFut {
+        let s = s.clone();
+        match method {
+            "GetSupportedDataplaneFeatures" => {
                 unary(req, |_: GetSupportedDataplaneFeaturesRequest| {
                     Ok(GetSupportedDataplaneFeaturesResponse {
                         supported_dataplane_features: FEATURES
@@ -429,7 +463,7 @@ impl tower::Service<http::Request<Body>> for Dataplane {
                     })
                 })
             }
-            Some("GetEnvoyBootstrapParams") => {
+            "GetEnvoyBootstrapParams" => {
                 let token = req
                     .headers()
                     .get(crate::xds::TOKEN_METADATA)
@@ -493,28 +527,18 @@ fn servers(s: &App) -> Vec<ServerInfo> {
 }
 
 #[derive(Clone)]
-struct ServerDiscovery(App);
-
-impl NamedService for ServerDiscovery {
-    const NAME: &'static str = "hashicorp.consul.serverdiscovery.ServerDiscoveryService";
-}
+struct ServerDiscovery;
 
 type ServersStream = Pin<Box<dyn Stream<Item = Result<WatchServersResponse, Status>> + Send>>;
 
-impl tower::Service<http::Request<Body>> for ServerDiscovery {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFut;
+impl Methods for ServerDiscovery {
+    const NAME: &'static str = "hashicorp.consul.serverdiscovery.ServerDiscoveryService";
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> BoxFut {
-        if req.uri().path().rsplit('/').next() != Some("WatchServers") {
+    fn call(s: &App, method: &str, req: http::Request<Body>) -> BoxFut {
+        if method != "WatchServers" {
             return unimplemented();
         }
-        let s = self.0.clone();
+        let s = s.clone();
         Box::pin(async move {
             let svc = tower::service_fn(move |_: Request<WatchServersRequest>| {
                 let s = s.clone();

@@ -9,34 +9,30 @@ use std::sync::Arc;
 
 use crate::structs::rows::CheckServiceNode;
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::catalog::{missing_node, missing_service, read_instances};
-use super::{App, Watch, blocking, json_filtered, keep};
+use super::catalog::read_instances;
+use super::{App, NamedRoutes, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
-use crate::request::QueryOptions;
 use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
+use crate::request::{Params, QueryOptions};
 use crate::server::Server;
 use crate::state::catalog::{Instance, node_checks, service_instances};
-use crate::state::keys;
+use crate::state::{WatchKey, keys};
 use crate::stream::Topic;
 use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node};
 
 pub fn routes() -> Router<App> {
     Router::new()
-        .route("/v1/health/node/", get(missing_node))
-        .route("/v1/health/node/{*name}", get(node))
-        .route("/v1/health/checks/", get(missing_service))
-        .route("/v1/health/checks/{*name}", get(service_checks))
-        .route("/v1/health/service/", get(missing_service))
-        .route("/v1/health/service/{*name}", get(instances::<false>))
-        .route("/v1/health/connect/", get(missing_service))
-        .route("/v1/health/connect/{*name}", get(instances::<true>))
+        .named("/v1/health/node/", "node", node)
+        .named("/v1/health/checks/", "service", service_checks)
+        .named("/v1/health/service/", "service", instances::<false>)
+        .named("/v1/health/connect/", "service", instances::<true>)
         .route("/v1/health/state/", get(missing_state))
         .route("/v1/health/state/{*state}", get(by_state))
 }
@@ -48,81 +44,57 @@ async fn missing_state() -> Error {
 /// The checks on a node, node-level and service-level.
 async fn node(
     State(s): State<App>,
-    mut a: Authz,
+    a: Authz,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
-    let filter = RowFilter::from_params(&p, Rows::Checks)?;
-    let key = keys::node(&name);
-    let (index, checks) = blocking(
-        &s,
-        &opts,
-        &mut a,
-        Watch::Keys(vec![key.clone()]),
-        |st, _| {
-            let checks: Vec<HealthCheck> = node_checks(st, &name).cloned().collect();
-            (st.index_of([&key]), checks)
-        },
-    )
-    .await?;
-    Ok(checks_answer(&s, &a, index, checks, &filter))
+    checks(&s, a, &p, &opts, vec![keys::node(&name)], |st| {
+        node_checks(st, &name).cloned().collect()
+    })
+    .await
 }
 
 /// The checks of a service's instances (their own checks, not node checks).
 async fn service_checks(
     State(s): State<App>,
-    mut a: Authz,
+    a: Authz,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
-    let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
-    let key = keys::service(&name);
-    let (index, checks) = blocking(
-        &s,
-        &opts,
-        &mut a,
-        Watch::Keys(vec![key.clone()]),
-        |st, _| {
-            let mut checks = Vec::new();
-            for i in service_instances(st, &name, false) {
-                if !node_matches(&i.node, &meta) {
-                    continue;
-                }
-                let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
-                checks.extend(own.map(|c| (**c).clone()));
+    checks(&s, a, &p, &opts, vec![keys::service(&name)], |st| {
+        let mut checks = Vec::new();
+        for i in service_instances(st, &name, false) {
+            if !node_matches(&i.node, &meta) {
+                continue;
             }
-            (st.index_of([&key]), checks)
-        },
-    )
-    .await?;
-    Ok(checks_answer(&s, &a, index, checks, &filter))
+            let own = i.checks.iter().filter(|c| c.service_id == i.service.id);
+            checks.extend(own.map(|c| (**c).clone()));
+        }
+        checks
+    })
+    .await
 }
 
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
 async fn by_state(
     State(s): State<App>,
-    mut a: Authz,
+    a: Authz,
     Path(state): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     if state != "any" && HealthStatus::settable(&state).is_err() {
         return Err(Error::bad(format!(
             "Invalid check state {state:?}: must be any, passing, warning or critical"
         )));
     }
-    let filter = RowFilter::from_params(&p, Rows::Checks)?;
     let meta = node_meta_filters(&p);
     let mut watch = vec![keys::CHECKS];
     if !meta.is_empty() {
         watch.push(keys::NODES);
     }
-    let (index, checks) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
-        let checks: Vec<HealthCheck> = st
-            .checks
+    checks(&s, a, &p, &opts, watch, |st| {
+        st.checks
             .values()
             .filter(|c| state == "any" || c.status == state)
             .filter(|c| {
@@ -133,25 +105,30 @@ async fn by_state(
                         .is_some_and(|n| node_matches(n, &meta))
             })
             .map(|c| (**c).clone())
-            .collect();
-        (st.index_of(watch.iter()), checks)
+            .collect()
     })
-    .await?;
-    Ok(checks_answer(&s, &a, index, checks, &filter))
+    .await
 }
 
-/// What every check listing answers: the checks the token may see, then
-/// `?filter`, with the filtered header when the token hid any.
-fn checks_answer(
+/// What every check listing does: `read` on the version `watch` wakes
+/// (a blocking query), then the checks the token may see, then `?filter`,
+/// with the filtered header when the token hid any.
+async fn checks(
     s: &Server,
-    a: &Authz,
-    index: u64,
-    mut checks: Vec<HealthCheck>,
-    filter: &Option<RowFilter>,
-) -> Response {
-    let filtered = keep(&mut checks, |c| check_visible(a, c));
-    apply_filter(filter, &mut checks);
-    json_filtered(s, index, &checks, filtered)
+    mut a: Authz,
+    p: &Params,
+    opts: &QueryOptions,
+    watch: Vec<WatchKey>,
+    read: impl Fn(&crate::state::State) -> Vec<HealthCheck>,
+) -> Result<Response> {
+    let filter = RowFilter::from_params(p, Rows::Checks)?;
+    let (index, mut checks) = blocking(s, opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
+        (st.index_of(watch.iter()), read(st))
+    })
+    .await?;
+    let filtered = keep(&mut checks, |c| check_visible(&a, c));
+    apply_filter(&filter, &mut checks);
+    Ok(json_filtered(s, index, &checks, filtered))
 }
 
 fn all_passing(i: &Instance) -> bool {
@@ -170,10 +147,9 @@ async fn instances<const CONNECT: bool>(
     State(s): State<App>,
     mut a: Authz,
     Path(name): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
     let connect = CONNECT;
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let passing = passing_flag(&p)?;
     let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
     let meta = node_meta_filters(&p);

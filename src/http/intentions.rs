@@ -4,17 +4,17 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Watch, blocking, json_at, json_filtered, keep};
+use super::{App, Opts, Watch, blocking, json_at, json_filtered, keep};
 use crate::connect::intentions::{self, default_allow};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
-use crate::request::{Params, QueryOptions, decode_json};
+use crate::request::{Params, decode_json};
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::connect::Intention;
@@ -62,8 +62,7 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-async fn list(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn list(State(s): State<App>, mut a: Authz, Opts(_, opts): Opts) -> Result<Response> {
     let key = kind_key();
     let (index, list) = blocking(
         &s,
@@ -125,13 +124,7 @@ async fn write_source(s: &App, intention: &Intention, legacy_id: &str) -> Result
 }
 
 /// `POST /v1/connect/intentions`: a new intention with a legacy ID.
-async fn create(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn create(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
     let ixn = decode_intention(&body)?;
     require_write(&a, &ixn.destination_name)?;
     if !ixn.id.is_empty() {
@@ -167,8 +160,7 @@ fn exact_pair(p: &Params) -> Result<(String, String)> {
     Ok((src, dst))
 }
 
-async fn get_exact(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn get_exact(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let (src, dst) = exact_pair(&p)?;
     a.require(a.intention_read(&dst), "intention:read", &dst)?;
     let key = keys::config(Kind::ServiceIntentions.as_str(), &dst);
@@ -197,10 +189,9 @@ async fn get_exact(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) ->
 async fn put_exact(
     State(s): State<App>,
     a: Authz,
-    RawQuery(q): RawQuery,
+    Opts(p, _): Opts,
     body: Bytes,
 ) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
     let mut ixn = decode_intention(&body)?;
@@ -210,8 +201,7 @@ async fn put_exact(
     Ok(axum::Json(true).into_response())
 }
 
-async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn delete_exact(State(s): State<App>, a: Authz, Opts(p, _): Opts) -> Result<Response> {
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
     for _ in 0..5 {
@@ -255,8 +245,7 @@ async fn delete_exact(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> 
 
 /// `GET /v1/connect/intentions/match?by=source|destination&name=N`:
 /// `{N: [intentions in evaluation order]}`.
-async fn match_(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn match_(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let by = required(&p, "by", "source or destination")?.to_string();
     if by != "source" && by != "destination" {
         return Err(Error::bad(format!(
@@ -301,8 +290,7 @@ async fn match_(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Re
 }
 
 /// `GET /v1/connect/intentions/check?source=&destination=`: `{"Allowed"}`.
-async fn check(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn check(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let (src, dst) = exact_pair(&p)?;
     // Consul's: the caller may read the destination service.
     a.require(a.service_read(&dst), "service:read", &dst)?;

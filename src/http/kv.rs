@@ -2,7 +2,7 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
@@ -10,9 +10,8 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, FILTERED, Watch, blocking, json_filtered, keep, meta_headers};
+use super::{App, FILTERED, Opts, Watch, blocking, json_filtered, keep, meta_headers};
 use crate::error::{Error, Result};
-use crate::request::QueryOptions;
 use crate::request::authz::Authz;
 use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
 use crate::state::{Command, Response as Applied, Timeable, keys};
@@ -34,13 +33,13 @@ pub fn routes() -> Router<App> {
         .route("/v1/txn", put(txn))
 }
 
-async fn get_root(s: State<App>, a: Authz, q: RawQuery) -> Result<Response> {
+async fn get_root(s: State<App>, a: Authz, q: Opts) -> Result<Response> {
     get_kv(s, a, Path(String::new()), q).await
 }
-async fn put_root(s: State<App>, a: Authz, q: RawQuery, body: Bytes) -> Result<Response> {
+async fn put_root(s: State<App>, a: Authz, q: Opts, body: Bytes) -> Result<Response> {
     put_kv(s, a, Path(String::new()), q, body).await
 }
-async fn delete_root(s: State<App>, a: Authz, q: RawQuery) -> Result<Response> {
+async fn delete_root(s: State<App>, a: Authz, q: Opts) -> Result<Response> {
     delete_kv(s, a, Path(String::new()), q).await
 }
 
@@ -58,9 +57,8 @@ async fn get_kv(
     State(s): State<App>,
     mut a: Authz,
     Path(key): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
@@ -122,10 +120,9 @@ async fn put_kv(
     State(s): State<App>,
     a: Authz,
     Path(key): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, _): Opts,
     body: Bytes,
 ) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     check_key(&key)?;
     a.require(a.key_write(&key), "key:write", &key)?;
     if p.has("acquire") && p.has("release") {
@@ -164,9 +161,8 @@ async fn delete_kv(
     State(s): State<App>,
     a: Authz,
     Path(key): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, _): Opts,
 ) -> Result<Response> {
-    let (p, _) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let recurse = p.has("recurse");
     if recurse {
         a.require(a.key_write_prefix(&key), "key:write", &key)?;
@@ -436,13 +432,7 @@ fn filter_results(a: &Authz, results: &mut Vec<TxnResult>) -> bool {
     })
 }
 
-async fn txn(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
-) -> Result<Response> {
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+async fn txn(State(s): State<App>, a: Authz, Opts(_, opts): Opts, body: Bytes) -> Result<Response> {
     let ops = decode_txn(&body, &s.config.datacenter)?;
     authorize_txn(&a, &ops)?;
     // Reads only: answered from this server's state without Raft, in the

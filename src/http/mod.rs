@@ -26,10 +26,13 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::handler::Handler;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use futures_util::future::select_all;
 
 use crate::error::{Error, Result};
@@ -41,6 +44,43 @@ use crate::server::{Server, ServerConfig};
 use crate::state::{self, WatchKey};
 
 pub type App = Arc<Server>;
+
+/// The request's query string and its options, checked against this
+/// server (`?dc` this datacenter, `?stale` with `?consistent` refused,
+/// tenancy refused): the first step of every endpoint that takes them, so a
+/// bad query is a 400 before anything is read or written.
+pub struct Opts(pub Params, pub QueryOptions);
+
+impl FromRequestParts<App> for Opts {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, s: &App) -> Result<Self> {
+        let (p, opts) = QueryOptions::parse(parts.uri.query(), &s.config.datacenter)?;
+        Ok(Opts(p, opts))
+    }
+}
+
+/// Routes of reads by name.
+pub trait NamedRoutes {
+    /// `GET <prefix>{*name}` served by `handler`, and `GET <prefix>` with
+    /// no name refused with Consul's 400 "Missing <what> name".
+    fn named<H, T>(self, prefix: &str, what: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, App>,
+        T: 'static;
+}
+
+impl NamedRoutes for Router<App> {
+    fn named<H, T>(self, prefix: &str, what: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, App>,
+        T: 'static,
+    {
+        let missing = move || async move { Error::bad(format!("Missing {what} name")) };
+        self.route(prefix, get(missing))
+            .route(&format!("{prefix}{{*name}}"), get(handler))
+    }
+}
 
 const FORWARDED: &str = "x-cairn-forwarded";
 /// On a forwarded request: the node of the server that received it (a

@@ -6,13 +6,12 @@ use crate::request::authz::Authz;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::{App, json_at};
+use super::{App, Opts, json_at};
 use crate::error::{Error, Result};
-use crate::request::QueryOptions;
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/proxycfg/{id}", get(snapshot))
@@ -22,9 +21,8 @@ async fn snapshot(
     State(s): State<App>,
     a: Authz,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(p, opts): Opts,
 ) -> Result<Response> {
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     let node = p
         .get("node")
         .filter(|n| !n.is_empty())

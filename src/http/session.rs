@@ -6,17 +6,17 @@ use tokio::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::json;
 
-use super::{App, Watch, blocking, json_at};
+use super::{App, Opts, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::filter::Schema;
 use crate::request::authz::Authz;
-use crate::request::{Params, QueryOptions, decode_json};
+use crate::request::{QueryOptions, decode_json};
 use crate::server::Server;
 use crate::session::CHECK_EVERY;
 use crate::state::{Command, Response as Applied, Timeable, keys};
@@ -53,12 +53,6 @@ pub fn routes() -> Router<App> {
         .route("/v1/session/list", get(list))
 }
 
-/// Every session endpoint's query options, checked (`?dc` this
-/// datacenter, tenancy refused) before anything is read or written.
-fn query(s: &App, q: Option<String>) -> Result<QueryOptions> {
-    QueryOptions::from(&Params::parse(q.as_deref()), &s.config.datacenter)
-}
-
 /// The node of the server that received the request (this one, or the
 /// follower that forwarded it here).
 fn receiving_node(s: &App, headers: &HeaderMap) -> String {
@@ -74,11 +68,10 @@ fn receiving_node(s: &App, headers: &HeaderMap) -> String {
 async fn create(
     State(s): State<App>,
     a: Authz,
-    RawQuery(q): RawQuery,
+    _: Opts,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    query(&s, q)?;
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
         SessionRequest::default()
     } else {
@@ -137,9 +130,8 @@ async fn destroy(
     State(s): State<App>,
     a: Authz,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    _: Opts,
 ) -> Result<Response> {
-    query(&s, q)?;
     authorize_session(&s, &a, &id)?;
     match s
         .write(
@@ -161,9 +153,8 @@ async fn renew(
     State(s): State<App>,
     a: Authz,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    _: Opts,
 ) -> Result<Response> {
-    query(&s, q)?;
     authorize_session(&s, &a, &id)?;
     let (index, session) = renew_session(&s, &id).await?;
     Ok(json_at(&s, index, &[&*session]))
@@ -194,11 +185,10 @@ pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> 
 async fn read(
     s: &App,
     a: &mut Authz,
-    q: Option<String>,
+    opts: QueryOptions,
     key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
-    let opts = query(s, q)?;
     let watch = Watch::Keys(vec![key.clone()]);
     let (index, mut sessions) =
         blocking(s, &opts, a, watch, |st, _| (st.index_of([&key]), pick(st))).await?;
@@ -210,9 +200,9 @@ async fn info(
     State(s): State<App>,
     mut a: Authz,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(_, opts): Opts,
 ) -> Result<Response> {
-    read(&s, &mut a, q, keys::session(&id), |st| {
+    read(&s, &mut a, opts, keys::session(&id), |st| {
         st.sessions
             .get(&id)
             .map(|x| (**x).clone())
@@ -226,9 +216,9 @@ async fn node(
     State(s): State<App>,
     mut a: Authz,
     Path(node): Path<String>,
-    RawQuery(q): RawQuery,
+    Opts(_, opts): Opts,
 ) -> Result<Response> {
-    read(&s, &mut a, q, keys::node_sessions(&node), |st| {
+    read(&s, &mut a, opts, keys::node_sessions(&node), |st| {
         crate::state::session::node_sessions(st, &node)
             .into_iter()
             .map(|x| (*x).clone())
@@ -237,8 +227,8 @@ async fn node(
     .await
 }
 
-async fn list(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    read(&s, &mut a, q, keys::SESSIONS, |st| {
+async fn list(State(s): State<App>, mut a: Authz, Opts(_, opts): Opts) -> Result<Response> {
+    read(&s, &mut a, opts, keys::SESSIONS, |st| {
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await

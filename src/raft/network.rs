@@ -154,12 +154,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static> PeerStream for T
 /// the cluster need no type parameter.
 pub type BoxStream = Box<dyn PeerStream>;
 
+/// A stream being opened (what `Connect::connect` returns).
+pub type Connecting<'a> = Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
+
 /// Opens a stream to a peer's Raft address.
 pub trait Connect: Send + Sync + 'static {
-    fn connect<'a>(
-        &'a self,
-        addr: &'a str,
-    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
+    fn connect<'a>(&'a self, addr: &'a str) -> Connecting<'a>;
 }
 
 /// Accepts streams on this server's Raft address, with the peer's IP.
@@ -173,10 +173,7 @@ pub trait Accept: Send + 'static {
 pub struct TcpConnect;
 
 impl Connect for TcpConnect {
-    fn connect<'a>(
-        &'a self,
-        addr: &'a str,
-    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+    fn connect<'a>(&'a self, addr: &'a str) -> Connecting<'a> {
         Box::pin(async move {
             let s = TcpStream::connect(addr).await?;
             s.set_nodelay(true)?;
@@ -952,10 +949,7 @@ mod tests {
     struct Pipe(Mutex<Option<tokio::io::DuplexStream>>);
 
     impl Connect for Pipe {
-        fn connect<'a>(
-            &'a self,
-            _addr: &'a str,
-        ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+        fn connect<'a>(&'a self, _addr: &'a str) -> Connecting<'a> {
             let s = self.0.lock().take();
             Box::pin(async move {
                 s.map(|s| Box::new(s) as BoxStream)

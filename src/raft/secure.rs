@@ -22,7 +22,7 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::network::{Accept, BoxStream, Connect};
+use super::network::{Accept, BoxStream, Connect, Connecting};
 
 /// Opens TLS streams to peers over another `Connect`.
 pub struct TlsConnect {
@@ -50,10 +50,7 @@ impl TlsConnect {
 }
 
 impl Connect for TlsConnect {
-    fn connect<'a>(
-        &'a self,
-        addr: &'a str,
-    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+    fn connect<'a>(&'a self, addr: &'a str) -> Connecting<'a> {
         Box::pin(async move {
             let stream = self.inner.connect(addr).await?;
             let tls = self

@@ -84,11 +84,11 @@ pub fn token_by_secret_hash<'a>(st: &'a State, hash: &str) -> Option<&'a Arc<Acl
     st.acl_secrets.get(hash).and_then(|a| st.acl_tokens.get(a))
 }
 
-pub fn policy_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclPolicy>> {
+fn policy_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclPolicy>> {
     st.acl_policies.values().find(|p| p.name == name)
 }
 
-pub fn role_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclRole>> {
+fn role_by_name<'a>(st: &'a State, name: &str) -> Option<&'a Arc<AclRole>> {
     st.acl_roles.values().find(|r| r.name == name)
 }
 

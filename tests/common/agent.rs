@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Resp, bin, free_dns_port, free_port, request, terminate};
+use super::{bin, free_dns_port, free_port, terminate};
 
 pub struct AgentBuilder {
     node: String,
@@ -196,22 +196,7 @@ impl Agent {
         );
     }
 
-    pub fn get(&self, path: &str) -> Resp {
-        request(self.http_addr, "GET", path, None)
-    }
-    pub fn put(&self, path: &str, body: &str) -> Resp {
-        request(self.http_addr, "PUT", path, Some(body))
-    }
-    pub fn get_json(&self, path: &str) -> serde_json::Value {
-        let r = self.get(path);
-        assert_eq!(r.status, 200, "GET {path}: {}", r.body);
-        r.json()
-    }
-
-    /// A counter or gauge of the agent's `/v1/agent/metrics`.
-    pub fn metric(&self, name: &str) -> f64 {
-        super::metric_in(&self.get(super::METRICS).body, name)
-    }
+    http_helpers!();
 
     /// SIGKILL (a crash: no leave).
     pub fn kill(&mut self) {

@@ -19,6 +19,33 @@
 
 #![allow(dead_code)]
 
+/// The HTTP helpers of a running process over its `http_addr`, servers'
+/// and agents' alike: `get`, `put`, `delete`, `get_json` (a 200 required)
+/// and `metric` (a gauge or counter from its Prometheus metrics). A macro
+/// so that they stay inherent methods of both types: tests call them
+/// without importing a trait.
+macro_rules! http_helpers {
+    () => {
+        pub fn get(&self, path: &str) -> crate::common::Resp {
+            crate::common::request(self.http_addr, "GET", path, None)
+        }
+        pub fn put(&self, path: &str, body: &str) -> crate::common::Resp {
+            crate::common::request(self.http_addr, "PUT", path, Some(body))
+        }
+        pub fn delete(&self, path: &str) -> crate::common::Resp {
+            crate::common::request(self.http_addr, "DELETE", path, None)
+        }
+        pub fn get_json(&self, path: &str) -> serde_json::Value {
+            let r = self.get(path);
+            assert_eq!(r.status, 200, "GET {path}: {}", r.body);
+            r.json()
+        }
+        pub fn metric(&self, name: &str) -> f64 {
+            crate::common::metric_in(&self.get(crate::common::METRICS).body, name)
+        }
+    };
+}
+
 pub mod agent;
 pub mod asynch;
 
@@ -449,25 +476,7 @@ impl Server {
         );
     }
 
-    pub fn get(&self, path: &str) -> Resp {
-        request(self.http_addr, "GET", path, None)
-    }
-    pub fn put(&self, path: &str, body: &str) -> Resp {
-        request(self.http_addr, "PUT", path, Some(body))
-    }
-    pub fn delete(&self, path: &str) -> Resp {
-        request(self.http_addr, "DELETE", path, None)
-    }
-    pub fn get_json(&self, path: &str) -> serde_json::Value {
-        let r = self.get(path);
-        assert_eq!(r.status, 200, "GET {path}: {}", r.body);
-        r.json()
-    }
-
-    /// A gauge or counter from the server's Prometheus metrics.
-    pub fn metric(&self, name: &str) -> f64 {
-        metric_in(&self.get(METRICS).body, name)
-    }
+    http_helpers!();
 
     /// Waits until `n` blocking queries are parked on this server, so that
     /// a write that follows tests their wake-up (a query arriving after the
