@@ -6,9 +6,9 @@
 //! rows, snapshots and prefix ranges rely on its text and ordering).
 
 use std::borrow::Borrow;
-use std::sync::Arc;
 use std::fmt;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
