@@ -208,6 +208,16 @@ impl Server {
             .cache_capacity(config.limits.sled_cache_bytes.unwrap_or(SLED_CACHE_BYTES))
             .mode(sled::Mode::HighThroughput)
             .open()?;
+        let rows_ok = config.data_dir.join(crate::state::write_behind::ROWS_OK);
+        if !rows_ok.exists() && SledBackend::format_in(&db, &db_dir)?.is_some() {
+            tracing::warn!(
+                "{}: the state's rows are not vouched for (a storage fault stopped the last run, \
+                 or they predate {}): rebuilding them from the snapshot and the Raft log",
+                db_dir.display(),
+                crate::state::write_behind::ROWS_OK
+            );
+            SledBackend::discard(&db)?;
+        }
         let parts = ServerParts {
             id: node_id(&db)?,
             raft_config: raft_config(config.snapshot_threshold),
@@ -217,7 +227,10 @@ impl Server {
                 &config.data_dir.join("raft-log"),
                 config.log_segment_bytes,
             )?,
-            persist: Box::new(WriteBehind::new(Box::new(SledBackend::new(&db, &db_dir)?))?),
+            persist: Box::new(WriteBehind::new(
+                Box::new(SledBackend::new(&db, &db_dir)?),
+                Some(rows_ok.clone()),
+            )?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -227,8 +240,8 @@ impl Server {
             clock: crate::session::wall_clock_ms,
             tap: None,
         };
-        match config.tls.clone() {
-            None => Self::assemble(config, parts).await,
+        let server = match config.tls.clone() {
+            None => Self::assemble(config, parts).await?,
             Some(tls) => {
                 // Mutual TLS on the Raft port, both ways: the frame code
                 // sees only streams whose peer proved a server certificate
@@ -252,9 +265,12 @@ impl Server {
                     tap: parts.tap,
                     clock: parts.clock,
                 };
-                Self::assemble(config, parts).await
+                Self::assemble(config, parts).await?
             }
-        }
+        };
+        // The rows loaded: vouched for until a storage fault.
+        crate::disk::write_atomic_parts(&rows_ok, &[b"the state's rows are whole\n"])?;
+        Ok(server)
     }
 
     /// Starts a server from its parts: Raft, the transport's accept loop,

@@ -267,6 +267,14 @@ fn a_full_disk_stops_the_server_and_it_restarts_clean_on_a_good_disk() {
     // acknowledged before the fault is there.
     disk.resize("64m");
     let s = builder(&dir).start();
+    // sled, failing in the middle of a write, was seen to keep a later
+    // batch and lose an earlier row: after a storage fault the rows are
+    // rebuilt from the snapshot and the log, never trusted.
+    assert!(
+        s.log().contains("not vouched for"),
+        "the rows were trusted after a storage fault:\n{}",
+        s.log()
+    );
     for k in &acked {
         assert_eq!(get(&s, k).as_deref(), Some(value.as_str()), "{k}");
     }

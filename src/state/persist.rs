@@ -413,6 +413,20 @@ impl SledBackend {
         })
     }
 
+    /// Drops the state's rows, keeping the rest of the database (the vote,
+    /// the node id): the start that follows rebuilds them from the
+    /// snapshot and the Raft log.
+    pub fn discard(db: &sled::Db) -> anyhow::Result<()> {
+        for name in db.tree_names() {
+            if name.starts_with(b"state") {
+                db.drop_tree(&name)?;
+            }
+        }
+        db.open_tree(SERVER_TREE)?.remove(STATE_TREE)?;
+        db.flush()?;
+        Ok(())
+    }
+
     fn tree(&self) -> sled::Tree {
         // A poisoned lock only means a panic between two plain assignments.
         self.tree.read().clone()

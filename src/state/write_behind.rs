@@ -18,6 +18,7 @@
 //! backend commits the same way (bbolt, every 100 ms).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,18 @@ pub const SOON: usize = 8 << 20;
 /// thread fell behind, and memory must not grow without bound.
 pub const HARD: usize = 64 << 20;
 
+/// The file in the data dir that vouches for the state's rows: written
+/// once they have loaded, removed when a write of them fails or the server
+/// stops on a storage fault. A start that finds rows without it drops them
+/// and rebuilds them from the snapshot and the Raft log, the durable
+/// record, rather than trust what a failing disk left half written.
+pub const ROWS_OK: &str = "state-rows-ok";
+
+/// Removes the data dir's `ROWS_OK` (a storage fault stops the server).
+pub fn distrust_rows(data_dir: &Path) {
+    let _ = std::fs::remove_file(data_dir.join(ROWS_OK));
+}
+
 /// A `Persist` that merges batches and writes them behind.
 pub struct WriteBehind {
     shared: Arc<Shared>,
@@ -41,6 +54,9 @@ pub struct WriteBehind {
 
 struct Shared {
     inner: Box<dyn Persist>,
+    /// The file that vouches for the rows (`ROWS_OK`): removed when a
+    /// write-out fails, so the next start rebuilds them.
+    vouch: Option<PathBuf>,
     pending: Mutex<Pending>,
     wake: Condvar,
     /// Held while merged rows are written: two write-outs never overlap,
@@ -63,9 +79,12 @@ struct Pending {
 }
 
 impl WriteBehind {
-    /// Writes behind on a thread of its own.
-    pub fn new(inner: Box<dyn Persist>) -> anyhow::Result<Self> {
-        let shared = Arc::new(Shared::new(inner, None));
+    /// Writes behind on a thread of its own. `vouch` is removed if a
+    /// write-out fails (see `ROWS_OK`).
+    pub fn new(inner: Box<dyn Persist>, vouch: Option<PathBuf>) -> anyhow::Result<Self> {
+        let mut shared = Shared::new(inner, None);
+        shared.vouch = vouch;
+        let shared = Arc::new(shared);
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("state-write".into())
@@ -92,6 +111,7 @@ impl Shared {
     fn new(inner: Box<dyn Persist>, every: Option<usize>) -> Self {
         Shared {
             inner,
+            vouch: None,
             pending: Mutex::default(),
             wake: Condvar::new(),
             writing: Mutex::new(()),
@@ -101,6 +121,23 @@ impl Shared {
 
     /// Writes what is merged, as one batch.
     fn write_out(&self) -> anyhow::Result<()> {
+        let r = self.write_out_once();
+        if r.is_err() {
+            self.distrust();
+        }
+        r
+    }
+
+    /// The rows may now be damaged on disk (sled, failing in the middle of
+    /// a write, was seen to keep a later batch and lose an earlier row):
+    /// the next start must not trust them.
+    fn distrust(&self) {
+        if let Some(v) = &self.vouch {
+            let _ = std::fs::remove_file(v);
+        }
+    }
+
+    fn write_out_once(&self) -> anyhow::Result<()> {
         let _order = self.writing.lock();
         let ops = {
             let mut p = self.pending.lock();
@@ -190,7 +227,11 @@ impl Persist for WriteBehind {
             p.bytes = 0;
             p.batches = 0;
         }
-        s.inner.replace(ops)
+        let r = s.inner.replace(ops);
+        if r.is_err() {
+            s.distrust();
+        }
+        r
     }
 
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
@@ -272,7 +313,7 @@ mod tests {
     #[test]
     fn the_thread_writes_within_the_interval_and_on_drop() {
         let disk = MemoryBackend::default();
-        let w = WriteBehind::new(Box::new(disk.clone())).unwrap();
+        let w = WriteBehind::new(Box::new(disk.clone()), None).unwrap();
         w.batch(vec![put("a", "1")]).unwrap();
         let start = Instant::now();
         while rows(&disk).is_empty() {
