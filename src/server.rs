@@ -21,7 +21,7 @@ use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
 use crate::raft::secure::{TlsAccept, TlsConnect};
 use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
-use crate::state::{Command, Payload, Persist, Response, SledBackend, Store, WriteBehind};
+use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
 use crate::stream::Publisher;
 use crate::tasks::Tasks;
 
@@ -208,13 +208,13 @@ impl Server {
             .cache_capacity(config.limits.sled_cache_bytes.unwrap_or(SLED_CACHE_BYTES))
             .mode(sled::Mode::HighThroughput)
             .open()?;
-        let rows_ok = config.data_dir.join(crate::state::write_behind::ROWS_OK);
+        let rows_ok = config.data_dir.join(crate::state::persist::ROWS_OK);
         if !rows_ok.exists() && SledBackend::format_in(&db, &db_dir)?.is_some() {
             tracing::warn!(
                 "{}: the state's rows are not vouched for (a storage fault stopped the last run, \
                  or they predate {}): rebuilding them from the snapshot and the Raft log",
                 db_dir.display(),
-                crate::state::write_behind::ROWS_OK
+                crate::state::persist::ROWS_OK
             );
             SledBackend::discard(&db)?;
         }
@@ -227,10 +227,7 @@ impl Server {
                 &config.data_dir.join("raft-log"),
                 config.log_segment_bytes,
             )?,
-            persist: Box::new(WriteBehind::new(
-                Box::new(SledBackend::new(&db, &db_dir)?),
-                Some(rows_ok.clone()),
-            )?),
+            persist: Box::new(SledBackend::new(&db, &db_dir)?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -582,12 +579,9 @@ impl Server {
         }
     }
 
-    /// Stops Raft, writes the state's waiting rows and flushes sled.
+    /// Stops Raft and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
-        if let Err(e) = self.store.persist().flush() {
-            tracing::error!("{e:#}");
-        }
         if let Some(db) = &self.db {
             let _ = db.flush_async().await;
         }

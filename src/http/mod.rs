@@ -480,7 +480,7 @@ pub async fn run(
             // supervisor restart it; the restart recovers from the data
             // dir, or refuses to start naming what is wrong.
             tracing::error!("storage fault, stopping: {why}");
-            crate::state::write_behind::distrust_rows(&server.config.data_dir);
+            crate::state::persist::distrust_rows(&server.config.data_dir);
             std::process::exit(crate::server::FAULT_EXIT);
         }
         ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
@@ -507,7 +507,7 @@ pub async fn run(
 async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
     if let Ok(why) = tokio::time::timeout(Duration::from_secs(1), server.raft_failed()).await {
         tracing::error!("storage fault, stopping: {why}");
-        crate::state::write_behind::distrust_rows(&server.config.data_dir);
+        crate::state::persist::distrust_rows(&server.config.data_dir);
         std::process::exit(crate::server::FAULT_EXIT);
     }
     fail_task(ended)

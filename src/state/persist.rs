@@ -35,10 +35,6 @@ pub trait Persist: Send + Sync {
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()>;
     /// Where the rows are, for messages.
     fn location(&self) -> String;
-    /// Writes whatever an earlier `batch` left waiting (`WriteBehind`).
-    fn flush(&self) -> anyhow::Result<()> {
-        Ok(())
-    }
 }
 
 /// Called with each row of a scan, in key order.
@@ -363,6 +359,20 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
         })?;
     }
     Ok(st)
+}
+
+/// The file in the data dir that vouches for the state's rows: written
+/// once they have loaded, removed when the server stops on a storage fault
+/// (sled, failing in the middle of a write on a full disk, was seen to keep
+/// a later batch's applied id and lose an earlier row). A start that finds
+/// rows without it drops them and rebuilds them from the snapshot and the
+/// Raft log, the durable record, rather than trust what a failing disk
+/// left half written.
+pub const ROWS_OK: &str = "state-rows-ok";
+
+/// Removes the data dir's `ROWS_OK` (a storage fault stops the server).
+pub fn distrust_rows(data_dir: &std::path::Path) {
+    let _ = std::fs::remove_file(data_dir.join(ROWS_OK));
 }
 
 /// The sled key space: one tree of the server's database, named by the
