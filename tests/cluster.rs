@@ -173,10 +173,20 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
         },
     )
     .await;
-    assert!(
-        procs[lagger].log().contains("installed snapshot"),
-        "the lagging server should have been caught up by a snapshot"
-    );
+    // The install is logged just after its state becomes readable (the
+    // line follows a hop back from a blocking thread): waited for, not
+    // read at once.
+    eventually(
+        Duration::from_secs(10),
+        "the lagging server was caught up by a snapshot",
+        || async {
+            procs[lagger]
+                .log()
+                .contains("installed snapshot")
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
