@@ -151,6 +151,7 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
     let leader = cluster_leader(&c, &procs).await;
     let li = by_raft(&procs, &leader);
     let lagger = (li + 1) % 3;
+    let lagger_last = procs[lagger].metric("cairn_raft_last_log_index");
     procs[lagger].kill();
     for i in 0..300 {
         assert_eq!(
@@ -158,6 +159,15 @@ async fn far_behind_server_is_caught_up_by_snapshot() {
             Ok(true)
         );
     }
+    // The leader purges only while no replication to the stopped server is
+    // in flight (openraft retries it with backoff): far behind means its
+    // log is purged past what the lagger holds, which is waited for.
+    eventually(
+        Duration::from_secs(30),
+        "the leader purged its log past the lagger's",
+        || async { (procs[li].metric("cairn_raft_last_purged_index") > lagger_last).then_some(()) },
+    )
+    .await;
     procs[lagger].restart();
     eventually(
         Duration::from_secs(20),

@@ -162,6 +162,11 @@ async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resul
             m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
         ),
         (
+            "cairn_raft_last_purged_index",
+            "last Raft log index purged (covered by the snapshot)",
+            m.purged.as_ref().map(|l| l.index).unwrap_or(0) as f64,
+        ),
+        (
             "cairn_raft_is_leader",
             "1 on the leader",
             if s.cluster.is_leader() { 1.0 } else { 0.0 },
