@@ -266,7 +266,9 @@ impl Server {
             }
         };
         // The rows loaded: vouched for until a storage fault.
-        crate::disk::write_atomic_parts(&rows_ok, &[b"the state's rows are whole\n"])?;
+        if !rows_ok.exists() {
+            crate::disk::write_atomic_parts(&rows_ok, &[b"the state's rows are whole\n"])?;
+        }
         Ok(server)
     }
 
@@ -483,28 +485,28 @@ impl Server {
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.
     pub async fn await_leader(&self) -> Result<(u64, ServerNode)> {
-        let deadline = tokio::time::Instant::now() + LEADER_HOLD;
-        let mut metrics = self.raft.metrics();
-        loop {
-            if let Some(l) = self.cluster.leader() {
-                return Ok(l);
-            }
-            if tokio::time::timeout_at(deadline, metrics.changed())
-                .await
-                .is_err()
-            {
-                return Err(Error::NoLeader);
-            }
-        }
+        self.await_raft(|| self.cluster.leader()).await
     }
 
     /// Waits (up to `LEADER_HOLD`) until this server, if it leads, has
     /// applied an entry of its term (`Cluster::is_ready_leader`), as
     /// Consul's leader waits on a barrier before it serves.
     pub async fn await_ready_leader(&self) -> Result<()> {
+        self.await_raft(|| {
+            (!self.cluster.is_leader() || self.cluster.is_ready_leader()).then_some(())
+        })
+        .await
+    }
+
+    /// Checks `ready` each time Raft's metrics change, until it answers,
+    /// for up to `LEADER_HOLD` (then `No cluster leader`).
+    async fn await_raft<T>(&self, ready: impl Fn() -> Option<T>) -> Result<T> {
         let deadline = tokio::time::Instant::now() + LEADER_HOLD;
         let mut metrics = self.raft.metrics();
-        while self.cluster.is_leader() && !self.cluster.is_ready_leader() {
+        loop {
+            if let Some(t) = ready() {
+                return Ok(t);
+            }
             if tokio::time::timeout_at(deadline, metrics.changed())
                 .await
                 .is_err()
@@ -512,7 +514,6 @@ impl Server {
                 return Err(Error::NoLeader);
             }
         }
-        Ok(())
     }
 
     /// The cluster id, which the first leader writes right after its

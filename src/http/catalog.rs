@@ -321,14 +321,13 @@ async fn service_rows<const CONNECT: bool>(
 ) -> Result<Response> {
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
-    let tags: Vec<String> = p.all("tag").into_iter().map(String::from).collect();
+    let tags = p.all("tag");
     let merge = p.has(crate::merge::PARAM);
     let (index, instances) = read_instances(&s, &opts, &mut a, &name, CONNECT, merge).await?;
-    let tag_refs: Vec<&str> = tags.iter().map(String::as_str).collect();
     let dc = s.config.datacenter.as_str();
     let mut rows: Vec<ServiceNodeRow> = instances
         .iter()
-        .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tag_refs))
+        .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tags))
         .map(|i| ServiceNodeRow::new(&i.node, &i.service, dc))
         .collect();
     let filtered = keep(&mut rows, |r| {

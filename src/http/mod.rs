@@ -474,15 +474,7 @@ pub async fn run(
     let serve = async move { tokio::join!(plain, secure) };
     tokio::select! {
         _ = serve => {},
-        why = server.raft_failed() => {
-            // Fail stop: a server whose log or state store failed must not
-            // linger answering 500s and stale reads. Exiting lets a
-            // supervisor restart it; the restart recovers from the data
-            // dir, or refuses to start naming what is wrong.
-            tracing::error!("storage fault, stopping: {why}");
-            crate::state::persist::distrust_rows(&server.config.data_dir);
-            std::process::exit(crate::server::FAULT_EXIT);
-        }
+        why = server.raft_failed() => fault_stop(&server, &why),
         ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
         ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
         _ = crate::signal::shutdown() => {
@@ -506,11 +498,19 @@ pub async fn run(
 /// so the exit code says what a supervisor needs to know.
 async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
     if let Ok(why) = tokio::time::timeout(Duration::from_secs(1), server.raft_failed()).await {
-        tracing::error!("storage fault, stopping: {why}");
-        crate::state::persist::distrust_rows(&server.config.data_dir);
-        std::process::exit(crate::server::FAULT_EXIT);
+        fault_stop(server, &why);
     }
     fail_task(ended)
+}
+
+/// Fail stop: a server whose log or state store failed must not linger
+/// answering 500s and stale reads. Exiting lets a supervisor restart it;
+/// the restart recovers from the data dir (rebuilding the state's rows,
+/// no longer vouched for), or refuses to start naming what is wrong.
+fn fault_stop(server: &Server, why: &str) -> ! {
+    tracing::error!("storage fault, stopping: {why}");
+    crate::state::persist::distrust_rows(&server.config.data_dir);
+    std::process::exit(crate::server::FAULT_EXIT);
 }
 
 fn fail_task(ended: crate::tasks::Ended) -> ! {
