@@ -137,6 +137,27 @@ run() { # label, then load tool args; prints the result line, logs stderr
   if out=$("$LOAD" "$@" 2>>"$LOG"); then echo "$out"; else echo "error"; echo "$label failed (see $LOG)" >&2; fi
 }
 
+# cairn, and etcd unless BENCH_SKIP_ETCD=1 (WITH_ETCD says which ran).
+start_both() {
+  start_cairn
+  WITH_ETCD=0
+  if [ "${BENCH_SKIP_ETCD:-0}" != 1 ]; then start_etcd; WITH_ETCD=1; fi
+}
+
+# One row of the table: a workload of the load tool on cairn, then the same
+# on etcd when it runs, right after, so that load from elsewhere on the
+# machine falls on both alike. Args: the row's text, a label for the log,
+# the workload, then its arguments (--system and --addrs are added).
+side_by_side() {
+  local w=$1 label=$2 workload=$3; shift 3
+  local l cl el=""
+  l=$(load1)
+  cl=$(run "cairn $label" "$workload" --system cairn --addrs "$CAIRN_HTTP" "$@")
+  [ "$WITH_ETCD" = 1 ] && el=$(run "etcd $label" "$workload" --system etcd --addrs "$ETCD_HTTP" "$@")
+  row "$w" "$cl" "$el" "$l"
+  echo "  $label: cairn [$cl] etcd [$el]"
+}
+
 COMMON=(--seconds "$SECS" --warmup 1 --keys 1000 --value-size 256)
 echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 {
@@ -148,21 +169,14 @@ PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
-start_cairn
-WITH_ETCD=0
-if [ "${BENCH_SKIP_ETCD:-0}" != 1 ]; then start_etcd; WITH_ETCD=1; fi
+start_both
 echo "  cairn leader: $("$LOAD" leader --system cairn --addrs "$CAIRN_HTTP")"
 [ "$WITH_ETCD" = 1 ] && echo "  etcd leader: $("$LOAD" leader --system etcd --addrs "$ETCD_HTTP")"
 
 # Rows alternate between the two systems so that load from elsewhere on the
 # machine falls on both alike.
 for c in 1 16 64 256; do
-  l=$(load1)
-  cl=$(run "cairn write $c" write --system cairn --addrs "$CAIRN_HTTP" --clients "$c" "${COMMON[@]}")
-  el=""
-  [ "$WITH_ETCD" = 1 ] && el=$(run "etcd write $c" write --system etcd --addrs "$ETCD_HTTP" --clients "$c" "${COMMON[@]}")
-  row "write, $c client$([ "$c" = 1 ] || echo s)" "$cl" "$el" "$l"
-  echo "  write $c: cairn [$cl] etcd [$el]"
+  side_by_side "write, $c client$([ "$c" = 1 ] || echo s)" "write $c" write --clients "$c" "${COMMON[@]}"
 done
 for pair in "default linearizable" "stale serializable" "consistent linearizable"; do
   set -- $pair
@@ -307,23 +321,11 @@ fi
 # prefix (cairn ?recurse, etcd a prefix range) and a 128-put transaction.
 if [[ " $PARTS " == *" many "* ]]; then
 echo "many keys per request: cairn (3 servers) and etcd (3 members)"
-start_cairn
-WITH_ETCD=0
-if [ "${BENCH_SKIP_ETCD:-0}" != 1 ]; then start_etcd; WITH_ETCD=1; fi
-MANY=(--seconds "$SECS" --warmup 1 --clients 4 --keys 10000 --value-size 64)
-l=$(load1)
-cl=$(run "cairn recurse" recurse --system cairn --addrs "$CAIRN_HTTP" "${MANY[@]}")
-el=""
-[ "$WITH_ETCD" = 1 ] && el=$(run "etcd range" recurse --system etcd --addrs "$ETCD_HTTP" "${MANY[@]}")
-row "read of 10,000 keys (cairn ?recurse / etcd prefix range), 4 clients" "$cl" "$el" "$l"
-echo "  recurse 10000: cairn [$cl] etcd [$el]"
-TXN=(--seconds "$SECS" --warmup 1 --clients 16 --keys 10000 --value-size 64 --ops 128)
-l=$(load1)
-cl=$(run "cairn txn" txn --system cairn --addrs "$CAIRN_HTTP" "${TXN[@]}")
-el=""
-[ "$WITH_ETCD" = 1 ] && el=$(run "etcd txn" txn --system etcd --addrs "$ETCD_HTTP" "${TXN[@]}")
-row "txn of 128 puts, 16 clients" "$cl" "$el" "$l"
-echo "  txn 128: cairn [$cl] etcd [$el]"
+start_both
+side_by_side "read of 10,000 keys (cairn ?recurse / etcd prefix range), 4 clients" "recurse 10000" recurse \
+  --seconds "$SECS" --warmup 1 --clients 4 --keys 10000 --value-size 64
+side_by_side "txn of 128 puts, 16 clients" "txn 128" txn \
+  --seconds "$SECS" --warmup 1 --clients 16 --keys 10000 --value-size 64 --ops 128
 stop_all
 rm -rf "$OUT/cairn" "$OUT/etcd"
 fi

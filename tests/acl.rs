@@ -44,6 +44,17 @@ fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, Strin
     )
 }
 
+/// ACLs on with default deny and no management token yet: the test
+/// bootstraps one.
+fn unbootstrapped_server() -> Server {
+    Server::builder()
+        .dev()
+        .arg("--acl-enabled")
+        .arg("--acl-default-policy")
+        .arg("deny")
+        .start()
+}
+
 fn deny_server() -> Server {
     let s = Server::builder().dev().acl("deny", ROOT).start();
     // The leader's init wrote the management token once this answers.
@@ -178,12 +189,7 @@ node_prefix "" { policy = "read" }
 
 #[test]
 fn bootstrap_works_once() {
-    let s = Server::builder()
-        .dev()
-        .arg("--acl-enabled")
-        .arg("--acl-default-policy")
-        .arg("deny")
-        .start();
+    let s = unbootstrapped_server();
     let r = s.put("/v1/acl/bootstrap", "");
     assert_eq!(r.status, 200, "{}", r.body);
     let t = r.json();
@@ -363,12 +369,7 @@ fn field(out: &str, name: &str) -> String {
 
 #[test]
 fn the_cli_bootstraps_and_uses_tokens_from_the_environment_and_the_flag() {
-    let s = Server::builder()
-        .dev()
-        .arg("--acl-enabled")
-        .arg("--acl-default-policy")
-        .arg("deny")
-        .start();
+    let s = unbootstrapped_server();
     let out = stdout_ok(&cli_with(&s, &[], &["acl", "bootstrap"]));
     let root = field(&out, "SecretID");
     assert!(out.contains("global-management"), "{out}");

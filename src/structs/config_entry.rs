@@ -207,6 +207,31 @@ impl Serialize for ConfigEntry {
 // Shared pieces
 // ---------------------------------------------------------------------------
 
+/// Declares a kind's entry: the fields every kind has (Kind, Name,
+/// Namespace, Partition first; Meta and the Raft indexes last, in Consul's
+/// order) around the kind's own, so the envelope `ConfigEntry`'s accessors
+/// read is written once.
+macro_rules! config_entry {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident { $($(#[$attr:meta])* pub $field:ident: $ty:ty,)* }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(rename_all = "PascalCase", default)]
+        pub struct $name {
+            pub kind: String,
+            pub name: String,
+            pub namespace: String,
+            pub partition: String,
+            $($(#[$attr])* pub $field: $ty,)*
+            pub meta: BTreeMap<String, String>,
+            pub create_index: u64,
+            pub modify_index: u64,
+        }
+    };
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct MeshGatewayConfig {
@@ -281,28 +306,21 @@ pub struct PrioritizeByLocality {
 // proxy-defaults
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ProxyConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    /// Opaque proxy configuration (e.g. `protocol`); keys kept verbatim.
-    pub config: Map<String, Value>,
-    pub mode: String,
-    pub transparent_proxy: TransparentProxyConfig,
-    #[serde(rename = "MutualTLSMode")]
-    pub mutual_tls_mode: String,
-    pub mesh_gateway: MeshGatewayConfig,
-    pub expose: ExposeConfig,
-    pub access_logs: Option<AccessLogsConfig>,
-    pub envoy_extensions: Vec<EnvoyExtension>,
-    pub failover_policy: Option<FailoverPolicy>,
-    pub prioritize_by_locality: Option<PrioritizeByLocality>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    pub struct ProxyConfigEntry {
+        /// Opaque proxy configuration (e.g. `protocol`); keys kept verbatim.
+        pub config: Map<String, Value>,
+        pub mode: String,
+        pub transparent_proxy: TransparentProxyConfig,
+        #[serde(rename = "MutualTLSMode")]
+        pub mutual_tls_mode: String,
+        pub mesh_gateway: MeshGatewayConfig,
+        pub expose: ExposeConfig,
+        pub access_logs: Option<AccessLogsConfig>,
+        pub envoy_extensions: Vec<EnvoyExtension>,
+        pub failover_policy: Option<FailoverPolicy>,
+        pub prioritize_by_locality: Option<PrioritizeByLocality>,
+    }
 }
 
 impl ProxyConfigEntry {
@@ -328,33 +346,26 @@ impl ProxyConfigEntry {
 // service-defaults
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    pub protocol: String,
-    pub mode: String,
-    pub transparent_proxy: TransparentProxyConfig,
-    #[serde(rename = "MutualTLSMode")]
-    pub mutual_tls_mode: String,
-    pub mesh_gateway: MeshGatewayConfig,
-    pub expose: ExposeConfig,
-    #[serde(rename = "ExternalSNI")]
-    pub external_sni: String,
-    pub upstream_config: Option<UpstreamConfiguration>,
-    pub destination: Option<DestinationConfig>,
-    pub rate_limits: Option<RateLimits>,
-    pub max_inbound_connections: i64,
-    pub local_connect_timeout_ms: i64,
-    pub local_request_timeout_ms: i64,
-    pub balance_inbound_connections: String,
-    pub envoy_extensions: Vec<EnvoyExtension>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    pub struct ServiceConfigEntry {
+        pub protocol: String,
+        pub mode: String,
+        pub transparent_proxy: TransparentProxyConfig,
+        #[serde(rename = "MutualTLSMode")]
+        pub mutual_tls_mode: String,
+        pub mesh_gateway: MeshGatewayConfig,
+        pub expose: ExposeConfig,
+        #[serde(rename = "ExternalSNI")]
+        pub external_sni: String,
+        pub upstream_config: Option<UpstreamConfiguration>,
+        pub destination: Option<DestinationConfig>,
+        pub rate_limits: Option<RateLimits>,
+        pub max_inbound_connections: i64,
+        pub local_connect_timeout_ms: i64,
+        pub local_request_timeout_ms: i64,
+        pub balance_inbound_connections: String,
+        pub envoy_extensions: Vec<EnvoyExtension>,
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -437,17 +448,10 @@ pub struct InstanceLevelRouteRateLimits {
 // service-router
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceRouterConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    pub routes: Vec<ServiceRoute>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    pub struct ServiceRouterConfigEntry {
+        pub routes: Vec<ServiceRoute>,
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -554,17 +558,10 @@ impl HttpHeaderModifiers {
 // service-splitter
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceSplitterConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    pub splits: Vec<ServiceSplit>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    pub struct ServiceSplitterConfigEntry {
+        pub splits: Vec<ServiceSplit>,
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -612,23 +609,16 @@ pub fn scale_weight(w: f32) -> i64 {
 // service-resolver
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceResolverConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    pub default_subset: String,
-    pub subsets: BTreeMap<String, ServiceResolverSubset>,
-    pub redirect: Option<ServiceResolverRedirect>,
-    pub failover: BTreeMap<String, ServiceResolverFailover>,
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
-    pub load_balancer: Option<LoadBalancer>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    pub struct ServiceResolverConfigEntry {
+        pub default_subset: String,
+        pub subsets: BTreeMap<String, ServiceResolverSubset>,
+        pub redirect: Option<ServiceResolverRedirect>,
+        pub failover: BTreeMap<String, ServiceResolverFailover>,
+        pub connect_timeout: Duration,
+        pub request_timeout: Duration,
+        pub load_balancer: Option<LoadBalancer>,
+    }
 }
 
 impl ServiceResolverConfigEntry {
@@ -756,19 +746,12 @@ pub struct CookieConfig {
 // service-intentions
 // ---------------------------------------------------------------------------
 
-/// `service-intentions`: who may reach the service `Name` (or every
-/// service, `*`), one source each.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceIntentionsConfigEntry {
-    pub kind: String,
-    pub name: String,
-    pub namespace: String,
-    pub partition: String,
-    pub sources: Vec<SourceIntention>,
-    pub meta: BTreeMap<String, String>,
-    pub create_index: u64,
-    pub modify_index: u64,
+config_entry! {
+    /// `service-intentions`: who may reach the service `Name` (or every
+    /// service, `*`), one source each.
+    pub struct ServiceIntentionsConfigEntry {
+        pub sources: Vec<SourceIntention>,
+    }
 }
 
 /// One source of a `service-intentions` entry.

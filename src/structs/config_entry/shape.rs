@@ -24,6 +24,24 @@ pub enum Shape {
 
 use Shape::{Any, List, Map, Obj};
 
+/// A whole entry's shape: the members every kind has (Kind, Name,
+/// Namespace, Partition first; Meta and the Raft indexes last, in Consul's
+/// order) around the kind's own, so the envelope is written once.
+macro_rules! entry {
+    ($($member:expr,)*) => {
+        Obj(&[
+            ("Kind", Any),
+            ("Name", Any),
+            ("Namespace", Any),
+            ("Partition", Any),
+            $($member,)*
+            ("Meta", Any),
+            ("CreateIndex", Any),
+            ("ModifyIndex", Any),
+        ])
+    };
+}
+
 const MESH_GATEWAY: Shape = Obj(&[("Mode", Any)]);
 const TRANSPARENT_PROXY: Shape = Obj(&[("OutboundListenerPort", Any), ("DialedDirectly", Any)]);
 const EXPOSE_PATH: Shape = Obj(&[
@@ -52,11 +70,7 @@ const ENVOY_EXTENSION: Shape = Obj(&[
 const FAILOVER_POLICY: Shape = Obj(&[("Mode", Any), ("Regions", Any)]);
 const PRIORITIZE_BY_LOCALITY: Shape = Obj(&[("Mode", Any)]);
 
-const PROXY_DEFAULTS: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
+const PROXY_DEFAULTS: Shape = entry!(
     ("Config", Any),
     ("Mode", Any),
     ("TransparentProxy", TRANSPARENT_PROXY),
@@ -67,10 +81,7 @@ const PROXY_DEFAULTS: Shape = Obj(&[
     ("EnvoyExtensions", List(&ENVOY_EXTENSION)),
     ("FailoverPolicy", FAILOVER_POLICY),
     ("PrioritizeByLocality", PRIORITIZE_BY_LOCALITY),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+);
 
 const UPSTREAM_LIMITS: Shape = Obj(&[
     ("MaxConnections", Any),
@@ -119,11 +130,7 @@ const RATE_LIMITS: Shape = Obj(&[(
     ]),
 )]);
 
-const SERVICE_DEFAULTS: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
+const SERVICE_DEFAULTS: Shape = entry!(
     ("Protocol", Any),
     ("Mode", Any),
     ("TransparentProxy", TRANSPARENT_PROXY),
@@ -139,10 +146,7 @@ const SERVICE_DEFAULTS: Shape = Obj(&[
     ("LocalRequestTimeoutMs", Any),
     ("BalanceInboundConnections", Any),
     ("EnvoyExtensions", List(&ENVOY_EXTENSION)),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+);
 
 /// Add/Set are maps of header names: verbatim.
 const HEADER_MODIFIERS: Shape = Obj(&[("Add", Any), ("Set", Any), ("Remove", Any)]);
@@ -190,16 +194,7 @@ pub const ROUTE: Shape = Obj(&[
     ("Destination", ROUTE_DESTINATION),
 ]);
 
-const SERVICE_ROUTER: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
-    ("Routes", List(&ROUTE)),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+const SERVICE_ROUTER: Shape = entry!(("Routes", List(&ROUTE)),);
 
 /// One split of a service-splitter.
 pub const SPLIT: Shape = Obj(&[
@@ -212,16 +207,7 @@ pub const SPLIT: Shape = Obj(&[
     ("ResponseHeaders", HEADER_MODIFIERS),
 ]);
 
-const SERVICE_SPLITTER: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
-    ("Splits", List(&SPLIT)),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+const SERVICE_SPLITTER: Shape = entry!(("Splits", List(&SPLIT)),);
 
 const SUBSET: Shape = Obj(&[("Filter", Any), ("OnlyPassing", Any)]);
 const REDIRECT: Shape = Obj(&[
@@ -271,11 +257,7 @@ pub const LOAD_BALANCER: Shape = Obj(&[
     ),
 ]);
 
-const SERVICE_RESOLVER: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
+const SERVICE_RESOLVER: Shape = entry!(
     ("DefaultSubset", Any),
     ("Subsets", Map(&SUBSET)),
     ("Redirect", REDIRECT),
@@ -283,20 +265,11 @@ const SERVICE_RESOLVER: Shape = Obj(&[
     ("ConnectTimeout", Any),
     ("RequestTimeout", Any),
     ("LoadBalancer", LOAD_BALANCER),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+);
 
-const INTENTION_HEADER: Shape = Obj(&[
-    ("Name", Any),
-    ("Present", Any),
-    ("Exact", Any),
-    ("Prefix", Any),
-    ("Suffix", Any),
-    ("Regex", Any),
-    ("Invert", Any),
-]);
+/// Consul's `IntentionHTTPHeaderPermission` has the members of a route's
+/// header match.
+const INTENTION_HEADER: Shape = HEADER_MATCH;
 const INTENTION_PERMISSION: Shape = Obj(&[
     ("Action", Any),
     (
@@ -326,16 +299,7 @@ const SOURCE_INTENTION: Shape = Obj(&[
     ("LegacyCreateTime", Any),
     ("LegacyUpdateTime", Any),
 ]);
-const SERVICE_INTENTIONS: Shape = Obj(&[
-    ("Kind", Any),
-    ("Name", Any),
-    ("Namespace", Any),
-    ("Partition", Any),
-    ("Sources", List(&SOURCE_INTENTION)),
-    ("Meta", Any),
-    ("CreateIndex", Any),
-    ("ModifyIndex", Any),
-]);
+const SERVICE_INTENTIONS: Shape = entry!(("Sources", List(&SOURCE_INTENTION)),);
 
 /// The shape of a whole entry of `kind`.
 pub fn for_kind(kind: Kind) -> &'static Shape {
