@@ -21,7 +21,7 @@ use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
 use crate::raft::secure::{TlsAccept, TlsConnect};
 use crate::raft::state_machine::{SnapshotStore, StateMachine};
 use crate::raft::{NodeId, Raft, ServerNode, TypeConfig, raft_config};
-use crate::state::{Command, Payload, Persist, Response, SledBackend, Store};
+use crate::state::{Command, Payload, Persist, Response, SledBackend, Store, WriteBehind};
 use crate::stream::Publisher;
 use crate::tasks::Tasks;
 
@@ -227,7 +227,10 @@ impl Server {
                 &config.data_dir.join("raft-log"),
                 config.log_segment_bytes,
             )?,
-            persist: Box::new(SledBackend::new(&db, &db_dir)?),
+            persist: Box::new(WriteBehind::new(
+                Box::new(SledBackend::new(&db, &db_dir)?),
+                Some(rows_ok.clone()),
+            )?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
             listener: tokio::net::TcpListener::bind(config.raft_addr)
@@ -580,9 +583,12 @@ impl Server {
         }
     }
 
-    /// Stops Raft and flushes sled.
+    /// Stops Raft, writes the state's waiting rows and flushes sled.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+        if let Err(e) = self.store.persist().flush() {
+            tracing::error!("{e:#}");
+        }
         if let Some(db) = &self.db {
             let _ = db.flush_async().await;
         }

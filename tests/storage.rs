@@ -362,8 +362,9 @@ fn an_unknown_format_version_refuses_to_start_naming_the_file() {
     }
 }
 
-/// A crash right after acknowledged writes: whatever the state's rows
-/// lack, the restart re-applies from the Raft log before it answers.
+/// The state's rows are written behind (`state::write_behind`): a crash
+/// right after acknowledged writes finds them missing from the rows, and
+/// the restart re-applies them from the Raft log.
 #[test]
 fn a_crash_right_after_acknowledged_writes_loses_none_of_them() {
     let tmp = tempfile::tempdir().unwrap();

@@ -28,7 +28,9 @@ use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::resolve::AclConfig;
-use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, keys};
+use cairn::state::{
+    ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
+};
 use cairn::stream::{Item, Topic};
 use cairn::structs::KvEntry;
 use serde::{Deserialize, Serialize};
@@ -241,7 +243,10 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         id: boot.id,
         raft_config: raft_config(boot.election_timeout, boot.snapshot_threshold),
         log: MemLogStore::open(disk.log.clone()),
-        persist: Box::new(disk.state.clone()),
+        // Written behind as a real server's rows are (there on a thread,
+        // here every few batches, deterministically): a crash loses the
+        // rows not yet written, which the restart must re-apply.
+        persist: Box::new(WriteBehind::every(Box::new(disk.state.clone()), 4)),
         snapshots: disk.snapshots.clone(),
         connector: Arc::new(SimConnect),
         listener: SimListener(listener),

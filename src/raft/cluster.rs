@@ -124,8 +124,7 @@ impl Cluster {
     /// Leads, and has applied an entry of its own term: everything
     /// committed before its election is applied too, so what it reads is
     /// never older than a write acknowledged before (a restarted server
-    /// re-applies what its rows lack: entries committed but not applied
-    /// when it stopped, or all of them after a storage fault).
+    /// re-applies the rows it had not yet written: `state::write_behind`).
     pub fn is_ready_leader(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow_watched();

@@ -308,8 +308,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     /// Applies every entry the stream holds as one batch: one new state
-    /// version, one atomic sled batch, one hand-over to the publisher; then
-    /// answers each client write. An answer never precedes the sled batch.
+    /// version, one atomic batch of rows handed to the store (written
+    /// behind: `state::write_behind`), one hand-over to the publisher; then
+    /// answers each client write.
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), StorageError>
     where
         Strm:

@@ -22,6 +22,7 @@ pub mod snapshot;
 pub mod tombstones;
 pub(crate) mod tx;
 pub mod watch;
+pub mod write_behind;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub use apply::{apply_command, apply_payload};
 pub use persist::{MemoryBackend, Ops, Persist, SledBackend};
 pub use tx::{pair_key, split_pair_key};
 pub use watch::Watches;
+pub use write_behind::WriteBehind;
 
 /// (node name, service id) or (node name, check id).
 pub type NodeKey = (String, String);

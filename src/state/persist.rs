@@ -35,6 +35,10 @@ pub trait Persist: Send + Sync {
     fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()>;
     /// Where the rows are, for messages.
     fn location(&self) -> String;
+    /// Writes whatever an earlier `batch` left waiting (`WriteBehind`).
+    fn flush(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Called with each row of a scan, in key order.
@@ -362,12 +366,12 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
 }
 
 /// The file in the data dir that vouches for the state's rows: written
-/// once they have loaded, removed when the server stops on a storage fault
-/// (sled, failing in the middle of a write on a full disk, was seen to keep
-/// a later batch's applied id and lose an earlier row). A start that finds
-/// rows without it drops them and rebuilds them from the snapshot and the
-/// Raft log, the durable record, rather than trust what a failing disk
-/// left half written.
+/// once they have loaded, removed when a write of them fails or the server
+/// stops on a storage fault (sled, failing in the middle of a write on a
+/// full disk, was seen to keep a later batch's applied id and lose an
+/// earlier row). A start that finds rows without it drops them and
+/// rebuilds them from the snapshot and the Raft log, the durable record,
+/// rather than trust what a failing disk left half written.
 pub const ROWS_OK: &str = "state-rows-ok";
 
 /// Removes the data dir's `ROWS_OK` (a storage fault stops the server).
