@@ -36,6 +36,12 @@ use super::persist::{Ops, Persist, RowVisitor};
 
 /// How long an applied row may wait before it is written.
 pub const INTERVAL: Duration = Duration::from_millis(100);
+/// How often the writer looks: a write-out of fewer than `FEW` rows is
+/// written once it is this old (light load: small write-outs cost little,
+/// and a large one every `INTERVAL` delays the requests it runs beside).
+pub const TICK: Duration = Duration::from_millis(20);
+/// Rows below which a write-out waits only a `TICK`.
+pub const FEW: usize = CHUNK_ROWS / 4;
 /// Bytes waiting that start a write-out before the interval ends.
 pub const SOON: usize = 8 << 20;
 /// Bytes waiting past which the applier writes them itself: the writer
@@ -66,10 +72,21 @@ struct Shared {
 }
 
 /// Merged batches waiting to be written: each ends on an applied batch.
-#[derive(Default)]
 struct Chunk {
     ops: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     bytes: usize,
+    /// When its first batch came.
+    since: Instant,
+}
+
+impl Chunk {
+    fn new() -> Self {
+        Chunk {
+            ops: BTreeMap::new(),
+            bytes: 0,
+            since: Instant::now(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -171,19 +188,29 @@ impl Shared {
         }
     }
 
-    /// The writer thread: writes out every `INTERVAL`, or as soon as
-    /// `SOON` bytes wait, until stopped (then once more).
+    /// The writer thread, until stopped (then once more): writes what
+    /// waits once its oldest batch is `INTERVAL` old (or `SOON` bytes
+    /// wait), or a `TICK` old while fewer than `FEW` rows wait.
     fn run(&self) {
         loop {
-            let deadline = Instant::now() + INTERVAL;
             let stop = {
                 let mut p = self.pending.lock();
-                while !p.stop && p.bytes < SOON {
-                    if self.wake.wait_until(&mut p, deadline).timed_out() {
-                        break;
+                loop {
+                    if p.stop || p.bytes >= SOON {
+                        break p.stop;
                     }
+                    let Some(oldest) = p.chunks.front() else {
+                        // Idle: the first batch wakes it.
+                        self.wake.wait(&mut p);
+                        continue;
+                    };
+                    let age = oldest.since.elapsed();
+                    let few = p.chunks.len() == 1 && oldest.ops.len() < FEW;
+                    if age >= INTERVAL || (few && age >= TICK) {
+                        break false;
+                    }
+                    self.wake.wait_for(&mut p, TICK.min(INTERVAL - age));
                 }
-                p.stop
             };
             if let Err(e) = self.write_out() {
                 let why = format!("write of state rows to {}: {e:#}", self.inner.location());
@@ -217,7 +244,11 @@ impl Persist for WriteBehind {
                 .back()
                 .is_some_and(|c| c.ops.len() + ops.len() <= CHUNK_ROWS);
             if !fits {
-                p.chunks.push_back(Chunk::default());
+                p.chunks.push_back(Chunk::new());
+                if p.chunks.len() == 1 && s.every.is_none() {
+                    // The writer was idle.
+                    s.wake.notify_one();
+                }
             }
             let bytes: usize = ops
                 .iter()
