@@ -1,7 +1,7 @@
 //! Write-behind for the state's rows: applied batches are merged in memory
-//! and written to the backend together, every `INTERVAL` or sooner when
-//! `SOON` bytes wait, on a thread of their own, in write-outs of at most
-//! `CHUNK_ROWS` rows.
+//! and written to the backend together, every `INTERVAL` (a `TICK` while
+//! fewer than `FEW` rows wait) or sooner when `SOON` bytes wait, on a
+//! thread of their own, in write-outs of at most `CHUNK_ROWS` rows.
 //!
 //! Why it is safe: the rows are not the durable record, the Raft log is (it
 //! is fsync'd before a write is acknowledged; the rows never were). Each
@@ -144,7 +144,7 @@ impl Shared {
         }
     }
 
-    /// Writes what is merged, as one batch.
+    /// Writes what is merged, write-out by write-out.
     fn write_out(&self) -> anyhow::Result<()> {
         let r = self.write_out_once();
         if r.is_err() {
