@@ -47,8 +47,8 @@ pub const SOON: usize = 8 << 20;
 /// Bytes waiting past which the applier writes them itself: the writer
 /// thread fell behind, and memory must not grow without bound.
 pub const HARD: usize = 64 << 20;
-/// Rows in one write-out at most, unless one applied batch alone has more
-/// (it is then written alone, as it always was).
+/// Rows in one write-out at most (and `SOON` bytes), unless one applied
+/// batch alone has more (it is then written alone, as it always was).
 pub const CHUNK_ROWS: usize = 512;
 
 /// A `Persist` that merges batches and writes them behind.
@@ -91,8 +91,8 @@ impl Chunk {
 
 #[derive(Default)]
 struct Pending {
-    /// Oldest first; each holds at most `CHUNK_ROWS` rows unless one
-    /// applied batch alone has more.
+    /// Oldest first; each holds at most `CHUNK_ROWS` rows and `SOON`
+    /// bytes unless one applied batch alone has more.
     chunks: VecDeque<Chunk>,
     bytes: usize,
     /// Batches merged since the last write-out.
@@ -239,10 +239,14 @@ impl Persist for WriteBehind {
             if let Some(why) = &p.failed {
                 anyhow::bail!("{why}");
             }
+            let bytes: usize = ops
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum();
             let fits = p
                 .chunks
                 .back()
-                .is_some_and(|c| c.ops.len() + ops.len() <= CHUNK_ROWS);
+                .is_some_and(|c| c.ops.len() + ops.len() <= CHUNK_ROWS && c.bytes + bytes <= SOON);
             if !fits {
                 p.chunks.push_back(Chunk::new());
                 if p.chunks.len() == 1 && s.every.is_none() {
@@ -250,10 +254,6 @@ impl Persist for WriteBehind {
                     s.wake.notify_one();
                 }
             }
-            let bytes: usize = ops
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum();
             p.bytes += bytes;
             let chunk = p.chunks.back_mut().expect("pushed above");
             chunk.bytes += bytes;
@@ -408,8 +408,16 @@ mod tests {
             "write-outs of merged batches"
         );
         assert_eq!(w.get(b"applied").unwrap(), Some(b"6".to_vec()));
+        // Large values: a write-out holds at most `SOON` bytes too.
+        sizes.lock().clear();
+        let big = vec![b'x'; SOON / 4];
+        for b in 0..4u8 {
+            w.batch(vec![(vec![b'v', b], Some(big.clone()))]).unwrap();
+        }
+        w.flush().unwrap();
+        assert_eq!(*sizes.lock(), [3, 1], "write-outs of large values");
         let written = rows(&disk).len();
-        assert_eq!(written, 4 * 99 + 200 + CHUNK_ROWS + 10 + 9 + 1);
+        assert_eq!(written, 4 * 99 + 200 + CHUNK_ROWS + 10 + 9 + 1 + 4);
     }
 
     #[test]
