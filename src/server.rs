@@ -229,7 +229,7 @@ impl Server {
             )?,
             persist: Box::new(WriteBehind::new(
                 Box::new(SledBackend::new(&db, &db_dir)?),
-                Some(rows_ok.clone()),
+                Some(config.data_dir.clone()),
             )?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),

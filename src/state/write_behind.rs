@@ -59,9 +59,9 @@ pub struct WriteBehind {
 
 struct Shared {
     inner: Box<dyn Persist>,
-    /// The file that vouches for the rows (`persist::ROWS_OK`): removed when a
-    /// write-out fails, so the next start rebuilds them.
-    vouch: Option<PathBuf>,
+    /// The data dir whose `persist::ROWS_OK` a failed write-out removes,
+    /// so the next start rebuilds the rows.
+    data_dir: Option<PathBuf>,
     pending: Mutex<Pending>,
     wake: Condvar,
     /// Held while merged rows are written: two write-outs never overlap,
@@ -104,11 +104,11 @@ struct Pending {
 }
 
 impl WriteBehind {
-    /// Writes behind on a thread of its own. `vouch` is removed if a
-    /// write-out fails (see `persist::ROWS_OK`).
-    pub fn new(inner: Box<dyn Persist>, vouch: Option<PathBuf>) -> anyhow::Result<Self> {
+    /// Writes behind on a thread of its own. A failed write-out makes
+    /// `data_dir`'s rows untrusted (`persist::distrust_rows`).
+    pub fn new(inner: Box<dyn Persist>, data_dir: Option<PathBuf>) -> anyhow::Result<Self> {
         let mut shared = Shared::new(inner, None);
-        shared.vouch = vouch;
+        shared.data_dir = data_dir;
         let shared = Arc::new(shared);
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -136,7 +136,7 @@ impl Shared {
     fn new(inner: Box<dyn Persist>, every: Option<usize>) -> Self {
         Shared {
             inner,
-            vouch: None,
+            data_dir: None,
             pending: Mutex::default(),
             wake: Condvar::new(),
             writing: Mutex::new(()),
@@ -157,8 +157,8 @@ impl Shared {
     /// a write, was seen to keep a later batch and lose an earlier row):
     /// the next start must not trust them.
     fn distrust(&self) {
-        if let Some(v) = &self.vouch {
-            let _ = std::fs::remove_file(v);
+        if let Some(dir) = &self.data_dir {
+            super::persist::distrust_rows(dir);
         }
     }
 
@@ -234,15 +234,15 @@ impl Persist for WriteBehind {
 
     fn batch(&self, ops: Ops) -> anyhow::Result<()> {
         let s = &self.shared;
+        let bytes: usize = ops
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum();
         let now = {
             let mut p = s.pending.lock();
             if let Some(why) = &p.failed {
                 anyhow::bail!("{why}");
             }
-            let bytes: usize = ops
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum();
             let fits = p
                 .chunks
                 .back()
