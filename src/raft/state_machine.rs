@@ -420,18 +420,30 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let bytes = data.len();
         let rows = meta_rows(&meta.last_log_id, &meta.last_membership)?;
         let (store, snapshots, meta2) = (self.store.clone(), self.snapshots.clone(), meta.clone());
-        let install = move || -> Result<(), StorageError> {
+        // Each phase's milliseconds, for the log: save, decode, rows.
+        let install = move || -> Result<[u64; 3], StorageError> {
+            let mut phases = [0; 3];
+            let mut lap = std::time::Instant::now();
+            let mut end = |phase: usize| {
+                phases[phase] = lap.elapsed().as_millis() as u64;
+                lap = std::time::Instant::now();
+            };
             // A restart re-installing the saved snapshot need not rewrite
             // it; an unreadable one is simply replaced.
             if snapshots.saved_id().unwrap_or(None) != Some(meta2.last_log_id) {
                 snapshots.save(&meta2, &data)?;
             }
+            end(0);
             let state = snapshot::decode(&data).map_err(snap_err)?;
+            end(1);
+            // The rows are written behind (`state::write_behind`).
             store
                 .replace(state, rows)
-                .map_err(|e| snap_err(format!("{e:#}")))
+                .map_err(|e| snap_err(format!("{e:#}")))?;
+            end(2);
+            Ok(phases)
         };
-        self.snapshots.off_workers(install).await??;
+        let [save_ms, decode_ms, rows_ms] = self.snapshots.off_workers(install).await??;
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.publisher
@@ -439,6 +451,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         tracing::info!(
             index = ?meta.last_log_id.as_ref().map(|l| l.index),
             bytes,
+            save_ms,
+            decode_ms,
+            rows_ms,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "installed snapshot"
         );

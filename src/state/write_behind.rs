@@ -18,6 +18,16 @@
 //! write-out is written once, and sled is woken far less often. etcd's
 //! backend commits the same way (bbolt, every 100 ms).
 //!
+//! A replace (snapshot install, restore commit) is queued as well, as one
+//! write-out of its own that fills a new tree and then points at it
+//! (`Persist::replace`), dropping what was merged before it: those rows
+//! belong to the state being replaced. Filling a million rows takes
+//! seconds; the server serves the new state from memory and applies the
+//! entries after it meanwhile, their write-outs queued behind it. Until the
+//! new tree is pointed at, the backend holds the old state and its older
+//! applied id: a crash then restarts from the saved snapshot (made durable
+//! before the install) or the log, as after any lost write-out.
+//!
 //! Why write-outs are bounded by rows: sled holds one epoch guard over a
 //! whole batch, so every copy of a node the batch replaces stays allocated
 //! until the batch ends, and is freed later still. Write-outs of thousands
@@ -73,18 +83,34 @@ struct Shared {
 
 /// Merged batches waiting to be written: each ends on an applied batch.
 struct Chunk {
-    ops: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    rows: Rows,
     bytes: usize,
     /// When its first batch came.
     since: Instant,
 }
 
+enum Rows {
+    /// Applied batches, merged: a key written in several is written once.
+    Merged(BTreeMap<Vec<u8>, Option<Vec<u8>>>),
+    /// A whole new state, for the backend's `replace`.
+    Whole(Ops),
+}
+
 impl Chunk {
     fn new() -> Self {
         Chunk {
-            ops: BTreeMap::new(),
+            rows: Rows::Merged(BTreeMap::new()),
             bytes: 0,
             since: Instant::now(),
+        }
+    }
+
+    /// How many merged rows it holds; `None` for a replace, which takes
+    /// no more.
+    fn merged(&self) -> Option<usize> {
+        match &self.rows {
+            Rows::Merged(m) => Some(m.len()),
+            Rows::Whole(_) => None,
         }
     }
 }
@@ -182,8 +208,19 @@ impl Shared {
                     }
                 }
             };
-            if !chunk.ops.is_empty() {
-                self.inner.batch(chunk.ops.into_iter().collect())?;
+            match chunk.rows {
+                Rows::Merged(m) if m.is_empty() => {}
+                Rows::Merged(m) => self.inner.batch(m.into_iter().collect())?,
+                Rows::Whole(ops) => {
+                    let started = Instant::now();
+                    let rows = ops.len();
+                    self.inner.replace(ops)?;
+                    tracing::info!(
+                        rows,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "wrote the rows of a replaced state"
+                    );
+                }
             }
         }
     }
@@ -204,8 +241,13 @@ impl Shared {
                         self.wake.wait(&mut p);
                         continue;
                     };
+                    let Some(rows) = oldest.merged() else {
+                        // A replace: the sooner it is written, the less
+                        // queues behind it.
+                        break false;
+                    };
                     let age = oldest.since.elapsed();
-                    let few = p.chunks.len() == 1 && oldest.ops.len() < FEW;
+                    let few = p.chunks.len() == 1 && rows < FEW;
                     if age >= INTERVAL || (few && age >= TICK) {
                         break false;
                     }
@@ -243,10 +285,10 @@ impl Persist for WriteBehind {
             if let Some(why) = &p.failed {
                 anyhow::bail!("{why}");
             }
-            let fits = p
-                .chunks
-                .back()
-                .is_some_and(|c| c.ops.len() + ops.len() <= CHUNK_ROWS && c.bytes + bytes <= SOON);
+            let fits = p.chunks.back().is_some_and(|c| {
+                c.merged()
+                    .is_some_and(|n| n + ops.len() <= CHUNK_ROWS && c.bytes + bytes <= SOON)
+            });
             if !fits {
                 p.chunks.push_back(Chunk::new());
                 if p.chunks.len() == 1 && s.every.is_none() {
@@ -257,7 +299,9 @@ impl Persist for WriteBehind {
             p.bytes += bytes;
             let chunk = p.chunks.back_mut().expect("pushed above");
             chunk.bytes += bytes;
-            chunk.ops.extend(ops);
+            if let Rows::Merged(m) = &mut chunk.rows {
+                m.extend(ops);
+            }
             p.batches += 1;
             match s.every {
                 Some(n) => p.batches >= n,
@@ -273,9 +317,28 @@ impl Persist for WriteBehind {
     }
 
     /// Replaces everything: what was merged belongs to the state being
-    /// replaced, so it is dropped, not written.
+    /// replaced, so it is dropped, not written. With a writer thread the
+    /// replace is queued (see the module's comment); its rows are the
+    /// state's own, not counted against `HARD`, and a later replace drops
+    /// it.
     fn replace(&self, ops: Ops) -> anyhow::Result<()> {
         let s = &self.shared;
+        if s.every.is_none() {
+            let mut p = s.pending.lock();
+            if let Some(why) = &p.failed {
+                anyhow::bail!("{why}");
+            }
+            p.chunks.clear();
+            p.bytes = 0;
+            p.batches = 0;
+            p.chunks.push_back(Chunk {
+                rows: Rows::Whole(ops),
+                bytes: 0,
+                since: Instant::now(),
+            });
+            s.wake.notify_one();
+            return Ok(());
+        }
         let _order = s.writing.lock();
         {
             let mut p = s.pending.lock();
@@ -430,6 +493,54 @@ mod tests {
         w.replace(vec![put("c", "1")]).unwrap();
         w.flush().unwrap();
         assert_eq!(rows(&disk), [("c".into(), "1".into())]);
+    }
+
+    /// A backend whose `replace` waits until the test lets it go on.
+    struct SlowReplace(MemoryBackend, Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl Persist for SlowReplace {
+        fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
+            self.0.get(key)
+        }
+        fn batch(&self, ops: Ops) -> anyhow::Result<()> {
+            self.0.batch(ops)
+        }
+        fn replace(&self, ops: Ops) -> anyhow::Result<()> {
+            // Not forever: a replace written in the caller's thread
+            // must fail the test, not hang it.
+            let _ = self.1.lock().recv_timeout(Duration::from_secs(2));
+            self.0.replace(ops)
+        }
+        fn scan_prefix(&self, prefix: &[u8], f: &mut RowVisitor) -> anyhow::Result<()> {
+            self.0.scan_prefix(prefix, f)
+        }
+        fn location(&self) -> String {
+            self.0.location()
+        }
+    }
+
+    #[test]
+    fn a_replace_is_written_behind_and_the_batches_after_it_land_on_it() {
+        let disk = MemoryBackend::default();
+        let (go, wait) = std::sync::mpsc::channel();
+        let slow = SlowReplace(disk.clone(), Mutex::new(wait));
+        let w = WriteBehind::new(Box::new(slow), None).unwrap();
+        w.batch(vec![put("a", "1")]).unwrap();
+        // Returns while the backend is still filling: an install does not
+        // wait for a million rows to be written.
+        w.replace(vec![put("c", "1"), put("applied", "5")]).unwrap();
+        w.batch(vec![put("d", "1"), put("applied", "6")]).unwrap();
+        assert!(!rows(&disk).contains(&("c".into(), "1".into())));
+        go.send(()).unwrap();
+        w.flush().unwrap();
+        assert_eq!(
+            rows(&disk),
+            [
+                ("applied".into(), "6".into()),
+                ("c".into(), "1".into()),
+                ("d".into(), "1".into())
+            ]
+        );
     }
 
     #[test]
