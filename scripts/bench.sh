@@ -297,7 +297,10 @@ start_cairn_server 3 "${JOINS[@]}" \
   --raft-snapshot-threshold "$SNAP_THRESHOLD"
 r=$(run join wait --addr "$(ch 3)" --path "/v1/kv/$LAST_KEY?stale" --timeout 300)
 snap=$(sed "s/\x1b\[[0-9;]*m//g" "$OUT/cairn-s3.log" | grep -o "installed snapshot.*bytes=[0-9]*" | tail -1 | grep -o "bytes=[0-9]*" || true)
-note "new server (--join) receiving $BIG_N KV entries → serving reads" "$(field secs "$r") s (snapshot ${snap:-?}) — load $l"
+# Its peak memory against the leader's: the snapshot streams through a
+# file, so the state is held once, plus what decoding it builds.
+hwm=$(awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/${PIDS[s3]}/status" 2>/dev/null || true)
+note "new server (--join) receiving $BIG_N KV entries → serving reads" "$(field secs "$r") s (snapshot ${snap:-?}; its peak RSS ${hwm:-?} MiB, the leader's RSS $(($(rss_kib "$LP") / 1024)) MiB) — load $l"
 stop_all
 fi
 

@@ -119,12 +119,18 @@ pub mod snapshot_frame {
         let mut crc = crc32fast::Hasher::new();
         crc.update(meta);
         crc.update(data);
+        head_of(meta.len(), data.len() as u64, crc.finalize())
+    }
+
+    /// The header of a snapshot written a part at a time: the lengths and
+    /// the crc32 of meta and data, known once the data is written.
+    pub fn head_of(meta_len: usize, data_len: u64, crc: u32) -> Vec<u8> {
         let mut head = Vec::with_capacity(HEADER);
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&SNAPSHOT_FORMAT.to_le_bytes());
-        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        head.extend_from_slice(&crc.finalize().to_le_bytes());
+        head.extend_from_slice(&(meta_len as u32).to_le_bytes());
+        head.extend_from_slice(&data_len.to_le_bytes());
+        head.extend_from_slice(&crc.to_le_bytes());
         head
     }
 

@@ -303,13 +303,14 @@ impl Server {
             || log.get_log_state().await?.last_log_id.is_some();
         if let SnapshotStore::Dir(dir) = &snapshots {
             std::fs::create_dir_all(dir)?;
+            crate::raft::state_machine::snapshot_file::clear_incoming(dir);
         }
         let store = Arc::new(Store::open(persist)?);
         // Events start after the state loaded from disk.
         let mut publisher = Publisher::new(store.state().index);
         publisher.tap = tap;
         let publisher = Arc::new(publisher);
-        let sm = StateMachine::with_snapshots(store.clone(), publisher.clone(), snapshots)?;
+        let sm = StateMachine::with_snapshots(store.clone(), publisher.clone(), snapshots.clone())?;
         let raft = Raft::new(
             id,
             Arc::new(raft_config.validate()?),
@@ -341,6 +342,7 @@ impl Server {
                 raft.clone(),
                 cluster.clone(),
                 config.limits.raft_port.clone(),
+                snapshots.clone(),
             ),
         );
         tasks.spawn_once("cluster formation", cluster.clone().form(used));

@@ -88,7 +88,7 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Membership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 /// A snapshot's bytes (bincode of a state version), whole in memory.
-pub type SnapshotData = Vec<u8>;
+pub use state_machine::SnapshotData;
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 
 /// The error storage traits return: openraft 0.10 takes plain I/O errors.

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::state_machine::{SnapshotSink, SnapshotStore};
 use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Frames above this are refused (answered `TooLarge`). Everything cairn
@@ -56,11 +57,12 @@ const SLOW_PEER_RATE: f64 = (4 << 20) as f64;
 /// chunk gets its own timeout); a larger chunk is refused.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 
-/// The largest snapshot a server receives (held in memory until installed;
-/// a million KV entries make ~200 MB). Past it the transfer is refused.
+/// The largest snapshot a server receives (into a file of its data dir,
+/// never whole in memory; a million KV entries make ~200 MB). Past it the
+/// transfer is refused.
 pub const MAX_SNAPSHOT_BYTES: u64 = 2 << 30;
 
-/// Snapshots received at once (each is held in memory whole).
+/// Snapshots received at once (each a file until installed).
 const SNAPSHOT_RECEIVES: usize = 2;
 
 /// An oversized frame up to this is read and discarded so that its sender
@@ -520,15 +522,19 @@ impl RaftNetworkV2<TypeConfig> for Conn {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let mut cancel = std::pin::pin!(cancel);
         let data = &snapshot.snapshot;
-        let mut offset = 0usize;
+        let mut offset = 0u64;
         loop {
-            let end = (offset + SNAPSHOT_CHUNK).min(data.len());
+            let chunk = tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                c = data.chunk(offset, SNAPSHOT_CHUNK) => c.map_err(network_err)?,
+            };
+            let end = offset + chunk.len() as u64;
             let done = end == data.len();
             let req = Request::SnapshotChunk {
                 vote,
                 meta: snapshot.meta.clone(),
-                offset: offset as u64,
-                data: data[offset..end].to_vec(),
+                offset,
+                data: chunk,
                 done,
             };
             let reply = tokio::select! {
@@ -674,6 +680,7 @@ pub async fn serve<A: Accept, F: Formation>(
     raft: super::Raft,
     formation: Arc<F>,
     limits: PortLimits,
+    snapshots: SnapshotStore,
 ) {
     let conns = Arc::new(Conns {
         limits,
@@ -696,6 +703,7 @@ pub async fn serve<A: Accept, F: Formation>(
             formation: formation.clone(),
             limits: conns.limits.clone(),
             receives: receives.clone(),
+            snapshots: snapshots.clone(),
             ip,
         };
         tokio::spawn(async move {
@@ -715,14 +723,16 @@ struct Peer<F> {
     formation: Arc<F>,
     limits: PortLimits,
     receives: Arc<tokio::sync::Semaphore>,
+    /// Where received snapshots are written.
+    snapshots: SnapshotStore,
     ip: IpAddr,
 }
 
-/// A snapshot being received on a connection: its meta, the bytes so far,
-/// and its place among the receives allowed at once.
+/// A snapshot being received on a connection: its meta, where its bytes
+/// go, and its place among the receives allowed at once.
 struct Receiving {
     meta: SnapshotMeta,
-    bytes: Vec<u8>,
+    sink: SnapshotSink,
     _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -899,16 +909,17 @@ impl<F: Formation> Peer<F> {
                 self.receives.clone().try_acquire_owned().map_err(|_| {
                     "too many snapshots being received: try again later".to_string()
                 })?;
+            let sink = self.snapshots.receive(&meta).map_err(|e| e.to_string())?;
             *receiving = Some(Receiving {
                 meta: meta.clone(),
-                bytes: Vec::new(),
+                sink,
                 _permit: permit,
             });
         }
         let Some(r) = receiving.as_mut() else {
             return Err("snapshot chunk without its start".into());
         };
-        if r.meta != meta || r.bytes.len() as u64 != offset {
+        if r.meta != meta || r.sink.len() != offset {
             *receiving = None;
             return Err("snapshot chunk out of order".into());
         }
@@ -916,14 +927,17 @@ impl<F: Formation> Peer<F> {
             *receiving = None;
             return Err(format!("snapshot over {MAX_SNAPSHOT_BYTES} bytes refused"));
         }
-        r.bytes.extend_from_slice(&data);
+        if let Err(e) = r.sink.write(data).await {
+            *receiving = None;
+            return Err(e);
+        }
         if !done {
             return Ok(None);
         }
-        let Receiving { meta, bytes, .. } = receiving.take().expect("checked above");
+        let Receiving { meta, sink, .. } = receiving.take().expect("checked above");
         let snapshot = Snapshot {
             meta,
-            snapshot: bytes,
+            snapshot: sink.finish().await?,
         };
         self.raft
             .install_full_snapshot(vote, snapshot)

@@ -11,11 +11,15 @@ use super::{State, WatchKey};
 use crate::structs::serde_util::{as_json, raw_bytes};
 use crate::structs::{HealthCheck, KvEntry, Node, NodeService, Session};
 
+/// The encoding: bincode of this, with `Kv` and `Ix` vectors when decoded
+/// and borrowed views of the state's maps when encoded (the same bytes: a
+/// sequence is its length and its elements), so that the largest tables are
+/// written straight from the state, not copied first.
 #[derive(Serialize, Deserialize)]
-struct Body {
+struct Body<Kv, Ix> {
     index: u64,
     cluster_id: String,
-    kv: Vec<KvEntry>,
+    kv: Kv,
     #[serde(with = "as_json")]
     nodes: Vec<Node>,
     #[serde(with = "as_json")]
@@ -24,7 +28,7 @@ struct Body {
     checks: Vec<HealthCheck>,
     #[serde(with = "as_json")]
     config: Vec<serde_json::Value>,
-    indexes: Vec<(WatchKey, u64)>,
+    indexes: Ix,
     #[serde(with = "as_json")]
     sessions: Vec<Session>,
     lock_delays: Vec<(String, LockDelay)>,
@@ -37,13 +41,29 @@ struct Body {
     connect_ca: Option<super::connect::CaState>,
 }
 
+type Decoded = Body<Vec<KvEntry>, Vec<(WatchKey, u64)>>;
+
 #[derive(Serialize, Deserialize)]
 struct Chunk(#[serde(with = "raw_bytes")] Vec<u8>);
+
+/// Serializes as a sequence of the map's entries, as `Vec<T>` does.
+struct Entries<'a, K, V, T>(&'a imbl::OrdMap<K, V>, fn((&'a K, &'a V)) -> T);
+
+impl<'a, K: Ord + Clone, V: Clone, T: Serialize> Serialize for Entries<'a, K, V, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for kv in self.0.iter() {
+            seq.serialize_element(&(self.1)(kv))?;
+        }
+        seq.end()
+    }
+}
 
 /// How many rows each table of an encoded state holds, and its index (for
 /// `cairn snapshot inspect`).
 pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)> {
-    let b: Body = bincode::deserialize(bytes)?;
+    let b: Decoded = bincode::deserialize(bytes)?;
     Ok((
         b.index,
         vec![
@@ -71,10 +91,17 @@ pub fn export(st: &State) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    encode_into(st, &mut out)?;
+    Ok(out)
+}
+
+/// Writes the encoding of `st` to `w` as it goes (buffer `w`).
+pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
     let body = Body {
         index: st.index,
         cluster_id: st.cluster_id.clone(),
-        kv: st.kv.values().map(|e| (**e).clone()).collect(),
+        kv: Entries(&st.kv, |(_, e)| &**e),
         nodes: st.nodes.values().map(|n| (**n).clone()).collect(),
         services: st
             .services
@@ -87,7 +114,7 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
             .values()
             .map(|e| super::config::to_stored(e))
             .collect(),
-        indexes: st.indexes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        indexes: Entries(&st.indexes, |(k, v)| (k, *v)),
         sessions: st.sessions.values().map(|s| (**s).clone()).collect(),
         lock_delays: st
             .lock_delays
@@ -101,11 +128,16 @@ pub fn encode(st: &State) -> anyhow::Result<Vec<u8>> {
         acl: super::acl::rows(st).into_iter().map(|(_, r)| r).collect(),
         connect_ca: st.connect_ca.as_ref().map(|c| (**c).clone()),
     };
-    Ok(bincode::serialize(&body)?)
+    Ok(bincode::serialize_into(w, &body)?)
 }
 
 pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
-    let body: Body = bincode::deserialize(bytes)?;
+    decode_from(bytes)
+}
+
+/// Decodes a state read from `r` as it goes (buffer `r`).
+pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
+    let body: Decoded = bincode::deserialize_from(r)?;
     let mut st = State {
         index: body.index,
         cluster_id: body.cluster_id,
