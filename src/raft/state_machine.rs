@@ -100,7 +100,7 @@ impl SnapshotStore {
     fn install(&self, meta: &Meta, data: SnapshotData) -> Result<State, StorageError> {
         match (self, data) {
             (SnapshotStore::Dir(dir), SnapshotData::File(mut file)) => {
-                file.keep_as(&snapshot_file::path(dir))?;
+                file.keep_in(dir, &meta.last_log_id)?;
                 snapshot::decode_from(std::io::BufReader::with_capacity(1 << 20, file.reader()))
                     .map_err(snap_err)
             }
@@ -241,7 +241,7 @@ pub mod snapshot_file {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use super::Meta;
+    use super::{LogId, Meta};
     use crate::disk::snapshot_frame::{self, HEADER, corrupt, header};
     use crate::disk::{DiskError, write_atomic_parts};
 
@@ -318,17 +318,39 @@ pub mod snapshot_file {
             }
         }
 
-        /// Makes it the file at `path`, durably (a received snapshot
-        /// becomes the saved one); nothing if it is already.
-        pub fn keep_as(&mut self, path: &Path) -> Result<(), DiskError> {
-            if self.path == path {
+        /// Makes it the saved snapshot of `dir`, durably (a received
+        /// snapshot, ending at `id`); nothing if it is already, or if the
+        /// saved one is newer.
+        pub fn keep_in(&mut self, dir: &Path, id: &Option<LogId>) -> Result<(), DiskError> {
+            if self.path == path(dir) {
                 return Ok(());
             }
-            std::fs::rename(&self.path, path).map_err(|e| DiskError::io("rename onto", path, e))?;
-            self.path = path.to_path_buf();
-            self.temp = false;
-            crate::disk::sync_dir(path.parent().unwrap_or(Path::new(".")))
+            if put_in_place(&self.path, dir, id)? {
+                self.path = path(dir);
+                self.temp = false;
+            }
+            Ok(())
         }
+    }
+
+    /// Renames `from` onto `dir`'s saved snapshot and syncs the directory,
+    /// unless the saved one ends past `id`: a server's own build and an
+    /// install from the leader may finish in either order, and the newer
+    /// must stay (the log may be purged up to it). Says whether it did.
+    fn put_in_place(from: &Path, dir: &Path, id: &Option<LogId>) -> Result<bool, DiskError> {
+        static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock();
+        let to = path(dir);
+        if load_meta(dir)
+            .ok()
+            .flatten()
+            .is_some_and(|saved| saved.last_log_id > *id)
+        {
+            return Ok(false);
+        }
+        std::fs::rename(from, &to).map_err(|e| DiskError::io("rename onto", &to, e))?;
+        crate::disk::sync_dir(dir)?;
+        Ok(true)
     }
 
     impl Drop for SnapshotFile {
@@ -432,6 +454,7 @@ pub mod snapshot_file {
     ) -> Result<SnapshotFile, DiskError> {
         let path = path(dir);
         let tmp = path.with_extension("tmp");
+        let meta_id = meta.last_log_id;
         let meta = bincode::serialize(meta).expect("snapshot meta encodes");
         let file = create_rw(&tmp)?;
         let mut w = Framing {
@@ -453,14 +476,13 @@ pub mod snapshot_file {
             .map_err(|e| DiskError::io("write", &tmp, e))?;
         file.sync_all()
             .map_err(|e| DiskError::io("fsync", &tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| DiskError::io("rename onto", &path, e))?;
-        crate::disk::sync_dir(dir)?;
+        let placed = put_in_place(&tmp, dir, &meta_id)?;
         Ok(SnapshotFile {
             file: Arc::new(file),
-            path,
+            path: if placed { path } else { tmp },
             at,
             len,
-            temp: false,
+            temp: !placed,
         })
     }
 
@@ -990,6 +1012,43 @@ mod tests {
         // A transfer cut short leaves no file behind.
         drop(follower.receive(&meta).unwrap());
         assert_eq!(incoming(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_older_snapshot_never_replaces_a_newer_saved_one() {
+        use openraft::impls::leader_id_adv::LeaderId;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::Dir(dir.path().into());
+        let at = |index| Meta {
+            last_log_id: Some(LogId {
+                leader_id: LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            }),
+            ..Meta::default()
+        };
+        let (newer, older) = (state_of(20), state_of(10));
+        store.build(&at(20), &newer).unwrap();
+        // A build or an install that finishes after a newer one was
+        // saved (the log may be purged up to the newer) leaves it saved.
+        let late = store.build(&at(10), &older).unwrap();
+        assert_eq!(store.saved_id().unwrap(), Some(at(20).last_log_id));
+        let mut sink = store.receive(&at(10)).unwrap();
+        sink.write(snapshot::encode(&older).unwrap()).await.unwrap();
+        let received = sink.finish().await.unwrap();
+        assert_eq!(store.install(&at(10), received).unwrap().kv, older.kv);
+        assert_eq!(store.saved_id().unwrap(), Some(at(20).last_log_id));
+        let (_, saved) = store.load().unwrap().unwrap();
+        assert_eq!(saved.len(), snapshot::encode(&newer).unwrap().len() as u64);
+        // The late build's own file is dropped with it.
+        drop(late);
+        let files: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(files, ["snapshot.bin"]);
     }
 
     #[test]
