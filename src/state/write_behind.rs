@@ -323,23 +323,8 @@ impl Persist for WriteBehind {
     /// it.
     fn replace(&self, ops: Ops) -> anyhow::Result<()> {
         let s = &self.shared;
-        if s.every.is_none() {
-            let mut p = s.pending.lock();
-            if let Some(why) = &p.failed {
-                anyhow::bail!("{why}");
-            }
-            p.chunks.clear();
-            p.bytes = 0;
-            p.batches = 0;
-            p.chunks.push_back(Chunk {
-                rows: Rows::Whole(ops),
-                bytes: 0,
-                since: Instant::now(),
-            });
-            s.wake.notify_one();
-            return Ok(());
-        }
-        let _order = s.writing.lock();
+        // Without a thread (the simulation) it is written here and now.
+        let _order = s.every.map(|_| s.writing.lock());
         {
             let mut p = s.pending.lock();
             if let Some(why) = &p.failed {
@@ -348,6 +333,15 @@ impl Persist for WriteBehind {
             p.chunks.clear();
             p.bytes = 0;
             p.batches = 0;
+            if s.every.is_none() {
+                p.chunks.push_back(Chunk {
+                    rows: Rows::Whole(ops),
+                    bytes: 0,
+                    since: Instant::now(),
+                });
+                s.wake.notify_one();
+                return Ok(());
+            }
         }
         let r = s.inner.replace(ops);
         if r.is_err() {
