@@ -158,11 +158,12 @@ impl SnapshotData {
     /// Up to `n` bytes of the data from `offset` (read off the async
     /// workers from a file).
     pub async fn chunk(&self, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
-        let end = (offset + n as u64).min(self.len());
+        let end = offset.saturating_add(n as u64).min(self.len());
+        let offset = offset.min(end);
         match self {
             SnapshotData::File(f) => {
                 let (file, at) = (f.file.clone(), f.at + offset);
-                let mut buf = vec![0u8; end.saturating_sub(offset) as usize];
+                let mut buf = vec![0u8; (end - offset) as usize];
                 tokio::task::spawn_blocking(move || {
                     use std::os::unix::fs::FileExt;
                     file.read_exact_at(&mut buf, at).map(|()| buf)
@@ -231,8 +232,10 @@ impl SnapshotSink {
 /// The snapshot as one file, `snapshot.bin`, framed as
 /// `disk::snapshot_frame` says, its meta bincode of openraft's
 /// `SnapshotMeta` and its data `state::snapshot`'s encoding. Replaced
-/// atomically (`disk::write_atomic_parts`). `GET /v1/snapshot` answers the
-/// same format, so a saved file and a data dir's snapshot read alike.
+/// atomically: written whole under another name (a build's
+/// `snapshot.tmp`, a received `incoming-*.tmp`), fsync'd, renamed over.
+/// `GET /v1/snapshot` answers the same format, so a saved file and a data
+/// dir's snapshot read alike.
 pub mod snapshot_file {
     use std::fs::File;
     use std::io::{Read, Write};
