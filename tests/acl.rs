@@ -467,6 +467,10 @@ fn a_servers_agent_endpoints_need_service_write() {
     let r = with(s.http_addr, "GET", "/v1/agent/services", None, &secret);
     assert!(r.json().get("web-1").is_some(), "{}", r.body);
     assert!(s.get("/v1/agent/services").json().get("web-1").is_none());
+    // Clients read whether the server enforces ACLs from DebugConfig.
+    let me = with(s.http_addr, "GET", "/v1/agent/self", None, ROOT);
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.json()["DebugConfig"]["ACLsEnabled"], true, "{}", me.body);
 }
 
 /// Connect under ACLs: the CA configuration is the operator's, intentions

@@ -946,6 +946,7 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(debug["HTTPPort"], s.http_addr.port());
     assert_eq!(debug["ServerMode"], true);
     assert_eq!(debug["NodeName"], "srv");
+    assert_eq!(debug["ACLsEnabled"], false);
     // The node registers with the same ID.
     let r = s.put("/v1/agent/service/register", r#"{"Name": "x"}"#);
     assert_eq!(r.status, 200, "{}", r.body);

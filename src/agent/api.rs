@@ -197,6 +197,7 @@ pub fn debug_config(a: &Agent) -> Value {
         "GRPCTLSPort": -1,
         "DNSPort": a.config.dns_port.map_or(-1, i64::from),
         "SessionTTLMin": ttl_min.to_string(),
+        // A server says whether it enforces ACLs (`http::status`).
         "ACLsEnabled": false,
         "DataDir": a.config.data_dir.display().to_string(),
     })

@@ -107,9 +107,14 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
             "Version": env!("CARGO_PKG_VERSION"),
         }),
     };
+    let mut debug = agent.map(|a| crate::agent::api::debug_config(a));
+    if let Some(d) = debug.as_mut() {
+        // Whether this server enforces ACLs (a client agent has no say).
+        d["ACLsEnabled"] = json!(s.acl.enabled());
+    }
     Ok(axum::Json(json!({
         "Config": config,
-        "DebugConfig": agent.map(|a| crate::agent::api::debug_config(a)),
+        "DebugConfig": debug,
         "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
         "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
         "Stats": {
