@@ -141,6 +141,26 @@ pub mod snapshot_frame {
         pub crc: u32,
     }
 
+    impl Header {
+        /// Where the data starts.
+        pub fn data_at(&self) -> u64 {
+            (HEADER as u64).saturating_add(self.meta_len as u64)
+        }
+
+        /// Refuses a file of `size` bytes that is not as long as this says.
+        pub fn check_size(&self, path: &Path, size: u64) -> Result<(), DiskError> {
+            let end = self.data_at().saturating_add(self.data_len);
+            if size == end {
+                return Ok(());
+            }
+            Err(corrupt(
+                path,
+                size,
+                format!("{size} bytes where the header says {end}"),
+            ))
+        }
+    }
+
     pub fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> DiskError {
         DiskError::Corrupt {
             path: path.to_path_buf(),
@@ -180,16 +200,7 @@ pub mod snapshot_frame {
     /// checksum; returns its meta and data.
     pub fn split<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a [u8], &'a [u8]), DiskError> {
         let h = header(path, bytes)?;
-        let end = (HEADER as u64)
-            .saturating_add(h.meta_len as u64)
-            .saturating_add(h.data_len);
-        if bytes.len() as u64 != end {
-            return Err(corrupt(
-                path,
-                bytes.len() as u64,
-                format!("{} bytes where the header says {end}", bytes.len()),
-            ));
-        }
+        h.check_size(path, bytes.len() as u64)?;
         let (meta, data) = bytes[HEADER..].split_at(h.meta_len);
         let mut crc = crc32fast::Hasher::new();
         crc.update(meta);

@@ -53,16 +53,6 @@ impl SnapshotStore {
         }
     }
 
-    fn save(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
-        match self {
-            SnapshotStore::Dir(dir) => Ok(snapshot_file::save(dir, meta, data)?),
-            SnapshotStore::Memory(slot) => {
-                *slot.lock() = Some((meta.clone(), data.to_vec()));
-                Ok(())
-            }
-        }
-    }
-
     /// The saved snapshot, checked whole (read a chunk at a time).
     fn load(&self) -> Result<Option<(Meta, SnapshotData)>, StorageError> {
         match self {
@@ -87,9 +77,9 @@ impl SnapshotStore {
                 })?;
                 Ok(SnapshotData::File(file))
             }
-            SnapshotStore::Memory(_) => {
+            SnapshotStore::Memory(slot) => {
                 let data = snapshot::encode(state).map_err(snap_err)?;
-                self.save(meta, &data)?;
+                keep_newer(slot, meta, &data);
                 Ok(SnapshotData::Bytes(data))
             }
         }
@@ -104,15 +94,12 @@ impl SnapshotStore {
                 snapshot::decode_from(std::io::BufReader::with_capacity(1 << 20, file.reader()))
                     .map_err(snap_err)
             }
-            (_, SnapshotData::File(_)) => Err(snap_err("a snapshot file in a simulation")),
-            (_, SnapshotData::Bytes(data)) => {
-                // A restart re-installing the saved snapshot need not
-                // rewrite it; an unreadable one is simply replaced.
-                if self.saved_id().unwrap_or(None) != Some(meta.last_log_id) {
-                    self.save(meta, &data)?;
-                }
+            (SnapshotStore::Memory(slot), SnapshotData::Bytes(data)) => {
+                keep_newer(slot, meta, &data);
                 snapshot::decode(&data).map_err(snap_err)
             }
+            // Each store only ever makes its own kind.
+            _ => Err(snap_err("a snapshot of the other store's kind")),
         }
     }
 
@@ -125,13 +112,17 @@ impl SnapshotStore {
             SnapshotStore::Memory(_) => Ok(SnapshotSink::Bytes(Vec::new())),
         }
     }
+}
 
-    /// The log id the saved snapshot ends at (without reading its data).
-    fn saved_id(&self) -> Result<Option<Option<LogId>>, StorageError> {
-        match self {
-            SnapshotStore::Dir(dir) => Ok(snapshot_file::load_meta(dir)?.map(|m| m.last_log_id)),
-            SnapshotStore::Memory(slot) => Ok(slot.lock().as_ref().map(|(m, _)| m.last_log_id)),
-        }
+/// Makes `data` the simulation's saved snapshot unless the saved one ends
+/// later (the rule `snapshot_file` follows on disk).
+fn keep_newer(slot: &SnapshotSlot, meta: &Meta, data: &[u8]) {
+    let mut slot = slot.lock();
+    if slot
+        .as_ref()
+        .is_none_or(|(saved, _)| saved.last_log_id <= meta.last_log_id)
+    {
+        *slot = Some((meta.clone(), data.to_vec()));
     }
 }
 
@@ -144,15 +135,11 @@ pub enum SnapshotData {
 }
 
 impl SnapshotData {
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             SnapshotData::File(f) => f.len(),
             SnapshotData::Bytes(b) => b.len() as u64,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Up to `n` bytes of the data from `offset` (read off the async
@@ -185,15 +172,11 @@ pub enum SnapshotSink {
 
 impl SnapshotSink {
     /// The data bytes received so far.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             SnapshotSink::File(f) => f.len(),
             SnapshotSink::Bytes(b) => b.len() as u64,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Adds the next chunk (written off the async workers to a file).
@@ -245,17 +228,11 @@ pub mod snapshot_file {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::{LogId, Meta};
+    use crate::disk::DiskError;
     use crate::disk::snapshot_frame::{self, HEADER, corrupt, header};
-    use crate::disk::{DiskError, write_atomic_parts};
 
     pub fn path(dir: &Path) -> PathBuf {
         dir.join("snapshot.bin")
-    }
-
-    pub fn save(dir: &Path, meta: &Meta, data: &[u8]) -> Result<(), DiskError> {
-        let meta = bincode::serialize(meta).expect("snapshot meta encodes");
-        let head = snapshot_frame::head(&meta, data);
-        write_atomic_parts(&path(dir), &[&head, &meta, data])
     }
 
     /// A whole framed snapshot in memory (what `GET /v1/snapshot` answers).
@@ -280,18 +257,6 @@ pub mod snapshot_file {
             .map_err(|e| corrupt(path, HEADER as u64, format!("meta does not decode: {e}")))
     }
 
-    /// The saved snapshot, checked whole; `None` if there is none.
-    pub fn load(dir: &Path) -> Result<Option<(Meta, Vec<u8>)>, DiskError> {
-        let path = path(dir);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(DiskError::io("read", &path, e)),
-        };
-        let (meta, data) = from_bytes(&path, &bytes)?;
-        Ok(Some((meta, data.to_vec())))
-    }
-
     /// A framed snapshot file whose data is read a chunk at a time.
     pub struct SnapshotFile {
         pub(super) file: Arc<File>,
@@ -304,12 +269,8 @@ pub mod snapshot_file {
     }
 
     impl SnapshotFile {
-        pub fn len(&self) -> u64 {
+        pub(crate) fn len(&self) -> u64 {
             self.len
-        }
-
-        pub fn is_empty(&self) -> bool {
-            self.len == 0
         }
 
         /// Its data, read from the start.
@@ -404,21 +365,14 @@ pub mod snapshot_file {
         file.read_exact_at(&mut head, 0)
             .map_err(|_| corrupt(&path, size, "shorter than its header"))?;
         let h = header(&path, &head)?;
-        let at = (HEADER as u64).saturating_add(h.meta_len as u64);
-        let end = at.saturating_add(h.data_len);
-        if size != end {
-            return Err(corrupt(
-                &path,
-                size,
-                format!("{size} bytes where the header says {end}"),
-            ));
-        }
+        h.check_size(&path, size)?;
+        let at = h.data_at();
         let mut crc = crc32fast::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut r = ReadAt {
             file: &file,
             pos: HEADER as u64,
-            end,
+            end: size,
         };
         loop {
             let n = r
@@ -566,12 +520,8 @@ pub mod snapshot_file {
             })
         }
 
-        pub fn len(&self) -> u64 {
+        pub(crate) fn len(&self) -> u64 {
             self.len
-        }
-
-        pub fn is_empty(&self) -> bool {
-            self.len == 0
         }
 
         /// Counts `data` in and says where to write it.
@@ -1034,12 +984,13 @@ mod tests {
         // A build or an install that finishes after a newer one was
         // saved (the log may be purged up to the newer) leaves it saved.
         let late = store.build(&at(10), &older).unwrap();
-        assert_eq!(store.saved_id().unwrap(), Some(at(20).last_log_id));
+        let saved_id = || store.load().unwrap().unwrap().0.last_log_id;
+        assert_eq!(saved_id(), at(20).last_log_id);
         let mut sink = store.receive(&at(10)).unwrap();
         sink.write(snapshot::encode(&older).unwrap()).await.unwrap();
         let received = sink.finish().await.unwrap();
         assert_eq!(store.install(&at(10), received).unwrap().kv, older.kv);
-        assert_eq!(store.saved_id().unwrap(), Some(at(20).last_log_id));
+        assert_eq!(saved_id(), at(20).last_log_id);
         let (_, saved) = store.load().unwrap().unwrap();
         assert_eq!(saved.len(), snapshot::encode(&newer).unwrap().len() as u64);
         // The late build's own file is dropped with it.
@@ -1051,47 +1002,45 @@ mod tests {
         assert_eq!(files, ["snapshot.bin"]);
     }
 
+    fn save(dir: &std::path::Path, meta: &Meta, data: &[u8]) {
+        snapshot_file::save_with(dir, meta, &mut |w| w.write_all(data)).unwrap();
+    }
+
+    /// The saved snapshot's meta and data, checked whole.
+    fn load(dir: &std::path::Path) -> Result<(Meta, Vec<u8>), DiskError> {
+        let (meta, file) = snapshot_file::open(dir)?.expect("a saved snapshot");
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file.reader(), &mut data).unwrap();
+        Ok((meta, data))
+    }
+
     #[test]
     fn a_snapshot_file_is_checked_whole() {
         let dir = tempfile::tempdir().unwrap();
         let meta = Meta::default();
         let data = vec![7u8; 10_000];
-        snapshot_file::save(dir.path(), &meta, &data).unwrap();
-        let (m, d) = snapshot_file::load(dir.path()).unwrap().unwrap();
+        save(dir.path(), &meta, &data);
+        let (m, d) = load(dir.path()).unwrap();
         assert_eq!((m, d), (meta.clone(), data.clone()));
         assert!(!dir.path().join("snapshot.tmp").exists());
 
         let path = snapshot_file::path(dir.path());
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.write_all_at(&[8], 5_000).unwrap();
-        let e = snapshot_file::load(dir.path()).unwrap_err();
-        assert!(
-            matches!(&e, DiskError::Corrupt { path: p, .. } if *p == path),
-            "{e}"
-        );
-        let e = snapshot_file::open(dir.path())
-            .err()
-            .expect("a damaged file");
+        let e = load(dir.path()).unwrap_err();
         assert!(
             matches!(&e, DiskError::Corrupt { path: p, .. } if *p == path),
             "{e}"
         );
 
         // Saved again (a new file, renamed over), then cut short.
-        snapshot_file::save(dir.path(), &meta, &data).unwrap();
+        save(dir.path(), &meta, &data);
         std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .unwrap()
             .set_len(9_000)
             .unwrap();
-        assert!(matches!(
-            snapshot_file::load(dir.path()),
-            Err(DiskError::Corrupt { .. })
-        ));
-        assert!(matches!(
-            snapshot_file::open(dir.path()),
-            Err(DiskError::Corrupt { .. })
-        ));
+        assert!(matches!(load(dir.path()), Err(DiskError::Corrupt { .. })));
     }
 }
