@@ -128,9 +128,7 @@ fn ms(d: Duration) -> String {
 /// Waits until every receiver holds a snapshot satisfying `done`; returns
 /// when each became so, measured from `t0`.
 async fn until_all(
-    rxs: Vec<Rx>,
-    t0: Instant,
-    done: impl Fn(&Snapshot) -> bool + Clone + Send + 'static,
+    rxs: Vec<Rx>, t0: Instant, done: impl Fn(&Snapshot) -> bool + Clone + Send + 'static,
 ) -> Vec<Duration> {
     let mut tasks = Vec::new();
     for mut rx in rxs {

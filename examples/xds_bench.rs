@@ -191,9 +191,7 @@ fn decode<M: Message + Default>(any: &Option<envoy_types::pb::google::protobuf::
 /// Takes in one push; returns the subscription changes Envoy would send
 /// before its ACK.
 fn on_push(
-    st: &mut StreamState,
-    resp: &DeltaDiscoveryResponse,
-    now: Instant,
+    st: &mut StreamState, resp: &DeltaDiscoveryResponse, now: Instant,
 ) -> Vec<DeltaDiscoveryRequest> {
     let mut out = Vec::new();
     match resp.type_url.as_str() {
@@ -301,9 +299,7 @@ fn on_push(
 }
 
 fn resubscribe(
-    ty: &str,
-    have: &mut BTreeSet<String>,
-    want: BTreeSet<String>,
+    ty: &str, have: &mut BTreeSet<String>, want: BTreeSet<String>,
 ) -> Option<DeltaDiscoveryRequest> {
     let new: Vec<String> = want.difference(have).cloned().collect();
     let gone: Vec<String> = have.difference(&want).cloned().collect();
@@ -352,11 +348,7 @@ fn tracing_note(s: &Stream, e: &tonic::Status) {
 }
 
 async fn stream_once(
-    channel: Channel,
-    s: &Stream,
-    shared: &Shared,
-    epoch: Instant,
-    attempt_ok: &mut bool,
+    channel: Channel, s: &Stream, shared: &Shared, epoch: Instant, attempt_ok: &mut bool,
 ) -> Result<(), tonic::Status> {
     *s.state.lock() = StreamState::default();
     let (tx, rx) = mpsc::unbounded_channel::<DeltaDiscoveryRequest>();
@@ -503,9 +495,7 @@ fn spread(mut v: Vec<Duration>) -> String {
 
 /// Polls until `done` gives every stream's time (`Some`), or the timeout.
 async fn until_all(
-    streams: &[Arc<Stream>],
-    timeout: Duration,
-    what: &str,
+    streams: &[Arc<Stream>], timeout: Duration, what: &str,
     done: impl Fn(&Stream, &StreamState) -> Option<Instant>,
 ) -> Result<Vec<Instant>> {
     let until = Instant::now() + timeout;

@@ -289,10 +289,7 @@ pub fn text(v: Option<&Value>) -> String {
 /// runnable fields go under `Definition`, its type is derived from them,
 /// and it starts critical unless it names a status.
 pub fn check_definition_to_health_check(
-    def: &Map<String, Value>,
-    default_id: String,
-    default_name: String,
-    service_id: &str,
+    def: &Map<String, Value>, default_id: String, default_name: String, service_id: &str,
 ) -> Value {
     // Definitions name a check's id `id` (API: `ID`) or `CheckID`.
     let check_id = match text(def.get("CheckID").or(def.get("ID"))) {
@@ -327,8 +324,7 @@ pub fn check_definition_to_health_check(
 
 /// Builds the catalog registration for one service definition on `node`.
 pub fn service_definition_to_register(
-    mut svc: Map<String, Value>,
-    node: &str,
+    mut svc: Map<String, Value>, node: &str,
 ) -> Result<Value, DefinitionError> {
     if let Some(name) = svc.remove("Name") {
         svc.entry("Service").or_insert(name);

@@ -167,9 +167,7 @@ pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> Strin
 /// rarely used raw points) and `Samples` (timings: cairn keeps none) are
 /// empty lists, as in a Consul agent with nothing recorded.
 pub fn render_json(
-    counters: &[&Counter],
-    gauges: &[(&str, &str, f64)],
-    now: std::time::SystemTime,
+    counters: &[&Counter], gauges: &[(&str, &str, f64)], now: std::time::SystemTime,
 ) -> serde_json::Value {
     use serde_json::json;
     let gauges: Vec<_> = GAUGES

@@ -278,8 +278,7 @@ impl Server {
     /// Starts a server from its parts: Raft, the transport's accept loop,
     /// cluster formation and the leader's duties.
     pub async fn assemble<L, A>(
-        config: ServerConfig,
-        parts: ServerParts<L, A>,
+        config: ServerConfig, parts: ServerParts<L, A>,
     ) -> anyhow::Result<Arc<Server>>
     where
         L: RaftLogStorage<TypeConfig>,

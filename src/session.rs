@@ -112,10 +112,7 @@ impl Timers {
     /// Takes office for `term`: a fresh timer for every session with a TTL
     /// (the old leader's renewals are unknown here).
     pub fn take_office(
-        &self,
-        term: u64,
-        sessions: impl Iterator<Item = (String, Duration)>,
-        now: Instant,
+        &self, term: u64, sessions: impl Iterator<Item = (String, Duration)>, now: Instant,
     ) {
         let mut t = self.lock();
         t.deadlines.clear();

@@ -262,10 +262,7 @@ fn system_roots() -> Arc<RootCertStore> {
 macro_rules! handshake_signatures {
     () => {
         fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
+            &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
         ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
             rustls::crypto::verify_tls12_signature(
                 message,
@@ -276,10 +273,7 @@ macro_rules! handshake_signatures {
         }
 
         fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
+            &self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct,
         ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
             rustls::crypto::verify_tls13_signature(
                 message,
@@ -306,12 +300,8 @@ struct NamedVerifier {
 
 impl ServerCertVerifier for NamedVerifier {
     fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
+        &self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>, ocsp: &[u8], now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         self.inner
             .verify_server_cert(end_entity, intermediates, &self.name, ocsp, now)
@@ -327,12 +317,8 @@ struct NoVerify;
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
+        &self, _end_entity: &CertificateDer<'_>, _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>, _ocsp: &[u8], _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         Ok(ServerCertVerified::assertion())
     }
@@ -374,10 +360,7 @@ impl ClientCertVerifier for PeerServerVerifier {
     }
 
     fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        &self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>], now: UnixTime,
     ) -> std::result::Result<ClientCertVerified, rustls::Error> {
         self.client
             .verify_client_cert(end_entity, intermediates, now)?;

@@ -76,10 +76,7 @@ impl Load {
 
 /// Every server holds every acknowledged write, and all hold the same.
 async fn assert_nothing_lost(
-    c: &reqwest::Client,
-    procs: &[Server],
-    prefix: &str,
-    acked: &BTreeMap<String, String>,
+    c: &reqwest::Client, procs: &[Server], prefix: &str, acked: &BTreeMap<String, String>,
 ) {
     assert!(!acked.is_empty(), "no write was acknowledged at all");
     let trees = eventually(Duration::from_secs(30), "all servers converge", || async {

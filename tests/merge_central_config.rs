@@ -55,10 +55,7 @@ fn four_reads_merge_only_when_asked() {
 /// Starts a blocking read at `index`, runs `write`, and returns the answer
 /// and how long it took.
 fn block_then(
-    s: &Server,
-    path: &str,
-    index: u64,
-    write: impl FnOnce(),
+    s: &Server, path: &str, index: u64, write: impl FnOnce(),
 ) -> (common::Resp, Duration) {
     let addr = s.http_addr;
     let path = format!("{path}&index={index}&wait=2s");

@@ -74,10 +74,7 @@ fn endpoint_ids(snap: &Value, target: &str) -> Vec<String> {
 /// A blocking read past `index`, which must answer within one second of
 /// `change` and satisfy `pred`.
 fn after_change(
-    s: &Server,
-    index: u64,
-    change: impl FnOnce(),
-    pred: impl Fn(&Value) -> bool,
+    s: &Server, index: u64, change: impl FnOnce(), pred: impl Fn(&Value) -> bool,
 ) -> Resp {
     let addr = s.http_addr;
     let path = format!("/v1/internal/proxycfg/web-proxy?node=n2&index={index}&wait=20s");

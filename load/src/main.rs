@@ -235,10 +235,7 @@ impl Conn {
 
     /// Sends one request; reconnects first if the last one failed.
     async fn call(
-        &mut self,
-        method: Method,
-        path: &str,
-        body: Bytes,
+        &mut self, method: Method, path: &str, body: Bytes,
     ) -> Result<(StatusCode, hyper::HeaderMap, Bytes)> {
         if self.send.is_none() {
             self.connect().await?;
@@ -251,10 +248,7 @@ impl Conn {
     }
 
     async fn call_once(
-        &mut self,
-        method: Method,
-        path: &str,
-        body: Bytes,
+        &mut self, method: Method, path: &str, body: Bytes,
     ) -> Result<(StatusCode, hyper::HeaderMap, Bytes)> {
         let send = self.send.as_mut().expect("connected");
         send.ready().await?;
@@ -442,10 +436,7 @@ impl Stats {
 /// `next(client, n)` builds until the window closes or `max_ops` is spent;
 /// prints what it measured.
 async fn run_load(
-    addr: &str,
-    c: &Common,
-    next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>,
-    label: &str,
+    addr: &str, c: &Common, next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>, label: &str,
 ) -> Result<()> {
     let (all, measured) = measure_load(addr, c, next).await?;
     let tput = all.ok as f64 / measured;
@@ -468,9 +459,7 @@ async fn run_load(
 /// What `run_load` runs: the merged stats (latencies sorted) and the
 /// measured seconds.
 async fn measure_load(
-    addr: &str,
-    c: &Common,
-    next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>,
+    addr: &str, c: &Common, next: Arc<dyn Fn(usize, u64) -> Op + Send + Sync>,
 ) -> Result<(Stats, f64)> {
     // Connect everyone before the clock starts.
     let mut conns = Vec::with_capacity(c.clients);
@@ -704,10 +693,7 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) 
 /// retried a few times (a busy leader answers 429): the fill commands' one
 /// loop. Returns the seconds it took.
 async fn send_batches(
-    leader: &str,
-    clients: usize,
-    batches: u64,
-    deadline: Option<Instant>,
+    leader: &str, clients: usize, batches: u64, deadline: Option<Instant>,
     make: impl Fn(u64) -> Op + Send + Sync + 'static,
 ) -> Result<f64> {
     let make = Arc::new(make);
@@ -754,12 +740,7 @@ async fn send_batches(
 }
 
 async fn cmd_fill(
-    addrs: Vec<String>,
-    entries: u64,
-    start: u64,
-    batch: u64,
-    clients: usize,
-    value_size: usize,
+    addrs: Vec<String>, entries: u64, start: u64, batch: u64, clients: usize, value_size: usize,
     timeout: f64,
 ) -> Result<()> {
     let leader = find_leader(System::Cairn, &addrs).await?;
@@ -809,11 +790,7 @@ async fn metric(addr: &str, name: &str) -> Result<u64> {
 }
 
 async fn cmd_watch(
-    addrs: Vec<String>,
-    watchers: usize,
-    key: String,
-    connect_parallel: usize,
-    timeout: f64,
+    addrs: Vec<String>, watchers: usize, key: String, connect_parallel: usize, timeout: f64,
 ) -> Result<()> {
     let leader = find_leader(System::Cairn, &addrs).await?;
     let mut writer = Conn::new(&leader);

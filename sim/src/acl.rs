@@ -207,11 +207,7 @@ fn token(accessor: &str, secret: &str, description: &str) -> AclToken {
 /// `delete_at` deletes the doomed one (retried until acknowledged, at the
 /// latest by `until`).
 pub async fn admin(
-    access: Access,
-    servers: Vec<IpAddr>,
-    delete_at: Duration,
-    until: Duration,
-    log: AclLog,
+    access: Access, servers: Vec<IpAddr>, delete_at: Duration, until: Duration, log: AclLog,
 ) -> turmoil::Result {
     let Some(t) = access.tokens().cloned() else {
         return Ok(());
@@ -255,11 +251,7 @@ pub async fn admin(
 /// milliseconds to a random server, recording the answer and the answering
 /// server's decision.
 pub async fn user(
-    access: Access,
-    seed: u64,
-    servers: Vec<IpAddr>,
-    until: Duration,
-    log: AclLog,
+    access: Access, seed: u64, servers: Vec<IpAddr>, until: Duration, log: AclLog,
 ) -> turmoil::Result {
     let Some(t) = access.tokens().cloned() else {
         return Ok(());

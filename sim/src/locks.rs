@@ -101,11 +101,7 @@ fn lock_op(verb: KvVerb, key: &str, session: &str) -> Command {
 }
 
 async fn write(
-    servers: &[IpAddr],
-    target: &mut usize,
-    rng: &mut StdRng,
-    token: Option<&str>,
-    cmd: Command,
+    servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, cmd: Command,
 ) -> Option<Response> {
     let addr = SocketAddr::new(servers[*target], API_PORT);
     match call(
@@ -127,11 +123,7 @@ async fn write(
 /// Destroys `session`, retrying until a server answers; returns the first
 /// attempt's time and when it was answered.
 async fn destroy(
-    servers: &[IpAddr],
-    target: &mut usize,
-    rng: &mut StdRng,
-    token: Option<&str>,
-    session: &str,
+    servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, session: &str,
 ) -> (u64, u64) {
     let first = now_ms();
     loop {
@@ -148,11 +140,7 @@ async fn destroy(
 
 /// One lock client until `until` (and then until its last session is gone).
 pub async fn client(
-    id: u64,
-    seed: u64,
-    servers: Vec<IpAddr>,
-    until: Duration,
-    log: LockLog,
+    id: u64, seed: u64, servers: Vec<IpAddr>, until: Duration, log: LockLog,
     access: crate::acl::Access,
 ) -> turmoil::Result {
     let token = access.workload().await;
@@ -321,11 +309,7 @@ impl Lease {
     /// Renews (one try) if the last confirmed renewal is older than
     /// `RENEW_AFTER`: the lease then runs `LOCK_TTL` from the send time.
     async fn renew(
-        &mut self,
-        servers: &[IpAddr],
-        target: &mut usize,
-        rng: &mut StdRng,
-        token: Option<&str>,
+        &mut self, servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>,
         session: &str,
     ) {
         let sent = now_us();

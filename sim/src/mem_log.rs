@@ -230,8 +230,7 @@ impl MemLogStore {
 
 impl RaftLogReader<TypeConfig> for MemLogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
-        &mut self,
-        range: RB,
+        &mut self, range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let c = self.cache.lock().unwrap();
         let start = match range.start_bound() {
@@ -287,9 +286,7 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
     }
 
     async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: IOFlushed<TypeConfig>,
+        &mut self, entries: I, callback: IOFlushed<TypeConfig>,
     ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,

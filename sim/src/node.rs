@@ -369,8 +369,7 @@ pub struct Envelope {
 }
 
 pub async fn write_msg<T: Serialize>(
-    s: &mut turmoil::net::TcpStream,
-    v: &T,
+    s: &mut turmoil::net::TcpStream, v: &T,
 ) -> std::io::Result<()> {
     let bytes = bincode::serialize(v).map_err(std::io::Error::other)?;
     s.write_u32(bytes.len() as u32).await?;
@@ -389,10 +388,7 @@ pub async fn read_msg<T: serde::de::DeserializeOwned>(
 /// Sends one request with `token` on a fresh connection, within
 /// `timeout`.
 pub async fn call(
-    addr: SocketAddr,
-    req: &ApiRequest,
-    token: Option<&str>,
-    timeout: Duration,
+    addr: SocketAddr, req: &ApiRequest, token: Option<&str>, timeout: Duration,
 ) -> std::io::Result<ApiReply> {
     call_checked(addr, req, token, false, timeout)
         .await
@@ -401,11 +397,7 @@ pub async fn call(
 
 /// `call`, with the answering server's decision on the token.
 pub async fn call_checked(
-    addr: SocketAddr,
-    req: &ApiRequest,
-    token: Option<&str>,
-    forwarded: bool,
-    timeout: Duration,
+    addr: SocketAddr, req: &ApiRequest, token: Option<&str>, forwarded: bool, timeout: Duration,
 ) -> std::io::Result<Answer> {
     let env = Envelope {
         req: req.clone(),
@@ -427,8 +419,7 @@ pub async fn call_checked(
 }
 
 async fn serve_api(
-    mut stream: turmoil::net::TcpStream,
-    server: Arc<Server>,
+    mut stream: turmoil::net::TcpStream, server: Arc<Server>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
     if let ApiRequest::Subscribe { index } = env.req {
@@ -518,10 +509,7 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
 
 async fn handle(
-    s: &Arc<Server>,
-    req: ApiRequest,
-    token: Option<String>,
-    forwarded: bool,
+    s: &Arc<Server>, req: ApiRequest, token: Option<String>, forwarded: bool,
 ) -> Answer {
     // As `forward_to_leader`: the leader (or a forwarded request, or a
     // stale read) is answered here, anything else goes to the leader, with

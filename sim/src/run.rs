@@ -138,10 +138,7 @@ const MIN_WRITES_AFTER_BURST: usize = 20;
 /// one not acknowledged is there whole or not at all; small writes
 /// committed after it.
 fn check_burst(
-    burst: &[workload::BurstRecord],
-    history: &[workload::Record],
-    st: &State,
-    report: &mut Report,
+    burst: &[workload::BurstRecord], history: &[workload::Record], st: &State, report: &mut Report,
 ) {
     if burst.is_empty() {
         return;
@@ -562,11 +559,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
 
 /// Crashes server `i` (its process ends).
 fn crash_host(
-    sim: &mut turmoil::Sim,
-    i: usize,
-    names: &[String],
-    hosts: &[String],
-    slots: &[Slot],
+    sim: &mut turmoil::Sim, i: usize, names: &[String], hosts: &[String], slots: &[Slot],
 ) {
     // Dropping the host's tasks closes its sockets, in an order set by
     // tokio's process-wide task ids: cut its links first so those last
@@ -597,15 +590,8 @@ fn all_pairs(names: &[String]) -> Vec<(String, String)> {
 // The run's parts it may touch, each its own argument as before.
 #[allow(clippy::too_many_arguments)]
 fn inject(
-    sim: &mut turmoil::Sim,
-    rng: &mut StdRng,
-    kind: Fault,
-    names: &[String],
-    hosts: &[String],
-    slots: &[Slot],
-    disks: &[Disk],
-    crashed: &mut BTreeSet<usize>,
-    failing: &mut BTreeSet<usize>,
+    sim: &mut turmoil::Sim, rng: &mut StdRng, kind: Fault, names: &[String], hosts: &[String],
+    slots: &[Slot], disks: &[Disk], crashed: &mut BTreeSet<usize>, failing: &mut BTreeSet<usize>,
 ) -> Option<(Undo, String)> {
     let n = names.len();
     match kind {

@@ -78,12 +78,7 @@ fn kv(verb: KvVerb, key: &str, value: Option<u64>, index: u64) -> Command {
 /// picked at random: the reads that meet a deposed leader which does not
 /// know it yet, and so show what each read mode guarantees.
 pub async fn client(
-    id: u64,
-    seed: u64,
-    servers: Vec<IpAddr>,
-    until: Duration,
-    history: History,
-    reader: bool,
+    id: u64, seed: u64, servers: Vec<IpAddr>, until: Duration, history: History, reader: bool,
     access: Access,
 ) -> turmoil::Result {
     let token = access.workload().await;
@@ -239,9 +234,7 @@ pub async fn client(
 /// After the faults heal: one `?consistent` read of every key, retried
 /// until it is answered, recorded like any other read.
 pub async fn final_reads(
-    servers: Vec<IpAddr>,
-    history: History,
-    access: Access,
+    servers: Vec<IpAddr>, history: History, access: Access,
 ) -> turmoil::Result {
     let token = access.workload().await;
     for (i, key) in KEYS.iter().enumerate() {
@@ -298,12 +291,8 @@ pub type StreamLog = Arc<Mutex<Vec<StreamRecord>>>;
 /// server every so often (and on any error), resuming from the last index
 /// it holds, as a streaming client does. Records every batch.
 pub async fn subscriber(
-    seed: u64,
-    servers: Vec<IpAddr>,
-    until: Duration,
-    stay_ms: std::ops::Range<u64>,
-    log: StreamLog,
-    access: Access,
+    seed: u64, servers: Vec<IpAddr>, until: Duration, stay_ms: std::ops::Range<u64>,
+    log: StreamLog, access: Access,
 ) -> turmoil::Result {
     let token = access.workload().await;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED ^ stay_ms.start);
@@ -384,12 +373,7 @@ pub const BURST_BYTES: std::ops::Range<usize> = (128 << 10)..(448 << 10);
 /// `BURST_BYTES` to its own key (`big/<id>`) through a random server, at
 /// the same moment as the burst's other clients.
 pub async fn burst(
-    id: u64,
-    seed: u64,
-    servers: Vec<IpAddr>,
-    at: Duration,
-    log: BurstLog,
-    access: Access,
+    id: u64, seed: u64, servers: Vec<IpAddr>, at: Duration, log: BurstLog, access: Access,
 ) -> turmoil::Result {
     let token = access.workload().await;
     let mut rng = StdRng::seed_from_u64(seed ^ 0xB175_7000 ^ id);

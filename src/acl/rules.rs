@@ -364,11 +364,7 @@ fn add_entry(rules: &mut Rules, resource: &str, v: &serde_json::Value) -> Result
 /// One named rule's body: `{ policy = "…" }`, for services also
 /// `intentions = "…"`.
 fn add_rule(
-    rules: &mut Rules,
-    resource: &str,
-    seg: Segmented,
-    prefix: bool,
-    name: &str,
+    rules: &mut Rules, resource: &str, seg: Segmented, prefix: bool, name: &str,
     body: &serde_json::Value,
 ) -> Result<(), RulesError> {
     use serde_json::Value;
@@ -423,10 +419,7 @@ fn add_rule(
 }
 
 fn access_of(
-    resource: &str,
-    name: Option<&str>,
-    value: &str,
-    list_allowed: bool,
+    resource: &str, name: Option<&str>, value: &str, list_allowed: bool,
 ) -> Result<Access, RulesError> {
     match value {
         "read" => Ok(Access::Read),

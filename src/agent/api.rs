@@ -318,10 +318,7 @@ fn content_hash(v: &Map<String, Value>) -> String {
 /// One service with central config merged, with `ContentHash`; blocks
 /// while `?hash=` still matches (Consul's hash-based blocking).
 async fn service(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, Path(id): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     may_read_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
@@ -386,10 +383,7 @@ fn health_response(p: &Params, headers: &HeaderMap, status: HealthStatus, body: 
 }
 
 async fn health_by_id(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, Path(id): Path<String>, RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response> {
     may_read_service(&a, &z, &id)?;
@@ -404,10 +398,7 @@ async fn health_by_id(
 
 /// Every instance of the service on this agent, and the worst status.
 async fn health_by_name(
-    State(a): State<App>,
-    z: Authz,
-    Path(name): Path<String>,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, Path(name): Path<String>, RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response> {
     z.require(z.service_read(&name), "service:read", &name)?;
@@ -449,10 +440,7 @@ async fn checks(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Result
 }
 
 async fn register_service(
-    State(a): State<App>,
-    z: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
+    State(a): State<App>, z: Authz, RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let def = define::service(decode_json(&body)?, &a.config.node)?;
@@ -466,9 +454,7 @@ async fn register_service(
 }
 
 async fn deregister_service(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
+    State(a): State<App>, z: Authz, Path(id): Path<String>,
 ) -> Result<Response> {
     may_write_service(&a, &z, &id)?;
     a.deregister_service(&id).await?;
@@ -489,9 +475,7 @@ async fn register_check(State(a): State<App>, z: Authz, body: Bytes) -> Result<R
 }
 
 async fn deregister_check(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
+    State(a): State<App>, z: Authz, Path(id): Path<String>,
 ) -> Result<Response> {
     authorize_check(&a, &z, &id)?;
     a.deregister_check(&id).await?;
@@ -501,10 +485,7 @@ async fn deregister_check(
 
 /// `PUT /v1/agent/check/pass|warn|fail/:id?note=`.
 async fn ttl(
-    State(a): State<App>,
-    z: Authz,
-    Path((verb, id)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, Path((verb, id)): Path<(String, String)>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     authorize_check(&a, &z, &id)?;
     let status = match verb.as_str() {
@@ -534,10 +515,7 @@ struct CheckUpdate {
 }
 
 async fn update(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
-    body: Bytes,
+    State(a): State<App>, z: Authz, Path(id): Path<String>, body: Bytes,
 ) -> Result<Response> {
     authorize_check(&a, &z, &id)?;
     let u: CheckUpdate = decode_json(&body)?;
@@ -554,9 +532,7 @@ async fn update(
 
 /// `PUT /v1/agent/maintenance?enable=&reason=`.
 async fn node_maintenance(
-    State(a): State<App>,
-    z: Authz,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     z.require(z.node_write(&a.config.node), "node:write", &a.config.node)?;
     let p = Params::parse(q.as_deref());
@@ -569,10 +545,7 @@ async fn node_maintenance(
 
 /// `PUT /v1/agent/service/maintenance/:id?enable=&reason=`.
 async fn service_maintenance(
-    State(a): State<App>,
-    z: Authz,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    State(a): State<App>, z: Authz, Path(id): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     may_write_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
@@ -592,9 +565,7 @@ async fn service_maintenance_no_id() -> Result<Response> {
 /// (moved to `X-Consul-Token`), else in `?token=` (left in the path), else
 /// the agent's `--acl-token`.
 fn forwarded_identity(
-    a: &Agent,
-    parts: &axum::http::request::Parts,
-    path: &str,
+    a: &Agent, parts: &axum::http::request::Parts, path: &str,
 ) -> (String, Option<String>) {
     let in_query = crate::request::Params::parse(parts.uri.query()).has("token");
     let token = crate::request::authz::token_of(&parts.headers, None);

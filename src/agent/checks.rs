@@ -48,11 +48,7 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
 /// One run of an HTTP check: 2xx passing, 429 warning, anything else (or
 /// no answer in time) critical.
 async fn http_probe(
-    client: &reqwest::Client,
-    url: &str,
-    method: &str,
-    headers: &[(String, String)],
-    body: &str,
+    client: &reqwest::Client, url: &str, method: &str, headers: &[(String, String)], body: &str,
     timeout: Duration,
 ) -> (HealthStatus, String) {
     let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
@@ -99,8 +95,7 @@ async fn http_probe(
 /// The client an HTTPS check uses: its own, with the check's TLS options
 /// (never the agent's client certificate, which is for its servers).
 fn https_check_client(
-    skip_verify: bool,
-    server_name: Option<&str>,
+    skip_verify: bool, server_name: Option<&str>,
 ) -> Result<reqwest::Client, String> {
     let tls =
         crate::tls::check_client_config(skip_verify, server_name).map_err(|e| e.to_string())?;

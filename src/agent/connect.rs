@@ -30,10 +30,7 @@ impl Agent {
     /// The current leaf of `service`: the cached one while its root is
     /// active and it is before its renewal time, else a new one.
     async fn leaf_for(
-        &self,
-        service: &str,
-        roots: &CaRoots,
-        roots_index: u64,
+        &self, service: &str, roots: &CaRoots, roots_index: u64,
     ) -> Result<Arc<IssuedCert>> {
         let now = time::OffsetDateTime::now_utc();
         if let Some((root, cert)) = self.leaves.certs.lock().get(service)
@@ -87,10 +84,7 @@ impl Agent {
 /// `?index` until a new leaf: the roots are watched on a server (a blocking
 /// read), and the renewal time bounds each wait.
 pub async fn leaf(
-    State(a): State<Arc<Agent>>,
-    z: Authz,
-    Path(service): Path<String>,
-    RawQuery(q): RawQuery,
+    State(a): State<Arc<Agent>>, z: Authz, Path(service): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     z.require(z.service_write(&service), "service:write", &service)?;
     let p = Params::parse(q.as_deref());

@@ -182,12 +182,8 @@ impl Tables {
     /// Adds or replaces a service and the checks that came with it. With
     /// `replace_checks`, its other checks are removed.
     pub fn put_service(
-        &mut self,
-        mut svc: NodeService,
-        checks: Vec<(HealthCheck, CheckSpec)>,
-        source: Source,
-        replace_checks: bool,
-        now: Instant,
+        &mut self, mut svc: NodeService, checks: Vec<(HealthCheck, CheckSpec)>, source: Source,
+        replace_checks: bool, now: Instant,
     ) {
         svc.create_index = 0;
         svc.modify_index = 0;
@@ -228,11 +224,7 @@ impl Tables {
     /// or — when it declares none — without the sidecar an earlier
     /// registration gave it. Nothing changes on error.
     pub fn put_definition(
-        &mut self,
-        def: ServiceDef,
-        source: Source,
-        replace_checks: bool,
-        now: Instant,
+        &mut self, def: ServiceDef, source: Source, replace_checks: bool, now: Instant,
         hint: Option<u16>,
     ) -> Result<()> {
         let parent = def.service.id.clone();
@@ -310,11 +302,7 @@ impl Tables {
 
     /// Adds or replaces a check. Its service (if any) must exist.
     pub fn put_check(
-        &mut self,
-        mut check: HealthCheck,
-        spec: CheckSpec,
-        source: Source,
-        now: Instant,
+        &mut self, mut check: HealthCheck, spec: CheckSpec, source: Source, now: Instant,
     ) {
         check.node = self.node.name.clone();
         check.create_index = 0;
@@ -357,11 +345,7 @@ impl Tables {
     /// updates), so a chatty check does not write on every run. Alias
     /// checks follow.
     pub fn set_check_status(
-        &mut self,
-        id: &str,
-        status: HealthStatus,
-        output: &str,
-        now: Instant,
+        &mut self, id: &str, status: HealthStatus, output: &str, now: Instant,
     ) -> bool {
         let changed = self.record_status(id, (status, output), now);
         if changed {
@@ -589,11 +573,7 @@ pub fn alias_status(t: &Tables, service: &str, own: &str) -> (HealthStatus, Stri
 /// lowest in the range no other service on this agent uses. `parent` is
 /// being (re)registered with `parent_port`. `None`: the range is full.
 pub fn sidecar_port(
-    t: &Tables,
-    id: &str,
-    parent: &str,
-    parent_port: i64,
-    hint: Option<u16>,
+    t: &Tables, id: &str, parent: &str, parent_port: i64, hint: Option<u16>,
 ) -> Option<u16> {
     let used: std::collections::BTreeSet<i64> = t
         .live_services()
@@ -708,10 +688,7 @@ pub(crate) mod fixtures {
 
     /// Registers a service with its checks through the API.
     pub fn add(
-        t: &mut Tables,
-        s: NodeService,
-        checks: Vec<(HealthCheck, CheckSpec)>,
-        now: Instant,
+        t: &mut Tables, s: NodeService, checks: Vec<(HealthCheck, CheckSpec)>, now: Instant,
     ) {
         t.put_service(s, checks, Source::Api, false, now);
     }

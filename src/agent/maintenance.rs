@@ -83,9 +83,7 @@ impl Agent {
     /// `PUT /v1/agent/maintenance`. Enabling twice keeps the first reason,
     /// disabling when not enabled does nothing (as Consul).
     pub(super) async fn node_maintenance(
-        self: &Arc<Self>,
-        enable: bool,
-        reason: &str,
+        self: &Arc<Self>, enable: bool, reason: &str,
     ) -> Result<()> {
         let changed = self.local.with(|t| {
             let on = t.live_check(NODE_MAINTENANCE_CHECK_ID).is_some();
@@ -115,10 +113,7 @@ impl Agent {
 
     /// `PUT /v1/agent/service/maintenance/:id`.
     pub(super) async fn service_maintenance(
-        self: &Arc<Self>,
-        service_id: &str,
-        enable: bool,
-        reason: &str,
+        self: &Arc<Self>, service_id: &str, enable: bool, reason: &str,
     ) -> Result<()> {
         if service_id.is_empty() {
             return Err(MaintenanceError::MissingService.into());

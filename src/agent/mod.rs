@@ -246,10 +246,7 @@ impl Agent {
 
     /// Adds (or replaces) a service with its checks and its sidecar.
     async fn register_service(
-        self: &Arc<Self>,
-        def: ServiceDef,
-        source: Source,
-        replace_checks: bool,
+        self: &Arc<Self>, def: ServiceDef, source: Source, replace_checks: bool,
     ) -> Result<()> {
         let id = def.service.id.clone();
         let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
@@ -273,8 +270,7 @@ impl Agent {
     }
 
     async fn register_check(
-        self: &Arc<Self>,
-        (check, spec): (crate::structs::HealthCheck, spec::CheckSpec),
+        self: &Arc<Self>, (check, spec): (crate::structs::HealthCheck, spec::CheckSpec),
         source: Source,
     ) -> Result<()> {
         let sid = check.service_id.clone();
@@ -304,10 +300,7 @@ impl Agent {
     /// `/v1/agent/check/pass|warn|fail|update`: sets a TTL check's status
     /// and renews its TTL.
     async fn update_ttl(
-        self: &Arc<Self>,
-        id: &str,
-        status: crate::structs::HealthStatus,
-        output: &str,
+        self: &Arc<Self>, id: &str, status: crate::structs::HealthStatus, output: &str,
     ) -> Result<()> {
         let reset = self.local.with(|t| {
             let c = t
@@ -488,8 +481,7 @@ pub async fn embedded(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
 /// Runs an agent until SIGINT or SIGTERM, then leaves the cluster; with
 /// `dns`, answers DNS too (from a server's catalog).
 pub async fn run(
-    mut config: AgentConfig,
-    dns: Option<crate::dns::DnsConfig>,
+    mut config: AgentConfig, dns: Option<crate::dns::DnsConfig>,
 ) -> anyhow::Result<()> {
     let tls = config.tls.clone();
     let http_off = tls.as_ref().is_some_and(|t| t.http_off);

@@ -79,9 +79,7 @@ impl Servers {
     /// `urls` are base URLs (`http://host:port` or `https://host:port`),
     /// at least one; `tls` is for the `https://` ones.
     pub fn new(
-        urls: Vec<String>,
-        tls: Option<rustls::ClientConfig>,
-        own_token: Option<String>,
+        urls: Vec<String>, tls: Option<rustls::ClientConfig>, own_token: Option<String>,
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(!urls.is_empty(), "at least one --server is needed");
         if let Some(u) = urls.iter().find(|u| u.starts_with("https://")) {
@@ -108,11 +106,8 @@ impl Servers {
 
     /// One of the agent's own requests (with its own token).
     pub async fn send(
-        &self,
-        method: reqwest::Method,
-        path_and_query: &str,
-        body: Option<(Bytes, Option<String>)>,
-        timeout: Duration,
+        &self, method: reqwest::Method, path_and_query: &str,
+        body: Option<(Bytes, Option<String>)>, timeout: Duration,
     ) -> Result<reqwest::Response, ServerError> {
         let token = self.own_token.clone();
         self.send_as(method, path_and_query, body, timeout, token.as_deref())
@@ -123,12 +118,8 @@ impl Servers {
     /// server in use, moving on to the next ones while they cannot be
     /// connected to.
     pub async fn send_as(
-        &self,
-        method: reqwest::Method,
-        path_and_query: &str,
-        body: Option<(Bytes, Option<String>)>,
-        timeout: Duration,
-        token: Option<&str>,
+        &self, method: reqwest::Method, path_and_query: &str,
+        body: Option<(Bytes, Option<String>)>, timeout: Duration, token: Option<&str>,
     ) -> Result<reqwest::Response, ServerError> {
         let start = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
@@ -167,9 +158,7 @@ impl Servers {
 
     /// A JSON read, with its `X-Consul-Index`.
     pub async fn get<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        timeout: Duration,
+        &self, path: &str, timeout: Duration,
     ) -> Result<(T, u64), ServerError> {
         let resp = self.send(reqwest::Method::GET, path, None, timeout).await?;
         let what = || format!("GET {path}");
@@ -209,8 +198,7 @@ impl Servers {
 /// The body of a server's answer, or the answer as an error when it is not
 /// a success (`what` names the request in either error).
 async fn success_body(
-    resp: reqwest::Response,
-    what: impl Fn() -> String,
+    resp: reqwest::Response, what: impl Fn() -> String,
 ) -> Result<Bytes, ServerError> {
     let status = resp.status();
     let bytes = resp.bytes().await.map_err(|e| ServerError::Failed {

@@ -162,10 +162,7 @@ pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
 
 /// A request whose answer must be 2xx JSON.
 fn send(
-    c: &Client,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
+    c: &Client, method: reqwest::Method, path: &str, body: Option<Value>,
 ) -> Result<Value, CliError> {
     let body = body.map(|b| b.to_string());
     c.expect_ok(method, path, body)?.json()

@@ -262,10 +262,7 @@ impl Client {
     /// Sends a request; any answer (even 4xx/5xx) is a `Reply`, only an
     /// unreachable server is an error.
     pub fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<String>,
+        &self, method: reqwest::Method, path: &str, body: Option<String>,
     ) -> Result<Reply, CliError> {
         let mut req = self.request(method, path);
         if let Some(b) = body {
@@ -282,10 +279,7 @@ impl Client {
     /// Sends raw bytes and reads raw bytes (snapshots): status and body.
     /// Allowed minutes, not the usual minute: a large state takes a while.
     pub fn send_bytes(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Vec<u8>>,
+        &self, method: reqwest::Method, path: &str, body: Option<Vec<u8>>,
     ) -> Result<(u16, Vec<u8>), CliError> {
         let mut req = self.request(method, path).timeout(Duration::from_secs(600));
         if let Some(b) = body {
@@ -332,10 +326,7 @@ impl Client {
 
     /// A request that must succeed (2xx); the answer's body otherwise.
     pub fn expect_ok(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<String>,
+        &self, method: reqwest::Method, path: &str, body: Option<String>,
     ) -> Result<Reply, CliError> {
         let r = self.send(method, path, body)?;
         if !(200..300).contains(&r.status) {

@@ -313,8 +313,7 @@ pub fn new_root(trust_domain: &str, provider: &ProviderConfig) -> Result<StoredR
 
 /// A new root and the parameters it was made from (for cross-signing).
 fn new_root_params(
-    trust_domain: &str,
-    provider: &ProviderConfig,
+    trust_domain: &str, provider: &ProviderConfig,
 ) -> Result<(StoredRoot, CertificateParams)> {
     let key = if provider.private_key.is_empty() {
         generate_key(&provider.key_type, provider.key_bits)?
@@ -381,9 +380,7 @@ fn needs_rotation(old: &ProviderConfig, new: &ProviderConfig) -> bool {
 /// cross-signed certificate in its `IntermediateCerts`), the old root kept
 /// inactive so leaves it signed keep verifying until they renew.
 pub fn reconfigure(
-    current: &CaState,
-    body: CaConfiguration,
-    trust_domain: &str,
+    current: &CaState, body: CaConfiguration, trust_domain: &str,
 ) -> Result<CaState> {
     let (mut config, provider) = normalize(body)?;
     config.cluster_id = current.config.cluster_id.clone();
@@ -442,11 +439,7 @@ pub fn service_uri(trust_domain: &str, dc: &str, service: &str) -> String {
 /// leaves follow the CA configuration) and a CSR for `service`, made where
 /// the key stays: a server for its own leaves, an agent for its services'.
 pub fn new_csr(
-    trust_domain: &str,
-    dc: &str,
-    service: &str,
-    key_type: &str,
-    bits: u32,
+    trust_domain: &str, dc: &str, service: &str, key_type: &str, bits: u32,
 ) -> Result<(String, String)> {
     let key = generate_key(key_type, bits)?;
     let mut p = CertificateParams::default();

@@ -135,10 +135,7 @@ pub fn describe(i: &Intention) -> String {
 /// matching intention's action; one with L7 permissions denies (L4 cannot
 /// honour them); none: the default.
 pub fn authorize(
-    state: &State,
-    source: &str,
-    destination: &str,
-    default_allow: bool,
+    state: &State, source: &str, destination: &str, default_allow: bool,
 ) -> (bool, String) {
     match matching(state, source, destination) {
         Some(i) if i.permissions.is_empty() => (
@@ -157,9 +154,7 @@ pub fn authorize(
 /// `intention` put in place of the one with its source name (legacy
 /// writes), as a config entry body to propose.
 pub fn upsert_source(
-    existing: Option<&ServiceIntentionsConfigEntry>,
-    intention: &Intention,
-    legacy_id: &str,
+    existing: Option<&ServiceIntentionsConfigEntry>, intention: &Intention, legacy_id: &str,
     now: &str,
 ) -> Value {
     let mut entry = existing

@@ -76,11 +76,7 @@ fn chain_id(o: &TargetOpts) -> String {
 
 /// Consul's connect SNI for a service (subset) in a datacenter.
 pub fn service_sni(
-    service: &str,
-    subset: &str,
-    namespace: &str,
-    partition: &str,
-    datacenter: &str,
+    service: &str, subset: &str, namespace: &str, partition: &str, datacenter: &str,
     trust_domain: &str,
 ) -> String {
     let ns = or_default(namespace, "default");
@@ -171,10 +167,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     // ---- protocol ----------------------------------------------------------
 
     fn record_service_protocol(
-        &mut self,
-        service: &str,
-        ns: &str,
-        part: &str,
+        &mut self, service: &str, ns: &str, part: &str,
     ) -> Result<(), ChainError> {
         let protocol = match self.service_defaults(service, ns, part) {
             // An entry without a protocol means tcp, not proxy-defaults'.
@@ -375,10 +368,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     }
 
     fn splitter_node(
-        &mut self,
-        service: &str,
-        ns: &str,
-        part: &str,
+        &mut self, service: &str, ns: &str, part: &str,
     ) -> Result<Option<String>, ChainError> {
         let name = format!("{service}.{ns}.{part}");
         let key = node_key(NodeType::Splitter, &name);
@@ -409,13 +399,8 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     }
 
     fn build_splitter(
-        &mut self,
-        key: String,
-        name: String,
-        splitter: &'a ServiceSplitterConfigEntry,
-        service: &str,
-        ns: &str,
-        part: &str,
+        &mut self, key: String, name: String, splitter: &'a ServiceSplitterConfigEntry,
+        service: &str, ns: &str, part: &str,
     ) -> Result<String, ChainError> {
         // Recorded before recursing so that a loop ends here (and is reported
         // by the circular reference check).
@@ -474,9 +459,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     /// node. Returns the node key and the final target. Failover targets are
     /// resolved the same way (`for_failover`) but get no node of their own.
     fn resolver_node(
-        &mut self,
-        mut target: String,
-        for_failover: bool,
+        &mut self, mut target: String, for_failover: bool,
     ) -> Result<(String, String), ChainError> {
         let mut history: Vec<String> = Vec::new();
         loop {
@@ -540,10 +523,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     }
 
     fn finish_resolver(
-        &mut self,
-        target: String,
-        resolver: &'a ServiceResolverConfigEntry,
-        for_failover: bool,
+        &mut self, target: String, resolver: &'a ServiceResolverConfigEntry, for_failover: bool,
     ) -> Result<(String, String), ChainError> {
         let mut connect_timeout = resolver.connect_timeout;
         if connect_timeout.nanos() < 1 {
@@ -698,9 +678,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
 
     fn detect_circular_references(&self) -> Result<(), ChainError> {
         fn visit<'n>(
-            nodes: &'n BTreeMap<String, DiscoveryGraphNode>,
-            key: &'n str,
-            path: &mut Vec<&'n str>,
+            nodes: &'n BTreeMap<String, DiscoveryGraphNode>, key: &'n str, path: &mut Vec<&'n str>,
         ) -> Result<(), ChainError> {
             if path.contains(&key) {
                 path.push(key);
@@ -751,9 +729,7 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     }
 
     fn flatten_splitter(
-        &self,
-        key: &str,
-        flat: &mut HashMap<String, Vec<DiscoverySplit>>,
+        &self, key: &str, flat: &mut HashMap<String, Vec<DiscoverySplit>>,
     ) -> Result<(), ChainError> {
         if flat.contains_key(key) {
             return Ok(());

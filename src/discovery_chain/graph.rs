@@ -153,9 +153,7 @@ impl<L: EntryLookup + ?Sized> EntryLookup for Proposed<'_, L> {
 
 /// The chains (service names) a write of `kind`/`name` can change.
 pub fn affected_chains<L: EntryLookup + ?Sized>(
-    entries: &L,
-    kind: Kind,
-    name: &str,
+    entries: &L, kind: Kind, name: &str,
 ) -> BTreeSet<String> {
     if kind == Kind::ProxyDefaults {
         return Kind::ALL
@@ -181,8 +179,7 @@ pub fn affected_chains<L: EntryLookup + ?Sized>(
 /// Refuses `change` if a discovery chain it affects would stop compiling.
 /// The entry of an upsert must already be normalized and validated.
 pub fn validate_write<L: EntryLookup + ?Sized>(
-    entries: &L,
-    change: &EntryChange,
+    entries: &L, change: &EntryChange,
 ) -> Result<(), ConfigEntryError> {
     let (kind, name) = (change.kind(), change.name());
     let name = if kind == Kind::ProxyDefaults && name.is_empty() {
@@ -221,9 +218,7 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
 /// whose protocol (resolved as its chain resolves it) is not http, http2
 /// or grpc, whether the write is the intentions or the defaults.
 fn check_intentions_protocol<L: EntryLookup + ?Sized>(
-    entries: &L,
-    kind: Kind,
-    name: &str,
+    entries: &L, kind: Kind, name: &str,
 ) -> Result<(), ConfigEntryError> {
     let to_check: Vec<&ConfigEntry> = match kind {
         Kind::ServiceIntentions => entries.get(kind, name).into_iter().collect(),

@@ -129,8 +129,7 @@ impl CompileOverrides {
 
 /// Compiles the discovery chain of `req.service_name` from `entries`.
 pub fn compile<L: EntryLookup + ?Sized>(
-    req: &CompileRequest,
-    entries: &L,
+    req: &CompileRequest, entries: &L,
 ) -> Result<CompiledDiscoveryChain, ChainError> {
     compile::Compiler::new(req, entries).compile()
 }

@@ -184,8 +184,7 @@ fn serialize_split<S: Serializer>(r: &ServiceSplit, s: S) -> Result<S::Ok, S::Er
 /// Inside the compiled chain Consul writes a cookie TTL as integer
 /// nanoseconds (it has no string form there).
 fn serialize_load_balancer<S: Serializer>(
-    lb: &Option<LoadBalancer>,
-    s: S,
+    lb: &Option<LoadBalancer>, s: S,
 ) -> Result<S::Ok, S::Error> {
     let raw = serde_json::to_value(lb).map_err(serde::ser::Error::custom)?;
     let mut v = shape::prune(raw, &shape::LOAD_BALANCER);

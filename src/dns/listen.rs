@@ -69,10 +69,7 @@ pub async fn serve<C: Catalog>(l: Listeners, cfg: Arc<DnsConfig>, catalog: Arc<C
 }
 
 async fn resolve<C: Catalog>(
-    cfg: &DnsConfig,
-    catalog: &C,
-    raw: &[u8],
-    udp: bool,
+    cfg: &DnsConfig, catalog: &C, raw: &[u8], udp: bool,
 ) -> Option<Vec<u8>> {
     match tokio::time::timeout(LOOKUP, answer(cfg, catalog, raw, udp)).await {
         Ok(out) => out,

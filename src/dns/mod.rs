@@ -86,15 +86,12 @@ pub trait Catalog: Send + Sync + 'static {
     /// not; with `connect`, the service's connect-capable instances
     /// (sidecar proxies and connect-native services) instead.
     fn instances(
-        &self,
-        service: &str,
-        connect: bool,
+        &self, service: &str, connect: bool,
     ) -> impl Future<Output = Result<Vec<Instance>, LookupError>> + Send;
 
     /// A node of the catalog, if there is one by that name.
     fn node(
-        &self,
-        name: &str,
+        &self, name: &str,
     ) -> impl Future<Output = Result<Option<Arc<Node>>, LookupError>> + Send;
 }
 

@@ -183,11 +183,7 @@ fn name_in(cfg: &DnsConfig, label: &str, kind: &str, dc: &str) -> Option<Name> {
 }
 
 fn instance_entry(
-    cfg: &DnsConfig,
-    dc: &str,
-    qname: &Name,
-    qtype: RecordType,
-    i: &Instance,
+    cfg: &DnsConfig, dc: &str, qname: &Name, qtype: RecordType, i: &Instance,
 ) -> Option<Entry> {
     let ttl = cfg.service_ttl;
     let svc_addr = i.service.address.as_str();
@@ -354,9 +350,7 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
 /// found as asked is looked up again in lower case (resolvers may send
 /// names in mixed case, and DNS-friendly names are lower case).
 async fn instances_any_case<C: Catalog>(
-    catalog: &C,
-    name: &str,
-    connect: bool,
+    catalog: &C, name: &str, connect: bool,
 ) -> Result<Vec<Instance>, super::LookupError> {
     let found = catalog.instances(name, connect).await?;
     let lower = name.to_ascii_lowercase();
@@ -367,8 +361,7 @@ async fn instances_any_case<C: Catalog>(
 }
 
 async fn node_any_case<C: Catalog>(
-    catalog: &C,
-    name: &str,
+    catalog: &C, name: &str,
 ) -> Result<Option<Arc<Node>>, super::LookupError> {
     let found = catalog.node(name).await?;
     let lower = name.to_ascii_lowercase();
@@ -406,10 +399,7 @@ fn reply(req: &Message, code: ResponseCode) -> Message {
 /// UDP (`udp`), or none when it gets no answer at all (a response, or
 /// bytes that are not a DNS header).
 pub async fn answer<C: Catalog>(
-    cfg: &DnsConfig,
-    catalog: &C,
-    raw: &[u8],
-    udp: bool,
+    cfg: &DnsConfig, catalog: &C, raw: &[u8], udp: bool,
 ) -> Option<Vec<u8>> {
     let req = match Message::from_vec(raw) {
         Ok(m) => m,
@@ -498,9 +488,7 @@ mod tests {
             "dc1".into()
         }
         async fn instances(
-            &self,
-            service: &str,
-            _connect: bool,
+            &self, service: &str, _connect: bool,
         ) -> Result<Vec<Instance>, LookupError> {
             Ok(self
                 .instances
@@ -523,12 +511,7 @@ mod tests {
     }
 
     fn inst(
-        node_name: &str,
-        addr: &str,
-        svc: &str,
-        svc_addr: &str,
-        port: i64,
-        status: &str,
+        node_name: &str, addr: &str, svc: &str, svc_addr: &str, port: i64, status: &str,
     ) -> Instance {
         let service: NodeService = serde_json::from_value(serde_json::json!({
             "ID": format!("{svc}-{node_name}-{port}"), "Service": svc, "Address": svc_addr,

@@ -25,9 +25,7 @@ use super::error::FilterError;
 use super::schema::Schema;
 
 pub(crate) fn evaluate(
-    expr: &Expr,
-    row: &Value,
-    schema: Option<&Schema>,
+    expr: &Expr, row: &Value, schema: Option<&Schema>,
 ) -> Result<bool, FilterError> {
     match expr {
         Expr::And(items) => {
@@ -53,10 +51,7 @@ pub(crate) fn evaluate(
 
 /// Follows `m.selector` from `value` (already at path element `depth`).
 fn walk(
-    m: &MatchExpr,
-    value: &Value,
-    schema: Option<&Schema>,
-    depth: usize,
+    m: &MatchExpr, value: &Value, schema: Option<&Schema>, depth: usize,
 ) -> Result<bool, FilterError> {
     let path = &m.selector.path;
     if depth == path.len() {

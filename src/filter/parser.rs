@@ -639,10 +639,7 @@ impl Parser<'_> {
     }
 
     fn build(
-        &self,
-        selector: Selector,
-        op: MatchOp,
-        value: Option<String>,
+        &self, selector: Selector, op: MatchOp, value: Option<String>,
     ) -> Result<Expr, FilterError> {
         let regex = match (op, &value) {
             (MatchOp::Matches | MatchOp::NotMatches, Some(pattern)) => {

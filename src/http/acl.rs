@@ -85,9 +85,7 @@ impl Resolve for Server {
 /// `token`'s authorizer against the version `st` (a blocking query's
 /// re-check reads the version it answers from).
 pub fn resolve_in(
-    s: &Server,
-    st: &crate::state::State,
-    token: Option<&str>,
+    s: &Server, st: &crate::state::State, token: Option<&str>,
 ) -> Result<Arc<Authorizer>> {
     s.acl
         .resolve(st, token)
@@ -367,18 +365,14 @@ async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Res
 }
 
 async fn token_read(
-    State(s): State<App>,
-    a: Authz,
-    Path(accessor): Path<String>,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
     shown_token(&s, &accessor, None)
 }
 
 async fn token_self(
-    State(s): State<App>,
-    a: Authz,
-    parts: axum::http::request::Parts,
+    State(s): State<App>, a: Authz, parts: axum::http::request::Parts,
 ) -> Result<Response> {
     enabled(&s)?;
     // Resolving it (`Authz`) proved the token valid; the caller knows it.
@@ -398,10 +392,7 @@ async fn token_self(
 }
 
 async fn token_update(
-    State(s): State<App>,
-    a: Authz,
-    Path(accessor): Path<String>,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
@@ -424,9 +415,7 @@ async fn token_update(
 }
 
 async fn token_delete(
-    State(s): State<App>,
-    a: Authz,
-    Path(accessor): Path<String>,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     applied(s.write(Command::AclTokenDelete { accessor }).await?)?;
@@ -434,10 +423,7 @@ async fn token_delete(
 }
 
 async fn token_clone(
-    State(s): State<App>,
-    a: Authz,
-    Path(accessor): Path<String>,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     #[derive(Deserialize, Default)]
@@ -526,10 +512,7 @@ fn valid_name(what: &str, name: &str) -> Result<()> {
 }
 
 fn build_policy(
-    _: &Server,
-    body: PolicyBody,
-    id: String,
-    existing: Option<&AclPolicy>,
+    _: &Server, body: PolicyBody, id: String, existing: Option<&AclPolicy>,
 ) -> Result<AclPolicy> {
     if id == GLOBAL_MANAGEMENT_ID {
         if body.name != GLOBAL_MANAGEMENT_NAME {
@@ -682,9 +665,7 @@ async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result
 
 /// One object by ID, or with `BY_NAME` by name.
 async fn read<T: Named, const BY_NAME: bool>(
-    State(s): State<App>,
-    a: Authz,
-    Path(key): Path<String>,
+    State(s): State<App>, a: Authz, Path(key): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
     let st = s.store.state();
@@ -697,10 +678,7 @@ async fn read<T: Named, const BY_NAME: bool>(
 }
 
 async fn update<T: Named>(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Path(id): Path<String>, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: T::Body = decode_folded(&body, T::FIELDS)?;
@@ -722,9 +700,7 @@ async fn update<T: Named>(
 }
 
 async fn delete<T: Named>(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
+    State(s): State<App>, a: Authz, Path(id): Path<String>,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     applied(s.write(T::delete(id)).await?)?;

@@ -288,12 +288,7 @@ async fn services(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Re
 /// `?merge-central-config`: the catalog's reads and the health endpoint's
 /// non-view reads are the same read. `a` is re-checked on every wake.
 pub(super) async fn read_instances(
-    s: &Server,
-    opts: &QueryOptions,
-    a: &mut Authz,
-    name: &str,
-    connect: bool,
-    merge: bool,
+    s: &Server, opts: &QueryOptions, a: &mut Authz, name: &str, connect: bool, merge: bool,
 ) -> Result<(u64, Vec<Instance>)> {
     let key = if connect {
         keys::connect(name)
@@ -314,10 +309,7 @@ pub(super) async fn read_instances(
 /// `/v1/catalog/service/:name` (`CONNECT` false) and
 /// `/v1/catalog/connect/:name` (true): instances in `ServiceNode` form.
 async fn service_rows<const CONNECT: bool>(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
@@ -341,11 +333,7 @@ async fn service_rows<const CONNECT: bool>(
 /// may see them (a node it may not read is not there, as Consul answers),
 /// then `?filter` on the services; with whether the token hid anything.
 async fn read_node(
-    s: &Server,
-    a: &mut Authz,
-    p: &Params,
-    opts: &QueryOptions,
-    name: &str,
+    s: &Server, a: &mut Authz, p: &Params, opts: &QueryOptions, name: &str,
 ) -> Result<(u64, Option<Node>, Vec<NodeService>, bool)> {
     let filter = RowFilter::from_params(p, Rows::NodeServices)?;
     let key = keys::node(name);
@@ -385,10 +373,7 @@ async fn read_node(
 /// `/v1/catalog/node-services/:name`: `{"Node": .., "Services": [..]}`,
 /// an unknown node giving `Node: null`.
 async fn node<const LIST: bool>(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let (index, node, services, filtered) = read_node(&s, &mut a, &p, &opts, &name).await?;
     if LIST {

@@ -77,10 +77,7 @@ fn bool_answer(r: Applied) -> Result<Response> {
 }
 
 async fn put_entry(
-    State(s): State<App>,
-    a: Authz,
-    Opts(p, _): Opts,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Opts(p, _): Opts, body: Bytes,
 ) -> Result<Response> {
     let body: Value = decode_json(&body)?;
     let entry = decode_and_validate(&body)?;
@@ -103,10 +100,7 @@ async fn put_entry(
 }
 
 async fn delete_entry(
-    State(s): State<App>,
-    a: Authz,
-    Path((kind, name)): Path<(String, String)>,
-    Opts(p, _): Opts,
+    State(s): State<App>, a: Authz, Path((kind, name)): Path<(String, String)>, Opts(p, _): Opts,
 ) -> Result<Response> {
     let kind = parse_kind(&kind)?;
     authorize_entry_write(&a, kind, &name)?;
@@ -126,9 +120,7 @@ async fn delete_entry(
 }
 
 async fn get_entry(
-    State(s): State<App>,
-    mut a: Authz,
-    Path((kind, name)): Path<(String, String)>,
+    State(s): State<App>, mut a: Authz, Path((kind, name)): Path<(String, String)>,
     Opts(_, opts): Opts,
 ) -> Result<Response> {
     let kind = parse_kind(&kind)?;
@@ -170,10 +162,7 @@ async fn get_entry(
 }
 
 async fn list_entries(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(kind): Path<String>,
-    Opts(_, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(kind): Path<String>, Opts(_, opts): Opts,
 ) -> Result<Response> {
     let kind = parse_kind(&kind)?;
     let key = keys::config_kind(kind.as_str());
@@ -207,11 +196,7 @@ fn chain_keys() -> Vec<crate::state::WatchKey> {
 }
 
 async fn chain(
-    s: App,
-    mut a: Authz,
-    service: String,
-    q: Option<String>,
-    overrides: CompileOverrides,
+    s: App, mut a: Authz, service: String, q: Option<String>, overrides: CompileOverrides,
 ) -> Result<Response> {
     a.require(a.service_read(&service), "service:read", &service)?;
     let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
@@ -235,20 +220,13 @@ async fn chain(
 }
 
 async fn chain_get(
-    State(s): State<App>,
-    a: Authz,
-    Path(service): Path<String>,
-    RawQuery(q): RawQuery,
+    State(s): State<App>, a: Authz, Path(service): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     chain(s, a, service, q, CompileOverrides::default()).await
 }
 
 async fn chain_post(
-    State(s): State<App>,
-    a: Authz,
-    Path(service): Path<String>,
-    RawQuery(q): RawQuery,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Path(service): Path<String>, RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
     let body: Value = if body.is_empty() {
         Value::Null

@@ -110,10 +110,7 @@ async fn get_config(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -
 }
 
 async fn put_config(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
     QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
@@ -158,10 +155,7 @@ async fn put_config(
 /// `GET /v1/agent/connect/ca/leaf/:service` on a server: signed here,
 /// blocking on `?index` until a new leaf (after a rotation, or renewal).
 async fn leaf(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(service): Path<String>,
-    RawQuery(q): RawQuery,
+    State(s): State<App>, mut a: Authz, Path(service): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     a.require(a.service_write(&service), "service:write", &service)?;
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;

@@ -99,10 +99,7 @@ impl NodeSpec {
 
 /// The bootstrap parameters for `svc`, registered on `node`.
 pub fn bootstrap_params_for(
-    st: &state::State,
-    node: &Node,
-    svc: &NodeService,
-    datacenter: &str,
+    st: &state::State, node: &Node, svc: &NodeService, datacenter: &str,
 ) -> BootstrapParams {
     // Merged whatever the kind: the dataplane asks about proxies and
     // gateways, and a typical service merges to itself plus proxy-defaults,
@@ -133,10 +130,7 @@ pub fn bootstrap_params_for(
 }
 
 async fn bootstrap_params(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(id): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(id): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let spec = match (p.get("node"), p.get("node-id")) {
         (Some(n), _) if !n.is_empty() => NodeSpec::Name(n.to_string()),

@@ -51,10 +51,7 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// Serves the gRPC port until `stop` is notified.
 pub async fn serve(
-    s: App,
-    listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    max_streams: usize,
+    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, max_streams: usize,
     stop: Arc<tokio::sync::Notify>,
 ) {
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
@@ -103,8 +100,7 @@ pub async fn serve(
 /// Accepted connections, each set up (the TLS handshake) on its own task
 /// so that a slow client holds up no other; failed ones are dropped.
 fn accept<IO, F, Fut>(
-    listener: TcpListener,
-    setup: F,
+    listener: TcpListener, setup: F,
 ) -> impl Stream<Item = Result<IO, std::io::Error>> + Send
 where
     IO: Send + 'static,
@@ -156,9 +152,7 @@ impl tonic::transport::server::Connected for TlsIo {
 
 impl AsyncRead for TlsIo {
     fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.0).poll_read(cx, buf)
     }
@@ -166,9 +160,7 @@ impl AsyncRead for TlsIo {
 
 impl AsyncWrite for TlsIo {
     fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
     }
@@ -315,9 +307,7 @@ fn to_struct(m: &serde_json::Map<String, Value>) -> Struct {
 }
 
 fn bootstrap(
-    s: &App,
-    token: Option<&str>,
-    req: GetEnvoyBootstrapParamsRequest,
+    s: &App, token: Option<&str>, req: GetEnvoyBootstrapParamsRequest,
 ) -> Result<GetEnvoyBootstrapParamsResponse, Status> {
     if req.service_id.is_empty() {
         return Err(Status::invalid_argument("service_id is required"));

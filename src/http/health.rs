@@ -43,10 +43,7 @@ async fn missing_state() -> Error {
 
 /// The checks on a node, node-level and service-level.
 async fn node(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     checks(&s, a, &p, &opts, vec![keys::node(&name)], |st| {
         node_checks(st, &name).cloned().collect()
@@ -56,10 +53,7 @@ async fn node(
 
 /// The checks of a service's instances (their own checks, not node checks).
 async fn service_checks(
-    State(s): State<App>,
-    a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let meta = node_meta_filters(&p);
     checks(&s, a, &p, &opts, vec![keys::service(&name)], |st| {
@@ -78,10 +72,7 @@ async fn service_checks(
 
 /// `GET /v1/health/state/:state`: checks in one state, or all with `any`.
 async fn by_state(
-    State(s): State<App>,
-    a: Authz,
-    Path(state): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, a: Authz, Path(state): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     if state != "any" && HealthStatus::settable(&state).is_err() {
         return Err(Error::bad(format!(
@@ -114,11 +105,7 @@ async fn by_state(
 /// (a blocking query), then the checks the token may see, then `?filter`,
 /// with the filtered header when the token hid any.
 async fn checks(
-    s: &Server,
-    mut a: Authz,
-    p: &Params,
-    opts: &QueryOptions,
-    watch: Vec<WatchKey>,
+    s: &Server, mut a: Authz, p: &Params, opts: &QueryOptions, watch: Vec<WatchKey>,
     read: impl Fn(&crate::state::State) -> Vec<HealthCheck>,
 ) -> Result<Response> {
     let filter = RowFilter::from_params(p, Rows::Checks)?;
@@ -144,10 +131,7 @@ fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
 /// `/v1/health/service/:name` (`CONNECT` false) and
 /// `/v1/health/connect/:name` (true): instances with their checks.
 async fn instances<const CONNECT: bool>(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(name): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let connect = CONNECT;
     let passing = passing_flag(&p)?;

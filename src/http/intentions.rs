@@ -187,10 +187,7 @@ async fn get_exact(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> R
 /// `PUT /v1/connect/intentions/exact`: upsert by name (source and
 /// destination from the query win over the body's).
 async fn put_exact(
-    State(s): State<App>,
-    a: Authz,
-    Opts(p, _): Opts,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Opts(p, _): Opts, body: Bytes,
 ) -> Result<Response> {
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;

@@ -54,10 +54,7 @@ fn not_found(s: &App, index: u64, filtered: bool) -> Response {
 }
 
 async fn get_kv(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(key): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(key): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let recurse = p.has("recurse");
     if p.has("keys") {
@@ -117,11 +114,7 @@ fn check_key(key: &str) -> Result<()> {
 }
 
 async fn put_kv(
-    State(s): State<App>,
-    a: Authz,
-    Path(key): Path<String>,
-    Opts(p, _): Opts,
-    body: Bytes,
+    State(s): State<App>, a: Authz, Path(key): Path<String>, Opts(p, _): Opts, body: Bytes,
 ) -> Result<Response> {
     check_key(&key)?;
     a.require(a.key_write(&key), "key:write", &key)?;
@@ -158,10 +151,7 @@ async fn put_kv(
 }
 
 async fn delete_kv(
-    State(s): State<App>,
-    a: Authz,
-    Path(key): Path<String>,
-    Opts(p, _): Opts,
+    State(s): State<App>, a: Authz, Path(key): Path<String>, Opts(p, _): Opts,
 ) -> Result<Response> {
     let recurse = p.has("recurse");
     if recurse {

@@ -189,10 +189,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
 
 /// Sends a request on to the leader; an error means it could not be reached.
 async fn proxy(
-    s: &Server,
-    addr: &str,
-    parts: &axum::http::request::Parts,
-    body: axum::body::Bytes,
+    s: &Server, addr: &str, parts: &axum::http::request::Parts, body: axum::body::Bytes,
 ) -> Result<Response> {
     crate::metrics::HTTP_FORWARDED.inc();
     // A leader serving HTTPS only advertises `https://host:port`.
@@ -263,10 +260,7 @@ pub enum Watch {
 /// a token deleted or a policy narrowed while the query waited is in force
 /// in its answer; `read` and the caller after it see the current one.
 pub async fn blocking<T>(
-    s: &Server,
-    opts: &QueryOptions,
-    a: &mut Authz,
-    watch: Watch,
+    s: &Server, opts: &QueryOptions, a: &mut Authz, watch: Watch,
     read: impl Fn(&state::State, &Authz) -> (u64, T),
 ) -> Result<(u64, T)> {
     if opts.consistent {
@@ -339,10 +333,7 @@ pub const FILTERED: &str = "x-consul-results-filtered-by-acls";
 
 /// A JSON answer with the read headers, marked when ACLs dropped rows.
 pub fn json_filtered<T: serde::Serialize>(
-    s: &Server,
-    index: u64,
-    value: &T,
-    filtered: bool,
+    s: &Server, index: u64, value: &T, filtered: bool,
 ) -> Response {
     let mut resp = json_at(s, index, value);
     if filtered {
@@ -372,9 +363,7 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
 /// `dns`, the DNS interface (answering from this server's state) and, with
 /// `grpc`, the gRPC port (xDS and the dataplane's services).
 pub async fn run(
-    config: ServerConfig,
-    dns: Option<crate::dns::DnsConfig>,
-    grpc: Option<grpc::GrpcConfig>,
+    config: ServerConfig, dns: Option<crate::dns::DnsConfig>, grpc: Option<grpc::GrpcConfig>,
 ) -> anyhow::Result<()> {
     let server = Server::start(config.clone()).await?;
     server

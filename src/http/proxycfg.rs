@@ -18,10 +18,7 @@ pub fn routes() -> Router<App> {
 }
 
 async fn snapshot(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
-    Opts(p, opts): Opts,
+    State(s): State<App>, a: Authz, Path(id): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let node = p
         .get("node")

@@ -66,11 +66,7 @@ fn receiving_node(s: &App, headers: &HeaderMap) -> String {
 }
 
 async fn create(
-    State(s): State<App>,
-    a: Authz,
-    _: Opts,
-    headers: HeaderMap,
-    body: Bytes,
+    State(s): State<App>, a: Authz, _: Opts, headers: HeaderMap, body: Bytes,
 ) -> Result<Response> {
     let req: SessionRequest = if body.iter().all(u8::is_ascii_whitespace) {
         SessionRequest::default()
@@ -127,10 +123,7 @@ pub fn authorize_session(s: &Server, a: &Authz, id: &str) -> Result<()> {
 }
 
 async fn destroy(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
-    _: Opts,
+    State(s): State<App>, a: Authz, Path(id): Path<String>, _: Opts,
 ) -> Result<Response> {
     authorize_session(&s, &a, &id)?;
     match s
@@ -150,10 +143,7 @@ async fn destroy(
 
 /// Resets the session's TTL timer on the leader (no Raft write, as Consul).
 async fn renew(
-    State(s): State<App>,
-    a: Authz,
-    Path(id): Path<String>,
-    _: Opts,
+    State(s): State<App>, a: Authz, Path(id): Path<String>, _: Opts,
 ) -> Result<Response> {
     authorize_session(&s, &a, &id)?;
     let (index, session) = renew_session(&s, &id).await?;
@@ -183,10 +173,7 @@ pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> 
 
 /// Sessions the token may read (`session:read` on their node).
 async fn read(
-    s: &App,
-    a: &mut Authz,
-    opts: QueryOptions,
-    key: crate::state::WatchKey,
+    s: &App, a: &mut Authz, opts: QueryOptions, key: crate::state::WatchKey,
     pick: impl Fn(&crate::state::State) -> Vec<Session>,
 ) -> Result<Response> {
     let watch = Watch::Keys(vec![key.clone()]);
@@ -197,10 +184,7 @@ async fn read(
 }
 
 async fn info(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(id): Path<String>,
-    Opts(_, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(id): Path<String>, Opts(_, opts): Opts,
 ) -> Result<Response> {
     read(&s, &mut a, opts, keys::session(&id), |st| {
         st.sessions
@@ -213,10 +197,7 @@ async fn info(
 }
 
 async fn node(
-    State(s): State<App>,
-    mut a: Authz,
-    Path(node): Path<String>,
-    Opts(_, opts): Opts,
+    State(s): State<App>, mut a: Authz, Path(node): Path<String>, Opts(_, opts): Opts,
 ) -> Result<Response> {
     read(&s, &mut a, opts, keys::node_sessions(&node), |st| {
         crate::state::session::node_sessions(st, &node)

@@ -142,10 +142,7 @@ async fn committed(s: &App, id: &str, staged_at: u64) -> Result<()> {
 /// and nothing is proposed), then proposed as chunks and one commit that
 /// swaps the state on every server at once.
 async fn restore(
-    State(s): State<App>,
-    a: Authz,
-    RawQuery(q): RawQuery,
-    body: Bytes,
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
     management(&a)?;
     QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;

@@ -107,8 +107,7 @@ pub fn proxy_defaults(entries: &(impl EntryLookup + ?Sized)) -> Option<&ProxyCon
 }
 
 pub fn service_defaults<'a>(
-    entries: &'a (impl EntryLookup + ?Sized),
-    name: &str,
+    entries: &'a (impl EntryLookup + ?Sized), name: &str,
 ) -> Option<&'a ServiceConfigEntry> {
     entries
         .get(Kind::ServiceDefaults, name)?
@@ -117,8 +116,7 @@ pub fn service_defaults<'a>(
 
 /// Flattens central config for the proxy described by `req`.
 pub fn resolve_service_config(
-    entries: &(impl EntryLookup + ?Sized),
-    req: &ResolveRequest,
+    entries: &(impl EntryLookup + ?Sized), req: &ResolveRequest,
 ) -> ResolvedServiceConfig {
     let mut out = ResolvedServiceConfig::default();
     // Defaults for upstreams with no config of their own; only the mesh
@@ -314,9 +312,7 @@ pub fn resolve_service_config(
 /// transparent — each local upstream's and each local override's. A peered
 /// upstream sees a protocol only through a local service of the same name.
 fn visible_upstream_defaults<'a>(
-    req: &'a ResolveRequest,
-    overrides: &BTreeMap<UpstreamKey, &'a UpstreamConfig>,
-    tproxy: bool,
+    req: &'a ResolveRequest, overrides: &BTreeMap<UpstreamKey, &'a UpstreamConfig>, tproxy: bool,
 ) -> BTreeSet<&'a str> {
     let mut names: BTreeSet<&str> = BTreeSet::from([req.name.as_str()]);
     let local: Vec<&str> = req

@@ -74,8 +74,7 @@ pub fn resolve_request_for(svc: &NodeService) -> ResolveRequest {
 /// `svc` with central config merged in, whatever its kind (the dataplane
 /// bootstrap merges any service it is asked about, as Consul does).
 pub fn merge_with_central_config(
-    entries: &(impl EntryLookup + ?Sized),
-    svc: &NodeService,
+    entries: &(impl EntryLookup + ?Sized), svc: &NodeService,
 ) -> NodeService {
     let resolved = resolve_service_config(entries, &resolve_request_for(svc));
     merge_service_config(&resolved, svc)
@@ -211,9 +210,7 @@ pub fn merge_service_config(defaults: &ResolvedServiceConfig, svc: &NodeService)
 /// [`merge_service_config`] with `prepared` for `svc`'s service upstreams,
 /// in their order.
 fn merge_prepared(
-    defaults: &ResolvedServiceConfig,
-    prepared: &Prepared,
-    svc: &NodeService,
+    defaults: &ResolvedServiceConfig, prepared: &Prepared, svc: &NodeService,
 ) -> NodeService {
     let mut ns = svc.clone();
     let p = &mut ns.proxy;
@@ -415,11 +412,7 @@ pub const PARAM: &str = "merge-central-config";
 /// of its proxies): the read's own catalog key, and when it merges, the
 /// config entries the merge of the current instances reads.
 pub fn read_watch_keys(
-    state: &State,
-    catalog_key: WatchKey,
-    name: &str,
-    connect: bool,
-    merge: bool,
+    state: &State, catalog_key: WatchKey, name: &str, connect: bool, merge: bool,
 ) -> Vec<WatchKey> {
     let mut keys = vec![catalog_key];
     if merge {

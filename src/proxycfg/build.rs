@@ -180,10 +180,7 @@ impl Shared {
     }
 
     fn chain(
-        &mut self,
-        state: &State,
-        req: &CompileRequest,
-        dc: &str,
+        &mut self, state: &State, req: &CompileRequest, dc: &str,
     ) -> (ChainResult, Arc<[Dep]>) {
         let key = (req.service_name.clone(), dc.to_string());
         if let Some(hit) = self.chains.get(&key).and_then(|c| c.current(state)) {
@@ -210,11 +207,7 @@ impl Shared {
     }
 
     fn endpoints(
-        &mut self,
-        state: &State,
-        service: &str,
-        filter: &str,
-        only_passing: bool,
+        &mut self, state: &State, service: &str, filter: &str, only_passing: bool,
     ) -> Endpoints {
         let key = (service.to_string(), filter.to_string(), only_passing);
         if let Some((hit, _)) = self.endpoints.get(&key).and_then(|e| e.current(state)) {
@@ -292,10 +285,7 @@ impl EntryLookup for Recording<'_> {
 /// Builds the snapshot of proxy `key`, or `None` if it is not registered
 /// (any more) as a connect proxy.
 pub fn build(
-    state: &State,
-    datacenter: &str,
-    key: &ProxyKey,
-    shared: &mut Shared,
+    state: &State, datacenter: &str, key: &ProxyKey, shared: &mut Shared,
 ) -> Option<(Snapshot, BTreeSet<Dep>)> {
     let registered = state.services.get(key)?;
     if !registered.is_connect_proxy() {
@@ -391,8 +381,7 @@ fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> b
 }
 
 fn leaf_without_key<S: serde::Serializer>(
-    leaf: &Option<Arc<IssuedCert>>,
-    ser: S,
+    leaf: &Option<Arc<IssuedCert>>, ser: S,
 ) -> Result<S::Ok, S::Error> {
     let shown = leaf.as_deref().map(|l| IssuedCert {
         private_key_pem: String::new(),

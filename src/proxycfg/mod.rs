@@ -48,10 +48,7 @@ type Built = Option<(Snapshot, BTreeSet<Dep>)>;
 /// updating. The shared cache may be half-updated by the panic: it starts
 /// over empty.
 fn build_one(
-    state: &crate::state::State,
-    dc: &str,
-    key: ProxyKey,
-    shared: &mut Shared,
+    state: &crate::state::State, dc: &str, key: ProxyKey, shared: &mut Shared,
 ) -> Option<(ProxyKey, Built)> {
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
@@ -280,9 +277,7 @@ impl Inner {
 /// `on_event`; on a restart of the stream every known proxy is checked
 /// again (those gone are torn down by their rebuild).
 fn follow(
-    inner: &Arc<Inner>,
-    publisher: &Publisher,
-    topic: Topic,
+    inner: &Arc<Inner>, publisher: &Publisher, topic: Topic,
     on_event: impl Fn(&Inner, &crate::stream::Event) + Send + 'static,
 ) {
     let mut sub = publisher.subscribe(inner.store.clone(), topic, "", 0);
@@ -308,10 +303,7 @@ impl Manager {
     /// Starts the manager: subscriptions and the rebuild loop.
     /// `default_allow`: the intentions' decision when none matches.
     pub fn start(
-        store: Arc<Store>,
-        publisher: &Publisher,
-        datacenter: &str,
-        default_allow: bool,
+        store: Arc<Store>, publisher: &Publisher, datacenter: &str, default_allow: bool,
     ) -> Manager {
         let inner = Arc::new(Inner {
             store: store.clone(),

@@ -59,10 +59,7 @@ impl World {
 
     /// Waits (≤ 1 s) for the proxy's snapshot to satisfy `pred`.
     async fn until(
-        &self,
-        key: &ProxyKey,
-        what: &str,
-        pred: impl Fn(&Snapshot) -> bool,
+        &self, key: &ProxyKey, what: &str, pred: impl Fn(&Snapshot) -> bool,
     ) -> Arc<Snapshot> {
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {

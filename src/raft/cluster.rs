@@ -54,13 +54,8 @@ impl Cluster {
     }
 
     pub fn new(
-        id: NodeId,
-        me: ServerNode,
-        raft: Raft,
-        store: Arc<Store>,
-        expect: usize,
-        joins: Vec<String>,
-        connector: Arc<dyn Connect>,
+        id: NodeId, me: ServerNode, raft: Raft, store: Arc<Store>, expect: usize,
+        joins: Vec<String>, connector: Arc<dyn Connect>,
     ) -> Self {
         Cluster {
             id,

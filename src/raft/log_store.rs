@@ -471,10 +471,7 @@ impl Log {
     /// `first_free`); with the bytes their records take, and whether the
     /// budget cut it short.
     fn read_upto(
-        &self,
-        range: (Bound<u64>, Bound<u64>),
-        budget: usize,
-        first_free: bool,
+        &self, range: (Bound<u64>, Bound<u64>), budget: usize, first_free: bool,
     ) -> Result<(Vec<Entry>, usize, bool), DiskError> {
         let from = next_index(self.purged.as_ref());
         let mut out = Vec::new();
@@ -763,11 +760,7 @@ impl Tail {
     /// or starts before it; `None` if the tail is empty or starts after
     /// `start` (the files have those).
     fn read(
-        &self,
-        start: u64,
-        end: Bound<u64>,
-        budget: usize,
-        first_free: bool,
+        &self, start: u64, end: Bound<u64>, budget: usize, first_free: bool,
     ) -> Option<Vec<Entry>> {
         let first = self.first_index().filter(|f| *f <= start)?;
         let mut out = Vec::new();
@@ -829,10 +822,7 @@ impl LogStore {
     /// The log in `log_dir`, in segments of about `segment_bytes`; the vote
     /// in sled (`db`, opened in `db_dir`).
     pub fn open(
-        db: &sled::Db,
-        db_dir: &Path,
-        log_dir: &Path,
-        segment_bytes: u64,
+        db: &sled::Db, db_dir: &Path, log_dir: &Path, segment_bytes: u64,
     ) -> anyhow::Result<Self> {
         let log = Arc::new(Mutex::new(Log::open(log_dir, segment_bytes)?));
         let tail = Arc::new(parking_lot::Mutex::new(Tail::default()));
@@ -904,10 +894,7 @@ impl LogStore {
     /// The entries from `start` before `end` within `budget` bytes (the
     /// first always): the newest from the tail, older ones from the files.
     async fn read(
-        &self,
-        start: u64,
-        end: Bound<u64>,
-        budget: usize,
+        &self, start: u64, end: Bound<u64>, budget: usize,
     ) -> Result<Vec<Entry>, StorageError> {
         if let Some(why) = self.failed.get() {
             return Err(io::Error::other(why.clone()));
@@ -1013,9 +1000,7 @@ impl Writer {
 /// The log, unless a failed fsync or a panic while it was held (its index
 /// may disagree with the files) made it unusable.
 fn lock_log<'a>(
-    log: &'a Mutex<Log>,
-    dir: &Path,
-    failed: &Failed,
+    log: &'a Mutex<Log>, dir: &Path, failed: &Failed,
 ) -> Result<MutexGuard<'a, Log>, StorageError> {
     if let Some(why) = failed.get() {
         return Err(io::Error::other(why.clone()));
@@ -1067,8 +1052,7 @@ fn start_of(start: Bound<u64>) -> u64 {
 
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
-        &mut self,
-        range: RB,
+        &mut self, range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let (start, end) = bounds(&range);
         self.read(start_of(start), end, usize::MAX).await
@@ -1078,9 +1062,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     /// well as by openraft's entry count, so a run of large entries goes
     /// in several requests instead of one frame no follower would take.
     async fn limited_get_log_entries(
-        &mut self,
-        start: u64,
-        end: u64,
+        &mut self, start: u64, end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
         self.read(start, Bound::Excluded(end), super::network::APPEND_BYTES)
             .await
@@ -1136,9 +1118,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// thread here. The writer writes them (a segment roll with its fsyncs
     /// included) and reports them durable after its `fdatasync`.
     async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: IOFlushed<TypeConfig>,
+        &mut self, entries: I, callback: IOFlushed<TypeConfig>,
     ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,

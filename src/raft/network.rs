@@ -448,9 +448,7 @@ impl RaftNetworkV2<TypeConfig> for Conn {
     /// rest next): a request the peer refuses as too large is never resent
     /// as it was.
     async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
+        &mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
         let mut req = Request::Append(rpc);
@@ -499,9 +497,7 @@ impl RaftNetworkV2<TypeConfig> for Conn {
     }
 
     async fn vote(
-        &mut self,
-        rpc: VoteRequest<TypeConfig>,
-        option: RPCOption,
+        &mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         match self.call(&Request::Vote(rpc), option.hard_ttl()).await {
             Ok(Reply::Vote(Ok(r))) => Ok(r),
@@ -514,11 +510,8 @@ impl RaftNetworkV2<TypeConfig> for Conn {
     /// Sends the snapshot in chunks on this connection, each within the
     /// RPC's time limit; stops when replication is closed.
     async fn full_snapshot(
-        &mut self,
-        vote: Vote,
-        snapshot: Snapshot,
-        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
-        option: RPCOption,
+        &mut self, vote: Vote, snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static, option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let mut cancel = std::pin::pin!(cancel);
         let data = &snapshot.snapshot;
@@ -562,9 +555,7 @@ impl RaftNetworkV2<TypeConfig> for Conn {
 pub trait Formation: Send + Sync + 'static {
     fn hello(&self, from: Hello) -> impl std::future::Future<Output = Hello> + Send;
     fn join(
-        &self,
-        id: NodeId,
-        node: ServerNode,
+        &self, id: NodeId, node: ServerNode,
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
     /// The leader spoke to this server (for `X-Consul-LastContact`).
     fn leader_contact(&self);
@@ -676,10 +667,7 @@ impl Drop for ConnSlot {
 /// Serves Raft and formation RPCs on the Raft port until the listener
 /// fails, within `limits`.
 pub async fn serve<A: Accept, F: Formation>(
-    mut listener: A,
-    raft: super::Raft,
-    formation: Arc<F>,
-    limits: PortLimits,
+    mut listener: A, raft: super::Raft, formation: Arc<F>, limits: PortLimits,
     snapshots: SnapshotStore,
 ) {
     let conns = Arc::new(Conns {
@@ -837,9 +825,7 @@ impl<F: Formation> Peer<F> {
 
     /// Answers one request; `Err` closes the connection.
     async fn handle(
-        &self,
-        req: Request,
-        receiving: &mut Option<Receiving>,
+        &self, req: Request, receiving: &mut Option<Receiving>,
     ) -> Result<Reply, String> {
         let raft = &self.raft;
         Ok(match req {
@@ -887,13 +873,8 @@ impl<F: Formation> Peer<F> {
     /// Adds a chunk to the snapshot being received; installs it after the
     /// last.
     async fn receive_chunk(
-        &self,
-        receiving: &mut Option<Receiving>,
-        vote: Vote,
-        meta: SnapshotMeta,
-        offset: u64,
-        data: Vec<u8>,
-        done: bool,
+        &self, receiving: &mut Option<Receiving>, vote: Vote, meta: SnapshotMeta, offset: u64,
+        data: Vec<u8>, done: bool,
     ) -> Result<Option<SnapshotResponse<TypeConfig>>, String> {
         if data.len() > SNAPSHOT_CHUNK {
             *receiving = None;

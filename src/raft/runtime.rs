@@ -86,8 +86,7 @@ impl AsyncRuntime for Runtime {
     }
 
     fn select2<A, B>(
-        a: A,
-        b: B,
+        a: A, b: B,
     ) -> impl Future<Output = Select2<A::Output, B::Output>> + OptionalSend
     where
         A: Future + OptionalSend,
@@ -97,9 +96,7 @@ impl AsyncRuntime for Runtime {
     }
 
     fn select3<A, B, C>(
-        a: A,
-        b: B,
-        c: C,
+        a: A, b: B, c: C,
     ) -> impl Future<Output = Select3<A::Output, B::Output, C::Output>> + OptionalSend
     where
         A: Future + OptionalSend,
@@ -110,10 +107,7 @@ impl AsyncRuntime for Runtime {
     }
 
     fn select4<A, B, C, D>(
-        a: A,
-        b: B,
-        c: C,
-        d: D,
+        a: A, b: B, c: C, d: D,
     ) -> impl Future<Output = Select4<A::Output, B::Output, C::Output, D::Output>> + OptionalSend
     where
         A: Future + OptionalSend,

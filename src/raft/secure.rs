@@ -35,9 +35,7 @@ impl TlsConnect {
     /// `config` presents this server's certificate and trusts the CA; the
     /// peer must prove `server.<datacenter>.consul`.
     pub fn new(
-        inner: Arc<dyn Connect>,
-        config: rustls::ClientConfig,
-        datacenter: &str,
+        inner: Arc<dyn Connect>, config: rustls::ClientConfig, datacenter: &str,
     ) -> Result<Self, crate::tls::TlsError> {
         let name = crate::tls::server_name(datacenter);
         Ok(TlsConnect {
@@ -138,9 +136,7 @@ impl Accepting {
 
 impl AsyncRead for Accepting {
     fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         std::task::ready!(self.poll_handshake(cx))?;
         Pin::new(self.ready()).poll_read(cx, buf)
@@ -149,9 +145,7 @@ impl AsyncRead for Accepting {
 
 impl AsyncWrite for Accepting {
     fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         std::task::ready!(self.poll_handshake(cx))?;
         Pin::new(self.ready()).poll_write(cx, buf)

@@ -44,8 +44,7 @@ impl SnapshotStore {
     /// async workers keep serving heartbeats. The simulation has no threads:
     /// inline there.
     async fn off_workers<T: Send + 'static>(
-        &self,
-        work: impl FnOnce() -> T + Send + 'static,
+        &self, work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, StorageError> {
         match self {
             SnapshotStore::Dir(_) => tokio::task::spawn_blocking(work).await.map_err(sm_err),
@@ -405,9 +404,7 @@ pub mod snapshot_file {
     /// Writes the saved snapshot atomically, its data written by `fill` as
     /// it goes (never whole in memory); returns it.
     pub fn save_with(
-        dir: &Path,
-        meta: &Meta,
-        fill: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+        dir: &Path, meta: &Meta, fill: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
     ) -> Result<SnapshotFile, DiskError> {
         let path = path(dir);
         let tmp = path.with_extension("tmp");
@@ -625,9 +622,7 @@ impl StateMachine {
     }
 
     pub fn with_snapshots(
-        store: Arc<Store>,
-        publisher: Arc<Publisher>,
-        snapshots: SnapshotStore,
+        store: Arc<Store>, publisher: Arc<Publisher>, snapshots: SnapshotStore,
     ) -> anyhow::Result<Self> {
         let p = store.persist();
         let applied = match p.get(&meta_key("applied"))? {
@@ -666,8 +661,7 @@ fn restore_step(cmd: &crate::state::Payload) -> Option<bool> {
 
 /// The rows that say where the state is: the applied log id and membership.
 fn meta_rows(
-    applied: &Option<LogId>,
-    membership: &Membership,
+    applied: &Option<LogId>, membership: &Membership,
 ) -> Result<crate::state::Ops, StorageError> {
     Ok(vec![
         (
@@ -830,9 +824,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     /// that finds the state behind it installs it again), then the rows and
     /// the applied id are replaced in one atomic swap (`Persist::replace`).
     async fn install_snapshot(
-        &mut self,
-        meta: &Meta,
-        data: SnapshotData,
+        &mut self, meta: &Meta, data: SnapshotData,
     ) -> Result<(), StorageError> {
         let started = std::time::Instant::now();
         let bytes = data.len();

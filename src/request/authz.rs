@@ -145,9 +145,7 @@ impl Authz {
     /// resolves at) unless `generation` is the one already held: a wake
     /// with no ACL change costs one comparison.
     pub fn refresh(
-        &mut self,
-        generation: u64,
-        resolve: impl FnOnce(Option<&str>) -> Result<Arc<Authorizer>>,
+        &mut self, generation: u64, resolve: impl FnOnce(Option<&str>) -> Result<Arc<Authorizer>>,
     ) -> Result<()> {
         if self.checked && generation != self.generation {
             self.authz = resolve(self.token.as_deref())?;

@@ -148,9 +148,7 @@ fn wants_prometheus(query: Option<&str>) -> bool {
 /// `/v1/agent/metrics` (servers' and agents'): Consul's JSON form unless
 /// `?format=prometheus`.
 pub fn metrics_response(
-    query: Option<&str>,
-    counters: &[&crate::metrics::Counter],
-    gauges: &[(&str, &str, f64)],
+    query: Option<&str>, counters: &[&crate::metrics::Counter], gauges: &[(&str, &str, f64)],
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     if wants_prometheus(query) {

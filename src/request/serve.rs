@@ -88,9 +88,7 @@ fn ms(start: Instant) -> u64 {
 
 impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
@@ -113,9 +111,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.io).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &r
@@ -129,9 +125,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
     // Passed through, so hyper writes head and body without copying them
     // into one buffer first.
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = &r
@@ -175,8 +169,7 @@ impl http_body::Body for Tracked {
     type Error = axum::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
@@ -192,20 +185,14 @@ impl http_body::Body for Tracked {
 
 /// Serves `app` on `listener` within `limits` until `stop` is notified.
 pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: HttpLimits,
-    stop: Arc<tokio::sync::Notify>,
+    listener: TcpListener, app: Router, limits: HttpLimits, stop: Arc<tokio::sync::Notify>,
 ) {
     serve_with(listener, app, limits, stop, None).await
 }
 
 /// Serves `app` over HTTPS on `listener`, as [`serve`] does over HTTP.
 pub async fn serve_tls(
-    listener: TcpListener,
-    app: Router,
-    limits: HttpLimits,
-    stop: Arc<tokio::sync::Notify>,
+    listener: TcpListener, app: Router, limits: HttpLimits, stop: Arc<tokio::sync::Notify>,
     tls: Arc<rustls::ServerConfig>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -213,10 +200,7 @@ pub async fn serve_tls(
 }
 
 async fn serve_with(
-    listener: TcpListener,
-    app: Router,
-    limits: HttpLimits,
-    stop: Arc<tokio::sync::Notify>,
+    listener: TcpListener, app: Router, limits: HttpLimits, stop: Arc<tokio::sync::Notify>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let conns = Arc::new(Semaphore::new(limits.max_conns));

@@ -284,9 +284,7 @@ impl Tx<'_> {
     /// An ACL row changed (`state::acl` keeps the maps): wakes `acl`, the
     /// resolution caches' generation.
     pub(crate) fn put_acl(
-        &mut self,
-        key: String,
-        before: Option<super::acl::AclRow>,
+        &mut self, key: String, before: Option<super::acl::AclRow>,
         after: Option<super::acl::AclRow>,
     ) {
         self.touch(keys::ACL);

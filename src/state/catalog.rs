@@ -253,10 +253,7 @@ fn node_op(tx: &mut Tx, verb: CatalogVerb, node: &Node) -> Result<Option<TxnResu
 }
 
 fn service_op(
-    tx: &mut Tx,
-    verb: CatalogVerb,
-    node: &str,
-    svc: &NodeService,
+    tx: &mut Tx, verb: CatalogVerb, node: &str, svc: &NodeService,
 ) -> Result<Option<TxnResult>, String> {
     let id = if svc.id.is_empty() {
         svc.service.clone()
@@ -305,9 +302,7 @@ fn service_op(
 }
 
 fn check_op(
-    tx: &mut Tx,
-    verb: CatalogVerb,
-    check: &HealthCheck,
+    tx: &mut Tx, verb: CatalogVerb, check: &HealthCheck,
 ) -> Result<Option<TxnResult>, String> {
     let (node, id) = (check.node.clone(), check.check_id.clone());
     let k = (node.clone(), id.clone());

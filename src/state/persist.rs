@@ -151,10 +151,7 @@ fn table_tag(t: Table) -> u8 {
 /// Writes the changes of applied commands (the last version `state` gives
 /// the final value of every touched index) plus `meta`, atomically.
 pub fn write_changes(
-    p: &dyn Persist,
-    sets: &[ChangeSet],
-    state: &State,
-    meta: Ops,
+    p: &dyn Persist, sets: &[ChangeSet], state: &State, meta: Ops,
 ) -> anyhow::Result<()> {
     let mut ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     for set in sets {

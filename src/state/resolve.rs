@@ -80,9 +80,7 @@ impl Resolver {
     /// The authorizer of `secret` (none or empty: the anonymous token)
     /// against `st`. ACLs off: everything is allowed, nothing looked up.
     pub fn resolve(
-        &self,
-        st: &State,
-        secret: Option<&str>,
+        &self, st: &State, secret: Option<&str>,
     ) -> Result<Arc<Authorizer>, AclNotFound> {
         if !self.config.enabled {
             return Ok(self.allow_all.clone());

@@ -54,11 +54,7 @@ impl<'a> Tx<'a> {
 
     /// Records one row's change (the tables' `impl Tx` blocks call it).
     pub(crate) fn record(
-        &mut self,
-        table: Table,
-        key: String,
-        before: Option<Row>,
-        after: Option<Row>,
+        &mut self, table: Table, key: String, before: Option<Row>, after: Option<Row>,
     ) {
         self.set.changes.push(Change {
             table,
@@ -102,8 +98,7 @@ impl<'a> Tx<'a> {
 }
 
 pub(crate) fn remove_from_index(
-    index: &mut imbl::OrdMap<String, imbl::OrdSet<(String, String)>>,
-    name: &str,
+    index: &mut imbl::OrdMap<String, imbl::OrdSet<(String, String)>>, name: &str,
     k: &(String, String),
 ) {
     if let Some(set) = index.get_mut(name) {

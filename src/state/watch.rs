@@ -23,8 +23,7 @@ pub struct Watches {
 const SWEEP_AT: usize = 4096;
 
 fn subscribe_in(
-    map: &Mutex<HashMap<WatchKey, watch::Sender<u64>>>,
-    key: &WatchKey,
+    map: &Mutex<HashMap<WatchKey, watch::Sender<u64>>>, key: &WatchKey,
 ) -> watch::Receiver<u64> {
     let mut map = map.lock();
     if map.len() >= SWEEP_AT && !map.contains_key(key) {

@@ -105,11 +105,7 @@ struct Payload<'a, T: Serialize> {
 
 impl Event {
     fn new<T: Serialize>(
-        topic: Topic,
-        key: String,
-        index: u64,
-        op: &'static str,
-        value: &T,
+        topic: Topic, key: String, index: u64, op: &'static str, value: &T,
     ) -> Event {
         let mut line = serde_json::to_vec(&Line {
             topic,
@@ -131,11 +127,7 @@ impl Event {
 
     /// A health event carrying `instance`.
     fn health(
-        topic: Topic,
-        key: String,
-        index: u64,
-        op: &'static str,
-        instance: &Arc<Instance>,
+        topic: Topic, key: String, index: u64, op: &'static str, instance: &Arc<Instance>,
     ) -> Event {
         Event {
             instance: Some(instance.clone()),

@@ -193,11 +193,7 @@ impl Publisher {
     /// prefix for KV). With `index` still covered by the buffer the
     /// subscription resumes after it without a snapshot.
     pub fn subscribe(
-        &self,
-        store: Arc<Store>,
-        topic: Topic,
-        key: &str,
-        index: u64,
+        &self, store: Arc<Store>, topic: Topic, key: &str, index: u64,
     ) -> Subscription {
         let key = if key == "*" {
             String::new()

@@ -22,10 +22,7 @@ fn drift(schema: &Schema, json: &Value) -> (BTreeSet<String>, BTreeSet<String>) 
 }
 
 fn walk(
-    schema: &Schema,
-    json: &Value,
-    at: &str,
-    only_schema: &mut BTreeSet<String>,
+    schema: &Schema, json: &Value, at: &str, only_schema: &mut BTreeSet<String>,
     only_json: &mut BTreeSet<String>,
 ) {
     let join = |k: &str| {

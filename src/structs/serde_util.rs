@@ -60,8 +60,7 @@ pub mod raw_bytes {
                 Ok(v)
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut a: A,
+                self, mut a: A,
             ) -> Result<Vec<u8>, A::Error> {
                 let mut out = Vec::new();
                 while let Some(b) = a.next_element()? {

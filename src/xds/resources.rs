@@ -454,8 +454,7 @@ fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
 
 /// The resolver node a chain node leads to (for a tcp chain: the start).
 fn resolver_of<'a>(
-    chain: &'a CompiledDiscoveryChain,
-    node: &'a DiscoveryGraphNode,
+    chain: &'a CompiledDiscoveryChain, node: &'a DiscoveryGraphNode,
 ) -> Option<&'a DiscoveryGraphNode> {
     match node.node_type {
         NodeType::Resolver => Some(node),
@@ -489,9 +488,7 @@ fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> String {
 /// One chain target's cluster: EDS over ADS, its resolver's connect timeout
 /// and load balancer, and mTLS to its sidecars (SNI and SPIFFE SAN).
 fn target_cluster(
-    chain: &CompiledDiscoveryChain,
-    target: &crate::discovery_chain::DiscoveryTarget,
-    id: &Identity,
+    chain: &CompiledDiscoveryChain, target: &crate::discovery_chain::DiscoveryTarget, id: &Identity,
 ) -> cluster::Cluster {
     let timeout = if target.connect_timeout.nanos() > 0 {
         duration(target.connect_timeout)
@@ -574,9 +571,7 @@ fn target_cluster(
 /// never the application's), then each failover target's at the next
 /// priority.
 fn load_assignment(
-    chain: &CompiledDiscoveryChain,
-    us: &UpstreamSnapshot,
-    target: &str,
+    chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
 ) -> endpoint::ClusterLoadAssignment {
     let mut tiers = vec![target.to_string()];
     if let Some(f) = chain

@@ -74,8 +74,7 @@ pub struct Ads {
 impl Ads {
     /// The service, with at most `max_streams` streams at once.
     pub fn service(
-        source: Arc<dyn Source>,
-        max_streams: usize,
+        source: Arc<dyn Source>, max_streams: usize,
     ) -> AggregatedDiscoveryServiceServer<Ads> {
         AggregatedDiscoveryServiceServer::new(Ads {
             source,
@@ -100,8 +99,7 @@ impl AggregatedDiscoveryService for Ads {
     type DeltaAggregatedResourcesStream = Out<DeltaDiscoveryResponse>;
 
     async fn stream_aggregated_resources(
-        &self,
-        _request: Request<Streaming<DiscoveryRequest>>,
+        &self, _request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         Err(Status::unimplemented(
             "state-of-the-world ADS is not served: use the incremental (Delta) variant",
@@ -109,8 +107,7 @@ impl AggregatedDiscoveryService for Ads {
     }
 
     async fn delta_aggregated_resources(
-        &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
+        &self, request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted("too many xDS streams on this server; retry later")
@@ -140,9 +137,7 @@ pub const TOKEN_METADATA: &str = "x-consul-token";
 const NODE_NAME_META: &str = "node_name";
 
 async fn run_stream(
-    source: Arc<dyn Source>,
-    token: Option<&str>,
-    mut inbound: Streaming<DeltaDiscoveryRequest>,
+    source: Arc<dyn Source>, token: Option<&str>, mut inbound: Streaming<DeltaDiscoveryRequest>,
     tx: &mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
 ) -> Result<(), Status> {
     let Some(first) = inbound.message().await? else {
@@ -227,9 +222,7 @@ fn log_reply(proxy: &str, reply: Reply) {
 
 /// The proxy's snapshot, waiting a little for one registered a moment ago.
 async fn first_snapshot(
-    source: &dyn Source,
-    service_id: &str,
-    node: Option<&str>,
+    source: &dyn Source, service_id: &str, node: Option<&str>,
 ) -> Result<watch::Receiver<Option<Arc<Snapshot>>>, Status> {
     let until = tokio::time::Instant::now() + FIRST_SNAPSHOT;
     loop {

@@ -45,10 +45,7 @@ impl AgentBuilder {
     }
 
     fn args(
-        &self,
-        data_dir: &std::path::Path,
-        http_addr: SocketAddr,
-        dns_addr: SocketAddr,
+        &self, data_dir: &std::path::Path, http_addr: SocketAddr, dns_addr: SocketAddr,
     ) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "agent".into(),
@@ -97,8 +94,7 @@ impl AgentBuilder {
     /// Starts the agent without waiting: for agents expected to refuse to
     /// start. Returns its exit status and log once it exits (or `None`).
     pub fn start_and_wait_exit(
-        self,
-        timeout: Duration,
+        self, timeout: Duration,
     ) -> (Option<std::process::ExitStatus>, String) {
         let tmp = tempfile::tempdir().expect("temp dir");
         let http_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

@@ -33,8 +33,7 @@ pub fn client() -> reqwest::Client {
 /// `GET url`, decoded from JSON (panics on any failure: tests want the
 /// answer).
 pub async fn get_json<T: serde::de::DeserializeOwned>(
-    c: &reqwest::Client,
-    url: impl reqwest::IntoUrl,
+    c: &reqwest::Client, url: impl reqwest::IntoUrl,
 ) -> T {
     c.get(url).send().await.unwrap().json().await.unwrap()
 }
@@ -134,10 +133,7 @@ pub async fn agreed_leader<E: Endpoint>(c: &reqwest::Client, procs: &[&E]) -> St
 }
 
 pub async fn put(
-    c: &reqwest::Client,
-    p: &impl Endpoint,
-    key: &str,
-    value: &str,
+    c: &reqwest::Client, p: &impl Endpoint, key: &str, value: &str,
 ) -> Result<bool, String> {
     let r = c
         .put(p.at(&format!("/v1/kv/{key}")))
@@ -154,10 +150,7 @@ pub async fn put(
 }
 
 pub async fn get_raw(
-    c: &reqwest::Client,
-    p: &impl Endpoint,
-    key: &str,
-    mode: &str,
+    c: &reqwest::Client, p: &impl Endpoint, key: &str, mode: &str,
 ) -> Option<String> {
     let r = c
         .get(p.at(&format!("/v1/kv/{key}?raw&{mode}")))
@@ -177,9 +170,7 @@ pub fn base64_decode(s: &str) -> String {
 
 /// Every KV entry under `prefix` as `p` has it (`?stale`: its own state).
 pub async fn kv_tree(
-    c: &reqwest::Client,
-    p: &impl Endpoint,
-    prefix: &str,
+    c: &reqwest::Client, p: &impl Endpoint, prefix: &str,
 ) -> Option<std::collections::BTreeMap<String, String>> {
     let r = c
         .get(p.at(&format!("/v1/kv/{prefix}?recurse&stale")))

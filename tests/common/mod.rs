@@ -619,42 +619,28 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -
 }
 
 pub fn try_request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
+    addr: SocketAddr, method: &str, path: &str, body: Option<&str>,
 ) -> std::io::Result<Resp> {
     try_request_bytes(addr, method, path, body.unwrap_or("").as_bytes())
 }
 
 /// A request with a body of any bytes (snapshots).
 pub fn try_request_bytes(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &[u8],
+    addr: SocketAddr, method: &str, path: &str, body: &[u8],
 ) -> std::io::Result<Resp> {
     try_request_with(addr, method, path, body, &[])
 }
 
 /// A request with extra headers (`X-Consul-Token`, `Authorization`).
 pub fn request_with(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    headers: &[(&str, &str)],
+    addr: SocketAddr, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)],
 ) -> Resp {
     try_request_with(addr, method, path, body.unwrap_or("").as_bytes(), headers)
         .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
 }
 
 pub fn try_request_with(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &[u8],
-    headers: &[(&str, &str)],
+    addr: SocketAddr, method: &str, path: &str, body: &[u8], headers: &[(&str, &str)],
 ) -> std::io::Result<Resp> {
     // Long enough for a blocking query's longest wait in tests.
     try_request_within(addr, method, path, body, headers, Duration::from_secs(120))
@@ -662,11 +648,7 @@ pub fn try_request_with(
 
 /// A request whose answer may take up to `timeout` (a large restore).
 pub fn try_request_within(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &[u8],
-    headers: &[(&str, &str)],
+    addr: SocketAddr, method: &str, path: &str, body: &[u8], headers: &[(&str, &str)],
     timeout: Duration,
 ) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect(addr)?;
