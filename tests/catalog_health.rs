@@ -75,16 +75,9 @@ fn catalog_reads_have_consul_shapes() {
     let nodes = s.get_json("/v1/catalog/nodes");
     assert_eq!(names(&nodes, "Node"), ["n1", "n2"]);
     let n1 = &nodes[0];
-    for k in [
-        "ID",
-        "Node",
-        "Address",
-        "Datacenter",
-        "TaggedAddresses",
-        "Meta",
-        "CreateIndex",
-        "ModifyIndex",
-    ] {
+    for k in
+        "ID Node Address Datacenter TaggedAddresses Meta CreateIndex ModifyIndex".split_whitespace()
+    {
         assert!(n1.get(k).is_some(), "node lacks {k}: {n1}");
     }
     assert_eq!(n1["Datacenter"], "dc1");

@@ -37,7 +37,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::raft::{Entry, LogId, StorageError, TypeConfig, Vote};
+use cairn::raft::{Entries, Entry, LogId, StorageError, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 
@@ -285,13 +285,9 @@ impl RaftLogStorage<TypeConfig> for MemLogStore {
         Ok(())
     }
 
-    async fn append<I>(
+    async fn append<I: Entries>(
         &mut self, entries: I, callback: IOFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
-    where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
+    ) -> Result<(), StorageError> {
         let entries: Vec<_> = entries.into_iter().collect();
         self.write(Op::Append(entries.clone()), Op::Append(entries));
         self.cache.lock().unwrap().waiting.push(callback);

@@ -209,6 +209,11 @@ fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Respo
     Ok(json_at(s, index, &t.shown(secret)))
 }
 
+/// The token `accessor` as the state holds it now.
+fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
+    s.store.state().acl_tokens.get(accessor).cloned()
+}
+
 /// Writes `token` and answers with it as it was committed (with `secret`
 /// when the caller may see it).
 async fn set_token(s: &Server, token: AclToken, secret: Option<&str>) -> Result<Response> {
@@ -396,12 +401,7 @@ async fn token_update(
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
-    let existing = s
-        .store
-        .state()
-        .acl_tokens
-        .get(&accessor)
-        .cloned()
+    let existing = stored_token(&s, &accessor)
         .ok_or_else(|| Error::bad(format!("Cannot find token {accessor:?}")))?;
     if !body.accessor_id.is_empty() && body.accessor_id != accessor {
         return Err(Error::bad("AccessorID in the body does not match the URL"));
@@ -436,13 +436,7 @@ async fn token_clone(
     } else {
         decode_json(&body)?
     };
-    let existing = s
-        .store
-        .state()
-        .acl_tokens
-        .get(&accessor)
-        .cloned()
-        .ok_or_else(not_found)?;
+    let existing = stored_token(&s, &accessor).ok_or_else(not_found)?;
     let secret = uuid();
     let mut token = AclToken {
         accessor_id: uuid(),

@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 
-use super::{Entry, LogId, StorageError, TypeConfig, Vote, io_err};
+use super::{Entries, Entry, LogId, StorageError, TypeConfig, Vote, io_err};
 use crate::disk::{DiskError, LOG_FORMAT, sync_dir};
 
 const VOTE: &[u8] = b"vote";
@@ -1117,13 +1117,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// and hands them to the writer thread: no file I/O and no wait for a
     /// thread here. The writer writes them (a segment roll with its fsyncs
     /// included) and reports them durable after its `fdatasync`.
-    async fn append<I>(
+    async fn append<I: Entries>(
         &mut self, entries: I, callback: IOFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
-    where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
+    ) -> Result<(), StorageError> {
         if let Some(why) = self.failed.get() {
             return Err(io::Error::other(why.clone()));
         }
@@ -1206,14 +1202,9 @@ mod tests {
 
     /// XORs one byte of a file.
     fn flip(path: &Path, at: u64) {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        let mut b = [0u8];
-        f.read_exact_at(&mut b, at).unwrap();
-        f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+        let mut bytes = fs::read(path).unwrap();
+        bytes[at as usize] ^= 0x5a;
+        fs::write(path, bytes).unwrap();
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod runtime;
 pub mod secure;
 pub mod state_machine;
 
+use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{Command, Payload, Response};
@@ -85,6 +86,10 @@ pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachine>;
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+/// What `RaftLogStorage::append` is given, its bounds named once for both
+/// log stores (the disk's and the simulation's).
+pub trait Entries: IntoIterator<Item = Entry, IntoIter: OptionalSend> + OptionalSend {}
+impl<I: IntoIterator<Item = Entry, IntoIter: OptionalSend> + OptionalSend> Entries for I {}
 pub type Membership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 /// A snapshot's bytes (bincode of a state version), whole in memory.

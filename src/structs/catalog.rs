@@ -115,10 +115,7 @@ pub struct TransparentProxyConfig {
 pub struct ExposeConfig {
     #[serde(skip_serializing_if = "is_default")]
     pub checks: bool,
-    #[serde(
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_default"
-    )]
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
     pub paths: Vec<ExposePath>,
 }
 
@@ -163,10 +160,7 @@ pub struct EnvoyExtension {
     pub name: String,
     #[serde(skip_serializing_if = "is_default")]
     pub required: bool,
-    #[serde(
-        skip_serializing_if = "Map::is_empty",
-        deserialize_with = "null_default"
-    )]
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
     pub arguments: Map<String, Value>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub consul_version: String,
@@ -194,10 +188,7 @@ pub struct ConnectProxyConfig {
     /// Opaque; shared (`Arc`) for the same reason as `Upstream::config`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<Arc<Map<String, Value>>>,
-    #[serde(
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_default"
-    )]
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
     pub upstreams: Vec<Upstream>,
     #[serde(skip_serializing_if = "is_default")]
     pub mesh_gateway: MeshGatewayConfig,
@@ -209,10 +200,7 @@ pub struct ConnectProxyConfig {
     pub access_logs: AccessLogsConfig,
     #[serde(rename = "MutualTLSMode", skip_serializing_if = "String::is_empty")]
     pub mutual_tls_mode: String,
-    #[serde(
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_default"
-    )]
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
     pub envoy_extensions: Vec<EnvoyExtension>,
     /// Fields cairn does not interpret, kept verbatim.
     #[serde(flatten)]
@@ -283,10 +271,7 @@ pub struct NodeService {
     #[serde(deserialize_with = "null_default")]
     pub tags: Vec<String>,
     pub address: String,
-    #[serde(
-        skip_serializing_if = "BTreeMap::is_empty",
-        deserialize_with = "null_default"
-    )]
+    #[serde(skip_serializing_if = "is_default", deserialize_with = "null_default")]
     pub tagged_addresses: BTreeMap<String, ServiceAddress>,
     #[serde(deserialize_with = "null_default")]
     pub meta: Meta,
@@ -344,15 +329,15 @@ pub struct HealthCheck {
     pub modify_index: u64,
 }
 
-/// `PUT /v1/catalog/register`.
+/// `PUT /v1/catalog/register`, its fields in the order of Consul's struct.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct RegisterRequest {
+    pub datacenter: String,
     #[serde(rename = "ID")]
     pub id: String,
     pub node: String,
     pub address: String,
-    pub datacenter: String,
     #[serde(deserialize_with = "null_default")]
     pub tagged_addresses: BTreeMap<String, String>,
     #[serde(deserialize_with = "null_default")]

@@ -306,14 +306,15 @@ pub struct PrioritizeByLocality {
 // proxy-defaults
 // ---------------------------------------------------------------------------
 
+// Fields in the order of Consul's API struct (`api.ProxyConfigEntry`).
 config_entry! {
     pub struct ProxyConfigEntry {
-        /// Opaque proxy configuration (e.g. `protocol`); keys kept verbatim.
-        pub config: Map<String, Value>,
         pub mode: String,
         pub transparent_proxy: TransparentProxyConfig,
         #[serde(rename = "MutualTLSMode")]
         pub mutual_tls_mode: String,
+        /// Opaque proxy configuration (e.g. `protocol`); keys kept verbatim.
+        pub config: Map<String, Value>,
         pub mesh_gateway: MeshGatewayConfig,
         pub expose: ExposeConfig,
         pub access_logs: Option<AccessLogsConfig>,
@@ -645,6 +646,9 @@ pub struct ServiceResolverSubset {
     pub only_passing: bool,
 }
 
+/// A service (or subset, namespace, partition, datacenter or peer) that
+/// requests are sent to instead: a resolver's `Redirect`, or one of its
+/// failover `Targets`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct ServiceResolverRedirect {
@@ -674,25 +678,18 @@ pub struct ServiceResolverFailover {
 }
 
 impl ServiceResolverFailover {
+    /// True when it names nothing to fail over to: a policy alone is not enough.
     pub fn is_empty(&self) -> bool {
-        self.service.is_empty()
-            && self.service_subset.is_empty()
-            && self.namespace.is_empty()
-            && self.datacenters.is_empty()
-            && self.targets.is_empty()
+        let policy_only = Self {
+            policy: self.policy.clone(),
+            ..Self::default()
+        };
+        *self == policy_only
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ServiceResolverFailoverTarget {
-    pub service: String,
-    pub service_subset: String,
-    pub partition: String,
-    pub namespace: String,
-    pub datacenter: String,
-    pub peer: String,
-}
+/// Where a failover goes: the same fields, in Consul's JSON, as a redirect.
+pub type ServiceResolverFailoverTarget = ServiceResolverRedirect;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
