@@ -550,6 +550,10 @@ fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(a.get("/v1/agent/host").status, 404);
     assert_eq!(a.get("/v1/agent/health/service/id/nope").status, 404);
     assert_eq!(a.get("/v1/agent/health/service/name/nope").status, 404);
+    let r = a.get("/v1/agent/health/service/id/");
+    assert_eq!((r.status, r.body.as_str()), (400, "Missing serviceID"));
+    let r = a.get("/v1/agent/health/service/name/");
+    assert_eq!((r.status, r.body.as_str()), (400, "Missing service Name"));
     assert_eq!(a.get_json("/v1/agent/services"), json!({}));
     assert_eq!(a.get_json("/v1/agent/checks"), json!({}));
     // The agent is still fine, and registers good input.

@@ -114,6 +114,16 @@ fn one_holder_destroy_releases_and_lock_delay_holds_off_the_next() {
     // Unknown sessions: renew is 404, acquire is refused.
     assert_eq!(s.put("/v1/session/renew/nope", "").status, 404);
     assert_eq!(s.put("/v1/kv/other?acquire=nope", "").status, 400);
+    // No ID (or node) at all: Consul's 400s, and b's session stays.
+    for (r, want) in [
+        (s.put("/v1/session/destroy/", ""), "Missing session"),
+        (s.put("/v1/session/renew/", ""), "Missing session"),
+        (s.get("/v1/session/info/"), "Missing session"),
+        (s.get("/v1/session/node/"), "Missing node name"),
+    ] {
+        assert_eq!((r.status, r.body.as_str()), (400, want));
+    }
+    assert!(exists(&s, &b));
 }
 
 #[test]

@@ -27,7 +27,7 @@ use super::sync;
 use crate::error::{Error, Result};
 use crate::request::authz::{Authz, token_of};
 use crate::request::rows::{RowFilter, Rows};
-use crate::request::{MAX_BODY, Params, decode_json, wait_of};
+use crate::request::{MAX_BODY, NamedRoutes, Params, decode_json, wait_of};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};
 
 type App = Arc<Agent>;
@@ -71,27 +71,33 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
 /// The endpoints about this agent's own node, services and checks: served
 /// by `cairn agent` and by every server for its own node.
 fn local_routes() -> Router<App> {
+    // In the order of Consul's agent API docs: services, checks, the node.
     Router::new()
         .route("/v1/agent/services", get(services))
+        .route("/v1/agent/service/{id}", get(service))
+        .named(
+            "/v1/agent/health/service/name/",
+            "Missing service Name",
+            get(health_by_name),
+        )
+        .named(
+            "/v1/agent/health/service/id/",
+            "Missing serviceID",
+            get(health_by_id),
+        )
         .route("/v1/agent/service/register", put(register_service))
         .route("/v1/agent/service/deregister/{id}", put(deregister_service))
-        .route(
-            "/v1/agent/service/maintenance/{id}",
+        .named(
+            "/v1/agent/service/maintenance/",
+            "Missing service ID",
             put(service_maintenance),
         )
-        .route("/v1/agent/service/{id}", get(service))
-        .route("/v1/agent/health/service/id/{id}", get(health_by_id))
-        .route("/v1/agent/health/service/name/{name}", get(health_by_name))
         .route("/v1/agent/checks", get(checks))
         .route("/v1/agent/check/register", put(register_check))
         .route("/v1/agent/check/deregister/{id}", put(deregister_check))
         .route("/v1/agent/check/{verb}/{id}", put(ttl))
         .route("/v1/agent/check/update/{id}", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
-        .route(
-            "/v1/agent/service/maintenance/",
-            put(service_maintenance_no_id),
-        )
 }
 
 /// What every agent router is wrapped in (as the server's own routes are).
@@ -554,11 +560,6 @@ async fn service_maintenance(
         .await?;
     sync::pushed(&a).await;
     Ok(ok())
-}
-
-/// `PUT /v1/agent/service/maintenance/` without an ID: Consul's 400.
-async fn service_maintenance_no_id() -> Result<Response> {
-    Err(maintenance::MaintenanceError::MissingService.into())
 }
 
 /// Who a forwarded request acts as: the token it carries in a header

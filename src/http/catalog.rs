@@ -18,9 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::Value;
 
-use super::{App, NamedRoutes, Opts, Watch, blocking, json_filtered, keep};
+use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
+use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
@@ -38,10 +39,28 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/deregister", put(deregister))
         .route("/v1/catalog/nodes", get(nodes))
         .route("/v1/catalog/services", get(services))
-        .named("/v1/catalog/service/", "service", service_rows::<false>)
-        .named("/v1/catalog/connect/", "service", service_rows::<true>)
-        .named("/v1/catalog/node/", "node", node::<false>)
-        .named("/v1/catalog/node-services/", "node", node::<true>)
+        .named(
+            "/v1/catalog/service/",
+            "Missing service name",
+            get(service_rows::<false>),
+        )
+        .named(
+            "/v1/catalog/connect/",
+            "Missing service name",
+            get(service_rows::<true>),
+        )
+        .named("/v1/catalog/node/", "Missing node name", get(node::<false>))
+        .named(
+            "/v1/catalog/node-services/",
+            "Missing node name",
+            get(node::<true>),
+        )
+        .route("/v1/catalog/datacenters", get(datacenters))
+}
+
+/// One datacenter: this one (there is no WAN federation).
+async fn datacenters(State(s): State<App>) -> Response {
+    axum::Json(vec![s.config.datacenter.clone()]).into_response()
 }
 
 async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
@@ -537,27 +556,10 @@ mod tests {
         };
         let v = serde_json::to_value(ServiceNodeRow::new(&node, &svc, "dc1")).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        for k in [
-            "ID",
-            "Node",
-            "Address",
-            "Datacenter",
-            "TaggedAddresses",
-            "NodeMeta",
-            "ServiceKind",
-            "ServiceID",
-            "ServiceName",
-            "ServiceTags",
-            "ServiceAddress",
-            "ServiceWeights",
-            "ServiceMeta",
-            "ServicePort",
-            "ServiceEnableTagOverride",
-            "ServiceProxy",
-            "ServiceConnect",
-            "CreateIndex",
-            "ModifyIndex",
-        ] {
+        let want = "ID Node Address Datacenter TaggedAddresses NodeMeta ServiceKind ServiceID \
+            ServiceName ServiceTags ServiceAddress ServiceWeights ServiceMeta ServicePort \
+            ServiceEnableTagOverride ServiceProxy ServiceConnect CreateIndex ModifyIndex";
+        for k in want.split_whitespace() {
             assert!(keys.contains(&k), "missing {k} in {v}");
         }
         assert_eq!(v["Datacenter"], "dc1");

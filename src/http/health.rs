@@ -14,8 +14,9 @@ use axum::response::Response;
 use axum::routing::get;
 
 use super::catalog::read_instances;
-use super::{App, NamedRoutes, Opts, Watch, blocking, json_filtered, keep};
+use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
+use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
 use crate::request::rows::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
@@ -29,10 +30,22 @@ use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node};
 
 pub fn routes() -> Router<App> {
     Router::new()
-        .named("/v1/health/node/", "node", node)
-        .named("/v1/health/checks/", "service", service_checks)
-        .named("/v1/health/service/", "service", instances::<false>)
-        .named("/v1/health/connect/", "service", instances::<true>)
+        .named("/v1/health/node/", "Missing node name", get(node))
+        .named(
+            "/v1/health/checks/",
+            "Missing service name",
+            get(service_checks),
+        )
+        .named(
+            "/v1/health/service/",
+            "Missing service name",
+            get(instances::<false>),
+        )
+        .named(
+            "/v1/health/connect/",
+            "Missing service name",
+            get(instances::<true>),
+        )
         .route("/v1/health/state/", get(missing_state))
         .route("/v1/health/state/{*state}", get(by_state))
 }

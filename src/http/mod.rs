@@ -4,6 +4,7 @@
 //! agent's router (parameters, bodies, layers) is in `crate::request`.
 
 pub mod acl;
+mod agent;
 pub mod catalog;
 mod config;
 pub mod connect;
@@ -27,12 +28,10 @@ use anyhow::Context;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
-use axum::handler::Handler;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures_util::future::select_all;
 
 use crate::error::{Error, Result};
@@ -60,28 +59,6 @@ impl FromRequestParts<App> for Opts {
     }
 }
 
-/// Routes of reads by name.
-pub trait NamedRoutes {
-    /// `GET <prefix>{*name}` served by `handler`, and `GET <prefix>` with
-    /// no name refused with Consul's 400 "Missing <what> name".
-    fn named<H, T>(self, prefix: &str, what: &'static str, handler: H) -> Self
-    where
-        H: Handler<T, App>,
-        T: 'static;
-}
-
-impl NamedRoutes for Router<App> {
-    fn named<H, T>(self, prefix: &str, what: &'static str, handler: H) -> Self
-    where
-        H: Handler<T, App>,
-        T: 'static,
-    {
-        let missing = move || async move { Error::bad(format!("Missing {what} name")) };
-        self.route(prefix, get(missing))
-            .route(&format!("{prefix}{{*name}}"), get(handler))
-    }
-}
-
 const FORWARDED: &str = "x-cairn-forwarded";
 /// On a forwarded request: the node of the server that received it (a
 /// session's `Node` defaults to it, as Consul's to the receiving agent's).
@@ -102,6 +79,7 @@ pub fn router(server: App) -> Router {
         .merge(catalog::routes())
         .merge(health::routes())
         .merge(status::routes())
+        .merge(agent::routes())
         .merge(liveness::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),

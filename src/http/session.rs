@@ -16,7 +16,7 @@ use super::{App, Opts, Watch, blocking, json_at};
 use crate::error::{Error, Result};
 use crate::filter::Schema;
 use crate::request::authz::Authz;
-use crate::request::{QueryOptions, decode_json};
+use crate::request::{NamedRoutes, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::session::CHECK_EVERY;
 use crate::state::{Command, Response as Applied, Timeable, keys};
@@ -46,10 +46,10 @@ const SERF_CHECK: &str = "serfHealth";
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/v1/session/create", put(create))
-        .route("/v1/session/destroy/{id}", put(destroy))
-        .route("/v1/session/renew/{id}", put(renew))
-        .route("/v1/session/info/{id}", get(info))
-        .route("/v1/session/node/{node}", get(node))
+        .named("/v1/session/destroy/", "Missing session", put(destroy))
+        .named("/v1/session/renew/", "Missing session", put(renew))
+        .named("/v1/session/info/", "Missing session", get(info))
+        .named("/v1/session/node/", "Missing node name", get(node))
         .route("/v1/session/list", get(list))
 }
 

@@ -1,4 +1,4 @@
-//! `/v1/status`, `/v1/operator/raft`, and the server's `/v1/agent` views.
+//! `/v1/status` and `/v1/operator/raft`: the cluster's leader and members.
 
 use axum::Router;
 use axum::extract::{RawQuery, State};
@@ -6,11 +6,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use serde_json::{Value, json};
 
-use super::{App, json_at, json_filtered, keep};
+use super::{App, json_at};
 use crate::error::{Error, Result};
 use crate::request::Params;
 use crate::request::authz::Authz;
-use crate::structs::agent::Member;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -18,10 +17,6 @@ pub fn routes() -> Router<App> {
         .route("/v1/status/peers", get(peers))
         .route("/v1/operator/raft/configuration", get(configuration))
         .route("/v1/operator/raft/peer", delete(remove_peer))
-        .route("/v1/agent/self", get(agent_self))
-        .route("/v1/agent/members", get(members))
-        .route("/v1/agent/metrics", get(metrics))
-        .route("/v1/catalog/datacenters", get(datacenters))
 }
 
 async fn leader(State(s): State<App>) -> Response {
@@ -82,151 +77,4 @@ async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> R
         .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
     s.cluster.remove_server(who).await?;
     Ok(axum::Json(Value::Null).into_response())
-}
-
-fn member_json(s: &App, name: &str, addr: &str) -> Member {
-    let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "8301"));
-    Member::server(name, host, port, &s.config.datacenter)
-}
-
-async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
-    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
-    let m = s.cluster.metrics();
-    // The server's own agent (absent only while starting, and in the
-    // simulation) owns the node's identity and configuration.
-    let agent = s.agent.get();
-    let config = match agent {
-        Some(a) => crate::agent::api::self_config(a),
-        None => json!({
-            "Datacenter": s.config.datacenter,
-            "PrimaryDatacenter": s.config.datacenter,
-            "NodeName": s.config.node,
-            "NodeID": format!("{:016x}", s.cluster.id),
-            "Server": true,
-            "Revision": "cairn",
-            "Version": env!("CARGO_PKG_VERSION"),
-        }),
-    };
-    let mut debug = agent.map(|a| crate::agent::api::debug_config(a));
-    if let Some(d) = debug.as_mut() {
-        // Whether this server enforces ACLs (a client agent has no say).
-        d["ACLsEnabled"] = json!(s.acl.enabled());
-    }
-    Ok(axum::Json(json!({
-        "Config": config,
-        "DebugConfig": debug,
-        "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
-        "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
-        "Stats": {
-            "raft": {
-                "state": format!("{:?}", m.state),
-                "term": m.current_term.to_string(),
-                "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
-                "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0).to_string(),
-            },
-        },
-    }))
-    .into_response())
-}
-
-async fn members(State(s): State<App>, a: Authz) -> Response {
-    let servers = super::liveness::server_names(&s);
-    let mut list: Vec<Member> = s
-        .cluster
-        .members()
-        .into_iter()
-        .map(|(_, n, _)| member_json(&s, &n.name, &n.raft_addr))
-        .collect();
-    list.extend(super::liveness::agent_members(
-        &s.store.state(),
-        &s.config.datacenter,
-        &servers,
-    ));
-    let filtered = keep(&mut list, |m| a.node_read(&m.name));
-    json_filtered(&s, s.store.state().index, &list, filtered)
-}
-
-async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
-    let m = s.cluster.metrics();
-    let st = s.store.state();
-    let gauges = [
-        (
-            "cairn_raft_term",
-            "current Raft term",
-            m.current_term as f64,
-        ),
-        (
-            "cairn_raft_last_log_index",
-            "last Raft log index",
-            m.last_log_index.unwrap_or(0) as f64,
-        ),
-        (
-            "cairn_raft_applied_index",
-            "last applied index",
-            m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
-        ),
-        (
-            "cairn_raft_last_purged_index",
-            "last Raft log index purged (covered by the snapshot)",
-            m.purged.as_ref().map(|l| l.index).unwrap_or(0) as f64,
-        ),
-        (
-            "cairn_raft_is_leader",
-            "1 on the leader",
-            if s.cluster.is_leader() { 1.0 } else { 0.0 },
-        ),
-        ("cairn_kv_entries", "KV entries", st.kv.len() as f64),
-        (
-            "cairn_state_tombstones",
-            "index entries of deleted objects not yet reaped",
-            st.tombstones.len() as f64,
-        ),
-        (
-            "cairn_catalog_nodes",
-            "registered nodes",
-            st.nodes.len() as f64,
-        ),
-        (
-            "cairn_catalog_services",
-            "registered service instances",
-            st.services.len() as f64,
-        ),
-        (
-            "cairn_blocking_watch_keys",
-            "watch keys with waiting queries",
-            s.store.watches.active() as f64,
-        ),
-        (
-            "cairn_health_views",
-            "materialized service health views serving blocking reads",
-            s.views.len() as f64,
-        ),
-        (
-            "cairn_proxycfg_proxies",
-            "proxies with a server-side proxycfg snapshot",
-            s.proxycfg.counts().0 as f64,
-        ),
-        (
-            "cairn_proxycfg_watches",
-            "resources watched by proxycfg snapshots",
-            s.proxycfg.counts().1 as f64,
-        ),
-    ];
-    // The server's agent counts and gauges its own work, as on a client.
-    let mut all = gauges.to_vec();
-    let mut counters = crate::metrics::ALL.to_vec();
-    if let Some(a) = s.agent.get() {
-        all.extend(crate::agent::api::metric_gauges(a));
-        counters.extend(crate::agent::api::COUNTERS);
-    }
-    Ok(crate::request::metrics_response(
-        q.as_deref(),
-        &counters,
-        &all,
-    ))
-}
-
-async fn datacenters(State(s): State<App>) -> Response {
-    axum::Json(vec![s.config.datacenter.clone()]).into_response()
 }

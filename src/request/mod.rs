@@ -10,13 +10,32 @@ pub mod serve;
 
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, any};
 use rand::Rng;
 
 use crate::error::{Error, Result};
+
+/// Routes whose path ends in a name (or ID), as Consul's handlers take
+/// everything after a prefix.
+pub trait NamedRoutes {
+    /// `<prefix>{*name}` served by `route`, and `<prefix>` with no name
+    /// refused with Consul's 400 `missing` (e.g. "Missing service name").
+    fn named(self, prefix: &str, missing: &'static str, route: MethodRouter<Self::State>) -> Self;
+    type State;
+}
+
+impl<S: Clone + Send + Sync + 'static> NamedRoutes for Router<S> {
+    type State = S;
+    fn named(self, prefix: &str, missing: &'static str, route: MethodRouter<S>) -> Self {
+        self.route(prefix, any(move || async move { Error::bad(missing) }))
+            .route(&format!("{prefix}{{*name}}"), route)
+    }
+}
 
 /// Request bodies above this are refused before they are read.
 pub const MAX_BODY: usize = 4 << 20;
