@@ -752,6 +752,56 @@ fn a_client_agents_own_endpoints_check_the_callers_token() {
     ag.stop();
 }
 
+/// An agent's hash-blocking read of one of its services resolves the
+/// token again when it wakes, as Consul's does: a token deleted while it
+/// waited gets no answer once the agent's cache of it (30 s) has run out.
+#[test]
+fn an_agents_hash_blocking_service_read_refuses_a_token_deleted_while_it_waited() {
+    let s = deny_server();
+    let all = "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }";
+    let (_, agent_secret) = token_with_rules(s.http_addr, "agent", all);
+    let (accessor, reader) = token_with_rules(
+        s.http_addr,
+        "web-reader",
+        r#"service "web" { policy = "read" }"#,
+    );
+    let mut ag = Agent::builder("ac3", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&agent_secret)
+        .start();
+    let at = ag.http_addr;
+    let register = |port: u16| {
+        let body = json!({"Name": "web", "ID": "web-1", "Port": port}).to_string();
+        let r = with(at, "PUT", "/v1/agent/service/register", Some(&body), ROOT);
+        assert_eq!(r.status, 200, "{}", r.body);
+    };
+    register(80);
+    let r = with(at, "GET", "/v1/agent/service/web-1", None, &reader);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let hash = r.header("x-consul-contenthash").unwrap().to_string();
+    let path = format!("/v1/agent/service/web-1?hash={hash}&wait=2m");
+    let secret = reader.clone();
+    let blocked = std::thread::spawn(move || with(at, "GET", &path, None, &secret));
+
+    let token = format!("/v1/acl/token/{accessor}");
+    assert_eq!(with(s.http_addr, "DELETE", &token, None, ROOT).status, 200);
+    // Once the agent has forgotten the token (its TTL), a plain read with
+    // it is refused; the blocked read, still waiting, has not answered.
+    eventually(
+        Duration::from_secs(45),
+        "the agent to refuse the token",
+        || (with(at, "GET", "/v1/agent/service/web-1", None, &reader).status == 403).then_some(()),
+    );
+    assert!(
+        !blocked.is_finished(),
+        "the hash did not change: still waiting"
+    );
+    register(81);
+    let r = blocked.join().unwrap();
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+    ag.stop();
+}
+
 /// A txn's reads are filtered, not refused (Consul's output-side
 /// filtering); `check-index` needs `key:read` and `delete-tree` write on
 /// the whole prefix.

@@ -324,7 +324,7 @@ fn content_hash(v: &Map<String, Value>) -> String {
 /// One service with central config merged, with `ContentHash`; blocks
 /// while `?hash=` still matches (Consul's hash-based blocking).
 async fn service(
-    State(a): State<App>, z: Authz, Path(id): Path<String>, RawQuery(q): RawQuery,
+    State(a): State<App>, mut z: Authz, Path(id): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     may_read_service(&a, &z, &id)?;
     let p = Params::parse(q.as_deref());
@@ -350,6 +350,12 @@ async fn service(
             return Ok(resp);
         }
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+        // As Consul, the token is resolved again each round (within the
+        // cache's TTL): one deleted or narrowed while this waited gets no
+        // more answers.
+        let token = z.token().map(str::to_string);
+        z = Authz::resolved(a.tokens.resolve(&a.servers, token.as_deref()).await?, token);
+        may_read_service(&a, &z, &id)?;
     }
 }
 
