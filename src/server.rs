@@ -159,6 +159,11 @@ pub const QUEUE_BYTES: usize = 64 << 20;
 /// How long a write waits for a leader before answering `No cluster leader`.
 pub const LEADER_HOLD: Duration = Duration::from_secs(7);
 
+/// The HTTP client's bound on a request to the leader, and a snapshot's
+/// (hundreds of MB either way); other forwards are given their own
+/// (`http::forward_timeout`).
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(660);
+
 fn node_id(db: &sled::Db) -> anyhow::Result<u64> {
     let tree = db.open_tree("server")?;
     if let Some(v) = tree.get("node_id")? {
@@ -363,7 +368,7 @@ impl Server {
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
         let mut http = crate::tls::http_client()
             .pool_max_idle_per_host(256)
-            .timeout(Duration::from_secs(660));
+            .timeout(FORWARD_TIMEOUT);
         if let Some(tls) = &config.tls {
             // Forwarding to a leader that serves HTTPS only.
             http = http.tls_backend_preconfigured(tls.files.client()?);
@@ -500,6 +505,31 @@ impl Server {
             (!self.cluster.is_leader() || self.cluster.is_ready_leader()).then_some(())
         })
         .await
+    }
+
+    /// Runs `f`, a request forwarded to `leader`, while this server still
+    /// sees `leader` lead: once it sees another leader, or none (an
+    /// election began), `f` is dropped and the answer is `LeadershipLost`
+    /// (it may or may not have committed). A leader cut off mid-request
+    /// then holds its caller for an election, not for the forward's timeout.
+    pub async fn while_leads<T>(
+        &self, leader: u64, f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let mut metrics = self.raft.metrics();
+        let moved = async move {
+            while metrics.borrow_watched().current_leader == Some(leader) {
+                if metrics.changed().await.is_err() {
+                    // Raft stopped: the server is shutting down; the
+                    // forward's own timeout ends it.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            r = f => r,
+            () = moved => Err(Error::LeadershipLost),
+        }
     }
 
     /// Checks `ready` each time Raft's metrics change, until it answers,

@@ -1,7 +1,8 @@
 //! Faults against real processes with sled underneath: SIGKILL during heavy
 //! writes, a leader frozen (SIGSTOP) past its election timeout then thawed,
 //! and restart loops. After each: no acknowledged write is lost, every
-//! server agrees, and no server refuses to start from its data dir.
+//! server agrees, and no server refuses to start from its data dir. And a
+//! request forwarded to a leader that freezes ends with its leadership.
 
 mod common;
 
@@ -157,4 +158,61 @@ async fn frozen_leader_is_replaced_and_rejoins_when_thawed() {
     );
     let _ = new_leader;
     assert_nothing_lost(&c, &procs, "stop", &acked).await;
+}
+
+/// A write a follower forwards to a leader that freezes before answering
+/// is answered 500 "leadership lost" as soon as the others elect a new
+/// leader (it may or may not have committed), not when a timeout runs out;
+/// a read in the same place is asked again of the new leader; the next
+/// write through that follower reaches the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_forwarded_to_a_frozen_leader_ends_with_its_leadership() {
+    let procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let li = by_raft(&procs, &leader);
+    let follower = all_but(&procs, li)[0];
+    let key = follower.at("/v1/kv/frozen");
+    // The key exists, so a consistent read of it is forwarded and answered.
+    let r = c.put(&key).body("before").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let index = consul_index(&c.get(&key).send().await.unwrap());
+    procs[li].signal("STOP");
+    // The write and a blocking read sent right after the freeze, before the
+    // follower can know: both forwarded to the frozen leader.
+    let patient = cairn::tls::http_client()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let sent = std::time::Instant::now();
+    let read = patient
+        .get(follower.at(&format!("/v1/kv/frozen?index={index}&wait=3s")))
+        .send();
+    let write = patient.put(&key).body("during").send();
+    let (read, write) = tokio::join!(read, write);
+    let took = sent.elapsed();
+    let write = write.unwrap();
+    let (status, body) = (write.status(), write.text().await.unwrap());
+    assert_eq!(
+        (status.as_u16(), body.as_str()),
+        (500, "leadership lost while committing log")
+    );
+    assert!(took < Duration::from_secs(30), "answered after {took:?}");
+    let read = read.unwrap();
+    assert_eq!(
+        read.status(),
+        200,
+        "the read, asked again of the new leader"
+    );
+    // The follower forwards the next write to the new leader.
+    eventually(
+        Duration::from_secs(15),
+        "a write through the follower",
+        || async {
+            let r = c.put(&key).body("after").send().await.ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    procs[li].signal("CONT");
 }

@@ -514,19 +514,30 @@ async fn handle(
     // As `forward_to_leader`: the leader (or a forwarded request, or a
     // stale read) is answered here, anything else goes to the leader, with
     // its token.
+    // Its answer ends with the leader's leadership (`Server::while_leads`):
+    // a write then has an unknown outcome, a read is asked again of the next
+    // leader within the hold time.
     let local = matches!(req, ApiRequest::StaleGet { .. });
-    if !forwarded && !local && !s.cluster.is_leader() {
+    let read = matches!(req, ApiRequest::Get { .. });
+    let deadline = tokio::time::Instant::now() + cairn::server::LEADER_HOLD;
+    while !forwarded && !local && !s.cluster.is_leader() {
         match s.await_leader().await {
-            Ok((id, _)) if id == s.cluster.id => {}
-            Ok((_, leader)) => {
+            Ok((id, _)) if id == s.cluster.id => break,
+            Ok((id, leader)) => {
                 let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
                     return error_answer(&req, "bad leader address".into());
                 };
-                let sent = call_checked(addr, &req, token.as_deref(), true, FORWARD_TIMEOUT);
-                return match sent.await {
-                    Ok(a) => a,
-                    Err(e) => error_answer(&req, e.to_string()),
+                let sent = async {
+                    call_checked(addr, &req, token.as_deref(), true, FORWARD_TIMEOUT)
+                        .await
+                        .map_err(|e| Error::Internal(e.to_string()))
                 };
+                match s.while_leads(id, sent).await {
+                    Ok(a) => return a,
+                    Err(Error::LeadershipLost)
+                        if read && tokio::time::Instant::now() < deadline => {}
+                    Err(e) => return error_answer(&req, e.to_string()),
+                }
             }
             Err(e) => return error_answer(&req, e.to_string()),
         }
