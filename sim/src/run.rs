@@ -55,7 +55,11 @@ impl Scenario {
             readers: 1,
             warmup: Duration::from_secs(2),
             faulty: Duration::from_secs(10),
-            after_heal: Duration::from_secs(3),
+            // Past a client's timeout: a client stuck in a request the
+            // faults swallowed (a forward to a leader cut off mid-request)
+            // has given up and gone on well before the run ends, so that
+            // the progress checks see what the healed cluster does.
+            after_heal: workload::CLIENT_TIMEOUT + Duration::from_secs(2),
             snapshot_threshold: 100,
         }
     }
