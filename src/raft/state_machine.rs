@@ -789,12 +789,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // written off the async workers, as an install is.
             let store = self.store.clone();
             self.snapshots
-                .off_workers(move || store.commit(state, &sets, meta).map(|()| sets))
+                .off_workers(move || store.install(state, &sets, meta).map(|()| sets))
                 .await?
         } else {
-            self.store.commit(state, &sets, meta).map(|()| sets)
+            self.store.install(state, &sets, meta).map(|()| sets)
         }
         .map_err(|e| sm_err(format!("{e:#}")))?;
+        // The writers first: the new version is readable, and their
+        // answers would otherwise queue behind every query it wakes.
+        crate::metrics::APPLIED.add(applied);
+        for (r, response) in answers {
+            r.send(response);
+        }
+        self.store.wake(&sets);
         if replaced {
             // Subscribers start over from the new state, as after a
             // snapshot install (its sets list no rows).
@@ -802,10 +809,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         } else {
             self.publisher
                 .publish(sets.into_iter().zip(versions).collect());
-        }
-        crate::metrics::APPLIED.add(applied);
-        for (r, response) in answers {
-            r.send(response);
         }
         Ok(())
     }

@@ -506,16 +506,30 @@ impl Store {
     /// A set that replaced the whole state (a restore) is persisted as a
     /// replace of everything, as a snapshot install.
     pub fn commit(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
+        self.install(next, sets, meta)?;
+        self.wake(sets);
+        Ok(())
+    }
+
+    /// `commit` without waking the watchers (a replace wakes them all):
+    /// Raft's apply answers the writers first, then calls `wake`, so that
+    /// a write's answer does not queue behind the thousands of blocking
+    /// queries it wakes.
+    pub fn install(&self, next: State, sets: &[ChangeSet], meta: Ops) -> anyhow::Result<()> {
         if sets.iter().any(|s| s.replaced) {
             return self.replace(next, meta);
         }
         persist::write_changes(&*self.persist, sets, &next, meta)
             .with_context(|| format!("write of state rows to {}", self.persist.location()))?;
         self.current.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Wakes the watchers of what `sets` changed.
+    pub fn wake(&self, sets: &[ChangeSet]) {
         for set in sets {
             self.watches.notify(&set.watch_keys, set.index);
         }
-        Ok(())
     }
 
     /// Replaces everything (snapshot install).
