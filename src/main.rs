@@ -405,7 +405,7 @@ fn main() -> anyhow::Result<()> {
                 sync_interval: a.sync_interval,
                 datacenter: "dc1".into(),
                 in_server: false,
-                dns_port: None,
+                ports: Default::default(),
                 tls,
                 tokens: a.acl.tokens(),
             };

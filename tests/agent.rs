@@ -941,11 +941,14 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(config["Version"], env!("CARGO_PKG_VERSION"));
     let id = config["NodeID"].as_str().unwrap();
     assert!(uuid_like(id), "{id}");
-    // Patroni reads Config.SessionTTLMin in nanoseconds; Nomad reads
-    // DebugConfig.GRPCPort (-1: no gRPC listener).
+    // Patroni reads Config.SessionTTLMin in nanoseconds; Nomad and
+    // `consul connect envoy` read DebugConfig.GRPCPort for xDS (plain
+    // gRPC here; GRPCTLSPort with TLS; -1: none).
     assert_eq!(config["SessionTTLMin"], 10_000_000_000u64);
     let debug = &me["DebugConfig"];
-    assert_eq!(debug["GRPCPort"], -1);
+    assert_eq!(debug["GRPCPort"], s.grpc_addr.port());
+    assert_eq!(debug["GRPCTLSPort"], -1);
+    assert_eq!(debug["HTTPSPort"], -1);
     assert_eq!(debug["SessionTTLMin"], "10s");
     assert_eq!(debug["HTTPPort"], s.http_addr.port());
     assert_eq!(debug["ServerMode"], true);
@@ -962,6 +965,7 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(me["Config"]["NodeName"], "a1");
     assert_eq!(me["DebugConfig"]["ServerMode"], false);
     assert_eq!(me["DebugConfig"]["HTTPPort"], a.http_addr.port());
+    assert_eq!(me["DebugConfig"]["GRPCPort"], -1, "a client agent serves no xDS");
 }
 
 fn uuid_like(s: &str) -> bool {

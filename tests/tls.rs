@@ -494,6 +494,12 @@ fn https_only_leaves_no_plain_port() {
             body.contains("only-https").then_some(())
         },
     );
+    // What clients read to find the ports: gRPC speaks TLS only here.
+    let (_, body) = https_get(&ca, &format!("{}/v1/agent/self", server.url));
+    let debug = &serde_json::from_str::<serde_json::Value>(&body).unwrap()["DebugConfig"];
+    assert_eq!(debug["GRPCTLSPort"], server.grpc_addr.port(), "{body}");
+    assert_eq!(debug["GRPCPort"], -1, "{body}");
+    assert_eq!(debug["HTTPSPort"], server.http_addr.port(), "{body}");
 }
 
 /// An agent talks HTTPS (with its client certificate) to a server that

@@ -181,11 +181,12 @@ pub fn self_config(a: &Agent) -> Value {
 const SESSION_TTL_MIN: Duration = Duration::from_secs(10);
 
 /// Consul's `DebugConfig` block: the running configuration, read by
-/// clients for ports and limits (Nomad takes `GRPCPort` for Connect,
-/// Patroni `SessionTTLMin`). Durations are Go strings, as Consul writes
-/// them; a port that is not served is -1, Consul's "disabled" (this build
-/// serves no gRPC or HTTPS listener).
+/// clients for ports and limits (Nomad and `consul connect envoy` take
+/// `GRPCPort`/`GRPCTLSPort` for Connect, Patroni `SessionTTLMin`).
+/// Durations are Go strings, as Consul writes them; a port that is not
+/// served is -1, Consul's "disabled".
 pub fn debug_config(a: &Agent) -> Value {
+    let port = |p: Option<u16>| p.map_or(-1, i64::from);
     let dc = a.datacenter();
     let ttl_min = crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64);
     json!({
@@ -198,10 +199,10 @@ pub fn debug_config(a: &Agent) -> Value {
         "Version": env!("CARGO_PKG_VERSION"),
         "ClientAddrs": [a.config.http_addr.ip().to_string()],
         "HTTPPort": a.config.http_addr.port(),
-        "HTTPSPort": -1,
-        "GRPCPort": -1,
-        "GRPCTLSPort": -1,
-        "DNSPort": a.config.dns_port.map_or(-1, i64::from),
+        "HTTPSPort": port(a.config.ports.https),
+        "GRPCPort": port(a.config.ports.grpc),
+        "GRPCTLSPort": port(a.config.ports.grpc_tls),
+        "DNSPort": port(a.config.ports.dns),
         "SessionTTLMin": ttl_min.to_string(),
         // A server says whether it enforces ACLs (`http::status`).
         "ACLsEnabled": false,

@@ -78,13 +78,27 @@ pub struct AgentConfig {
     /// server's own HTTP address, and the node is only registered once
     /// something is registered on it (see [`Agent::announce`]).
     pub in_server: bool,
-    /// The port DNS answers on (bound before the agent starts), for
-    /// `/v1/agent/self`; none when DNS is off.
-    pub dns_port: Option<u16>,
+    /// The ports this node serves besides HTTP, for `/v1/agent/self`
+    /// (bound before the agent starts).
+    pub ports: Ports,
     /// HTTPS to servers and on its own listener (none: plain HTTP).
     pub tls: Option<Arc<AgentTls>>,
     /// Its ACL tokens (`--acl-token`, `--acl-agent-token`).
     pub tokens: crate::structs::acl::AgentTokens,
+}
+
+/// Ports a node serves besides plain HTTP, as `/v1/agent/self`'s
+/// `DebugConfig` reports them (none: -1, Consul's "disabled"). Clients read
+/// them to find a service: `consul connect envoy` and Nomad the gRPC port
+/// of xDS (a server's; a client agent serves none).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ports {
+    pub dns: Option<u16>,
+    pub https: Option<u16>,
+    /// Plain gRPC.
+    pub grpc: Option<u16>,
+    /// gRPC over TLS (a server given the TLS files serves only this).
+    pub grpc_tls: Option<u16>,
 }
 
 /// An agent's TLS.
@@ -503,10 +517,13 @@ pub async fn run(
         )),
         None => None,
     };
+    if let Some((l, _)) = &https {
+        config.ports.https = Some(l.local_addr()?.port());
+    }
     let dns = match dns {
         Some(d) => {
             let l = crate::dns::bind(d.addr).await?;
-            config.dns_port = Some(l.addr.port());
+            config.ports.dns = Some(l.addr.port());
             Some((l, d))
         }
         None => None,

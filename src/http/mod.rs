@@ -408,6 +408,11 @@ pub async fn run(
         Some(g) => Some((grpc::bind(g.addr).await?, g)),
         None => None,
     };
+    let grpc_port = grpc_listener
+        .as_ref()
+        .map(|(l, _)| l.local_addr())
+        .transpose()?
+        .map(|a| a.port());
     let stop_grpc = Arc::new(tokio::sync::Notify::new());
     if let Some((l, g)) = grpc_listener {
         // TLS with the server's certificate when the files are given;
@@ -426,7 +431,17 @@ pub async fn run(
         ));
     }
     let mut agent_config = agent_config(&config)?;
-    agent_config.dns_port = dns_listeners.as_ref().map(|l| l.addr.port());
+    agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
+    // With the TLS files the gRPC port speaks TLS only.
+    match tls {
+        Some(_) => agent_config.ports.grpc_tls = grpc_port,
+        None => agent_config.ports.grpc = grpc_port,
+    }
+    agent_config.ports.https = https
+        .as_ref()
+        .map(|(l, _)| l.local_addr())
+        .transpose()?
+        .map(|a| a.port());
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
             store: server.store.clone(),
@@ -548,7 +563,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
         in_server: true,
-        dns_port: None,
+        ports: Default::default(),
         tls,
         tokens: config.agent_tokens.clone(),
     })

@@ -142,12 +142,14 @@ def test_agent_register_on_the_server_reaches_catalog_and_health(c):
     assert c.agent.checks()["service:pyapi-1"]["Status"] == "passing"
 
 
-def test_agent_self_and_metrics(c):
+def test_agent_self_and_metrics(c, cairn):
     me = c.agent.self()
     assert me["Config"]["Server"] is True
     assert me["Config"]["NodeName"] == "py-node"
     assert me["Config"]["Datacenter"] == "dc1"
-    assert me["DebugConfig"]["GRPCPort"] == -1
+    # Where Envoy's bootstrap (consul connect envoy, Nomad) finds xDS.
+    assert me["DebugConfig"]["GRPCPort"] == cairn.grpc_port
+    assert me["DebugConfig"]["GRPCTLSPort"] == -1
     assert me["DebugConfig"]["SessionTTLMin"] == "10s"
     metrics = c.agent.metrics()
     assert {"Timestamp", "Gauges", "Points", "Counters", "Samples"} <= set(metrics)
