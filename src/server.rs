@@ -159,11 +159,6 @@ pub const QUEUE_BYTES: usize = 64 << 20;
 /// How long a write waits for a leader before answering `No cluster leader`.
 pub const LEADER_HOLD: Duration = Duration::from_secs(7);
 
-/// The HTTP client's bound on a request to the leader, and a snapshot's
-/// (hundreds of MB either way); other forwards are given their own
-/// (`http::forward_timeout`).
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(660);
-
 fn node_id(db: &sled::Db) -> anyhow::Result<u64> {
     let tree = db.open_tree("server")?;
     if let Some(v) = tree.get("node_id")? {
@@ -368,7 +363,7 @@ impl Server {
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
         let mut http = crate::tls::http_client()
             .pool_max_idle_per_host(256)
-            .timeout(FORWARD_TIMEOUT);
+            .timeout(crate::request::LONGEST_FORWARD);
         if let Some(tls) = &config.tls {
             // Forwarding to a leader that serves HTTPS only.
             http = http.tls_backend_preconfigured(tls.files.client()?);

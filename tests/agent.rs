@@ -965,7 +965,10 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(me["Config"]["NodeName"], "a1");
     assert_eq!(me["DebugConfig"]["ServerMode"], false);
     assert_eq!(me["DebugConfig"]["HTTPPort"], a.http_addr.port());
-    assert_eq!(me["DebugConfig"]["GRPCPort"], -1, "a client agent serves no xDS");
+    assert_eq!(
+        me["DebugConfig"]["GRPCPort"], -1,
+        "a client agent serves no xDS"
+    );
 }
 
 fn uuid_like(s: &str) -> bool {

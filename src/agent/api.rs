@@ -65,9 +65,6 @@ fn authorize_check(a: &Agent, z: &Authz, check_id: &str) -> Result<()> {
     }
 }
 
-/// Forwarded requests may be blocking queries (up to 10 min + jitter).
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
-
 /// The endpoints about this agent's own node, services and checks: served
 /// by `cairn agent` and by every server for its own node.
 fn local_routes() -> Router<App> {
@@ -631,7 +628,7 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
             parts.method.clone(),
             &path,
             body,
-            FORWARD_TIMEOUT,
+            crate::request::forward_timeout(&parts.method, parts.uri.path(), parts.uri.query()),
             token.as_deref(),
         )
         .await?;

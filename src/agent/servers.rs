@@ -4,7 +4,8 @@
 //! A request that never connected was never seen, so it is safe to try it
 //! on the next server; one that failed after connecting is reported to the
 //! caller (anti-entropy retries it with backoff, the HTTP proxy answers
-//! with the error).
+//! with the error), and after a timeout the next request starts at the
+//! next server.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -146,6 +147,19 @@ impl Servers {
                     last = format!("{}: {e}", self.urls[at]);
                 }
                 Err(e) => {
+                    if e.is_timeout() {
+                        // Not retried (it may have been applied), but the
+                        // next request starts at the next server: one that
+                        // stopped answering holds one request, not all.
+                        let next = (at + 1) % self.urls.len();
+                        let _ = self.current.compare_exchange(
+                            at,
+                            next,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                        tracing::warn!(server = %self.urls[at], "server did not answer in time; using the next");
+                    }
                     return Err(ServerError::Failed {
                         what: format!("{method} {path_and_query}"),
                         reason: e.to_string(),
@@ -223,5 +237,66 @@ impl From<ServerError> for Error {
             ServerError::Unreachable(_) => Error::Internal("No known Consul servers".into()),
             other => Error::Internal(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that accepts connections (the kernel does) but never reads
+    /// or answers, as a frozen process.
+    fn frozen() -> (std::net::TcpListener, String) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        (l, url)
+    }
+
+    /// A server that answers every request `200 ok`.
+    async fn answering() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = c.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if c.write_all(ok).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn after_a_server_times_out_the_next_request_goes_to_the_next() {
+        let (_held, stuck) = frozen();
+        let good = answering().await;
+        let servers = Servers::new(vec![stuck, good], None, None).unwrap();
+        let get = || {
+            servers.send(
+                reqwest::Method::GET,
+                "/v1/x",
+                None,
+                Duration::from_millis(300),
+            )
+        };
+        let first = get().await;
+        assert!(
+            matches!(&first, Err(ServerError::Failed { .. })),
+            "{first:?}"
+        );
+        let second = get().await.unwrap();
+        assert_eq!(second.status(), 200);
+        // And it stays there.
+        assert_eq!(get().await.unwrap().status(), 200);
     }
 }

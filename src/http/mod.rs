@@ -37,8 +37,8 @@ use futures_util::future::select_all;
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{
-    MAX_BODY, Params, QueryOptions, panic_response, refuse_enterprise_tenancy, trace_request,
-    wait_of,
+    MAX_BODY, Params, QueryOptions, forward_timeout, panic_response, refuse_enterprise_tenancy,
+    trace_request,
 };
 use crate::server::{Server, ServerConfig};
 use crate::state::{self, WatchKey};
@@ -172,26 +172,6 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
 }
 
 /// Sends a request on to the leader; an error means it could not be reached.
-/// How long a forwarded request may wait for the leader's answer, as
-/// Consul's `limits.rpc_client_timeout` (60 s) bounds an RPC: so a leader
-/// cut off mid-request holds its caller a minute, not the HTTP client's
-/// eleven. A blocking read gets its wait and Consul's jitter (1/16) on top;
-/// a snapshot (hundreds of MB either way) the HTTP client's bound.
-fn forward_timeout(parts: &Parts) -> Duration {
-    const RPC_CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
-    let p = Params::parse(parts.uri.query());
-    let blocking = matches!(parts.method, Method::GET | Method::HEAD) && p.has("index");
-    if parts.uri.path() == "/v1/snapshot" {
-        crate::server::FORWARD_TIMEOUT
-    } else if blocking {
-        // A bad `wait` is the leader's 400, answered at once.
-        let wait = wait_of(&p).unwrap_or_default();
-        wait + wait / 16 + RPC_CLIENT_TIMEOUT
-    } else {
-        RPC_CLIENT_TIMEOUT
-    }
-}
-
 async fn proxy(
     s: &Server, addr: &str, parts: &axum::http::request::Parts, body: axum::body::Bytes,
 ) -> Result<Response> {
@@ -222,7 +202,7 @@ async fn proxy(
             out = out.header(name, v);
         }
     }
-    let timeout = forward_timeout(parts);
+    let timeout = forward_timeout(&parts.method, parts.uri.path(), parts.uri.query());
     // Only a request that never reached the leader may be retried: one that
     // did could have committed.
     let resp = out.timeout(timeout).send().await.map_err(|e| {
@@ -567,46 +547,4 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         tls,
         tokens: config.agent_tokens.clone(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn timeout_of(method: Method, uri: &str) -> Duration {
-        let (parts, _) = axum::http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(())
-            .unwrap()
-            .into_parts();
-        forward_timeout(&parts)
-    }
-
-    #[test]
-    fn a_forward_waits_a_minute_a_blocking_read_its_wait_more() {
-        let min = Duration::from_secs(60);
-        assert_eq!(timeout_of(Method::PUT, "/v1/kv/a"), min);
-        assert_eq!(timeout_of(Method::GET, "/v1/kv/a?wait=1m"), min);
-        let wait = Duration::from_secs(160);
-        assert_eq!(
-            timeout_of(Method::GET, "/v1/kv/a?index=7&wait=160s"),
-            wait + wait / 16 + min
-        );
-        // Consul's default wait (5 min) and its cap (10 min).
-        let five = Duration::from_secs(300);
-        assert_eq!(
-            timeout_of(Method::GET, "/v1/kv/a?index=7"),
-            five + five / 16 + min
-        );
-        let ten = Duration::from_secs(600);
-        assert_eq!(
-            timeout_of(Method::GET, "/v1/kv/a?index=7&wait=1h"),
-            ten + ten / 16 + min
-        );
-        assert_eq!(
-            timeout_of(Method::PUT, "/v1/snapshot"),
-            crate::server::FORWARD_TIMEOUT
-        );
-    }
 }

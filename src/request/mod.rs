@@ -37,6 +37,33 @@ impl<S: Clone + Send + Sync + 'static> NamedRoutes for Router<S> {
     }
 }
 
+/// Consul's `limits.rpc_client_timeout`: how long a request passed on to
+/// a server (a follower's to the leader, an agent's to its server) waits
+/// for the answer, unless it is a blocking read.
+pub const RPC_CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest a passed-on request may take: a snapshot (hundreds of MB
+/// either way) or an event stream.
+pub const LONGEST_FORWARD: Duration = Duration::from_secs(11 * 60);
+
+/// How long a request passed on to another server may wait for its
+/// answer: `RPC_CLIENT_TIMEOUT`, a blocking read its wait and Consul's
+/// jitter (1/16) more, a snapshot or a stream `LONGEST_FORWARD`. So a
+/// server that stops answering mid-request holds its caller a minute.
+pub fn forward_timeout(method: &axum::http::Method, path: &str, query: Option<&str>) -> Duration {
+    use axum::http::Method;
+    let p = Params::parse(query);
+    if path == "/v1/snapshot" || path == "/v1/internal/stream" {
+        LONGEST_FORWARD
+    } else if matches!(*method, Method::GET | Method::HEAD) && p.has("index") {
+        // A bad `wait` is answered 400 at once.
+        let wait = wait_of(&p).unwrap_or_default();
+        wait + wait / 16 + RPC_CLIENT_TIMEOUT
+    } else {
+        RPC_CLIENT_TIMEOUT
+    }
+}
+
 /// Request bodies above this are refused before they are read.
 pub const MAX_BODY: usize = 4 << 20;
 
@@ -291,5 +318,41 @@ mod tests {
         assert!(p.has("flag"));
         assert_eq!(p.get("b"), Some("x y z"));
         assert!(!p.has(""));
+    }
+
+    fn timeout_of(method: axum::http::Method, uri: &str) -> Duration {
+        let uri: axum::http::Uri = uri.parse().unwrap();
+        forward_timeout(&method, uri.path(), uri.query())
+    }
+
+    #[test]
+    fn a_forward_waits_a_minute_a_blocking_read_its_wait_more() {
+        let min = Duration::from_secs(60);
+        assert_eq!(timeout_of(axum::http::Method::PUT, "/v1/kv/a"), min);
+        assert_eq!(timeout_of(axum::http::Method::GET, "/v1/kv/a?wait=1m"), min);
+        let wait = Duration::from_secs(160);
+        assert_eq!(
+            timeout_of(axum::http::Method::GET, "/v1/kv/a?index=7&wait=160s"),
+            wait + wait / 16 + min
+        );
+        // Consul's default wait (5 min) and its cap (10 min).
+        let five = Duration::from_secs(300);
+        assert_eq!(
+            timeout_of(axum::http::Method::GET, "/v1/kv/a?index=7"),
+            five + five / 16 + min
+        );
+        let ten = Duration::from_secs(600);
+        assert_eq!(
+            timeout_of(axum::http::Method::GET, "/v1/kv/a?index=7&wait=1h"),
+            ten + ten / 16 + min
+        );
+        assert_eq!(
+            timeout_of(axum::http::Method::PUT, "/v1/snapshot"),
+            LONGEST_FORWARD
+        );
+        assert_eq!(
+            timeout_of(axum::http::Method::GET, "/v1/internal/stream?topic=KV"),
+            LONGEST_FORWARD
+        );
     }
 }
