@@ -802,6 +802,95 @@ fn an_agents_hash_blocking_service_read_refuses_a_token_deleted_while_it_waited(
     ag.stop();
 }
 
+/// `POST /v1/internal/acl/authorize` (what Consul's UI asks): each
+/// resource and access level answered for the caller's token, with the
+/// checks the endpoints make; an unknown one refuses the whole request.
+#[test]
+fn the_authorize_endpoint_answers_what_the_token_may_do() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let rules = "service \"web\" { policy = \"read\" }\nkey_prefix \"app/\" { policy = \"write\" }";
+    let (_, secret) = token_with_rules(a, "asker", rules);
+    let ask = |token: &str, questions: Value| {
+        with(
+            a,
+            "POST",
+            "/v1/internal/acl/authorize",
+            Some(&questions.to_string()),
+            token,
+        )
+    };
+    let questions = json!([
+        {"Resource": "service", "Segment": "web", "Access": "read"},
+        {"Resource": "service", "Segment": "web", "Access": "write"},
+        {"Resource": "service", "Segment": "db", "Access": "read"},
+        {"Resource": "key", "Segment": "app/x", "Access": "write"},
+        {"Resource": "key", "Segment": "app/", "Access": "LIST"},
+        {"Resource": "key", "Segment": "other", "Access": "read"},
+        {"Resource": "operator", "Access": "read"},
+    ]);
+    let r = ask(&secret, questions.clone());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let allow: Vec<bool> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["Allow"].as_bool().unwrap())
+        .collect();
+    assert_eq!(allow, [true, false, false, true, true, false, false]);
+    assert_eq!(
+        r.json()[0],
+        json!({"Resource": "service", "Segment": "web", "Access": "read", "Allow": true})
+    );
+    assert_eq!(
+        r.json()[6],
+        json!({"Resource": "operator", "Access": "read", "Allow": false})
+    );
+    // The management token may do everything.
+    let r = ask(ROOT, questions);
+    assert!(
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["Allow"] == true),
+        "{}",
+        r.body
+    );
+    // Bad questions: a 400 naming them.
+    let r = ask(&secret, json!([{"Resource": "nope", "Access": "read"}]));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (400, "Invalid ACL resource requested: \"nope\"")
+    );
+    let r = ask(&secret, json!([{"Resource": "operator", "Access": "list"}]));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (400, "Invalid access level for operator resource: list")
+    );
+    let many: Vec<Value> = (0..65)
+        .map(|_| json!({"Resource": "acl", "Access": "read"}))
+        .collect();
+    let r = ask(&secret, json!(many));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(ask("no-such-secret", json!([])).status, 403);
+
+    // ACLs off: everything is allowed.
+    let dev = Server::dev();
+    let r = with(
+        dev.http_addr,
+        "POST",
+        "/v1/internal/acl/authorize",
+        Some(r#"[{"Resource": "acl", "Access": "write"}]"#),
+        "",
+    );
+    assert_eq!(
+        r.json(),
+        json!([{"Resource": "acl", "Access": "write", "Allow": true}])
+    );
+}
+
 /// A txn's reads are filtered, not refused (Consul's output-side
 /// filtering); `check-index` needs `key:read` and `delete-tree` write on
 /// the whole prefix.

@@ -13,9 +13,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use openraft::async_runtime::WatchReceiver;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{App, json_at};
 use crate::acl::{Authorizer, parse_rules};
@@ -44,6 +44,7 @@ pub fn routes() -> Router<App> {
         .route("/v1/acl/token/{accessor}/clone", put(token_clone))
         .route("/v1/acl/tokens", get(token_list))
         .route(AUTHORIZER_PATH, get(authorizer))
+        .route("/v1/internal/acl/authorize", post(authorize))
         .merge(named_routes::<AclPolicy>("policies"))
         .merge(named_routes::<AclRole>("roles"))
 }
@@ -73,6 +74,90 @@ async fn authorizer(State(s): State<App>, a: Authz) -> Result<Response> {
         .describe(&st, a.token())
         .map_err(|e| Error::Forbidden(e.to_string()))?;
     Ok(json_at(&s, st.index, &resolved))
+}
+
+/// One question of `POST /v1/internal/acl/authorize` (Consul's UI asks
+/// what the caller may do), answered with `Allow` beside it.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Question {
+    resource: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    segment: String,
+    access: String,
+    #[serde(default, skip_deserializing)]
+    allow: bool,
+}
+
+/// Consul's cap on the questions of one request.
+const MAX_QUESTIONS: usize = 64;
+
+/// `POST /v1/internal/acl/authorize`: the caller's token asked about each
+/// resource and access level, with the checks every endpoint makes (all
+/// allowed with ACLs off). An unknown resource or access level is a 400,
+/// and no question is answered.
+async fn authorize(a: Authz, body: Bytes) -> Result<Response> {
+    let mut questions: Vec<Question> = decode_json(&body)?;
+    if questions.len() > MAX_QUESTIONS {
+        return Err(Error::bad(format!(
+            "Refusing to authorize more than {MAX_QUESTIONS} resource requests"
+        )));
+    }
+    for q in &mut questions {
+        q.allow = allowed(&a, &q.resource, &q.segment, &q.access)?;
+    }
+    Ok(axum::Json(questions).into_response())
+}
+
+/// Consul's `acl.Enforce`: `access` (any case) on `resource`, `segment`
+/// naming the key, service, node... where the resource has names.
+fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Result<bool> {
+    let access_lower = access.to_ascii_lowercase();
+    let decision = match (resource, access_lower.as_str()) {
+        ("acl", "read") => a.acl_read(),
+        ("acl", "write") => a.acl_write(),
+        ("agent", "read") => a.agent_read(segment),
+        ("agent", "write") => a.agent_write(segment),
+        ("event", "read") => a.event_read(segment),
+        ("event", "write") => a.event_write(segment),
+        ("intention", "read") => a.intention_read(segment),
+        ("intention", "write") => a.intention_write(segment),
+        ("key", "read") => a.key_read(segment),
+        ("key", "list") => a.key_list(segment),
+        ("key", "write") => a.key_write(segment),
+        ("key", "write-prefix") => a.key_write_prefix(segment),
+        ("keyring", "read") => a.keyring_read(),
+        ("keyring", "write") => a.keyring_write(),
+        ("mesh", "read") => a.mesh_read(),
+        ("mesh", "write") => a.mesh_write(),
+        ("node", "read") => a.node_read(segment),
+        ("node", "write") => a.node_write(segment),
+        ("operator", "read") => a.operator_read(),
+        ("operator", "write") => a.operator_write(),
+        ("peering", "read") => a.peering_read(),
+        ("peering", "write") => a.peering_write(),
+        ("query", "read") => a.query_read(segment),
+        ("query", "write") => a.query_write(segment),
+        ("service", "read") => a.service_read(segment),
+        ("service", "write") => a.service_write(segment),
+        ("session", "read") => a.session_read(segment),
+        ("session", "write") => a.session_write(segment),
+        (
+            "acl" | "agent" | "event" | "intention" | "key" | "keyring" | "mesh" | "node"
+            | "operator" | "peering" | "query" | "service" | "session",
+            _,
+        ) => {
+            return Err(Error::bad(format!(
+                "Invalid access level for {resource} resource: {access}"
+            )));
+        }
+        _ => {
+            return Err(Error::bad(format!(
+                "Invalid ACL resource requested: {resource:?}"
+            )));
+        }
+    };
+    Ok(decision)
 }
 
 impl Resolve for Server {
