@@ -89,7 +89,8 @@ start_cairn_server() { # i extra-args...
     2>>"$OUT/cairn-s$i.log" &
   PIDS[s$i]=$!
 }
-start_cairn() { # extra args for every server
+start_cairn() { # extra args for every server; always a fresh cluster
+  rm -rf "$OUT/cairn"
   for i in 0 1 2; do
     local joins=()
     for j in 0 1 2; do [ "$j" = "$i" ] || joins+=(--join "$(cr "$j")"); done
