@@ -516,10 +516,9 @@ async fn handle(
     // its token.
     // Its answer ends with the leader's leadership (`Server::while_leads`):
     // a write then has an unknown outcome, a read is asked again of the next
-    // leader within the hold time.
+    // leader.
     let local = matches!(req, ApiRequest::StaleGet { .. });
     let read = matches!(req, ApiRequest::Get { .. });
-    let deadline = tokio::time::Instant::now() + cairn::server::LEADER_HOLD;
     while !forwarded && !local && !s.cluster.is_leader() {
         match s.await_leader().await {
             Ok((id, _)) if id == s.cluster.id => break,
@@ -534,8 +533,7 @@ async fn handle(
                 };
                 match s.while_leads(id, sent).await {
                     Ok(a) => return a,
-                    Err(Error::LeadershipLost)
-                        if read && tokio::time::Instant::now() < deadline => {}
+                    Err(Error::LeadershipLost) if read => {}
                     Err(e) => return error_answer(&req, e.to_string()),
                 }
             }

@@ -145,7 +145,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         return next.run(Request::from_parts(parts, Body::from(body))).await;
     }
     // Retry while a new leader is being elected, within the hold time.
-    let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+    let mut deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
     loop {
         match s.await_leader().await {
             Ok((id, _)) if id == s.cluster.id => {
@@ -162,8 +162,11 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                 Err(Error::NoLeader) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
-                // A read changes nothing: the next leader is asked.
-                Err(Error::LeadershipLost) if read && tokio::time::Instant::now() < deadline => {}
+                // A read changes nothing: the next leader is asked (a
+                // blocking read anew), within a hold time of its own.
+                Err(Error::LeadershipLost) if read => {
+                    deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+                }
                 Err(e) => return e.into_response(),
             },
             Err(e) => return e.into_response(),
