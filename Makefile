@@ -38,9 +38,10 @@ conformance: build
 cluster: release
 	bash scripts/cluster.sh
 
-bench: release
-	$(CARGO) build --release -p cairn-load
-	$(CARGO) build --release --example xds_bench
+## One build of all it runs (the server, the load tool, the examples):
+## built apart, the examples' dev-dependencies built the library twice.
+bench:
+	$(CARGO) build --release -p cairn -p cairn-load --bins --examples
 	bash scripts/bench.sh
 	$(CARGO) run --release --example proxycfg_bench
 
