@@ -500,6 +500,7 @@ fn https_only_leaves_no_plain_port() {
     assert_eq!(debug["GRPCTLSPort"], server.grpc_addr.port(), "{body}");
     assert_eq!(debug["GRPCPort"], -1, "{body}");
     assert_eq!(debug["HTTPSPort"], server.http_addr.port(), "{body}");
+    assert_eq!(debug["HTTPPort"], -1, "{body}");
 }
 
 /// An agent talks HTTPS (with its client certificate) to a server that

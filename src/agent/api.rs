@@ -195,7 +195,12 @@ pub fn debug_config(a: &Agent) -> Value {
         "Revision": "cairn",
         "Version": env!("CARGO_PKG_VERSION"),
         "ClientAddrs": [a.config.http_addr.ip().to_string()],
-        "HTTPPort": a.config.http_addr.port(),
+        // With HTTP off, `http_addr` is the HTTPS listener's.
+        "HTTPPort": if a.config.tls.as_ref().is_some_and(|t| t.http_off) {
+            -1
+        } else {
+            i64::from(a.config.http_addr.port())
+        },
         "HTTPSPort": port(a.config.ports.https),
         "GRPCPort": port(a.config.ports.grpc),
         "GRPCTLSPort": port(a.config.ports.grpc_tls),
