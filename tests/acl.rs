@@ -44,6 +44,13 @@ fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, Strin
     )
 }
 
+/// A token whose one rule grants `policy` on the service "web" (policy
+/// "web-<policy>"); returns (accessor, secret).
+fn web_token(addr: SocketAddr, policy: &str) -> (String, String) {
+    let rules = format!(r#"service "web" {{ policy = "{policy}" }}"#);
+    token_with_rules(addr, &format!("web-{policy}"), &rules)
+}
+
 /// ACLs on with default deny and no management token yet: the test
 /// bootstraps one.
 fn unbootstrapped_server() -> Server {
@@ -62,6 +69,20 @@ fn deny_server() -> Server {
         (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
     });
     s
+}
+
+/// The rules of a client agent's own token: it writes every node and
+/// service (anti-entropy).
+const AGENT_RULES: &str =
+    "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }";
+
+/// A client agent of `s` named `node`, its agent token of `AGENT_RULES`.
+fn agent_of(s: &Server, node: &str) -> Agent {
+    let (_, secret) = token_with_rules(s.http_addr, "agent", AGENT_RULES);
+    Agent::builder(node, &s.url)
+        .arg("--acl-agent-token")
+        .arg(&secret)
+        .start()
 }
 
 /// Writes `v` at each key with the management token.
@@ -272,14 +293,7 @@ fn a_deleted_token_is_refused_by_every_server_within_a_second() {
 #[test]
 fn an_agent_with_its_token_keeps_anti_entropy_working_under_default_deny() {
     let s = deny_server();
-    let (_, secret) = token_with_rules(
-        s.http_addr,
-        "agent",
-        r#"
-node_prefix "" { policy = "write" }
-service_prefix "" { policy = "write" }
-"#,
-    );
+    let (_, secret) = token_with_rules(s.http_addr, "agent", AGENT_RULES);
     let mut a = Agent::builder("ac1", &s.url)
         .arg("--acl-agent-token")
         .arg(&secret)
@@ -450,11 +464,7 @@ fn a_servers_agent_endpoints_need_service_write() {
     let r = s.put("/v1/agent/service/register", body);
     assert_eq!(r.status, 403, "{}", r.body);
     assert!(r.body.contains("'service:write' on \"web\""), "{}", r.body);
-    let (_, secret) = token_with_rules(
-        s.http_addr,
-        "web-writer",
-        r#"service "web" { policy = "write" }"#,
-    );
+    let (_, secret) = web_token(s.http_addr, "write");
     let r = with(
         s.http_addr,
         "PUT",
@@ -694,20 +704,8 @@ fn a_parked_blocking_query_answers_with_the_acls_in_force_when_it_wakes() {
 #[test]
 fn a_client_agents_own_endpoints_check_the_callers_token() {
     let s = deny_server();
-    let (_, agent_secret) = token_with_rules(
-        s.http_addr,
-        "agent",
-        "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }",
-    );
-    let (_, web) = token_with_rules(
-        s.http_addr,
-        "web-writer",
-        r#"service "web" { policy = "write" }"#,
-    );
-    let mut ag = Agent::builder("ac2", &s.url)
-        .arg("--acl-agent-token")
-        .arg(&agent_secret)
-        .start();
+    let (_, web) = web_token(s.http_addr, "write");
+    let mut ag = agent_of(&s, "ac2");
     let at = ag.http_addr;
     let register = "/v1/agent/service/register";
     let web_body = r#"{"Name": "web", "ID": "web-1", "Port": 80}"#;
@@ -758,17 +756,8 @@ fn a_client_agents_own_endpoints_check_the_callers_token() {
 #[test]
 fn an_agents_hash_blocking_service_read_refuses_a_token_deleted_while_it_waited() {
     let s = deny_server();
-    let all = "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }";
-    let (_, agent_secret) = token_with_rules(s.http_addr, "agent", all);
-    let (accessor, reader) = token_with_rules(
-        s.http_addr,
-        "web-reader",
-        r#"service "web" { policy = "read" }"#,
-    );
-    let mut ag = Agent::builder("ac3", &s.url)
-        .arg("--acl-agent-token")
-        .arg(&agent_secret)
-        .start();
+    let (accessor, reader) = web_token(s.http_addr, "read");
+    let mut ag = agent_of(&s, "ac3");
     let at = ag.http_addr;
     let register = |port: u16| {
         let body = json!({"Name": "web", "ID": "web-1", "Port": port}).to_string();
