@@ -363,7 +363,7 @@ impl Server {
         // reqwest's TLS has no provider of its own here (ring, not aws-lc).
         let mut http = crate::tls::http_client()
             .pool_max_idle_per_host(256)
-            .timeout(crate::request::LONGEST_FORWARD);
+            .timeout(crate::request::LONG_FORWARD);
         if let Some(tls) = &config.tls {
             // Forwarding to a leader that serves HTTPS only.
             http = http.tls_backend_preconfigured(tls.files.client()?);

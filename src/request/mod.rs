@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 pub trait NamedRoutes {
     /// `<prefix>{*name}` served by `route`, and `<prefix>` with no name
     /// refused with Consul's 400 `missing` (e.g. "Missing service name").
-    fn named(self, prefix: &str, missing: &'static str, route: MethodRouter<Self::State>) -> Self;
     type State;
+    fn named(self, prefix: &str, missing: &'static str, route: MethodRouter<Self::State>) -> Self;
 }
 
 impl<S: Clone + Send + Sync + 'static> NamedRoutes for Router<S> {
@@ -42,19 +42,19 @@ impl<S: Clone + Send + Sync + 'static> NamedRoutes for Router<S> {
 /// for the answer, unless it is a blocking read.
 pub const RPC_CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The longest a passed-on request may take: a snapshot (hundreds of MB
-/// either way) or an event stream.
-pub const LONGEST_FORWARD: Duration = Duration::from_secs(11 * 60);
+/// The bound of a passed-on snapshot (hundreds of MB either way) or event
+/// stream, and the HTTP clients' default.
+pub const LONG_FORWARD: Duration = Duration::from_secs(11 * 60);
 
 /// How long a request passed on to another server may wait for its
 /// answer: `RPC_CLIENT_TIMEOUT`, a blocking read its wait and Consul's
-/// jitter (1/16) more, a snapshot or a stream `LONGEST_FORWARD`. So a
+/// jitter (1/16) more, a snapshot or a stream `LONG_FORWARD`. So a
 /// server that stops answering mid-request holds its caller a minute.
 pub fn forward_timeout(method: &axum::http::Method, path: &str, query: Option<&str>) -> Duration {
     use axum::http::Method;
     let p = Params::parse(query);
     if path == "/v1/snapshot" || path == "/v1/internal/stream" {
-        LONGEST_FORWARD
+        LONG_FORWARD
     } else if matches!(*method, Method::GET | Method::HEAD) && p.has("index") {
         // A bad `wait` is answered 400 at once.
         let wait = wait_of(&p).unwrap_or_default();
@@ -348,11 +348,11 @@ mod tests {
         );
         assert_eq!(
             timeout_of(axum::http::Method::PUT, "/v1/snapshot"),
-            LONGEST_FORWARD
+            LONG_FORWARD
         );
         assert_eq!(
             timeout_of(axum::http::Method::GET, "/v1/internal/stream?topic=KV"),
-            LONGEST_FORWARD
+            LONG_FORWARD
         );
     }
 }
