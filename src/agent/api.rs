@@ -136,13 +136,20 @@ pub fn router(agent: App) -> Router {
 async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Response {
     let token =
         token_of(req.headers(), req.uri().query()).or_else(|| a.config.tokens.default.clone());
-    match a.tokens.resolve(&a.servers, token.as_deref()).await {
+    match authz_of(&a, token).await {
         Ok(authz) => {
-            req.extensions_mut().insert(Authz::resolved(authz, token));
+            req.extensions_mut().insert(authz);
             next.run(req).await
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// `token` (none: anonymous) resolved by asking the servers, through the
+/// agent's cache (`agent::acl`).
+async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+    let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
+    Ok(Authz::resolved(authz, token))
 }
 
 /// A server's agent endpoints, merged into the server's router. The server
@@ -206,7 +213,7 @@ pub fn debug_config(a: &Agent) -> Value {
         "GRPCTLSPort": port(a.config.ports.grpc_tls),
         "DNSPort": port(a.config.ports.dns),
         "SessionTTLMin": ttl_min.to_string(),
-        // A server says whether it enforces ACLs (`http::status`).
+        // A server says whether it enforces ACLs (`http::agent`).
         "ACLsEnabled": false,
         "DataDir": a.config.data_dir.display().to_string(),
     })
@@ -356,8 +363,7 @@ async fn service(
         // As Consul, the token is resolved again each round (within the
         // cache's TTL): one deleted or narrowed while this waited gets no
         // more answers.
-        let token = z.token().map(str::to_string);
-        z = Authz::resolved(a.tokens.resolve(&a.servers, token.as_deref()).await?, token);
+        z = authz_of(&a, z.token().map(str::to_string)).await?;
         may_read_service(&a, &z, &id)?;
     }
 }
@@ -633,7 +639,11 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
             parts.method.clone(),
             &path,
             body,
-            crate::request::forward_timeout(&parts.method, parts.uri.path(), parts.uri.query()),
+            crate::request::forward_timeout(
+                &parts.method,
+                parts.uri.path(),
+                &Params::parse(parts.uri.query()),
+            ),
             token.as_deref(),
         )
         .await?;

@@ -28,8 +28,6 @@ pub enum MaintenanceError {
     MissingEnable,
     #[error("Invalid value for enable: {0:?}")]
     InvalidEnable(String),
-    #[error("Missing service ID")]
-    MissingService,
     #[error("No service registered with ID {0:?}")]
     UnknownService(String),
 }
@@ -115,9 +113,6 @@ impl Agent {
     pub(super) async fn service_maintenance(
         self: &Arc<Self>, service_id: &str, enable: bool, reason: &str,
     ) -> Result<()> {
-        if service_id.is_empty() {
-            return Err(MaintenanceError::MissingService.into());
-        }
         let id = service_check_id(service_id);
         let changed = self.local.with(|t| {
             if t.live_service(service_id).is_none() {
@@ -154,9 +149,7 @@ impl From<MaintenanceError> for Error {
     fn from(e: MaintenanceError) -> Self {
         use MaintenanceError as M;
         match e {
-            M::MissingEnable | M::InvalidEnable(_) | M::MissingService => {
-                Error::BadRequest(e.to_string())
-            }
+            M::MissingEnable | M::InvalidEnable(_) => Error::BadRequest(e.to_string()),
             M::UnknownService(_) => Error::NotFound(e.to_string()),
         }
     }

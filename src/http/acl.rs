@@ -113,51 +113,44 @@ async fn authorize(a: Authz, body: Bytes) -> Result<Response> {
 /// naming the key, service, node... where the resource has names.
 fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Result<bool> {
     let access_lower = access.to_ascii_lowercase();
-    let decision = match (resource, access_lower.as_str()) {
-        ("acl", "read") => a.acl_read(),
-        ("acl", "write") => a.acl_write(),
-        ("agent", "read") => a.agent_read(segment),
-        ("agent", "write") => a.agent_write(segment),
-        ("event", "read") => a.event_read(segment),
-        ("event", "write") => a.event_write(segment),
-        ("intention", "read") => a.intention_read(segment),
-        ("intention", "write") => a.intention_write(segment),
-        ("key", "read") => a.key_read(segment),
-        ("key", "list") => a.key_list(segment),
-        ("key", "write") => a.key_write(segment),
-        ("key", "write-prefix") => a.key_write_prefix(segment),
-        ("keyring", "read") => a.keyring_read(),
-        ("keyring", "write") => a.keyring_write(),
-        ("mesh", "read") => a.mesh_read(),
-        ("mesh", "write") => a.mesh_write(),
-        ("node", "read") => a.node_read(segment),
-        ("node", "write") => a.node_write(segment),
-        ("operator", "read") => a.operator_read(),
-        ("operator", "write") => a.operator_write(),
-        ("peering", "read") => a.peering_read(),
-        ("peering", "write") => a.peering_write(),
-        ("query", "read") => a.query_read(segment),
-        ("query", "write") => a.query_write(segment),
-        ("service", "read") => a.service_read(segment),
-        ("service", "write") => a.service_write(segment),
-        ("session", "read") => a.session_read(segment),
-        ("session", "write") => a.session_write(segment),
-        (
-            "acl" | "agent" | "event" | "intention" | "key" | "keyring" | "mesh" | "node"
-            | "operator" | "peering" | "query" | "service" | "session",
-            _,
-        ) => {
-            return Err(Error::bad(format!(
-                "Invalid access level for {resource} resource: {access}"
-            )));
-        }
+    let bad_access = || {
+        Error::bad(format!(
+            "Invalid access level for {resource} resource: {access}"
+        ))
+    };
+    if resource == "key" {
+        return match access_lower.as_str() {
+            "list" => Ok(a.key_list(segment)),
+            "write-prefix" => Ok(a.key_write_prefix(segment)),
+            "read" => Ok(a.key_read(segment)),
+            "write" => Ok(a.key_write(segment)),
+            _ => Err(bad_access()),
+        };
+    }
+    let (read, write) = match resource {
+        "acl" => (a.acl_read(), a.acl_write()),
+        "agent" => (a.agent_read(segment), a.agent_write(segment)),
+        "event" => (a.event_read(segment), a.event_write(segment)),
+        "intention" => (a.intention_read(segment), a.intention_write(segment)),
+        "keyring" => (a.keyring_read(), a.keyring_write()),
+        "mesh" => (a.mesh_read(), a.mesh_write()),
+        "node" => (a.node_read(segment), a.node_write(segment)),
+        "operator" => (a.operator_read(), a.operator_write()),
+        "peering" => (a.peering_read(), a.peering_write()),
+        "query" => (a.query_read(segment), a.query_write(segment)),
+        "service" => (a.service_read(segment), a.service_write(segment)),
+        "session" => (a.session_read(segment), a.session_write(segment)),
         _ => {
             return Err(Error::bad(format!(
                 "Invalid ACL resource requested: {resource:?}"
             )));
         }
     };
-    Ok(decision)
+    match access_lower.as_str() {
+        "read" => Ok(read),
+        "write" => Ok(write),
+        _ => Err(bad_access()),
+    }
 }
 
 impl Resolve for Server {

@@ -125,10 +125,12 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         }
         return next.run(req).await;
     }
+    let (parts, body) = req.into_parts();
+    let params = Params::parse(parts.uri.query());
     // A txn of reads only may be answered here with `?stale` (Consul's
     // fast path); which it is, only its body says.
-    let stale_txn = path == "/v1/txn" && Params::parse(req.uri().query()).has("stale");
-    let (parts, body) = req.into_parts();
+    let stale_txn = parts.uri.path() == "/v1/txn" && params.has("stale");
+    let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
     let limit = if parts.uri.path() == "/v1/snapshot" {
         snapshot::MAX_SNAPSHOT
     } else {
@@ -155,7 +157,10 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                 return next.run(Request::from_parts(parts, Body::from(body))).await;
             }
             Ok((id, leader)) => match s
-                .while_leads(id, proxy(&s, &leader.http_addr, &parts, body.clone()))
+                .while_leads(
+                    id,
+                    proxy(&s, &leader.http_addr, &parts, body.clone(), timeout),
+                )
                 .await
             {
                 Ok(r) => return r,
@@ -174,9 +179,11 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     }
 }
 
-/// Sends a request on to the leader; an error means it could not be reached.
+/// Sends a request on to the leader at `addr`, waiting up to `timeout` for
+/// its answer; an error says whether the request could have reached it.
 async fn proxy(
     s: &Server, addr: &str, parts: &axum::http::request::Parts, body: axum::body::Bytes,
+    timeout: Duration,
 ) -> Result<Response> {
     crate::metrics::HTTP_FORWARDED.inc();
     // A leader serving HTTPS only advertises `https://host:port`.
@@ -205,7 +212,6 @@ async fn proxy(
             out = out.header(name, v);
         }
     }
-    let timeout = forward_timeout(&parts.method, parts.uri.path(), parts.uri.query());
     // Only a request that never reached the leader may be retried: one that
     // did could have committed.
     let resp = out.timeout(timeout).send().await.map_err(|e| {
@@ -391,11 +397,7 @@ pub async fn run(
         Some(g) => Some((grpc::bind(g.addr).await?, g)),
         None => None,
     };
-    let grpc_port = grpc_listener
-        .as_ref()
-        .map(|(l, _)| l.local_addr())
-        .transpose()?
-        .map(|a| a.port());
+    let grpc_port = port_of(grpc_listener.as_ref().map(|(l, _)| l))?;
     let stop_grpc = Arc::new(tokio::sync::Notify::new());
     if let Some((l, g)) = grpc_listener {
         // TLS with the server's certificate when the files are given;
@@ -420,11 +422,7 @@ pub async fn run(
         Some(_) => agent_config.ports.grpc_tls = grpc_port,
         None => agent_config.ports.grpc = grpc_port,
     }
-    agent_config.ports.https = https
-        .as_ref()
-        .map(|(l, _)| l.local_addr())
-        .transpose()?
-        .map(|a| a.port());
+    agent_config.ports.https = port_of(https.as_ref().map(|(l, _)| l))?;
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
             store: server.store.clone(),
@@ -518,6 +516,11 @@ fn fail_task(ended: crate::tasks::Ended) -> ! {
 /// The server's own agent: its node, in `<data-dir>/agent`, talking to
 /// this server's HTTP API (loopback for a wildcard address; HTTPS with the
 /// server's own certificate when only HTTPS is served).
+/// The port a listener is bound to (none without a listener).
+fn port_of(l: Option<&tokio::net::TcpListener>) -> std::io::Result<Option<u16>> {
+    l.map(|l| l.local_addr().map(|a| a.port())).transpose()
+}
+
 fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConfig> {
     let mut local = config.http_addr;
     if local.ip().is_unspecified() {

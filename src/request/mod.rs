@@ -50,14 +50,13 @@ pub const LONG_FORWARD: Duration = Duration::from_secs(11 * 60);
 /// answer: `RPC_CLIENT_TIMEOUT`, a blocking read its wait and Consul's
 /// jitter (1/16) more, a snapshot or a stream `LONG_FORWARD`. So a
 /// server that stops answering mid-request holds its caller a minute.
-pub fn forward_timeout(method: &axum::http::Method, path: &str, query: Option<&str>) -> Duration {
+pub fn forward_timeout(method: &axum::http::Method, path: &str, p: &Params) -> Duration {
     use axum::http::Method;
-    let p = Params::parse(query);
     if path == "/v1/snapshot" || path == "/v1/internal/stream" {
         LONG_FORWARD
     } else if matches!(*method, Method::GET | Method::HEAD) && p.has("index") {
         // A bad `wait` is answered 400 at once.
-        let wait = wait_of(&p).unwrap_or_default();
+        let wait = wait_of(p).unwrap_or_default();
         wait + wait / 16 + RPC_CLIENT_TIMEOUT
     } else {
         RPC_CLIENT_TIMEOUT
@@ -322,7 +321,7 @@ mod tests {
 
     fn timeout_of(method: axum::http::Method, uri: &str) -> Duration {
         let uri: axum::http::Uri = uri.parse().unwrap();
-        forward_timeout(&method, uri.path(), uri.query())
+        forward_timeout(&method, uri.path(), &Params::parse(uri.query()))
     }
 
     #[test]

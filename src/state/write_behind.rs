@@ -323,8 +323,9 @@ impl Persist for WriteBehind {
     /// it.
     fn replace(&self, ops: Ops) -> anyhow::Result<()> {
         let s = &self.shared;
+        let threaded = s.every.is_none();
         // Without a thread (the simulation) it is written here and now.
-        let _order = s.every.map(|_| s.writing.lock());
+        let _order = (!threaded).then(|| s.writing.lock());
         {
             let mut p = s.pending.lock();
             if let Some(why) = &p.failed {
@@ -333,7 +334,7 @@ impl Persist for WriteBehind {
             p.chunks.clear();
             p.bytes = 0;
             p.batches = 0;
-            if s.every.is_none() {
+            if threaded {
                 p.chunks.push_back(Chunk {
                     rows: Rows::Whole(ops),
                     bytes: 0,
