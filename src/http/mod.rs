@@ -131,12 +131,10 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     // fast path); which it is, only its body says.
     let stale_txn = parts.uri.path() == "/v1/txn" && params.has("stale");
     let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
-    let limit = if parts.uri.path() == "/v1/snapshot" {
-        snapshot::MAX_SNAPSHOT
-    } else {
-        MAX_BODY
-    };
-    let body = match axum::body::to_bytes(body, limit).await {
+    if snapshot::is_upload(&parts) {
+        return forward_upload(&s, parts, body, timeout, next).await;
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
             return Error::TooLarge(format!("Request body too large or unreadable: {e}"))
@@ -179,10 +177,67 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     }
 }
 
+/// A snapshot upload on a follower: the caller's token is checked here
+/// before a byte of the body is read, and the body goes on to the leader
+/// as a stream, never whole in this server's memory. Sent once: a stream
+/// cannot be sent again to a next leader.
+async fn forward_upload(
+    s: &App, parts: axum::http::request::Parts, body: Body, timeout: Duration, next: Next,
+) -> Response {
+    let allowed = parts
+        .extensions
+        .get::<crate::request::authz::Resolver>()
+        .ok_or_else(|| Error::Internal("no token resolver on this router".into()))
+        .and_then(|r| {
+            let token = crate::request::authz::token_of(&parts.headers, parts.uri.query());
+            crate::request::authz::Authz::resolve(&*r.0, token)
+        })
+        .and_then(|a| snapshot::management(&a));
+    if let Err(e) = allowed {
+        return e.into_response();
+    }
+    let (id, leader) = match s.await_leader().await {
+        Ok(l) => l,
+        Err(e) => return e.into_response(),
+    };
+    if id == s.cluster.id {
+        if let Err(e) = s.await_ready_leader().await {
+            return e.into_response();
+        }
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let (mut tx, channel) =
+        http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(4);
+    let mut frames = body.into_data_stream();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        while let Some(chunk) = frames.next().await {
+            let sent = match chunk {
+                Ok(data) => tx.send_data(data).await.is_ok(),
+                Err(e) => {
+                    tx.abort(std::io::Error::other(e));
+                    return;
+                }
+            };
+            if !sent {
+                return;
+            }
+        }
+    });
+    let upload = reqwest::Body::wrap(channel);
+    match s
+        .while_leads(id, proxy(s, &leader.http_addr, &parts, upload, timeout))
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
 /// Sends a request on to the leader at `addr`, waiting up to `timeout` for
 /// its answer; an error says whether the request could have reached it.
 async fn proxy(
-    s: &Server, addr: &str, parts: &axum::http::request::Parts, body: axum::body::Bytes,
+    s: &Server, addr: &str, parts: &axum::http::request::Parts, body: impl Into<reqwest::Body>,
     timeout: Duration,
 ) -> Result<Response> {
     crate::metrics::HTTP_FORWARDED.inc();

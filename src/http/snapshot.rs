@@ -5,8 +5,8 @@ use crate::request::authz::Authz;
 use std::path::Path;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -25,12 +25,7 @@ use crate::state::{Command, Response as Applied, snapshot};
 pub const MAX_SNAPSHOT: usize = 512 << 20;
 
 pub fn routes() -> Router<App> {
-    Router::new().route(
-        "/v1/snapshot",
-        get(save)
-            .put(restore)
-            .layer(DefaultBodyLimit::max(MAX_SNAPSHOT)),
-    )
+    Router::new().route("/v1/snapshot", get(save).put(restore))
 }
 
 /// A point-in-time copy of the whole state, framed as the data dir's
@@ -38,7 +33,7 @@ pub fn routes() -> Router<App> {
 /// `?stale` by any server, `?consistent` after a leadership check.
 /// Consul's snapshots need a management token (they hold every secret's
 /// hash and every rule).
-fn management(a: &Authz) -> Result<()> {
+pub(super) fn management(a: &Authz) -> Result<()> {
     a.require(a.snapshot(), "acl:write", "")
 }
 
@@ -138,14 +133,24 @@ async fn committed(s: &App, id: &str, staged_at: u64) -> Result<()> {
     }
 }
 
+/// `PUT /v1/snapshot`: an upload whose token is checked before its body
+/// is read, here and on a follower that passes it on (`forward_upload`).
+pub(super) fn is_upload(parts: &axum::http::request::Parts) -> bool {
+    parts.method == axum::http::Method::PUT && parts.uri.path() == "/v1/snapshot"
+}
+
 /// Restores a snapshot: checked whole here (a bad one is refused with 400
 /// and nothing is proposed), then proposed as chunks and one commit that
-/// swaps the state on every server at once.
+/// swaps the state on every server at once. The body is read only once
+/// the token is known to hold management rights.
 async fn restore(
-    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Bytes,
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Body,
 ) -> Result<Response> {
     management(&a)?;
     QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let body = axum::body::to_bytes(body, MAX_SNAPSHOT)
+        .await
+        .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
     let checked = body.clone();
     let start = tokio::task::spawn_blocking(move || check(&checked))
         .await
