@@ -306,3 +306,37 @@ fn cairn_lock_releases_the_lock_when_it_is_terminated() {
         "session destroyed"
     );
 }
+
+/// Destroying a session that is not there changes nothing, so it makes no
+/// Raft entry: an anonymous caller cannot grow the log by repeating it.
+#[test]
+fn destroying_an_unknown_session_appends_nothing_to_the_log() {
+    const ROOT: &str = "6f1c2a4e-0000-4000-8000-00000000000a";
+    let s = Server::builder().dev().acl("deny", ROOT).start();
+    let last_index = || {
+        let path = "/v1/agent/metrics?format=prometheus";
+        let r = common::request_with(s.http_addr, "GET", path, None, &[("X-Consul-Token", ROOT)]);
+        common::metric_in(&r.body, "cairn_raft_last_log_index")
+    };
+    // The leader's ACL init has written the management token once it works.
+    eventually(Duration::from_secs(10), "the management token", || {
+        let path = "/v1/acl/token/self";
+        let r = common::request_with(s.http_addr, "GET", path, None, &[("X-Consul-Token", ROOT)]);
+        (r.status == 200).then_some(())
+    });
+    let before = last_index();
+    for _ in 0..50 {
+        let r = s.put(
+            "/v1/session/destroy/9e1f3c2a-1111-4222-8333-444455556666",
+            "",
+        );
+        assert_eq!((r.status, r.body.trim()), (200, "true"));
+    }
+    // Background duties (heartbeats, anti-entropy) may write a few entries
+    // meanwhile; 50 calls appending one each would add 50.
+    let added = last_index() - before;
+    assert!(
+        added < 10.0,
+        "50 destroys of nothing appended {added} entries"
+    );
+}

@@ -25,6 +25,10 @@ pub enum FilterError {
     #[error("Failed to compile regular expression {pattern:?}: {reason}")]
     Regex { pattern: String, reason: String },
 
+    /// More `matches` clauses than one request may compile.
+    #[error("Filter has more than {max} \"matches\" expressions")]
+    TooManyRegexes { max: usize },
+
     /// The selector does not name a field of the row type (schema validation).
     #[error("Selector {selector:?} is not valid")]
     InvalidSelector { selector: String },

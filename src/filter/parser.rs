@@ -21,7 +21,7 @@
 //! Deliberate difference: bexpr cannot express a `"` inside a double-quoted
 //! string (its grammar ends the literal at the first `"`), we accept `\"`.
 
-use regex::Regex;
+use regex::RegexBuilder;
 
 use super::ast::{Expr, MatchExpr, MatchOp, Selector};
 use super::error::FilterError;
@@ -29,6 +29,15 @@ use super::error::FilterError;
 /// Nesting limit for parentheses and `not`, so hostile input cannot exhaust
 /// the stack in the recursive parser or evaluator.
 const MAX_DEPTH: usize = 100;
+
+/// The most `matches` / `not matches` clauses one filter may hold, and what
+/// each regex may cost compiled (its program, and its lazy DFA's cache):
+/// a filter is parsed on every request, by anonymous callers too, so its
+/// regexes must stay cheap to build and small to hold (at most about
+/// `MAX_REGEXES × (REGEX_SIZE + REGEX_DFA_SIZE)`, 20 MiB, for one request).
+pub(crate) const MAX_REGEXES: usize = 16;
+pub(crate) const REGEX_SIZE: usize = 1 << 20;
+const REGEX_DFA_SIZE: usize = 256 << 10;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -343,6 +352,7 @@ pub(crate) fn parse(src: &str) -> Result<Expr, FilterError> {
         toks,
         pos: 0,
         depth: 0,
+        regexes: 0,
     };
     if p.peek().tok == Tok::Eof {
         return Err(p.err_here("empty filter expression"));
@@ -363,6 +373,8 @@ struct Parser<'a> {
     toks: Vec<Token>,
     pos: usize,
     depth: usize,
+    /// The regexes compiled so far (`MAX_REGEXES`).
+    regexes: usize,
 }
 
 impl Parser<'_> {
@@ -639,14 +651,23 @@ impl Parser<'_> {
     }
 
     fn build(
-        &self, selector: Selector, op: MatchOp, value: Option<String>,
+        &mut self, selector: Selector, op: MatchOp, value: Option<String>,
     ) -> Result<Expr, FilterError> {
         let regex = match (op, &value) {
             (MatchOp::Matches | MatchOp::NotMatches, Some(pattern)) => {
-                Some(Regex::new(pattern).map_err(|e| FilterError::Regex {
-                    pattern: pattern.clone(),
-                    reason: e.to_string(),
-                })?)
+                self.regexes += 1;
+                if self.regexes > MAX_REGEXES {
+                    return Err(FilterError::TooManyRegexes { max: MAX_REGEXES });
+                }
+                let regex = RegexBuilder::new(pattern)
+                    .size_limit(REGEX_SIZE)
+                    .dfa_size_limit(REGEX_DFA_SIZE)
+                    .build()
+                    .map_err(|e| FilterError::Regex {
+                        pattern: pattern.clone(),
+                        reason: e.to_string(),
+                    })?;
+                Some(regex)
             }
             _ => None,
         };

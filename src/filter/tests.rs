@@ -1356,3 +1356,23 @@ fn fuzz_random_characters_never_panic() {
         assert!(Filter::parse(&s).is_ok(), "{s}");
     }
 }
+
+// ------------------------------------------------- what a filter may cost
+
+/// Hostile regexes are refused before they cost much: one filter may
+/// compile at most `MAX_REGEXES`, each within `REGEX_SIZE` (an anonymous
+/// 40 × `\w{190}` once took 2.5 s and 388 MB).
+#[test]
+fn a_filters_regexes_are_bounded_in_number_and_size() {
+    let clause = |i: usize| format!("Node matches \"n{i}.*\"");
+    let most: Vec<String> = (0..parser::MAX_REGEXES).map(clause).collect();
+    parse(&most.join(" or "));
+    let over: Vec<String> = (0..=parser::MAX_REGEXES).map(clause).collect();
+    let e = parse_err(&over.join(" or "));
+    assert!(e.contains("more than 16 \"matches\""), "{e}");
+
+    let e = parse_err(r#"Node matches "\\w{190}""#);
+    assert!(e.contains("size limit"), "{e}");
+    // Ordinary patterns stay well within it.
+    parse(r#"Node matches "^web-[0-9]+\\.example\\.com$""#);
+}

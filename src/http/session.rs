@@ -126,6 +126,12 @@ async fn destroy(
     State(s): State<App>, a: Authz, Path(id): Path<String>, _: Opts,
 ) -> Result<Response> {
     authorize_session(&s, &a, &id)?;
+    // Destroying what is not there changes nothing: no Raft entry (an
+    // anonymous caller could otherwise grow the log at will), and the
+    // answer Consul gives.
+    if !s.store.state().sessions.contains_key(&id) {
+        return Ok(axum::Json(true).into_response());
+    }
     match s
         .write(
             s.sessions
