@@ -233,6 +233,63 @@ fn bootstrap_works_once() {
     assert_eq!(r.status, 403);
 }
 
+/// With an initial management token, that token is the bootstrap (as in
+/// Consul): an anonymous bootstrap is refused with the reset index, and
+/// the reset file in the leader's data dir allows exactly one more.
+#[test]
+fn an_initial_management_token_is_the_bootstrap_and_the_reset_file_allows_one_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::durable("s1", dir.path()).acl("deny", ROOT).start();
+    eventually(Duration::from_secs(10), "the management token", || {
+        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
+    });
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(
+        r.status, 403,
+        "an anonymous bootstrap must be refused: {}",
+        r.body
+    );
+    let reset: u64 = r
+        .body
+        .split("reset index: ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no reset index in {:?}", r.body));
+    assert!(
+        r.body
+            .starts_with("Permission denied: ACL bootstrap no longer allowed"),
+        "{}",
+        r.body
+    );
+    let reset_file = dir.path().join("acl-bootstrap-reset");
+    // Another index than the one reported: refused, the file stays.
+    std::fs::write(&reset_file, format!("{}\n", reset + 1)).unwrap();
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.contains("Invalid bootstrap reset index"),
+        "{}",
+        r.body
+    );
+    assert!(reset_file.exists());
+    // The reported index: one more bootstrap, and the file is gone.
+    std::fs::write(&reset_file, format!("{reset}\n")).unwrap();
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let secret = r.json()["SecretID"].as_str().unwrap().to_string();
+    assert_eq!(
+        with(s.http_addr, "GET", "/v1/acl/tokens", None, &secret).status,
+        200
+    );
+    assert!(!reset_file.exists());
+    let r = s.put("/v1/acl/bootstrap", "");
+    assert_eq!(r.status, 403, "{}", r.body);
+}
+
 #[test]
 fn a_deleted_token_is_refused_by_every_server_within_a_second() {
     let args = [

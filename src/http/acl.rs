@@ -269,14 +269,45 @@ async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
         check_uuid("BootstrapSecret", &body.secret)?;
         body.secret
     };
-    let token = management_token("Bootstrap Token (Global Management)", &secret);
-    applied(
-        s.write(Command::AclBootstrap {
-            token: Box::new(token.clone()),
-        })
-        .await?,
-    )?;
-    shown_token(&s, &token.accessor_id, Some(&secret))
+    let token = Box::new(management_token(
+        "Bootstrap Token (Global Management)",
+        &secret,
+    ));
+    let accessor = token.accessor_id.clone();
+    // Consul's reset procedure: the operator writes the reset index the
+    // refusal reported into this file in the leader's data dir; one more
+    // bootstrap is then allowed, and the file goes.
+    let reset_file = s.config.data_dir.join(BOOTSTRAP_RESET_FILE);
+    let reset_index = read_reset_index(&reset_file)?;
+    let cmd = match reset_index {
+        Some(reset_index) => Command::AclBootstrapReset { token, reset_index },
+        None => Command::AclBootstrap { token },
+    };
+    applied(s.write(cmd).await?)?;
+    if reset_index.is_some()
+        && let Err(e) = std::fs::remove_file(&reset_file)
+    {
+        tracing::warn!(file = %reset_file.display(), error = %e, "could not remove the ACL bootstrap reset file");
+    }
+    shown_token(&s, &accessor, Some(&secret))
+}
+
+/// The file (in the data dir) whose index allows one more bootstrap.
+pub const BOOTSTRAP_RESET_FILE: &str = "acl-bootstrap-reset";
+
+/// The reset index the operator wrote, if the file is there.
+fn read_reset_index(path: &std::path::Path) -> Result<Option<u64>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            Error::BadRequest(format!(
+                "Invalid reset index in {}: {:?}",
+                path.display(),
+                text.trim()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::Internal(format!("{}: {e}", path.display()))),
+    }
 }
 
 /// A token as the state holds it now, with its secret if the caller knows it.

@@ -50,7 +50,7 @@ impl std::fmt::Display for Command {
             Command::AclPolicyDelete { .. } => "acl-policy-delete",
             Command::AclRoleSet { .. } => "acl-role-set",
             Command::AclRoleDelete { .. } => "acl-role-delete",
-            Command::AclBootstrap { .. } => "acl-bootstrap",
+            Command::AclBootstrap { .. } | Command::AclBootstrapReset { .. } => "acl-bootstrap",
             Command::AclInit { .. } => "acl-init",
             Command::CaSet { .. } => "ca-set",
             Command::Timed { cmd, .. } => match cmd {

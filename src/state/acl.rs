@@ -17,6 +17,9 @@ use crate::structs::acl::{
 
 /// Consul's answer to a second bootstrap (a 403).
 pub const BOOTSTRAP_DONE: &str = "ACL bootstrap no longer allowed";
+/// Consul's refusal of a reset file naming another index than the last
+/// bootstrap's.
+pub const BAD_RESET_INDEX: &str = "Invalid bootstrap reset index";
 
 /// One row of the ACL table, as persisted (JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,12 +207,16 @@ pub fn delete_role(tx: &mut Tx, id: &str) -> Response {
     Response::Ok
 }
 
-/// `PUT /v1/acl/bootstrap`: a management token, once.
-pub fn bootstrap(tx: &mut Tx, token: &AclToken) -> Response {
-    if tx.state.acl_bootstrapped > 0 {
+/// `PUT /v1/acl/bootstrap`: a management token, once; again only with the
+/// reset index the last bootstrap reported (`reset_index`, 0 for none).
+pub fn bootstrap(tx: &mut Tx, token: &AclToken, reset_index: u64) -> Response {
+    let done = tx.state.acl_bootstrapped;
+    if done > 0 && reset_index == 0 {
+        return Response::Rejected(format!("{BOOTSTRAP_DONE} (reset index: {done})"));
+    }
+    if done > 0 && reset_index != done {
         return Response::Rejected(format!(
-            "{BOOTSTRAP_DONE} (reset index: {})",
-            tx.state.acl_bootstrapped
+            "{BAD_RESET_INDEX} (specified {reset_index}, reset index: {done})"
         ));
     }
     builtins(tx);
@@ -223,12 +230,21 @@ pub fn bootstrap(tx: &mut Tx, token: &AclToken) -> Response {
 /// The leader's first duty with ACLs on: the built-in policy and anonymous
 /// token, and the initial management token (its secret's hash) unless a
 /// token with that secret exists. Idempotent: every leader may propose it.
+/// An initial management token is the bootstrap, as Consul's: once it is
+/// there, `PUT /v1/acl/bootstrap` is refused (until an operator's reset).
 pub fn init(tx: &mut Tx, initial_management: Option<&AclToken>) -> Response {
     builtins(tx);
-    if let Some(t) = initial_management
-        && !tx.state.acl_secrets.contains_key(&t.secret_hash)
-    {
-        return set_token(tx, t);
+    let Some(t) = initial_management else {
+        return Response::Ok;
+    };
+    if !tx.state.acl_secrets.contains_key(&t.secret_hash) {
+        let r = set_token(tx, t);
+        if r != Response::Ok {
+            return r;
+        }
+    }
+    if tx.state.acl_bootstrapped == 0 {
+        put(tx, AclRow::Bootstrapped(tx.index));
     }
     Response::Ok
 }
@@ -336,6 +352,52 @@ mod tests {
             Response::Rejected(format!("{BOOTSTRAP_DONE} (reset index: 3)"))
         );
         assert!(token_by_secret_hash(&st, &acl::secret_hash("s2")).is_none());
+    }
+
+    #[test]
+    fn an_initial_management_token_is_the_bootstrap_and_a_reset_allows_one_more() {
+        let mut st = State::default();
+        let init = Command::AclInit {
+            initial_management: Some(Box::new(token("root", "s0"))),
+        };
+        assert_eq!(apply_command(&mut st, 5, &init).0, Response::Ok);
+        // A second leader's init changes nothing: the bootstrap stays at 5.
+        assert_eq!(apply_command(&mut st, 9, &init).0, Response::Ok);
+        let again = |reset_index| match reset_index {
+            0 => Command::AclBootstrap {
+                token: Box::new(token("a1", "s1")),
+            },
+            reset_index => Command::AclBootstrapReset {
+                token: Box::new(token("a1", "s1")),
+                reset_index,
+            },
+        };
+        assert_eq!(
+            apply_command(&mut st, 10, &again(0)).0,
+            Response::Rejected(format!("{BOOTSTRAP_DONE} (reset index: 5)"))
+        );
+        assert_eq!(
+            apply_command(&mut st, 11, &again(4)).0,
+            Response::Rejected(format!("{BAD_RESET_INDEX} (specified 4, reset index: 5)"))
+        );
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("s1")).is_none());
+        assert_eq!(apply_command(&mut st, 12, &again(5)).0, Response::Ok);
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("s1")).is_some());
+        // The reset is used up: the next one must name the new index.
+        assert_eq!(
+            apply_command(&mut st, 13, &again(5)).0,
+            Response::Rejected(format!("{BAD_RESET_INDEX} (specified 5, reset index: 12)"))
+        );
+    }
+
+    #[test]
+    fn init_without_an_initial_management_token_leaves_bootstrap_open() {
+        let mut st = State::default();
+        let init = Command::AclInit {
+            initial_management: None,
+        };
+        apply_command(&mut st, 5, &init);
+        assert_eq!(st.acl_bootstrapped, 0);
     }
 
     #[test]

@@ -72,7 +72,10 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::AclPolicyDelete { id } => super::acl::delete_policy(&mut tx, id),
         Command::AclRoleSet { role } => super::acl::set_role(&mut tx, role),
         Command::AclRoleDelete { id } => super::acl::delete_role(&mut tx, id),
-        Command::AclBootstrap { token } => super::acl::bootstrap(&mut tx, token),
+        Command::AclBootstrap { token } => super::acl::bootstrap(&mut tx, token, 0),
+        Command::AclBootstrapReset { token, reset_index } => {
+            super::acl::bootstrap(&mut tx, token, *reset_index)
+        }
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

@@ -158,6 +158,14 @@ pub enum Command {
         ca: Box<connect::CaState>,
         cas: Option<u64>,
     },
+    /// `PUT /v1/acl/bootstrap` once more, after an operator's reset: allowed
+    /// only while `reset_index` is the index the last bootstrap reported
+    /// (Consul's `acl-bootstrap-reset` file in the leader's data dir).
+    AclBootstrapReset {
+        #[serde(with = "as_json")]
+        token: Box<AclToken>,
+        reset_index: u64,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -272,7 +280,9 @@ impl Command {
             Command::RestoreChunk { id, .. }
             | Command::RestoreCommit { id, .. }
             | Command::RestoreAbort { id } => check("snapshot restore ID", id),
-            Command::AclTokenSet { token } | Command::AclBootstrap { token } => {
+            Command::AclTokenSet { token }
+            | Command::AclBootstrap { token }
+            | Command::AclBootstrapReset { token, .. } => {
                 check("token description", &token.description)?;
                 check("accessor ID", &token.accessor_id)
             }
