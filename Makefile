@@ -30,9 +30,11 @@ sim-test:
 clients: build
 	bash scripts/test-clients.sh
 
-## Consul's own test tables, played against a dev server.
+## Consul's own test tables, played against a dev server; then Consul's ACL
+## test tables against two (default deny and allow).
 conformance: build
 	bash scripts/conformance.sh
+	CAIRN_BIN=target/debug/cairn bash ../shared/conformance/acl/play.sh
 
 ## A 3-server cluster on loopback (HTTP 8500-8502, gRPC 8510-8512); Ctrl-C stops it.
 cluster: release

@@ -173,7 +173,7 @@ pub enum RulesError {
     Syntax(String),
     #[error("Failed to parse ACL rules: unknown resource \"{0}\"")]
     UnknownResource(String),
-    #[error("Failed to parse ACL rules: invalid {resource} policy {value:?}{}", on(.name))]
+    #[error("Failed to parse ACL rules: Invalid {resource} policy {value:?}{}", on(.name))]
     InvalidPolicy {
         resource: String,
         name: Option<String>,
@@ -269,7 +269,8 @@ pub fn parse_rules(text: &str) -> Result<Rules, RulesError> {
         }
         return Ok(rules);
     }
-    let body = hcl::parse(text).map_err(|e| RulesError::Syntax(e.to_string()))?;
+    let body =
+        hcl::parse(&one_attribute_a_line(text)).map_err(|e| RulesError::Syntax(e.to_string()))?;
     for structure in body.into_iter() {
         match structure {
             hcl::Structure::Attribute(attr) => {
@@ -299,6 +300,76 @@ pub fn parse_rules(text: &str) -> Result<Rules, RulesError> {
         }
     }
     Ok(rules)
+}
+
+/// HCL 1 takes several attributes in a one-line block (`service "a" {
+/// policy = "write" intentions = "read" }`, as Consul's docs write rules);
+/// HCL 2 wants such a block on several lines, an attribute a line. After a
+/// string ends, a name on the same line can only start another attribute:
+/// a newline goes before it, and after the block's `{` and before its `}`.
+/// Strings (with their escapes) and comments are read past untouched.
+fn one_attribute_a_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let line_end = |from: usize| text[from..].find('\n').map_or(bytes.len(), |n| from + n);
+    // Where a newline goes; the open blocks (their `{`, whether split).
+    let mut breaks: Vec<usize> = Vec::new();
+    let mut open: Vec<(usize, bool)> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                let mut j = i;
+                while j < bytes.len() && (bytes[j] == b' ' || bytes[j] == b'\t') {
+                    j += 1;
+                }
+                if j < bytes.len() && (bytes[j].is_ascii_alphabetic() || bytes[j] == b'_') {
+                    breaks.push(i);
+                    if let Some((brace, split)) = open.last_mut()
+                        && !*split
+                    {
+                        *split = true;
+                        breaks.push(*brace + 1);
+                    }
+                }
+            }
+            b'{' => {
+                open.push((i, false));
+                i += 1;
+            }
+            b'}' => {
+                if let Some((_, true)) = open.pop() {
+                    breaks.push(i);
+                }
+                i += 1;
+            }
+            b'#' => i = line_end(i),
+            b'/' if bytes.get(i + 1) == Some(&b'/') => i = line_end(i),
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |n| i + 2 + n + 2)
+            }
+            _ => i += 1,
+        }
+    }
+    if breaks.is_empty() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    breaks.sort_unstable();
+    let mut out = String::with_capacity(text.len() + breaks.len());
+    let mut copied = 0;
+    for b in breaks {
+        out.push_str(&text[copied..b]);
+        out.push('\n');
+        copied = b;
+    }
+    out.push_str(&text[copied..]);
+    std::borrow::Cow::Owned(out)
 }
 
 fn json_of(v: hcl::Value) -> Result<serde_json::Value, RulesError> {
@@ -332,6 +403,8 @@ fn add_entry(rules: &mut Rules, resource: &str, v: &serde_json::Value) -> Result
     use serde_json::Value;
     let kind = kind_of(resource).ok_or_else(|| RulesError::UnknownResource(resource.into()))?;
     match (kind, v) {
+        // `keyring = ""` is no rule, as in Consul.
+        (Kind::Scalar(_), Value::String(p)) if p.is_empty() => Ok(()),
         (Kind::Scalar(s), Value::String(p)) => {
             let access = access_of(resource, None, p, false)?;
             merge_scalar(rules.scalar_mut(s), Some(access));
@@ -396,7 +469,8 @@ fn add_rule(
         match field.as_str() {
             "policy" => policy = Some(access_of(resource, Some(name), s, seg == Segmented::Key)?),
             "intentions" if seg == Segmented::Service => {
-                intentions = Some(access_of("intentions", Some(name), s, false)?)
+                let resource = format!("{resource} intentions");
+                intentions = Some(access_of(&resource, Some(name), s, false)?)
             }
             _ => {
                 return Err(RulesError::UnknownField {
@@ -601,17 +675,17 @@ mod tests {
             (r#"namespace "a" { policy = "read" }"#, "unknown resource"),
             (
                 r#"key "a" { policy = "rw" }"#,
-                "invalid key policy \"rw\" \"a\"",
+                "Invalid key policy \"rw\" \"a\"",
             ),
             (
                 r#"service "a" { policy = "list" }"#,
-                "invalid service policy \"list\"",
+                "Invalid service policy \"list\"",
             ),
-            (r#"operator = "list""#, "invalid operator policy \"list\""),
-            (r#"acl = "admin""#, "invalid acl policy \"admin\""),
+            (r#"operator = "list""#, "Invalid operator policy \"list\""),
+            (r#"acl = "admin""#, "Invalid acl policy \"admin\""),
             (
                 "service \"a\" {\n policy = \"read\"\n intentions = \"list\"\n}",
-                "invalid intentions policy \"list\" \"a\"",
+                "Invalid service intentions policy \"list\" \"a\"",
             ),
             (
                 r#"key "a" { intentions = "read" }"#,
@@ -619,7 +693,12 @@ mod tests {
             ),
             (r#"node "a" { }"#, "node \"a\" has no policy"),
             (r#"node "a" { polcy = "read" }"#, "unknown field \"polcy\""),
-            (r#"key "a" { policy = 3 }"#, "invalid key policy"),
+            (r#"key "a" { policy = 3 }"#, "Invalid key policy"),
+            (
+                r#"service "a" { policy = "write" intentions = "foo" }"#,
+                "Invalid service intentions policy \"foo\" \"a\"",
+            ),
+            (r#"key "a" { policy = "" }"#, "Invalid key policy"),
             (r#"key { policy = "read" }"#, "exactly one name"),
             (r#"key "a" "b" { policy = "read" }"#, "exactly one name"),
             (r#"operator { policy = "read" }"#, "not a block"),
@@ -634,6 +713,24 @@ mod tests {
             let e = parse_rules(text).expect_err(text).to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn hcl1_one_line_blocks_and_empty_scalars_parse_as_in_consul() {
+        let r = parse_rules(
+            "service \"foo\" { policy = \"write\" intentions = \"read\" } # a \"quoted\" x = 1\n\
+             key \"a \\\" b\" { policy = \"read\" }\nkeyring = \"\"\nmesh = \"\"",
+        )
+        .unwrap();
+        assert_eq!(r.service.exact["foo"], Access::Write);
+        assert_eq!(r.intentions.exact["foo"], Access::Read);
+        assert_eq!(r.key.exact["a \" b"], Access::Read);
+        assert_eq!(r.keyring, None);
+        assert_eq!(r.mesh, None);
+        assert!(matches!(
+            one_attribute_a_line("key \"a\" { policy = \"read\" }"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
