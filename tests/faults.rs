@@ -216,3 +216,39 @@ async fn a_request_forwarded_to_a_frozen_leader_ends_with_its_leadership() {
     .await;
     procs[li].signal("CONT");
 }
+
+/// A blocking read on a follower answers within its wait (and the jitter
+/// of 1/16) even when the leader it was forwarded to dies mid-wait: asked
+/// again of the new leader, it waits only what is left (Patroni gives up 1 s
+/// after its wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blocking_read_answers_within_its_wait_when_the_leader_dies_mid_wait() {
+    let mut procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let li = by_raft(&procs, &leader);
+    let follower = all_but(&procs, li)[0];
+    let key = follower.at("/v1/kv/patient");
+    assert_eq!(c.put(&key).body("v").send().await.unwrap().status(), 200);
+    let index = consul_index(&c.get(&key).send().await.unwrap());
+    let wait = Duration::from_secs(10);
+    let patient = cairn::tls::http_client()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let sent = std::time::Instant::now();
+    let read = tokio::spawn(
+        patient
+            .get(follower.at(&format!("/v1/kv/patient?index={index}&wait=10s")))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    procs[li].kill();
+    let read = read.await.unwrap().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(read.status(), 200);
+    assert!(
+        took <= wait + wait / 16 + Duration::from_millis(500),
+        "a 10 s wait answered after {took:?}"
+    );
+}

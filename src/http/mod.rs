@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{
     MAX_BODY, Params, QueryOptions, forward_timeout, panic_response, refuse_enterprise_tenancy,
-    trace_request,
+    trace_request, wait_of, with_wait,
 };
 use crate::server::{Server, ServerConfig};
 use crate::state::{self, WatchKey};
@@ -125,12 +125,16 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         }
         return next.run(req).await;
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let params = Params::parse(parts.uri.query());
     // A txn of reads only may be answered here with `?stale` (Consul's
     // fast path); which it is, only its body says.
     let stale_txn = parts.uri.path() == "/v1/txn" && params.has("stale");
-    let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
+    let mut timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
+    // A blocking read answers within its caller's wait, whatever happens to
+    // leaders meanwhile: asked again of the next one, it waits what is left.
+    let wait_ends = (read && params.has("index"))
+        .then(|| tokio::time::Instant::now() + wait_of(&params).unwrap_or_default());
     if snapshot::is_upload(&parts) {
         return forward_upload(&s, parts, body, timeout, next).await;
     }
@@ -146,8 +150,19 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     }
     // Retry while a new leader is being elected, within the hold time.
     let mut deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+    let mut asked = false;
     loop {
-        match s.await_leader().await {
+        let leader = s.await_leader().await;
+        // Asked again (a leader lost, an election waited out): a blocking
+        // read waits only what is left of its caller's wait.
+        if let (true, Some(ends)) = (asked, wait_ends) {
+            let left = ends.saturating_duration_since(tokio::time::Instant::now());
+            parts.uri = with_wait(&parts.uri, left);
+            let params = Params::parse(parts.uri.query());
+            timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
+        }
+        asked = true;
+        match leader {
             Ok((id, _)) if id == s.cluster.id => {
                 if let Err(e) = s.await_ready_leader().await {
                     return e.into_response();
@@ -165,8 +180,8 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                 Err(Error::NoLeader) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
-                // A read changes nothing: the next leader is asked (a
-                // blocking read anew), within a hold time of its own.
+                // A read changes nothing: the next leader is asked, within
+                // a hold time of its own.
                 Err(Error::LeadershipLost) if read => {
                     deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
                 }

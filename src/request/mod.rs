@@ -63,6 +63,26 @@ pub fn forward_timeout(method: &axum::http::Method, path: &str, p: &Params) -> D
     }
 }
 
+/// `uri` with its `?wait` set to `wait` (whole milliseconds), every other
+/// parameter kept: what is left of a blocking read's wait when it is asked
+/// again of another server.
+pub fn with_wait(uri: &axum::http::Uri, wait: Duration) -> axum::http::Uri {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        if k != "wait" {
+            q.append_pair(&k, &v);
+        }
+    }
+    q.append_pair("wait", &format!("{}ms", wait.as_millis()));
+    let path_and_query = format!("{}?{}", uri.path(), q.finish());
+    let mut parts = uri.clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(_) => return uri.clone(),
+    }
+    axum::http::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+}
+
 /// Request bodies above this are refused before they are read.
 pub const MAX_BODY: usize = 4 << 20;
 
