@@ -868,8 +868,18 @@ fn passing_on(s: &Server, service: &str, node: &str) -> bool {
 #[test]
 fn a_server_is_the_agent_of_its_own_node() {
     let s = Server::builder().dev().node("srv").start();
-    // Nothing registered on it yet: the server's node is not in the catalog.
-    assert_eq!(s.get_json("/v1/catalog/nodes"), json!([]));
+    // From its start, the server's node is in the catalog with a passing
+    // serfHealth, and the server is the `consul` service at its Raft
+    // port, as in Consul (Patroni's sessions name `serfHealth`).
+    common::eventually(Duration::from_secs(10), "the server's own node", || {
+        let checks = s.get_json("/v1/health/node/srv");
+        let consul = s.get_json("/v1/catalog/service/consul");
+        (checks[0]["CheckID"] == "serfHealth"
+            && checks[0]["Status"] == "passing"
+            && consul[0]["Node"] == "srv"
+            && consul[0]["ServicePort"] == s.raft_addr.port())
+        .then_some(())
+    });
     let r = s.put(
         "/v1/agent/service/register",
         &json!({"Name": "web", "ID": "web-1", "Port": 8080, "Tags": ["v1"],
@@ -938,7 +948,31 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(config["Datacenter"], "dc1");
     assert_eq!(config["NodeName"], "srv");
     assert_eq!(config["Server"], true);
-    assert_eq!(config["Version"], env!("CARGO_PKG_VERSION"));
+    // Nomad constrains every task with a Consul service to
+    // `${attr.consul.version} >= 1.7.0`: a Consul semver, cairn's own
+    // version beside it.
+    let version: Vec<u64> = config["Version"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(
+        version.len() == 3 && version >= vec![1, 7, 0],
+        "{version:?}"
+    );
+    assert_eq!(
+        config["VersionMetadata"],
+        concat!("cairn-", env!("CARGO_PKG_VERSION"))
+    );
+    // Nomad picks the Envoy image from xDS.SupportedProxies.
+    assert_eq!(me["xDS"]["Port"], s.grpc_addr.port());
+    assert!(
+        !me["xDS"]["SupportedProxies"]["envoy"][0]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
     let id = config["NodeID"].as_str().unwrap();
     assert!(uuid_like(id), "{id}");
     // Patroni reads Config.SessionTTLMin in nanoseconds; Nomad and
@@ -969,6 +1003,8 @@ fn agent_self_tells_clients_what_they_read() {
         me["DebugConfig"]["GRPCPort"], -1,
         "a client agent serves no xDS"
     );
+    assert_eq!(me["xDS"], serde_json::Value::Null);
+    assert_eq!(me["Config"]["Version"], config["Version"]);
 }
 
 fn uuid_like(s: &str) -> bool {
@@ -1236,4 +1272,31 @@ fn a_session_made_through_an_agent_belongs_to_the_agents_node() {
 
     // Bad JSON is still the server's 400, not a panic or a default.
     assert_eq!(a.put("/v1/session/create", "{nope").status, 400);
+}
+
+/// A server restarted with nothing registered on its node keeps its node
+/// alive: its agent heartbeats from the start, so `serfHealth` passes and
+/// a session bound to it (Patroni's `checks: [serfHealth]`) can be made.
+#[test]
+fn a_restarted_server_with_no_services_keeps_its_serf_health_passing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::durable("lonely", dir.path()).start();
+    let r = s.put("/v1/agent/service/register", r#"{"Name": "x"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.put("/v1/agent/service/deregister/x", "").status, 200);
+    s.restart();
+    s.wait_for_leader(DEADLINE);
+    // Its agent heartbeats again after the restart (the lease that keeps
+    // serfHealth passing), and the session takes the check.
+    eventually(DEADLINE, "a heartbeat after the restart", || {
+        (s.metric("cairn_agent_heartbeats_total") >= 1.0).then_some(())
+    });
+    let r = s.put(
+        "/v1/session/create",
+        r#"{"Name": "patroni", "Checks": ["serfHealth"], "TTL": "30s"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let checks = s.get_json("/v1/health/node/lonely");
+    assert_eq!(checks[0]["CheckID"], "serfHealth");
+    assert_eq!(checks[0]["Status"], "passing");
 }

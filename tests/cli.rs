@@ -58,7 +58,14 @@ fn services_register_list_and_deregister() {
 
     let o = cli(&s.url, &["catalog", "services"]);
     assert!(o.status.success());
-    assert_eq!(out(&o), "db\nweb\n");
+    // The `consul` service (the server itself) is listed once the leader
+    // has registered it.
+    let listed: Vec<String> = out(&o)
+        .lines()
+        .filter(|l| *l != "consul")
+        .map(String::from)
+        .collect();
+    assert_eq!(listed, ["db", "web"]);
     let o = cli(&s.url, &["catalog", "services", "-tags"]);
     let text = out(&o);
     assert!(
@@ -429,4 +436,17 @@ service {
         s.get_json("/v1/catalog/service/cache")[0]["ServiceName"],
         "cache"
     );
+}
+
+/// Logs sent to a file carry no terminal colour codes (`cairn server 2> log`
+/// is read by people and log shippers), as Consul's.
+#[test]
+fn a_servers_log_written_to_a_file_has_no_colour_codes() {
+    let s = Server::builder().dev().start();
+    // Its agent's registration is logged once the node takes part.
+    common::eventually(Duration::from_secs(10), "log lines", || {
+        s.log().contains("INFO").then_some(())
+    });
+    let log = s.log();
+    assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log}");
 }

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::request::authz::{Authz, token_of};
 use crate::request::rows::{RowFilter, Rows};
 use crate::request::{MAX_BODY, NamedRoutes, Params, decode_json, wait_of};
+use crate::structs::agent::{CONSUL_VERSION, ENVOY_VERSIONS, VERSION_METADATA};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};
 
 type App = Arc<Agent>;
@@ -176,8 +177,25 @@ pub fn self_config(a: &Agent) -> Value {
         "NodeID": a.node_id,
         "Server": a.config.in_server,
         "Revision": "cairn",
-        "Version": env!("CARGO_PKG_VERSION"),
+        "Version": CONSUL_VERSION,
+        "VersionMetadata": VERSION_METADATA,
         "SessionTTLMin": SESSION_TTL_MIN.as_nanos() as u64,
+    })
+}
+
+/// Consul's `xDS` block of `/v1/agent/self`: where proxies find the xDS
+/// server and which Envoy releases it serves; none (null) where no gRPC
+/// port is served (a client agent).
+pub fn xds_config(a: &Agent) -> Value {
+    let (plain, tls) = (a.config.ports.grpc, a.config.ports.grpc_tls);
+    let Some(port) = plain.or(tls) else {
+        return Value::Null;
+    };
+    let port_or_off = |p: Option<u16>| p.map_or(-1, i64::from);
+    json!({
+        "SupportedProxies": {"envoy": ENVOY_VERSIONS},
+        "Port": port,
+        "Ports": {"Plaintext": port_or_off(plain), "TLS": port_or_off(tls)},
     })
 }
 
@@ -200,7 +218,8 @@ pub fn debug_config(a: &Agent) -> Value {
         "NodeID": a.node_id,
         "ServerMode": a.config.in_server,
         "Revision": "cairn",
-        "Version": env!("CARGO_PKG_VERSION"),
+        "Version": CONSUL_VERSION,
+        "VersionMetadata": VERSION_METADATA,
         "ClientAddrs": [a.config.http_addr.ip().to_string()],
         // With HTTP off, `http_addr` is the HTTPS listener's.
         "HTTPPort": if a.config.tls.as_ref().is_some_and(|t| t.http_off) {
@@ -266,6 +285,7 @@ async fn agent_self(State(a): State<App>, z: Authz) -> Result<Response> {
             crate::structs::agent::MEMBER_ALIVE,
         ),
         "Meta": node_meta(&a),
+        "xDS": xds_config(&a),
     }))
     .into_response())
 }

@@ -17,8 +17,6 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// The agent's side: heartbeats for as long as it runs.
 pub async fn heartbeat_loop(a: Arc<Agent>) {
-    // A heartbeat registers the node: not before it takes part.
-    a.announced().await;
     let mut failing = false;
     loop {
         HEARTBEATS.inc();

@@ -105,7 +105,6 @@ impl Agent {
             return Ok(());
         }
         tracing::info!(enable, reason, "node maintenance");
-        self.announce();
         self.persist().await
     }
 

@@ -75,8 +75,7 @@ pub struct AgentConfig {
     /// The datacenter until the servers say otherwise.
     pub datacenter: String,
     /// Runs inside a server, for the server's own node: `servers` is that
-    /// server's own HTTP address, and the node is only registered once
-    /// something is registered on it (see [`Agent::announce`]).
+    /// server's own HTTP address.
     pub in_server: bool,
     /// The ports this node serves besides HTTP, for `/v1/agent/self`
     /// (bound before the agent starts).
@@ -140,31 +139,12 @@ pub struct Agent {
     /// talks to the servers; leaving takes it exclusively, so no request
     /// still in flight can register the node again after it left.
     talking: tokio::sync::RwLock<()>,
-    /// Whether the node takes part in the catalog (anti-entropy and
-    /// heartbeats run). Always for a client agent; a server's agent waits
-    /// for its first registration, so a server nobody registers anything
-    /// on keeps the catalog as it was before servers were agents (no node
-    /// of its own, no `serfHealth`), and catalog-only registrations on its
-    /// node name are left alone until then.
-    announced: tokio::sync::watch::Sender<bool>,
     /// Anti-entropy runs so far, and whether the last one succeeded (API
     /// writes wait on it: [`sync::pushed`]).
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
 }
 
 impl Agent {
-    /// The node takes part in the catalog from now on.
-    fn announce(&self) {
-        self.announced
-            .send_if_modified(|a| !std::mem::replace(a, true));
-    }
-
-    /// Returns once the node takes part in the catalog.
-    async fn announced(&self) {
-        let mut rx = self.announced.subscribe();
-        let _ = rx.wait_for(|a| *a).await;
-    }
-
     pub fn cluster_size(&self) -> usize {
         self.cluster_size.load(Ordering::Relaxed).max(1)
     }
@@ -266,7 +246,6 @@ impl Agent {
         let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
         self.local
             .with(|t| t.put_definition(def, source, replace_checks, Instant::now(), None))?;
-        self.announce();
         tracing::info!(service = %id, sidecar = ?sidecar, "service registered");
         self.sync_runners();
         self.persist().await
@@ -298,7 +277,6 @@ impl Agent {
         if !added {
             return Err(Error::bad(format!("ServiceID {sid:?} does not exist")));
         }
-        self.announce();
         self.sync_runners();
         self.persist().await
     }
@@ -408,7 +386,6 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         datacenter: RwLock::new(config.datacenter.clone()),
         leave: tokio::sync::Notify::new(),
         talking: tokio::sync::RwLock::new(()),
-        announced: tokio::sync::watch::Sender::new(!config.in_server),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
         config,
     });
@@ -461,9 +438,6 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         checks = restored.1,
         "agent state loaded"
     );
-    if restored.0 > 0 || agent.local.with(|t| t.live_checks().next().is_some()) {
-        agent.announce();
-    }
     agent.sync_runners();
     // Re-written so that the node id is kept even before any registration.
     agent.persist().await.map_err(|e| anyhow::anyhow!("{e}"))?;

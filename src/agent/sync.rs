@@ -27,7 +27,7 @@ use serde::Deserialize;
 use super::Agent;
 use super::local::{Item, LocalCheck, LocalService, Source, SyncMark, Tables};
 use super::servers::{FULL_SYNCS, SHORT, SYNC_FAILURES, SYNC_READS, SYNC_WRITES, ServerError};
-use crate::structs::agent::SERF_CHECK_ID;
+use crate::structs::agent::{CONSUL_SERVICE, SERF_CHECK_ID};
 use crate::structs::{DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest};
 
 /// Consul's full-sync period for clusters of up to [`SCALE_THRESHOLD`] nodes.
@@ -97,8 +97,13 @@ pub fn reconcile(t: &mut Tables, remote: &Remote) -> bool {
     let node_ok = remote.node.as_ref().is_some_and(|n| t.node.matches(n));
     set_mark(t, Item::Node, node_ok);
 
-    let remote_services: BTreeMap<&str, &NodeService> =
-        remote.services.iter().map(|s| (s.id.as_str(), s)).collect();
+    // A server's `consul` service is the leader's, not its agent's.
+    let remote_services: BTreeMap<&str, &NodeService> = remote
+        .services
+        .iter()
+        .filter(|s| s.id != CONSUL_SERVICE)
+        .map(|s| (s.id.as_str(), s))
+        .collect();
     for (id, _) in remote_services.iter() {
         if !t.services.contains_key(*id) {
             let mark = t.stale_mark();
@@ -391,7 +396,6 @@ pub async fn pushed(a: &Agent) {
 /// The anti-entropy task: a full sync at start, then changes as they come
 /// and a full sync every staggered period.
 pub async fn run(a: Arc<Agent>) {
-    a.announced().await;
     let mut failures = 0u32;
     let mut next_full = tokio::time::Instant::now();
     loop {

@@ -40,7 +40,8 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
             "NodeID": format!("{:016x}", s.cluster.id),
             "Server": true,
             "Revision": "cairn",
-            "Version": env!("CARGO_PKG_VERSION"),
+            "Version": crate::structs::agent::CONSUL_VERSION,
+            "VersionMetadata": crate::structs::agent::VERSION_METADATA,
         }),
     };
     let mut debug = agent.map(|a| crate::agent::api::debug_config(a));
@@ -53,6 +54,7 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
         "DebugConfig": debug,
         "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
         "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
+        "xDS": agent.map(|a| crate::agent::api::xds_config(a)),
         "Stats": {
             "raft": {
                 "state": format!("{:?}", m.state),

@@ -37,11 +37,13 @@ use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::{self, Command, Response as Applied};
 use crate::structs::agent::{
-    AGENT_META, HeartbeatReply, MEMBER_ALIVE, MEMBER_FAILED, Member, SERF_CHECK_ID,
+    AGENT_META, CONSUL_SERVICE, CONSUL_VERSION, HeartbeatReply, MEMBER_ALIVE, MEMBER_FAILED,
+    Member, SERF_CHECK_ID,
 };
 use crate::structs::validate::validate_register;
 use crate::structs::{
-    DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, HealthStatus, RegisterRequest,
+    DeregisterRequest, HEALTH_CRITICAL, HEALTH_PASSING, HealthCheck, HealthStatus, NodeService,
+    RegisterRequest,
 };
 
 /// A node whose lease is this old is marked critical: four missed
@@ -171,6 +173,9 @@ pub async fn reap(s: Arc<Server>) {
         if !s.liveness.in_office() || ticks.is_multiple_of(30) {
             s.liveness.seed(live_agent_nodes(&st), now);
         }
+        if let Err(e) = register_servers(&s, &st).await {
+            tracing::warn!(error = %e, "could not register the servers' consul service");
+        }
         for node in s.liveness.expired(now, LEASE_TTL) {
             if !is_agent_node(&st, &node) || serf_status(&st, &node) != Some(HEALTH_PASSING) {
                 // Gone, or already marked: nothing to watch until it
@@ -195,6 +200,68 @@ pub async fn reap(s: Arc<Server>) {
             }
         }
     }
+}
+
+/// Every server in the catalog as the `consul` service on its node, at its
+/// Raft/RPC port (`consul.service.consul` in DNS), as Consul's leader
+/// registers its servers; a server that left the Raft configuration goes.
+/// A Raft write only when that differs from the catalog.
+async fn register_servers(s: &Server, st: &state::State) -> Result<()> {
+    let members = s.cluster.members();
+    for (_, m, voter) in &members {
+        let (host, port) = m.raft_addr.rsplit_once(':').unwrap_or((&m.raft_addr, "0"));
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let service = NodeService {
+            id: CONSUL_SERVICE.into(),
+            service: CONSUL_SERVICE.into(),
+            port: port.parse().unwrap_or(0),
+            meta: [
+                ("non_voter", (!voter).to_string()),
+                ("raft_version", "3".to_string()),
+                ("read_replica", "false".to_string()),
+                ("version", CONSUL_VERSION.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            ..Default::default()
+        };
+        let key = (m.name.clone(), CONSUL_SERVICE.to_string());
+        let current = st.services.get(&key).map(|svc| {
+            let mut svc = (**svc).clone();
+            (svc.create_index, svc.modify_index) = (0, 0);
+            svc
+        });
+        if current.as_ref() == Some(&service) {
+            continue;
+        }
+        let known = st.nodes.contains_key(&m.name);
+        let req = RegisterRequest {
+            node: m.name.clone(),
+            address: host.to_string(),
+            datacenter: s.config.datacenter.clone(),
+            skip_node_update: known,
+            service: Some(service),
+            ..Default::default()
+        };
+        commit(s, Command::Register(Box::new(req))).await?;
+    }
+    let gone = st
+        .service_names
+        .get(CONSUL_SERVICE)
+        .into_iter()
+        .flatten()
+        .filter(|(node, _)| !members.iter().any(|(_, m, _)| m.name == *node));
+    for (node, id) in gone {
+        let req = DeregisterRequest {
+            node: node.clone(),
+            service_id: id.clone(),
+            datacenter: s.config.datacenter.clone(),
+            ..Default::default()
+        };
+        commit(s, Command::Deregister(req)).await?;
+    }
+    Ok(())
 }
 
 /// The names of the cluster's servers.

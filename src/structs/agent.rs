@@ -26,6 +26,20 @@ pub struct HeartbeatReply {
 }
 
 /// Serf's member status codes, as `/v1/agent/members` shows them.
+/// The Consul release whose API cairn follows, reported as `Version` in
+/// `/v1/agent/self` (clients gate features on it: Nomad places no task
+/// with a Consul service below 1.7.0); cairn's own version goes in
+/// `VersionMetadata`.
+pub const CONSUL_VERSION: &str = "1.18.2";
+pub const VERSION_METADATA: &str = concat!("cairn-", env!("CARGO_PKG_VERSION"));
+/// The Envoy releases that release supports (`xDS.SupportedProxies`:
+/// Nomad and `consul connect envoy` pick an Envoy image from it).
+pub const ENVOY_VERSIONS: [&str; 4] = ["1.28.1", "1.27.3", "1.26.7", "1.25.11"];
+
+/// The service every server is registered as (its Raft/RPC port), by
+/// the leader, as Consul's; agents' anti-entropy leaves it alone.
+pub const CONSUL_SERVICE: &str = "consul";
+
 pub const MEMBER_ALIVE: u8 = 1;
 pub const MEMBER_FAILED: u8 = 4;
 
