@@ -1300,3 +1300,31 @@ fn a_restarted_server_with_no_services_keeps_its_serf_health_passing() {
     assert_eq!(checks[0]["CheckID"], "serfHealth");
     assert_eq!(checks[0]["Status"], "passing");
 }
+
+/// Request bodies' keys match in any letter case, as Go's decoder does in
+/// Consul: python-consul sends `enabletagoverride`, others `name`, `port`.
+#[test]
+fn an_agent_registration_with_keys_in_any_case_is_taken_whole() {
+    let s = Server::builder().dev().node("srv").start();
+    let r = s.put(
+        "/v1/agent/service/register",
+        r#"{"name": "web", "id": "web-1", "port": 8080, "tags": ["a"], "enabletagoverride": true,
+            "META": {"Owner": "team"}, "weights": {"passing": 3, "warning": 1}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let svc = s.get_json("/v1/agent/service/web-1");
+    assert_eq!(svc["EnableTagOverride"], true, "{svc}");
+    assert_eq!(svc["Port"], 8080);
+    assert_eq!(svc["Weights"]["Passing"], 3);
+    assert_eq!(svc["Meta"]["Owner"], "team");
+    // Sessions and ACL bodies too: one decoder for every body.
+    let r = s.put(
+        "/v1/session/create",
+        r#"{"name": "s", "lockdelay": "7s", "behavior": "delete"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["ID"].as_str().unwrap().to_string();
+    let info = s.get_json(&format!("/v1/session/info/{id}"));
+    assert_eq!(info[0]["LockDelay"], 7_000_000_000u64, "{info}");
+    assert_eq!(info[0]["Behavior"], "delete");
+}

@@ -30,7 +30,8 @@ pub(super) fn object(body: Value) -> Result<Map<String, Value>> {
 }
 
 pub(super) fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+    crate::request::json::from_value(v)
+        .map_err(|e| Error::bad(format!("Request decode failed: {e}")))
 }
 
 /// A definition field as text ("" when absent).

@@ -411,39 +411,6 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
     Ok(t)
 }
 
-/// Decodes a body whose top-level keys match `fields` in any case, as
-/// Go's decoder does (py-consul sends a policy's `name` and `rules`).
-fn decode_folded<T: serde::de::DeserializeOwned>(body: &[u8], fields: &[&str]) -> Result<T> {
-    let mut v: serde_json::Value = decode_json(body)?;
-    let Some(m) = v.as_object_mut() else {
-        return Err(Error::bad(
-            "Request decode failed: the body must be a JSON object",
-        ));
-    };
-    let keys: Vec<String> = m.keys().cloned().collect();
-    for k in keys {
-        if let Some(f) = fields.iter().find(|f| f.eq_ignore_ascii_case(&k))
-            && **f != k
-            && !m.contains_key(*f)
-            && let Some(val) = m.remove(&k)
-        {
-            m.insert(f.to_string(), val);
-        }
-    }
-    serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
-}
-
-const TOKEN_FIELDS: &[&str] = &[
-    "AccessorID",
-    "SecretID",
-    "Description",
-    "Policies",
-    "Roles",
-    "Local",
-    "ExpirationTime",
-    "ExpirationTTL",
-];
-
 fn check_uuid(what: &str, v: &str) -> Result<()> {
     uuid::Uuid::parse_str(v)
         .map(|_| ())
@@ -452,7 +419,7 @@ fn check_uuid(what: &str, v: &str) -> Result<()> {
 
 async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
+    let body: TokenBody = decode_json(&body)?;
     let accessor = if body.accessor_id.is_empty() {
         uuid()
     } else {
@@ -509,7 +476,7 @@ async fn token_update(
     State(s): State<App>, a: Authz, Path(accessor): Path<String>, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: TokenBody = decode_folded(&body, TOKEN_FIELDS)?;
+    let body: TokenBody = decode_json(&body)?;
     let existing = stored_token(&s, &accessor)
         .ok_or_else(|| Error::bad(format!("Cannot find token {accessor:?}")))?;
     if !body.accessor_id.is_empty() && body.accessor_id != accessor {
@@ -678,8 +645,6 @@ fn build_role(s: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Re
 trait Named: serde::Serialize + Sized + Send + Sync + 'static {
     /// "Policy" or "Role", as Consul's messages name it.
     const KIND: &'static str;
-    /// The body's top-level keys, for `decode_folded`.
-    const FIELDS: &'static [&'static str];
     type Body: serde::de::DeserializeOwned + Send;
     /// The body's `ID` and `Name`.
     fn body_keys(body: &Self::Body) -> (&str, &str);
@@ -704,14 +669,13 @@ trait Named: serde::Serialize + Sized + Send + Sync + 'static {
 }
 
 /// `Named` for an ACL object whose body and object both have `id` and
-/// `name`: its kind, body keys, body type, table in the state, builder and
+/// `name`: its kind, body type, table in the state, builder and
 /// commands (a macro, as the two impls differ only in these names).
 macro_rules! named {
-    ($t:ty, $kind:literal, $fields:expr, $body:ty, $table:ident, $build:path,
+    ($t:ty, $kind:literal, $body:ty, $table:ident, $build:path,
      $set:ident { $field:ident }, $delete:ident) => {
         impl Named for $t {
             const KIND: &'static str = $kind;
-            const FIELDS: &'static [&'static str] = &$fields;
             type Body = $body;
             fn body_keys(body: &$body) -> (&str, &str) {
                 (&body.id, &body.name)
@@ -747,7 +711,7 @@ fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
 
 async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: T::Body = decode_folded(&body, T::FIELDS)?;
+    let body: T::Body = decode_json(&body)?;
     let (body_id, name) = T::body_keys(&body);
     if !body_id.is_empty() {
         return Err(Error::bad(format!(
@@ -784,7 +748,7 @@ async fn update<T: Named>(
     State(s): State<App>, a: Authz, Path(id): Path<String>, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
-    let body: T::Body = decode_folded(&body, T::FIELDS)?;
+    let body: T::Body = decode_json(&body)?;
     let (body_id, _) = T::body_keys(&body);
     if !body_id.is_empty() && body_id != id {
         return Err(Error::bad(format!(
@@ -819,7 +783,6 @@ async fn list<T: Named>(State(s): State<App>, a: Authz) -> Result<Response> {
 named!(
     AclPolicy,
     "Policy",
-    ["ID", "Name", "Description", "Rules", "Datacenters"],
     PolicyBody,
     acl_policies,
     build_policy,
@@ -829,7 +792,6 @@ named!(
 named!(
     AclRole,
     "Role",
-    ["ID", "Name", "Description", "Policies"],
     RoleBody,
     acl_roles,
     build_role,

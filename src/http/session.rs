@@ -14,31 +14,12 @@ use serde_json::json;
 
 use super::{App, Opts, Watch, blocking, json_at};
 use crate::error::{Error, Result};
-use crate::filter::Schema;
 use crate::request::authz::Authz;
 use crate::request::{NamedRoutes, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::session::CHECK_EVERY;
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{Session, SessionRequest};
-
-const SESSION_FIELDS: Schema = Schema::Struct(&[
-    ("Name", Schema::String),
-    ("Node", Schema::String),
-    ("Checks", Schema::String),
-    ("NodeChecks", Schema::String),
-    (
-        "ServiceChecks",
-        Schema::List(&Schema::Struct(&[
-            ("ID", Schema::String),
-            ("Namespace", Schema::String),
-        ])),
-    ),
-    ("LockDelay", Schema::String),
-    ("Behavior", Schema::String),
-    ("TTL", Schema::String),
-    ("Namespace", Schema::String),
-]);
 
 /// Consul's node health check, the default a session is bound to.
 const SERF_CHECK: &str = "serfHealth";
@@ -72,10 +53,8 @@ async fn create(
         SessionRequest::default()
     } else {
         // Go's decoder matches field names in any case (py-consul sends
-        // `lockdelay`, `ttl`...).
-        let mut v: serde_json::Value = decode_json(&body)?;
-        super::catalog::fold_keys(&mut v, &SESSION_FIELDS);
-        serde_json::from_value(v).map_err(|e| Error::bad(format!("Request decode failed: {e}")))?
+        // `lockdelay`, `ttl`...): `decode_json` does too.
+        decode_json(&body)?
     };
     let no_checks = req.no_checks();
     // Made here, before proposing, so that apply stays deterministic.

@@ -5,6 +5,7 @@
 //! server or an agent: both routers build on it.
 
 pub mod authz;
+pub mod json;
 pub mod rows;
 pub mod serve;
 
@@ -235,9 +236,12 @@ pub fn metrics_response(
     }
 }
 
-/// Decodes a JSON body, answering 400 with the reason on failure.
+/// Decodes a JSON body, its keys matched to struct fields in any letter
+/// case as Consul's (`json::from_value`), answering 400 with the reason on
+/// failure.
 pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
-    serde_json::from_slice(body).map_err(|e| Error::bad(format!("Request decode failed: {e}")))
+    let bad = |e: serde_json::Error| Error::bad(format!("Request decode failed: {e}"));
+    json::from_value(serde_json::from_slice(body).map_err(bad)?).map_err(bad)
 }
 
 /// Namespaces and admin partitions are Consul Enterprise features: like
