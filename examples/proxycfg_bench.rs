@@ -179,6 +179,8 @@ async fn run(proxies: usize) {
         tombstone_ttl: std::time::Duration::from_secs(15 * 60),
         limits: Default::default(),
         tls: None,
+        encrypt: None,
+        insecure_raft: false,
         acl: Default::default(),
         agent_tokens: Default::default(),
     };

@@ -36,6 +36,9 @@ enum Command {
     /// Inspect a stopped server's data dir: what a start would find.
     #[command(subcommand)]
     Debug(DebugCmd),
+    /// Print a fresh key for `cairn server --encrypt` (base64 of 32 random
+    /// bytes); generate one and give every server the same.
+    Keygen,
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
@@ -60,6 +63,15 @@ struct ServerArgs {
     data_dir: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1:8300")]
     raft_addr: SocketAddr,
+    /// The Raft port's shared key (base64 of 32 bytes, from `cairn
+    /// keygen`; the same on every server): peers must prove it, and all
+    /// Raft traffic is encrypted with it.
+    #[arg(long, value_name = "KEY")]
+    encrypt: Option<String>,
+    /// Serve a --raft-addr that is not loopback with neither TLS nor
+    /// --encrypt (anyone reaching the port could join the cluster).
+    #[arg(long)]
+    insecure_raft: bool,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
@@ -365,6 +377,10 @@ fn main() -> anyhow::Result<()> {
             cairn::raft::state_machine::inspect,
             cli.token,
         )),
+        Command::Keygen => {
+            println!("{}", cairn::raft::encrypt::EncryptKey::generate()?);
+            Ok(())
+        }
         Command::Debug(DebugCmd::DataDir { dir }) => {
             let (lines, ok) = cairn::raft::inspect::inspect_data_dir(&dir);
             for l in lines {
@@ -421,6 +437,11 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
+            let encrypt = a
+                .encrypt
+                .as_deref()
+                .map(cairn::raft::encrypt::EncryptKey::parse)
+                .transpose()?;
             let limits = server_limits(&a);
             let (data_dir, _tmp) = match (a.dev, a.data_dir) {
                 (_, Some(d)) => (d, None),
@@ -469,6 +490,8 @@ fn main() -> anyhow::Result<()> {
                 tombstone_ttl: a.tombstone_ttl,
                 limits,
                 tls,
+                encrypt,
+                insecure_raft: a.insecure_raft,
                 acl: a.acl.server(),
                 agent_tokens: a.acl.tokens(),
             };

@@ -16,6 +16,7 @@ use openraft::RaftLogReader;
 use openraft::async_runtime::WatchReceiver;
 use openraft::storage::RaftLogStorage;
 
+use crate::raft::encrypt::{KeyAccept, KeyConnect};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Accept, Connect, Network, TcpConnect};
 use crate::raft::secure::{TlsAccept, TlsConnect};
@@ -44,6 +45,12 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// HTTPS and the Raft transport's mutual TLS (none: plain TCP).
     pub tls: Option<Arc<ServerTls>>,
+    /// The Raft transport's shared key (`--encrypt`): peers prove it and
+    /// every byte is sealed with it (`raft::encrypt`).
+    pub encrypt: Option<crate::raft::encrypt::EncryptKey>,
+    /// Serve a non-loopback `raft_addr` with neither TLS nor a key
+    /// (`--insecure-raft`): anyone reaching it could join the cluster.
+    pub insecure_raft: bool,
     /// ACLs (off by default).
     pub acl: crate::state::resolve::AclConfig,
     /// The token this server's own agent sends (`--acl-agent-token`, else
@@ -197,10 +204,53 @@ pub struct ServerParts<L, A> {
     pub clock: crate::session::Clock,
 }
 
+impl<L, A> ServerParts<L, A> {
+    /// The same parts over another transport: `wrap` of this one's.
+    fn transport<B>(
+        self, wrap: impl FnOnce(Arc<dyn Connect>, A) -> anyhow::Result<(Arc<dyn Connect>, B)>,
+    ) -> anyhow::Result<ServerParts<L, B>> {
+        let (connector, listener) = wrap(self.connector, self.listener)?;
+        Ok(ServerParts {
+            id: self.id,
+            raft_config: self.raft_config,
+            log: self.log,
+            persist: self.persist,
+            snapshots: self.snapshots,
+            connector,
+            listener,
+            sled: self.sled,
+            tap: self.tap,
+            clock: self.clock,
+        })
+    }
+}
+
+/// A Raft port others can reach, open to anyone: a `Join` frame from
+/// anywhere would make its sender a member.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--raft-addr {0} is not a loopback address and the Raft port has neither TLS nor --encrypt: \
+     anyone reaching it could join the cluster (give --encrypt \"$(cairn keygen)\" or the --tls-* files, \
+     or --insecure-raft to run it unprotected)"
+)]
+pub struct UnprotectedRaft(pub SocketAddr);
+
+impl ServerConfig {
+    /// Refuses an unprotected Raft port beyond loopback, unless told to.
+    pub fn check_raft_protection(&self) -> std::result::Result<(), UnprotectedRaft> {
+        let protected = self.tls.is_some() || self.encrypt.is_some();
+        if protected || self.insecure_raft || self.raft_addr.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(UnprotectedRaft(self.raft_addr))
+    }
+}
+
 impl Server {
     /// Opens the data dir, starts Raft and its transport, and begins
     /// forming or rejoining the cluster.
     pub async fn start(config: ServerConfig) -> anyhow::Result<Arc<Server>> {
+        config.check_raft_protection()?;
         std::fs::create_dir_all(&config.data_dir)?;
         let db_dir = config.data_dir.join("db");
         let db = sled::Config::new()
@@ -240,32 +290,17 @@ impl Server {
             clock: crate::session::wall_clock_ms,
             tap: None,
         };
-        let server = match config.tls.clone() {
-            None => Self::assemble(config, parts).await?,
-            Some(tls) => {
-                // Mutual TLS on the Raft port, both ways: the frame code
-                // sees only streams whose peer proved a server certificate
-                // of the CA.
-                let connector = Arc::new(TlsConnect::new(
-                    parts.connector.clone(),
-                    tls.files.client()?,
-                    &config.datacenter,
-                )?);
-                let listener =
-                    TlsAccept::new(parts.listener, tls.files.raft_server(&config.datacenter)?);
-                let parts = ServerParts {
-                    id: parts.id,
-                    raft_config: parts.raft_config,
-                    log: parts.log,
-                    persist: parts.persist,
-                    snapshots: parts.snapshots,
-                    connector,
-                    listener,
-                    sled: parts.sled,
-                    tap: parts.tap,
-                    clock: parts.clock,
-                };
-                Self::assemble(config, parts).await?
+        let server = match config.encrypt.clone() {
+            None => Self::start_tls(config, parts).await?,
+            Some(key) => {
+                // The key outermost: a stranger without it reaches neither
+                // the TLS parser nor the frame decoder.
+                let parts = parts.transport(|connector, listener| {
+                    let connector: Arc<dyn Connect> =
+                        Arc::new(KeyConnect::new(connector, key.clone()));
+                    Ok((connector, KeyAccept::new(listener, key)))
+                })?;
+                Self::start_tls(config, parts).await?
             }
         };
         // The rows loaded: vouched for until a storage fault.
@@ -273,6 +308,35 @@ impl Server {
             crate::disk::write_atomic_parts(&rows_ok, &[b"the state's rows are whole\n"])?;
         }
         Ok(server)
+    }
+
+    /// Puts mutual TLS on the Raft transport if the config has it, then
+    /// assembles.
+    async fn start_tls<L, A>(
+        config: ServerConfig, parts: ServerParts<L, A>,
+    ) -> anyhow::Result<Arc<Server>>
+    where
+        L: RaftLogStorage<TypeConfig>,
+        A: Accept,
+    {
+        match config.tls.clone() {
+            None => Self::assemble(config, parts).await,
+            Some(tls) => {
+                // Mutual TLS on the Raft port, both ways: the frame code
+                // sees only streams whose peer proved a server certificate
+                // of the CA.
+                let parts = parts.transport(|connector, listener| {
+                    let connector: Arc<dyn Connect> = Arc::new(TlsConnect::new(
+                        connector,
+                        tls.files.client()?,
+                        &config.datacenter,
+                    )?);
+                    let server = tls.files.raft_server(&config.datacenter)?;
+                    Ok((connector, TlsAccept::new(listener, server)))
+                })?;
+                Self::assemble(config, parts).await
+            }
+        }
     }
 
     /// Starts a server from its parts: Raft, the transport's accept loop,

@@ -227,6 +227,8 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         tombstone_ttl: std::time::Duration::from_secs(2),
         limits: Default::default(),
         tls: None,
+        encrypt: None,
+        insecure_raft: false,
         acl: if boot.acl {
             AclConfig {
                 enabled: true,

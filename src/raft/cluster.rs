@@ -42,6 +42,10 @@ pub struct Cluster {
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a join waits for its server to catch up before answering that
+/// it has not yet (within the joiner's 60 s RPC timeout; it asks again).
+const CATCH_UP: Duration = Duration::from_secs(20);
+
 /// Servers remembered from greetings while forming (a cluster forms from a
 /// handful; anything past this greeting us is ignored).
 const MAX_KNOWN: usize = 64;
@@ -227,36 +231,86 @@ impl Cluster {
     }
 
     /// Adds a server: learner first, voter once it has caught up.
+    ///
+    /// A learner counts toward no quorum, so one that never answers (a
+    /// server that died while joining, or a forged `Join`) costs nothing
+    /// and can always be removed. It is promoted only once replication to
+    /// it has matched the leader's log as it was when this join began: it
+    /// answered, and it has the log. (openraft's own catch-up check, a
+    /// lag under `replication_lag_threshold`, takes a node that never
+    /// answered for caught up while the log is short, and a voter that
+    /// never answers wedges the joint configuration that adds it.) Not
+    /// caught up within `CATCH_UP`: it stays a learner, and the joiner,
+    /// told so, asks again.
     async fn add_server(&self, id: NodeId, node: ServerNode) -> Result<(), String> {
-        if self
-            .members()
-            .iter()
-            .any(|(m, _, voter)| *m == id && *voter)
-        {
-            return Ok(());
+        match self.members().into_iter().find(|(m, _, _)| *m == id) {
+            Some((_, _, true)) => return Ok(()),
+            Some((_, known, false)) if known == node => {}
+            _ => {
+                tracing::info!(id, name = %node.name, "adding server as learner");
+                self.raft
+                    .add_learner(id, node, false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
         }
-        tracing::info!(id, name = %node.name, "adding server as learner");
-        self.raft
-            .add_learner(id, node, true)
-            .await
-            .map_err(|e| e.to_string())?;
+        let target = self.metrics().last_log_index.unwrap_or(0);
+        let matched = |m: &openraft::RaftMetrics<super::TypeConfig>| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map(|l| l.index)
+        };
+        let settled = self
+            .raft
+            .wait(Some(CATCH_UP))
+            .metrics(
+                // Caught up, removed meanwhile, or no longer leading.
+                |m| {
+                    matched(m).is_some_and(|i| i >= target)
+                        || m.membership_config.membership().get_node(&id).is_none()
+                        || m.replication.is_none()
+                },
+                "joining server caught up",
+            )
+            .await;
+        let m = self.metrics();
+        if m.replication.is_none() {
+            return Err("leadership lost while the server joined: ask again".into());
+        }
+        if m.membership_config.membership().get_node(&id).is_none() {
+            return Err(format!("server {id} was removed while it joined"));
+        }
+        if settled.is_err() || matched(&m).is_none_or(|i| i < target) {
+            return Err(format!(
+                "server {id} has not caught up with the leader's log within {CATCH_UP:?}: \
+                 it stays a non-voter until it does"
+            ));
+        }
         self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
             .await?;
         tracing::info!(id, "server promoted to voter");
         Ok(())
     }
 
-    /// Removes a server by name or numeric id.
+    /// Removes a server by name, numeric id or Raft address: a voter
+    /// leaves the voters and the membership, a learner the membership.
     pub async fn remove_server(&self, who: &str) -> Result<(), crate::error::Error> {
-        let id = self
+        let (id, voter) = self
             .members()
             .into_iter()
             .find(|(id, n, _)| n.name == who || id.to_string() == who || n.raft_addr == who)
-            .map(|(id, _, _)| id)
+            .map(|(id, _, voter)| (id, voter))
             .ok_or_else(|| {
                 crate::error::Error::NotFound(format!("no raft peer with id {who:?}"))
             })?;
-        self.change(ChangeMembers::RemoveVoters(BTreeSet::from([id])))
+        let ids = BTreeSet::from([id]);
+        let change = if voter {
+            ChangeMembers::RemoveVoters(ids)
+        } else {
+            ChangeMembers::RemoveNodes(ids)
+        };
+        self.change(change)
             .await
             .map_err(crate::error::Error::Internal)
     }

@@ -5,6 +5,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod cluster;
+pub mod encrypt;
 pub mod inspect;
 pub mod log_store;
 pub mod network;
