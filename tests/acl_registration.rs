@@ -223,3 +223,53 @@ fn a_catalog_registration_may_not_rename_or_proxy_a_service_the_token_may_not_wr
     let r = with(a, "GET", "/v1/catalog/service/web", None, ROOT);
     assert!(r.body.contains("\"db-1\""), "{}", r.body);
 }
+
+/// A discovery-chain entry for web that sends traffic to db (a router's
+/// destination, a split, a resolver's redirect or failover target) needs
+/// `service:read` on db besides `service:write` on web: refused without
+/// it, nothing written; accepted with it. A delete needs write on web.
+#[test]
+fn a_discovery_chain_entry_needs_read_on_every_service_it_routes_to() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let put =
+        |entry: &Value, token: &str| with(a, "PUT", "/v1/config", Some(&entry.to_string()), token);
+    for name in ["web", "db"] {
+        let defaults = json!({"Kind": "service-defaults", "Name": name, "Protocol": "http"});
+        assert_eq!(put(&defaults, ROOT).status, 200);
+    }
+    let web = token_with_rules(a, "web-only", "service \"web\" { policy = \"write\" }");
+    let web_db = token_with_rules(
+        a,
+        "web-reads-db",
+        "service \"web\" { policy = \"write\" }\nservice \"db\" { policy = \"read\" }",
+    );
+    let db_reader = token_with_rules(a, "db-reader", "service \"db\" { policy = \"read\" }");
+    let entries = [
+        json!({"Kind": "service-router", "Name": "web", "Routes": [
+            {"Match": {"HTTP": {"PathPrefix": "/db"}}, "Destination": {"Service": "db"}}]}),
+        json!({"Kind": "service-splitter", "Name": "web", "Splits": [
+            {"Weight": 50, "Service": "web"}, {"Weight": 50, "Service": "db"}]}),
+        json!({"Kind": "service-resolver", "Name": "web", "Redirect": {"Service": "db"}}),
+        json!({"Kind": "service-resolver", "Name": "web",
+               "Failover": {"*": {"Targets": [{"Service": "db"}]}}}),
+    ];
+    for entry in &entries {
+        let kind = entry["Kind"].as_str().unwrap();
+        let r = put(entry, &web);
+        assert_eq!(r.status, 403, "{entry}: {}", r.body);
+        assert!(
+            r.body.contains("'service:read' on \"db\""),
+            "{entry}: {}",
+            r.body
+        );
+        let path = format!("/v1/config/{kind}/web");
+        assert_eq!(with(a, "GET", &path, None, ROOT).status, 404, "{entry}");
+        let r = put(entry, &web_db);
+        assert_eq!(r.status, 200, "{entry}: {}", r.body);
+        // Deleting needs write on web: db's reader may not.
+        assert_eq!(with(a, "DELETE", &path, None, &db_reader).status, 403);
+        let r = with(a, "DELETE", &path, None, &web_db);
+        assert_eq!(r.status, 200, "{entry}: {}", r.body);
+    }
+}
