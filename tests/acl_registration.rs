@@ -203,8 +203,8 @@ fn a_catalog_registration_may_not_rename_or_proxy_a_service_the_token_may_not_wr
     assert_denied_on(&reg(proxy.clone(), &web), "db");
     assert!(connect_db_ids(a).is_empty());
 
-    // The same through a txn: a set over db-1, and a delete of db-1 that
-    // names web.
+    // The same through a txn: a set over db-1, a delete of db-1 that
+    // names web, a check on db-1 that names web.
     let txn = |ops: Value| with(a, "PUT", "/v1/txn", Some(&ops.to_string()), &web);
     let r = txn(json!([{"Service": {"Verb": "set", "Node": "db-node",
                                     "Service": {"ID": "db-1", "Service": "web", "Port": 80}}}]));
@@ -212,7 +212,15 @@ fn a_catalog_registration_may_not_rename_or_proxy_a_service_the_token_may_not_wr
     let r = txn(json!([{"Service": {"Verb": "delete", "Node": "db-node",
                                     "Service": {"ID": "db-1", "Service": "web"}}}]));
     assert_denied_on(&r, "db");
+    // A critical check on db-1 that names web would take db out of
+    // health answers and DNS.
+    let r = txn(json!([{"Check": {"Verb": "set", "Check": {
+        "Node": "db-node", "CheckID": "down", "Name": "down", "Status": "critical",
+        "ServiceID": "db-1", "ServiceName": "web"}}}]));
+    assert_denied_on(&r, "db");
     assert_eq!(db_ids(), ["db-1"]);
+    let r = with(a, "GET", "/v1/health/checks/db", None, ROOT);
+    assert_eq!(r.json(), json!([]), "{}", r.body);
 
     // One permission more: both go through.
     assert_eq!(reg(proxy, &both).status, 200);

@@ -403,17 +403,37 @@ fn authorize_txn(a: &Authz, st: &state::State, ops: &[TxnOp]) -> Result<()> {
                 let replaced = st.services.get(&(node.clone(), id.clone()));
                 service.authorize_write(a, replaced.map(|r| r.service.as_str()))?
             }
-            TxnOp::Check { check, .. } if check.service_name.is_empty() => {
-                a.require(a.node_write(&check.node), "node:write", &check.node)?
-            }
-            TxnOp::Check { check, .. } => a.require(
-                a.service_write(&check.service_name),
-                "service:write",
-                &check.service_name,
-            )?,
+            TxnOp::Check { check, .. } => authorize_txn_check(a, st, check)?,
         }
     }
     Ok(())
+}
+
+/// A check set or deleted by a txn, judged by what the state holds rather
+/// than the names the body gives (as a registration's checks are): write
+/// on the service of its `ServiceID` (`node:write` for a node check), and
+/// on the service of the check it replaces under the same ID.
+fn authorize_txn_check(a: &Authz, st: &state::State, check: &HealthCheck) -> Result<()> {
+    let service_of = |id: &str, named: &str| {
+        st.services
+            .get(&(check.node.clone(), id.to_string()))
+            .map_or_else(|| named.to_string(), |s| s.service.clone())
+    };
+    let replaced = st
+        .checks
+        .get(&(check.node.clone(), check.check_id.clone()))
+        .filter(|c| !c.service_id.is_empty())
+        .map(|c| service_of(&c.service_id, &c.service_name));
+    if check.service_id.is_empty() {
+        a.require(a.node_write(&check.node), "node:write", &check.node)?;
+    } else {
+        let name = service_of(&check.service_id, &check.service_name);
+        a.require(a.service_write(&name), "service:write", &name)?;
+    }
+    match replaced {
+        Some(name) => a.require(a.service_write(&name), "service:write", &name),
+        None => Ok(()),
+    }
 }
 
 /// Drops the results the caller may not read (Consul filters a txn's
