@@ -38,6 +38,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A failed ACL check is Consul's 403 with its `Permission denied` text.
+impl From<crate::acl::Denied> for Error {
+    fn from(d: crate::acl::Denied) -> Self {
+        Error::Forbidden(d.to_string())
+    }
+}
+
 impl Error {
     pub fn bad(msg: impl Into<String>) -> Self {
         Error::BadRequest(msg.into())

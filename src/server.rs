@@ -118,7 +118,7 @@ pub struct Server {
     /// Session TTL timers (used by the leader).
     pub sessions: crate::session::Timers,
     /// Token resolution and its cache (`state::resolve`).
-    pub acl: crate::state::resolve::Resolver,
+    pub acl: Arc<crate::state::resolve::Resolver>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -444,7 +444,7 @@ impl Server {
         }
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
         let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
-        let acl = crate::state::resolve::Resolver::new(config.acl.clone());
+        let acl = Arc::new(crate::state::resolve::Resolver::new(config.acl.clone()));
         Ok(Arc::new(Server {
             acl,
             proxycfg,

@@ -485,8 +485,17 @@ async fn register_service(
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let def = define::service(decode_json(&body)?, &a.config.node)?;
-    let name = &def.service.service;
-    z.require(z.service_write(name), "service:write", name)?;
+    // Checked here, with the caller's token: the agent syncs the catalog
+    // with its own. Every instance the definition creates (the service,
+    // its sidecar) by the catalog's rule, over what it replaces locally.
+    let sidecar = def.sidecar.as_ref().map(|sc| &sc.service);
+    for svc in std::iter::once(&def.service).chain(sidecar) {
+        let replaced = a.local.with(|t| {
+            t.live_service(&svc.id)
+                .map(|s| s.registered.service.clone())
+        });
+        svc.authorize_write(&z, replaced.as_deref())?;
+    }
     let replace = p.has("replace-existing-checks")
         && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
     a.register_service(def, Source::Api, replace).await?;

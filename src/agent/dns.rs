@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Agent, ServerError};
+use crate::acl::Authorizer;
 use crate::dns::{Catalog, LookupError};
 use crate::request::enc;
 use crate::state::catalog::Instance;
@@ -56,6 +57,17 @@ impl Catalog for AgentCatalog {
             Ok((found, _)) => Ok(found.map(|n| n.node)),
             Err(e) => none_if_refused(e).map(|()| None),
         }
+    }
+
+    /// The agent's `--acl-token` (else anonymous) through its token cache
+    /// (`agent::acl`, 30 s): the reads above use the agent's own token,
+    /// what they show is cut to this one's rights by the resolver.
+    async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
+        let a = &self.0;
+        a.tokens
+            .resolve(&a.servers, a.config.tokens.default.as_deref())
+            .await
+            .map_err(|e| LookupError::Token(e.to_string()))
     }
 }
 

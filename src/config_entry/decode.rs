@@ -121,6 +121,24 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_chain_entry_relates_the_services_it_sends_traffic_to() {
+        let related = |v| decode_entry(&v).unwrap().related_services().join(",");
+        let router = json!({"Kind": "service-router", "Name": "web", "Routes": [
+            {"Destination": {"Service": "b"}}, {"Destination": {"Service": "a"}},
+            {"Destination": {"Service": "web"}}, {"Destination": {"Service": "a"}}]});
+        assert_eq!(related(router), "a,b");
+        let splitter = json!({"Kind": "service-splitter", "Name": "web", "Splits": [
+            {"Weight": 50}, {"Weight": 50, "Service": "c"}]});
+        assert_eq!(related(splitter), "c");
+        let resolver = json!({"Kind": "service-resolver", "Name": "web",
+            "Redirect": {"Service": "r"},
+            "Failover": {"*": {"Service": "f", "Targets": [{"Service": "t"}, {"Peer": "p"}]}}});
+        assert_eq!(related(resolver), "f,r,t");
+        let defaults = json!({"Kind": "service-defaults", "Name": "web"});
+        assert_eq!(related(defaults), "");
+    }
+
+    #[test]
     fn accepts_snake_case_and_durations() {
         let e = decode_entry(&json!({
             "kind": "service-resolver",

@@ -6,7 +6,9 @@
 //! [`Catalog`] for a service's instances or a node. A server's catalog is
 //! its own state ([`StateCatalog`], stale reads, as Consul's default
 //! `allow_stale`); a client agent's asks a server over HTTP with `?stale`
-//! (`agent::dns`). The wire format is hickory-proto's.
+//! (`agent::dns`). The wire format is hickory-proto's. Answers show what
+//! the DNS token (`--acl-token`, else anonymous) may read; a name it may
+//! not read answers as one that does not exist.
 //!
 //! | file | job |
 //! | --- | --- |
@@ -25,8 +27,10 @@ use hickory_proto::rr::Name;
 pub use listen::{Listeners, bind};
 pub use resolve::answer;
 
+use crate::acl::Authorizer;
 use crate::state::Store;
 use crate::state::catalog::{Instance, service_instances};
+use crate::state::resolve::Resolver;
 use crate::structs::Node;
 
 /// How the DNS interface answers (`--domain`, `--dns-*` flags).
@@ -75,6 +79,10 @@ pub fn parse_domain(s: &str) -> Result<Name, String> {
 pub enum LookupError {
     #[error("catalog unavailable: {0}")]
     Unavailable(String),
+    /// The DNS interface's token could not be resolved (unknown, expired,
+    /// or no server to ask).
+    #[error("DNS token not resolved: {0}")]
+    Token(String),
 }
 
 /// Where the resolver reads the catalog from.
@@ -93,6 +101,12 @@ pub trait Catalog: Send + Sync + 'static {
     fn node(
         &self, name: &str,
     ) -> impl Future<Output = Result<Option<Arc<Node>>, LookupError>> + Send;
+
+    /// What a query may see: the authorizer of the DNS interface's token
+    /// (`--acl-token`; none: the anonymous token), as Consul's DNS reads
+    /// with the agent's default token. Asked for every query, from a cache
+    /// that follows ACL changes, never kept from one query to the next.
+    fn authorizer(&self) -> impl Future<Output = Result<Arc<Authorizer>, LookupError>> + Send;
 }
 
 /// A server's catalog: its own current state version, whatever its Raft
@@ -100,6 +114,10 @@ pub trait Catalog: Send + Sync + 'static {
 pub struct StateCatalog {
     pub store: Arc<Store>,
     pub datacenter: String,
+    /// The server's resolver (its cache is keyed by the ACL generation).
+    pub acl: Arc<Resolver>,
+    /// `--acl-token`.
+    pub token: Option<String>,
 }
 
 impl Catalog for StateCatalog {
@@ -113,6 +131,12 @@ impl Catalog for StateCatalog {
 
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
         Ok(self.store.state().nodes.get(name).cloned())
+    }
+
+    async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
+        self.acl
+            .resolve(&self.store.state(), self.token.as_deref())
+            .map_err(|e| LookupError::Token(e.to_string()))
     }
 }
 

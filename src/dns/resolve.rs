@@ -12,6 +12,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use rand::seq::SliceRandom;
 
 use super::{Catalog, DnsConfig};
+use crate::acl::Authorizer;
 use crate::state::catalog::Instance;
 use crate::structs::{HEALTH_CRITICAL, HEALTH_WARNING, Node};
 
@@ -301,16 +302,31 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
             answers: address_records(qname, &ip.to_string(), qtype, cfg.node_ttl),
             additionals: Vec::new(),
         }]),
-        Lookup::Node(name) => match node_any_case(catalog, &name).await {
-            Err(e) => {
-                tracing::warn!(error = %e, "DNS node lookup failed");
-                Answer::code(ResponseCode::ServFail)
+        Lookup::Node(name) => {
+            let found = match catalog.authorizer().await {
+                Ok(authz) => node_any_case(catalog, &name)
+                    .await
+                    .map(|n| n.filter(|n| authz.node_read(&n.node))),
+                Err(e) => Err(e),
+            };
+            match found {
+                Err(e) => {
+                    tracing::warn!(error = %e, "DNS node lookup failed");
+                    Answer::code(ResponseCode::ServFail)
+                }
+                // Not readable is not found: nothing tells it exists.
+                Ok(None) => Answer::not_found(),
+                Ok(Some(node)) => Answer::records(vec![node_entry(cfg, qname, qtype, &node)]),
             }
-            Ok(None) => Answer::not_found(),
-            Ok(Some(node)) => Answer::records(vec![node_entry(cfg, qname, qtype, &node)]),
-        },
+        }
         Lookup::Service { name, tag, connect } => {
-            let mut found = match instances_any_case(catalog, &name, connect).await {
+            let found = match catalog.authorizer().await {
+                Ok(authz) => instances_any_case(catalog, &name, connect)
+                    .await
+                    .map(|(name, found)| readable(&authz, &name, found)),
+                Err(e) => Err(e),
+            };
+            let mut found = match found {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "DNS service lookup failed");
@@ -346,18 +362,31 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
     }
 }
 
+/// What the token may see of `service`'s instances (`name` as found):
+/// nothing without `service:read` on it, and only the instances on nodes
+/// it may read (Consul's filter of a health read).
+fn readable(authz: &Authorizer, service: &str, mut found: Vec<Instance>) -> Vec<Instance> {
+    if !authz.service_read(service) {
+        return Vec::new();
+    }
+    found.retain(|i| authz.node_read(&i.node.node));
+    found
+}
+
 /// DNS names match in any case, the catalog's names exactly: a name not
 /// found as asked is looked up again in lower case (resolvers may send
-/// names in mixed case, and DNS-friendly names are lower case).
+/// names in mixed case, and DNS-friendly names are lower case). With the
+/// name the instances were found under.
 async fn instances_any_case<C: Catalog>(
     catalog: &C, name: &str, connect: bool,
-) -> Result<Vec<Instance>, super::LookupError> {
+) -> Result<(String, Vec<Instance>), super::LookupError> {
     let found = catalog.instances(name, connect).await?;
     let lower = name.to_ascii_lowercase();
     if found.is_empty() && lower != name {
-        return catalog.instances(&lower, connect).await;
+        let found = catalog.instances(&lower, connect).await?;
+        return Ok((lower, found));
     }
-    Ok(found)
+    Ok((name.to_string(), found))
 }
 
 async fn node_any_case<C: Catalog>(
@@ -500,6 +529,29 @@ mod tests {
         async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
             Ok(self.nodes.iter().find(|n| n.node == name).cloned())
         }
+        async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
+            Ok(Arc::new(Authorizer::allow_all()))
+        }
+    }
+
+    /// A `Fake` read with a token's rights.
+    struct Guarded(Fake, Arc<Authorizer>);
+
+    impl Catalog for Guarded {
+        fn datacenter(&self) -> String {
+            self.0.datacenter()
+        }
+        async fn instances(
+            &self, service: &str, connect: bool,
+        ) -> Result<Vec<Instance>, LookupError> {
+            self.0.instances(service, connect).await
+        }
+        async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
+            self.0.node(name).await
+        }
+        async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
+            Ok(self.1.clone())
+        }
     }
 
     fn node(name: &str, addr: &str) -> Arc<Node> {
@@ -534,7 +586,9 @@ mod tests {
     /// The SRV name of the `web` service.
     const WEB_SRV: &str = "_web._tcp.service.consul.";
 
-    fn ask(cfg: &DnsConfig, fake: &Fake, name: &str, qt: RecordType, udp: bool) -> Message {
+    fn ask<C: Catalog>(
+        cfg: &DnsConfig, fake: &C, name: &str, qt: RecordType, udp: bool,
+    ) -> Message {
         let mut q = Message::query();
         q.add_query(Query::query(Name::from_ascii(name).unwrap(), qt));
         let raw = q.to_vec().unwrap();
@@ -659,6 +713,38 @@ mod tests {
         let m = ask(&cfg(), &fake, "web.service.consul.", RecordType::A, false);
         assert!(!m.metadata.truncation);
         assert_eq!(m.answers.len(), 100);
+    }
+
+    #[test]
+    fn what_the_token_may_not_read_is_not_found() {
+        let rules = crate::acl::parse_rules(
+            "service \"web\" { policy = \"read\" }\nnode \"n1\" { policy = \"read\" }",
+        )
+        .unwrap();
+        let authz = Authorizer::new("t", &[&rules], crate::acl::DefaultPolicy::Deny);
+        let fake = Guarded(
+            Fake {
+                instances: vec![
+                    inst("n1", "10.0.0.1", "web", "", 80, "passing"),
+                    inst("n2", "10.0.0.2", "web", "", 80, "passing"),
+                    inst("n1", "10.0.0.1", "db", "", 81, "passing"),
+                ],
+                nodes: vec![node("n1", "10.0.0.1"), node("n2", "10.0.0.2")],
+            },
+            Arc::new(authz),
+        );
+        // web: only the instance on the node it may read.
+        let m = ask(&cfg(), &fake, "web.service.consul.", RecordType::A, true);
+        let got: Vec<String> = m.answers.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(got, ["10.0.0.1"]);
+        // db and n2 exist, but answer exactly as names that do not.
+        for name in ["db.service.consul.", "n2.node.consul.", "nope.node.consul."] {
+            let m = ask(&cfg(), &fake, name, RecordType::A, true);
+            assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{name}");
+            assert_eq!(m.authorities.len(), 1, "{name}");
+        }
+        let m = ask(&cfg(), &fake, "n1.node.consul.", RecordType::A, true);
+        assert_eq!(m.answers[0].data.to_string(), "10.0.0.1");
     }
 
     #[test]

@@ -70,9 +70,10 @@ async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Resul
     done(s.write(Command::Register(Box::new(req))).await?)
 }
 
-/// Consul's checks on a registration: `service:write` on its service and
-/// on the services its checks belong to; `node:write` when the node is new
-/// or changes, or for a node-level check.
+/// Consul's checks on a registration: `service:write` on its service (as
+/// `NodeService::authorize_write` has it: a proxy's destination and the
+/// instance it replaces too) and on the services its checks belong to;
+/// `node:write` when the node is new or changes, or for a node-level check.
 pub fn authorize_register(a: &Authz, st: &state::State, req: &RegisterRequest) -> Result<()> {
     let node_changes = !req.skip_node_update
         && match st.nodes.get(&req.node) {
@@ -88,7 +89,8 @@ pub fn authorize_register(a: &Authz, st: &state::State, req: &RegisterRequest) -
         a.require(a.node_write(&req.node), "node:write", &req.node)?;
     }
     if let Some(svc) = &req.service {
-        a.require(a.service_write(&svc.service), "service:write", &svc.service)?;
+        let replaced = st.services.get(&(req.node.clone(), svc.id.clone()));
+        svc.authorize_write(a, replaced.map(|r| r.service.as_str()))?;
     }
     for c in req.check.iter().chain(&req.checks) {
         if c.service_id.is_empty() {

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
-use crate::structs::config_entry::Kind;
+use crate::structs::config_entry::{ConfigEntry, Kind};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -56,6 +56,17 @@ fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
     }
 }
 
+/// A put: the write on the entry's name, and for a discovery-chain entry
+/// `service:read` on every service it sends traffic to (Consul's: whoever
+/// may discover a service may route their own service's traffic to it).
+fn authorize_entry_put(a: &Authz, entry: &ConfigEntry) -> Result<()> {
+    authorize_entry_write(a, entry.kind(), entry.name())?;
+    for svc in entry.related_services() {
+        a.require(a.service_read(svc), "service:read", svc)?;
+    }
+    Ok(())
+}
+
 fn authorize_entry_write(a: &Authz, kind: Kind, name: &str) -> Result<()> {
     match kind {
         Kind::ProxyDefaults => a.require(a.mesh_write(), "mesh:write", ""),
@@ -81,7 +92,7 @@ async fn put_entry(
 ) -> Result<Response> {
     let body: Value = decode_json(&body)?;
     let entry = decode_and_validate(&body)?;
-    authorize_entry_write(&a, entry.kind(), entry.name())?;
+    authorize_entry_put(&a, &entry)?;
     // Refuse early what the state machine would refuse; it checks again on
     // the state the write actually lands on.
     validate_write(&*s.store.state(), &EntryChange::Upsert(entry.clone()))?;

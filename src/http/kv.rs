@@ -14,7 +14,7 @@ use super::{App, FILTERED, Opts, Watch, blocking, json_filtered, keep, meta_head
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
-use crate::state::{Command, Response as Applied, Timeable, keys};
+use crate::state::{self, Command, Response as Applied, Timeable, keys};
 use crate::structs::validate::{check_dc, validate_check, validate_service};
 use crate::structs::{
     CatalogVerb, HealthCheck, KvEntry, KvOp, KvOutcome, KvVerb, Node, NodeService, TxnOp, TxnResult,
@@ -372,8 +372,9 @@ pub(super) fn read_only(body: &[u8], dc: &str) -> bool {
 /// (`filter_results`); `check-index` and `check-session` need `key:read`
 /// (their outcome tells of the key); `delete-tree` needs write on the
 /// whole prefix; every other KV verb, `check-not-exists` included, needs
-/// `key:write`.
-fn authorize_txn(a: &Authz, ops: &[TxnOp]) -> Result<()> {
+/// `key:write`; a service write, what a catalog registration of it needs
+/// (`NodeService::authorize_write`).
+fn authorize_txn(a: &Authz, st: &state::State, ops: &[TxnOp]) -> Result<()> {
     for op in ops {
         match op {
             TxnOp::Kv(op) => match op.verb {
@@ -391,22 +392,48 @@ fn authorize_txn(a: &Authz, ops: &[TxnOp]) -> Result<()> {
             TxnOp::Node { node, .. } => {
                 a.require(a.node_write(&node.node), "node:write", &node.node)?
             }
-            TxnOp::Service { service, .. } => a.require(
-                a.service_write(&service.service),
-                "service:write",
-                &service.service,
-            )?,
-            TxnOp::Check { check, .. } if check.service_name.is_empty() => {
-                a.require(a.node_write(&check.node), "node:write", &check.node)?
+            // Catalog registration's rule: a set or delete by ID also
+            // needs write on the instance already there under that ID.
+            TxnOp::Service { node, service, .. } => {
+                let id = if service.id.is_empty() {
+                    &service.service
+                } else {
+                    &service.id
+                };
+                let replaced = st.services.get(&(node.clone(), id.clone()));
+                service.authorize_write(a, replaced.map(|r| r.service.as_str()))?
             }
-            TxnOp::Check { check, .. } => a.require(
-                a.service_write(&check.service_name),
-                "service:write",
-                &check.service_name,
-            )?,
+            TxnOp::Check { check, .. } => authorize_txn_check(a, st, check)?,
         }
     }
     Ok(())
+}
+
+/// A check set or deleted by a txn, judged by what the state holds rather
+/// than the names the body gives (as a registration's checks are): write
+/// on the service of its `ServiceID` (`node:write` for a node check), and
+/// on the service of the check it replaces under the same ID.
+fn authorize_txn_check(a: &Authz, st: &state::State, check: &HealthCheck) -> Result<()> {
+    let service_of = |id: &str, named: &str| {
+        st.services
+            .get(&(check.node.clone(), id.to_string()))
+            .map_or_else(|| named.to_string(), |s| s.service.clone())
+    };
+    let replaced = st
+        .checks
+        .get(&(check.node.clone(), check.check_id.clone()))
+        .filter(|c| !c.service_id.is_empty())
+        .map(|c| service_of(&c.service_id, &c.service_name));
+    if check.service_id.is_empty() {
+        a.require(a.node_write(&check.node), "node:write", &check.node)?;
+    } else {
+        let name = service_of(&check.service_id, &check.service_name);
+        a.require(a.service_write(&name), "service:write", &name)?;
+    }
+    match replaced {
+        Some(name) => a.require(a.service_write(&name), "service:write", &name),
+        None => Ok(()),
+    }
 }
 
 /// Drops the results the caller may not read (Consul filters a txn's
@@ -424,7 +451,7 @@ fn filter_results(a: &Authz, results: &mut Vec<TxnResult>) -> bool {
 
 async fn txn(State(s): State<App>, a: Authz, Opts(_, opts): Opts, body: Bytes) -> Result<Response> {
     let ops = decode_txn(&body, &s.config.datacenter)?;
-    authorize_txn(&a, &ops)?;
+    authorize_txn(&a, &s.store.state(), &ops)?;
     // Reads only: answered from this server's state without Raft, in the
     // request's consistency mode (Consul's fast path).
     if ops.iter().all(TxnOp::is_read) {

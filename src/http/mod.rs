@@ -497,6 +497,8 @@ pub async fn run(
         let catalog = Arc::new(crate::dns::StateCatalog {
             store: server.store.clone(),
             datacenter: config.datacenter.clone(),
+            acl: server.acl.clone(),
+            token: config.agent_tokens.default.clone(),
         });
         tokio::spawn(crate::dns::serve(l, d, catalog));
     }

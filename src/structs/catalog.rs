@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::health::{HealthStatus, ServiceKind};
 use super::serde_util::{is_default, null_default};
+use crate::acl::{Authorizer, Denied};
 
 pub type Meta = BTreeMap<String, String>;
 
@@ -300,6 +301,27 @@ impl NodeService {
     pub fn is_mesh_kind(&self) -> bool {
         !self.kind.is_typical()
     }
+
+    /// Consul's rule for writing this instance, the same on a server's
+    /// catalog (and txn) and when an agent accepts a registration:
+    /// `service:write` on its name; on a connect proxy's destination too
+    /// (the proxy is discovered as an instance of it); and on `replaced`,
+    /// the name of the instance with the same node and ID it overwrites
+    /// (else a rename takes over another service's instance). The first
+    /// refusal is the answer.
+    pub fn authorize_write(
+        &self, authz: &Authorizer, replaced: Option<&str>,
+    ) -> Result<(), Denied> {
+        let mut names = vec![self.service.as_str()];
+        if self.is_connect_proxy() {
+            names.push(&self.proxy.destination_service_name);
+        }
+        names.extend(replaced);
+        match names.into_iter().find(|n| !authz.service_write(n)) {
+            Some(n) => Err(authz.deny("service:write", n)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A health check (Consul's `HealthCheck`).
@@ -365,6 +387,29 @@ pub struct DeregisterRequest {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn writing_an_instance_needs_write_on_every_name_it_takes_or_replaces() {
+        let rules = crate::acl::parse_rules("service \"web\" { policy = \"write\" }").unwrap();
+        let a = Authorizer::new("t", &[&rules], crate::acl::DefaultPolicy::Deny);
+        let svc = |v: Value| -> NodeService { serde_json::from_value(v).unwrap() };
+        let web = svc(json!({"ID": "web-1", "Service": "web"}));
+        assert_eq!(web.authorize_write(&a, None), Ok(()));
+        assert_eq!(web.authorize_write(&a, Some("web")), Ok(()));
+        let denied = web.authorize_write(&a, Some("db")).unwrap_err();
+        assert_eq!(
+            (denied.permission.as_str(), denied.resource.as_str()),
+            ("service:write", "db")
+        );
+        let proxy = svc(json!({"ID": "p", "Service": "web", "Kind": "connect-proxy",
+                               "Proxy": {"DestinationServiceName": "db"}}));
+        assert_eq!(proxy.authorize_write(&a, None).unwrap_err().resource, "db");
+        // A destination means something only on a connect proxy.
+        let gateway = svc(json!({"ID": "g", "Service": "web", "Kind": "mesh-gateway"}));
+        assert_eq!(gateway.authorize_write(&a, None), Ok(()));
+        let other = svc(json!({"ID": "db-1", "Service": "db"}));
+        assert_eq!(other.authorize_write(&a, None).unwrap_err().resource, "db");
+    }
 
     #[test]
     fn a_service_that_is_not_a_proxy_holds_no_proxy_block() {

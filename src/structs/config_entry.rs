@@ -123,6 +123,40 @@ impl ConfigEntry {
         each_kind!(self, e => &e.name)
     }
 
+    /// The other services a discovery-chain entry sends its service's
+    /// traffic to (Consul's `ListRelatedServices`): router destinations,
+    /// splits, a resolver's redirect and failover services and targets.
+    /// Sorted, once each; empty for the other kinds.
+    pub fn related_services(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = match self {
+            ConfigEntry::ServiceRouter(e) => e
+                .routes
+                .iter()
+                .filter_map(|r| r.destination.as_ref())
+                .map(|d| d.service.as_str())
+                .collect(),
+            ConfigEntry::ServiceSplitter(e) => {
+                e.splits.iter().map(|s| s.service.as_str()).collect()
+            }
+            ConfigEntry::ServiceResolver(e) => {
+                let failover = e.failover.values().flat_map(|f| {
+                    std::iter::once(f.service.as_str())
+                        .chain(f.targets.iter().map(|t| t.service.as_str()))
+                });
+                e.redirect
+                    .iter()
+                    .map(|r| r.service.as_str())
+                    .chain(failover)
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        out.retain(|s| !s.is_empty() && *s != self.name());
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     pub fn meta(&self) -> &BTreeMap<String, String> {
         each_kind!(self, e => &e.meta)
     }
