@@ -415,6 +415,9 @@ fn main() -> anyhow::Result<()> {
                 .build()?
                 .block_on(cairn::agent::run(config, dns))
         }
+                blocking: cairn::request::serve::Blocking::new(
+                    cairn::request::serve::HttpLimits::default().max_blocking,
+                ),
         Command::Server(a) => {
             init_logging(&a.log_level, a.log_json);
             let limits = server_limits(&a);

@@ -416,6 +416,7 @@ pub async fn run(
         ));
     }
     let mut agent_config = agent_config(&config)?;
+    agent_config.blocking = server.blocking.clone();
     agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
     // With the TLS files the gRPC port speaks TLS only.
     match tls {
@@ -552,5 +553,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         ports: Default::default(),
         tls,
         tokens: config.agent_tokens.clone(),
+        // The server's own, set by `run`.
+        blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
     })
 }
