@@ -35,11 +35,11 @@ use crate::proxycfg::{ProxyKey, Snapshot};
 /// xDS streams open at once by default; past it RESOURCE_EXHAUSTED.
 pub const MAX_STREAMS: usize = 16_384;
 
-/// Where the gRPC port listens and its stream cap.
+/// Where the gRPC port listens and the bounds of its xDS streams.
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
     pub addr: SocketAddr,
-    pub max_streams: usize,
+    pub xds: crate::xds::Limits,
 }
 
 /// Bound before anything else starts, so a taken port refuses the start.
@@ -51,11 +51,11 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// Serves the gRPC port until `stop` is notified.
 pub async fn serve(
-    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, max_streams: usize,
+    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, xds: crate::xds::Limits,
     stop: Arc<tokio::sync::Notify>,
 ) {
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
-    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), max_streams);
+    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), xds);
     let router = tonic::service::Routes::new(ads)
         .add_service(Service::<Dataplane>::new(s.clone()))
         .add_service(Service::<ServerDiscovery>::new(s.clone()))
@@ -197,19 +197,40 @@ impl crate::xds::Source for Catalog {
         self.0.proxycfg.snapshot(key)
     }
 
-    fn authorize(&self, token: Option<&str>, service: &str) -> Result<(), Status> {
+    fn identify(&self, token: Option<&str>) -> Result<crate::xds::Caller, Status> {
+        use crate::xds::Caller;
+        if !self.0.acl.enabled() {
+            return Ok(Caller::Token);
+        }
         let authz = self
             .0
             .acl
             .resolve(&self.0.store.state(), token)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
-        if authz.service_write(service) {
-            Ok(())
+        Ok(if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
+            Caller::Anonymous
         } else {
-            Err(Status::permission_denied(
-                authz.deny("service:write", service).to_string(),
-            ))
+            Caller::Token
+        })
+    }
+
+    fn authorize(
+        &self, token: Option<&str>, proxy_id: &str, service: Option<&str>,
+    ) -> Result<(), Status> {
+        let authz = self
+            .0
+            .acl
+            .resolve(&self.0.store.state(), token)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        match super::proxycfg::may_watch(&authz, proxy_id, service) {
+            // An unknown proxy the caller may hear of: the stream says so.
+            Ok(()) | Err(super::proxycfg::Refused::Unknown) => Ok(()),
+            Err(super::proxycfg::Refused::Denied(why)) => Err(Status::permission_denied(why)),
         }
+    }
+
+    fn acl_changes(&self) -> watch::Receiver<u64> {
+        self.0.store.watches.subscribe(&crate::state::keys::ACL)
     }
 }
 

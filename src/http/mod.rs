@@ -411,7 +411,7 @@ pub async fn run(
             server.clone(),
             l,
             tls,
-            g.max_streams,
+            g.xds.clone(),
             stop_grpc.clone(),
         ));
     }
