@@ -540,6 +540,25 @@ fn servers(s: &App) -> Vec<ServerInfo> {
 #[derive(Clone)]
 struct ServerDiscovery;
 
+/// Consul's check of `WatchServers`: with ACLs on, any token that resolves
+/// but the anonymous one (an unknown secret: UNAUTHENTICATED; none, or the
+/// anonymous token: PERMISSION_DENIED).
+fn any_valid_token(s: &App, token: Option<&str>) -> Result<(), Status> {
+    if !s.acl.enabled() {
+        return Ok(());
+    }
+    let authz = s
+        .acl
+        .resolve(&s.store.state(), token)
+        .map_err(|e| Status::unauthenticated(e.to_string()))?;
+    if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
+        return Err(Status::permission_denied(
+            "An ACL token must be provided (via the `x-consul-token` metadata field) to call this endpoint",
+        ));
+    }
+    Ok(())
+}
+
 type ServersStream = Pin<Box<dyn Stream<Item = Result<WatchServersResponse, Status>> + Send>>;
 
 impl Methods for ServerDiscovery {
@@ -550,25 +569,41 @@ impl Methods for ServerDiscovery {
             return unimplemented();
         }
         let s = s.clone();
+        let token = req
+            .headers()
+            .get(crate::xds::TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         Box::pin(async move {
             let svc = tower::service_fn(move |_: Request<WatchServersRequest>| {
-                let s = s.clone();
+                let (s, token) = (s.clone(), token.clone());
                 async move {
+                    any_valid_token(&s, token.as_deref())?;
                     // The list now, then again whenever the membership
                     // changes (checked once a second: membership changes
-                    // are rare and a dataplane only needs them eventually).
+                    // are rare and a dataplane only needs them eventually),
+                    // the token checked again each time: a deleted one
+                    // ends the stream.
                     let stream = futures_util::stream::unfold(
-                        (s, None::<Vec<ServerInfo>>),
-                        |(s, last)| async move {
+                        Some((s, token, None::<Vec<ServerInfo>>)),
+                        |state| async move {
+                            let (s, token, last) = state?;
+                            let mut first = true;
                             loop {
+                                if !first {
+                                    tokio::time::sleep(Duration::from_secs(1)).await;
+                                }
+                                first = false;
+                                if let Err(status) = any_valid_token(&s, token.as_deref()) {
+                                    return Some((Err(status), None));
+                                }
                                 let now = servers(&s);
                                 if last.as_ref() != Some(&now) {
                                     let item = Ok(WatchServersResponse {
                                         servers: now.clone(),
                                     });
-                                    return Some((item, (s, Some(now))));
+                                    return Some((item, Some((s, token, Some(now)))));
                                 }
-                                tokio::time::sleep(Duration::from_secs(1)).await;
                             }
                         },
                     );
