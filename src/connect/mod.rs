@@ -148,10 +148,12 @@ mod tests {
 
     #[test]
     fn leaves_are_bounded_dropping_the_least_recently_requested() {
-        let mut st = State::default();
-        st.connect_ca = Some(Arc::new(
-            ca::initial("11111111-2222-3333-4444-555555555555").unwrap(),
-        ));
+        let st = State {
+            connect_ca: Some(Arc::new(
+                ca::initial("11111111-2222-3333-4444-555555555555").unwrap(),
+            )),
+            ..Default::default()
+        };
         let leaves = Leaves::with_cap(2);
         let web = leaves.get(&st, "dc1", "web").unwrap();
         leaves.get(&st, "dc1", "api").unwrap();
