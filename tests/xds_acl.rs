@@ -208,6 +208,46 @@ fn a_deleted_token_ends_its_xds_stream_with_permission_denied() {
 }
 
 #[test]
+fn an_expired_token_ends_its_xds_stream_with_permission_denied() {
+    let s = acl_server(&[]);
+    register_sidecar(&s);
+    let body = json!({ "Name": "web-write", "Rules": r#"service "web" { policy = "write" }"# });
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/acl/policy",
+        Some(&body.to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = json!({ "Policies": [{ "Name": "web-write" }], "ExpirationTTL": "3s" });
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/acl/token",
+        Some(&body.to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let secret = r.json()["SecretID"].as_str().unwrap().to_string();
+    runtime().block_on(async {
+        let mut stream = Stream::proxy(s.grpc_addr, Some(&secret), PROXY, vec![])
+            .await
+            .expect("open");
+        match stream.next(Duration::from_secs(3)).await {
+            Some(Ok(Some(r))) => assert_eq!(r.type_url, CDS),
+            other => panic!("the clusters never came: {other:?}"),
+        }
+        // No ACL write happens: the expiry alone must end it.
+        let status = stream
+            .refusal(Duration::from_secs(8))
+            .await
+            .expect_err("the stream outlived its token's expiry");
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    });
+}
+
+#[test]
 fn an_unknown_proxy_and_a_forbidden_one_get_the_same_status() {
     let s = acl_server(&[]);
     register_sidecar(&s);

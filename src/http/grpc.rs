@@ -232,6 +232,14 @@ impl crate::xds::Source for Catalog {
     fn acl_changes(&self) -> watch::Receiver<u64> {
         self.0.store.watches.subscribe(&crate::state::keys::ACL)
     }
+
+    fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
+        let secret = token.filter(|t| !t.is_empty() && self.0.acl.enabled())?;
+        let st = self.0.store.state();
+        let hash = crate::structs::acl::secret_hash(secret);
+        crate::state::acl::token_by_secret_hash(&st, &hash)
+            .and_then(|t| crate::state::resolve::expiry(t))
+    }
 }
 
 // --- hashicorp.consul.dataplane -------------------------------------------

@@ -9,7 +9,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -48,6 +48,9 @@ pub trait Source: Send + Sync + 'static {
     /// Moves whenever a token, policy or role changes: a stream checks its
     /// token again then, and ends when it no longer passes.
     fn acl_changes(&self) -> watch::Receiver<u64>;
+    /// When the token expires (its `ExpirationTime`; none: never), which
+    /// changes no ACL: the stream checks it again then.
+    fn expiry(&self, token: Option<&str>) -> Option<SystemTime>;
 }
 
 /// What a stream's token is, for its slot.
@@ -242,6 +245,7 @@ async fn run_stream(
     };
     let mut current = rx.borrow_and_update().clone();
     source.authorize(token, &proxy, destination(&current))?;
+    let mut expires = source.expiry(token);
     let mut session = Session::new();
     if let Some(s) = &current {
         session.set_resources(build(s).await);
@@ -287,8 +291,28 @@ async fn run_stream(
                 // A token deleted or narrowed gets nothing more: not the
                 // next leaf key either.
                 source.authorize(token, &proxy, destination(&current))?;
+                expires = source.expiry(token);
+            }
+            () = until(expires) => {
+                // Expired: refused now (else its expiry was changed).
+                source.authorize(token, &proxy, destination(&current))?;
+                expires = source.expiry(token);
             }
         }
+    }
+}
+
+/// Returns at `at` (a moment after, so the token is past it), never for
+/// `None`.
+async fn until(at: Option<SystemTime>) {
+    match at {
+        Some(at) => {
+            let left = at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left + Duration::from_millis(10)).await;
+        }
+        None => std::future::pending().await,
     }
 }
 
