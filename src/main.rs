@@ -129,6 +129,13 @@ struct ServerArgs {
     /// (RESOURCE_EXHAUSTED).
     #[arg(long, default_value_t = cairn::http::grpc::MAX_STREAMS, hide = true)]
     grpc_max_streams: usize,
+    /// xDS streams with no token (ACLs on) open at once, apart from those
+    /// with one; past it a new one is refused (RESOURCE_EXHAUSTED).
+    #[arg(long, default_value_t = cairn::xds::Limits::default().max_anonymous, hide = true)]
+    xds_max_anonymous_streams: usize,
+    /// An xDS stream with no first request within this is closed.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", hide = true)]
+    xds_first_request_timeout: std::time::Duration,
 }
 
 /// The DNS interface's flags (servers and agents alike).
@@ -428,6 +435,9 @@ fn main() -> anyhow::Result<()> {
                 ports: Default::default(),
                 tls,
                 tokens: a.acl.tokens(),
+                blocking: cairn::request::serve::Blocking::new(
+                    cairn::request::serve::HttpLimits::default().max_blocking,
+                ),
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
@@ -504,7 +514,12 @@ fn main() -> anyhow::Result<()> {
                         .grpc_addr
                         .parse::<SocketAddr>()
                         .map_err(|e| anyhow::anyhow!("--grpc-addr {:?}: {e}", a.grpc_addr))?,
-                    max_streams: a.grpc_max_streams,
+                    xds: cairn::xds::Limits {
+                        max_streams: a.grpc_max_streams,
+                        max_anonymous: a.xds_max_anonymous_streams,
+                        first_request: a.xds_first_request_timeout,
+                        ..Default::default()
+                    },
                 })
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -125,8 +125,9 @@ pub struct Server {
     /// channel above is bounded by these, not by its own capacity.
     queue_writes: Arc<Semaphore>,
     queue_bytes: Arc<Semaphore>,
-    /// Blocking queries waiting at once (`Limits::http.max_blocking`).
-    blocking: Arc<Semaphore>,
+    /// Blocking queries waiting at once (`Limits::http.max_blocking`),
+    /// shared with the server's own agent.
+    pub blocking: crate::request::serve::Blocking,
     /// Its critical background tasks; the run loop waits on their failure.
     pub tasks: Tasks,
 }
@@ -443,7 +444,7 @@ impl Server {
             tasks.watch(name, h);
         }
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
-        let blocking = Arc::new(Semaphore::new(config.limits.http.max_blocking));
+        let blocking = crate::request::serve::Blocking::new(config.limits.http.max_blocking);
         let acl = Arc::new(crate::state::resolve::Resolver::new(config.acl.clone()));
         Ok(Arc::new(Server {
             acl,
@@ -542,13 +543,7 @@ impl Server {
     /// A place among the blocking queries waiting at once, held while one
     /// waits; none left: 429, as Consul's limiter answers.
     pub fn blocking_permit(&self) -> Result<OwnedSemaphorePermit> {
-        self.blocking.clone().try_acquire_owned().map_err(|_| {
-            crate::metrics::BLOCKING_REFUSED_BUSY.inc();
-            Error::Busy(format!(
-                "Too many blocking queries on this server (max {}): try again later",
-                self.config.limits.http.max_blocking
-            ))
-        })
+        self.blocking.permit()
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.

@@ -360,6 +360,11 @@ async fn service(
     let p = Params::parse(q.as_deref());
     let wait = wait_of(&p)?;
     let want = p.get("hash").filter(|h| !h.is_empty()).map(String::from);
+    // A read that may wait holds a place among the blocking queries.
+    let _permit = match want {
+        Some(_) => Some(a.config.blocking.permit()?),
+        None => None,
+    };
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let mut changes = a.local.version.subscribe();

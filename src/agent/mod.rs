@@ -84,6 +84,9 @@ pub struct AgentConfig {
     pub tls: Option<Arc<AgentTls>>,
     /// Its ACL tokens (`--acl-token`, `--acl-agent-token`).
     pub tokens: crate::structs::acl::AgentTokens,
+    /// The cap its hash-blocking reads wait within (a server's own agent
+    /// shares the server's).
+    pub blocking: crate::request::serve::Blocking,
 }
 
 /// Ports a node serves besides plain HTTP, as `/v1/agent/self`'s

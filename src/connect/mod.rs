@@ -15,6 +15,7 @@ pub const SIGN_PATH: &str = "/v1/internal/connect/ca/sign";
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -22,19 +23,61 @@ use crate::error::{Error, Result};
 use crate::state::State;
 use crate::structs::connect::IssuedCert;
 
-/// Leaves signed here for local use (a server's agent endpoint, its proxies'
-/// snapshots), one per service: kept while signed by the active root and
-/// before their renewal time; re-signed after a rotation or at renewal.
-#[derive(Default)]
+/// Leaves a server keeps at most: the leaf endpoint signs for any service
+/// name a token may write (a `service_prefix ""` token: any name), so the
+/// cache is bounded; past it the leaf requested least recently goes.
+const MAX_LEAVES: usize = 4096;
+
+/// A leaf not requested for this long is dropped when another is signed (a
+/// watcher asks again at least every blocking wait, at most 10 minutes).
+const LEAF_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Leaves signed here for local use (a server's agent endpoint), one per
+/// service: kept while signed by the active root and before their renewal
+/// time; re-signed after a rotation or at renewal. At most `cap` of them,
+/// those not requested for `LEAF_IDLE` dropped first.
 pub struct Leaves {
-    /// service → (active root id it was signed by, the leaf).
-    certs: Mutex<HashMap<String, (String, Arc<IssuedCert>)>>,
+    /// service → the leaf.
+    certs: Mutex<HashMap<String, Held>>,
     /// The last index handed out: a re-signed leaf's index is above every
     /// one before it, so a blocking read on the previous one wakes.
     last_index: Mutex<u64>,
+    cap: usize,
+}
+
+struct Held {
+    /// The active root's id when it was signed.
+    root: String,
+    cert: Arc<IssuedCert>,
+    /// When it was last requested.
+    used: Instant,
+}
+
+impl Default for Leaves {
+    fn default() -> Self {
+        Leaves::with_cap(MAX_LEAVES)
+    }
 }
 
 impl Leaves {
+    /// A cache of at most `cap` leaves.
+    pub fn with_cap(cap: usize) -> Self {
+        Leaves {
+            certs: Mutex::new(HashMap::new()),
+            last_index: Mutex::new(0),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Leaves held now.
+    pub fn len(&self) -> usize {
+        self.certs.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The current leaf of `service`, signed now if there is none or it is
     /// due (another root is active, or past its renewal time).
     pub fn get(&self, state: &State, dc: &str, service: &str) -> Result<Arc<IssuedCert>> {
@@ -44,11 +87,12 @@ impl Leaves {
             .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
         let active = ca.active().map(|r| r.root.id.clone()).unwrap_or_default();
         let now = time::OffsetDateTime::now_utc();
-        if let Some((root, cert)) = self.certs.lock().get(service)
-            && *root == active
-            && ca::renew_at(cert) > now
+        if let Some(held) = self.certs.lock().get_mut(service)
+            && held.root == active
+            && ca::renew_at(&held.cert) > now
         {
-            return Ok(cert.clone());
+            held.used = Instant::now();
+            return Ok(held.cert.clone());
         }
         let trust_domain = format!("{}.consul", state.cluster_id);
         let mut cert = ca::sign_local(ca, &trust_domain, dc, service)?;
@@ -58,9 +102,27 @@ impl Leaves {
         cert.create_index = index;
         cert.modify_index = index;
         let cert = Arc::new(cert);
-        self.certs
-            .lock()
-            .insert(service.to_string(), (active, cert.clone()));
+        let mut certs = self.certs.lock();
+        let used = Instant::now();
+        if !certs.contains_key(service) && certs.len() >= self.cap {
+            certs.retain(|_, h| used.duration_since(h.used) < LEAF_IDLE);
+            if certs.len() >= self.cap
+                && let Some(oldest) = certs
+                    .iter()
+                    .min_by_key(|(_, h)| h.used)
+                    .map(|(k, _)| k.clone())
+            {
+                certs.remove(&oldest);
+            }
+        }
+        certs.insert(
+            service.to_string(),
+            Held {
+                root: active,
+                cert: cert.clone(),
+                used,
+            },
+        );
         Ok(cert)
     }
 }
@@ -77,5 +139,32 @@ pub fn check_service_name(service: &str) -> Result<()> {
         Err(Error::bad(format!(
             "invalid service name {service:?}: letters, digits, '-', '_' and '.' only"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_are_bounded_dropping_the_least_recently_requested() {
+        let st = State {
+            connect_ca: Some(Arc::new(
+                ca::initial("11111111-2222-3333-4444-555555555555").unwrap(),
+            )),
+            ..Default::default()
+        };
+        let leaves = Leaves::with_cap(2);
+        let web = leaves.get(&st, "dc1", "web").unwrap();
+        leaves.get(&st, "dc1", "api").unwrap();
+        // "web" requested again: "api" is now the least recent.
+        assert!(Arc::ptr_eq(&web, &leaves.get(&st, "dc1", "web").unwrap()));
+        leaves.get(&st, "dc1", "db").unwrap();
+        assert_eq!(leaves.len(), 2);
+        assert!(Arc::ptr_eq(&web, &leaves.get(&st, "dc1", "web").unwrap()));
+        for i in 0..10 {
+            leaves.get(&st, "dc1", &format!("svc{i}")).unwrap();
+        }
+        assert_eq!(leaves.len(), 2);
     }
 }

@@ -161,6 +161,11 @@ async fn leaf(
     let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
     crate::connect::check_service_name(&service)?;
     ca_ready(&s).await?;
+    // A read that may wait holds a place among the blocking queries.
+    let _permit = match opts.index {
+        0 => None,
+        _ => Some(s.blocking_permit()?),
+    };
     let deadline = opts.deadline();
     let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
     loop {

@@ -35,11 +35,11 @@ use crate::proxycfg::{ProxyKey, Snapshot};
 /// xDS streams open at once by default; past it RESOURCE_EXHAUSTED.
 pub const MAX_STREAMS: usize = 16_384;
 
-/// Where the gRPC port listens and its stream cap.
+/// Where the gRPC port listens and the bounds of its xDS streams.
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
     pub addr: SocketAddr,
-    pub max_streams: usize,
+    pub xds: crate::xds::Limits,
 }
 
 /// Bound before anything else starts, so a taken port refuses the start.
@@ -51,11 +51,11 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// Serves the gRPC port until `stop` is notified.
 pub async fn serve(
-    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, max_streams: usize,
+    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, xds: crate::xds::Limits,
     stop: Arc<tokio::sync::Notify>,
 ) {
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
-    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), max_streams);
+    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), xds);
     let router = tonic::service::Routes::new(ads)
         .add_service(Service::<Dataplane>::new(s.clone()))
         .add_service(Service::<ServerDiscovery>::new(s.clone()))
@@ -197,19 +197,48 @@ impl crate::xds::Source for Catalog {
         self.0.proxycfg.snapshot(key)
     }
 
-    fn authorize(&self, token: Option<&str>, service: &str) -> Result<(), Status> {
+    fn identify(&self, token: Option<&str>) -> Result<crate::xds::Caller, Status> {
+        use crate::xds::Caller;
+        if !self.0.acl.enabled() {
+            return Ok(Caller::Token);
+        }
         let authz = self
             .0
             .acl
             .resolve(&self.0.store.state(), token)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
-        if authz.service_write(service) {
-            Ok(())
+        Ok(if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
+            Caller::Anonymous
         } else {
-            Err(Status::permission_denied(
-                authz.deny("service:write", service).to_string(),
-            ))
+            Caller::Token
+        })
+    }
+
+    fn authorize(
+        &self, token: Option<&str>, proxy_id: &str, service: Option<&str>,
+    ) -> Result<(), Status> {
+        let authz = self
+            .0
+            .acl
+            .resolve(&self.0.store.state(), token)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        match super::proxycfg::may_watch(&authz, proxy_id, service) {
+            // An unknown proxy the caller may hear of: the stream says so.
+            Ok(()) | Err(super::proxycfg::Refused::Unknown) => Ok(()),
+            Err(super::proxycfg::Refused::Denied(why)) => Err(Status::permission_denied(why)),
         }
+    }
+
+    fn acl_changes(&self) -> watch::Receiver<u64> {
+        self.0.store.watches.subscribe(&crate::state::keys::ACL)
+    }
+
+    fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
+        let secret = token.filter(|t| !t.is_empty() && self.0.acl.enabled())?;
+        let st = self.0.store.state();
+        let hash = crate::structs::acl::secret_hash(secret);
+        crate::state::acl::token_by_secret_hash(&st, &hash)
+            .and_then(|t| crate::state::resolve::expiry(t))
     }
 }
 
@@ -519,6 +548,25 @@ fn servers(s: &App) -> Vec<ServerInfo> {
 #[derive(Clone)]
 struct ServerDiscovery;
 
+/// Consul's check of `WatchServers`: with ACLs on, any token that resolves
+/// but the anonymous one (an unknown secret: UNAUTHENTICATED; none, or the
+/// anonymous token: PERMISSION_DENIED).
+fn any_valid_token(s: &App, token: Option<&str>) -> Result<(), Status> {
+    if !s.acl.enabled() {
+        return Ok(());
+    }
+    let authz = s
+        .acl
+        .resolve(&s.store.state(), token)
+        .map_err(|e| Status::unauthenticated(e.to_string()))?;
+    if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
+        return Err(Status::permission_denied(
+            "An ACL token must be provided (via the `x-consul-token` metadata field) to call this endpoint",
+        ));
+    }
+    Ok(())
+}
+
 type ServersStream = Pin<Box<dyn Stream<Item = Result<WatchServersResponse, Status>> + Send>>;
 
 impl Methods for ServerDiscovery {
@@ -529,25 +577,41 @@ impl Methods for ServerDiscovery {
             return unimplemented();
         }
         let s = s.clone();
+        let token = req
+            .headers()
+            .get(crate::xds::TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         Box::pin(async move {
             let svc = tower::service_fn(move |_: Request<WatchServersRequest>| {
-                let s = s.clone();
+                let (s, token) = (s.clone(), token.clone());
                 async move {
+                    any_valid_token(&s, token.as_deref())?;
                     // The list now, then again whenever the membership
                     // changes (checked once a second: membership changes
-                    // are rare and a dataplane only needs them eventually).
+                    // are rare and a dataplane only needs them eventually),
+                    // the token checked again each time: a deleted one
+                    // ends the stream.
                     let stream = futures_util::stream::unfold(
-                        (s, None::<Vec<ServerInfo>>),
-                        |(s, last)| async move {
+                        Some((s, token, None::<Vec<ServerInfo>>)),
+                        |state| async move {
+                            let (s, token, last) = state?;
+                            let mut first = true;
                             loop {
+                                if !first {
+                                    tokio::time::sleep(Duration::from_secs(1)).await;
+                                }
+                                first = false;
+                                if let Err(status) = any_valid_token(&s, token.as_deref()) {
+                                    return Some((Err(status), None));
+                                }
                                 let now = servers(&s);
                                 if last.as_ref() != Some(&now) {
                                     let item = Ok(WatchServersResponse {
                                         servers: now.clone(),
                                     });
-                                    return Some((item, (s, Some(now))));
+                                    return Some((item, Some((s, token, Some(now)))));
                                 }
-                                tokio::time::sleep(Duration::from_secs(1)).await;
                             }
                         },
                     );

@@ -481,11 +481,12 @@ pub async fn run(
             server.clone(),
             l,
             tls,
-            g.max_streams,
+            g.xds.clone(),
             stop_grpc.clone(),
         ));
     }
     let mut agent_config = agent_config(&config)?;
+    agent_config.blocking = server.blocking.clone();
     agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
     // With the TLS files the gRPC port speaks TLS only.
     match tls {
@@ -624,5 +625,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         ports: Default::default(),
         tls,
         tokens: config.agent_tokens.clone(),
+        // The server's own, set by `run`.
+        blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
     })
 }

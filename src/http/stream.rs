@@ -45,6 +45,9 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
         _ => a.require(a.service_read(key), "service:read", key)?,
     }
     let index = p.u64("index")?.unwrap_or(0);
+    // Open as long as the caller keeps it: a place among the blocking
+    // queries, held by the body.
+    let permit = s.blocking_permit()?;
     let sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
     // One chunk per batch: an index's events are written together.
     let body = futures_util::stream::unfold(sub, |mut sub| async move {
@@ -62,7 +65,9 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     });
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(body),
+        Body::from_stream(futures_util::StreamExt::inspect(body, move |_| {
+            let _held = &permit;
+        })),
     )
         .into_response())
 }

@@ -1,7 +1,7 @@
 //! Serving the HTTP API within limits: a cap on open connections, a
 //! header-read timeout (from a request's first byte to the end of its
 //! head), and an idle timeout (no request in flight and no byte moved).
-//! Blocking queries are capped apart (`Server::blocking_permit`).
+//! Blocking queries are capped apart (`Blocking`).
 //!
 //! axum's own `serve` has none of these; a connection here is hyper's
 //! HTTP/1.1 with a watchdog beside it. HTTPS (`serve_tls`) is the same
@@ -46,6 +46,38 @@ impl Default for HttpLimits {
             idle_timeout: Duration::from_secs(120),
             max_blocking: 16_384,
         }
+    }
+}
+
+/// The cap on reads waiting at once (`HttpLimits::max_blocking`): blocking
+/// queries, and every other read that holds its request open (a proxy's
+/// snapshot, a leaf, the event stream, an agent's hash-blocking read), so
+/// none of them can take the memory and descriptors the others need. One
+/// per server, shared with its own agent.
+#[derive(Debug, Clone)]
+pub struct Blocking {
+    places: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Blocking {
+    pub fn new(max: usize) -> Self {
+        Blocking {
+            places: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A place, held while the read waits; none left: 429, as Consul's
+    /// limiter answers.
+    pub fn permit(&self) -> crate::error::Result<tokio::sync::OwnedSemaphorePermit> {
+        self.places.clone().try_acquire_owned().map_err(|_| {
+            crate::metrics::BLOCKING_REFUSED_BUSY.inc();
+            crate::error::Error::Busy(format!(
+                "Too many blocking queries on this server (max {}): try again later",
+                self.max
+            ))
+        })
     }
 }
 

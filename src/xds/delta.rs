@@ -69,6 +69,20 @@ impl Session {
         self.resources = resources;
     }
 
+    /// The names the proxy subscribed to, and those it says it holds that
+    /// this server does not serve, over all types: what the proxy alone
+    /// makes a stream keep (a stream's bound counts them).
+    pub fn names(&self) -> usize {
+        let empty = BTreeMap::new();
+        self.subs
+            .iter()
+            .map(|(ty, s)| {
+                let all = self.resources.get(ty).unwrap_or(&empty);
+                s.names.len() + s.sent.keys().filter(|n| !all.contains_key(*n)).count()
+            })
+            .sum()
+    }
+
     /// Takes in one request of the proxy.
     pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Reply {
         let Some(ty) = known(&req.type_url) else {

@@ -13,7 +13,7 @@ pub mod server;
 mod tests;
 
 pub use resources::{Identity, Resources, generate};
-pub use server::{Ads, Source, TOKEN_METADATA};
+pub use server::{Ads, Caller, Limits, Source, TOKEN_METADATA};
 
 use crate::proxycfg::Snapshot;
 

@@ -9,7 +9,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -32,10 +32,62 @@ pub trait Source: Send + Sync + 'static {
     fn locate(&self, service_id: &str, node: Option<&str>) -> Option<ProxyKey>;
     /// The proxy's snapshot and its rebuilds.
     fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>>;
-    /// May the stream's token (gRPC metadata `x-consul-token`) receive the
-    /// config of the proxy for `service` (its destination)? Consul asks
+    /// Who the stream's token (gRPC metadata `x-consul-token`) is, checked
+    /// as the stream opens, before it takes a slot: a secret that names no
+    /// token is refused (PERMISSION_DENIED).
+    fn identify(&self, token: Option<&str>) -> Result<Caller, Status>;
+    /// May the token receive the config of proxy `proxy_id`, whose
+    /// destination is `service` (`None`: no such proxy)? Consul asks
     /// `service:write` on it: the config carries the service's leaf key.
-    fn authorize(&self, token: Option<&str>, service: &str) -> Result<(), Status>;
+    /// An unknown proxy is refused as a forbidden one is, so a token learns
+    /// nothing of proxies it may not watch; `Ok` for it means the caller
+    /// may hear NOT_FOUND.
+    fn authorize(
+        &self, token: Option<&str>, proxy_id: &str, service: Option<&str>,
+    ) -> Result<(), Status>;
+    /// Moves whenever a token, policy or role changes: a stream checks its
+    /// token again then, and ends when it no longer passes.
+    fn acl_changes(&self) -> watch::Receiver<u64>;
+    /// When the token expires (its `ExpirationTime`; none: never), which
+    /// changes no ACL: the stream checks it again then.
+    fn expiry(&self, token: Option<&str>) -> Option<SystemTime>;
+}
+
+/// What a stream's token is, for its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A token that resolves (or any caller with ACLs off).
+    Token,
+    /// No token, or the anonymous one, with ACLs on.
+    Anonymous,
+}
+
+/// The bounds of the streams of one server.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Streams with a token open at once (ACLs off: every stream); past it
+    /// RESOURCE_EXHAUSTED.
+    pub max_streams: usize,
+    /// Streams without one open at once, capped apart: anonymous callers
+    /// cannot take the slots proxies need.
+    pub max_anonymous: usize,
+    /// A stream that sent no first request within this is closed
+    /// (DEADLINE_EXCEEDED), so idle streams hold no slot for long.
+    pub first_request: Duration,
+    /// Resource names one stream may subscribe to or say it holds, over
+    /// all types; past it the stream ends (RESOURCE_EXHAUSTED).
+    pub max_names: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_streams: 16_384,
+            max_anonymous: 256,
+            first_request: Duration::from_secs(10),
+            max_names: 10_000,
+        }
+    }
 }
 
 /// Resource builds running at once. A change every proxy sees (a
@@ -68,17 +120,21 @@ pub const MAX_MESSAGE: usize = 16 << 20;
 
 pub struct Ads {
     source: Arc<dyn Source>,
+    limits: Limits,
     streams: Arc<Semaphore>,
+    anonymous: Arc<Semaphore>,
 }
 
 impl Ads {
-    /// The service, with at most `max_streams` streams at once.
+    /// The service, its streams within `limits`.
     pub fn service(
-        source: Arc<dyn Source>, max_streams: usize,
+        source: Arc<dyn Source>, limits: Limits,
     ) -> AggregatedDiscoveryServiceServer<Ads> {
         AggregatedDiscoveryServiceServer::new(Ads {
             source,
-            streams: Arc::new(Semaphore::new(max_streams)),
+            streams: Arc::new(Semaphore::new(limits.max_streams)),
+            anonymous: Arc::new(Semaphore::new(limits.max_anonymous)),
+            limits,
         })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE)
@@ -109,20 +165,24 @@ impl AggregatedDiscoveryService for Ads {
     async fn delta_aggregated_resources(
         &self, request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted("too many xDS streams on this server; retry later")
-        })?;
         let token = request
             .metadata()
             .get(TOKEN_METADATA)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let pool = match self.source.identify(token.as_deref())? {
+            Caller::Token => &self.streams,
+            Caller::Anonymous => &self.anonymous,
+        };
+        let permit = pool.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("too many xDS streams on this server; retry later")
+        })?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
-        let source = self.source.clone();
+        let (source, limits) = (self.source.clone(), self.limits.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(status) = run_stream(source, token.as_deref(), inbound, &tx).await {
+            if let Err(status) = run_stream(source, &limits, token.as_deref(), inbound, &tx).await {
                 let _ = tx.send(Err(status)).await;
             }
         });
@@ -137,10 +197,19 @@ pub const TOKEN_METADATA: &str = "x-consul-token";
 const NODE_NAME_META: &str = "node_name";
 
 async fn run_stream(
-    source: Arc<dyn Source>, token: Option<&str>, mut inbound: Streaming<DeltaDiscoveryRequest>,
+    source: Arc<dyn Source>, limits: &Limits, token: Option<&str>,
+    mut inbound: Streaming<DeltaDiscoveryRequest>,
     tx: &mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
 ) -> Result<(), Status> {
-    let Some(first) = inbound.message().await? else {
+    let first = tokio::time::timeout(limits.first_request, inbound.message())
+        .await
+        .map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "no first request within {} s",
+                limits.first_request.as_secs_f64()
+            ))
+        })?;
+    let Some(first) = first? else {
         return Ok(());
     };
     let node = first.node.clone().unwrap_or_default();
@@ -158,20 +227,30 @@ async fn run_stream(
             _ => None,
         })
         .filter(|s| !s.is_empty());
-    let mut rx = first_snapshot(&*source, &node.id, node_name.as_deref()).await?;
-    let service = rx
-        .borrow()
-        .as_ref()
-        .map(|s| s.service.proxy.destination_service_name.clone())
-        .unwrap_or_default();
-    source.authorize(token, &service)?;
     let proxy = node.id.clone();
-    let mut session = Session::new();
+    // Watched before the first check, so a change after it is not missed.
+    let mut acl = source.acl_changes();
+    acl.borrow_and_update();
+    let Some(mut rx) = first_snapshot(&*source, &proxy, node_name.as_deref()).await else {
+        // An unknown proxy: refused as a forbidden one would be, unless
+        // the token may know.
+        source.authorize(token, &proxy, None)?;
+        return Err(Status::not_found(format!(
+            "no connect proxy with service ID {proxy:?}{} is registered",
+            node_name
+                .as_deref()
+                .map(|n| format!(" on node {n:?}"))
+                .unwrap_or_default()
+        )));
+    };
     let mut current = rx.borrow_and_update().clone();
+    source.authorize(token, &proxy, destination(&current))?;
+    let mut expires = source.expiry(token);
+    let mut session = Session::new();
     if let Some(s) = &current {
         session.set_resources(build(s).await);
     }
-    log_reply(&proxy, session.on_request(&first));
+    on_request(&proxy, &mut session, &first, limits)?;
     loop {
         while let Some(push) = session.next_push() {
             tracing::debug!(proxy = %proxy, type_url = %push.type_url, resources = push.resources.len(), removed = push.removed_resources.len(), "xds: push");
@@ -181,7 +260,7 @@ async fn run_stream(
         }
         tokio::select! {
             msg = inbound.message() => match msg {
-                Ok(Some(req)) => log_reply(&proxy, session.on_request(&req)),
+                Ok(Some(req)) => on_request(&proxy, &mut session, &req, limits)?,
                 Ok(None) => return Ok(()),
                 Err(status) => {
                     tracing::debug!(proxy = %proxy, %status, "xds: stream ended");
@@ -196,12 +275,66 @@ async fn run_stream(
                 match &next {
                     None => return Err(gone(&proxy)),
                     Some(s) if current.as_ref().is_some_and(|c| c.version == s.version) => {}
-                    Some(s) => session.set_resources(build(s).await),
+                    Some(s) => {
+                        // Its destination may have changed with it.
+                        source.authorize(token, &proxy, destination(&next))?;
+                        session.set_resources(build(s).await);
+                    }
                 }
                 current = next;
             }
+            changed = acl.changed() => {
+                if changed.is_err() {
+                    return Err(Status::unavailable("the server is stopping"));
+                }
+                acl.borrow_and_update();
+                // A token deleted or narrowed gets nothing more: not the
+                // next leaf key either.
+                source.authorize(token, &proxy, destination(&current))?;
+                expires = source.expiry(token);
+            }
+            () = until(expires) => {
+                // Expired: refused now (else its expiry was changed).
+                source.authorize(token, &proxy, destination(&current))?;
+                expires = source.expiry(token);
+            }
         }
     }
+}
+
+/// Returns at `at` (a moment after, so the token is past it), never for
+/// `None`.
+async fn until(at: Option<SystemTime>) {
+    match at {
+        Some(at) => {
+            let left = at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left + Duration::from_millis(10)).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The service a proxy's config is for (its leaf's).
+fn destination(snap: &Option<Arc<Snapshot>>) -> Option<&str> {
+    snap.as_ref()
+        .map(|s| s.service.proxy.destination_service_name.as_str())
+}
+
+/// Takes in one request; a stream subscribed to too many names ends.
+fn on_request(
+    proxy: &str, session: &mut Session, req: &DeltaDiscoveryRequest, limits: &Limits,
+) -> Result<(), Status> {
+    log_reply(proxy, session.on_request(req));
+    let names = session.names();
+    if names > limits.max_names {
+        return Err(Status::resource_exhausted(format!(
+            "{names} resource names subscribed on one stream: at most {} are served",
+            limits.max_names
+        )));
+    }
+    Ok(())
 }
 
 fn gone(proxy: &str) -> Status {
@@ -220,23 +353,21 @@ fn log_reply(proxy: &str, reply: Reply) {
     }
 }
 
-/// The proxy's snapshot, waiting a little for one registered a moment ago.
+/// The proxy's snapshot, waiting a little for one registered a moment ago
+/// (`None`: no such proxy).
 async fn first_snapshot(
     source: &dyn Source, service_id: &str, node: Option<&str>,
-) -> Result<watch::Receiver<Option<Arc<Snapshot>>>, Status> {
+) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
     let until = tokio::time::Instant::now() + FIRST_SNAPSHOT;
     loop {
         if let Some(key) = source.locate(service_id, node)
             && let Some(rx) = source.snapshot(&key)
             && rx.borrow().is_some()
         {
-            return Ok(rx);
+            return Some(rx);
         }
         if tokio::time::Instant::now() >= until {
-            return Err(Status::not_found(format!(
-                "no connect proxy with service ID {service_id:?}{} is registered",
-                node.map(|n| format!(" on node {n:?}")).unwrap_or_default()
-            )));
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
