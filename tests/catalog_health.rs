@@ -60,11 +60,7 @@ const OWN: &str = "self";
 /// already, so that what a test writes is all that changes after.
 fn settled() -> Server {
     let s = Server::builder().dev().node(OWN).start();
-    common::eventually(Duration::from_secs(10), "the server's own node", || {
-        let serf = s.get_json(&format!("/v1/health/node/{OWN}"));
-        let consul = s.get_json("/v1/catalog/service/consul");
-        (names(&serf, "CheckID") == ["serfHealth"] && names(&consul, "Node") == [OWN]).then_some(())
-    });
+    s.settle();
     s
 }
 

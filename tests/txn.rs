@@ -269,6 +269,7 @@ fn a_failed_cas_rolls_the_whole_txn_back() {
 #[test]
 fn bad_operations_are_refused_and_change_nothing() {
     let s = Server::dev();
+    s.settle();
     let index = s.get("/v1/catalog/nodes").index();
     let cases = [
         json!([{"Node": {"Verb": "upsert", "Node": {"Node": "n", "Address": "a"}}}]),

@@ -226,13 +226,12 @@ async fn register_servers(s: &Server, st: &state::State) -> Result<()> {
             .collect(),
             ..Default::default()
         };
+        // Compared by what is set here: the catalog fills in defaults
+        // (weights...) that a plain comparison would see as a change.
         let key = (m.name.clone(), CONSUL_SERVICE.to_string());
-        let current = st.services.get(&key).map(|svc| {
-            let mut svc = (**svc).clone();
-            (svc.create_index, svc.modify_index) = (0, 0);
-            svc
-        });
-        if current.as_ref() == Some(&service) {
+        if st.services.get(&key).is_some_and(|svc| {
+            svc.service == service.service && svc.port == service.port && svc.meta == service.meta
+        }) {
             continue;
         }
         let known = st.nodes.contains_key(&m.name);

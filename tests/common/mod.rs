@@ -478,6 +478,27 @@ impl Server {
 
     http_helpers!();
 
+    /// Waits until this server's own node is in the catalog with its
+    /// `serfHealth` and the leader has registered it as the `consul`
+    /// service (as in Consul), so that what a test writes next is all that
+    /// changes the catalog after (ACLs off, or allowing `agent:read`).
+    pub fn settle(&self) {
+        let node = self.get_json("/v1/agent/self")["Config"]["NodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        eventually(Duration::from_secs(30), "the server's own node", || {
+            let checks = self.get_json(&format!("/v1/health/node/{}", enc(&node)));
+            let consul = self.get_json("/v1/catalog/service/consul?stale");
+            let serf = checks
+                .as_array()?
+                .iter()
+                .any(|c| c["CheckID"] == "serfHealth" && c["Status"] == "passing");
+            let registered = consul.as_array()?.iter().any(|c| c["Node"] == node);
+            (serf && registered).then_some(())
+        });
+    }
+
     /// Waits until `n` blocking queries are parked on this server, so that
     /// a write that follows tests their wake-up (a query arriving after the
     /// write would answer at once and prove nothing).
