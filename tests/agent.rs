@@ -1328,3 +1328,39 @@ fn an_agent_registration_with_keys_in_any_case_is_taken_whole() {
     assert_eq!(info[0]["LockDelay"], 7_000_000_000u64, "{info}");
     assert_eq!(info[0]["Behavior"], "delete");
 }
+
+/// IDs with `/` (Patroni registers `scope/name`): the rest of the path is
+/// the ID, on every agent route that ends in one, as Consul's.
+#[test]
+fn service_and_check_ids_may_contain_slashes() {
+    let s = Server::builder().dev().node("srv").start();
+    let r = s.put(
+        "/v1/agent/service/register",
+        r#"{"Name": "pg", "ID": "scope/node1", "Port": 5432,
+            "Check": {"CheckID": "scope/node1/ttl", "TTL": "30s"}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let svc = s.get("/v1/agent/service/scope/node1");
+    assert_eq!(svc.status, 200, "{}", svc.body);
+    assert_eq!(svc.json()["ID"], "scope/node1");
+    let r = s.put("/v1/agent/check/pass/scope/node1/ttl", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.put(
+        "/v1/agent/check/update/scope/node1/ttl",
+        r#"{"Status": "warning"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        s.get_json("/v1/agent/checks")["scope/node1/ttl"]["Status"],
+        "warning"
+    );
+    assert_eq!(s.get("/v1/agent/service/").status, 400);
+    let r = s.put("/v1/agent/service/deregister/scope/node1", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.get("/v1/agent/service/scope/node1").status, 404);
+    assert_eq!(
+        s.put("/v1/agent/check/deregister/scope/node1/ttl", "")
+            .status,
+        404
+    );
+}

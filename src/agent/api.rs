@@ -72,7 +72,7 @@ fn local_routes() -> Router<App> {
     // In the order of Consul's agent API docs: services, checks, the node.
     Router::new()
         .route("/v1/agent/services", get(services))
-        .route("/v1/agent/service/{id}", get(service))
+        .named("/v1/agent/service/", "Missing service ID", get(service))
         .named(
             "/v1/agent/health/service/name/",
             "Missing service Name",
@@ -84,7 +84,11 @@ fn local_routes() -> Router<App> {
             get(health_by_id),
         )
         .route("/v1/agent/service/register", put(register_service))
-        .route("/v1/agent/service/deregister/{id}", put(deregister_service))
+        .named(
+            "/v1/agent/service/deregister/",
+            "Missing service ID",
+            put(deregister_service),
+        )
         .named(
             "/v1/agent/service/maintenance/",
             "Missing service ID",
@@ -92,9 +96,13 @@ fn local_routes() -> Router<App> {
         )
         .route("/v1/agent/checks", get(checks))
         .route("/v1/agent/check/register", put(register_check))
-        .route("/v1/agent/check/deregister/{id}", put(deregister_check))
-        .route("/v1/agent/check/{verb}/{id}", put(ttl))
-        .route("/v1/agent/check/update/{id}", put(update))
+        .named(
+            "/v1/agent/check/deregister/",
+            "Missing check ID",
+            put(deregister_check),
+        )
+        .route("/v1/agent/check/{verb}/{*id}", put(ttl))
+        .named("/v1/agent/check/update/", "Missing check ID", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
 }
 
@@ -122,7 +130,7 @@ pub fn router(agent: App) -> Router {
             .route("/v1/agent/metrics", get(metrics))
             .route("/v1/agent/leave", put(leave))
             .route(
-                "/v1/agent/connect/ca/leaf/{service}",
+                "/v1/agent/connect/ca/leaf/{*service}",
                 get(super::connect::leaf),
             )
             .route_layer(middleware::from_fn_with_state(agent.clone(), resolve_token))

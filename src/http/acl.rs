@@ -59,7 +59,7 @@ fn named_routes<T: Named>(plural: &str) -> Router<App> {
             &format!("{one}/{{id}}"),
             get(read::<T, false>).put(update::<T>).delete(delete::<T>),
         )
-        .route(&format!("{one}/name/{{name}}"), get(read::<T, true>))
+        .route(&format!("{one}/name/{{*name}}"), get(read::<T, true>))
         .route(&format!("/v1/acl/{plural}"), get(list::<T>))
 }
 

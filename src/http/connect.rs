@@ -26,7 +26,7 @@ pub fn routes() -> Router<App> {
             "/v1/connect/ca/configuration",
             get(get_config).put(put_config),
         )
-        .route("/v1/agent/connect/ca/leaf/{service}", get(leaf))
+        .route("/v1/agent/connect/ca/leaf/{*service}", get(leaf))
         .route(SIGN_PATH, post(sign).put(sign))
 }
 

@@ -18,7 +18,7 @@ use super::{App, Opts, json_at};
 use crate::error::{Error, Result};
 
 pub fn routes() -> Router<App> {
-    Router::new().route("/v1/internal/proxycfg/{id}", get(snapshot))
+    Router::new().route("/v1/internal/proxycfg/{*id}", get(snapshot))
 }
 
 /// Why a caller does not get a proxy's config.
