@@ -23,6 +23,7 @@ async fn next(sub: &mut Subscription) -> Item {
     tokio::time::timeout(Duration::from_secs(2), sub.next())
         .await
         .expect("an item within 2s")
+        .expect("no reader: never refused")
 }
 
 fn event(item: Item) -> Arc<Event> {
