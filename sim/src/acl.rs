@@ -4,8 +4,10 @@
 //!
 //! - `admin`: with the management token, creates through Raft (as any
 //!   write, through the API) the workload's policy and two tokens holding
-//!   it: the one every other client carries, and a second, "doomed" one.
-//!   Mid-run (during the faults) it deletes the doomed token.
+//!   it: the one every other client carries, and a second, "doomed" one;
+//!   and the event-stream subscribers' token, which reads every key but a
+//!   few (`SUBSCRIBER_RULES`): checker (d) holds every event they receive
+//!   to it. Mid-run (during the faults) it deletes the doomed token.
 //! - `user`: uses the doomed token, before and after its delete, on random
 //!   servers: writes and default and `?consistent` reads (checked by the
 //!   leader) and `?stale` reads (checked by the server asked); now and then
@@ -43,6 +45,25 @@ session_prefix "" { policy = "write" }
 const POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b0";
 const POLICY_NAME: &str = "sim-workload";
 
+/// What the event-stream subscribers' token may read: every key (so the
+/// KV topic from the root is theirs) but part of the workload's, the
+/// bursts' large values and one lock key.
+pub const SUBSCRIBER_RULES: &str = r#"
+key_prefix "" { policy = "read" }
+key_prefix "k/c" { policy = "deny" }
+key_prefix "big/" { policy = "deny" }
+key "lock/y" { policy = "deny" }
+"#;
+
+const SUBSCRIBER_POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b1";
+const SUBSCRIBER_POLICY_NAME: &str = "sim-subscriber";
+
+/// `SUBSCRIBER_RULES` written out by hand (not through cairn's rules code,
+/// which is under test): the keys whose events a subscriber may receive.
+pub fn subscriber_may_read(key: &str) -> bool {
+    !(key.starts_with("k/c") || key.starts_with("big/") || key == "lock/y")
+}
+
 /// Keys the doomed token's user writes (apart from the workload's, which
 /// the linearizability checker owns).
 const USER_KEYS: [&str; 2] = ["acl/a", "acl/b"];
@@ -71,6 +92,9 @@ pub struct Tokens {
     pub workload_accessor: String,
     pub doomed: String,
     pub doomed_accessor: String,
+    /// The event-stream subscribers' (`SUBSCRIBER_RULES`).
+    pub subscriber: String,
+    pub subscriber_accessor: String,
     /// Set once the admin has created both tokens.
     ready: AtomicBool,
 }
@@ -91,6 +115,8 @@ impl Access {
                 workload_accessor: uuid_of(seed, 2),
                 doomed: uuid_of(seed, 3),
                 doomed_accessor: uuid_of(seed, 4),
+                subscriber: uuid_of(seed, 5),
+                subscriber_accessor: uuid_of(seed, 6),
                 ready: AtomicBool::new(false),
             })
         }))
@@ -113,6 +139,12 @@ impl Access {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Some(t.workload.clone())
+    }
+
+    /// The event-stream subscribers' token (as `workload`, once created).
+    pub async fn subscriber(&self) -> Option<String> {
+        self.workload().await?;
+        self.0.as_ref().map(|t| t.subscriber.clone())
     }
 }
 
@@ -191,12 +223,16 @@ async fn until_acked(servers: &[IpAddr], cmd: Command, until: Duration, log: &Ac
 }
 
 fn token(accessor: &str, secret: &str, description: &str) -> AclToken {
+    token_of(accessor, secret, description, POLICY_ID, POLICY_NAME)
+}
+
+fn token_of(accessor: &str, secret: &str, description: &str, id: &str, name: &str) -> AclToken {
     AclToken {
         accessor_id: accessor.into(),
         description: description.into(),
         policies: vec![Link {
-            id: POLICY_ID.into(),
-            name: POLICY_NAME.into(),
+            id: id.into(),
+            name: name.into(),
         }],
         secret_hash: secret_hash(secret),
         ..Default::default()
@@ -227,6 +263,23 @@ pub async fn admin(
         },
         Command::AclTokenSet {
             token: Box::new(token(&t.doomed_accessor, &t.doomed, "doomed")),
+        },
+        Command::AclPolicySet {
+            policy: Box::new(AclPolicy {
+                id: SUBSCRIBER_POLICY_ID.into(),
+                name: SUBSCRIBER_POLICY_NAME.into(),
+                rules: SUBSCRIBER_RULES.into(),
+                ..Default::default()
+            }),
+        },
+        Command::AclTokenSet {
+            token: Box::new(token_of(
+                &t.subscriber_accessor,
+                &t.subscriber,
+                "subscriber",
+                SUBSCRIBER_POLICY_ID,
+                SUBSCRIBER_POLICY_NAME,
+            )),
         },
     ];
     for cmd in writes {

@@ -21,7 +21,8 @@
 //!   delete.
 //! - `stream_check`: checker (d), a KV event-stream subscriber moving
 //!   between servers against what every server committed (recorded by a
-//!   tap on each server's publisher).
+//!   tap on each server's publisher); on ACL seeds its token reads only
+//!   some keys, and no event may carry another.
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,

@@ -31,7 +31,7 @@ use cairn::state::resolve::AclConfig;
 use cairn::state::{
     ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
 };
-use cairn::stream::{Item, Topic};
+use cairn::stream::{Item, Reader, Topic};
 use cairn::structs::KvEntry;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -433,8 +433,19 @@ async fn serve_api(
         let mut sub = server
             .publisher
             .subscribe(server.store.clone(), Topic::Kv, "", index);
+        // As the HTTP handler: with ACLs on every event is filtered by the
+        // token, checked again as ACLs change; a token gone hangs up.
+        if server.acl.enabled() {
+            let resolver = cairn::http::resolver(&server);
+            let Ok(authz) = Authz::resolve(&*resolver.0, env.token.clone()) else {
+                return Ok(());
+            };
+            sub = sub.read_as(Reader::new(authz, resolver));
+        }
         loop {
-            let items = sub.next_batch().await;
+            let Ok(items) = sub.next_batch().await else {
+                return Ok(());
+            };
             let batch = items.into_iter().map(StreamItem::from).collect();
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }

@@ -9,7 +9,11 @@
 //!   exactly the changes committed there; none is skipped, none invented;
 //! - a snapshot comes only when asked for (index 0) or announced
 //!   (`NewSnapshotToFollow`);
-//! - by the end the subscriber has caught up with the last commit.
+//! - by the end the subscriber has caught up with the last commit;
+//! - with ACLs on, its token reads only some keys: no event (snapshot or
+//!   live) carries a key it may not read, and "committed" above means the
+//!   changes to keys it may read (an index that changed none of them is
+//!   not delivered at all).
 
 use std::collections::BTreeMap;
 
@@ -32,10 +36,13 @@ pub struct StreamStats {
 
 type View = BTreeMap<String, String>;
 
+/// Per index, the KV changes committed there.
+type Changes = BTreeMap<u64, BTreeMap<String, Option<String>>>;
+
 /// The committed KV state at `index`.
-fn state_at(truth: &Committed, index: u64) -> View {
+fn state_at(kv: &Changes, index: u64) -> View {
     let mut view = View::new();
-    for changes in truth.kv.range(..=index).map(|(_, c)| c) {
+    for changes in kv.range(..=index).map(|(_, c)| c) {
         for (key, value) in changes {
             match value {
                 Some(v) => view.insert(key.clone(), v.clone()),
@@ -74,9 +81,26 @@ impl StreamStats {
     }
 }
 
-pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
+/// Checks one subscriber's log; `may_read`: the keys its token may read
+/// (every key with ACLs off).
+pub fn check_stream(
+    log: &[StreamRecord], truth: &Committed, may_read: &dyn Fn(&str) -> bool,
+) -> StreamStats {
     let mut st = StreamStats::default();
     st.failures.extend(truth.conflicts.iter().cloned());
+    // What the subscriber is owed: the changes to keys it may read.
+    let kv: Changes = truth
+        .kv
+        .iter()
+        .filter_map(|(index, changes)| {
+            let readable: BTreeMap<_, _> = changes
+                .iter()
+                .filter(|(key, _)| may_read(key))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (!readable.is_empty()).then_some((*index, readable))
+        })
+        .collect();
     let mut cursor = 0u64;
     let mut view = View::new();
     let mut want_snapshot = true;
@@ -110,6 +134,16 @@ pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
             }
             StreamRecord::Batch(items) => items,
         };
+        for item in items {
+            if let StreamItem::Event { index, key, .. } = item
+                && !may_read(key)
+            {
+                fail(
+                    &mut st,
+                    format!("an event for {key} (index {index}), which its token may not read"),
+                );
+            }
+        }
         if items.contains(&StreamItem::NewSnapshotToFollow) {
             if items.len() != 1 {
                 fail(
@@ -146,7 +180,7 @@ pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
                     _ => None,
                 })
                 .collect();
-            let committed = state_at(truth, *at);
+            let committed = state_at(&kv, *at);
             if view != committed {
                 fail(
                     &mut st,
@@ -195,7 +229,7 @@ pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
             // Only old indexes, already reported above.
             continue;
         }
-        for (index, committed) in truth.kv.range(cursor + 1..=top) {
+        for (index, committed) in kv.range(cursor + 1..=top) {
             match by_index.get(index) {
                 None => fail(&mut st, format!("index {index} skipped: {committed:?}")),
                 Some(got) if got != committed => fail(
@@ -206,7 +240,7 @@ pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
             }
         }
         for index in by_index.keys() {
-            if !truth.kv.contains_key(index) {
+            if !kv.contains_key(index) {
                 fail(&mut st, format!("index {index} has no committed KV change"));
             }
         }
@@ -216,10 +250,10 @@ pub fn check_stream(log: &[StreamRecord], truth: &Committed) -> StreamStats {
                 None => view.remove(&key),
             };
         }
-        st.indexes += truth.kv.range(cursor + 1..=top).count();
+        st.indexes += kv.range(cursor + 1..=top).count();
         cursor = top;
     }
-    if let Some((&last, _)) = truth.kv.iter().next_back()
+    if let Some((&last, _)) = kv.iter().next_back()
         && cursor < last
     {
         fail(
@@ -250,6 +284,10 @@ mod tests {
             key: key.into(),
             value: value.map(str::to_string),
         }
+    }
+
+    fn all(_: &str) -> bool {
+        true
     }
 
     fn connect(index: u64) -> StreamRecord {
@@ -291,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_faithful_stream_passes() {
-        let st = check_stream(&good_log(), &committed());
+        let st = check_stream(&good_log(), &committed(), &all);
         assert!(st.failures.is_empty(), "{:?}", st.failures);
         assert_eq!(
             (st.connects, st.resumes, st.snapshots, st.restarts),
@@ -304,7 +342,7 @@ mod tests {
         let mut log = good_log();
         log.remove(2); // index 5 never arrives; 6 comes after 4
         log[2] = connect(4);
-        let st = check_stream(&log, &committed());
+        let st = check_stream(&log, &committed(), &all);
         assert!(
             st.failures.iter().any(|f| f.contains("index 5 skipped")),
             "{:?}",
@@ -316,7 +354,7 @@ mod tests {
     fn an_index_delivered_twice_fails() {
         let mut log = good_log();
         log.insert(3, batch(vec![ev(5, "b", Some("2"))]));
-        let st = check_stream(&log, &committed());
+        let st = check_stream(&log, &committed(), &all);
         assert!(!st.failures.is_empty());
     }
 
@@ -324,7 +362,7 @@ mod tests {
     fn half_an_index_fails() {
         let mut log = good_log();
         log[4] = batch(vec![ev(6, "c", Some("3"))]);
-        let st = check_stream(&log, &committed());
+        let st = check_stream(&log, &committed(), &all);
         assert!(
             st.failures
                 .iter()
@@ -338,10 +376,10 @@ mod tests {
     fn a_wrong_or_stale_snapshot_fails() {
         let mut log = good_log();
         log[1] = batch(vec![ev(4, "a", Some("9")), StreamItem::EndOfSnapshot(4)]);
-        assert!(!check_stream(&log, &committed()).failures.is_empty());
+        assert!(!check_stream(&log, &committed(), &all).failures.is_empty());
         let mut log = good_log();
         log[7] = batch(vec![ev(3, "a", Some("1")), StreamItem::EndOfSnapshot(3)]);
-        let st = check_stream(&log, &committed());
+        let st = check_stream(&log, &committed(), &all);
         assert!(
             st.failures.iter().any(|f| f.contains("behind")),
             "{:?}",
@@ -353,12 +391,65 @@ mod tests {
     fn an_unannounced_snapshot_and_falling_behind_fail() {
         let mut log = good_log();
         log.remove(6); // no NewSnapshotToFollow before the second snapshot
-        assert!(!check_stream(&log, &committed()).failures.is_empty());
+        assert!(!check_stream(&log, &committed(), &all).failures.is_empty());
         let mut log = good_log();
         log.pop();
-        let st = check_stream(&log, &committed());
+        let st = check_stream(&log, &committed(), &all);
         assert!(
             st.failures.iter().any(|f| f.contains("ended at index 8")),
+            "{:?}",
+            st.failures
+        );
+    }
+
+    /// A token that may not read `c`: the good log without c's events.
+    fn not_c(key: &str) -> bool {
+        key != "c"
+    }
+
+    fn without_c(log: Vec<StreamRecord>) -> Vec<StreamRecord> {
+        log.into_iter()
+            .map(|r| match r {
+                StreamRecord::Batch(items) => batch(
+                    items
+                        .into_iter()
+                        .filter(|i| !matches!(i, StreamItem::Event { key, .. } if key == "c"))
+                        .collect(),
+                ),
+                r => r,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_restricted_subscriber_gets_exactly_what_it_may_read() {
+        let st = check_stream(&without_c(good_log()), &committed(), &not_c);
+        assert!(st.failures.is_empty(), "{:?}", st.failures);
+        // A key it may not read, live or in a snapshot.
+        let mut live = without_c(good_log());
+        live[4] = batch(vec![ev(6, "a", None), ev(6, "c", Some("3"))]);
+        let mut snapshot = without_c(good_log());
+        snapshot[7] = batch(vec![
+            ev(8, "b", Some("2")),
+            ev(8, "c", Some("3")),
+            StreamItem::EndOfSnapshot(8),
+        ]);
+        for log in [live, snapshot] {
+            let st = check_stream(&log, &committed(), &not_c);
+            assert!(
+                st.failures
+                    .iter()
+                    .any(|f| f.contains("c (index") && f.contains("may not read")),
+                "{:?}",
+                st.failures
+            );
+        }
+        // Still owed every change it may read: index 6 (a's delete).
+        let mut log = without_c(good_log());
+        log[4] = batch(vec![ev(9, "b", Some("4"))]);
+        let st = check_stream(&log, &committed(), &not_c);
+        assert!(
+            st.failures.iter().any(|f| f.contains("index 6 skipped")),
             "{:?}",
             st.failures
         );

@@ -294,7 +294,8 @@ pub async fn subscriber(
     seed: u64, servers: Vec<IpAddr>, until: Duration, stay_ms: std::ops::Range<u64>,
     log: StreamLog, access: Access,
 ) -> turmoil::Result {
-    let token = access.workload().await;
+    // With ACLs on, a token that may not read every key.
+    let token = access.subscriber().await;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5EED ^ stay_ms.start);
     // The index the subscriber's view is complete up to.
     let mut cursor = 0u64;

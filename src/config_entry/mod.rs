@@ -42,3 +42,15 @@ pub fn decode_and_validate(body: &serde_json::Value) -> Result<ConfigEntry, Conf
     validate(&entry)?;
     Ok(entry)
 }
+
+/// Whether `a` may read the `kind` entry `name` (Consul's `CanRead`):
+/// proxy-defaults by any token, intentions with `intention:read`, the
+/// other (service-scoped) kinds with `service:read` on the name. The one
+/// rule for the config endpoints and the config topics' events.
+pub fn readable(a: &crate::acl::Authorizer, kind: Kind, name: &str) -> bool {
+    match kind {
+        Kind::ProxyDefaults => true,
+        Kind::ServiceIntentions => a.intention_read(name),
+        _ => a.service_read(name),
+    }
+}

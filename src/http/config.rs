@@ -49,11 +49,7 @@ impl From<ChainError> for Error {
 /// token and written with `mesh:write`; the service kinds go with
 /// `service:read` / `service:write` on the entry's name.
 fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
-    match kind {
-        Kind::ProxyDefaults => true,
-        Kind::ServiceIntentions => a.intention_read(name),
-        _ => a.service_read(name),
-    }
+    crate::config_entry::readable(a, kind, name)
 }
 
 /// A put: the write on the entry's name, and for a discovery-chain entry

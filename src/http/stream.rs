@@ -13,7 +13,7 @@ use axum::routing::get;
 use super::App;
 use crate::error::{Error, Result};
 use crate::request::Params;
-use crate::stream::{Item, Topic};
+use crate::stream::{Item, Reader, Topic};
 use crate::structs::config_entry::Kind;
 
 pub fn routes() -> Router<App> {
@@ -38,20 +38,43 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     let topic = Topic::parse(topic_name)
         .ok_or_else(|| Error::bad(format!("Unknown topic {topic_name:?}")))?;
     let key = p.get("key").unwrap_or("");
-    // A subscription is to one key (or prefix): checked once, up front.
+    // The key (or prefix) subscribed to is checked up front; every event
+    // is then filtered by the token as it is delivered (`stream::Reader`):
+    // a prefix may hold keys the token may not read, a service instances
+    // on nodes it may not read.
     match topic {
         Topic::Kv => a.require(a.key_read(key), "key:read", key)?,
-        Topic::Config(Kind::ProxyDefaults) => {}
-        _ => a.require(a.service_read(key), "service:read", key)?,
+        Topic::Config(kind) => {
+            let permission = match kind {
+                Kind::ServiceIntentions => "intention:read",
+                _ => "service:read",
+            };
+            let readable = crate::config_entry::readable(&a, kind, key);
+            a.require(readable, permission, key)?
+        }
+        // Any valid token (Consul): the extractor refused unknown ones.
+        Topic::CaRoots => {}
+        Topic::ServiceHealth | Topic::ServiceHealthConnect => {
+            a.require(a.service_read(key), "service:read", key)?
+        }
     }
     let index = p.u64("index")?.unwrap_or(0);
     // Open as long as the caller keeps it: a place among the blocking
     // queries, held by the body.
     let permit = s.blocking_permit()?;
-    let sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
-    // One chunk per batch: an index's events are written together.
-    let body = futures_util::stream::unfold(sub, |mut sub| async move {
-        let items = sub.next_batch().await;
+    let mut sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
+    // ACLs off: nothing to filter, nothing to check again.
+    if s.acl.enabled() {
+        sub = sub.read_as(Reader::new(a, super::resolver(&s)));
+    }
+    // One chunk per batch: an index's events are written together. A
+    // token that stops resolving ends the stream with an error line.
+    let body = futures_util::stream::unfold(Some(sub), |sub| async move {
+        let mut sub = sub?;
+        let items = match sub.next_batch().await {
+            Ok(items) => items,
+            Err(e) => return Some((Ok(error_line(&e)), None)),
+        };
         let chunk = if items.len() == 1 {
             line(items.into_iter().next().expect("one item"))
         } else {
@@ -61,7 +84,7 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
             }
             buf.freeze()
         };
-        Some((Ok::<_, std::convert::Infallible>(chunk), sub))
+        Some((Ok::<_, std::convert::Infallible>(chunk), Some(sub)))
     });
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
@@ -70,4 +93,13 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
         })),
     )
         .into_response())
+}
+
+/// The last line of a stream its token no longer allows:
+/// `{"Error":"ACL not found"}`.
+fn error_line(e: &Error) -> Bytes {
+    let mut line = serde_json::to_vec(&serde_json::json!({ "Error": e.to_string() }))
+        .expect("a string serializes");
+    line.push(b'\n');
+    Bytes::from(line)
 }

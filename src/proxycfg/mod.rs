@@ -284,7 +284,8 @@ fn follow(
     let weak = Arc::downgrade(inner);
     let task = tokio::spawn(async move {
         loop {
-            let item = sub.next().await;
+            // No reader (the manager's own): never refused.
+            let Ok(item) = sub.next().await else { return };
             let Some(inner) = weak.upgrade() else { return };
             match item {
                 Item::Event(e) => on_event(&inner, &e),

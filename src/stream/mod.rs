@@ -11,6 +11,7 @@
 
 mod buffer;
 mod events;
+mod reader;
 pub mod view;
 
 use std::collections::HashMap;
@@ -23,7 +24,9 @@ use tokio::sync::{mpsc, watch};
 
 pub use buffer::Buffer;
 pub use events::{Event, Topic, events_of, snapshot_events, snapshot_index};
+pub use reader::{Reader, visible};
 
+use crate::error::Result;
 use crate::state::{ChangeSet, State, Store};
 
 /// Limits of one topic's buffer.
@@ -212,6 +215,7 @@ impl Publisher {
             need_snapshot: index == 0,
             generation: None,
             key_index: 0,
+            reader: None,
         }
     }
 }
@@ -230,9 +234,29 @@ pub struct Subscription {
     generation: Option<u64>,
     /// The last snapshot's index of the key itself (`snapshot_index`).
     key_index: u64,
+    /// With ACLs on, the subscriber's token: events it may not read are
+    /// not delivered. None: everything is (internal subscribers, ACLs off).
+    reader: Option<Reader>,
 }
 
 impl Subscription {
+    /// Delivers only what `reader`'s token may read (`visible`), checked
+    /// again whenever the ACL generation moves; a deleted token ends the
+    /// subscription (`next` returns the error).
+    pub fn read_as(mut self, reader: Reader) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// The reader's authorizer at the newest version (see `Reader::check`);
+    /// `Ok(None)` without a reader.
+    fn reader_check(&mut self) -> Result<Option<&crate::acl::Authorizer>> {
+        match &mut self.reader {
+            Some(r) => r.check(&self.store.state()).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn wants(&self, e: &Event) -> bool {
         self.key.is_empty()
             || match self.topic {
@@ -293,11 +317,12 @@ impl Subscription {
         items
     }
 
-    /// The next item, waiting for one if there is none yet.
-    pub async fn next(&mut self) -> Item {
+    /// The next item, waiting for one if there is none yet. `Err` only
+    /// with a reader whose token no longer resolves: the end.
+    pub async fn next(&mut self) -> Result<Item> {
         loop {
             if let Some(item) = self.pending.next() {
-                return item;
+                return Ok(item);
             }
             if self.need_snapshot {
                 // A server behind what the subscriber already holds (it
@@ -315,7 +340,12 @@ impl Subscription {
                     continue;
                 }
                 self.need_snapshot = false;
-                self.pending = self.snapshot().into_iter();
+                let mut items = self.snapshot();
+                // Checked at a version at least as new as the snapshot's.
+                if let Some(a) = self.reader_check()? {
+                    items.retain(|i| !matches!(i, Item::Event(e) if !visible(a, e)));
+                }
+                self.pending = items.into_iter();
                 continue;
             }
             self.published.borrow_and_update();
@@ -323,24 +353,34 @@ impl Subscription {
             if self.generation.is_some_and(|g| g != generation) {
                 // The state was replaced under us.
                 self.need_snapshot = true;
-                return Item::NewSnapshotToFollow;
+                return Ok(Item::NewSnapshotToFollow);
             }
             self.generation = Some(generation);
             match self.buffer.after(self.cursor) {
                 None => {
                     self.need_snapshot = true;
-                    return Item::NewSnapshotToFollow;
+                    return Ok(Item::NewSnapshotToFollow);
                 }
                 Some(events) if !events.is_empty() => {
                     self.cursor = events.last().map(|e| e.index).unwrap_or(self.cursor);
-                    let wanted: Vec<Item> = events
+                    let mut wanted: Vec<Item> = events
                         .into_iter()
                         .filter(|e| self.wants(e))
                         .map(Item::Event)
                         .collect();
+                    // Checked at a version at least as new as the events'.
+                    if !wanted.is_empty()
+                        && let Some(a) = self.reader_check()?
+                    {
+                        wanted.retain(|i| !matches!(i, Item::Event(e) if !visible(a, e)));
+                    }
                     self.pending = wanted.into_iter();
                 }
                 Some(_) => {
+                    // A wake with nothing to deliver (an ACL change among
+                    // them) checks the token too: a deleted one ends the
+                    // stream without waiting for an event of its topic.
+                    self.reader_check()?;
                     if self.published.changed().await.is_err() {
                         // The publisher is gone (shutdown): nothing more.
                         std::future::pending::<()>().await;
@@ -353,10 +393,10 @@ impl Subscription {
     /// Every item ready now (at least one, waiting for it): whole indexes
     /// only, so that a consumer that writes each batch at once never leaves
     /// a reader with half of an index.
-    pub async fn next_batch(&mut self) -> Vec<Item> {
-        let mut items = vec![self.next().await];
+    pub async fn next_batch(&mut self) -> Result<Vec<Item>> {
+        let mut items = vec![self.next().await?];
         items.extend(self.pending.by_ref());
-        items
+        Ok(items)
     }
 
     /// The index of the last event or snapshot delivered.

@@ -23,6 +23,7 @@ async fn next(sub: &mut Subscription) -> Item {
     tokio::time::timeout(Duration::from_secs(2), sub.next())
         .await
         .expect("an item within 2s")
+        .expect("no reader: never refused")
 }
 
 fn event(item: Item) -> Arc<Event> {
@@ -407,4 +408,50 @@ fn topics_go_by_consuls_names() {
     for unknown in ["Service-Defaults", "serviceHealth", "nope", ""] {
         assert_eq!(Topic::parse(unknown), None, "{unknown}");
     }
+}
+
+/// `visible` per topic, as Consul's `HasReadPermission`: KV by key, health
+/// by service and node, config entries by their kind's read.
+#[test]
+fn an_event_is_visible_to_a_token_that_may_read_its_object() {
+    let mut w = World::new();
+    put(&mut w, "app/x");
+    put(&mut w, "secret/x");
+    w.apply(register("n1", Some(service("web1", "web")), vec![]));
+    w.apply(register("n2", Some(service("web2", "web")), vec![]));
+    for (kind, name) in [
+        ("service-defaults", "web"),
+        ("service-defaults", "db"),
+        ("proxy-defaults", "global"),
+    ] {
+        w.apply(Command::ConfigSet {
+            entry: serde_json::json!({"Kind": kind, "Name": name}),
+            cas: None,
+        });
+    }
+    let rules = crate::acl::parse_rules(
+        r#"key_prefix "app/" { policy = "read" }
+service "web" { policy = "read" }
+node "n2" { policy = "read" }"#,
+    )
+    .unwrap();
+    let a = crate::acl::Authorizer::new("t", &[&rules], crate::acl::DefaultPolicy::Deny);
+    let st = w.store.state();
+    let seen = |topic: Topic| -> Vec<String> {
+        snapshot_events(&st, topic, "")
+            .iter()
+            .filter(|e| visible(&a, e))
+            .map(|e| match &e.instance {
+                Some(i) => format!("{}/{}", i.node.node, e.key),
+                None => e.key.clone(),
+            })
+            .collect()
+    };
+    assert_eq!(seen(Topic::Kv), ["app/x"]);
+    assert_eq!(seen(Topic::ServiceHealth), ["n2/web"]);
+    assert_eq!(seen(Topic::Config(Kind::ServiceDefaults)), ["web"]);
+    assert_eq!(seen(Topic::Config(Kind::ProxyDefaults)), ["global"]);
+    let all = crate::acl::Authorizer::allow_all();
+    let every = snapshot_events(&st, Topic::ServiceHealth, "");
+    assert!(every.iter().all(|e| visible(&all, e)) && every.len() == 2);
 }

@@ -58,7 +58,12 @@ impl View {
             let mut in_snapshot = true;
             loop {
                 let mut changed = false;
-                for item in sub.next_batch().await {
+                // No reader: the view is the server's own; each read of it
+                // is checked against its caller's token.
+                let Ok(items) = sub.next_batch().await else {
+                    return;
+                };
+                for item in items {
                     match item {
                         Item::Event(e) => {
                             let Some(inst) = &e.instance else { continue };
