@@ -622,13 +622,18 @@ fn the_ca_is_replicated_survives_restarts_and_snapshot_restores() {
         },
     );
     servers[follower].restart();
-    let again = common::eventually(
+    // Its data dir is its rows and its Raft log. The rows are written
+    // behind (`state::write_behind`): killed a few ms after it applied
+    // the restore, it finds rows from before it, and answers `?stale`
+    // from them until the leader's first heartbeat tells it the commit
+    // index; it then applies the restore again from its own log (as
+    // Consul's followers answer from their last snapshot after a restart).
+    common::eventually(
         Duration::from_secs(20),
-        "the restarted server's roots",
+        "the restarted server to serve the restored roots",
         || {
             let r = servers[follower].get("/v1/connect/ca/roots?stale");
-            (r.status == 200).then(|| r.json())
+            (r.status == 200 && r.json()["Roots"] == first["Roots"]).then_some(())
         },
     );
-    assert_eq!(again["Roots"], first["Roots"]);
 }
