@@ -28,11 +28,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a server.
-    Server(ServerArgs),
+    /// Run a server (its flags, and an agent's, boxed: they outweigh every
+    /// other command's).
+    Server(Box<ServerArgs>),
     /// Run a client agent: keeps its node's services and checks, runs the
     /// checks, and keeps the catalog in step by anti-entropy.
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Inspect a stopped server's data dir: what a start would find.
     #[command(subcommand)]
     Debug(DebugCmd),
@@ -396,6 +397,7 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(if ok { 0 } else { 1 })
         }
         Command::Agent(a) => {
+            let a = *a;
             init_logging(&a.log_level, a.log_json);
             a.acl.agent_only()?;
             let servers = a
@@ -446,6 +448,7 @@ fn main() -> anyhow::Result<()> {
                 .block_on(cairn::agent::run(config, dns))
         }
         Command::Server(a) => {
+            let a = *a;
             init_logging(&a.log_level, a.log_json);
             let encrypt = a
                 .encrypt
