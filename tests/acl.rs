@@ -8,41 +8,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::acl::{DENY_ARGS, ROOT, deny_server, token_with_rules, with};
 use common::agent::Agent;
 use common::{Resp, Server, eventually, request_with};
 use serde_json::{Value, json};
-
-const ROOT: &str = "6f1c2a4e-0000-4000-8000-000000000001";
-
-fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
-    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
-}
-
-/// Creates a policy with `rules` and a token holding it; returns
-/// (accessor, secret).
-fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, String) {
-    let r = with(
-        addr,
-        "PUT",
-        "/v1/acl/policy",
-        Some(&json!({ "Name": name, "Rules": rules }).to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "policy create: {}", r.body);
-    let r = with(
-        addr,
-        "PUT",
-        "/v1/acl/token",
-        Some(&json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "token create: {}", r.body);
-    let t = r.json();
-    (
-        t["AccessorID"].as_str().unwrap().to_string(),
-        t["SecretID"].as_str().unwrap().to_string(),
-    )
-}
 
 /// A token whose one rule grants `policy` on the service "web" (policy
 /// "web-<policy>"); returns (accessor, secret).
@@ -60,15 +29,6 @@ fn unbootstrapped_server() -> Server {
         .arg("--acl-default-policy")
         .arg("deny")
         .start()
-}
-
-fn deny_server() -> Server {
-    let s = Server::builder().dev().acl("deny", ROOT).start();
-    // The leader's init wrote the management token once this answers.
-    eventually(Duration::from_secs(10), "the management token", || {
-        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
-    });
-    s
 }
 
 /// The rules of a client agent's own token: it writes every node and
@@ -292,16 +252,7 @@ fn an_initial_management_token_is_the_bootstrap_and_the_reset_file_allows_one_mo
 
 #[test]
 fn a_deleted_token_is_refused_by_every_server_within_a_second() {
-    let args = [
-        "--acl-enabled",
-        "--acl-default-policy",
-        "deny",
-        "--acl-initial-management-token",
-        ROOT,
-        "--acl-agent-token",
-        ROOT,
-    ];
-    let servers = common::cluster(3, &args);
+    let servers = common::cluster(3, &DENY_ARGS);
     for s in &servers {
         s.wait_for_leader(Duration::from_secs(30));
     }

@@ -9,44 +9,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::acl::{ROOT, deny_server, token_with_rules, with};
 use common::agent::Agent;
-use common::{Resp, Server, eventually, request_with};
+use common::{Resp, eventually};
 use serde_json::{Value, json};
-
-const ROOT: &str = "6f1c2a4e-0000-4000-8000-000000000001";
-
-fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
-    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
-}
-
-/// A policy named `name` with `rules` and a token holding it; its secret.
-fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> String {
-    let r = with(
-        addr,
-        "PUT",
-        "/v1/acl/policy",
-        Some(&json!({ "Name": name, "Rules": rules }).to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "policy create: {}", r.body);
-    let r = with(
-        addr,
-        "PUT",
-        "/v1/acl/token",
-        Some(&json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "token create: {}", r.body);
-    r.json()["SecretID"].as_str().unwrap().to_string()
-}
-
-fn deny_server() -> Server {
-    let s = Server::builder().dev().acl("deny", ROOT).start();
-    eventually(Duration::from_secs(10), "the management token", || {
-        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
-    });
-    s
-}
 
 /// Writes "web" (and every node), but not "db".
 const WEB_ONLY: &str = "service \"web\" { policy = \"write\" }\n\
@@ -100,13 +66,14 @@ fn catalog_ids(addr: SocketAddr, name: &str) -> Vec<String> {
 #[test]
 fn an_agent_refuses_a_sidecar_or_proxy_for_a_service_the_token_may_not_write() {
     let s = deny_server();
-    let web = token_with_rules(s.http_addr, "web-only", WEB_ONLY);
-    let both = token_with_rules(s.http_addr, "web-and-db", WEB_AND_DB);
+    let web = token_with_rules(s.http_addr, "web-only", WEB_ONLY).1;
+    let both = token_with_rules(s.http_addr, "web-and-db", WEB_AND_DB).1;
     let agent_token = token_with_rules(
         s.http_addr,
         "agent",
         "node_prefix \"\" { policy = \"write\" }\nservice_prefix \"\" { policy = \"write\" }",
-    );
+    )
+    .1;
     let mut ag = Agent::builder("reg-agent", &s.url)
         .arg("--acl-agent-token")
         .arg(&agent_token)
@@ -150,7 +117,7 @@ fn an_agent_refuses_a_sidecar_or_proxy_for_a_service_the_token_may_not_write() {
 #[test]
 fn an_agent_refuses_to_rename_a_local_service_the_token_may_not_write() {
     let s = deny_server();
-    let web = token_with_rules(s.http_addr, "web-only", WEB_ONLY);
+    let web = token_with_rules(s.http_addr, "web-only", WEB_ONLY).1;
     let register = "/v1/agent/service/register";
     let r = with(
         s.http_addr,
@@ -177,8 +144,8 @@ fn an_agent_refuses_to_rename_a_local_service_the_token_may_not_write() {
 fn a_catalog_registration_may_not_rename_or_proxy_a_service_the_token_may_not_write() {
     let s = deny_server();
     let a = s.http_addr;
-    let web = token_with_rules(a, "web-only", WEB_ONLY);
-    let both = token_with_rules(a, "web-and-db", WEB_AND_DB);
+    let web = token_with_rules(a, "web-only", WEB_ONLY).1;
+    let both = token_with_rules(a, "web-and-db", WEB_AND_DB).1;
     let reg = |body: Value, token: &str| {
         with(
             a,
@@ -246,13 +213,14 @@ fn a_discovery_chain_entry_needs_read_on_every_service_it_routes_to() {
         let defaults = json!({"Kind": "service-defaults", "Name": name, "Protocol": "http"});
         assert_eq!(put(&defaults, ROOT).status, 200);
     }
-    let web = token_with_rules(a, "web-only", "service \"web\" { policy = \"write\" }");
+    let web = token_with_rules(a, "web-only", "service \"web\" { policy = \"write\" }").1;
     let web_db = token_with_rules(
         a,
         "web-reads-db",
         "service \"web\" { policy = \"write\" }\nservice \"db\" { policy = \"read\" }",
-    );
-    let db_reader = token_with_rules(a, "db-reader", "service \"db\" { policy = \"read\" }");
+    )
+    .1;
+    let db_reader = token_with_rules(a, "db-reader", "service \"db\" { policy = \"read\" }").1;
     let entries = [
         json!({"Kind": "service-router", "Name": "web", "Routes": [
             {"Match": {"HTTP": {"PathPrefix": "/db"}}, "Destination": {"Service": "db"}}]}),

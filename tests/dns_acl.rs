@@ -9,13 +9,13 @@ mod common;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use common::acl::{ROOT, with};
 use common::agent::Agent;
-use common::{Resp, Server, eventually, request_with};
+use common::{Server, eventually};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use serde_json::json;
 
-const ROOT: &str = "6f1c2a4e-0000-4000-8000-000000000001";
 /// The secret of the DNS token the tests create.
 const DNS_SECRET: &str = "6f1c2a4e-0000-4000-8000-0000000000d5";
 const ANONYMOUS_ID: &str = "00000000-0000-0000-0000-000000000002";
@@ -49,10 +49,6 @@ fn query(addr: SocketAddr, name: &str) -> (String, Vec<String>) {
         })
         .collect();
     (status, answers)
-}
-
-fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
-    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
 }
 
 fn acl_server(default: &str, extra: &[&str]) -> Server {

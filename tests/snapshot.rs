@@ -427,17 +427,8 @@ fn upload_head(addr: std::net::SocketAddr, announced: usize, token: Option<&str>
 /// passes the body on as a stream).
 #[test]
 fn a_snapshot_upload_is_refused_before_its_body_is_read() {
-    const ROOT: &str = "6f1c2a4e-0000-4000-8000-00000000000b";
-    let args = [
-        "--acl-enabled",
-        "--acl-default-policy",
-        "deny",
-        "--acl-initial-management-token",
-        ROOT,
-        "--acl-agent-token",
-        ROOT,
-    ];
-    let servers = common::cluster(3, &args);
+    use common::acl::{DENY_ARGS, ROOT};
+    let servers = common::cluster(3, &DENY_ARGS);
     for s in &servers {
         s.wait_for_leader(DEADLINE);
     }

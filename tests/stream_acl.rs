@@ -10,41 +10,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{Resp, Server, eventually, request_with};
+use common::Server;
+use common::acl::{ROOT, deny_server, token_with_rules, with};
 use serde_json::{Value, json};
 
-const ROOT: &str = "6f1c2a4e-0000-4000-8000-00000000e001";
 const ANONYMOUS_ID: &str = "00000000-0000-0000-0000-000000000002";
-
-fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
-    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
-}
-
-fn deny_server() -> Server {
-    let s = Server::builder().dev().acl("deny", ROOT).start();
-    eventually(Duration::from_secs(10), "the management token", || {
-        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
-    });
-    s
-}
 
 fn policy(addr: SocketAddr, name: &str, rules: &str) {
     let body = json!({ "Name": name, "Rules": rules }).to_string();
     let r = with(addr, "PUT", "/v1/acl/policy", Some(&body), ROOT);
     assert_eq!(r.status, 200, "policy create: {}", r.body);
-}
-
-/// A policy with `rules` and a token holding it: (accessor, secret).
-fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, String) {
-    policy(addr, name, rules);
-    let body = json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string();
-    let r = with(addr, "PUT", "/v1/acl/token", Some(&body), ROOT);
-    assert_eq!(r.status, 200, "token create: {}", r.body);
-    let t = r.json();
-    (
-        t["AccessorID"].as_str().unwrap().to_string(),
-        t["SecretID"].as_str().unwrap().to_string(),
-    )
 }
 
 fn put_kv(addr: SocketAddr, key: &str, value: &str) {

@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{Resp, Server, eventually, request_with};
+use common::acl::{ROOT, acl_started, with};
+use common::{Server, eventually};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -23,26 +24,14 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tonic::{Code, Status, Streaming};
 
-const ROOT: &str = "6f1c2a4e-0000-4000-8000-0000000000c2";
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 const PROXY: &str = "web-sidecar-proxy";
 
-fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, token: &str) -> Resp {
-    request_with(addr, method, path, body, &[("X-Consul-Token", token)])
-}
-
 /// ACLs on, default deny, `ROOT` the management token; `extra` flags.
 fn acl_server(extra: &[&str]) -> Server {
-    let mut b = Server::builder().dev().acl("deny", ROOT);
-    for a in extra {
-        b = b.arg(a);
-    }
-    let s = b.start();
-    eventually(Duration::from_secs(10), "the management token", || {
-        (with(s.http_addr, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
-    });
-    s
+    let b = extra.iter().fold(Server::builder().dev(), |b, a| b.arg(a));
+    acl_started(b, "deny")
 }
 
 /// A token of one policy of `rules`: (accessor, secret).

@@ -46,6 +46,7 @@ macro_rules! http_helpers {
     };
 }
 
+pub mod acl;
 pub mod agent;
 pub mod asynch;
 
