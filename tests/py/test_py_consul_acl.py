@@ -1,8 +1,12 @@
 """py-consul with `token=` against a cairn server with ACLs on and default
-deny, unchanged: bootstrap once, a policy and a token made through its ACL
+deny, unchanged: the initial management token as the bootstrap (and Consul's
+reset file for one more), a policy and a token made through its ACL
 API, KV within and outside the token's prefix, and a catalog list filtered
 by a deny rule."""
 
+import pathlib
+import re
+import tempfile
 import uuid
 
 import consul
@@ -15,9 +19,11 @@ ROOT = str(uuid.uuid4())
 
 @pytest.fixture(scope="module")
 def acl_server():
+    data_dir = tempfile.mkdtemp(prefix="cairn-py-acl-")
     server = CairnServer(
-        ["--acl-enabled", "--acl-default-policy", "deny",
+        ["--data-dir", data_dir, "--acl-enabled", "--acl-default-policy", "deny",
          "--acl-initial-management-token", ROOT, "--acl-agent-token", ROOT])
+    server.data_dir = data_dir
     yield server
     server.stop()
 
@@ -27,8 +33,13 @@ def client(server, token=None):
     return consul.Consul(host=host, port=int(port), token=token)
 
 
-def test_bootstrap_once_then_refused(acl_server):
+def test_bootstrap_is_refused_after_the_initial_token_until_a_reset(acl_server):
     c = client(acl_server)
+    # The initial management token is the bootstrap, as in Consul.
+    with pytest.raises(consul.ACLPermissionDenied) as refused:
+        c.acl.bootstrap()
+    reset = re.search(r"reset index: (\d+)", str(refused.value)).group(1)
+    (pathlib.Path(acl_server.data_dir) / "acl-bootstrap-reset").write_text(reset)
     secret = str(uuid.uuid4())
     token = c.acl.bootstrap(bootstrap_secret=secret)
     assert token["SecretID"] == secret
