@@ -7,7 +7,9 @@
 //!   it: the one every other client carries, and a second, "doomed" one;
 //!   and the event-stream subscribers' token, which reads every key but a
 //!   few (`SUBSCRIBER_RULES`): checker (d) holds every event they receive
-//!   to it. Mid-run (during the faults) it deletes the doomed token.
+//!   to it; and the servers' DNS token with the catalog entries checker
+//!   (g) asks for (`dns`). Mid-run (during the faults) it deletes the
+//!   doomed token, then narrows the DNS token's policy.
 //! - `user`: uses the doomed token, before and after its delete, on random
 //!   servers: writes and default and `?consistent` reads (checked by the
 //!   leader) and `?stale` reads (checked by the server asked); now and then
@@ -95,6 +97,9 @@ pub struct Tokens {
     /// The event-stream subscribers' (`SUBSCRIBER_RULES`).
     pub subscriber: String,
     pub subscriber_accessor: String,
+    /// The servers' DNS token (`dns::DNS_RULES`).
+    pub dns: String,
+    pub dns_accessor: String,
     /// Set once the admin has created both tokens.
     ready: AtomicBool,
 }
@@ -117,6 +122,8 @@ impl Access {
                 doomed_accessor: uuid_of(seed, 4),
                 subscriber: uuid_of(seed, 5),
                 subscriber_accessor: uuid_of(seed, 6),
+                dns: uuid_of(seed, 7),
+                dns_accessor: uuid_of(seed, 8),
                 ready: AtomicBool::new(false),
             })
         }))
@@ -194,7 +201,9 @@ pub struct AclStats {
 
 /// Sends `cmd` with the management token until it is acknowledged (or
 /// `until` passes), moving to the next server after each failure.
-async fn until_acked(servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog) -> bool {
+pub(crate) async fn until_acked(
+    servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog,
+) -> bool {
     let req = ApiRequest::Write(Box::new(cmd));
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
@@ -226,7 +235,9 @@ fn token(accessor: &str, secret: &str, description: &str) -> AclToken {
     token_of(accessor, secret, description, POLICY_ID, POLICY_NAME)
 }
 
-fn token_of(accessor: &str, secret: &str, description: &str, id: &str, name: &str) -> AclToken {
+pub(crate) fn token_of(
+    accessor: &str, secret: &str, description: &str, id: &str, name: &str,
+) -> AclToken {
     AclToken {
         accessor_id: accessor.into(),
         description: description.into(),
@@ -282,6 +293,7 @@ pub async fn admin(
             )),
         },
     ];
+    let writes = writes.into_iter().chain(crate::dns::setup(&t));
     for cmd in writes {
         if !until_acked(&servers, cmd, until, &log).await {
             return Ok(());
@@ -297,6 +309,9 @@ pub async fn admin(
     if until_acked(&servers, delete, until, &log).await {
         log.lock().unwrap().deleted = Some(now_us());
     }
+    // And takes a service from the DNS token: servers must stop answering
+    // it once they apply that.
+    until_acked(&servers, crate::dns::narrow(), until, &log).await;
     Ok(())
 }
 

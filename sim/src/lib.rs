@@ -23,6 +23,12 @@
 //!   between servers against what every server committed (recorded by a
 //!   tap on each server's publisher); on ACL seeds its token reads only
 //!   some keys, and no event may carry another.
+//! - `dns`: checker (g), on ACL seeds: the servers' DNS token reads only
+//!   some services and nodes (narrowed mid-run); a client asks random
+//!   servers' DNS resolvers (`cairn::dns::answer` on the server's own
+//!   state) and no answer may name a service or node the token could not
+//!   read at the server's applied index; readable names must be answered
+//!   and unreadable ones NXDOMAIN.
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
@@ -44,6 +50,7 @@
 
 pub mod acl;
 pub mod checks;
+pub mod dns;
 pub mod linearizability;
 pub mod locks;
 pub mod mem_log;

@@ -73,6 +73,16 @@ fn main() {
                     a.delete_index, a.accepted_before, a.refused_after, a.anonymous_refused
                 );
             }
+            if let Some(d) = r.dns.as_ref().filter(|_| verbose || !r.passed()) {
+                println!(
+                    "  dns: {} answers checked ({} after the narrowing): {} with a readable service, {} with a readable node, {} NXDOMAIN for an unreadable name",
+                    d.answers,
+                    d.after_narrowing,
+                    d.services_answered,
+                    d.nodes_answered,
+                    d.denied_nxdomain
+                );
+            }
             if !r.passed() {
                 for f in &r.failures {
                     println!("  {f}");

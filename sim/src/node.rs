@@ -27,6 +27,7 @@ use cairn::raft::state_machine::SnapshotStore;
 use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
+use cairn::state::acl::AclRow;
 use cairn::state::resolve::AclConfig;
 use cairn::state::{
     ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
@@ -117,6 +118,8 @@ pub struct Boot {
     /// ACLs on, default deny, with `MANAGEMENT` as the initial
     /// management token.
     pub acl: bool,
+    /// The DNS interface's token (`--acl-token`; none: anonymous).
+    pub dns_token: Option<String>,
 }
 
 /// The initial management token's secret (`--acl-initial-management-token`)
@@ -132,6 +135,11 @@ pub struct Committed {
     /// Per ACL token deleted (by accessor), the index whose apply removed
     /// it: the ACL checker's ground truth.
     pub acl_deleted: BTreeMap<String, u64>,
+    /// Per ACL row (its key: `t/<accessor>`, `p/<policy id>`), the
+    /// indexes that changed it and what it was after each: a policy's
+    /// rules, `Some("")` for any other row, `None` once removed. The DNS
+    /// checker's ground truth of what its token could read at an index.
+    pub acl_rows: BTreeMap<String, BTreeMap<u64, Option<String>>>,
     /// Indexes two servers applied differently.
     pub conflicts: Vec<String>,
 }
@@ -171,8 +179,23 @@ fn record(truth: &Truth, server: &str, set: &ChangeSet) {
     }
 }
 
-/// The tokens `set` removed, each at `set.index`.
+/// The ACL rows `set` changed, and the tokens it removed, each at
+/// `set.index`.
 fn record_acl(truth: &Truth, server: &str, set: &ChangeSet) {
+    for c in set.changes.iter().filter(|c| c.table == Table::Acl) {
+        let after = match &c.after {
+            Some(Row::Acl(AclRow::Policy(p))) => Some(p.rules.clone()),
+            Some(_) => Some(String::new()),
+            None => None,
+        };
+        truth
+            .lock()
+            .unwrap()
+            .acl_rows
+            .entry(c.key.clone())
+            .or_default()
+            .insert(set.index, after);
+    }
     let removed = set.changes.iter().filter(|c| {
         c.table == Table::Acl && c.before.is_some() && c.after.is_none() && c.key.starts_with("t/")
     });
@@ -238,7 +261,11 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         } else {
             AclConfig::default()
         },
-        agent_tokens: Default::default(),
+        // As `--acl-token`: what the DNS interface reads with.
+        agent_tokens: cairn::structs::acl::AgentTokens {
+            default: boot.dns_token.clone(),
+            agent: None,
+        },
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {
@@ -306,6 +333,13 @@ pub enum ApiRequest {
     Renew {
         id: String,
     },
+    /// A DNS query (its wire bytes, as a UDP datagram carries them):
+    /// answered by this server from its own state through the DNS
+    /// interface's resolver (`cairn::dns::answer` over a `StateCatalog`
+    /// with the server's DNS token), as its listener would.
+    Dns {
+        query: Vec<u8>,
+    },
 }
 
 /// One stream item: an event (`value`: the entry's JSON; `None` for a
@@ -341,6 +375,13 @@ pub enum ApiReply {
     Write(Result<Response, String>),
     Get(Result<Option<KvEntry>, String>),
     Stream(Vec<StreamItem>),
+    /// A DNS answer (none: the resolver sent nothing back), with the
+    /// index the server had applied before and after it resolved it.
+    Dns {
+        answer: Option<Vec<u8>>,
+        before: u64,
+        after: u64,
+    },
 }
 
 /// What a server answers a request with (a stream's batches excepted).
@@ -450,8 +491,40 @@ async fn serve_api(
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
     }
+    if let ApiRequest::Dns { query } = &env.req {
+        let reply = dns(&server, query).await;
+        return write_msg(
+            &mut stream,
+            &Answer {
+                reply,
+                checked: None,
+            },
+        )
+        .await;
+    }
     let answer = handle(&server, env.req, env.token, env.forwarded).await;
     write_msg(&mut stream, &answer).await
+}
+
+/// A DNS query answered as the server's listener answers it (`http::run`
+/// builds the same catalog): the server's own state, read with its DNS
+/// token. The DNS listener's sockets are tokio's, not turmoil's, so the
+/// query comes through the simulated API instead of UDP.
+async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
+    let catalog = cairn::dns::StateCatalog {
+        store: s.store.clone(),
+        datacenter: s.config.datacenter.clone(),
+        acl: s.acl.clone(),
+        token: s.config.agent_tokens.default.clone(),
+    };
+    let config = cairn::dns::DnsConfig::new(s.config.http_addr);
+    let before = s.store.state().index;
+    let answer = cairn::dns::answer(&config, &catalog, query, true).await;
+    ApiReply::Dns {
+        answer,
+        before,
+        after: s.store.state().index,
+    }
 }
 
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
@@ -459,6 +532,11 @@ fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
         ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
         ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } => ApiReply::Get(Err(e)),
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
+        ApiRequest::Dns { .. } => ApiReply::Dns {
+            answer: None,
+            before: 0,
+            after: 0,
+        },
     }
 }
 
@@ -482,6 +560,8 @@ fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn:
         ApiRequest::Subscribe { .. } => a.require(a.key_read(""), "key:read", ""),
         ApiRequest::Renew { id } => cairn::http::session::authorize_session(s, &a, id),
         ApiRequest::Write(cmd) => authorize_write(s, &a, cmd),
+        // No request token: the resolver reads with the server's DNS token.
+        ApiRequest::Dns { .. } => Ok(()),
     }
 }
 
@@ -598,6 +678,12 @@ async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
         ApiRequest::Get { key, consistent } => read(s, key, consistent, false).await,
         ApiRequest::StaleGet { key } => read(s, key, false, true).await,
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
+        // Answered in `serve_api`, never here.
+        ApiRequest::Dns { .. } => ApiReply::Dns {
+            answer: None,
+            before: 0,
+            after: 0,
+        },
         ApiRequest::Renew { id } => ApiReply::Write(
             cairn::http::session::renew_session(s, &id)
                 .await

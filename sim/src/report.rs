@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::acl::AclStats;
+use crate::dns::DnsStats;
 use crate::stream_check::StreamStats;
 
 /// The kinds of fault, counted per run.
@@ -70,6 +71,8 @@ pub struct Report {
     pub fsync_stops: usize,
     /// With ACLs on: what checker (f) saw of the deleted token.
     pub acl: Option<AclStats>,
+    /// With ACLs on: what checker (g) saw of the DNS answers.
+    pub dns: Option<DnsStats>,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }

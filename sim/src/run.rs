@@ -218,9 +218,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let names = names.clone();
         let lives = Arc::new(Mutex::new(0u64));
         let threshold = scenario.snapshot_threshold;
+        let dns_token = access.tokens().map(|t| t.dns.clone());
         sim.host(host.as_str(), move || {
             let (slot, disk, names, truth) =
                 (slot.clone(), disk.clone(), names.clone(), truth.clone());
+            let dns_token = dns_token.clone();
             let life = {
                 let mut l = lives.lock().unwrap();
                 *l += 1;
@@ -245,6 +247,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                     election_timeout,
                     snapshot_threshold: threshold,
                     acl: acl_on,
+                    dns_token,
                 };
                 run_server(boot, disk, slot, truth).await
             }
@@ -322,8 +325,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // (from an RNG of its own, so that the other seeds run as they did)
     // within the faults; its user goes on until the workload ends.
     let acl_log: acl::AclLog = Arc::default();
+    let dns_log: crate::dns::DnsLog = Arc::default();
     let acl_clients: Vec<String> = if acl_on {
-        vec!["admin".into(), "user".into()]
+        vec!["admin".into(), "user".into(), "dns".into()]
     } else {
         Vec::new()
     };
@@ -337,6 +341,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
         sim.client("user", async move {
             acl::user(a, seed, to, workload_end + acl::USER_AFTER, log).await
+        });
+        let (to, log, a) = (ips.clone(), dns_log.clone(), access.clone());
+        sim.client("dns", async move {
+            crate::dns::client(a, seed, to, workload_end + acl::USER_AFTER, log).await
         });
     }
 
@@ -543,6 +551,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let stats = acl::check(tokens, &log, &truth.lock().unwrap());
         report.failures.extend(stats.failures.iter().cloned());
         report.acl = Some(stats);
+        let log = dns_log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        let stats = crate::dns::check(tokens, &log, &truth.lock().unwrap());
+        report.failures.extend(stats.failures.iter().cloned());
+        report.dns = Some(stats);
     }
     // A run that made no progress checks nothing: every seed must show
     // acknowledged writes and a followed event stream (seeds commonly

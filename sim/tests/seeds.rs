@@ -47,6 +47,7 @@ mod clean {
         // checker (f)'s counts.
         let (mut acl_seeds, mut acl_fewest) = (0, usize::MAX);
         let mut acl = (0, 0, 0);
+        let mut dns = (0, 0, 0, 0, 0);
         for seed in 0..seeds() {
             let r = run(&scenario, seed);
             if let Some(a) = &r.acl {
@@ -55,6 +56,13 @@ mod clean {
                 acl.0 += a.accepted_before;
                 acl.1 += a.refused_after;
                 acl.2 += a.anonymous_refused;
+            }
+            if let Some(d) = &r.dns {
+                dns.0 += d.answers;
+                dns.1 += d.after_narrowing;
+                dns.2 += d.services_answered;
+                dns.3 += d.nodes_answered;
+                dns.4 += d.denied_nxdomain;
             }
             totals.0 += r.ops;
             totals.1 += r.acked_writes;
@@ -89,6 +97,10 @@ mod clean {
         println!(
             "  ACLs (checker f), {acl_seeds} seeds with ACLs on (fewest acknowledged writes in one: {acl_fewest}): the deleted token accepted {} times before its delete's apply and refused {} times after, {} anonymous requests refused",
             acl.0, acl.1, acl.2
+        );
+        println!(
+            "  DNS (checker g): {} answers checked ({} after the DNS token's narrowing), {} with a readable service, {} with a readable node, {} NXDOMAIN for unreadable names",
+            dns.0, dns.1, dns.2, dns.3, dns.4
         );
         for r in &failed {
             println!("seed {} failed:", r.seed);
