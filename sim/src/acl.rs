@@ -253,12 +253,19 @@ pub(crate) fn token_of(
 /// The admin client: creates the policy and both tokens, then at
 /// `delete_at` deletes the doomed one (retried until acknowledged, at the
 /// latest by `until`).
+/// What the admin writes for the DNS checker (`dns::setup`), with the
+/// other tokens, and the update it makes after the delete (`dns::narrow`):
+/// handed in, so that this module knows nothing of that checker.
+pub type DnsWrites = fn(&Tokens) -> (Vec<Command>, Command);
+
 pub async fn admin(
     access: Access, servers: Vec<IpAddr>, delete_at: Duration, until: Duration, log: AclLog,
+    dns: DnsWrites,
 ) -> turmoil::Result {
     let Some(t) = access.tokens().cloned() else {
         return Ok(());
     };
+    let (dns_setup, dns_narrow) = dns(&t);
     let policy = AclPolicy {
         id: POLICY_ID.into(),
         name: POLICY_NAME.into(),
@@ -293,7 +300,7 @@ pub async fn admin(
             )),
         },
     ];
-    let writes = writes.into_iter().chain(crate::dns::setup(&t));
+    let writes = writes.into_iter().chain(dns_setup);
     for cmd in writes {
         if !until_acked(&servers, cmd, until, &log).await {
             return Ok(());
@@ -311,7 +318,7 @@ pub async fn admin(
     }
     // And takes a service from the DNS token: servers must stop answering
     // it once they apply that.
-    until_acked(&servers, crate::dns::narrow(), until, &log).await;
+    until_acked(&servers, dns_narrow, until, &log).await;
     Ok(())
 }
 

@@ -336,7 +336,8 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let delete_at = scenario.warmup + Duration::from_millis(r.gen_range(1000..8000));
         let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
         sim.client("admin", async move {
-            acl::admin(a, to, delete_at, workload_end, log).await
+            let dns_writes: acl::DnsWrites = |t| (crate::dns::setup(t), crate::dns::narrow());
+            acl::admin(a, to, delete_at, workload_end, log, dns_writes).await
         });
         let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
         sim.client("user", async move {
