@@ -40,6 +40,8 @@ enum Command {
     /// Print a fresh key for `cairn server --encrypt` (base64 of 32 random
     /// bytes); generate one and give every server the same.
     Keygen,
+    /// Print cairn's version and the Consul release whose API it follows.
+    Version,
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
@@ -387,6 +389,12 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::Keygen => {
             println!("{}", cairn::raft::encrypt::EncryptKey::generate()?);
+            Ok(())
+        }
+        Command::Version => {
+            use cairn::structs::agent::{CONSUL_VERSION, VERSION_METADATA};
+            println!("cairn v{}", env!("CARGO_PKG_VERSION"));
+            println!("Consul API v{CONSUL_VERSION} ({VERSION_METADATA})");
             Ok(())
         }
         Command::Debug(DebugCmd::DataDir { dir }) => {

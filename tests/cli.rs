@@ -450,3 +450,31 @@ fn a_servers_log_written_to_a_file_has_no_colour_codes() {
     let log = s.log();
     assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log}");
 }
+
+/// `cairn version` and `GET /v1/agent/version` (Consul's shape, no ACL)
+/// name the Consul release whose API cairn follows, and cairn's own.
+#[test]
+fn version_is_told_by_the_cli_and_the_agent_endpoint() {
+    let s = Server::builder()
+        .dev()
+        .acl("deny", "6f1c2a4e-0000-4000-8000-00000000000c")
+        .start();
+    // ACLs on: /v1/agent/self needs agent:read, /v1/agent/version nothing.
+    assert_eq!(s.get("/v1/agent/self").status, 403);
+    let v = s.get_json("/v1/agent/version");
+    let human = v["HumanVersion"].as_str().unwrap().to_string();
+    let (api, meta) = human.split_once('+').unwrap();
+    assert!(api.split('.').count() == 3, "{human}");
+    assert_eq!(meta, concat!("cairn-", env!("CARGO_PKG_VERSION")));
+    let o = std::process::Command::new(common::bin())
+        .arg("version")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = out(&o);
+    assert!(
+        text.starts_with(concat!("cairn v", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains(&format!("Consul API v{api}")), "{text}");
+}

@@ -104,6 +104,19 @@ fn local_routes() -> Router<App> {
         .route("/v1/agent/check/{verb}/{*id}", put(ttl))
         .named("/v1/agent/check/update/", "Missing check ID", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
+        .route("/v1/agent/version", get(version))
+}
+
+/// `GET /v1/agent/version`, Consul's shape (no ACL, as Consul's): the
+/// Consul release whose API cairn follows, cairn's own as metadata.
+async fn version() -> Response {
+    axum::Json(json!({
+        "SHA": "",
+        "BuildDate": "",
+        "HumanVersion": format!("{CONSUL_VERSION}+{VERSION_METADATA}"),
+        "FIPS": "",
+    }))
+    .into_response()
 }
 
 /// What every agent router is wrapped in (as the server's own routes are).
