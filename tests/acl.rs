@@ -8,7 +8,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::acl::{DENY_ARGS, ROOT, deny_server, token_with_rules, with};
+use common::acl::{DENY_ARGS, ROOT, as_root, deny_server, token_with_rules, with};
 use common::agent::Agent;
 use common::{Resp, Server, eventually, request_with};
 use serde_json::{Value, json};
@@ -130,14 +130,7 @@ fn a_service_deny_rule_hides_the_service_from_lists_with_the_filtered_header() {
     let s = deny_server();
     for (node, svc) in [("n1", "web"), ("n2", "db")] {
         let body = json!({ "Node": node, "Address": "10.0.0.1", "Service": { "Service": svc, "Port": 80 } });
-        let r = with(
-            s.http_addr,
-            "PUT",
-            "/v1/catalog/register",
-            Some(&body.to_string()),
-            ROOT,
-        );
-        assert_eq!(r.status, 200, "{}", r.body);
+        as_root(s.http_addr, "PUT", "/v1/catalog/register", &body);
     }
     let (_, secret) = token_with_rules(
         s.http_addr,

@@ -9,7 +9,7 @@ mod common;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use common::acl::{ROOT, with};
+use common::acl::{ROOT, as_root, with};
 use common::agent::Agent;
 use common::{Server, eventually};
 use hickory_proto::op::{Message, Query, ResponseCode};
@@ -79,14 +79,7 @@ fn register_db_and_web(s: &Server) {
     ] {
         let body = json!({"Node": node, "Address": addr,
                           "Service": {"ID": format!("{svc}-1"), "Service": svc, "Port": 80}});
-        let r = with(
-            s.http_addr,
-            "PUT",
-            "/v1/catalog/register",
-            Some(&body.to_string()),
-            ROOT,
-        );
-        assert_eq!(r.status, 200, "{}", r.body);
+        as_root(s.http_addr, "PUT", "/v1/catalog/register", &body);
     }
 }
 

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::acl::{ROOT, acl_started, with};
+use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
 use common::{Server, eventually};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -32,21 +32,6 @@ const PROXY: &str = "web-sidecar-proxy";
 fn acl_server(extra: &[&str]) -> Server {
     let b = extra.iter().fold(Server::builder().dev(), |b, a| b.arg(a));
     acl_started(b, "deny")
-}
-
-/// A token of one policy of `rules`: (accessor, secret).
-fn token(s: &Server, name: &str, rules: &str) -> (String, String) {
-    let body = json!({ "Name": name, "Rules": rules }).to_string();
-    let r = with(s.http_addr, "PUT", "/v1/acl/policy", Some(&body), ROOT);
-    assert_eq!(r.status, 200, "policy: {}", r.body);
-    let body = json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string();
-    let r = with(s.http_addr, "PUT", "/v1/acl/token", Some(&body), ROOT);
-    assert_eq!(r.status, 200, "token: {}", r.body);
-    let t = r.json();
-    (
-        t["AccessorID"].as_str().unwrap().into(),
-        t["SecretID"].as_str().unwrap().into(),
-    )
 }
 
 /// Registers web's sidecar on node n1 (the management token).
@@ -151,6 +136,18 @@ impl Stream {
             .ok()
     }
 
+    /// The web sidecar's stream with `secret`, once its clusters came.
+    async fn serving(addr: SocketAddr, secret: &str) -> Stream {
+        let mut stream = Stream::proxy(addr, Some(secret), PROXY, vec![])
+            .await
+            .expect("open");
+        match stream.next(Duration::from_secs(10)).await {
+            Some(Ok(Some(r))) => assert_eq!(r.type_url, CDS),
+            other => panic!("the clusters never came: {other:?}"),
+        }
+        stream
+    }
+
     /// How the stream ends within `within`: its status (`Ok` for a
     /// response, a clean end, or nothing at all).
     async fn refusal(&mut self, within: Duration) -> Result<(), Status> {
@@ -171,15 +168,13 @@ async fn outcome(addr: SocketAddr, token: Option<&str>, id: &str) -> Result<(), 
 fn a_deleted_token_ends_its_xds_stream_with_permission_denied() {
     let s = acl_server(&[]);
     register_sidecar(&s);
-    let (accessor, secret) = token(&s, "web-write", r#"service "web" { policy = "write" }"#);
+    let (accessor, secret) = token_with_rules(
+        s.http_addr,
+        "web-write",
+        r#"service "web" { policy = "write" }"#,
+    );
     runtime().block_on(async {
-        let mut stream = Stream::proxy(s.grpc_addr, Some(&secret), PROXY, vec![])
-            .await
-            .expect("open");
-        match stream.next(Duration::from_secs(10)).await {
-            Some(Ok(Some(r))) => assert_eq!(r.type_url, CDS),
-            other => panic!("the clusters never came: {other:?}"),
-        }
+        let mut stream = Stream::serving(s.grpc_addr, &secret).await;
         let r = with(
             s.http_addr,
             "DELETE",
@@ -200,33 +195,18 @@ fn a_deleted_token_ends_its_xds_stream_with_permission_denied() {
 fn an_expired_token_ends_its_xds_stream_with_permission_denied() {
     let s = acl_server(&[]);
     register_sidecar(&s);
-    let body = json!({ "Name": "web-write", "Rules": r#"service "web" { policy = "write" }"# });
-    let r = with(
+    let rules = r#"service "web" { policy = "write" }"#;
+    as_root(
         s.http_addr,
         "PUT",
         "/v1/acl/policy",
-        Some(&body.to_string()),
-        ROOT,
+        &json!({ "Name": "web-write", "Rules": rules }),
     );
-    assert_eq!(r.status, 200, "{}", r.body);
     let body = json!({ "Policies": [{ "Name": "web-write" }], "ExpirationTTL": "3s" });
-    let r = with(
-        s.http_addr,
-        "PUT",
-        "/v1/acl/token",
-        Some(&body.to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "{}", r.body);
+    let r = as_root(s.http_addr, "PUT", "/v1/acl/token", &body);
     let secret = r.json()["SecretID"].as_str().unwrap().to_string();
     runtime().block_on(async {
-        let mut stream = Stream::proxy(s.grpc_addr, Some(&secret), PROXY, vec![])
-            .await
-            .expect("open");
-        match stream.next(Duration::from_secs(3)).await {
-            Some(Ok(Some(r))) => assert_eq!(r.type_url, CDS),
-            other => panic!("the clusters never came: {other:?}"),
-        }
+        let mut stream = Stream::serving(s.grpc_addr, &secret).await;
         // No ACL write happens: the expiry alone must end it.
         let status = stream
             .refusal(Duration::from_secs(8))
@@ -240,7 +220,11 @@ fn an_expired_token_ends_its_xds_stream_with_permission_denied() {
 fn an_unknown_proxy_and_a_forbidden_one_get_the_same_status() {
     let s = acl_server(&[]);
     register_sidecar(&s);
-    let (_, other) = token(&s, "other-write", r#"service "other" { policy = "write" }"#);
+    let (_, other) = token_with_rules(
+        s.http_addr,
+        "other-write",
+        r#"service "other" { policy = "write" }"#,
+    );
     runtime().block_on(async {
         let forbidden = outcome(s.grpc_addr, Some(&other), PROXY)
             .await
@@ -295,7 +279,11 @@ fn anonymous_streams_cannot_take_the_slots_of_streams_with_a_token() {
         "2",
     ]);
     register_sidecar(&s);
-    let (_, secret) = token(&s, "web-write", r#"service "web" { policy = "write" }"#);
+    let (_, secret) = token_with_rules(
+        s.http_addr,
+        "web-write",
+        r#"service "web" { policy = "write" }"#,
+    );
     runtime().block_on(async {
         // Two anonymous streams that say nothing hold the anonymous slots.
         let _a = Stream::open(s.grpc_addr, None).await.expect("first");
@@ -374,7 +362,7 @@ async fn watch_servers(
 #[test]
 fn watch_servers_needs_a_valid_token_under_acls() {
     let s = acl_server(&[]);
-    let (_, secret) = token(&s, "nothing", r#"key "x" { policy = "read" }"#);
+    let (_, secret) = token_with_rules(s.http_addr, "nothing", r#"key "x" { policy = "read" }"#);
     runtime().block_on(async {
         let none = watch_servers(s.grpc_addr, None)
             .await
@@ -395,7 +383,11 @@ fn watch_servers_needs_a_valid_token_under_acls() {
 #[test]
 fn proxycfg_refuses_an_unknown_proxy_as_a_forbidden_one() {
     let s = acl_server(&[]);
-    let (_, other) = token(&s, "other-write", r#"service "other" { policy = "write" }"#);
+    let (_, other) = token_with_rules(
+        s.http_addr,
+        "other-write",
+        r#"service "other" { policy = "write" }"#,
+    );
     let path = format!("/v1/internal/proxycfg/{PROXY}?node=n1");
     let unknown = with(s.http_addr, "GET", &path, None, &other);
     register_sidecar(&s);
@@ -415,8 +407,8 @@ fn parked_of(s: &Server) -> u64 {
 fn a_blocking_proxycfg_read_ends_with_403_once_its_token_is_deleted() {
     let s = acl_server(&[]);
     register_sidecar(&s);
-    let (accessor, secret) = token(
-        &s,
+    let (accessor, secret) = token_with_rules(
+        s.http_addr,
         "web-write",
         r#"service_prefix "web" { policy = "write" }"#,
     );

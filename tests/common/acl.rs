@@ -29,16 +29,24 @@ pub fn with(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, toke
     request_with(addr, method, path, body, &[("X-Consul-Token", token)])
 }
 
+/// A management request (`ROOT`) that must succeed; its answer.
+pub fn as_root(addr: SocketAddr, method: &str, path: &str, body: &serde_json::Value) -> Resp {
+    let r = with(addr, method, path, Some(&body.to_string()), ROOT);
+    assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+    r
+}
+
 /// Creates a policy `name` with `rules` and a token holding it; returns
 /// (accessor, secret).
 pub fn token_with_rules(addr: SocketAddr, name: &str, rules: &str) -> (String, String) {
-    let body = json!({ "Name": name, "Rules": rules }).to_string();
-    let r = with(addr, "PUT", "/v1/acl/policy", Some(&body), ROOT);
-    assert_eq!(r.status, 200, "policy create: {}", r.body);
-    let body = json!({ "Description": name, "Policies": [{ "Name": name }] }).to_string();
-    let r = with(addr, "PUT", "/v1/acl/token", Some(&body), ROOT);
-    assert_eq!(r.status, 200, "token create: {}", r.body);
-    let t = r.json();
+    as_root(
+        addr,
+        "PUT",
+        "/v1/acl/policy",
+        &json!({ "Name": name, "Rules": rules }),
+    );
+    let body = json!({ "Description": name, "Policies": [{ "Name": name }] });
+    let t = as_root(addr, "PUT", "/v1/acl/token", &body).json();
     (
         t["AccessorID"].as_str().unwrap().to_string(),
         t["SecretID"].as_str().unwrap().to_string(),
