@@ -445,6 +445,18 @@ fn a_snapshot_upload_is_refused_before_its_body_is_read() {
     // A management token gets past the check: its upload (here a damaged
     // one) reaches the leader through a follower, whole.
     let follower = (leader + 1) % 3;
+    // The follower checks the token itself: once it has applied the
+    // leader's write of the management token.
+    eventually(DEADLINE, "the management token on the follower", || {
+        let r = common::request_with(
+            servers[follower].http_addr,
+            "GET",
+            "/v1/acl/token/self?stale",
+            None,
+            &[("X-Consul-Token", ROOT)],
+        );
+        (r.status == 200).then_some(())
+    });
     let r = common::request_with(
         servers[follower].http_addr,
         "PUT",
