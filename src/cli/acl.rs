@@ -31,6 +31,10 @@ pub struct FormatArg {
 #[derive(Subcommand, Debug)]
 pub enum TokenCmd {
     Create(TokenCreate),
+    /// Change a token's description, policies or roles.
+    Update(TokenUpdate),
+    /// A new token with the same policies and roles as -id.
+    Clone(TokenClone),
     Read(TokenRead),
     List(FormatArg),
     Delete(ById),
@@ -64,6 +68,42 @@ pub struct TokenCreate {
 }
 
 #[derive(Args, Debug)]
+pub struct TokenUpdate {
+    /// The token's accessor ID.
+    #[arg(long)]
+    id: String,
+    #[arg(long)]
+    description: Option<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
+    /// A role by name (repeatable).
+    #[arg(long)]
+    role_name: Vec<String>,
+    /// A role by ID (repeatable).
+    #[arg(long)]
+    role_id: Vec<String>,
+    /// Add the given policies to the token's own (else they replace them).
+    #[arg(long)]
+    merge_policies: bool,
+    /// Add the given roles to the token's own (else they replace them).
+    #[arg(long)]
+    merge_roles: bool,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct TokenClone {
+    /// The accessor ID of the token to clone.
+    #[arg(long)]
+    id: String,
+    #[arg(long)]
+    description: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
 pub struct TokenRead {
     /// The token's accessor ID.
     #[arg(long)]
@@ -84,6 +124,8 @@ pub struct ById {
 #[derive(Subcommand, Debug)]
 pub enum PolicyCmd {
     Create(PolicyCreate),
+    /// Change a policy's name, description or rules.
+    Update(PolicyUpdate),
     Read(ByIdOrName),
     List(FormatArg),
     Delete(ByIdOrName),
@@ -98,6 +140,23 @@ pub struct PolicyCreate {
     /// The rules (HCL or JSON), or `@file` to read them from a file.
     #[arg(long, default_value = "")]
     rules: String,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct PolicyUpdate {
+    #[arg(long)]
+    id: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    new_name: Option<String>,
+    #[arg(long)]
+    description: Option<String>,
+    /// The new rules (HCL or JSON), or `@file`.
+    #[arg(long)]
+    rules: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -261,6 +320,28 @@ fn link_list(ids: &[String], names: &[String]) -> Vec<Value> {
         .collect()
 }
 
+/// Rules as given, or read from `@file`.
+fn rules_arg(rules: String) -> Result<String, CliError> {
+    match rules.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}"))),
+        None => Ok(rules),
+    }
+}
+
+/// A token's links after an update: the given ones added (`merge`) or in
+/// place of the old; none given leaves them as they were.
+fn relink(current: &mut Value, given: Vec<Value>, merge: bool) {
+    if given.is_empty() {
+        return;
+    }
+    if merge && let Some(list) = current.as_array_mut() {
+        list.extend(given);
+    } else {
+        *current = Value::Array(given);
+    }
+}
+
 fn token(c: &Client, cmd: TokenCmd) -> CliResult {
     match cmd {
         TokenCmd::Create(a) => {
@@ -280,6 +361,41 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
                 body["ExpirationTTL"] = json!(ttl);
             }
             create(c, "/v1/acl/token", body, a.format, print_token)
+        }
+        TokenCmd::Update(a) => {
+            let path = format!("/v1/acl/token/{}", enc(&a.id));
+            let mut t = send(c, reqwest::Method::GET, &path, None)
+                .map_err(|e| CliError(format!("Error when retrieving current token: {}", e.0)))?;
+            // Reads show the secret as `<hidden>`; an update keeps it.
+            if let Some(o) = t.as_object_mut() {
+                o.remove("SecretID");
+            }
+            if let Some(d) = a.description {
+                t["Description"] = json!(d);
+            }
+            let policies = link_list(&a.policies.policy_id, &a.policies.policy_name);
+            relink(&mut t["Policies"], policies, a.merge_policies);
+            relink(
+                &mut t["Roles"],
+                link_list(&a.role_id, &a.role_name),
+                a.merge_roles,
+            );
+            let v = send(c, reqwest::Method::PUT, &path, Some(t))
+                .map_err(|e| CliError(format!("Failed to update token {}: {}", a.id, e.0)))?;
+            if a.format == Format::Pretty {
+                println!("Token updated successfully.");
+            }
+            show(a.format, &v, print_token)
+        }
+        TokenCmd::Clone(a) => {
+            let path = format!("/v1/acl/token/{}/clone", enc(&a.id));
+            let body = json!({ "Description": a.description.unwrap_or_default() });
+            let v = send(c, reqwest::Method::PUT, &path, Some(body))
+                .map_err(|e| CliError(format!("Failed to clone token: {}", e.0)))?;
+            if a.format == Format::Pretty {
+                println!("Token cloned successfully.");
+            }
+            show(a.format, &v, print_token)
         }
         TokenCmd::Read(a) => {
             let path = match (a.me, a.id) {
@@ -333,13 +449,31 @@ fn delete_named(c: &Client, kind: &str, label: &str, a: &ByIdOrName) -> CliResul
 fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
     match cmd {
         PolicyCmd::Create(a) => {
-            let rules = match a.rules.strip_prefix('@') {
-                Some(file) => std::fs::read_to_string(file)
-                    .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}")))?,
-                None => a.rules,
-            };
+            let rules = rules_arg(a.rules)?;
             let body = json!({ "Name": a.name, "Description": a.description, "Rules": rules });
             create(c, "/v1/acl/policy", body, a.format, print_policy)
+        }
+        PolicyCmd::Update(a) => {
+            let which = ByIdOrName {
+                id: a.id,
+                name: a.name,
+                format: a.format,
+            };
+            let mut p = send(c, reqwest::Method::GET, &by("policy", &which)?, None)
+                .map_err(|e| CliError(format!("Error retrieving the policy: {}", e.0)))?;
+            if let Some(n) = a.new_name {
+                p["Name"] = json!(n);
+            }
+            if let Some(d) = a.description {
+                p["Description"] = json!(d);
+            }
+            if let Some(r) = a.rules {
+                p["Rules"] = json!(rules_arg(r)?);
+            }
+            let path = format!("/v1/acl/policy/{}", enc(s(&p["ID"])));
+            let v = send(c, reqwest::Method::PUT, &path, Some(p))
+                .map_err(|e| CliError(format!("Error updating policy: {}", e.0)))?;
+            show(a.format, &v, print_policy)
         }
         PolicyCmd::Read(a) => read_named(c, "policy", &a, print_policy),
         PolicyCmd::List(f) => list(c, "/v1/acl/policies", f.format, print_policy),

@@ -1,4 +1,4 @@
-//! `cairn catalog nodes` and `cairn catalog services`, printed as Consul's
+//! `cairn catalog nodes|services|datacenters`, printed as Consul's
 //! CLI prints them.
 
 use std::collections::BTreeSet;
@@ -14,6 +14,8 @@ pub enum CatalogCmd {
     Nodes(NodesArgs),
     /// List the services of the catalog.
     Services(ServicesArgs),
+    /// List the known datacenters, nearest first.
+    Datacenters,
 }
 
 #[derive(Args, Debug)]
@@ -53,6 +55,13 @@ pub fn run(c: &Client, cmd: CatalogCmd) -> CliResult {
     match cmd {
         CatalogCmd::Nodes(a) => nodes(c, a),
         CatalogCmd::Services(a) => services(c, a),
+        CatalogCmd::Datacenters => {
+            let dcs = c.get_json("/v1/catalog/datacenters")?;
+            for dc in dcs.as_array().into_iter().flatten() {
+                println!("{}", dc.as_str().unwrap_or(""));
+            }
+            Ok(())
+        }
     }
 }
 

@@ -13,6 +13,8 @@
 mod acl;
 mod catalog;
 pub(crate) mod config;
+mod connect;
+mod intention;
 mod kv;
 mod lock;
 mod maint;
@@ -65,6 +67,12 @@ pub enum CliCommand {
     /// ACLs: bootstrap, tokens, policies, roles.
     #[command(subcommand)]
     Acl(acl::AclCmd),
+    /// Intentions: which services may connect to which.
+    #[command(subcommand)]
+    Intention(intention::IntentionCmd),
+    /// Connect: the CA's configuration, a sidecar's Envoy bootstrap.
+    #[command(subcommand)]
+    Connect(connect::ConnectCmd),
 }
 
 /// A failed command: the one line to print.
@@ -96,6 +104,11 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
         CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
         CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, c)),
+        CliCommand::Connect(c) => client().and_then(|cl| connect::run(&cl, c, token.clone())),
+        CliCommand::Intention(c) => match client().and_then(|cl| intention::run(&cl, c)) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -1,0 +1,277 @@
+//! `cairn connect ca get-config|set-config` and `cairn connect envoy
+//! -bootstrap`: the Envoy bootstrap for a sidecar, as `consul connect
+//! envoy -bootstrap` prints it (node id = the proxy's service ID, one
+//! static cluster to the agent's gRPC port, ADS over Delta gRPC with the
+//! token as `x-consul-token`).
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::{CliError, CliResult, Client, env_var, print_json};
+
+#[derive(Subcommand, Debug)]
+pub enum ConnectCmd {
+    /// The Connect CA's configuration.
+    #[command(subcommand)]
+    Ca(CaCmd),
+    /// Print the Envoy bootstrap of a sidecar (with -bootstrap).
+    Envoy(EnvoyArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CaCmd {
+    /// Print the CA configuration (JSON).
+    GetConfig,
+    /// Replace the CA configuration with the JSON in -config-file.
+    SetConfig(SetConfig),
+}
+
+#[derive(Args, Debug)]
+pub struct SetConfig {
+    #[arg(long)]
+    config_file: String,
+}
+
+#[derive(Args, Debug)]
+pub struct EnvoyArgs {
+    /// Print the bootstrap instead of running Envoy (cairn only prints).
+    #[arg(long)]
+    bootstrap: bool,
+    /// The ID of the service whose sidecar this is (found in the agent's
+    /// services).
+    #[arg(long)]
+    sidecar_for: Option<String>,
+    /// The proxy's own service ID, instead of -sidecar-for.
+    #[arg(long)]
+    proxy_id: Option<String>,
+    /// Envoy's admin listener.
+    #[arg(long, default_value = "localhost:19000")]
+    admin_bind: String,
+    /// The xDS server (default: the agent's gRPC port on 127.0.0.1, or
+    /// CONSUL_GRPC_ADDR).
+    #[arg(long)]
+    grpc_addr: Option<String>,
+    /// The CA that signed the gRPC port's certificate (a TLS port); also
+    /// CONSUL_GRPC_CACERT, then CONSUL_CACERT.
+    #[arg(long)]
+    grpc_ca_file: Option<String>,
+}
+
+pub fn run(c: &Client, cmd: ConnectCmd, token: Option<String>) -> CliResult {
+    match cmd {
+        ConnectCmd::Ca(CaCmd::GetConfig) => {
+            let v = c
+                .get_json("/v1/connect/ca/configuration")
+                .map_err(|e| CliError(format!("Error request CA configuration: {}", e.0)))?;
+            print_json(&v)
+        }
+        ConnectCmd::Ca(CaCmd::SetConfig(a)) => {
+            let body = std::fs::read_to_string(&a.config_file)
+                .map_err(|e| CliError(format!("Error reading config file: {e}")))?;
+            serde_json::from_str::<Value>(&body)
+                .map_err(|e| CliError(format!("Error parsing config file: {e}")))?;
+            c.expect_ok(
+                reqwest::Method::PUT,
+                "/v1/connect/ca/configuration",
+                Some(body),
+            )
+            .map_err(|e| CliError(format!("Error setting CA configuration: {}", e.0)))?;
+            println!("Configuration updated!");
+            Ok(())
+        }
+        ConnectCmd::Envoy(a) => {
+            if !a.bootstrap {
+                return Err(CliError(
+                    "cairn does not run Envoy: use -bootstrap and start Envoy with the \
+                     printed configuration"
+                        .into(),
+                ));
+            }
+            let b = envoy_bootstrap(c, &a, token)?;
+            print_json(&b)
+        }
+    }
+}
+
+/// The proxy's service ID: given, or the sidecar registered for
+/// `-sidecar-for` on the agent.
+fn proxy_id(c: &Client, a: &EnvoyArgs) -> Result<(String, String), CliError> {
+    let services = c
+        .get_json("/v1/agent/services")
+        .map_err(|e| CliError(format!("Failed to look up the agent's services: {}", e.0)))?;
+    let all = services.as_object().cloned().unwrap_or_default();
+    let pick = |id: &str| all.get(id).cloned();
+    let proxy = match (&a.proxy_id, &a.sidecar_for) {
+        (Some(id), _) => pick(id)
+            .ok_or_else(|| CliError(format!("No proxy with service ID {id:?} on the agent")))?,
+        (None, Some(target)) => {
+            let found: Vec<&Value> = all
+                .values()
+                .filter(|s| {
+                    s["Kind"] == "connect-proxy" && s["Proxy"]["DestinationServiceID"] == *target
+                })
+                .collect();
+            match found.as_slice() {
+                [one] => (*one).clone(),
+                [] => {
+                    return Err(CliError(format!(
+                        "No sidecar proxy registered for {target}"
+                    )));
+                }
+                _ => {
+                    return Err(CliError(format!(
+                        "More than one sidecar proxy registered for {target}; use -proxy-id"
+                    )));
+                }
+            }
+        }
+        (None, None) => {
+            return Err(CliError(
+                "No proxy ID specified: use -sidecar-for or -proxy-id".into(),
+            ));
+        }
+    };
+    let id = proxy["ID"].as_str().unwrap_or("").to_string();
+    // Envoy's cluster is the service the proxy stands for.
+    let cluster = proxy["Proxy"]["DestinationServiceName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .or(proxy["Service"].as_str())
+        .unwrap_or(&id)
+        .to_string();
+    Ok((id, cluster))
+}
+
+/// `host:port` split, a name resolved as Envoy wants an IP or a name.
+fn host_port(addr: &str, what: &str) -> Result<(String, u16), CliError> {
+    let addr = addr
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| CliError(format!("Invalid {what} {addr:?}: want host:port")))?;
+    let port = port
+        .parse()
+        .map_err(|_| CliError(format!("Invalid {what} port in {addr:?}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    Ok((host.to_string(), port))
+}
+
+fn socket(host: &str, port: u16) -> Value {
+    json!({ "socket_address": { "address": host, "port_value": port } })
+}
+
+pub fn envoy_bootstrap(
+    c: &Client, a: &EnvoyArgs, token: Option<String>,
+) -> Result<Value, CliError> {
+    let (id, cluster) = proxy_id(c, a)?;
+    let me = c.get_json("/v1/agent/self")?;
+    let node_name = me["Config"]["NodeName"].as_str().unwrap_or("").to_string();
+    let xds = &me["xDS"];
+    let plain = xds["Ports"]["Plaintext"].as_i64().filter(|p| *p > 0);
+    let tls_port = xds["Ports"]["TLS"].as_i64().filter(|p| *p > 0);
+    let given = a
+        .grpc_addr
+        .clone()
+        .or_else(|| env_var(&["CONSUL_GRPC_ADDR"]));
+    let (grpc_host, grpc_port, tls) = match given {
+        Some(g) => {
+            let tls = g.starts_with("https://");
+            let (h, p) = host_port(&g, "-grpc-addr")?;
+            (h, p, tls)
+        }
+        None => match (plain, tls_port) {
+            (Some(p), _) => ("127.0.0.1".to_string(), p as u16, false),
+            (None, Some(p)) => ("127.0.0.1".to_string(), p as u16, true),
+            (None, None) => {
+                return Err(CliError(
+                    "The agent serves no gRPC port: give -grpc-addr".into(),
+                ));
+            }
+        },
+    };
+    let (admin_host, admin_port) = host_port(&a.admin_bind, "-admin-bind")?;
+    let token = token
+        .filter(|t| !t.is_empty())
+        .or_else(|| env_var(&["CAIRN_HTTP_TOKEN", "CONSUL_HTTP_TOKEN"]))
+        .unwrap_or_default();
+    let mut agent_cluster = json!({
+        "name": "local_agent",
+        "connect_timeout": "1s",
+        "type": "STATIC",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": { "http2_protocol_options": {} }
+            }
+        },
+        "load_assignment": {
+            "cluster_name": "local_agent",
+            "endpoints": [{ "lb_endpoints": [{ "endpoint": {
+                "address": socket(&grpc_host, grpc_port)
+            } }] }]
+        }
+    });
+    if tls {
+        let ca_file = a
+            .grpc_ca_file
+            .clone()
+            .or_else(|| env_var(&["CONSUL_GRPC_CACERT", "CAIRN_CACERT", "CONSUL_CACERT"]))
+            .ok_or_else(|| CliError("The gRPC port is TLS: give -grpc-ca-file (its CA)".into()))?;
+        let ca = std::fs::read_to_string(&ca_file)
+            .map_err(|e| CliError(format!("Failed to read {ca_file}: {e}")))?;
+        agent_cluster["transport_socket"] = json!({
+            "name": "tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": { "validation_context": {
+                    "trusted_ca": { "inline_string": ca }
+                } }
+            }
+        });
+    }
+    let ads = json!({ "ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3" });
+    let mut grpc_service = json!({ "envoy_grpc": { "cluster_name": "local_agent" } });
+    if !token.is_empty() {
+        grpc_service["initial_metadata"] = json!([{ "key": "x-consul-token", "value": token }]);
+    }
+    Ok(json!({
+        "admin": {
+            "access_log": [{
+                "name": "Consul Listener Filter Log",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
+                }
+            }],
+            "address": socket(&admin_host, admin_port)
+        },
+        "node": {
+            "cluster": cluster,
+            "id": id,
+            "metadata": {
+                "node_name": node_name,
+                "namespace": "default",
+                "partition": "default"
+            }
+        },
+        "layered_runtime": { "layers": [{
+            "name": "base",
+            "static_layer": { "re2.max_program_size.error_level": 1048576 }
+        }] },
+        "static_resources": { "clusters": [agent_cluster] },
+        "dynamic_resources": {
+            "lds_config": ads.clone(),
+            "cds_config": ads,
+            "ads_config": {
+                "api_type": "DELTA_GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [grpc_service]
+            }
+        }
+    }))
+}

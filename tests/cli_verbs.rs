@@ -1,0 +1,395 @@
+//! The everyday CLI verbs against a real dev server, each checked by what
+//! it changed on the server (read back over HTTP) and by Consul's wording:
+//! `kv delete|export|import`, `intention *`, `acl token update|clone`,
+//! `acl policy update`, `catalog datacenters`, `connect ca *`.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::acl::{ROOT, acl_started};
+use common::{Server, bin, cli};
+use serde_json::{Value, json};
+
+fn out(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn err(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `cairn ARGS` that must succeed; its stdout.
+fn ok(s: &Server, args: &[&str]) -> String {
+    let o = cli(&s.url, args);
+    assert!(o.status.success(), "{args:?}: {}", err(&o));
+    out(&o)
+}
+
+/// `cairn ARGS` as root (an ACL server), with `stdin` fed in.
+fn root(s: &Server, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .env("CAIRN_HTTP_ADDR", &s.url)
+        .env("CAIRN_HTTP_TOKEN", ROOT)
+        .env_remove("CONSUL_HTTP_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn keys(s: &Server, prefix: &str) -> Value {
+    let r = s.get(&format!("/v1/kv/{prefix}?keys"));
+    if r.status == 404 {
+        return json!([]);
+    }
+    r.json()
+}
+
+#[test]
+fn kv_delete_export_and_import_round_trip() {
+    let s = Server::dev();
+    for (k, v) in [("app/a", "1"), ("app/b/c", "two"), ("other", "x")] {
+        ok(&s, &["kv", "put", k, v]);
+    }
+    s.put("/v1/kv/app/flagged?flags=42", "bin\u{1}ary");
+
+    let exported = ok(&s, &["kv", "export", "app/"]);
+    let rows: Value = serde_json::from_str(&exported).unwrap();
+    assert_eq!(
+        rows,
+        json!([
+            {"key": "app/a", "flags": 0, "value": "MQ=="},
+            {"key": "app/b/c", "flags": 0, "value": "dHdv"},
+            {"key": "app/flagged", "flags": 42, "value": "YmluAWFyeQ=="},
+        ])
+    );
+    // Consul's layout: tab-indented.
+    assert!(exported.contains("\n\t{"), "{exported}");
+
+    // One key, then a prefix.
+    assert_eq!(
+        ok(&s, &["kv", "delete", "app/a"]).trim(),
+        "Success! Deleted key: app/a"
+    );
+    assert_eq!(keys(&s, "app/"), json!(["app/b/c", "app/flagged"]));
+    assert_eq!(
+        ok(&s, &["kv", "delete", "-recurse", "app/"]).trim(),
+        "Success! Deleted keys with prefix: app/"
+    );
+    assert_eq!(keys(&s, "app/"), json!([]));
+    assert_eq!(keys(&s, ""), json!(["other"]), "the rest is untouched");
+
+    // A missing key is refused before anything is sent.
+    let o = cli(&s.url, &["kv", "delete"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("Missing KEY argument"), "{}", err(&o));
+
+    // The export imported back, from a file and under a prefix; values,
+    // binary ones included, and flags intact.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("export.json");
+    std::fs::write(&file, &exported).unwrap();
+    let at = format!("@{}", file.display());
+    let text = ok(&s, &["kv", "import", &at]);
+    assert!(text.contains("Imported: app/b/c"), "{text}");
+    let text = ok(&s, &["kv", "import", "-prefix", "copy/", &at]);
+    assert!(text.contains("Imported: copy/app/a"), "{text}");
+    let flagged = s.get_json("/v1/kv/copy/app/flagged");
+    assert_eq!(flagged[0]["Flags"], 42);
+    assert_eq!(flagged[0]["Value"], "YmluAWFyeQ==");
+    assert_eq!(s.get("/v1/kv/app/a?raw").body, "1");
+
+    // From stdin; bad JSON changes nothing.
+    let o = root(
+        &s,
+        &["kv", "import", "-"],
+        r#"[{"key":"in","value":"aGk="}]"#,
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(s.get("/v1/kv/in?raw").body, "hi");
+    let before = keys(&s, "");
+    let o = root(&s, &["kv", "import", "-"], r#"{"key": "#);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("Cannot unmarshal data"), "{}", err(&o));
+    assert_eq!(keys(&s, ""), before);
+
+    // A CAS delete with a stale index does not delete.
+    let idx = s.get_json("/v1/kv/in")[0]["ModifyIndex"].as_u64().unwrap();
+    let stale = (idx - 1).to_string();
+    let o = cli(
+        &s.url,
+        &["kv", "delete", "-cas", "-modify-index", &stale, "in"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert_eq!(s.get("/v1/kv/in?raw").body, "hi");
+    let fresh = idx.to_string();
+    ok(&s, &["kv", "delete", "-cas", "-modify-index", &fresh, "in"]);
+    assert_eq!(s.get("/v1/kv/in").status, 404);
+}
+
+#[test]
+fn intentions_create_get_check_list_and_delete() {
+    let s = Server::dev();
+    assert_eq!(
+        ok(&s, &["intention", "create", "web", "db"]).trim(),
+        "Created: web => db (allow)"
+    );
+    assert_eq!(
+        ok(
+            &s,
+            &[
+                "intention",
+                "create",
+                "-deny",
+                "-meta",
+                "team=ops",
+                "*",
+                "db"
+            ]
+        )
+        .trim(),
+        "Created: * => db (deny)"
+    );
+    // Again without -replace: refused, nothing changed.
+    let o = cli(&s.url, &["intention", "create", "-deny", "web", "db"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("already exists"), "{}", err(&o));
+    let exact = s.get_json("/v1/connect/intentions/exact?source=web&destination=db");
+    assert_eq!(exact["Action"], "allow");
+
+    // check: 0 allowed, 2 denied, as consul's.
+    let o = cli(&s.url, &["intention", "check", "web", "db"]);
+    assert_eq!((o.status.code(), out(&o).trim()), (Some(0), "Allowed"));
+    let o = cli(&s.url, &["intention", "check", "api", "db"]);
+    assert_eq!((o.status.code(), out(&o).trim()), (Some(2), "Denied"));
+
+    let text = ok(&s, &["intention", "get", "*", "db"]);
+    assert!(text.contains("Action:") && text.contains("deny"), "{text}");
+    assert!(
+        text.contains("Meta[team]:") && text.contains("ops"),
+        "{text}"
+    );
+
+    let text = ok(&s, &["intention", "list"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
+    // The more specific source first, by precedence.
+    assert!(
+        lines[1].contains("web") && lines[1].contains("allow"),
+        "{text}"
+    );
+
+    // -replace turns the allow into a deny.
+    ok(
+        &s,
+        &[
+            "intention",
+            "create",
+            "-replace",
+            "-deny",
+            "-meta",
+            "a=b",
+            "web",
+            "db",
+        ],
+    );
+    let o = cli(&s.url, &["intention", "check", "web", "db"]);
+    assert_eq!(o.status.code(), Some(2));
+
+    assert_eq!(
+        ok(&s, &["intention", "delete", "web", "db"]).trim(),
+        "Intention deleted."
+    );
+    let r = s.get("/v1/connect/intentions/exact?source=web&destination=db");
+    assert_eq!(r.status, 404);
+    let o = cli(&s.url, &["intention", "get", "web", "db"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn acl_token_update_clone_and_policy_update() {
+    let s = acl_started(Server::builder().dev(), "deny");
+    let as_root = |args: &[&str]| {
+        let o = root(&s, args, "");
+        assert!(o.status.success(), "{args:?}: {}", err(&o));
+        out(&o)
+    };
+    let p1: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "policy",
+        "create",
+        "-name",
+        "p1",
+        "-rules",
+        r#"key "a" { policy = "read" }"#,
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    as_root(&[
+        "acl",
+        "policy",
+        "create",
+        "-name",
+        "p2",
+        "-rules",
+        r#"key "b" { policy = "read" }"#,
+    ]);
+    let t: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "token",
+        "create",
+        "-description",
+        "first",
+        "-policy-name",
+        "p1",
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    let id = t["AccessorID"].as_str().unwrap();
+    let secret = t["SecretID"].as_str().unwrap();
+
+    // Update: a new description, p2 merged in; the secret is kept.
+    let text = as_root(&[
+        "acl",
+        "token",
+        "update",
+        "-id",
+        id,
+        "-description",
+        "second",
+        "-policy-name",
+        "p2",
+        "-merge-policies",
+    ]);
+    assert!(text.starts_with("Token updated successfully."), "{text}");
+    let read = |id: &str| {
+        let o = root(
+            &s,
+            &["acl", "token", "read", "-id", id, "-format", "json"],
+            "",
+        );
+        serde_json::from_str::<Value>(&out(&o)).unwrap()
+    };
+    let now = read(id);
+    assert_eq!(now["Description"], "second");
+    // The secret still works, as the same token.
+    let me = common::acl::with(s.http_addr, "GET", "/v1/acl/token/self", None, secret);
+    assert_eq!(me.json()["AccessorID"], json!(id));
+    let names: Vec<&str> = now["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p1", "p2"]);
+    // Without -merge-policies the given ones replace the old.
+    as_root(&["acl", "token", "update", "-id", id, "-policy-name", "p2"]);
+    assert_eq!(read(id)["Policies"].as_array().unwrap().len(), 1);
+    assert_eq!(read(id)["Policies"][0]["Name"], "p2");
+
+    // Clone: a new accessor and secret, the same policies.
+    let c: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "token",
+        "clone",
+        "-id",
+        id,
+        "-description",
+        "copy",
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    assert_ne!(c["AccessorID"], json!(id));
+    assert_ne!(c["SecretID"], json!(secret));
+    assert_eq!(c["Description"], "copy");
+    assert_eq!(c["Policies"][0]["Name"], "p2");
+
+    // Policy update by name: new rules, new name; the ID stays.
+    as_root(&[
+        "acl",
+        "policy",
+        "update",
+        "-name",
+        "p1",
+        "-new-name",
+        "p1b",
+        "-rules",
+        r#"key "z" { policy = "write" }"#,
+    ]);
+    let o = root(
+        &s,
+        &["acl", "policy", "read", "-name", "p1b", "-format", "json"],
+        "",
+    );
+    let p: Value = serde_json::from_str(&out(&o)).unwrap();
+    assert_eq!(p["ID"], p1["ID"]);
+    assert!(p["Rules"].as_str().unwrap().contains("\"z\""));
+
+    // Without a token the update is refused and nothing changes.
+    let o = cli(
+        &s.url,
+        &["acl", "token", "update", "-id", id, "-description", "anon"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("403"), "{}", err(&o));
+    assert_eq!(read(id)["Description"], "second");
+}
+
+#[test]
+fn catalog_datacenters_and_the_ca_configuration() {
+    let s = Server::builder().dev().datacenter("east").start();
+    assert_eq!(ok(&s, &["catalog", "datacenters"]), "east\n");
+
+    let conf: Value = serde_json::from_str(&ok(&s, &["connect", "ca", "get-config"])).unwrap();
+    assert_eq!(conf["Provider"], "consul");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ca.json");
+    let mut new = conf.clone();
+    new["Config"]["LeafCertTTL"] = json!("48h");
+    std::fs::write(&file, new.to_string()).unwrap();
+    assert_eq!(
+        ok(
+            &s,
+            &[
+                "connect",
+                "ca",
+                "set-config",
+                "-config-file",
+                file.to_str().unwrap()
+            ]
+        )
+        .trim(),
+        "Configuration updated!"
+    );
+    let got = s.get_json("/v1/connect/ca/configuration");
+    assert_eq!(got["Config"]["LeafCertTTL"], "48h0m0s");
+
+    // A file that is not JSON changes nothing.
+    std::fs::write(&file, "Provider = nope").unwrap();
+    let o = cli(
+        &s.url,
+        &[
+            "connect",
+            "ca",
+            "set-config",
+            "-config-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(s.get_json("/v1/connect/ca/configuration"), got);
+}
