@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Real-client tests: py-consul (catalog, health, a blocking query, Connect
+# Real-client tests: Patroni (Debian's, with python3-consul) electing and
+# failing over PostgreSQL on a three-server cairn cluster; py-consul (catalog, health, a blocking query, Connect
 # CA, leaves and intentions, the
 # server's agent API and maintenance mode, sessions and KV locks with a
 # leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
 # Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,
+# `cairn connect envoy -bootstrap` parsed with Envoy's protos,
 # Prometheus's and VictoriaMetrics's Consul service discovery and their
 # scraping of /v1/agent/metrics?format=prometheus, each
 # against a `cairn server --dev` they start on free ports
