@@ -1,4 +1,4 @@
-//! `cairn operator raft list-peers` and `cairn operator raft remove-peer`.
+//! `cairn operator raft list-peers|remove-peer|transfer-leader`.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -18,6 +18,15 @@ pub enum RaftCmd {
     ListPeers(ListPeersArgs),
     /// Remove a server from the Raft configuration.
     RemovePeer(RemovePeerArgs),
+    /// Hand leadership to another voter (-id, or any).
+    TransferLeader(TransferArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TransferArgs {
+    /// The voter to lead next (its node name); any other voter if absent.
+    #[arg(long)]
+    id: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -43,6 +52,16 @@ pub fn run(c: &Client, cmd: OperatorCmd) -> CliResult {
     match cmd {
         OperatorCmd::Raft(RaftCmd::ListPeers(a)) => list_peers(c, a),
         OperatorCmd::Raft(RaftCmd::RemovePeer(a)) => remove_peer(c, a),
+        OperatorCmd::Raft(RaftCmd::TransferLeader(a)) => {
+            let path = match &a.id {
+                Some(id) => format!("/v1/operator/raft/transfer-leader?id={}", enc(id)),
+                None => "/v1/operator/raft/transfer-leader".into(),
+            };
+            c.expect_ok(reqwest::Method::POST, &path, None)
+                .map_err(|e| CliError(format!("Error transferring leadership: {}", e.0)))?;
+            println!("Success! Leadership transferred.");
+            Ok(())
+        }
     }
 }
 

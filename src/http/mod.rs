@@ -61,6 +61,8 @@ impl FromRequestParts<App> for Opts {
 }
 
 const FORWARDED: &str = "x-cairn-forwarded";
+/// The one write that the leader change it causes must not cut off.
+const TRANSFER_LEADER: &str = "/v1/operator/raft/transfer-leader";
 /// On a forwarded request: the node of the server that received it (a
 /// session's `Node` defaults to it, as Consul's to the receiving agent's).
 pub(crate) const ORIGIN_NODE: &str = "x-cairn-origin-node";
@@ -168,6 +170,14 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                     return e.into_response();
                 }
                 return next.run(Request::from_parts(parts, Body::from(body))).await;
+            }
+            // Moving the leadership is this request's purpose: the change
+            // it causes does not cut it off (sent once, never retried).
+            Ok((_, leader)) if parts.uri.path() == TRANSFER_LEADER => {
+                return match proxy(&s, &leader.http_addr, &parts, body, timeout).await {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                };
             }
             Ok((id, leader)) => match s
                 .while_leads(

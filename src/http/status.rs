@@ -3,7 +3,7 @@
 use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 
 use super::{App, json_at};
@@ -17,6 +17,10 @@ pub fn routes() -> Router<App> {
         .route("/v1/status/peers", get(peers))
         .route("/v1/operator/raft/configuration", get(configuration))
         .route("/v1/operator/raft/peer", delete(remove_peer))
+        .route(
+            super::TRANSFER_LEADER,
+            post(transfer_leader).put(transfer_leader),
+        )
 }
 
 async fn leader(State(s): State<App>) -> Response {
@@ -77,4 +81,15 @@ async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> R
         .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
     s.cluster.remove_server(who).await?;
     Ok(axum::Json(Value::Null).into_response())
+}
+
+/// `POST /v1/operator/raft/transfer-leader[?id=]`: the leader hands office
+/// to that voter (or any other); a follower forwards it to the leader.
+async fn transfer_leader(
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery,
+) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
+    let p = Params::parse(q.as_deref());
+    s.cluster.transfer_leader(p.get("id")).await?;
+    Ok(axum::Json(json!({ "Success": true })).into_response())
 }

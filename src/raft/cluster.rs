@@ -315,6 +315,63 @@ impl Cluster {
             .map_err(crate::error::Error::Internal)
     }
 
+    /// Hands leadership to the voter `to` (name, numeric id or Raft
+    /// address), or to any other voter: Consul's `transfer-leader`. Waits
+    /// (bounded) until another server leads; its name.
+    pub async fn transfer_leader(&self, to: Option<&str>) -> Result<String, crate::error::Error> {
+        use crate::error::Error;
+        if !self.is_leader() {
+            return Err(Error::Internal("this server is not the leader".into()));
+        }
+        let voters: Vec<(NodeId, ServerNode)> = self
+            .members()
+            .into_iter()
+            .filter(|(id, _, voter)| *voter && *id != self.id)
+            .map(|(id, n, _)| (id, n))
+            .collect();
+        let target = match to.filter(|t| !t.is_empty()) {
+            Some(who) => voters
+                .iter()
+                .find(|(id, n, ..)| n.name == who || id.to_string() == who || n.raft_addr == who)
+                .cloned()
+                .ok_or_else(|| {
+                    Error::bad(format!(
+                        "cannot find a voter to transfer leadership to: {who:?}"
+                    ))
+                })?,
+            None => voters
+                .first()
+                .cloned()
+                .ok_or_else(|| Error::bad("no other voter to transfer leadership to"))?,
+        };
+        self.raft
+            .trigger()
+            .transfer_leader(target.0)
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let mut metrics = self.raft.metrics();
+        let moved = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let leader = metrics.borrow_watched().current_leader;
+                if leader.is_some_and(|l| l != self.id) {
+                    return;
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        if moved.is_err() {
+            return Err(Error::Internal(format!(
+                "leadership did not move to {} within 10 s",
+                target.1.name
+            )));
+        }
+        tracing::info!(to = %target.1.name, "raft: leadership transferred");
+        Ok(target.1.name)
+    }
+
     /// Changes membership, waiting out a change still in progress (joint
     /// consensus allows one at a time) for a bounded time.
     async fn change(&self, change: ChangeMembers<NodeId, ServerNode>) -> Result<(), String> {
