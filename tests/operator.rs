@@ -26,6 +26,17 @@ fn agreed_leader(servers: &[Server]) -> usize {
     })
 }
 
+/// The agreed leader is `want`; the servers' logs otherwise.
+fn expect_leader(servers: &[Server], want: usize) {
+    let got = agreed_leader(servers);
+    if got != want {
+        for s in servers {
+            eprintln!("==== {}\n{}", s.name(), s.log());
+        }
+        panic!("server {got} leads, not {want}");
+    }
+}
+
 #[test]
 fn transfer_leader_moves_office_to_the_named_voter() {
     let servers = Server::cluster(3);
@@ -45,7 +56,7 @@ fn transfer_leader_moves_office_to_the_named_voter() {
         ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(agreed_leader(&servers), target);
+    expect_leader(&servers, target);
 
     // Without -id: any other voter.
     let r = servers[target].put("/v1/operator/raft/transfer-leader", "");
@@ -57,7 +68,7 @@ fn transfer_leader_moves_office_to_the_named_voter() {
     let now = agreed_leader(&servers);
     let r = servers[now].put("/v1/operator/raft/transfer-leader?id=nope", "");
     assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(agreed_leader(&servers), now);
+    expect_leader(&servers, now);
     // Writes still commit on the new leader.
     assert_eq!(servers[follower].put("/v1/kv/after", "x").body, "true");
 }

@@ -30,7 +30,8 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -131,6 +132,8 @@ pub enum Request {
     Hello(Hello),
     /// Add the sender to the cluster (answered by the leader).
     Join(NodeId, ServerNode),
+    /// The leader hands office to the receiver (`transfer-leader`).
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
 }
 
 /// Raft's answers carry a failure as text: the only failure the local Raft
@@ -146,6 +149,7 @@ pub enum Reply {
     /// The request's frame was over the receiver's limit (in bytes); it
     /// was not processed. An AppendEntries is resent with fewer entries.
     TooLarge(u64),
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
 }
 
 /// A byte stream between two servers.
@@ -507,6 +511,20 @@ impl RaftNetworkV2<TypeConfig> for Conn {
         }
     }
 
+    async fn transfer_leader(
+        &mut self, req: TransferLeaderRequest<TypeConfig>, option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match self
+            .call(&Request::TransferLeader(req), option.hard_ttl())
+            .await
+        {
+            Ok(Reply::TransferLeader(Ok(r))) => Ok(r),
+            Ok(Reply::TransferLeader(Err(e))) => Err(RPCError::Network(network_err(e))),
+            Ok(_) => Err(RPCError::Network(network_err("unexpected reply"))),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
     /// Sends the snapshot in chunks on this connection, each within the
     /// RPC's time limit; stops when replication is closed.
     async fn full_snapshot(
@@ -854,6 +872,14 @@ impl<F: Formation> Peer<F> {
             }
             Request::Hello(h) => Reply::Hello(self.formation.hello(h).await),
             Request::Join(id, node) => Reply::Join(self.formation.join(id, node).await),
+            Request::TransferLeader(r) => {
+                self.member(r.from_leader())?;
+                Reply::TransferLeader(
+                    raft.handle_transfer_leader(r)
+                        .await
+                        .map_err(|e| e.to_string()),
+                )
+            }
         })
     }
 
