@@ -88,3 +88,150 @@ fn transfer_leader_needs_operator_write() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("no other voter"), "{}", r.body);
 }
+
+#[test]
+fn autopilot_configuration_is_replicated_kept_and_cas_guarded() {
+    let servers = Server::cluster(3);
+    let leader = agreed_leader(&servers);
+    let follower = &servers[(leader + 1) % 3];
+
+    // Consul's defaults before anyone sets it.
+    let text = {
+        let o = cli(&follower.url, &["operator", "autopilot", "get-config"]);
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(text.contains("CleanupDeadServers = true"), "{text}");
+    assert!(text.contains("LastContactThreshold = 200ms"), "{text}");
+    assert!(text.contains("MaxTrailingLogs = 250"), "{text}");
+
+    // Set through a follower (forwarded), one setting at a time.
+    let o = cli(
+        &follower.url,
+        &[
+            "operator",
+            "autopilot",
+            "set-config",
+            "-max-trailing-logs=1000",
+            "-last-contact-threshold=1s",
+            "-cleanup-dead-servers=false",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "Configuration updated!"
+    );
+    for s in &servers {
+        let c = eventually(Duration::from_secs(10), "the setting everywhere", || {
+            let c = s.get_json("/v1/operator/autopilot/configuration?stale");
+            (c["MaxTrailingLogs"] == 1000).then_some(c)
+        });
+        assert_eq!(c["LastContactThreshold"], "1s");
+        assert_eq!(c["CleanupDeadServers"], false);
+        assert_eq!(c["ServerStabilizationTime"], "10s", "untouched");
+    }
+
+    // A stale CAS changes nothing.
+    let c = servers[leader].get_json("/v1/operator/autopilot/configuration");
+    let stale = c["ModifyIndex"].as_u64().unwrap() - 1;
+    let r = servers[leader].put(
+        &format!("/v1/operator/autopilot/configuration?cas={stale}"),
+        r#"{"MaxTrailingLogs": 5}"#,
+    );
+    assert_eq!(r.body, "false");
+    let now = servers[leader].get_json("/v1/operator/autopilot/configuration");
+    assert_eq!(now["MaxTrailingLogs"], 1000);
+    // Bad input: 400, nothing changed.
+    let r = servers[leader].put(
+        "/v1/operator/autopilot/configuration",
+        r#"{"LastContactThreshold": "soon"}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        servers[leader].get_json("/v1/operator/autopilot/configuration"),
+        now
+    );
+}
+
+#[test]
+fn autopilot_health_marks_a_dead_server_and_answers_429() {
+    let mut servers = Server::cluster(3);
+    let leader = agreed_leader(&servers);
+    let healthy = eventually(Duration::from_secs(20), "all healthy", || {
+        let r = servers[leader].get("/v1/operator/autopilot/health");
+        (r.status == 200).then(|| r.json())
+    });
+    assert_eq!(healthy["Healthy"], true);
+    assert_eq!(healthy["FailureTolerance"], 1);
+    let list = healthy["Servers"].as_array().unwrap();
+    assert_eq!(list.len(), 3);
+    assert_eq!(list.iter().filter(|s| s["Leader"] == true).count(), 1);
+    assert!(
+        list.iter()
+            .all(|s| s["Voter"] == true && s["SerfStatus"] == "alive")
+    );
+
+    // One follower dies: unhealthy, no failure tolerance left, 429.
+    let dead = (leader + 1) % 3;
+    let name = servers[dead].name().to_string();
+    servers[dead].kill();
+    let sick = eventually(Duration::from_secs(20), "the dead server unhealthy", || {
+        let r = servers[leader].get("/v1/operator/autopilot/health");
+        (r.status == 429).then(|| r.json())
+    });
+    assert_eq!(sick["Healthy"], false);
+    assert_eq!(sick["FailureTolerance"], 0);
+    let gone = sick["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Name"] == name.as_str())
+        .unwrap();
+    assert_eq!(gone["Healthy"], false);
+
+    let state = servers[leader].get_json("/v1/operator/autopilot/state");
+    assert_eq!(state["Healthy"], false);
+    assert_eq!(state["Servers"][&name]["Healthy"], false);
+    assert_eq!(state["Voters"].as_array().unwrap().len(), 3);
+    assert_eq!(state["Servers"][servers[leader].name()]["Status"], "leader");
+}
+
+#[test]
+fn autopilot_needs_operator_permissions() {
+    let s = acl_started(Server::builder().dev(), "deny");
+    for path in [
+        "/v1/operator/autopilot/configuration",
+        "/v1/operator/autopilot/health",
+        "/v1/operator/autopilot/state",
+    ] {
+        let r = s.get(path);
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+    }
+    let (_, read) = token_with_rules(s.http_addr, "op-r", r#"operator = "read""#);
+    let r = with(
+        s.http_addr,
+        "GET",
+        "/v1/operator/autopilot/configuration",
+        None,
+        &read,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r#"{"MaxTrailingLogs": 7}"#;
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/operator/autopilot/configuration",
+        Some(body),
+        &read,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/operator/autopilot/configuration",
+        Some(body),
+        ROOT,
+    );
+    assert_eq!(r.body, "true");
+}

@@ -1,4 +1,5 @@
-//! `cairn operator raft list-peers|remove-peer|transfer-leader`.
+//! `cairn operator raft list-peers|remove-peer|transfer-leader` and
+//! `cairn operator autopilot get-config|set-config|state`.
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -10,6 +11,41 @@ pub enum OperatorCmd {
     /// Raft peers of the cluster.
     #[command(subcommand)]
     Raft(RaftCmd),
+    /// Autopilot: its configuration and the servers' health.
+    #[command(subcommand)]
+    Autopilot(AutopilotCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AutopilotCmd {
+    /// Print autopilot's configuration.
+    GetConfig,
+    /// Change the given settings (the rest stay as they are).
+    SetConfig(SetConfigArgs),
+    /// Print the servers' health as autopilot sees it.
+    State(StateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SetConfigArgs {
+    #[arg(long)]
+    cleanup_dead_servers: Option<bool>,
+    /// A Go duration (e.g. 200ms).
+    #[arg(long)]
+    last_contact_threshold: Option<String>,
+    #[arg(long)]
+    max_trailing_logs: Option<u64>,
+    #[arg(long)]
+    min_quorum: Option<u32>,
+    /// A Go duration (e.g. 10s).
+    #[arg(long)]
+    server_stabilization_time: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StateArgs {
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 #[derive(Subcommand, Debug)]
@@ -50,6 +86,7 @@ pub struct RemovePeerArgs {
 
 pub fn run(c: &Client, cmd: OperatorCmd) -> CliResult {
     match cmd {
+        OperatorCmd::Autopilot(a) => autopilot(c, a),
         OperatorCmd::Raft(RaftCmd::ListPeers(a)) => list_peers(c, a),
         OperatorCmd::Raft(RaftCmd::RemovePeer(a)) => remove_peer(c, a),
         OperatorCmd::Raft(RaftCmd::TransferLeader(a)) => {
@@ -127,4 +164,121 @@ fn remove_peer(c: &Client, a: RemovePeerArgs) -> CliResult {
     .map_err(|e| CliError(format!("Error removing peer: {}", e.0)))?;
     println!("Removed peer with {param} \"{who}\"");
     Ok(())
+}
+
+const AUTOPILOT: &str = "/v1/operator/autopilot/configuration";
+
+fn autopilot(c: &Client, cmd: AutopilotCmd) -> CliResult {
+    match cmd {
+        AutopilotCmd::GetConfig => {
+            let v = c.get_json(AUTOPILOT).map_err(|e| {
+                CliError(format!("Error querying Autopilot configuration: {}", e.0))
+            })?;
+            for key in [
+                "CleanupDeadServers",
+                "LastContactThreshold",
+                "MaxTrailingLogs",
+                "MinQuorum",
+                "ServerStabilizationTime",
+                "RedundancyZoneTag",
+                "DisableUpgradeMigration",
+                "UpgradeVersionTag",
+            ] {
+                let value = match &v[key] {
+                    Value::String(s) if key.ends_with("Tag") => format!("{s:?}"),
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                println!("{key} = {value}");
+            }
+            Ok(())
+        }
+        AutopilotCmd::SetConfig(a) => {
+            let mut v = c.get_json(AUTOPILOT).map_err(|e| {
+                CliError(format!("Error querying Autopilot configuration: {}", e.0))
+            })?;
+            let index = v["ModifyIndex"].as_u64().unwrap_or(0);
+            let set = |v: &mut Value, k: &str, x: Value| v[k] = x;
+            if let Some(b) = a.cleanup_dead_servers {
+                set(&mut v, "CleanupDeadServers", Value::Bool(b));
+            }
+            if let Some(d) = a.last_contact_threshold {
+                set(&mut v, "LastContactThreshold", Value::String(d));
+            }
+            if let Some(n) = a.max_trailing_logs {
+                set(&mut v, "MaxTrailingLogs", n.into());
+            }
+            if let Some(n) = a.min_quorum {
+                set(&mut v, "MinQuorum", n.into());
+            }
+            if let Some(d) = a.server_stabilization_time {
+                set(&mut v, "ServerStabilizationTime", Value::String(d));
+            }
+            let r = c
+                .expect_ok(
+                    reqwest::Method::PUT,
+                    &format!("{AUTOPILOT}?cas={index}"),
+                    Some(v.to_string()),
+                )
+                .map_err(|e| CliError(format!("Error setting Autopilot configuration: {}", e.0)))?;
+            if r.body.trim() == "true" {
+                println!("Configuration updated!");
+                Ok(())
+            } else {
+                Err(CliError(
+                    "Configuration could not be atomically updated, please try again".into(),
+                ))
+            }
+        }
+        AutopilotCmd::State(a) => {
+            let v = c
+                .get_json("/v1/operator/autopilot/state")
+                .map_err(|e| CliError(format!("Error querying Autopilot state: {}", e.0)))?;
+            if a.format == Format::Json {
+                return print_json(&v);
+            }
+            println!("Healthy:                      {}", v["Healthy"]);
+            println!("Failure Tolerance:            {}", v["FailureTolerance"]);
+            println!(
+                "Optimistic Failure Tolerance: {}",
+                v["OptimisticFailureTolerance"]
+            );
+            println!(
+                "Leader:                       {}",
+                v["Leader"].as_str().unwrap_or("")
+            );
+            let mut rows = vec![
+                [
+                    "ID",
+                    "Address",
+                    "Status",
+                    "Healthy",
+                    "Last Contact",
+                    "Last Index",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ];
+            for s in v["Servers"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+            {
+                let text = |k: &str| match &s[k] {
+                    Value::String(v) => v.clone(),
+                    other => other.to_string(),
+                };
+                rows.push(vec![
+                    text("ID"),
+                    text("Address"),
+                    text("Status"),
+                    text("Healthy"),
+                    text("LastContact"),
+                    text("LastIndex"),
+                ]);
+            }
+            print!("{}", table(&rows));
+            Ok(())
+        }
+    }
 }

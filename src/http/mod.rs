@@ -14,6 +14,7 @@ mod health;
 mod intentions;
 mod kv;
 pub mod liveness;
+mod operator;
 mod proxycfg;
 pub mod session;
 mod snapshot;
@@ -82,6 +83,7 @@ pub fn router(server: App) -> Router {
         .merge(catalog::routes())
         .merge(health::routes())
         .merge(status::routes())
+        .merge(operator::routes())
         .merge(agent::routes())
         .merge(liveness::routes())
         .layer(middleware::from_fn_with_state(

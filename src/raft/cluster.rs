@@ -38,6 +38,8 @@ pub struct Cluster {
     /// simulation) stay apart.
     started: Instant,
     last_contact_ms: AtomicU64,
+    /// Since when each server has been healthy (autopilot's `StableSince`).
+    pub stability: super::autopilot::Stability,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -72,6 +74,7 @@ impl Cluster {
             connector,
             started: Instant::now(),
             last_contact_ms: AtomicU64::new(0),
+            stability: Default::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 // openraft's StorageError is large and not ours to shrink.
 #![allow(clippy::result_large_err)]
 
+pub mod autopilot;
 pub mod cluster;
 pub mod encrypt;
 pub mod inspect;
@@ -54,6 +55,7 @@ impl std::fmt::Display for Command {
             Command::AclBootstrap { .. } | Command::AclBootstrapReset { .. } => "acl-bootstrap",
             Command::AclInit { .. } => "acl-init",
             Command::CaSet { .. } => "ca-set",
+            Command::AutopilotSet { .. } => "autopilot-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",
@@ -105,12 +107,15 @@ pub(crate) fn io_err(what: &str, e: impl std::fmt::Display) -> StorageError {
     std::io::Error::other(format!("{what}: {e}"))
 }
 
+/// How often the leader heartbeats each follower, in milliseconds.
+pub const HEARTBEAT_MS: u64 = 150;
+
 /// The Raft timing used by every server: elections within ~1s of a leader
 /// loss, heartbeats well inside that.
 pub fn raft_config(snapshot_threshold: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "cairn".into(),
-        heartbeat_interval: 150,
+        heartbeat_interval: HEARTBEAT_MS,
         election_timeout_min: 600,
         election_timeout_max: 1200,
         max_payload_entries: 512,

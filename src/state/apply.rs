@@ -76,6 +76,9 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::AclBootstrapReset { token, reset_index } => {
             super::acl::bootstrap(&mut tx, token, *reset_index)
         }
+        Command::AutopilotSet { config, cas } => {
+            super::operator::set_autopilot(&mut tx, config, *cas)
+        }
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

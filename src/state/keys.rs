@@ -120,6 +120,7 @@ pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
 pub const ACL: WatchKey = WatchKey::fixed("acl");
 /// The Connect CA: its configuration and roots.
 pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
+pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

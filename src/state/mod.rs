@@ -14,6 +14,7 @@ pub mod config;
 pub mod connect;
 mod derived;
 pub mod kv;
+pub mod operator;
 pub mod persist;
 pub mod resolve;
 pub mod restore;
@@ -166,6 +167,13 @@ pub enum Command {
         token: Box<AclToken>,
         reset_index: u64,
     },
+    /// Autopilot's configuration whole; with `cas`, only while its
+    /// `ModifyIndex` is still that (0: never set).
+    AutopilotSet {
+        #[serde(with = "as_json")]
+        config: crate::structs::operator::AutopilotConfig,
+        cas: Option<u64>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -301,7 +309,8 @@ impl Command {
             | Command::AclPolicyDelete { .. }
             | Command::AclRoleDelete { .. }
             | Command::AclInit { .. }
-            | Command::CaSet { .. } => Ok(()),
+            | Command::CaSet { .. }
+            | Command::AutopilotSet { .. } => Ok(()),
         }
     }
 }
@@ -341,6 +350,7 @@ pub enum Row {
     RestoreChunk(Arc<Vec<u8>>),
     Acl(acl::AclRow),
     ConnectCa(Arc<connect::CaState>),
+    Autopilot(Arc<crate::structs::operator::AutopilotConfig>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -432,6 +442,8 @@ pub struct State {
     pub acl_bootstrapped: u64,
     /// The Connect CA, once the first leader made it.
     pub connect_ca: Option<Arc<connect::CaState>>,
+    /// Autopilot's configuration, once an operator set it (else defaults).
+    pub autopilot: Option<Arc<crate::structs::operator::AutopilotConfig>>,
 }
 
 impl State {

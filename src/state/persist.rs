@@ -62,6 +62,10 @@ const CONNECT_CA: u8 = b'p';
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
 const META_CLUSTER: &[u8] = b"mcluster_id";
+/// Autopilot's configuration (`state::operator`): a meta row, so a data
+/// dir without one (older) reads as the defaults.
+pub(crate) const AUTOPILOT_ROW: &str = "autopilot";
+const META_AUTOPILOT: &[u8] = b"mautopilot";
 /// The rows' format version (`disk::STATE_FORMAT`), big-endian u32.
 const META_FORMAT: &[u8] = b"mformat";
 
@@ -128,6 +132,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::RestoreChunk(c) => (**c).clone(),
         Row::Acl(r) => serde_json::to_vec(r)?,
         Row::ConnectCa(ca) => serde_json::to_vec(&**ca)?,
+        Row::Autopilot(a) => serde_json::to_vec(&**a)?,
     })
 }
 
@@ -228,6 +233,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     }
     if let Some(ca) = &state.connect_ca {
         ops.push((row_key(CONNECT_CA, "ca"), Some(serde_json::to_vec(&**ca)?)));
+    }
+    if let Some(a) = &state.autopilot {
+        ops.push((META_AUTOPILOT.to_vec(), Some(serde_json::to_vec(&**a)?)));
     }
     ops.push((
         META_INDEX.to_vec(),
@@ -351,6 +359,9 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 ACL => super::acl::load(&mut st, serde_json::from_slice(v)?),
                 CONNECT_CA => st.connect_ca = Some(Arc::new(serde_json::from_slice(v)?)),
                 META if k == META_INDEX => st.index = be_u64(v),
+                META if k == META_AUTOPILOT => {
+                    st.autopilot = Some(Arc::new(serde_json::from_slice(v)?))
+                }
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()
                 }

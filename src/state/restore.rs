@@ -142,6 +142,10 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
     if new.connect_ca.is_none() {
         new.connect_ca = old.connect_ca.clone();
     }
+    // So does one from before autopilot's configuration was kept.
+    if new.autopilot.is_none() {
+        new.autopilot = old.autopilot.clone();
+    }
     new.restore = None;
     new.now_ms = None;
     super::tombstones::rebuild(&mut new);

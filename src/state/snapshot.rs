@@ -128,7 +128,34 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
         acl: super::acl::rows(st).into_iter().map(|(_, r)| r).collect(),
         connect_ca: st.connect_ca.as_ref().map(|c| (**c).clone()),
     };
-    Ok(bincode::serialize_into(w, &body)?)
+    let mut w = w;
+    bincode::serialize_into(&mut w, &body)?;
+    let extra = Extra {
+        autopilot: st.autopilot.as_deref().cloned(),
+    };
+    Ok(bincode::serialize_into(w, &serde_json::to_vec(&extra)?)?)
+}
+
+/// What follows the body: JSON, so that later additions need no new
+/// format (a reader ignores keys it does not know, and a snapshot from
+/// before the trailer decodes with none of them).
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct Extra {
+    autopilot: Option<crate::structs::operator::AutopilotConfig>,
+}
+
+/// The trailer after the body, if the snapshot has one.
+fn read_extra(r: impl std::io::Read) -> anyhow::Result<Extra> {
+    match bincode::deserialize_from::<_, Vec<u8>>(r) {
+        Ok(json) => Ok(serde_json::from_slice(&json)?),
+        Err(e) => match &*e {
+            bincode::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Ok(Extra::default())
+            }
+            _ => Err(e.into()),
+        },
+    }
 }
 
 pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
@@ -137,7 +164,9 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
 
 /// Decodes a state read from `r` as it goes (buffer `r`).
 pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
-    let body: Decoded = bincode::deserialize_from(r)?;
+    let mut r = r;
+    let body: Decoded = bincode::deserialize_from(&mut r)?;
+    let extra = read_extra(&mut r)?;
     let mut st = State {
         index: body.index,
         cluster_id: body.cluster_id,
@@ -167,6 +196,7 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
     }
     st.lock_delays = body.lock_delays.into_iter().collect();
     st.connect_ca = body.connect_ca.map(Arc::new);
+    st.autopilot = extra.autopilot.map(Arc::new);
     st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),

@@ -11,6 +11,7 @@ pub mod connect;
 pub mod duration;
 pub mod health;
 pub mod kv;
+pub mod operator;
 pub mod rows;
 pub mod serde_util;
 pub mod session;

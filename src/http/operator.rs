@@ -1,0 +1,139 @@
+//! `/v1/operator/autopilot`: its configuration (kept in the Raft state)
+//! and the servers' health as the leader sees it.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Map, Value, json};
+
+use super::{App, json_at};
+use crate::error::{Error, Result};
+use crate::request::authz::Authz;
+use crate::request::{Params, decode_json};
+use crate::state::{Command, Response as Applied, keys, operator};
+use crate::structs::operator::AutopilotConfig;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route(
+            "/v1/operator/autopilot/configuration",
+            get(get_config).put(put_config),
+        )
+        .route("/v1/operator/autopilot/health", get(health))
+        .route("/v1/operator/autopilot/state", get(state))
+}
+
+async fn get_config(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let st = s.store.state();
+    Ok(json_at(
+        &s,
+        st.index_of([&keys::AUTOPILOT]),
+        &operator::autopilot(&st),
+    ))
+}
+
+/// `PUT ...configuration[?cas=N]`: the whole configuration (omitted keys
+/// take Consul's defaults); `true`, or `false` when `cas` no longer
+/// matches.
+async fn put_config(
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Bytes,
+) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
+    let p = Params::parse(q.as_deref());
+    let cas = match p.get("cas") {
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| Error::bad(format!("Invalid cas index {v:?}")))?,
+        ),
+        None => None,
+    };
+    let config: AutopilotConfig = decode_json(&body)?;
+    for (name, d) in [
+        ("LastContactThreshold", config.last_contact_threshold),
+        ("ServerStabilizationTime", config.server_stabilization_time),
+    ] {
+        if d.nanos() < 0 {
+            return Err(Error::bad(format!("{name} must not be negative")));
+        }
+    }
+    match s.write(Command::AutopilotSet { config, cas }).await? {
+        Applied::Bool(b) => Ok(axum::Json(b).into_response()),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Consul answers 429 while any server is unhealthy, so a load balancer's
+/// check can read the status alone.
+async fn health(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let config = operator::autopilot(&s.store.state());
+    let h = crate::raft::autopilot::health(&s.cluster, &config, &s.cluster.stability);
+    let status = if h.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    Ok((status, axum::Json(h)).into_response())
+}
+
+/// `/v1/operator/autopilot/state`: Consul's newer view of the same, by
+/// server ID, with each one's role.
+async fn state(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let config = operator::autopilot(&s.store.state());
+    let h = crate::raft::autopilot::health(&s.cluster, &config, &s.cluster.stability);
+    let mut servers = Map::new();
+    let mut voters = Vec::new();
+    let mut leader = String::new();
+    for sv in &h.servers {
+        let status = match (sv.leader, sv.voter) {
+            (true, _) => "leader",
+            (false, true) => "voter",
+            (false, false) => "non-voter",
+        };
+        if sv.leader {
+            leader = sv.id.clone();
+        }
+        if sv.voter {
+            voters.push(sv.id.clone());
+        }
+        servers.insert(
+            sv.id.clone(),
+            json!({
+                "ID": sv.id,
+                "NodeName": sv.name,
+                "Address": sv.address,
+                "NodeStatus": sv.serf_status,
+                "Version": sv.version,
+                "LastContact": sv.last_contact,
+                "LastTerm": sv.last_term,
+                "LastIndex": sv.last_index,
+                "Healthy": sv.healthy,
+                "StableSince": sv.stable_since,
+                "ReadReplica": false,
+                "Status": status,
+                "Meta": {},
+                "NodeType": if sv.voter { "voter" } else { "learner" },
+            }),
+        );
+    }
+    let optimistic = h
+        .servers
+        .iter()
+        .filter(|s| s.voter && s.serf_status == "alive")
+        .count()
+        .saturating_sub(voters.len() / 2 + 1);
+    Ok(axum::Json(json!({
+        "Healthy": h.healthy,
+        "FailureTolerance": h.failure_tolerance,
+        "OptimisticFailureTolerance": optimistic,
+        "Servers": Value::Object(servers),
+        "Leader": leader,
+        "Voters": voters,
+    }))
+    .into_response())
+}
