@@ -5,7 +5,8 @@
 # server's agent API and maintenance mode, sessions and KV locks with a
 # leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
 # Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,
-# `cairn connect envoy -bootstrap` parsed with Envoy's protos,
+# `cairn connect envoy -bootstrap` parsed with Envoy's protos, the npm
+# `consul` client (KV, agent, health, sessions, a watch, events),
 # Prometheus's and VictoriaMetrics's Consul service discovery and their
 # scraping of /v1/agent/metrics?format=prometheus, each
 # against a `cairn server --dev` they start on free ports
@@ -32,5 +33,13 @@ fi
 if ! command -v prometheus >/dev/null 2>&1 && [[ ! -x /usr/bin/prometheus ]]; then
     echo "test-clients: prometheus not installed (apt-get install -y prometheus); its test will be skipped"
 fi
+
+# The npm `consul` client (tests/node, its version pinned by the lock file).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "test-clients: node and npm are needed (apt-get install -y nodejs npm)" >&2
+    exit 1
+fi
+(cd tests/node && npm ci --no-audit --no-fund --silent)
+node --test tests/node/
 
 exec "$PY" -m pytest -q -rs tests/py "$@"
