@@ -105,6 +105,7 @@ fn local_routes() -> Router<App> {
         .named("/v1/agent/check/update/", "Missing check ID", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
         .route("/v1/agent/version", get(version))
+        .route("/v1/event/list", get(super::events::list))
 }
 
 /// `GET /v1/agent/version`, Consul's shape (no ACL, as Consul's): the

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod config;
 pub mod connect;
 mod derived;
+pub mod events;
 pub mod kv;
 pub mod persist;
 pub mod resolve;
@@ -166,6 +167,13 @@ pub enum Command {
         token: Box<AclToken>,
         reset_index: u64,
     },
+    /// `PUT /v1/event/fire/:name`: a user event, with its ID made by the
+    /// server that received it (`state::events`). Last: older log entries
+    /// still decode.
+    EventFire {
+        #[serde(with = "as_json")]
+        event: Box<crate::structs::event::UserEvent>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -302,6 +310,7 @@ impl Command {
             | Command::AclRoleDelete { .. }
             | Command::AclInit { .. }
             | Command::CaSet { .. } => Ok(()),
+            Command::EventFire { event } => check("event name", &event.name),
         }
     }
 }
@@ -432,6 +441,9 @@ pub struct State {
     pub acl_bootstrapped: u64,
     /// The Connect CA, once the first leader made it.
     pub connect_ca: Option<Arc<connect::CaState>>,
+    /// The last user events fired, oldest first (in memory only: see
+    /// `events`).
+    pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,
 }
 
 impl State {
