@@ -53,8 +53,9 @@ pub struct WatchArgs {
     /// `service`: only instances with these tags (repeatable).
     #[arg(long)]
     tag: Vec<String>,
-    /// `service`: only instances whose checks all pass.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    /// `service`: only instances whose checks all pass (`-passingonly`
+    /// or `-passingonly=BOOL`, as Go's flags: never the next argument).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     passingonly: Option<bool>,
     /// `checks`: only checks in this state (any, passing, warning, critical).
     #[arg(long)]
