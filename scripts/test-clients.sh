@@ -2,7 +2,7 @@
 # Real-client tests: py-consul (catalog, health, a blocking query, Connect
 # CA, leaves and intentions, the
 # server's agent API and maintenance mode, sessions and KV locks with a
-# leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
+# leader election, user events), a Delta-ADS sidecar client (grpcio + xds-protos:
 # Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,
 # Prometheus's and VictoriaMetrics's Consul service discovery and their
 # scraping of /v1/agent/metrics?format=prometheus, each
