@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::routing::put;
 
-use super::{App, Opts, Watch, blocking, json_at};
+use super::{App, Opts, json_at, recheck};
 use crate::error::{Error, Result};
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
@@ -62,23 +62,32 @@ async fn fire(
 /// The whole ring, oldest first, blocking on any fire. Only agents read
 /// it, for their node (`?node=`): it takes `node:write` on that node, as
 /// the agents' heartbeats do, since it shows every event unfiltered.
+///
+/// Every agent holds one of these for good, as it holds its heartbeats: it
+/// takes no place among the callers' blocking queries (a server with
+/// `--http-max-blocking-queries 1` still serves one) and is not counted as
+/// parked; its connection counts among the HTTP connections.
 async fn ring(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let node = p.get("node").unwrap_or_default().to_string();
     if node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
-    a.require(a.node_write(&node), "node:write", &node)?;
-    let (index, events) = blocking(
-        &s,
-        &opts,
-        &mut a,
-        Watch::Keys(vec![keys::EVENTS]),
-        |st, _| {
-            let events: Vec<UserEvent> = st.events.iter().map(|e| (**e).clone()).collect();
-            (st.index_of([&keys::EVENTS]), events)
-        },
-    )
-    .await?;
-    a.require(a.node_write(&node), "node:write", &node)?;
-    Ok(json_at(&s, index, &events))
+    let read = |a: &mut Authz| -> Result<(u64, Vec<UserEvent>)> {
+        let st = s.store.state();
+        // Again on every version: a token deleted meanwhile ends the read.
+        recheck(&s, a, &st)?;
+        a.require(a.node_write(&node), "node:write", &node)?;
+        let events = st.events.iter().map(|e| (**e).clone()).collect();
+        Ok((st.index_of([&keys::EVENTS]), events))
+    };
+    // Subscribed before the first read, so a fire in between is not missed.
+    let mut fired = s.store.watches.subscribe(&keys::EVENTS);
+    let deadline = opts.deadline();
+    loop {
+        let (index, events) = read(&mut a)?;
+        if opts.index == 0 || index > opts.index || tokio::time::Instant::now() >= deadline {
+            return Ok(json_at(&s, index, &events));
+        }
+        let _ = tokio::time::timeout_at(deadline, fired.changed()).await;
+    }
 }
