@@ -327,3 +327,79 @@ fn cli_event_fires() {
     let out = common::cli(&s.url, &["event", "-name", "x", "-tag", "v1"]);
     assert!(!out.status.success());
 }
+
+/// A client agent follows the servers' ring with its own token, which
+/// needs `node:write` on its node (as its heartbeats do): one with
+/// `node:read` only is refused the ring and receives nothing, and the
+/// servers show no event to an anonymous reader of the ring.
+#[test]
+fn acl_an_agent_follows_with_node_write_on_its_node() {
+    let s = deny_server();
+    let writer = token_with_rules(
+        s.http_addr,
+        "ev-agent",
+        r#"node "ev-agent" { policy = "write" }"#,
+    )
+    .1;
+    let reader = token_with_rules(
+        s.http_addr,
+        "ev-short",
+        r#"node "ev-short" { policy = "read" }"#,
+    )
+    .1;
+    let good = Agent::builder("ev-agent", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&writer)
+        .start();
+    let short = Agent::builder("ev-short", &s.url)
+        .arg("--acl-agent-token")
+        .arg(&reader)
+        .start();
+    let list_as_root = |at: SocketAddr| {
+        let r = with(at, "GET", "/v1/event/list", None, ROOT);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["Name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the agent following events",
+        || {
+            assert_eq!(
+                with(s.http_addr, "PUT", "/v1/event/fire/probe", Some(""), ROOT).status,
+                200
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            (!list_as_root(good.http_addr).is_empty()).then_some(())
+        },
+    );
+    // The ring as the short token reads it: refused.
+    let r = with(
+        s.http_addr,
+        "GET",
+        "/v1/internal/event/ring?node=ev-short",
+        None,
+        &reader,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    // A marker for everyone, once the good agent has it (the short one
+    // has been trying as long): the short one has nothing.
+    eventually(Duration::from_secs(10), "the marker", || {
+        let r = with(s.http_addr, "PUT", "/v1/event/fire/marker", Some(""), ROOT);
+        assert_eq!(r.status, 200);
+        std::thread::sleep(Duration::from_millis(500));
+        list_as_root(good.http_addr)
+            .contains(&"marker".to_string())
+            .then_some(())
+    });
+    assert!(list_as_root(short.http_addr).is_empty());
+    assert!(
+        short.log().contains("following user events failed"),
+        "{}",
+        short.log()
+    );
+}
