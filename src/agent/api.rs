@@ -170,7 +170,7 @@ async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Re
 
 /// `token` (none: anonymous) resolved by asking the servers, through the
 /// agent's cache (`agent::acl`).
-async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
     let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
     Ok(Authz::resolved(authz, token))
 }

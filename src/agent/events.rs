@@ -82,11 +82,14 @@ pub async fn follow(a: Arc<Agent>) {
     let mut seen: Option<u64> = None;
     let mut failures = 0u32;
     loop {
-        let path = format!(
+        let mut path = format!(
             "{}?node={}&stale&index={index}&wait={WAIT}",
             crate::structs::event::RING_PATH,
             enc(&a.config.node)
         );
+        if let Some(seen) = seen {
+            path.push_str(&format!("&after={seen}"));
+        }
         match a.servers.get::<Vec<UserEvent>>(&path, TIMEOUT).await {
             Ok((events, new_index)) => {
                 failures = 0;
@@ -121,7 +124,7 @@ pub async fn follow(a: Arc<Agent>) {
 /// `event:read`. Its index is Consul's (from the last event's ID, not
 /// monotonic): a blocking list waits while the index equals `?index`.
 pub async fn list(
-    State(a): State<Arc<Agent>>, z: Authz, RawQuery(q): RawQuery,
+    State(a): State<Arc<Agent>>, mut z: Authz, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     let p = Params::parse(q.as_deref());
     let name = p.get("name").unwrap_or_default().to_string();
@@ -155,5 +158,8 @@ pub async fn list(
             return Ok(resp);
         }
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+        // The token again (the agent's cache keeps it its TTL): one deleted
+        // or narrowed while this waited reads with what it has now.
+        z = super::api::authz_of(&a, z.token().map(str::to_string)).await?;
     }
 }

@@ -59,7 +59,8 @@ async fn fire(
     }
 }
 
-/// The whole ring, oldest first, blocking on any fire. Only agents read
+/// The ring, oldest first (`?after=LTIME`: only what is newer), blocking
+/// on any fire. Only agents read
 /// it, for their node (`?node=`): it takes `node:write` on that node, as
 /// the agents' heartbeats do, since it shows every event unfiltered.
 ///
@@ -72,12 +73,20 @@ async fn ring(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result
     if node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
+    // Only the events after the newest the agent has (its first read takes
+    // the whole ring): a fire sends each agent what is new, not 256 events.
+    let after = p.u64("after")?.unwrap_or(0);
     let read = |a: &mut Authz| -> Result<(u64, Vec<UserEvent>)> {
         let st = s.store.state();
         // Again on every version: a token deleted meanwhile ends the read.
         recheck(&s, a, &st)?;
         a.require(a.node_write(&node), "node:write", &node)?;
-        let events = st.events.iter().map(|e| (**e).clone()).collect();
+        let events = st
+            .events
+            .iter()
+            .filter(|e| e.ltime > after)
+            .map(|e| (**e).clone())
+            .collect();
         Ok((st.index_of([&keys::EVENTS]), events))
     };
     // Subscribed before the first read, so a fire in between is not missed.
