@@ -185,6 +185,27 @@ fn catalog_and_health_watches_run_on_each_change() {
             .any(|c| c["CheckID"] == "web-alive")
     });
     assert_eq!(web_checks.ran(3)[2][0]["Status"], "critical");
+
+    // A second web instance moves the catalog's index but leaves the
+    // services view as it was: no run for it; a new service is one.
+    let seen = services.runs().len();
+    put(
+        s.http_addr,
+        "/v1/catalog/register",
+        r#"{"Node":"n2","Address":"10.0.0.2","Service":{"Service":"web","ID":"web-2","Port":80}}"#,
+    );
+    put(
+        s.http_addr,
+        "/v1/catalog/register",
+        r#"{"Node":"n2","Address":"10.0.0.2","Service":{"Service":"api","Port":81}}"#,
+    );
+    services.ran_with("api in the services", |v| v.get("api").is_some());
+    assert_eq!(services.runs().len(), seen + 1, "{:?}", services.runs());
+    // Never the same view twice in a row, whatever woke the watch.
+    for w in [&services, &nodes, &service, &critical, &web_checks] {
+        let runs = w.runs();
+        assert!(runs.windows(2).all(|p| p[0] != p[1]), "{runs:?}");
+    }
 }
 
 #[test]
