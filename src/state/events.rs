@@ -27,3 +27,62 @@ pub fn fire(tx: &mut Tx, event: &UserEvent) -> Response {
     tx.touch(keys::EVENTS);
     Response::Ok
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, State, apply_command};
+    use crate::structs::event::VERSION;
+
+    fn fired(i: usize) -> Command {
+        Command::EventFire {
+            event: Box::new(UserEvent {
+                id: format!("id-{i}"),
+                name: "e".into(),
+                payload: None,
+                node_filter: String::new(),
+                service_filter: String::new(),
+                tag_filter: String::new(),
+                version: VERSION,
+                ltime: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_256_with_rising_times() {
+        let mut st = State::default();
+        // Two fires per index, as a batch applies them.
+        for i in 0..300 {
+            apply_command(&mut st, 10 + i as u64 / 2, &fired(i));
+        }
+        assert_eq!(st.events.len(), RING);
+        assert_eq!(st.events[0].id, "id-44");
+        assert!(
+            st.events
+                .iter()
+                .zip(st.events.iter().skip(1))
+                .all(|(a, b)| a.ltime < b.ltime)
+        );
+        // Emptied (a restart), the times still rise: at least the index.
+        let last = st.events.last().unwrap().ltime;
+        st.events.clear();
+        apply_command(&mut st, last + 1, &fired(300));
+        assert!(st.events[0].ltime > last);
+        assert_eq!(st.index_of([&keys::EVENTS]), last + 1);
+    }
+
+    /// Older log entries decode as before: the new command came last, so
+    /// no earlier variant's tag moved.
+    #[test]
+    fn event_fire_is_the_last_command() {
+        let tag = |c: &Command| {
+            let b = bincode::serialize(c).unwrap();
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        assert_eq!(tag(&Command::Noop), 7);
+        assert_eq!(tag(&fired(0)), 25);
+        let back: Command = bincode::deserialize(&bincode::serialize(&fired(1)).unwrap()).unwrap();
+        assert_eq!(back, fired(1));
+    }
+}
