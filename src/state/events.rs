@@ -6,6 +6,8 @@
 //! The ring is in memory only, as Consul's events are: not in the rows or
 //! the snapshots, so a restarted server starts with an empty one (its
 //! `events` index persists, so a follower's blocking read is not fooled).
+//! Best effort, as gossip is: an agent cut off for more than `RING` fires
+//! misses the oldest of them.
 
 use std::sync::Arc;
 
