@@ -3,7 +3,7 @@
 # failing over PostgreSQL on a three-server cairn cluster; py-consul (catalog, health, a blocking query, Connect
 # CA, leaves and intentions, the
 # server's agent API and maintenance mode, sessions and KV locks with a
-# leader election), a Delta-ADS sidecar client (grpcio + xds-protos:
+# leader election, user events), a Delta-ADS sidecar client (grpcio + xds-protos:
 # Envoy's protos) and consul-dataplane's gRPC calls on the gRPC port,
 # `cairn connect envoy -bootstrap` parsed with Envoy's protos, the npm
 # `consul` client (KV, agent, health, sessions, a watch, events),

@@ -105,6 +105,7 @@ fn local_routes() -> Router<App> {
         .named("/v1/agent/check/update/", "Missing check ID", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
         .route("/v1/agent/version", get(version))
+        .route("/v1/event/list", get(super::events::list))
 }
 
 /// `GET /v1/agent/version`, Consul's shape (no ACL, as Consul's): the
@@ -169,7 +170,7 @@ async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Re
 
 /// `token` (none: anonymous) resolved by asking the servers, through the
 /// agent's cache (`agent::acl`).
-async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
     let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
     Ok(Authz::resolved(authz, token))
 }

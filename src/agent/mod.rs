@@ -25,6 +25,7 @@
 //! | `maintenance.rs` | maintenance mode (critical checks nothing runs) |
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
 //! | `dns.rs` | a client agent's DNS answers, read from a server |
+//! | `events.rs` | user events: the servers' ring followed, this agent's own ring, `/v1/event/list` |
 
 mod acl;
 pub mod api;
@@ -33,6 +34,7 @@ pub mod checks;
 mod connect;
 mod define;
 mod dns;
+pub mod events;
 pub mod liveness;
 pub mod local;
 mod maintenance;
@@ -145,6 +147,8 @@ pub struct Agent {
     /// Anti-entropy runs so far, and whether the last one succeeded (API
     /// writes wait on it: [`sync::pushed`]).
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
+    /// The user events received (`events`).
+    events: events::Events,
 }
 
 impl Agent {
@@ -390,6 +394,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         leave: tokio::sync::Notify::new(),
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
+        events: Default::default(),
         config,
     });
     let now = Instant::now();
@@ -454,6 +459,7 @@ fn spawn_tasks(agent: &Arc<Agent>) {
     tasks.spawn("agent sync", sync::run(agent.clone()));
     tasks.spawn("agent heartbeats", liveness::heartbeat_loop(agent.clone()));
     tasks.spawn("agent critical reaper", reap_critical(agent.clone()));
+    tasks.spawn("agent user events", events::follow(agent.clone()));
     central::spawn(agent);
 }
 

@@ -14,6 +14,7 @@ mod acl;
 mod catalog;
 pub(crate) mod config;
 mod connect;
+mod event;
 mod intention;
 mod kv;
 mod lock;
@@ -23,6 +24,7 @@ mod operator;
 pub mod services;
 pub mod snapshot;
 mod tls;
+mod watch;
 
 use std::time::Duration;
 
@@ -73,6 +75,11 @@ pub enum CliCommand {
     /// Connect: the CA's configuration, a sidecar's Envoy bootstrap.
     #[command(subcommand)]
     Connect(connect::ConnectCmd),
+    /// Fire a user event, to the nodes its filters match.
+    Event(event::EventArgs),
+    /// Watch a view (key, keyprefix, services, nodes, service, checks,
+    /// event) and run a handler with its JSON on every change.
+    Watch(watch::WatchArgs),
 }
 
 /// A failed command: the one line to print.
@@ -106,6 +113,11 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, c)),
         CliCommand::Connect(c) => client().and_then(|cl| connect::run(&cl, c, token.clone())),
         CliCommand::Intention(c) => match client().and_then(|cl| intention::run(&cl, c)) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        CliCommand::Event(a) => client().and_then(|cl| event::run(&cl, a)),
+        CliCommand::Watch(a) => match client().and_then(|cl| watch::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
@@ -305,6 +317,26 @@ impl Client {
             let status = resp.status().as_u16();
             let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
             Ok((status, body.to_vec()))
+        })
+    }
+
+    /// A blocking read (`cairn watch`): status, body and `X-Consul-Index`,
+    /// allowed `timeout` (the read's wait and some).
+    pub fn get_blocking(
+        &self, path: &str, timeout: Duration,
+    ) -> Result<(u16, String, u64), CliError> {
+        let req = self.request(reqwest::Method::GET, path).timeout(timeout);
+        self.rt.block_on(async {
+            let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            let status = resp.status().as_u16();
+            let index = resp
+                .headers()
+                .get("x-consul-index")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let body = resp.text().await.map_err(|e| self.unreachable(&e))?;
+            Ok((status, body, index))
         })
     }
 

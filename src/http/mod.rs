@@ -9,6 +9,7 @@ pub mod catalog;
 mod config;
 pub mod connect;
 mod dataplane;
+pub mod event;
 pub mod grpc;
 mod health;
 mod intentions;
@@ -86,6 +87,7 @@ pub fn router(server: App) -> Router {
         .merge(operator::routes())
         .merge(agent::routes())
         .merge(liveness::routes())
+        .merge(event::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,

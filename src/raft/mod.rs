@@ -55,6 +55,7 @@ impl std::fmt::Display for Command {
             Command::AclBootstrap { .. } | Command::AclBootstrapReset { .. } => "acl-bootstrap",
             Command::AclInit { .. } => "acl-init",
             Command::CaSet { .. } => "ca-set",
+            Command::EventFire { .. } => "event-fire",
             Command::AutopilotSet { .. } => "autopilot-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",

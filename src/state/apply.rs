@@ -62,6 +62,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             crc,
         } => result(super::restore::commit(&mut tx, id, *chunks, *len, *crc)),
         Command::CaSet { ca, cas } => super::connect::set(&mut tx, ca, *cas),
+        Command::EventFire { event } => super::events::fire(&mut tx, event),
         Command::RestoreAbort { id } => {
             super::restore::abort(&mut tx, id);
             Response::Ok

@@ -119,6 +119,8 @@ pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
 /// resolution caches are checked against.
 pub const ACL: WatchKey = WatchKey::fixed("acl");
 /// The Connect CA: its configuration and roots.
+/// Any user event fired (`state::events`).
+pub const EVENTS: WatchKey = WatchKey::fixed("events");
 pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod config;
 pub mod connect;
 mod derived;
+pub mod events;
 pub mod kv;
 pub mod operator;
 pub mod persist;
@@ -167,8 +168,15 @@ pub enum Command {
         token: Box<AclToken>,
         reset_index: u64,
     },
+    /// `PUT /v1/event/fire/:name`: a user event, with its ID made by the
+    /// server that received it (`state::events`). After the older ones:
+    /// older log entries still decode.
+    EventFire {
+        #[serde(with = "as_json")]
+        event: Box<crate::structs::event::UserEvent>,
+    },
     /// Autopilot's configuration whole; with `cas`, only while its
-    /// `ModifyIndex` is still that (0: never set).
+    /// `ModifyIndex` is still that (0: never set). Last, as above.
     AutopilotSet {
         #[serde(with = "as_json")]
         config: crate::structs::operator::AutopilotConfig,
@@ -311,6 +319,7 @@ impl Command {
             | Command::AclInit { .. }
             | Command::CaSet { .. }
             | Command::AutopilotSet { .. } => Ok(()),
+            Command::EventFire { event } => check("event name", &event.name),
         }
     }
 }
@@ -444,6 +453,9 @@ pub struct State {
     pub connect_ca: Option<Arc<connect::CaState>>,
     /// Autopilot's configuration, once an operator set it (else defaults).
     pub autopilot: Option<Arc<crate::structs::operator::AutopilotConfig>>,
+    /// The last user events fired, oldest first (in memory only: see
+    /// `events`).
+    pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,
 }
 
 impl State {

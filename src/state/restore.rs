@@ -146,6 +146,8 @@ pub fn restored(old: &State, mut new: State, index: u64) -> State {
     if new.autopilot.is_none() {
         new.autopilot = old.autopilot.clone();
     }
+    // Events are in no snapshot: the ring goes on, so times keep rising.
+    new.events = old.events.clone();
     new.restore = None;
     new.now_ms = None;
     super::tombstones::rebuild(&mut new);

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod config_entry;
 pub mod connect;
 pub mod duration;
+pub mod event;
 pub mod health;
 pub mod kv;
 pub mod operator;

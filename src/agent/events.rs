@@ -1,0 +1,165 @@
+//! User events as an agent receives them: it follows the servers' ring
+//! (`http::event::RING_PATH`, a blocking read with `?stale`), keeps the
+//! events meant for it (`UserEvent::is_for`: its node, its services and
+//! their tags) in a ring of its own of the last `event::RING`, as a Consul
+//! agent keeps what gossip brought, and answers `GET /v1/event/list` from
+//! it. Like a Consul agent that joins, it receives only events fired after
+//! it first reached a server (no replay of older ones).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use rand::Rng;
+
+use super::Agent;
+use crate::error::Result;
+use crate::request::authz::Authz;
+use crate::request::{Params, enc, wait_of};
+use crate::structs::event::{RING, UserEvent, list_index};
+
+/// How long one read of the servers' ring waits there.
+const WAIT: &str = "5m";
+/// Our side's limit: the wait plus the server's jitter and some slack.
+const TIMEOUT: Duration = Duration::from_secs(5 * 60 + 30);
+
+/// The events this agent received, oldest first, and a counter that moves
+/// with each (what a blocking list waits on).
+pub struct Events {
+    ring: Mutex<VecDeque<UserEvent>>,
+    received: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            ring: Mutex::new(VecDeque::with_capacity(RING)),
+            received: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Events {
+    fn push(&self, e: UserEvent) {
+        if let Ok(mut r) = self.ring.lock() {
+            if r.len() == RING {
+                r.pop_front();
+            }
+            r.push_back(e);
+        }
+        self.received.send_modify(|n| *n += 1);
+    }
+
+    fn list(&self) -> Vec<UserEvent> {
+        self.ring
+            .lock()
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Whether this agent is to receive `e`.
+fn is_for_me(a: &Agent, e: &UserEvent) -> bool {
+    a.local.with(|t| {
+        e.is_for(
+            &a.config.node,
+            t.live_services().map(|s| {
+                let r = &s.registered;
+                (r.id.as_str(), r.service.as_str(), r.tags.as_slice())
+            }),
+        )
+    })
+}
+
+/// Follows the servers' ring for as long as the agent runs.
+pub async fn follow(a: Arc<Agent>) {
+    let mut index = 0u64;
+    // The newest time seen; none until the first answer (whose events,
+    // fired before this agent was there, are not delivered).
+    let mut seen: Option<u64> = None;
+    let mut failures = 0u32;
+    loop {
+        let mut path = format!(
+            "{}?node={}&stale&index={index}&wait={WAIT}",
+            crate::structs::event::RING_PATH,
+            enc(&a.config.node)
+        );
+        if let Some(seen) = seen {
+            path.push_str(&format!("&after={seen}"));
+        }
+        match a.servers.get::<Vec<UserEvent>>(&path, TIMEOUT).await {
+            Ok((events, new_index)) => {
+                failures = 0;
+                // Another server, or one restarted: start its index over.
+                index = if new_index < index { 0 } else { new_index };
+                let newest = events.iter().map(|e| e.ltime).max();
+                if let Some(seen) = seen {
+                    for e in events.into_iter().filter(|e| e.ltime > seen) {
+                        if is_for_me(&a, &e) {
+                            a.events.push(e);
+                        }
+                    }
+                }
+                seen = Some(seen.unwrap_or(0).max(newest.unwrap_or(0)));
+            }
+            Err(e) => {
+                failures += 1;
+                let wait = Duration::from_millis(500)
+                    .saturating_mul(1 << failures.min(6))
+                    .min(Duration::from_secs(30))
+                    .mul_f64(rand::thread_rng().gen_range(0.75..1.0));
+                tracing::warn!(error = %e, retry_in = ?wait, "following user events failed");
+                index = 0;
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// `GET /v1/event/list`: the events this agent received, oldest first,
+/// `?name=` only those of that name, only those the token may
+/// `event:read`. Its index is Consul's (from the last event's ID, not
+/// monotonic): a blocking list waits while the index equals `?index`.
+pub async fn list(
+    State(a): State<Arc<Agent>>, mut z: Authz, RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let p = Params::parse(q.as_deref());
+    let name = p.get("name").unwrap_or_default().to_string();
+    let want = p.u64("index")?.filter(|i| *i > 0);
+    let wait = wait_of(&p)?;
+    let _permit = match want {
+        Some(_) => Some(a.config.blocking.permit()?),
+        None => None,
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut changes = a.events.received.subscribe();
+    loop {
+        changes.borrow_and_update();
+        let mut events = a.events.list();
+        events.retain(|e| name.is_empty() || e.name == name);
+        let before = events.len();
+        events.retain(|e| z.event_read(&e.name));
+        let filtered = events.len() != before;
+        let index = list_index(&events);
+        let expired = tokio::time::Instant::now() >= deadline;
+        if want != Some(index) || expired {
+            let mut resp = axum::Json(events).into_response();
+            let h = resp.headers_mut();
+            h.insert("x-consul-index", HeaderValue::from(index));
+            if filtered {
+                h.insert(
+                    "x-consul-results-filtered-by-acls",
+                    HeaderValue::from_static("true"),
+                );
+            }
+            return Ok(resp);
+        }
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+        // The token again (the agent's cache keeps it its TTL): one deleted
+        // or narrowed while this waited reads with what it has now.
+        z = super::api::authz_of(&a, z.token().map(str::to_string)).await?;
+    }
+}
