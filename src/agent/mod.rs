@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tracing::Instrument;
 
+pub use define::config_files;
 pub use maintenance::MaintenanceError;
 pub use servers::ServerError;
 
@@ -69,7 +70,9 @@ pub struct AgentConfig {
     pub http_addr: SocketAddr,
     /// Server base URLs (`http://host:port` or `https://host:port`).
     pub servers: Vec<String>,
-    pub config_dir: Option<PathBuf>,
+    /// Its configuration files: their service and check definitions are
+    /// registered at start and on `PUT /v1/agent/reload`.
+    pub config_sources: crate::config_file::Sources,
     /// The full-sync period before scaling by cluster size.
     pub sync_interval: Duration,
     /// The datacenter until the servers say otherwise.
@@ -367,10 +370,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
     } else {
         saved.node_id.clone()
     };
-    let from_dir = match &config.config_dir {
-        Some(d) => define::config_dir(d, &config.node)?,
-        None => Default::default(),
-    };
+    let from_dir = define::config_files(&config.config_sources, &config.node)?;
     let tables = Tables::new(node_info(&config, node_id.clone()));
     let agent = Arc::new(Agent {
         servers: Servers::new(
@@ -434,7 +434,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
             }
             Ok::<_, Error>((t.services.len(), n))
         })
-        .map_err(|e| anyhow::anyhow!("--config-dir: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     tracing::info!(
         node = %agent.config.node,
         services = restored.0,

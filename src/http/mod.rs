@@ -618,7 +618,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         data_dir: config.data_dir.join("agent"),
         http_addr: config.http_addr,
         servers: vec![format!("{scheme}://{local}")],
-        config_dir: None,
+        config_sources: config.config_sources.clone(),
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
         in_server: true,
