@@ -105,6 +105,7 @@ fn local_routes() -> Router<App> {
         .named("/v1/agent/check/update/", "Missing check ID", put(update))
         .route("/v1/agent/maintenance", put(node_maintenance))
         .route("/v1/agent/version", get(version))
+        .merge(super::ops::routes())
 }
 
 /// `GET /v1/agent/version`, Consul's shape (no ACL, as Consul's): the
@@ -142,6 +143,7 @@ pub fn router(agent: App) -> Router {
             .route("/v1/agent/self", get(agent_self))
             .route("/v1/agent/metrics", get(metrics))
             .route("/v1/agent/leave", put(leave))
+            .route("/v1/agent/join/{*address}", put(super::ops::join))
             .route(
                 "/v1/agent/connect/ca/leaf/{*service}",
                 get(super::connect::leaf),
@@ -156,8 +158,7 @@ pub fn router(agent: App) -> Router {
 /// Consul's agents default it) before one of the agent's own endpoints
 /// runs; its `Authz` extractor takes the answer from the extensions.
 async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Response {
-    let token =
-        token_of(req.headers(), req.uri().query()).or_else(|| a.config.tokens.default.clone());
+    let token = token_of(req.headers(), req.uri().query()).or_else(|| a.default_token());
     match authz_of(&a, token).await {
         Ok(authz) => {
             req.extensions_mut().insert(authz);
@@ -643,7 +644,7 @@ fn forwarded_identity(
     match token {
         Some(t) => (path.to_string(), Some(t)),
         None if in_query => (path.to_string(), None),
-        None => (path.to_string(), a.config.tokens.default.clone()),
+        None => (path.to_string(), a.default_token()),
     }
 }
 

@@ -65,7 +65,7 @@ impl Catalog for AgentCatalog {
     async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
         let a = &self.0;
         a.tokens
-            .resolve(&a.servers, a.config.tokens.default.as_deref())
+            .resolve(&a.servers, a.default_token().as_deref())
             .await
             .map_err(|e| LookupError::Token(e.to_string()))
     }

@@ -33,9 +33,11 @@ pub mod checks;
 mod connect;
 mod define;
 mod dns;
+mod host;
 pub mod liveness;
 pub mod local;
 mod maintenance;
+mod ops;
 mod parse;
 mod persist;
 mod servers;
@@ -148,6 +150,12 @@ pub struct Agent {
     /// Anti-entropy runs so far, and whether the last one succeeded (API
     /// writes wait on it: [`sync::pushed`]).
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
+    /// Its ACL tokens as set now: the configuration's, replaced in memory
+    /// by `PUT /v1/agent/token/:kind` (with the kinds cairn only keeps).
+    acl_tokens: parking_lot::RwLock<(
+        crate::structs::acl::AgentTokens,
+        BTreeMap<&'static str, String>,
+    )>,
 }
 
 impl Agent {
@@ -160,6 +168,96 @@ impl Agent {
             .read()
             .map(|d| d.clone())
             .unwrap_or_default()
+    }
+
+    /// The token of requests made or forwarded without one.
+    pub fn default_token(&self) -> Option<String> {
+        self.acl_tokens.read().0.default.clone()
+    }
+
+    /// Sets one of the agent's tokens (a kind `ops::token_kind` knows).
+    fn set_token(&self, kind: &'static str, token: Option<String>) {
+        let mut t = self.acl_tokens.write();
+        match kind {
+            "default" => t.0.default = token,
+            "agent" => t.0.agent = token,
+            other => match token {
+                Some(v) => {
+                    t.1.insert(other, v);
+                }
+                None => {
+                    t.1.remove(other);
+                }
+            },
+        }
+        self.servers.set_own_token(t.0.own().map(String::from));
+    }
+
+    /// `PUT /v1/agent/reload`: the configuration files read again. Their
+    /// services and checks are registered anew where they changed, those
+    /// no longer there removed; what the API registered stays. A file
+    /// that does not read changes nothing.
+    async fn reload(self: &Arc<Self>) -> Result<()> {
+        let (sources, node) = (self.config.config_sources.clone(), self.config.node.clone());
+        let defs = tokio::task::spawn_blocking(move || define::config_files(&sources, &node))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(|e| Error::Internal(format!("Failed to reload configs: {e:#}")))?;
+        let now = Instant::now();
+        let (added, removed) = self.local.with(|t| {
+            let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
+            for d in &defs.services {
+                wanted.insert(d.service.id.clone());
+                if let Some(sc) = &d.sidecar {
+                    wanted.insert(sc.service.id.clone());
+                }
+            }
+            let gone: Vec<String> = t
+                .live_services()
+                .filter(|s| s.source == Source::Config && !wanted.contains(&s.registered.id))
+                .map(|s| s.registered.id.clone())
+                .collect();
+            for id in &gone {
+                t.remove_service(id);
+            }
+            let checks: std::collections::HashSet<String> = defs
+                .checks
+                .iter()
+                .map(|(c, _)| c.check_id.clone())
+                .collect();
+            let gone_checks: Vec<String> = t
+                .live_checks()
+                .filter(|c| c.source == Source::Config && c.check.service_id.is_empty())
+                .filter(|c| !checks.contains(&c.check.check_id))
+                .map(|c| c.check.check_id.clone())
+                .collect();
+            for id in &gone_checks {
+                t.remove_check(id);
+            }
+            let mut added = 0;
+            for def in defs.services {
+                // Unchanged: left as it runs (its checks keep their status).
+                let same = t
+                    .live_service(&def.service.id)
+                    .is_some_and(|s| s.source == Source::Config && s.registered == def.service);
+                if !same {
+                    t.put_definition(def, Source::Config, true, now, None)?;
+                    added += 1;
+                }
+            }
+            for (c, spec) in defs.checks {
+                if t.live_check(&c.check_id)
+                    .is_none_or(|l| l.source != Source::Config)
+                {
+                    t.put_check(c, spec, Source::Config, now);
+                }
+            }
+            Ok::<_, Error>((added, gone.len()))
+        })?;
+        tracing::info!(added, removed, "configuration reloaded");
+        self.sync_runners();
+        sync::pushed(self).await;
+        Ok(())
     }
 
     /// Records what a heartbeat told about the cluster.
@@ -390,6 +488,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         leave: tokio::sync::Notify::new(),
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
+        acl_tokens: parking_lot::RwLock::new((config.tokens.clone(), BTreeMap::new())),
         config,
     });
     let now = Instant::now();

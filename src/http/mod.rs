@@ -5,6 +5,7 @@
 
 pub mod acl;
 mod agent;
+mod agent_ops;
 pub mod catalog;
 mod config;
 pub mod connect;
@@ -81,6 +82,7 @@ pub fn router(server: App) -> Router {
         .merge(health::routes())
         .merge(status::routes())
         .merge(agent::routes())
+        .merge(agent_ops::routes())
         .merge(liveness::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
@@ -103,7 +105,7 @@ pub fn resolver(server: &App) -> crate::request::authz::Resolver {
 
 /// Endpoints any server answers itself, whatever the mode.
 fn always_local(path: &str) -> bool {
-    path.starts_with("/v1/agent/")
+    (path.starts_with("/v1/agent/") && !agent_ops::leader_only(path))
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
         || path.starts_with("/v1/internal/proxycfg/")
