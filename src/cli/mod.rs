@@ -11,6 +11,7 @@
 //! the error and turns it into the exit code.
 
 mod acl;
+mod agent;
 mod catalog;
 pub(crate) mod config;
 mod kv;
@@ -65,6 +66,19 @@ pub enum CliCommand {
     /// ACLs: bootstrap, tokens, policies, roles.
     #[command(subcommand)]
     Acl(acl::AclCmd),
+    /// Make the agent read its configuration files again.
+    Reload,
+    /// Stream the agent's log lines.
+    Monitor(agent::MonitorArgs),
+    /// Join a server to the cluster of the server at a Raft address, or
+    /// give a client agent one more server.
+    Join(agent::JoinArgs),
+    /// Remove a failed node: a server from Raft, any node from the catalog.
+    ForceLeave(agent::ForceLeaveArgs),
+    /// Make the agent leave the cluster and stop.
+    Leave,
+    /// The agent's and its server's state, as `consul info`.
+    Info,
 }
 
 /// A failed command: the one line to print.
@@ -96,6 +110,12 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
         CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
         CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, c)),
+        CliCommand::Reload => client().and_then(|cl| agent::reload(&cl)),
+        CliCommand::Monitor(a) => client().and_then(|cl| agent::monitor(&cl, a)),
+        CliCommand::Join(a) => client().and_then(|cl| agent::join(&cl, a)),
+        CliCommand::ForceLeave(a) => client().and_then(|cl| agent::force_leave(&cl, a)),
+        CliCommand::Leave => client().and_then(|cl| agent::leave(&cl)),
+        CliCommand::Info => client().and_then(|cl| agent::info(&cl)),
         CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -337,6 +357,31 @@ impl Client {
             )));
         }
         Ok(r)
+    }
+
+    /// A streamed answer (`monitor`), a chunk at a time to `each` until
+    /// the stream ends or `each` says stop; no overall timeout.
+    pub fn stream(&self, path: &str, mut each: impl FnMut(&[u8]) -> bool) -> CliResult {
+        let req = self
+            .request(reqwest::Method::GET, path)
+            .timeout(Duration::from_secs(u64::from(u32::MAX)));
+        self.rt.block_on(async {
+            let mut resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            if !resp.status().is_success() {
+                let status = resp.status().as_u16();
+                let body = resp.text().await.unwrap_or_default();
+                return Err(CliError(format!(
+                    "Unexpected response code: {status} ({})",
+                    body.trim()
+                )));
+            }
+            while let Some(chunk) = resp.chunk().await.map_err(|e| self.unreachable(&e))? {
+                if !each(&chunk) {
+                    break;
+                }
+            }
+            Ok(())
+        })
     }
 
     pub fn get_json(&self, path: &str) -> Result<Value, CliError> {
