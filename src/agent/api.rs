@@ -171,6 +171,16 @@ async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Re
 /// `token` (none: anonymous) resolved by asking the servers, through the
 /// agent's cache (`agent::acl`).
 async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+    // The recovery token works with no server to ask (Consul's: agent
+    // write on this node, and reads of nodes).
+    if let Some(t) = token.as_deref()
+        && a.is_recovery_token(t)
+    {
+        return Ok(Authz::resolved(
+            super::ops::recovery_authorizer(&a.config.node),
+            token,
+        ));
+    }
     let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
     Ok(Authz::resolved(authz, token))
 }

@@ -175,6 +175,18 @@ impl Agent {
         self.acl_tokens.read().0.default.clone()
     }
 
+    /// Whether `token` is the agent recovery token set on this agent.
+    fn is_recovery_token(&self, token: &str) -> bool {
+        !token.is_empty()
+            && self
+                .acl_tokens
+                .read()
+                .1
+                .get("agent_recovery")
+                .map(String::as_str)
+                == Some(token)
+    }
+
     /// Sets one of the agent's tokens (a kind `ops::token_kind` knows).
     fn set_token(&self, kind: &'static str, token: Option<String>) {
         let mut t = self.acl_tokens.write();

@@ -28,6 +28,20 @@ pub fn routes() -> Router<App> {
         .route("/v1/agent/token/{kind}", put(set_token))
 }
 
+/// What the agent recovery token may do: write this agent, read nodes.
+pub fn recovery_authorizer(node: &str) -> Arc<crate::acl::authz::Authorizer> {
+    let text = format!(
+        "agent {} {{ policy = \"write\" }}\nnode_prefix \"\" {{ policy = \"read\" }}\n",
+        serde_json::Value::from(node)
+    );
+    let rules = crate::acl::rules::parse_rules(&text).unwrap_or_default();
+    Arc::new(crate::acl::authz::Authorizer::new(
+        "agent-recovery",
+        &[&rules],
+        crate::acl::DefaultPolicy::Deny,
+    ))
+}
+
 /// A client agent's join: the server at `address` (its HTTP address) is
 /// one more it may talk to. A server joins through its own route
 /// (`http::agent_ops`).
