@@ -95,7 +95,12 @@ pub fn subscribe(level: Level) -> Subscription {
 
 fn update_max(max: &AtomicUsize, w: &[usize; 5]) {
     let m = w.iter().rposition(|n| *n > 0).map_or(0, |i| i + 1);
-    max.store(m, Ordering::Relaxed);
+    if max.swap(m, Ordering::Relaxed) != m {
+        // The filter's level hint changed: let tracing recompute its
+        // global maximum, so that with nobody listening a `debug!` stays
+        // as cheap as stderr's level makes it.
+        tracing::callsite::rebuild_interest_cache();
+    }
 }
 
 impl Drop for Subscription {
@@ -135,9 +140,35 @@ pub fn layer<S>() -> impl Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    Monitor.with_filter(tracing_subscriber::filter::filter_fn(|m| {
-        wanted(m.level(), m.target())
-    }))
+    Monitor.with_filter(Wanted)
+}
+
+/// Lets through what some listener wants; its hint is the most verbose
+/// level listened to (off with none).
+struct Wanted;
+
+impl<S> tracing_subscriber::layer::Filter<S> for Wanted {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
+        wanted(meta.level(), meta.target())
+    }
+
+    fn callsite_enabled(
+        &self, _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        use tracing::level_filters::LevelFilter;
+        Some(match hub().max.load(Ordering::Relaxed) {
+            0 => LevelFilter::OFF,
+            1 => LevelFilter::ERROR,
+            2 => LevelFilter::WARN,
+            3 => LevelFilter::INFO,
+            4 => LevelFilter::DEBUG,
+            _ => LevelFilter::TRACE,
+        })
+    }
 }
 
 struct Monitor;
