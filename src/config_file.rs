@@ -47,7 +47,7 @@ impl Sources {
     }
 
     /// Each file's parsed document (a JSON object), in order.
-    pub fn documents(&self) -> Result<Vec<(PathBuf, Map<String, Value>)>, ConfigError> {
+    pub fn documents(&self) -> Result<Vec<Document>, ConfigError> {
         self.paths()?
             .into_iter()
             .map(|p| {
@@ -57,6 +57,9 @@ impl Sources {
             .collect()
     }
 }
+
+/// A file and its top-level object.
+pub type Document = (PathBuf, Map<String, Value>);
 
 /// One file parsed (HCL or JSON) into its top-level object.
 pub fn read(path: &Path) -> Result<Map<String, Value>, ConfigError> {
