@@ -409,3 +409,74 @@ fn cli_verbs_reach_the_endpoints() {
     let out = common::cli(&s.url, &["force-leave", "nobody"]);
     assert!(!out.status.success());
 }
+
+/// The status and A records of one UDP query for `name`.
+fn dns_a(addr: SocketAddr, name: &str) -> (String, Vec<String>) {
+    use hickory_proto::op::{Message, Query, ResponseCode};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    let mut q = Message::query();
+    q.metadata.recursion_desired = true;
+    q.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    sock.send_to(&q.to_vec().unwrap(), addr).unwrap();
+    let mut buf = [0u8; 4096];
+    let (n, _) = sock.recv_from(&mut buf).unwrap();
+    let m = Message::from_vec(&buf[..n]).unwrap();
+    let status = match m.metadata.response_code {
+        ResponseCode::NoError => "NOERROR".to_string(),
+        ResponseCode::NXDomain => "NXDOMAIN".to_string(),
+        other => format!("{other:?}"),
+    };
+    let answers = m
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(a.to_string()),
+            _ => None,
+        })
+        .collect();
+    (status, answers)
+}
+
+#[test]
+fn a_dns_token_set_on_an_agent_answers_its_dns() {
+    let s = deny_server();
+    let reg = json!({"Node": "db-node", "Address": "10.0.0.7",
+                     "Service": {"Service": "db", "Port": 5432}});
+    common::acl::as_root(s.http_addr, "PUT", "/v1/catalog/register", &reg);
+    let (_, dns) = token_with_rules(
+        s.http_addr,
+        "dns",
+        r#"service "db" { policy = "read" }
+node "db-node" { policy = "read" }"#,
+    );
+    let agent = Agent::builder("dns-tok-agent", &s.url)
+        .arg("--acl-agent-token")
+        .arg(ROOT)
+        .start();
+    let (status, _) = dns_a(agent.dns_addr, "db.service.consul");
+    assert_eq!(status, "NXDOMAIN", "anonymous may not read db");
+    let body = json!({ "Token": dns }).to_string();
+    let r = with(
+        agent.http_addr,
+        "PUT",
+        "/v1/agent/token/dns",
+        Some(&body),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        dns_a(agent.dns_addr, "db.service.consul"),
+        ("NOERROR".to_string(), vec!["10.0.0.7".to_string()])
+    );
+    // The CLI's name for the recovery token is taken too.
+    let r = with(
+        agent.http_addr,
+        "PUT",
+        "/v1/agent/token/recovery",
+        Some(r#"{"Token": "r"}"#),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+}

@@ -175,6 +175,12 @@ impl Agent {
         self.acl_tokens.read().0.default.clone()
     }
 
+    /// The token its DNS answers with: the `dns` token, else the default.
+    pub fn dns_token(&self) -> Option<String> {
+        let t = self.acl_tokens.read();
+        t.1.get("dns").cloned().or_else(|| t.0.default.clone())
+    }
+
     /// Whether `token` is the agent recovery token set on this agent.
     fn is_recovery_token(&self, token: &str) -> bool {
         !token.is_empty()

@@ -131,7 +131,11 @@ fn token_kind(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "default" | "acl_token" => "default",
         "agent" | "acl_agent_token" => "agent",
-        "agent_recovery" | "agent_master" | "acl_agent_master_token" => "agent_recovery",
+        // `recovery` is the CLI's name for it.
+        "agent_recovery" | "recovery" | "agent_master" | "acl_agent_master_token" => {
+            "agent_recovery"
+        }
+        "dns" => "dns",
         "config_file_service_registration" => "config_file_service_registration",
         "replication" | "acl_replication_token" => "replication",
         _ => return None,

@@ -20,7 +20,7 @@ pub enum AclCmd {
     /// Create, read, list and delete roles.
     #[command(subcommand)]
     Role(RoleCmd),
-    /// Set one of the agent's tokens (default, agent, agent_recovery,
+    /// Set one of the agent's tokens (default, agent, dns, recovery,
     /// config_file_service_registration, replication), in its memory.
     SetAgentToken(SetAgentToken),
 }
