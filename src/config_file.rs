@@ -116,12 +116,16 @@ pub struct FileConfig {
     pub token_initial_management: Option<String>,
     pub token_agent: Option<String>,
     pub token_default: Option<String>,
+    /// The agent's other tokens by kind (`agent_recovery`, `dns`,
+    /// `replication`, `config_file_service_registration`): the agent sets
+    /// them at its start, as `PUT /v1/agent/token/:kind` would.
+    pub tokens_other: std::collections::BTreeMap<String, String>,
     pub tls_ca_file: Option<PathBuf>,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
     pub tls_verify_incoming: Option<bool>,
     pub encrypt: Option<String>,
-    /// Keys cairn does not use (`acl.tokens.replication`, `telemetry`, …),
+    /// Keys cairn does not use (`telemetry`, `acl.enable_token_persistence`, …),
     /// each once, with the first file that has it.
     pub unused: Vec<(String, PathBuf)>,
 }
@@ -248,6 +252,20 @@ impl FileConfig {
                             "master" | "initial_management" => &mut self.token_initial_management,
                             "agent" => &mut self.token_agent,
                             "default" => &mut self.token_default,
+                            "agent_recovery"
+                            | "agent_master"
+                            | "dns"
+                            | "replication"
+                            | "config_file_service_registration" => {
+                                let kind = if k == "agent_master" {
+                                    "agent_recovery"
+                                } else {
+                                    &k
+                                };
+                                let v = f.string(&name, &v)?;
+                                self.tokens_other.insert(kind.to_string(), v);
+                                continue;
+                            }
                             _ => {
                                 f.unused(&name);
                                 continue;
@@ -415,6 +433,7 @@ acl {
     initial_management = "root"
     agent = "agent-secret"
     replication = "r"
+    agent_master = "old"
   }
 }
 telemetry { prometheus_retention_time = "1m" }
@@ -440,8 +459,10 @@ telemetry { prometheus_retention_time = "1m" }
             c.listen(&c.addresses.dns, c.ports.dns, 8600).as_deref(),
             Some("")
         );
+        assert_eq!(c.tokens_other["replication"], "r");
+        assert_eq!(c.tokens_other["agent_recovery"], "old");
         let unused: Vec<&str> = c.unused.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(unused, ["acl.tokens.replication", "telemetry", "ui_config"]);
+        assert_eq!(unused, ["telemetry", "ui_config"]);
     }
 
     #[test]

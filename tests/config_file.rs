@@ -293,3 +293,38 @@ fn an_agent_from_a_config_dir_joins_and_registers_its_services() {
     assert!(!bad.exit().success());
     assert!(bad.log().contains("server = true"), "{}", bad.log());
 }
+
+#[test]
+fn an_agents_recovery_token_from_its_file_works_with_its_servers_gone() {
+    let mut s = common::acl::deny_server();
+    let dir = tempfile::tempdir().unwrap();
+    let http = free_port();
+    std::fs::write(
+        dir.path().join("agent.json"),
+        serde_json::json!({
+            "node_name": "rec-agent",
+            "data_dir": dir.path().join("data"),
+            "retry_join": [s.http_addr.to_string()],
+            "ports": {"http": http, "dns": -1},
+            "acl": {"tokens": {"agent": ROOT, "agent_recovery": "rec-from-file"}},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let file = dir.path().join("agent.json");
+    let _p = Proc::start(
+        dir.path(),
+        &["agent", "--config-file", file.to_str().unwrap()],
+    );
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+    eventually(Duration::from_secs(30), "the agent's node", || {
+        let r = with(s.http_addr, "GET", "/v1/catalog/node/rec-agent", None, ROOT);
+        (!r.json().is_null()).then_some(())
+    });
+    s.kill();
+    // No server to resolve a token: only the recovery token is taken.
+    let r = with(addr, "PUT", "/v1/agent/reload", None, "some-other");
+    assert_eq!(r.status, 500, "{}", r.body);
+    let r = with(addr, "PUT", "/v1/agent/reload", None, "rec-from-file");
+    assert_eq!(r.status, 200, "{}", r.body);
+}

@@ -558,6 +558,15 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         checks = restored.1,
         "agent state loaded"
     );
+    // The tokens the configuration files give beyond the flags' (the
+    // files were read once already: they parse).
+    if let Ok(file) = crate::config_file::FileConfig::load(&agent.config.config_sources) {
+        for (kind, token) in file.tokens_other {
+            if let Some(kind) = ops::token_kind(&kind) {
+                agent.set_token(kind, Some(token));
+            }
+        }
+    }
     agent.sync_runners();
     // Re-written so that the node id is kept even before any registration.
     agent.persist().await.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -127,7 +127,7 @@ struct TokenBody {
 }
 
 /// Consul's token kinds, with their legacy names.
-fn token_kind(kind: &str) -> Option<&'static str> {
+pub fn token_kind(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "default" | "acl_token" => "default",
         "agent" | "acl_agent_token" => "agent",
