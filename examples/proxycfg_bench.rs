@@ -183,6 +183,7 @@ async fn run(proxies: usize) {
         insecure_raft: false,
         acl: Default::default(),
         agent_tokens: Default::default(),
+        config_sources: Default::default(),
     };
     let server = Server::start(config).await.expect("server");
     server.await_leader().await.expect("leader");

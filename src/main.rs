@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use cairn::config_file::FileConfig;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// mimalloc, not glibc's malloc: a profile of the leader under write load
 /// spent about a quarter of its CPU in glibc's malloc and free (small,
@@ -42,6 +44,12 @@ enum Command {
     Keygen,
     /// Print cairn's version and the Consul release whose API it follows.
     Version,
+    /// Check configuration files (or directories of them) as `server` and
+    /// `agent` read them, starting nothing.
+    Validate {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
@@ -55,11 +63,35 @@ enum DebugCmd {
     DataDir { dir: PathBuf },
 }
 
+/// Consul's agent configuration files: flags given win over them.
+#[derive(clap::Args)]
+struct ConfigArgs {
+    /// A configuration file, HCL or JSON, in Consul's format (repeatable).
+    #[arg(long, value_name = "FILE")]
+    config_file: Vec<PathBuf>,
+    /// A directory whose `*.hcl` and `*.json` files are read in lexical
+    /// order (repeatable); service and check definitions in them are
+    /// registered, and read again by `PUT /v1/agent/reload`.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Vec<PathBuf>,
+}
+
+impl ConfigArgs {
+    fn sources(&self) -> cairn::config_file::Sources {
+        cairn::config_file::Sources {
+            files: self.config_file.clone(),
+            dirs: self.config_dir.clone(),
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct ServerArgs {
     /// One server with its data in a fresh temporary directory.
     #[arg(long)]
     dev: bool,
+    #[command(flatten)]
+    config: ConfigArgs,
     #[arg(long)]
     node: Option<String>,
     #[arg(long)]
@@ -185,19 +217,23 @@ struct AgentArgs {
     /// This agent's node name (default: the host name).
     #[arg(long)]
     node: Option<String>,
+    /// Where the agent keeps its state (required, here or as `data_dir`
+    /// in a configuration file).
     #[arg(long)]
-    data_dir: PathBuf,
+    data_dir: Option<PathBuf>,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
     acl: AclArgs,
     /// A server's HTTP address (repeatable): http://host:port, host:port,
-    /// or https://host:port (with --tls-ca-file).
-    #[arg(long = "server", required = true)]
+    /// or https://host:port (with --tls-ca-file). Required, here or as a
+    /// configuration file's `retry_join` (a host there means its port 8500).
+    #[arg(long = "server")]
     servers: Vec<String>,
-    /// A directory of service (and check) definitions, JSON or HCL.
-    #[arg(long)]
-    config_dir: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[arg(long, default_value = "dc1", hide = true)]
+    datacenter: String,
     /// The full anti-entropy period before scaling by cluster size
     /// (a Go duration; default 1m).
     #[arg(long, value_parser = parse_duration, default_value = "1m")]
@@ -343,6 +379,226 @@ impl ListenArgs {
     }
 }
 
+/// Whether the user gave this flag (on the command line or through its
+/// environment variable): then it wins over the configuration files.
+fn given(m: &ArgMatches, id: &str) -> bool {
+    matches!(
+        m.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
+}
+
+/// `$dst` takes the file's value unless flag `$id` was given.
+macro_rules! from_file {
+    ($m:expr, $id:literal, $dst:expr, $src:expr) => {
+        if !given($m, $id)
+            && let Some(v) = $src
+        {
+            $dst = v;
+        }
+    };
+}
+
+fn load_files(c: &ConfigArgs) -> anyhow::Result<FileConfig> {
+    FileConfig::load(&c.sources()).map_err(|e| anyhow::anyhow!(e.0))
+}
+
+/// One line per configuration key cairn does not use (once logging runs).
+fn warn_unused(f: &FileConfig) {
+    for (key, file) in &f.unused {
+        tracing::warn!(key = %key, file = %file.display(), "configuration key not used by cairn: ignored");
+    }
+}
+
+/// What servers and agents take alike from the files: listeners, TLS,
+/// their tokens, logging.
+fn apply_common(
+    m: &ArgMatches, f: &FileConfig, listen: &mut ListenArgs, acl: &mut AclArgs, dns: &mut DnsArgs,
+    log: (&mut String, &mut bool),
+) -> anyhow::Result<()> {
+    from_file!(
+        m,
+        "http_addr",
+        listen.http_addr,
+        f.listen(&f.addresses.http, f.ports.http, 8500)
+    );
+    if !given(m, "https_addr") && f.ports.https.is_some_and(|p| p > 0) {
+        let addr = f
+            .listen(&f.addresses.https, f.ports.https, 8501)
+            .unwrap_or_default();
+        listen.https_addr = Some(
+            addr.parse()
+                .map_err(|e| anyhow::anyhow!("addresses.https {addr:?}: {e}"))?,
+        );
+    }
+    from_file!(
+        m,
+        "dns_addr",
+        dns.dns_addr,
+        f.listen(&f.addresses.dns, f.ports.dns, 8600)
+    );
+    from_file!(
+        m,
+        "tls_ca_file",
+        listen.tls_ca_file,
+        f.tls_ca_file.clone().map(Some)
+    );
+    from_file!(
+        m,
+        "tls_cert_file",
+        listen.tls_cert_file,
+        f.tls_cert_file.clone().map(Some)
+    );
+    from_file!(
+        m,
+        "tls_key_file",
+        listen.tls_key_file,
+        f.tls_key_file.clone().map(Some)
+    );
+    from_file!(
+        m,
+        "tls_verify_incoming",
+        listen.tls_verify_incoming,
+        f.tls_verify_incoming
+    );
+    from_file!(
+        m,
+        "acl_token",
+        acl.acl_token,
+        f.token_default.clone().map(Some)
+    );
+    from_file!(
+        m,
+        "acl_agent_token",
+        acl.acl_agent_token,
+        f.token_agent.clone().map(Some)
+    );
+    from_file!(m, "log_level", *log.0, f.log_level.clone());
+    from_file!(m, "log_json", *log.1, f.log_json);
+    Ok(())
+}
+
+/// A server's flags over its configuration files.
+fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        f.server != Some(false),
+        "the configuration says server = false: a client agent is `cairn agent`"
+    );
+    apply_common(
+        m,
+        f,
+        &mut a.listen,
+        &mut a.acl,
+        &mut a.dns,
+        (&mut a.log_level, &mut a.log_json),
+    )?;
+    from_file!(m, "node", a.node, f.node_name.clone().map(Some));
+    from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
+    from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
+    if let Some(p) = &f.primary_datacenter
+        && Some(p) != f.datacenter.as_ref()
+    {
+        tracing::warn!(primary_datacenter = %p, "one datacenter only: primary_datacenter ignored");
+    }
+    from_file!(
+        m,
+        "bootstrap_expect",
+        a.bootstrap_expect,
+        f.bootstrap_expect
+    );
+    from_file!(m, "encrypt", a.encrypt, f.encrypt.clone().map(Some));
+    from_file!(
+        m,
+        "grpc_addr",
+        a.grpc_addr,
+        f.listen(&f.addresses.grpc, f.ports.grpc, 8502)
+    );
+    let server_port = f.ports.server.unwrap_or(8300);
+    if !given(m, "raft_addr") && (f.bind_addr.is_some() || f.ports.server.is_some()) {
+        let bind = f.bind_addr.as_deref().unwrap_or("127.0.0.1");
+        let addr = cairn::config_file::join_host_port(bind, server_port);
+        a.raft_addr = addr
+            .parse()
+            .map_err(|e| anyhow::anyhow!("bind_addr {bind:?}: {e}"))?;
+    }
+    // retry_join names servers; one without a port is at the server port.
+    if !given(m, "join") && !f.retry_join.is_empty() {
+        a.join = f
+            .retry_join
+            .iter()
+            .map(|h| with_port(h, server_port))
+            .collect();
+    }
+    from_file!(m, "acl_enabled", a.acl.acl_enabled, f.acl_enabled);
+    if !given(m, "acl_default_policy")
+        && let Some(p) = &f.acl_default_policy
+    {
+        a.acl.acl_default_policy = p
+            .parse()
+            .map_err(|e| anyhow::anyhow!("acl.default_policy {p:?}: {e}"))?;
+    }
+    from_file!(
+        m,
+        "acl_initial_management_token",
+        a.acl.acl_initial_management_token,
+        f.token_initial_management.clone().map(Some)
+    );
+    Ok(())
+}
+
+/// A client agent's flags over its configuration files. Its ACL block's
+/// `enabled` and `default_policy` are the servers' business.
+fn apply_agent(m: &ArgMatches, f: &FileConfig, a: &mut AgentArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        f.server != Some(true),
+        "the configuration says server = true: a server is `cairn server`"
+    );
+    apply_common(
+        m,
+        f,
+        &mut a.listen,
+        &mut a.acl,
+        &mut a.dns,
+        (&mut a.log_level, &mut a.log_json),
+    )?;
+    from_file!(m, "node", a.node, f.node_name.clone().map(Some));
+    from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
+    from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
+    // An agent talks to servers' HTTP API: a retry_join host means its
+    // port 8500.
+    if !given(m, "servers") && !f.retry_join.is_empty() {
+        a.servers = f.retry_join.iter().map(|h| with_port(h, 8500)).collect();
+    }
+    Ok(())
+}
+
+/// `host` with `port` unless it names one.
+fn with_port(host: &str, port: i64) -> String {
+    let has_port = match host.rsplit_once(':') {
+        Some((h, p)) => p.parse::<u16>().is_ok() && (!h.contains(':') || h.ends_with(']')),
+        None => false,
+    };
+    if has_port {
+        host.to_string()
+    } else {
+        cairn::config_file::join_host_port(host, port)
+    }
+}
+
+/// `cairn validate`: the files (or directories) read as a start reads
+/// them, service and check definitions included.
+fn validate(paths: &[PathBuf]) -> anyhow::Result<()> {
+    let (dirs, files) = paths.iter().cloned().partition(|p| p.is_dir());
+    let sources = cairn::config_file::Sources { files, dirs };
+    let f = FileConfig::load(&sources).map_err(|e| anyhow::anyhow!(e.0))?;
+    cairn::agent::config_files(&sources, "validate")?;
+    for (key, file) in &f.unused {
+        println!("{}: {key}: not used by cairn", file.display());
+    }
+    println!("Configuration is valid!");
+    Ok(())
+}
+
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let d = cairn::structs::duration::Duration::parse(s)?;
     if d.nanos() <= 0 {
@@ -358,15 +614,23 @@ fn init_logging(level: &str, json: bool) {
     // Colour only on a terminal: logs sent to a file or a pipe stay plain
     // text, as Consul's.
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let stderr = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
+    let stderr = if json {
+        stderr.json().boxed()
     } else {
-        builder.init();
-    }
+        stderr.boxed()
+    };
+    // Each with its own filter: `/v1/agent/monitor` may ask for lines
+    // stderr does not show.
+    tracing_subscriber::registry()
+        .with(stderr.with_filter(filter))
+        .with(cairn::monitor::layer())
+        .init();
 }
 
 fn hostname() -> String {
@@ -378,7 +642,14 @@ fn hostname() -> String {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse_from(cairn::cli::go_style_args(std::env::args()));
+    let matches = Cli::command().get_matches_from(cairn::cli::go_style_args(std::env::args()));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sub = |name: &str| {
+        matches
+            .subcommand_matches(name)
+            .cloned()
+            .unwrap_or_default()
+    };
     // ring for any rustls client built without a config of ours.
     cairn::tls::install_default_provider();
     match cli.command {
@@ -389,6 +660,13 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::Keygen => {
             println!("{}", cairn::raft::encrypt::EncryptKey::generate()?);
+            Ok(())
+        }
+        Command::Validate { paths } => {
+            if let Err(e) = validate(&paths) {
+                eprintln!("Config validation failed: {e:#}");
+                std::process::exit(1);
+            }
             Ok(())
         }
         Command::Version => {
@@ -405,9 +683,19 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(if ok { 0 } else { 1 })
         }
         Command::Agent(a) => {
-            let a = *a;
+            let mut a = *a;
+            let file = load_files(&a.config)?;
+            apply_agent(&sub("agent"), &file, &mut a)?;
             init_logging(&a.log_level, a.log_json);
+            warn_unused(&file);
             a.acl.agent_only()?;
+            let data_dir = a.data_dir.clone().ok_or_else(|| {
+                anyhow::anyhow!("--data-dir is required (or data_dir in a configuration file)")
+            })?;
+            anyhow::ensure!(
+                !a.servers.is_empty(),
+                "--server is required (or retry_join in a configuration file)"
+            );
             let servers = a
                 .servers
                 .iter()
@@ -435,12 +723,12 @@ fn main() -> anyhow::Result<()> {
             };
             let config = cairn::agent::AgentConfig {
                 node: a.node.unwrap_or_else(hostname),
-                data_dir: a.data_dir,
+                data_dir,
                 http_addr,
                 servers,
-                config_dir: a.config_dir,
+                config_sources: a.config.sources(),
                 sync_interval: a.sync_interval,
-                datacenter: "dc1".into(),
+                datacenter: a.datacenter.clone(),
                 in_server: false,
                 ports: Default::default(),
                 tls,
@@ -456,8 +744,11 @@ fn main() -> anyhow::Result<()> {
                 .block_on(cairn::agent::run(config, dns))
         }
         Command::Server(a) => {
-            let a = *a;
+            let mut a = *a;
+            let file = load_files(&a.config)?;
+            apply_server(&sub("server"), &file, &mut a)?;
             init_logging(&a.log_level, a.log_json);
+            warn_unused(&file);
             let encrypt = a
                 .encrypt
                 .as_deref()
@@ -515,6 +806,7 @@ fn main() -> anyhow::Result<()> {
                 insecure_raft: a.insecure_raft,
                 acl: a.acl.server(),
                 agent_tokens: a.acl.tokens(),
+                config_sources: a.config.sources(),
             };
             let dns = a.dns.config()?;
             let grpc = if a.grpc_addr.trim().is_empty() {

@@ -56,6 +56,9 @@ pub struct ServerConfig {
     /// The token this server's own agent sends (`--acl-agent-token`, else
     /// `--acl-token`; as a client agent's).
     pub agent_tokens: crate::structs::acl::AgentTokens,
+    /// The configuration files (`--config-file`, `--config-dir`) whose
+    /// service and check definitions the server's own agent registers.
+    pub config_sources: crate::config_file::Sources,
 }
 
 /// A server's TLS: with the three files given, the Raft transport is

@@ -547,7 +547,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         a.get("/v1/agent/services?filter=Nope%20%3D%3D%201").status,
         400
     );
-    assert_eq!(a.get("/v1/agent/host").status, 404);
+    // An agent route that does not exist (host is served now).
+    assert_eq!(a.get("/v1/agent/no-such-route").status, 404);
     assert_eq!(a.get("/v1/agent/health/service/id/nope").status, 404);
     assert_eq!(a.get("/v1/agent/health/service/name/nope").status, 404);
     let r = a.get("/v1/agent/health/service/id/");

@@ -266,6 +266,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             default: boot.dns_token.clone(),
             agent: None,
         },
+        config_sources: Default::default(),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {

@@ -106,6 +106,7 @@ fn local_routes() -> Router<App> {
         .route("/v1/agent/maintenance", put(node_maintenance))
         .route("/v1/agent/version", get(version))
         .route("/v1/event/list", get(super::events::list))
+        .merge(super::ops::routes())
 }
 
 /// `GET /v1/agent/version`, Consul's shape (no ACL, as Consul's): the
@@ -143,6 +144,7 @@ pub fn router(agent: App) -> Router {
             .route("/v1/agent/self", get(agent_self))
             .route("/v1/agent/metrics", get(metrics))
             .route("/v1/agent/leave", put(leave))
+            .route("/v1/agent/join/{*address}", put(super::ops::join))
             .route(
                 "/v1/agent/connect/ca/leaf/{*service}",
                 get(super::connect::leaf),
@@ -157,8 +159,7 @@ pub fn router(agent: App) -> Router {
 /// Consul's agents default it) before one of the agent's own endpoints
 /// runs; its `Authz` extractor takes the answer from the extensions.
 async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Response {
-    let token =
-        token_of(req.headers(), req.uri().query()).or_else(|| a.config.tokens.default.clone());
+    let token = token_of(req.headers(), req.uri().query()).or_else(|| a.default_token());
     match authz_of(&a, token).await {
         Ok(authz) => {
             req.extensions_mut().insert(authz);
@@ -171,6 +172,16 @@ async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Re
 /// `token` (none: anonymous) resolved by asking the servers, through the
 /// agent's cache (`agent::acl`).
 pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+    // The recovery token works with no server to ask (Consul's: agent
+    // write on this node, and reads of nodes).
+    if let Some(t) = token.as_deref()
+        && a.is_recovery_token(t)
+    {
+        return Ok(Authz::resolved(
+            super::ops::recovery_authorizer(&a.config.node),
+            token,
+        ));
+    }
     let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
     Ok(Authz::resolved(authz, token))
 }
@@ -644,7 +655,7 @@ fn forwarded_identity(
     match token {
         Some(t) => (path.to_string(), Some(t)),
         None if in_query => (path.to_string(), None),
-        None => (path.to_string(), a.config.tokens.default.clone()),
+        None => (path.to_string(), a.default_token()),
     }
 }
 

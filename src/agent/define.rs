@@ -1,6 +1,6 @@
 //! Service and check definitions as Consul agents accept them — API bodies
 //! (`PUT /v1/agent/service/register`, `/v1/agent/check/register`) and
-//! `--config-dir` files (JSON or HCL) — turned into catalog-shaped
+//! configuration files (JSON or HCL) — turned into catalog-shaped
 //! `NodeService` and `HealthCheck` values with a parsed [`CheckSpec`].
 //!
 //! The parsing itself is `definition`'s (the same definitions `cairn
@@ -10,13 +10,12 @@
 //! before any state changes. A `Connect.SidecarService` is expanded here
 //! too (`sidecar`), all but its port, which the local state picks.
 
-use std::path::Path;
-
 use serde_json::{Map, Value};
 
 use super::parse::{ServiceDef, decode, object, parse_service, with_spec};
 use super::sidecar;
 use super::spec::CheckSpec;
+use crate::config_file::Sources;
 use crate::definition::{check_definition_to_health_check, normalize, services_of, text};
 use crate::error::{Error, Result};
 use crate::structs::HealthCheck;
@@ -46,36 +45,28 @@ pub fn check(def: Value) -> Result<(HealthCheck, CheckSpec)> {
     with_spec(decode(check)?)
 }
 
-/// What a `--config-dir` holds: service definitions, and node-level checks.
+/// What the configuration files hold for the agent: service definitions,
+/// and node-level checks.
 #[derive(Debug, Default)]
 pub struct ConfigDir {
     pub services: Vec<ServiceDef>,
     pub checks: Vec<(HealthCheck, CheckSpec)>,
 }
 
-/// Reads every `.json` and `.hcl` file of `dir`, in name order. A file that
-/// cannot be read or holds an invalid definition stops the agent from
-/// starting (as it stops Consul); files with neither services nor checks
-/// are skipped.
-pub fn config_dir(dir: &Path, node: &str) -> anyhow::Result<ConfigDir> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| anyhow::anyhow!("cannot read --config-dir {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json" | "hcl")))
-        .collect();
-    files.sort();
+/// Reads the service and check definitions of every configuration file
+/// (`config_file::Sources`: the files, then each directory's `.json` and
+/// `.hcl` files in name order). A file that cannot be read or holds an
+/// invalid definition stops the agent from starting (as it stops Consul)
+/// and fails a reload; the other keys are `config_file`'s.
+pub fn config_files(sources: &Sources, node: &str) -> anyhow::Result<ConfigDir> {
     let mut out = ConfigDir::default();
-    for f in files {
+    for (f, top) in sources.documents().map_err(|e| anyhow::anyhow!(e.0))? {
         let what = f.display().to_string();
         let bad = |e: String| anyhow::anyhow!("{what}: {e}");
-        let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
-        let doc = crate::definition::parse_json_or_hcl(&text, &what).map_err(|e| bad(e.0))?;
-        let Value::Object(top) = normalize(doc) else {
+        let Value::Object(top) = normalize(Value::Object(top)) else {
             return Err(bad("not an object".into()));
         };
-        let mut found = false;
         if top.contains_key("Service") || top.contains_key("Services") {
-            found = true;
             let mut svcs = Map::new();
             for k in ["Service", "Services"] {
                 if let Some(v) = top.get(k) {
@@ -93,16 +84,24 @@ pub fn config_dir(dir: &Path, node: &str) -> anyhow::Result<ConfigDir> {
                 Some(v) => vec![v.clone()],
                 None => continue,
             };
-            found = true;
             for def in defs {
                 out.checks.push(check(def).map_err(|e| bad(e.to_string()))?);
             }
         }
-        if !found {
-            tracing::warn!(file = %what, "no service or check definitions: skipped");
-        }
     }
     Ok(out)
+}
+
+/// The definitions of one directory (what `--config-dir` was).
+#[cfg(test)]
+fn config_dir(dir: &std::path::Path, node: &str) -> anyhow::Result<ConfigDir> {
+    config_files(
+        &Sources {
+            files: Vec::new(),
+            dirs: vec![dir.to_path_buf()],
+        },
+        node,
+    )
 }
 
 #[cfg(test)]

@@ -59,13 +59,14 @@ impl Catalog for AgentCatalog {
         }
     }
 
-    /// The agent's `--acl-token` (else anonymous) through its token cache
+    /// Its DNS token (`PUT /v1/agent/token/dns`), else its default token
+    /// (`--acl-token`), else anonymous, through its token cache
     /// (`agent::acl`, 30 s): the reads above use the agent's own token,
     /// what they show is cut to this one's rights by the resolver.
     async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
         let a = &self.0;
         a.tokens
-            .resolve(&a.servers, a.config.tokens.default.as_deref())
+            .resolve(&a.servers, a.dns_token().as_deref())
             .await
             .map_err(|e| LookupError::Token(e.to_string()))
     }

@@ -35,9 +35,11 @@ mod connect;
 mod define;
 mod dns;
 pub mod events;
+mod host;
 pub mod liveness;
 pub mod local;
 mod maintenance;
+mod ops;
 mod parse;
 mod persist;
 mod servers;
@@ -55,6 +57,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tracing::Instrument;
 
+pub use define::config_files;
 pub use maintenance::MaintenanceError;
 pub use servers::ServerError;
 
@@ -71,7 +74,9 @@ pub struct AgentConfig {
     pub http_addr: SocketAddr,
     /// Server base URLs (`http://host:port` or `https://host:port`).
     pub servers: Vec<String>,
-    pub config_dir: Option<PathBuf>,
+    /// Its configuration files: their service and check definitions are
+    /// registered at start and on `PUT /v1/agent/reload`.
+    pub config_sources: crate::config_file::Sources,
     /// The full-sync period before scaling by cluster size.
     pub sync_interval: Duration,
     /// The datacenter until the servers say otherwise.
@@ -149,6 +154,12 @@ pub struct Agent {
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
     /// The user events received (`events`).
     events: events::Events,
+    /// Its ACL tokens as set now: the configuration's, replaced in memory
+    /// by `PUT /v1/agent/token/:kind` (with the kinds cairn only keeps).
+    acl_tokens: parking_lot::RwLock<(
+        crate::structs::acl::AgentTokens,
+        BTreeMap<&'static str, String>,
+    )>,
 }
 
 impl Agent {
@@ -161,6 +172,114 @@ impl Agent {
             .read()
             .map(|d| d.clone())
             .unwrap_or_default()
+    }
+
+    /// The token of requests made or forwarded without one.
+    pub fn default_token(&self) -> Option<String> {
+        self.acl_tokens.read().0.default.clone()
+    }
+
+    /// The token its DNS answers with: the `dns` token, else the default.
+    pub fn dns_token(&self) -> Option<String> {
+        let t = self.acl_tokens.read();
+        t.1.get("dns").cloned().or_else(|| t.0.default.clone())
+    }
+
+    /// Whether `token` is the agent recovery token set on this agent.
+    fn is_recovery_token(&self, token: &str) -> bool {
+        !token.is_empty()
+            && self
+                .acl_tokens
+                .read()
+                .1
+                .get("agent_recovery")
+                .map(String::as_str)
+                == Some(token)
+    }
+
+    /// Sets one of the agent's tokens (a kind `ops::token_kind` knows).
+    fn set_token(&self, kind: &'static str, token: Option<String>) {
+        let mut t = self.acl_tokens.write();
+        match kind {
+            "default" => t.0.default = token,
+            "agent" => t.0.agent = token,
+            other => match token {
+                Some(v) => {
+                    t.1.insert(other, v);
+                }
+                None => {
+                    t.1.remove(other);
+                }
+            },
+        }
+        self.servers.set_own_token(t.0.own().map(String::from));
+    }
+
+    /// `PUT /v1/agent/reload`: the configuration files read again. Their
+    /// services and checks are registered anew where they changed, those
+    /// no longer there removed; what the API registered stays. A file
+    /// that does not read changes nothing.
+    async fn reload(self: &Arc<Self>) -> Result<()> {
+        let (sources, node) = (self.config.config_sources.clone(), self.config.node.clone());
+        let defs = tokio::task::spawn_blocking(move || define::config_files(&sources, &node))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(|e| Error::Internal(format!("Failed to reload configs: {e:#}")))?;
+        let now = Instant::now();
+        let (added, removed) = self.local.with(|t| {
+            let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
+            for d in &defs.services {
+                wanted.insert(d.service.id.clone());
+                if let Some(sc) = &d.sidecar {
+                    wanted.insert(sc.service.id.clone());
+                }
+            }
+            let gone: Vec<String> = t
+                .live_services()
+                .filter(|s| s.source == Source::Config && !wanted.contains(&s.registered.id))
+                .map(|s| s.registered.id.clone())
+                .collect();
+            for id in &gone {
+                t.remove_service(id);
+            }
+            let checks: std::collections::HashSet<String> = defs
+                .checks
+                .iter()
+                .map(|(c, _)| c.check_id.clone())
+                .collect();
+            let gone_checks: Vec<String> = t
+                .live_checks()
+                .filter(|c| c.source == Source::Config && c.check.service_id.is_empty())
+                .filter(|c| !checks.contains(&c.check.check_id))
+                .map(|c| c.check.check_id.clone())
+                .collect();
+            for id in &gone_checks {
+                t.remove_check(id);
+            }
+            let mut added = 0;
+            for def in defs.services {
+                // Unchanged: left as it runs (its checks keep their status).
+                let same = t
+                    .live_service(&def.service.id)
+                    .is_some_and(|s| s.source == Source::Config && s.registered == def.service);
+                if !same {
+                    t.put_definition(def, Source::Config, true, now, None)?;
+                    added += 1;
+                }
+            }
+            for (c, spec) in defs.checks {
+                if t.live_check(&c.check_id)
+                    .is_none_or(|l| l.source != Source::Config)
+                {
+                    t.put_check(c, spec, Source::Config, now);
+                }
+            }
+            Ok::<_, Error>((added, gone.len()))
+        })?;
+        tracing::info!(added, removed, "configuration reloaded");
+        self.sync_runners();
+        sync::pushed(self).await;
+        Ok(())
     }
 
     /// Records what a heartbeat told about the cluster.
@@ -371,10 +490,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
     } else {
         saved.node_id.clone()
     };
-    let from_dir = match &config.config_dir {
-        Some(d) => define::config_dir(d, &config.node)?,
-        None => Default::default(),
-    };
+    let from_dir = define::config_files(&config.config_sources, &config.node)?;
     let tables = Tables::new(node_info(&config, node_id.clone()));
     let agent = Arc::new(Agent {
         servers: Servers::new(
@@ -395,6 +511,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
         events: Default::default(),
+        acl_tokens: parking_lot::RwLock::new((config.tokens.clone(), BTreeMap::new())),
         config,
     });
     let now = Instant::now();
@@ -439,13 +556,22 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
             }
             Ok::<_, Error>((t.services.len(), n))
         })
-        .map_err(|e| anyhow::anyhow!("--config-dir: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     tracing::info!(
         node = %agent.config.node,
         services = restored.0,
         checks = restored.1,
         "agent state loaded"
     );
+    // The tokens the configuration files give beyond the flags' (the
+    // files were read once already: they parse).
+    if let Ok(file) = crate::config_file::FileConfig::load(&agent.config.config_sources) {
+        for (kind, token) in file.tokens_other {
+            if let Some(kind) = ops::token_kind(&kind) {
+                agent.set_token(kind, Some(token));
+            }
+        }
+    }
     agent.sync_runners();
     // Re-written so that the node id is kept even before any registration.
     agent.persist().await.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -65,12 +65,14 @@ pub enum ServerError {
 }
 
 pub struct Servers {
-    urls: Vec<String>,
+    /// `PUT /v1/agent/join/:address` adds one.
+    urls: parking_lot::RwLock<Vec<String>>,
     current: AtomicUsize,
     pub http: reqwest::Client,
     /// The token of the agent's own calls (anti-entropy, heartbeats,
     /// leave): `--acl-agent-token`, else `--acl-token`.
-    own_token: Option<String>,
+    /// `PUT /v1/agent/token/agent|default` replaces it.
+    own_token: parking_lot::RwLock<Option<String>>,
 }
 
 /// How long a sync read or write may take.
@@ -98,11 +100,26 @@ impl Servers {
         }
         let http = http.build()?;
         Ok(Servers {
-            urls,
+            urls: parking_lot::RwLock::new(urls),
             current: AtomicUsize::new(0),
             http,
-            own_token,
+            own_token: parking_lot::RwLock::new(own_token),
         })
+    }
+
+    /// Adds a server (a base URL); false if it was there already.
+    pub fn add(&self, url: String) -> bool {
+        let mut urls = self.urls.write();
+        if urls.contains(&url) {
+            return false;
+        }
+        urls.push(url);
+        true
+    }
+
+    /// The agent's own calls use `token` from now on.
+    pub fn set_own_token(&self, token: Option<String>) {
+        *self.own_token.write() = token;
     }
 
     /// One of the agent's own requests (with its own token).
@@ -110,7 +127,7 @@ impl Servers {
         &self, method: reqwest::Method, path_and_query: &str,
         body: Option<(Bytes, Option<String>)>, timeout: Duration,
     ) -> Result<reqwest::Response, ServerError> {
-        let token = self.own_token.clone();
+        let token = self.own_token.read().clone();
         self.send_as(method, path_and_query, body, timeout, token.as_deref())
             .await
     }
@@ -124,9 +141,10 @@ impl Servers {
     ) -> Result<reqwest::Response, ServerError> {
         let start = self.current.load(Ordering::Relaxed);
         let mut last = String::new();
-        for i in 0..self.urls.len() {
-            let at = (start + i) % self.urls.len();
-            let url = format!("{}{}", self.urls[at], path_and_query);
+        let urls = self.urls.read().clone();
+        for i in 0..urls.len() {
+            let at = (start + i) % urls.len();
+            let url = format!("{}{}", urls[at], path_and_query);
             let mut req = self.http.request(method.clone(), &url).timeout(timeout);
             if let Some(t) = token {
                 req = req.header(crate::request::authz::TOKEN_HEADER, t);
@@ -143,22 +161,22 @@ impl Servers {
                     return Ok(r);
                 }
                 Err(e) if e.is_connect() => {
-                    tracing::debug!(server = %self.urls[at], error = %e, "server unreachable");
-                    last = format!("{}: {e}", self.urls[at]);
+                    tracing::debug!(server = %urls[at], error = %e, "server unreachable");
+                    last = format!("{}: {e}", urls[at]);
                 }
                 Err(e) => {
                     if e.is_timeout() {
                         // Not retried (it may have been applied), but the
                         // next request starts at the next server: one that
                         // stopped answering holds one request, not all.
-                        let next = (at + 1) % self.urls.len();
+                        let next = (at + 1) % urls.len();
                         let _ = self.current.compare_exchange(
                             at,
                             next,
                             Ordering::Relaxed,
                             Ordering::Relaxed,
                         );
-                        tracing::warn!(server = %self.urls[at], "server did not answer in time; using the next");
+                        tracing::warn!(server = %urls[at], "server did not answer in time; using the next");
                     }
                     return Err(ServerError::Failed {
                         what: format!("{method} {path_and_query}"),

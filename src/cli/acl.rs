@@ -20,6 +20,15 @@ pub enum AclCmd {
     /// Create, read, list and delete roles.
     #[command(subcommand)]
     Role(RoleCmd),
+    /// Set one of the agent's tokens (default, agent, dns, recovery,
+    /// config_file_service_registration, replication), in its memory.
+    SetAgentToken(SetAgentToken),
+}
+
+#[derive(Args, Debug)]
+pub struct SetAgentToken {
+    kind: String,
+    token: String,
 }
 
 #[derive(Args, Debug)]
@@ -214,6 +223,14 @@ pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
             show(f.format, &t, print_token)
         }
         AclCmd::Token(t) => token(c, t),
+        AclCmd::SetAgentToken(a) => {
+            let path = format!("/v1/agent/token/{}", super::enc(&a.kind));
+            let body = json!({ "Token": a.token }).to_string();
+            c.expect_ok(reqwest::Method::PUT, &path, Some(body))
+                .map_err(|e| CliError(format!("Failed setting token: {}", e.0)))?;
+            println!("ACL token {:?} set successfully", a.kind);
+            Ok(())
+        }
         AclCmd::Policy(p) => policy(c, p),
         AclCmd::Role(r) => role(c, r),
     }

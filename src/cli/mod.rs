@@ -11,6 +11,7 @@
 //! the error and turns it into the exit code.
 
 mod acl;
+mod agent;
 mod catalog;
 pub(crate) mod config;
 mod connect;
@@ -80,6 +81,19 @@ pub enum CliCommand {
     /// Watch a view (key, keyprefix, services, nodes, service, checks,
     /// event) and run a handler with its JSON on every change.
     Watch(watch::WatchArgs),
+    /// Make the agent read its configuration files again.
+    Reload,
+    /// Stream the agent's log lines.
+    Monitor(agent::MonitorArgs),
+    /// Join a server to the cluster of the server at a Raft address, or
+    /// give a client agent one more server.
+    Join(agent::JoinArgs),
+    /// Remove a failed node: a server from Raft, any node from the catalog.
+    ForceLeave(agent::ForceLeaveArgs),
+    /// Make the agent leave the cluster and stop.
+    Leave,
+    /// The agent's and its server's state, as `consul info`.
+    Info,
 }
 
 /// A failed command: the one line to print.
@@ -121,6 +135,12 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
             Ok(code) => return code,
             Err(e) => Err(e),
         },
+        CliCommand::Reload => client().and_then(|cl| agent::reload(&cl)),
+        CliCommand::Monitor(a) => client().and_then(|cl| agent::monitor(&cl, a)),
+        CliCommand::Join(a) => client().and_then(|cl| agent::join(&cl, a)),
+        CliCommand::ForceLeave(a) => client().and_then(|cl| agent::force_leave(&cl, a)),
+        CliCommand::Leave => client().and_then(|cl| agent::leave(&cl)),
+        CliCommand::Info => client().and_then(|cl| agent::info(&cl)),
         CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -382,6 +402,31 @@ impl Client {
             )));
         }
         Ok(r)
+    }
+
+    /// A streamed answer (`monitor`), a chunk at a time to `each` until
+    /// the stream ends or `each` says stop; no overall timeout.
+    pub fn stream(&self, path: &str, mut each: impl FnMut(&[u8]) -> bool) -> CliResult {
+        let req = self
+            .request(reqwest::Method::GET, path)
+            .timeout(Duration::from_secs(u64::from(u32::MAX)));
+        self.rt.block_on(async {
+            let mut resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+            if !resp.status().is_success() {
+                let status = resp.status().as_u16();
+                let body = resp.text().await.unwrap_or_default();
+                return Err(CliError(format!(
+                    "Unexpected response code: {status} ({})",
+                    body.trim()
+                )));
+            }
+            while let Some(chunk) = resp.chunk().await.map_err(|e| self.unreachable(&e))? {
+                if !each(&chunk) {
+                    break;
+                }
+            }
+            Ok(())
+        })
     }
 
     pub fn get_json(&self, path: &str) -> Result<Value, CliError> {

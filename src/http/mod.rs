@@ -5,6 +5,7 @@
 
 pub mod acl;
 mod agent;
+mod agent_ops;
 pub mod catalog;
 mod config;
 pub mod connect;
@@ -86,6 +87,7 @@ pub fn router(server: App) -> Router {
         .merge(status::routes())
         .merge(operator::routes())
         .merge(agent::routes())
+        .merge(agent_ops::routes())
         .merge(liveness::routes())
         .merge(event::routes())
         .layer(middleware::from_fn_with_state(
@@ -109,7 +111,7 @@ pub fn resolver(server: &App) -> crate::request::authz::Resolver {
 
 /// Endpoints any server answers itself, whatever the mode.
 fn always_local(path: &str) -> bool {
-    path.starts_with("/v1/agent/")
+    (path.starts_with("/v1/agent/") && !agent_ops::leader_only(path))
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
         || path.starts_with("/v1/internal/proxycfg/")
@@ -632,7 +634,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConf
         data_dir: config.data_dir.join("agent"),
         http_addr: config.http_addr,
         servers: vec![format!("{scheme}://{local}")],
-        config_dir: None,
+        config_sources: config.config_sources.clone(),
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
         in_server: true,

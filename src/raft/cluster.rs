@@ -218,6 +218,12 @@ impl Cluster {
         }
     }
 
+    /// `PUT /v1/agent/join/:address`: asks the server at `addr` (a Raft
+    /// address) to take this one in, as `--join` does.
+    pub async fn join_via(&self, addr: &str) -> Result<(), String> {
+        self.ask_to_join(addr).await
+    }
+
     async fn ask_to_join(&self, addr: &str) -> Result<(), String> {
         let mut conn = Conn::new(self.connector.clone(), addr.to_string());
         match conn

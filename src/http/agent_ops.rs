@@ -1,0 +1,83 @@
+//! A server's cluster endpoints under `/v1/agent`: `PUT
+//! /v1/agent/join/:address` (`agent:write`: a server not yet in a cluster
+//! asks the server at that Raft address to take it in) and `PUT
+//! /v1/agent/force-leave/:node` (`operator:write`: a server node leaves
+//! the Raft configuration and the catalog, a client node the catalog;
+//! answered by the leader, which the request is forwarded to).
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::put;
+
+use super::App;
+use crate::error::{Error, Result};
+use crate::request::authz::Authz;
+use crate::state::Command;
+use crate::structs::DeregisterRequest;
+
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/agent/join/{*address}", put(join))
+        .route("/v1/agent/force-leave/{*node}", put(force_leave))
+}
+
+/// Forwarded to the leader (it changes the Raft configuration and the
+/// catalog), unlike the rest of `/v1/agent/`.
+pub fn leader_only(path: &str) -> bool {
+    path.starts_with("/v1/agent/force-leave/")
+}
+
+async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Result<Response> {
+    a.require(a.agent_write(&s.config.node), "agent:write", &s.config.node)?;
+    if s.cluster
+        .members()
+        .iter()
+        .any(|(_, n, _)| n.raft_addr == address)
+    {
+        return Ok(StatusCode::OK.into_response());
+    }
+    // A server with a log of its own cannot take another cluster's: only
+    // one still waiting to form joins (Consul's servers merge gossip pools,
+    // cairn's Raft cannot merge clusters).
+    if s.cluster.is_initialized() {
+        return Err(Error::bad(format!(
+            "Failed to join {address}: this server is already a member of a cluster"
+        )));
+    }
+    s.cluster
+        .join_via(&address)
+        .await
+        .map_err(|e| Error::Internal(format!("Failed to join {address}: {e}")))?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn force_leave(State(s): State<App>, a: Authz, Path(node): Path<String>) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
+    let server = s.cluster.members().iter().any(|(_, n, _)| n.name == node);
+    let in_catalog = s.store.state().nodes.get(&node).is_some();
+    if !server && !in_catalog {
+        return Err(Error::NotFound(format!(
+            "agent: No node found with name '{node}'"
+        )));
+    }
+    if server {
+        if node == s.config.node {
+            return Err(Error::bad(
+                "Cannot force-leave the server answering (the leader)",
+            ));
+        }
+        s.cluster.remove_server(&node).await?;
+        tracing::info!(node = %node, "server forced to leave the raft configuration");
+    }
+    s.liveness.forget(&node);
+    s.write(Command::Deregister(DeregisterRequest {
+        node: node.clone(),
+        datacenter: s.config.datacenter.clone(),
+        ..Default::default()
+    }))
+    .await?;
+    tracing::info!(node = %node, "node forced to leave");
+    Ok(StatusCode::OK.into_response())
+}
