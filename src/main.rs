@@ -384,7 +384,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Cli(cmd) => std::process::exit(cairn::cli::run(
             cmd,
-            cairn::raft::state_machine::inspect,
+            cairn::raft::snapshot_file::inspect,
             cli.token,
         )),
         Command::Keygen => {

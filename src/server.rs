@@ -367,7 +367,7 @@ impl Server {
             || log.get_log_state().await?.last_log_id.is_some();
         if let SnapshotStore::Dir(dir) = &snapshots {
             std::fs::create_dir_all(dir)?;
-            crate::raft::state_machine::snapshot_file::clear_incoming(dir);
+            crate::raft::snapshot_file::clear_incoming(dir);
         }
         let store = Arc::new(Store::open(persist)?);
         // Events start after the state loaded from disk.
