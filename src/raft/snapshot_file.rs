@@ -363,9 +363,18 @@ pub fn load_meta(dir: &Path) -> Result<Option<Meta>, DiskError> {
     Ok(Some(decode_meta(&path, &meta)?))
 }
 
+/// What a snapshot file holds: the index and term it was taken at, and
+/// its rows per table (in the order to print).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contents {
+    pub index: u64,
+    pub term: u64,
+    pub tables: Vec<(&'static str, usize)>,
+}
+
 /// Checks a framed snapshot whole (`cairn snapshot inspect`, and `save`
 /// before it keeps a file): its index, term and rows per table.
-pub fn inspect(bytes: &[u8]) -> Result<crate::cli::snapshot::Inspection, String> {
+pub fn inspect(bytes: &[u8]) -> Result<Contents, String> {
     let (meta, data) =
         from_bytes(std::path::Path::new("snapshot"), bytes).map_err(|e| match e {
             crate::disk::DiskError::Corrupt { offset, reason, .. } => {
@@ -375,7 +384,7 @@ pub fn inspect(bytes: &[u8]) -> Result<crate::cli::snapshot::Inspection, String>
         })?;
     let (index, tables) = crate::state::snapshot::counts(data).map_err(|e| format!("{e:#}"))?;
     let term = meta.last_log_id.map(|l| l.leader_id.term).unwrap_or(0);
-    Ok(crate::cli::snapshot::Inspection {
+    Ok(Contents {
         index,
         term,
         tables,
