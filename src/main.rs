@@ -449,7 +449,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::agent::run(config, dns))
+                .block_on(cairn::process::run_agent(config, dns))
         }
         Command::Server(a) => {
             let a = *a;
@@ -532,7 +532,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::run(config, dns, grpc))
+                .block_on(cairn::process::run_server(config, dns, grpc))
         }
     }
 }

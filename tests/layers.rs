@@ -27,7 +27,9 @@ const LAYERS: &[&[&str]] = &[
     &["stream", "merge", "session", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
+    &["leader"],
     &["http"],
+    &["process"],
 ];
 
 fn layer_of(room: &str) -> Option<usize> {
