@@ -92,6 +92,21 @@ where
     Ok(server)
 }
 
+/// The configuration's addresses made those of the listeners handed in (a
+/// test's port 0 becomes the port it got): peers, the server's own agent
+/// and its answers name what is actually served.
+fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<()> {
+    config.raft_addr = l.raft.local_addr()?;
+    // Without plain HTTP, `http_addr` is the HTTPS address.
+    let http_off = config.tls.as_ref().is_some_and(|t| t.http_off);
+    match (&l.http, &l.https) {
+        (Some(h), _) if !http_off => config.http_addr = h.local_addr()?,
+        (_, Some(s)) if http_off => config.http_addr = s.local_addr()?,
+        _ => {}
+    }
+    Ok(())
+}
+
 /// What every server runs on top of its core: the leader module's watcher
 /// (every leader duty, while this server leads).
 fn start(server: &Arc<Server>) {
@@ -113,8 +128,10 @@ pub struct ServerProcess {
 /// [`assemble`]), the HTTP and HTTPS API, DNS answered from its state, the
 /// gRPC port (xDS and the dataplane's services) and its own agent.
 pub async fn server(
-    config: ServerConfig, dns: Option<DnsConfig>, grpc: Option<GrpcConfig>, listeners: Listeners,
+    mut config: ServerConfig, dns: Option<DnsConfig>, grpc: Option<GrpcConfig>,
+    listeners: Listeners,
 ) -> anyhow::Result<ServerProcess> {
+    bound_addresses(&mut config, &listeners)?;
     let Listeners {
         raft,
         http: listener,
@@ -327,4 +344,91 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         // The server's own, set by `run`.
         blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn listen() -> TcpListener {
+        TcpListener::bind("127.0.0.1:0").await.unwrap()
+    }
+
+    fn config(dir: &std::path::Path) -> ServerConfig {
+        // Ports 0: the listeners handed in decide.
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        ServerConfig {
+            node: "p1".into(),
+            datacenter: "dc1".into(),
+            data_dir: dir.to_path_buf(),
+            http_addr: any,
+            raft_addr: any,
+            bootstrap_expect: 1,
+            join: Vec::new(),
+            snapshot_threshold: 16_384,
+            log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
+            tombstone_ttl: Duration::from_secs(900),
+            limits: Default::default(),
+            tls: None,
+            encrypt: None,
+            insecure_raft: false,
+            acl: Default::default(),
+            agent_tokens: Default::default(),
+        }
+    }
+
+    /// A server built on listeners a test bound itself serves on them, and
+    /// once it leads, the leader module has established its duties for
+    /// that term (the cluster id and CA root written by one of them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_serves_on_the_listeners_handed_in_and_its_leader_runs_the_duties() {
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let listeners = Listeners {
+            raft: listen().await,
+            http: Some(listen().await),
+            https: None,
+            grpc: None,
+            dns: None,
+        };
+        let http = listeners.http.as_ref().unwrap().local_addr().unwrap();
+        let p = server(config(dir.path()), None, None, listeners)
+            .await
+            .unwrap();
+        let s = p.server.clone();
+        assert_eq!(
+            s.config.http_addr, http,
+            "the configuration names the bound port"
+        );
+        tokio::spawn(p.serve);
+        let settled = async {
+            loop {
+                let st = s.store.state();
+                let term = s.cluster.leading_term();
+                if term.is_some()
+                    && s.duties.get() == term
+                    && !st.cluster_id.is_empty()
+                    && st.connect_ca.is_some()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), settled)
+            .await
+            .expect("the leader's duties ran");
+        let leader: String = crate::tls::http_client()
+            .build()
+            .unwrap()
+            .get(format!("http://{http}/v1/status/leader"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(leader, s.config.raft_addr.to_string());
+        s.shutdown().await;
+    }
 }

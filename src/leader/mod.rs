@@ -39,27 +39,22 @@ pub struct Duty {
 /// Federation's replication routines (ACLs, config entries, CA roots from
 /// the primary datacenter) are added here.
 pub const DUTIES: &[Duty] = &[
-    Duty {
-        name: "cluster id and CA root",
-        start: |s, _| Box::pin(cluster::establish(s)),
-    },
-    Duty {
-        name: "ACL init",
-        start: |s, _| Box::pin(acl::init(s)),
-    },
-    Duty {
-        name: "session TTL expiry",
-        start: |s, term| Box::pin(sessions::expire(s, term)),
-    },
-    Duty {
-        name: "agent lease reaper",
-        start: |s, _| Box::pin(liveness::reap(s)),
-    },
-    Duty {
-        name: "tombstone reaper",
-        start: |s, _| Box::pin(tombstones::reap(s)),
-    },
+    Duty::new("cluster id and CA root", |s, _| {
+        Box::pin(cluster::establish(s))
+    }),
+    Duty::new("ACL init", |s, _| Box::pin(acl::init(s))),
+    Duty::new("session TTL expiry", |s, term| {
+        Box::pin(sessions::expire(s, term))
+    }),
+    Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
+    Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
 ];
+
+impl Duty {
+    const fn new(name: &'static str, start: fn(Arc<Server>, u64) -> DutyFuture) -> Duty {
+        Duty { name, start }
+    }
+}
 
 /// The duties of one term in office.
 pub struct Office {
