@@ -309,7 +309,6 @@ fn port_of(l: Option<&TcpListener>) -> std::io::Result<Option<u16>> {
 /// The server's own agent: its node, in `<data-dir>/agent`, talking to
 /// this server's HTTP API (loopback for a wildcard address; HTTPS with the
 /// server's own certificate when only HTTPS is served).
-
 fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
     let mut local = config.http_addr;
     if local.ip().is_unspecified() {
