@@ -185,7 +185,13 @@ async fn run(proxies: usize) {
         agent_tokens: Default::default(),
         config_sources: Default::default(),
     };
-    let server = Server::start(config).await.expect("server");
+    let listeners = cairn::process::Listeners::bind(&config, None, None)
+        .await
+        .expect("listeners");
+    let server = cairn::process::server(config, None, None, listeners)
+        .await
+        .expect("server")
+        .server;
     server.await_leader().await.expect("leader");
     while server.store.state().cluster_id.is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;

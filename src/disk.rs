@@ -25,7 +25,7 @@ pub const STATE_FORMAT: u32 = 4;
 /// A storage failure, always naming the file and what was being done.
 ///
 /// At start these refuse to start the server; while running, Raft cannot
-/// continue past any of them and the server stops (see `http::run`).
+/// continue past any of them and the server stops (see `process::ServerProcess::run`).
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
     #[error("{op} {}: {source}", path.display())]

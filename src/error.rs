@@ -1,7 +1,6 @@
-//! Typed errors, and the one place they become HTTP status codes.
-
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+//! Typed errors. They carry no HTTP type: the one table that turns them
+//! into status codes and Consul's bodies is `request::error`, in the HTTP
+//! layer.
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
@@ -48,31 +47,6 @@ impl From<crate::acl::Denied> for Error {
 impl Error {
     pub fn bad(msg: impl Into<String>) -> Self {
         Error::BadRequest(msg.into())
-    }
-
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
-            Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::Forbidden(_) => StatusCode::FORBIDDEN,
-            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Error::NoLeader | Error::LeadershipLost | Error::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-        }
-    }
-}
-
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
-        crate::metrics::HTTP_ERRORS.inc();
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(error = %self, "request failed");
-        }
-        (status, self.to_string()).into_response()
     }
 }
 

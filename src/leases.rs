@@ -1,6 +1,7 @@
 //! The leader's leases on agent nodes (node → last heartbeat): soft state
-//! that a heartbeat renews and the leader's reaper reads
-//! (`crate::http::liveness`). A new leader seeds them from the catalog.
+//! that a heartbeat renews (`crate::http::liveness`) and the leader's
+//! reaper reads (`crate::leader::liveness`). A new leader seeds them from
+//! the catalog; `leader::revoke` empties them.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -653,11 +653,7 @@ fn main() -> anyhow::Result<()> {
     // ring for any rustls client built without a config of ours.
     cairn::tls::install_default_provider();
     match cli.command {
-        Command::Cli(cmd) => std::process::exit(cairn::cli::run(
-            cmd,
-            cairn::raft::state_machine::inspect,
-            cli.token,
-        )),
+        Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd, inspect_snapshot, cli.token)),
         Command::Keygen => {
             println!("{}", cairn::raft::encrypt::EncryptKey::generate()?);
             Ok(())
@@ -741,7 +737,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::agent::run(config, dns))
+                .block_on(cairn::process::run_agent(config, dns))
         }
         Command::Server(a) => {
             let mut a = *a;
@@ -828,7 +824,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(cairn::http::run(config, dns, grpc))
+                .block_on(cairn::process::run_server(config, dns, grpc))
         }
     }
 }
@@ -854,4 +850,15 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The CLI's view of a snapshot file, read by the raft layer (the CLI sits
+/// below it and cannot read one itself).
+fn inspect_snapshot(bytes: &[u8]) -> Result<cairn::cli::snapshot::Inspection, String> {
+    let c = cairn::raft::snapshot_file::inspect(bytes)?;
+    Ok(cairn::cli::snapshot::Inspection {
+        index: c.index,
+        term: c.term,
+        tables: c.tables,
+    })
 }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
@@ -133,6 +132,8 @@ pub struct Server {
     pub blocking: crate::request::serve::Blocking,
     /// Its critical background tasks; the run loop waits on their failure.
     pub tasks: Tasks,
+    /// The term whose leader duties run here (`crate::leader`), if any.
+    pub duties: crate::tasks::DutyTerm,
 }
 
 /// A client write waiting to be proposed, and where its answer goes.
@@ -251,9 +252,12 @@ impl ServerConfig {
 }
 
 impl Server {
-    /// Opens the data dir, starts Raft and its transport, and begins
-    /// forming or rejoining the cluster.
-    pub async fn start(config: ServerConfig) -> anyhow::Result<Arc<Server>> {
+    /// Opens the data dir, starts Raft and its transport (on `raft`, bound
+    /// to `--raft-addr` by `process::Listeners::bind`), and begins forming
+    /// or rejoining the cluster.
+    pub async fn start(
+        config: ServerConfig, raft: tokio::net::TcpListener,
+    ) -> anyhow::Result<Arc<Server>> {
         config.check_raft_protection()?;
         std::fs::create_dir_all(&config.data_dir)?;
         let db_dir = config.data_dir.join("db");
@@ -287,9 +291,7 @@ impl Server {
             )?),
             snapshots: SnapshotStore::Dir(config.data_dir.join("snapshots")),
             connector: Arc::new(TcpConnect),
-            listener: tokio::net::TcpListener::bind(config.raft_addr)
-                .await
-                .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?,
+            listener: raft,
             sled: Some(db),
             clock: crate::session::wall_clock_ms,
             tap: None,
@@ -343,8 +345,10 @@ impl Server {
         }
     }
 
-    /// Starts a server from its parts: Raft, the transport's accept loop,
-    /// cluster formation and the leader's duties.
+    /// Starts a server's core from its parts: Raft, the transport's accept
+    /// loop, cluster formation, the write proposer, the publisher and
+    /// proxycfg. The leader's duties are `crate::leader`'s, started with
+    /// the rest of a process by `crate::process`.
     pub async fn assemble<L, A>(
         config: ServerConfig, parts: ServerParts<L, A>,
     ) -> anyhow::Result<Arc<Server>>
@@ -370,7 +374,7 @@ impl Server {
             || log.get_log_state().await?.last_log_id.is_some();
         if let SnapshotStore::Dir(dir) = &snapshots {
             std::fs::create_dir_all(dir)?;
-            crate::raft::state_machine::snapshot_file::clear_incoming(dir);
+            crate::raft::snapshot_file::clear_incoming(dir);
         }
         let store = Arc::new(Store::open(persist)?);
         // Events start after the state loaded from disk.
@@ -396,7 +400,6 @@ impl Server {
             id,
             me,
             raft.clone(),
-            store.clone(),
             config.bootstrap_expect,
             config.join.clone(),
             connector,
@@ -413,11 +416,6 @@ impl Server {
             ),
         );
         tasks.spawn_once("cluster formation", cluster.clone().form(used));
-        tasks.spawn("leader duties", cluster.clone().lead());
-        tasks.spawn(
-            "tombstone reaper",
-            cluster.clone().reap_tombstones(config.tombstone_ttl),
-        );
         tracing::info!(node = %config.node, id, raft = %config.raft_addr, "server started");
 
         let (proposals, queue) = mpsc::unbounded_channel();
@@ -469,6 +467,7 @@ impl Server {
             queue_bytes: Arc::new(Semaphore::new(QUEUE_BYTES)),
             blocking,
             tasks,
+            duties: Default::default(),
         }))
     }
 

@@ -93,11 +93,40 @@ impl Tasks {
         });
     }
 
+    /// Reports a task spawned and joined elsewhere (a leader duty, run in
+    /// the leader module's own set so that it can be stopped) that
+    /// panicked.
+    pub fn report_panic(&self, name: &'static str, e: tokio::task::JoinError) {
+        if e.is_panic() {
+            let _ = self
+                .tx
+                .send(Ended::Panicked(name, panic_text(e.into_panic())));
+        }
+    }
+
     /// Waits for the first critical task to end.
     pub async fn failed(&self) -> Ended {
         let mut rx = self.rx.lock().await;
         // `self` holds a sender, so the channel never closes.
         rx.recv().await.expect("Tasks holds a sender")
+    }
+}
+
+/// The term whose leader duties run on this server, if any: written only
+/// by the leader module (`crate::leader`) as it establishes and revokes
+/// them, read by the simulation's checker.
+#[derive(Debug, Default)]
+pub struct DutyTerm(std::sync::atomic::AtomicU64);
+
+impl DutyTerm {
+    pub fn set(&self, term: Option<u64>) {
+        // Terms start at 1 once a leader exists: 0 is "none".
+        self.0
+            .store(term.unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        Some(self.0.load(std::sync::atomic::Ordering::SeqCst)).filter(|t| *t != 0)
     }
 }
 

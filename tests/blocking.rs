@@ -69,7 +69,7 @@ fn snapshot_of_keys() -> Vec<u8> {
         ..Default::default()
     };
     let data = cairn::state::snapshot::encode(&st).unwrap();
-    cairn::raft::state_machine::snapshot_file::to_bytes(&Default::default(), &data)
+    cairn::raft::snapshot_file::to_bytes(&Default::default(), &data)
 }
 
 /// How many keys `s` holds, or 0 while it does not answer.

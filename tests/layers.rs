@@ -28,7 +28,9 @@ const LAYERS: &[&[&str]] = &[
     &["stream", "merge", "session", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
+    &["leader"],
     &["http"],
+    &["process"],
 ];
 
 fn layer_of(room: &str) -> Option<usize> {

@@ -3,7 +3,8 @@
 //! by a seed, and checkers that fail when an acknowledged write is lost or
 //! a history is not linearizable.
 //!
-//! - `node`: a server assembled (`Server::assemble`) from the in-memory log
+//! - `node`: a server built as every server is (`process::assemble`: its
+//!   core and the leader module, every leader duty) from the in-memory log
 //!   store (`mem_log`), `MemoryBackend` state and in-memory snapshots, on
 //!   turmoil TCP; plus the small client API that mirrors the HTTP path.
 //! - `workload`: clients doing KV put/get/`?consistent` get/CAS/delete and
@@ -29,6 +30,8 @@
 //!   state) and no answer may name a service or node the token could not
 //!   read at the server's applied index; readable names must be answered
 //!   and unreadable ones NXDOMAIN.
+//! - `duties`: checker (h), the leader module's duties run on one server
+//!   per term during the run, and on the leader alone once settled.
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
@@ -51,6 +54,7 @@
 pub mod acl;
 pub mod checks;
 pub mod dns;
+pub mod duties;
 pub mod linearizability;
 pub mod locks;
 pub mod mem_log;

@@ -289,16 +289,13 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             Arc::new(move |set: &ChangeSet| record(&truth, &name, set))
         }),
     };
-    let server = Server::assemble(config, parts)
+    // Built as every server is (`process::assemble`): the core and the
+    // leader module, every leader duty included. HTTP, DNS and gRPC
+    // listeners stand aside: the simulated clients speak `serve_api`.
+    let server = cairn::process::assemble(config, parts)
         .await
         .map_err(|e| e.to_string())?;
     *slot.lock().unwrap() = Some(server.clone());
-    // The leader's session TTL expiry, as `http::run` starts it.
-    tokio::spawn(cairn::http::session::expire(server.clone()));
-    // And its ACL init (built-ins, the initial management token).
-    server
-        .tasks
-        .spawn("ACL init", cairn::http::acl::init(server.clone()));
     let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
     loop {
         let (stream, _) = api.accept().await?;
@@ -507,7 +504,7 @@ async fn serve_api(
     write_msg(&mut stream, &answer).await
 }
 
-/// A DNS query answered as the server's listener answers it (`http::run`
+/// A DNS query answered as the server's listener answers it (`process::server`
 /// builds the same catalog): the server's own state, read with its DNS
 /// token. The DNS listener's sockets are tokio's, not turmoil's, so the
 /// query comes through the simulated API instead of UDP.

@@ -73,6 +73,8 @@ pub struct Report {
     pub acl: Option<AclStats>,
     /// With ACLs on: what checker (g) saw of the DNS answers.
     pub dns: Option<DnsStats>,
+    /// Terms whose leader duties were seen running (checker h).
+    pub duty_terms: usize,
     /// Broken guarantees; empty when the run passed.
     pub failures: Vec<String>,
 }

@@ -365,6 +365,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     let heal_at = scenario.warmup + scenario.faulty;
     let mut healed = false;
     let mut leaders: Vec<(Option<u64>, u64)> = vec![(None, 0); n];
+    let mut duties = crate::duties::DutyStats::default();
     let ms = |d: Duration| d.as_millis() as u64;
 
     loop {
@@ -435,6 +436,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             next_fault = now + Duration::from_millis(rng.gen_range(200..1500));
         }
         if now.as_millis() % 50 == 0 {
+            duties.sample(ms(now), &slots);
             for (i, slot) in slots.iter().enumerate() {
                 if let Some(s) = slot.lock().unwrap().as_ref() {
                     let m = s.cluster.metrics();
@@ -465,8 +467,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         }
     }
 
-    // Let every server catch up, then compare them.
+    // The leader duties settle where the leader is (checker h); then every
+    // server catches up, and they are compared.
+    let duties_settled = crate::duties::check_settled(&mut sim, &slots, Duration::from_secs(30));
     let converged = wait_converged(&mut sim, &slots, Duration::from_secs(30));
+    report.failures.extend(duties_settled);
+    report.duty_terms = duties.terms.len();
+    report.failures.extend(duties.failures);
     report.sim_time = sim.elapsed();
     let servers: Vec<Arc<Server>> = slots
         .iter()

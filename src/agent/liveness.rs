@@ -1,7 +1,7 @@
 //! Node liveness, the agent's side: a heartbeat to the servers every
 //! [`HEARTBEAT_EVERY`] renews the node's lease on the leader (see
-//! `crate::http::liveness` for the servers' side), and a clean stop leaves
-//! the cluster.
+//! `crate::http::liveness` and `crate::leader::liveness` for the servers'
+//! side), and a clean stop leaves the cluster.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -14,7 +14,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use openraft::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 
 use super::{App, json_at};
@@ -28,7 +27,7 @@ use crate::state::resolve::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
-    GLOBAL_MANAGEMENT_NAME, Link, content_hash, secret_hash,
+    GLOBAL_MANAGEMENT_NAME, Link, content_hash, management_token, secret_hash, token_hash,
 };
 use crate::structs::duration::Duration;
 
@@ -215,35 +214,6 @@ fn now_rfc3339() -> String {
 
 fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
-}
-
-fn token_hash(t: &AclToken) -> String {
-    let links: Vec<&str> = t
-        .policies
-        .iter()
-        .chain(&t.roles)
-        .map(|l| l.id.as_str())
-        .collect();
-    let mut parts = vec![t.description.as_str()];
-    parts.extend(links);
-    content_hash(&parts)
-}
-
-/// A new token holding `global-management`, with `secret`.
-fn management_token(description: &str, secret: &str) -> AclToken {
-    let mut t = AclToken {
-        accessor_id: uuid(),
-        description: description.into(),
-        policies: vec![Link {
-            id: GLOBAL_MANAGEMENT_ID.into(),
-            name: GLOBAL_MANAGEMENT_NAME.into(),
-        }],
-        create_time: now_rfc3339(),
-        secret_hash: secret_hash(secret),
-        ..Default::default()
-    };
-    t.hash = token_hash(&t);
-    t
 }
 
 // ---- bootstrap ----
@@ -798,45 +768,3 @@ named!(
     AclRoleSet { role },
     AclRoleDelete
 );
-
-// ---- the leader's init ----
-
-/// While this server leads with ACLs on: writes the built-in policy and
-/// anonymous token, and the initial management token, once they are
-/// missing (each new leader checks again; apply makes it idempotent).
-pub async fn init(s: App) {
-    if !s.acl.enabled() {
-        return std::future::pending().await;
-    }
-    let initial = s.acl.config().initial_management.clone();
-    // Woken by role and leader changes only: the full metrics change with
-    // every write, and this need only run when leadership moves.
-    let mut metrics = s.raft.server_metrics();
-    loop {
-        if s.cluster.is_leader() && missing(&s, initial.as_deref()) {
-            let token = initial
-                .as_deref()
-                .map(|secret| management_token("Initial Management Token", secret));
-            if let Err(e) = s
-                .write(Command::AclInit {
-                    initial_management: token.map(Box::new),
-                })
-                .await
-            {
-                tracing::warn!(error = %e, "ACL init not written yet");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                continue;
-            }
-        }
-        if metrics.changed().await.is_err() {
-            return std::future::pending().await;
-        }
-    }
-}
-
-fn missing(s: &Server, initial: Option<&str>) -> bool {
-    let st = s.store.state();
-    !st.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID)
-        || !st.acl_tokens.contains_key(ANONYMOUS_ID)
-        || initial.is_some_and(|i| !st.acl_secrets.contains_key(&secret_hash(i)))
-}

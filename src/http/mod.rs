@@ -23,11 +23,9 @@ mod snapshot;
 mod status;
 mod stream;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
@@ -43,7 +41,7 @@ use crate::request::{
     MAX_BODY, Params, QueryOptions, forward_timeout, panic_response, refuse_enterprise_tenancy,
     trace_request, wait_of, with_wait,
 };
-use crate::server::{Server, ServerConfig};
+use crate::server::Server;
 use crate::state::{self, WatchKey};
 
 pub type App = Arc<Server>;
@@ -440,208 +438,4 @@ pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Respon
     let mut resp = axum::Json(value).into_response();
     resp.headers_mut().extend(meta_headers(s, index));
     resp
-}
-
-/// Runs a server process until SIGINT or SIGTERM (or a storage fault,
-/// which ends it with `FAULT_EXIT`, or a critical task's death, with
-/// `TASK_EXIT`): its Raft core, the leader's reaper, this HTTP API, the server's own agent and, with
-/// `dns`, the DNS interface (answering from this server's state) and, with
-/// `grpc`, the gRPC port (xDS and the dataplane's services).
-pub async fn run(
-    config: ServerConfig, dns: Option<crate::dns::DnsConfig>, grpc: Option<grpc::GrpcConfig>,
-) -> anyhow::Result<()> {
-    let server = Server::start(config.clone()).await?;
-    server
-        .tasks
-        .spawn("agent lease reaper", liveness::reap(server.clone()));
-    server
-        .tasks
-        .spawn("session TTL expiry", session::expire(server.clone()));
-    let tls = config.tls.clone();
-    let listener = match &tls {
-        Some(t) if t.http_off => None,
-        _ => Some(
-            tokio::net::TcpListener::bind(config.http_addr)
-                .await
-                .with_context(|| format!("cannot listen on --http-addr {}", config.http_addr))?,
-        ),
-    };
-    let https = match tls.as_ref().and_then(|t| t.https_addr.map(|a| (t, a))) {
-        Some((t, addr)) => Some((
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on --https-addr {addr}"))?,
-            t.files.https_server(t.verify_incoming)?,
-        )),
-        None => None,
-    };
-    let dns_listeners = match &dns {
-        Some(d) => Some(crate::dns::bind(d.addr).await?),
-        None => None,
-    };
-    let grpc_listener = match grpc {
-        Some(g) => Some((grpc::bind(g.addr).await?, g)),
-        None => None,
-    };
-    let grpc_port = port_of(grpc_listener.as_ref().map(|(l, _)| l))?;
-    let stop_grpc = Arc::new(tokio::sync::Notify::new());
-    if let Some((l, g)) = grpc_listener {
-        // TLS with the server's certificate when the files are given;
-        // client certificates only with --tls-verify-incoming (a proxy
-        // authenticates with its ACL token, not a certificate).
-        let tls = match &tls {
-            Some(t) => Some(t.files.https_server(t.verify_incoming)?),
-            None => None,
-        };
-        tokio::spawn(grpc::serve(
-            server.clone(),
-            l,
-            tls,
-            g.xds.clone(),
-            stop_grpc.clone(),
-        ));
-    }
-    let mut agent_config = agent_config(&config)?;
-    agent_config.blocking = server.blocking.clone();
-    agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
-    // With the TLS files the gRPC port speaks TLS only.
-    match tls {
-        Some(_) => agent_config.ports.grpc_tls = grpc_port,
-        None => agent_config.ports.grpc = grpc_port,
-    }
-    agent_config.ports.https = port_of(https.as_ref().map(|(l, _)| l))?;
-    if let (Some(l), Some(d)) = (dns_listeners, dns) {
-        let catalog = Arc::new(crate::dns::StateCatalog {
-            store: server.store.clone(),
-            datacenter: config.datacenter.clone(),
-            acl: server.acl.clone(),
-            token: config.agent_tokens.default.clone(),
-        });
-        tokio::spawn(crate::dns::serve(l, d, catalog));
-    }
-    // Bound first: the agent talks to this server through that address.
-    let agent = crate::agent::embedded(agent_config).await?;
-    let _ = server.agent.set(agent.clone());
-    let app = router(server.clone())
-        .merge(crate::agent::api::server_routes(agent.clone()))
-        .layer(axum::Extension(resolver(&server)));
-    server.tasks.spawn("ACL init", acl::init(server.clone()));
-    // One each: `Notify::notify_one` wakes one waiter (or the next).
-    let (stop, stop_tls) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let plain = {
-        let (app, limits, stop) = (app.clone(), config.limits.http.clone(), stop.clone());
-        async move {
-            match listener {
-                Some(l) => {
-                    tracing::info!(addr = %config.http_addr, "HTTP API listening");
-                    crate::request::serve::serve(l, app, limits, stop).await
-                }
-                None => std::future::pending().await,
-            }
-        }
-    };
-    let secure = {
-        let (limits, stop) = (config.limits.http.clone(), stop_tls.clone());
-        async move {
-            match https {
-                Some((l, tls)) => {
-                    tracing::info!(addr = ?l.local_addr().ok(), "HTTPS API listening");
-                    crate::request::serve::serve_tls(l, app, limits, stop, tls).await
-                }
-                None => std::future::pending().await,
-            }
-        }
-    };
-    let serve = async move { tokio::join!(plain, secure) };
-    tokio::select! {
-        _ = serve => {},
-        why = server.raft_failed() => fault_stop(&server, &why),
-        ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
-        ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
-        _ = crate::signal::shutdown() => {
-            // Blocking queries may wait minutes: give requests in flight a
-            // moment to finish, then stop regardless.
-            stop.notify_one();
-            stop_tls.notify_one();
-            stop_grpc.notify_one();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-    server.shutdown().await;
-    Ok(())
-}
-
-/// A critical task died: the server would answer while broken (no
-/// transport, no events, no leader duties), so it stops, naming the task,
-/// for a supervisor to restart it.
-/// A task that ended because Raft stopped on a storage fault (the leader
-/// duties do) is that fault's consequence: exit as the fault, not the task,
-/// so the exit code says what a supervisor needs to know.
-async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
-    if let Ok(why) = tokio::time::timeout(Duration::from_secs(1), server.raft_failed()).await {
-        fault_stop(server, &why);
-    }
-    fail_task(ended)
-}
-
-/// Fail stop: a server whose log or state store failed must not linger
-/// answering 500s and stale reads. Exiting lets a supervisor restart it;
-/// the restart recovers from the data dir (rebuilding the state's rows,
-/// no longer vouched for), or refuses to start naming what is wrong.
-fn fault_stop(server: &Server, why: &str) -> ! {
-    tracing::error!("storage fault, stopping: {why}");
-    crate::state::persist::distrust_rows(&server.config.data_dir);
-    std::process::exit(crate::server::FAULT_EXIT);
-}
-
-fn fail_task(ended: crate::tasks::Ended) -> ! {
-    tracing::error!("{ended}: stopping");
-    std::process::exit(crate::tasks::TASK_EXIT);
-}
-
-/// The server's own agent: its node, in `<data-dir>/agent`, talking to
-/// this server's HTTP API (loopback for a wildcard address; HTTPS with the
-/// server's own certificate when only HTTPS is served).
-/// The port a listener is bound to (none without a listener).
-fn port_of(l: Option<&tokio::net::TcpListener>) -> std::io::Result<Option<u16>> {
-    l.map(|l| l.local_addr().map(|a| a.port())).transpose()
-}
-
-fn agent_config(config: &ServerConfig) -> anyhow::Result<crate::agent::AgentConfig> {
-    let mut local = config.http_addr;
-    if local.ip().is_unspecified() {
-        local.set_ip(match local {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    let (scheme, tls) = match &config.tls {
-        Some(t) => (
-            if t.http_off { "https" } else { "http" },
-            Some(Arc::new(crate::agent::AgentTls {
-                client: t.files.client()?,
-                https: None,
-                http_off: t.http_off,
-            })),
-        ),
-        None => ("http", None),
-    };
-    Ok(crate::agent::AgentConfig {
-        node: config.node.clone(),
-        data_dir: config.data_dir.join("agent"),
-        http_addr: config.http_addr,
-        servers: vec![format!("{scheme}://{local}")],
-        config_sources: config.config_sources.clone(),
-        sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
-        datacenter: config.datacenter.clone(),
-        in_server: true,
-        ports: Default::default(),
-        tls,
-        tokens: config.agent_tokens.clone(),
-        // The server's own, set by `run`.
-        blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
-    })
 }

@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{NamedRoutes, QueryOptions, decode_json};
 use crate::server::Server;
-use crate::session::CHECK_EVERY;
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{Session, SessionRequest};
 
@@ -198,42 +197,4 @@ async fn list(State(s): State<App>, mut a: Authz, Opts(_, opts): Opts) -> Result
         st.sessions.values().map(|x| (**x).clone()).collect()
     })
     .await
-}
-
-/// The leader's duty: destroy sessions whose TTL ran out. Runs for the
-/// server's life; does nothing while it does not lead.
-pub async fn expire(s: Arc<Server>) {
-    let mut tick = tokio::time::interval(CHECK_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tick.tick().await;
-        let Some(term) = s.cluster.leading_term() else {
-            s.sessions.step_down();
-            continue;
-        };
-        let st = s.store.state();
-        if !s.sessions.in_office(term) {
-            let with_ttl = st.sessions.values().map(|x| (x.id.clone(), x.ttl()));
-            s.sessions.take_office(term, with_ttl, Instant::now());
-            continue;
-        }
-        for id in s
-            .sessions
-            .expired(Instant::now(), |id| st.sessions.contains_key(id))
-        {
-            tracing::info!(session = %id, "session TTL expired: destroying it");
-            match s
-                .write(
-                    s.sessions
-                        .timed(Timeable::SessionDestroy { id: id.clone() }),
-                )
-                .await
-            {
-                Ok(Applied::Bool(true)) => s.sessions.disarm(&id),
-                // Still expiring: the next tick tries again.
-                Ok(other) => tracing::warn!(session = %id, ?other, "odd answer to a destroy"),
-                Err(e) => tracing::warn!(session = %id, error = %e, "could not destroy session"),
-            }
-        }
-    }
 }

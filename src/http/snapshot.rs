@@ -14,7 +14,7 @@ use axum::routing::get;
 use super::{App, meta_headers};
 use crate::disk::DiskError;
 use crate::error::{Error, Result};
-use crate::raft::state_machine::snapshot_file;
+use crate::raft::snapshot_file;
 use crate::raft::{LogId, SnapshotMeta};
 use crate::request::QueryOptions;
 use crate::state::restore::CHUNK_BYTES;

@@ -20,13 +20,11 @@ use parking_lot::Mutex;
 
 use super::network::{Conn, Connect, Formation, Hello, Reply, Request};
 use super::{NodeId, Raft, ServerNode};
-use crate::state::{Command, Store};
 
 pub struct Cluster {
     pub id: NodeId,
     pub me: ServerNode,
     pub raft: Raft,
-    store: Arc<Store>,
     expect: usize,
     joins: Vec<String>,
     /// Servers that greeted us or answered our greeting.
@@ -60,14 +58,13 @@ impl Cluster {
     }
 
     pub fn new(
-        id: NodeId, me: ServerNode, raft: Raft, store: Arc<Store>, expect: usize,
-        joins: Vec<String>, connector: Arc<dyn Connect>,
+        id: NodeId, me: ServerNode, raft: Raft, expect: usize, joins: Vec<String>,
+        connector: Arc<dyn Connect>,
     ) -> Self {
         Cluster {
             id,
             me,
             raft,
-            store,
             expect,
             joins,
             known: Mutex::new(BTreeMap::new()),
@@ -395,121 +392,6 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(e.to_string()),
-            }
-        }
-    }
-
-    /// Leader duties: give the cluster its id and its Connect CA once; on
-    /// taking office, drop
-    /// a snapshot restore left half-staged (its proposer lost office or
-    /// crashed: nobody will commit it).
-    pub async fn lead(self: Arc<Self>) {
-        let mut metrics = self.raft.metrics();
-        let mut checked_term = None;
-        loop {
-            let term = metrics.borrow_watched().current_term;
-            if self.is_leader() && checked_term != Some(term) {
-                checked_term = Some(term);
-                // Only the id seen now: a restore this leader starts later
-                // has another id and is left alone.
-                if let Some(staged) = &self.store.state().restore {
-                    let cmd = Command::RestoreAbort {
-                        id: staged.id.clone(),
-                    };
-                    if let Err(e) = self.raft.client_write(cmd.into()).await {
-                        tracing::warn!(error = %e, "could not drop a half-staged restore");
-                    }
-                }
-            }
-            if self.is_leader() && self.store.state().cluster_id.is_empty() {
-                let cmd = Command::InitCluster {
-                    cluster_id: uuid::Uuid::new_v4().to_string(),
-                };
-                if let Err(e) = self.raft.client_write(cmd.into()).await {
-                    tracing::warn!(error = %e, "could not record the cluster id");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-            }
-            // The Connect CA's first root, once the cluster has its id
-            // (the trust domain is made from it).
-            let state = self.store.state();
-            if self.is_leader() && !state.cluster_id.is_empty() && state.connect_ca.is_none() {
-                let made = crate::connect::ca::initial(&state.cluster_id);
-                let written = match made {
-                    Ok(ca) => {
-                        let cmd = Command::CaSet {
-                            ca: Box::new(ca),
-                            cas: Some(0),
-                        };
-                        self.raft
-                            .client_write(cmd.into())
-                            .await
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(e) = written {
-                    tracing::warn!(error = %e, "could not make the Connect CA's first root");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-                tracing::info!("connect: CA initialized with a new root");
-            }
-            if metrics.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
-impl Cluster {
-    /// Leader duty: reap tombstones older than `ttl` (see
-    /// `state::tombstones`).
-    ///
-    /// Deletes are not timed in the state (apply is deterministic, clocks
-    /// are not): the leader samples the applied index now and then, and
-    /// every tombstone at or below the index it saw `ttl` ago is at least
-    /// `ttl` old. Samples start over with each term in office, so a new
-    /// leader waits a full `ttl` before its first reap, as in Consul.
-    pub async fn reap_tombstones(self: Arc<Self>, ttl: Duration) {
-        let every = (ttl / 8).clamp(Duration::from_millis(100), Duration::from_secs(30));
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut samples: std::collections::VecDeque<(tokio::time::Instant, u64)> =
-            Default::default();
-        let mut reaped = 0;
-        loop {
-            tick.tick().await;
-            if !self.is_leader() {
-                samples.clear();
-                continue;
-            }
-            let st = self.store.state();
-            let now = tokio::time::Instant::now();
-            samples.push_back((now, st.index));
-            let mut upto = None;
-            while let Some((at, index)) = samples.front().copied() {
-                if now.duration_since(at) < ttl {
-                    break;
-                }
-                upto = Some(index);
-                samples.pop_front();
-            }
-            let Some(upto) = upto.filter(|u| *u > reaped) else {
-                continue;
-            };
-            if !st.tombstones.values().any(|i| *i <= upto) {
-                continue;
-            }
-            match self
-                .raft
-                .client_write(Command::ReapTombstones { upto }.into())
-                .await
-            {
-                Ok(_) => reaped = upto,
-                Err(e) => tracing::debug!(error = %e, "tombstone reap not committed"),
             }
         }
     }

@@ -12,8 +12,8 @@ use crate::disk::{DiskError, STATE_FORMAT};
 pub fn inspect_data_dir(dir: &Path) -> (Vec<String>, bool) {
     let (mut lines, mut ok) = super::log_store::inspect(&dir.join("raft-log"));
     let snaps = dir.join("snapshots");
-    let snap = super::state_machine::snapshot_file::path(&snaps);
-    lines.push(match super::state_machine::snapshot_file::open(&snaps) {
+    let snap = super::snapshot_file::path(&snaps);
+    lines.push(match super::snapshot_file::open(&snaps) {
         Ok(None) => format!("{}: none", snap.display()),
         Ok(Some((meta, data))) => format!(
             "{}: ok: up to {:?}, {} bytes of state",

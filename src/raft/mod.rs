@@ -12,6 +12,7 @@ pub mod log_store;
 pub mod network;
 pub mod runtime;
 pub mod secure;
+pub mod snapshot_file;
 pub mod state_machine;
 
 use openraft::OptionalSend;

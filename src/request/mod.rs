@@ -5,6 +5,7 @@
 //! server or an agent: both routers build on it.
 
 pub mod authz;
+pub mod error;
 pub mod json;
 pub mod rows;
 pub mod serve;

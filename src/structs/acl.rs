@@ -137,6 +137,38 @@ pub fn secret_hash(secret: &str) -> String {
 
 /// Consul shows a base64 `Hash` of a token's or policy's content; ours is
 /// a hex SHA-256 of the fields that define it (clients only compare it).
+/// A token's `Hash`: its description and links.
+pub fn token_hash(t: &AclToken) -> String {
+    let links: Vec<&str> = t
+        .policies
+        .iter()
+        .chain(&t.roles)
+        .map(|l| l.id.as_str())
+        .collect();
+    let mut parts = vec![t.description.as_str()];
+    parts.extend(links);
+    content_hash(&parts)
+}
+
+/// A new token holding `global-management`, with `secret`, created now.
+pub fn management_token(description: &str, secret: &str) -> AclToken {
+    let mut t = AclToken {
+        accessor_id: uuid::Uuid::new_v4().to_string(),
+        description: description.into(),
+        policies: vec![Link {
+            id: GLOBAL_MANAGEMENT_ID.into(),
+            name: GLOBAL_MANAGEMENT_NAME.into(),
+        }],
+        create_time: time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+        secret_hash: secret_hash(secret),
+        ..Default::default()
+    };
+    t.hash = token_hash(&t);
+    t
+}
+
 pub fn content_hash(parts: &[&str]) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for p in parts {

@@ -1,0 +1,142 @@
+//! The leader's duties, in Consul's shape (`leader.go`): one task watches
+//! Raft for leadership changes; when this server takes office for a term,
+//! [`establish`] starts every duty of [`DUTIES`] in one set, and when it
+//! loses office (or another term begins) [`revoke`] aborts them all, waits
+//! until they have stopped, and clears the leader's soft state (session
+//! timers, agent leases). No duty checks leadership itself: it runs only
+//! while its term lasts.
+//!
+//! A duty that panics stops the server, named (`tasks::Tasks`), as any
+//! critical task does; a duty may also finish once its work for the term
+//! is done (the cluster id, ACL init).
+
+mod acl;
+mod cluster;
+pub mod liveness;
+mod sessions;
+mod tombstones;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use openraft::async_runtime::WatchReceiver;
+use tokio::task::{Id, JoinSet};
+
+use crate::server::Server;
+
+type DutyFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A leader duty: its task name (what `CAIRN_FAULT_TASK` and a crash
+/// report name) and what starts it for a term.
+pub struct Duty {
+    pub name: &'static str,
+    pub start: fn(Arc<Server>, u64) -> DutyFuture,
+}
+
+/// Every duty a leader runs, each started afresh for each term it leads.
+/// Federation's replication routines (ACLs, config entries, CA roots from
+/// the primary datacenter) are added here.
+pub const DUTIES: &[Duty] = &[
+    Duty::new("cluster id and CA root", |s, _| {
+        Box::pin(cluster::establish(s))
+    }),
+    Duty::new("ACL init", |s, _| Box::pin(acl::init(s))),
+    Duty::new("session TTL expiry", |s, term| {
+        Box::pin(sessions::expire(s, term))
+    }),
+    Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
+    Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
+];
+
+impl Duty {
+    const fn new(name: &'static str, start: fn(Arc<Server>, u64) -> DutyFuture) -> Duty {
+        Duty { name, start }
+    }
+}
+
+/// The duties of one term in office.
+pub struct Office {
+    term: u64,
+    duties: JoinSet<()>,
+    names: HashMap<Id, &'static str>,
+}
+
+/// Watches Raft for leadership changes, for the server's life: the one
+/// place that decides whether leader duties run here.
+pub async fn run(s: Arc<Server>) {
+    // The full metrics: `current_leader` and the term are read from them,
+    // so this wakes whenever they may have changed.
+    let mut metrics = s.raft.metrics();
+    let mut office: Option<Office> = None;
+    loop {
+        let leading = s.cluster.leading_term();
+        if office.as_ref().map(|o| o.term) != leading {
+            if let Some(o) = office.take() {
+                revoke(&s, o).await;
+            }
+            office = leading.map(|term| establish(&s, term));
+        }
+        let duty_ended = async {
+            match office.as_mut() {
+                Some(o) => o.duties.join_next_with_id().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    // Raft stopped: so does everything it led.
+                    if let Some(o) = office.take() {
+                        revoke(&s, o).await;
+                    }
+                    return std::future::pending().await;
+                }
+            }
+            Some(ended) = duty_ended => {
+                if let (Err(e), Some(o)) = (ended, office.as_ref()) {
+                    let name = o.names.get(&e.id()).copied().unwrap_or("leader duty");
+                    s.tasks.report_panic(name, e);
+                }
+            }
+        }
+    }
+}
+
+/// Takes office for `term`: starts every duty.
+pub fn establish(s: &Arc<Server>, term: u64) -> Office {
+    tracing::info!(term, "leadership established: starting the leader duties");
+    let mut duties = JoinSet::new();
+    let mut names = HashMap::new();
+    for d in DUTIES {
+        let task = crate::tasks::fault(d.name, (d.start)(s.clone(), term));
+        let h = duties.spawn(task);
+        names.insert(h.id(), d.name);
+    }
+    s.duties.set(Some(term));
+    Office {
+        term,
+        duties,
+        names,
+    }
+}
+
+/// Leaves office: stops every duty (returning once none runs) and drops
+/// the leader's soft state, which means nothing to a follower and must be
+/// rebuilt by the next term in office.
+pub async fn revoke(s: &Server, mut o: Office) {
+    tracing::info!(term = o.term, "leadership lost: stopping the leader duties");
+    o.duties.abort_all();
+    while let Some(ended) = o.duties.join_next_with_id().await {
+        if let Err(e) = ended
+            && e.is_panic()
+        {
+            let name = o.names.get(&e.id()).copied().unwrap_or("leader duty");
+            s.tasks.report_panic(name, e);
+        }
+    }
+    s.sessions.step_down();
+    s.liveness.step_down();
+    s.duties.set(None);
+}

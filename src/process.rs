@@ -1,0 +1,434 @@
+//! Where a process is assembled: a server from its `ServerConfig`, a
+//! client agent from its `AgentConfig`, each with the listeners it serves
+//! on handed in ([`Listeners`]; `Listeners::bind` binds the configured
+//! addresses), so that tests and the simulation can pass their own.
+//!
+//! A server is its core (`Server::assemble`: Raft, transport, formation,
+//! publisher, proxycfg) plus what [`start`] adds to every server, the
+//! simulation's included: the leader module's watcher, which runs every
+//! leader duty while this server leads. [`server`] then puts the HTTP(S)
+//! API, DNS, the gRPC port and the server's own agent in front of it, and
+//! [`ServerProcess::run`] runs it until a signal or a fault.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use openraft::storage::RaftLogStorage;
+use tokio::net::TcpListener;
+
+use crate::agent::{Agent, AgentConfig};
+use crate::dns::DnsConfig;
+use crate::http::grpc::{self, GrpcConfig};
+use crate::raft::TypeConfig;
+use crate::raft::network::Accept;
+use crate::server::{Server, ServerConfig, ServerParts};
+
+/// The sockets a server serves on. `raft` is required; the others are
+/// served when present.
+pub struct Listeners {
+    pub raft: TcpListener,
+    pub http: Option<TcpListener>,
+    pub https: Option<TcpListener>,
+    pub grpc: Option<TcpListener>,
+    pub dns: Option<crate::dns::Listeners>,
+}
+
+impl Listeners {
+    /// Binds what the configuration names: `--raft-addr`, `--http-addr`
+    /// (unless HTTPS only), `--https-addr`, `--dns-addr`, `--grpc-addr`.
+    pub async fn bind(
+        config: &ServerConfig, dns: Option<&DnsConfig>, grpc: Option<&GrpcConfig>,
+    ) -> anyhow::Result<Listeners> {
+        let raft = TcpListener::bind(config.raft_addr)
+            .await
+            .with_context(|| format!("cannot listen on --raft-addr {}", config.raft_addr))?;
+        let tls = config.tls.as_ref();
+        let http =
+            match tls {
+                Some(t) if t.http_off => None,
+                _ => Some(TcpListener::bind(config.http_addr).await.with_context(|| {
+                    format!("cannot listen on --http-addr {}", config.http_addr)
+                })?),
+            };
+        let https = match tls.and_then(|t| t.https_addr) {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on --https-addr {addr}"))?,
+            ),
+            None => None,
+        };
+        let dns = match dns {
+            Some(d) => Some(crate::dns::bind(d.addr).await?),
+            None => None,
+        };
+        let grpc = match grpc {
+            Some(g) => Some(grpc::bind(g.addr).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            raft,
+            http,
+            https,
+            grpc,
+            dns,
+        })
+    }
+}
+
+/// A server core from its parts, with what every server runs besides:
+/// the simulation's servers are built here, from in-memory parts.
+pub async fn assemble<L, A>(
+    config: ServerConfig, parts: ServerParts<L, A>,
+) -> anyhow::Result<Arc<Server>>
+where
+    L: RaftLogStorage<TypeConfig>,
+    A: Accept,
+{
+    let server = Server::assemble(config, parts).await?;
+    start(&server);
+    Ok(server)
+}
+
+/// The configuration's addresses made those of the listeners handed in (a
+/// test's port 0 becomes the port it got): peers, the server's own agent
+/// and its answers name what is actually served.
+fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<()> {
+    config.raft_addr = l.raft.local_addr()?;
+    // Without plain HTTP, `http_addr` is the HTTPS address.
+    let http_off = config.tls.as_ref().is_some_and(|t| t.http_off);
+    match (&l.http, &l.https) {
+        (Some(h), _) if !http_off => config.http_addr = h.local_addr()?,
+        (_, Some(s)) if http_off => config.http_addr = s.local_addr()?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What every server runs on top of its core: the leader module's watcher
+/// (every leader duty, while this server leads).
+fn start(server: &Arc<Server>) {
+    server
+        .tasks
+        .spawn("leader duties", crate::leader::run(server.clone()));
+}
+
+/// A server whose every listener is bound and serving: run it with
+/// [`ServerProcess::run`].
+pub struct ServerProcess {
+    pub server: Arc<Server>,
+    pub agent: Arc<Agent>,
+    serve: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    stops: Vec<Arc<tokio::sync::Notify>>,
+}
+
+/// A server from its data dir, serving on `listeners`: its core (as
+/// [`assemble`]), the HTTP and HTTPS API, DNS answered from its state, the
+/// gRPC port (xDS and the dataplane's services) and its own agent.
+pub async fn server(
+    mut config: ServerConfig, dns: Option<DnsConfig>, grpc: Option<GrpcConfig>,
+    listeners: Listeners,
+) -> anyhow::Result<ServerProcess> {
+    bound_addresses(&mut config, &listeners)?;
+    let Listeners {
+        raft,
+        http: listener,
+        https,
+        grpc: grpc_listener,
+        dns: dns_listeners,
+    } = listeners;
+    let server = Server::start(config.clone(), raft).await?;
+    start(&server);
+    let tls = config.tls.clone();
+    let https = match (https, &tls) {
+        (Some(l), Some(t)) => Some((l, t.files.https_server(t.verify_incoming)?)),
+        _ => None,
+    };
+    let grpc_port = port_of(grpc_listener.as_ref())?;
+    let stop_grpc = Arc::new(tokio::sync::Notify::new());
+    if let (Some(l), Some(g)) = (grpc_listener, grpc) {
+        // TLS with the server's certificate when the files are given;
+        // client certificates only with --tls-verify-incoming (a proxy
+        // authenticates with its ACL token, not a certificate).
+        let tls = match &tls {
+            Some(t) => Some(t.files.https_server(t.verify_incoming)?),
+            None => None,
+        };
+        tokio::spawn(grpc::serve(
+            server.clone(),
+            l,
+            tls,
+            g.xds.clone(),
+            stop_grpc.clone(),
+        ));
+    }
+    let mut agent_config = agent_config(&config)?;
+    agent_config.blocking = server.blocking.clone();
+    agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
+    // With the TLS files the gRPC port speaks TLS only.
+    match tls {
+        Some(_) => agent_config.ports.grpc_tls = grpc_port,
+        None => agent_config.ports.grpc = grpc_port,
+    }
+    agent_config.ports.https = port_of(https.as_ref().map(|(l, _)| l))?;
+    if let (Some(l), Some(d)) = (dns_listeners, dns) {
+        let catalog = Arc::new(crate::dns::StateCatalog {
+            store: server.store.clone(),
+            datacenter: config.datacenter.clone(),
+            acl: server.acl.clone(),
+            token: config.agent_tokens.default.clone(),
+        });
+        tokio::spawn(crate::dns::serve(l, d, catalog));
+    }
+    // Bound first: the agent talks to this server through that address.
+    let agent = crate::agent::embedded(agent_config).await?;
+    let _ = server.agent.set(agent.clone());
+    let app = crate::http::router(server.clone())
+        .merge(crate::agent::api::server_routes(agent.clone()))
+        .layer(axum::Extension(crate::http::resolver(&server)));
+    // One each: `Notify::notify_one` wakes one waiter (or the next).
+    let (stop, stop_tls) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let plain = {
+        let (app, limits, stop) = (app.clone(), config.limits.http.clone(), stop.clone());
+        async move {
+            match listener {
+                Some(l) => {
+                    tracing::info!(addr = ?l.local_addr().ok(), "HTTP API listening");
+                    crate::request::serve::serve(l, app, limits, stop).await
+                }
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let secure = {
+        let (limits, stop) = (config.limits.http.clone(), stop_tls.clone());
+        async move {
+            match https {
+                Some((l, tls)) => {
+                    tracing::info!(addr = ?l.local_addr().ok(), "HTTPS API listening");
+                    crate::request::serve::serve_tls(l, app, limits, stop, tls).await
+                }
+                None => std::future::pending().await,
+            }
+        }
+    };
+    Ok(ServerProcess {
+        server,
+        agent,
+        serve: Box::pin(async move {
+            tokio::join!(plain, secure);
+        }),
+        stops: vec![stop, stop_tls, stop_grpc],
+    })
+}
+
+impl ServerProcess {
+    /// Serves until SIGINT or SIGTERM (or a storage fault, which ends the
+    /// process with `FAULT_EXIT`, or a critical task's death, with
+    /// `TASK_EXIT`), then shuts the server down.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let ServerProcess {
+            server,
+            agent,
+            serve,
+            stops,
+        } = self;
+        tokio::select! {
+            _ = serve => {},
+            why = server.raft_failed() => fault_stop(&server, &why),
+            ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
+            ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
+            _ = crate::signal::shutdown() => {
+                // Blocking queries may wait minutes: give requests in
+                // flight a moment to finish, then stop regardless.
+                for s in &stops {
+                    s.notify_one();
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+        server.shutdown().await;
+        Ok(())
+    }
+}
+
+/// `cairn server`: binds the configured addresses, builds the server and
+/// runs it.
+pub async fn run_server(
+    config: ServerConfig, dns: Option<DnsConfig>, grpc: Option<GrpcConfig>,
+) -> anyhow::Result<()> {
+    // Refused before anything is bound or opened.
+    config.check_raft_protection()?;
+    let listeners = Listeners::bind(&config, dns.as_ref(), grpc.as_ref()).await?;
+    server(config, dns, grpc, listeners).await?.run().await
+}
+
+/// `cairn agent`: a client agent from its configuration, until a signal.
+pub async fn run_agent(config: AgentConfig, dns: Option<DnsConfig>) -> anyhow::Result<()> {
+    crate::agent::run(config, dns).await
+}
+
+/// A critical task died: the server would answer while broken (no
+/// transport, no events, no leader duties), so it stops, naming the task,
+/// for a supervisor to restart it.
+/// A task that ended because Raft stopped on a storage fault (the leader
+/// duties do) is that fault's consequence: exit as the fault, not the task,
+/// so the exit code says what a supervisor needs to know.
+async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
+    if let Ok(why) = tokio::time::timeout(Duration::from_secs(1), server.raft_failed()).await {
+        fault_stop(server, &why);
+    }
+    fail_task(ended)
+}
+
+/// Fail stop: a server whose log or state store failed must not linger
+/// answering 500s and stale reads. Exiting lets a supervisor restart it;
+/// the restart recovers from the data dir (rebuilding the state's rows,
+/// no longer vouched for), or refuses to start naming what is wrong.
+fn fault_stop(server: &Server, why: &str) -> ! {
+    tracing::error!("storage fault, stopping: {why}");
+    crate::state::persist::distrust_rows(&server.config.data_dir);
+    std::process::exit(crate::server::FAULT_EXIT);
+}
+
+fn fail_task(ended: crate::tasks::Ended) -> ! {
+    tracing::error!("{ended}: stopping");
+    std::process::exit(crate::tasks::TASK_EXIT);
+}
+
+/// The port a listener is bound to (none without a listener).
+fn port_of(l: Option<&TcpListener>) -> std::io::Result<Option<u16>> {
+    l.map(|l| l.local_addr().map(|a| a.port())).transpose()
+}
+
+/// The server's own agent: its node, in `<data-dir>/agent`, talking to
+/// this server's HTTP API (loopback for a wildcard address; HTTPS with the
+/// server's own certificate when only HTTPS is served).
+fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
+    let mut local = config.http_addr;
+    if local.ip().is_unspecified() {
+        local.set_ip(match local {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let (scheme, tls) = match &config.tls {
+        Some(t) => (
+            if t.http_off { "https" } else { "http" },
+            Some(Arc::new(crate::agent::AgentTls {
+                client: t.files.client()?,
+                https: None,
+                http_off: t.http_off,
+            })),
+        ),
+        None => ("http", None),
+    };
+    Ok(crate::agent::AgentConfig {
+        node: config.node.clone(),
+        data_dir: config.data_dir.join("agent"),
+        http_addr: config.http_addr,
+        servers: vec![format!("{scheme}://{local}")],
+        config_sources: config.config_sources.clone(),
+        sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
+        datacenter: config.datacenter.clone(),
+        in_server: true,
+        ports: Default::default(),
+        tls,
+        tokens: config.agent_tokens.clone(),
+        // The server's own, set by `run`.
+        blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn listen() -> TcpListener {
+        TcpListener::bind("127.0.0.1:0").await.unwrap()
+    }
+
+    fn config(dir: &std::path::Path) -> ServerConfig {
+        // Ports 0: the listeners handed in decide.
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        ServerConfig {
+            node: "p1".into(),
+            datacenter: "dc1".into(),
+            data_dir: dir.to_path_buf(),
+            http_addr: any,
+            raft_addr: any,
+            bootstrap_expect: 1,
+            join: Vec::new(),
+            snapshot_threshold: 16_384,
+            log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
+            tombstone_ttl: Duration::from_secs(900),
+            limits: Default::default(),
+            tls: None,
+            encrypt: None,
+            insecure_raft: false,
+            acl: Default::default(),
+            agent_tokens: Default::default(),
+            config_sources: Default::default(),
+        }
+    }
+
+    /// A server built on listeners a test bound itself serves on them, and
+    /// once it leads, the leader module has established its duties for
+    /// that term (the cluster id and CA root written by one of them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_serves_on_the_listeners_handed_in_and_its_leader_runs_the_duties() {
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let listeners = Listeners {
+            raft: listen().await,
+            http: Some(listen().await),
+            https: None,
+            grpc: None,
+            dns: None,
+        };
+        let http = listeners.http.as_ref().unwrap().local_addr().unwrap();
+        let p = server(config(dir.path()), None, None, listeners)
+            .await
+            .unwrap();
+        let s = p.server.clone();
+        assert_eq!(
+            s.config.http_addr, http,
+            "the configuration names the bound port"
+        );
+        tokio::spawn(p.serve);
+        let settled = async {
+            loop {
+                let st = s.store.state();
+                let term = s.cluster.leading_term();
+                if term.is_some()
+                    && s.duties.get() == term
+                    && !st.cluster_id.is_empty()
+                    && st.connect_ca.is_some()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), settled)
+            .await
+            .expect("the leader's duties ran");
+        let leader: String = crate::tls::http_client()
+            .build()
+            .unwrap()
+            .get(format!("http://{http}/v1/status/leader"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(leader, s.config.raft_addr.to_string());
+        s.shutdown().await;
+    }
+}
