@@ -1,4 +1,4 @@
-//! Helpers shared by tests across rooms: the conformance cases and
+//! Helpers shared by tests across modules: the conformance cases and
 //! run.py's comparison, and a store with a publisher to apply commands to.
 
 use std::path::{Path, PathBuf};

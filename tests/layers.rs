@@ -1,12 +1,12 @@
-//! The house's layers hold: a room of `src/` imports only rooms on lower
-//! layers (ARCHITECTURE.md draws them). Read from the code's own
+//! The crate's layers hold: a module of `src/` imports only modules on
+//! lower layers (ARCHITECTURE.md draws them). Read from the code's own
 //! `crate::` paths, test modules left out; fails naming every import that
 //! runs sideways or up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Each room's layer, from the ground up.
+/// Each module's layer, from the ground up.
 const LAYERS: &[&[&str]] = &[
     &[
         "acl",
@@ -33,8 +33,8 @@ const LAYERS: &[&[&str]] = &[
     &["process"],
 ];
 
-fn layer_of(room: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&room))
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -69,7 +69,7 @@ fn code_of(text: &str) -> String {
     out
 }
 
-/// The rooms a piece of code names through `crate::`.
+/// The modules a piece of code names through `crate::`.
 fn rooms_named(code: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = code;
@@ -113,23 +113,23 @@ fn rooms_import_only_lower_layers() {
             .unwrap()
             .as_os_str()
             .to_string_lossy();
-        let room = first.trim_end_matches(".rs").to_string();
+        let module = first.trim_end_matches(".rs").to_string();
         let name = f.file_name().unwrap().to_string_lossy();
-        if ["lib", "main", "bin"].contains(&room.as_str())
+        if ["lib", "main", "bin"].contains(&module.as_str())
             || name == "tests.rs"
             || name == "conformance_tests.rs"
         {
             continue;
         }
-        let layer = layer_of(&room).unwrap_or_else(|| {
+        let layer = layer_of(&module).unwrap_or_else(|| {
             panic!(
-                "room {room} ({}) is on no layer: add it to LAYERS",
+                "module {module} ({}) is on no layer: add it to LAYERS",
                 rel.display()
             )
         });
         checked += 1;
         for to in rooms_named(&code_of(&std::fs::read_to_string(f).unwrap())) {
-            if to == room {
+            if to == module {
                 continue;
             }
             match layer_of(&to) {
@@ -137,7 +137,7 @@ fn rooms_import_only_lower_layers() {
                 _ => wrong
                     .entry(rel.display().to_string())
                     .or_default()
-                    .push(format!("{room} -> {to}")),
+                    .push(format!("{module} -> {to}")),
             }
         }
     }

@@ -7,7 +7,7 @@
 //! wins over the catalog's. Other `/v1/` requests are forwarded to a server,
 //! so Consul clients can talk to the agent as they would to Consul's.
 //!
-//! Rooms:
+//! Modules:
 //!
 //! | file | job |
 //! | --- | --- |

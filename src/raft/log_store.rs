@@ -31,7 +31,7 @@
 //!   file and offset.
 //! - Any I/O error is returned to openraft, which stops; after a failed
 //!   fsync nothing more is reported durable (the kernel may have dropped
-//!   the pages it could not write). The server then exits (`server::run`).
+//!   the pages it could not write). The server then exits (`process::run_server`).
 //! - `truncate_after` cuts the files and syncs them before returning;
 //!   `purge` deletes whole segments the purge covers (lazily: reads hide
 //!   entries at or before the purged id).

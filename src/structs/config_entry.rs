@@ -1,5 +1,5 @@
-//! The five discovery-chain config entry kinds with Consul's (1.15+) field
-//! sets and HTTP JSON shape.
+//! The config entry kinds (the five of the discovery chain and
+//! `service-intentions`) with Consul's (1.15+) field sets and HTTP JSON shape.
 //!
 //! The structs (de)serialize with Consul's CamelCase keys. Deserializing them
 //! directly is strict about types but not about key spelling or unknown keys:

@@ -5,7 +5,7 @@
 //! as Consul's.
 //!
 //! The proxy is found through a `Source` (the server's catalog and its
-//! proxycfg manager): this room reads no state itself.
+//! proxycfg manager): this module reads no state itself.
 
 use std::pin::Pin;
 use std::sync::Arc;
