@@ -42,6 +42,9 @@ pub struct Cluster {
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long `PUT /v1/agent/join` keeps asking.
+const JOIN_FOR: Duration = Duration::from_secs(30);
+
 /// How long a join waits for its server to catch up before answering that
 /// it has not yet (within the joiner's 60 s RPC timeout; it asks again).
 const CATCH_UP: Duration = Duration::from_secs(20);
@@ -217,8 +220,21 @@ impl Cluster {
 
     /// `PUT /v1/agent/join/:address`: asks the server at `addr` (a Raft
     /// address) to take this one in, as `--join` does.
+    /// Asks the server at `addr` to add this one, again while it answers
+    /// that the join is not done yet (a leader being elected, this server
+    /// still catching up), for up to `JOIN_FOR`; the last answer otherwise.
     pub async fn join_via(&self, addr: &str) -> Result<(), String> {
-        self.ask_to_join(addr).await
+        let deadline = Instant::now() + JOIN_FOR;
+        loop {
+            match self.ask_to_join(addr).await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::info!(via = %addr, error = %e, "join not done yet");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
     }
 
     async fn ask_to_join(&self, addr: &str) -> Result<(), String> {
