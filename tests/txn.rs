@@ -240,6 +240,9 @@ fn service_and_check_operations_follow_consuls_verbs() {
 #[test]
 fn a_failed_cas_rolls_the_whole_txn_back() {
     let s = Server::dev();
+    // The server's own node and `consul` service written first: the
+    // catalog's index must then move only by this test's writes.
+    s.settle();
     ok(&s, json!([node_set("keep", "10.0.0.9")]));
     let index = s.get("/v1/catalog/nodes").index();
     let e = conflict(
