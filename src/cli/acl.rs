@@ -55,12 +55,8 @@ pub struct TokenCreate {
     description: String,
     #[command(flatten)]
     policies: PolicyLinks,
-    /// A role by name (repeatable).
-    #[arg(long)]
-    role_name: Vec<String>,
-    /// A role by ID (repeatable).
-    #[arg(long)]
-    role_id: Vec<String>,
+    #[command(flatten)]
+    roles: RoleLinks,
     /// The token's secret (a UUID; default: a new one).
     #[arg(long)]
     secret: Option<String>,
@@ -85,12 +81,8 @@ pub struct TokenUpdate {
     description: Option<String>,
     #[command(flatten)]
     policies: PolicyLinks,
-    /// A role by name (repeatable).
-    #[arg(long)]
-    role_name: Vec<String>,
-    /// A role by ID (repeatable).
-    #[arg(long)]
-    role_id: Vec<String>,
+    #[command(flatten)]
+    roles: RoleLinks,
     /// Add the given policies to the token's own (else they replace them).
     #[arg(long)]
     merge_policies: bool,
@@ -198,6 +190,17 @@ pub struct RoleCreate {
     policies: PolicyLinks,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+}
+
+/// The roles a token links to.
+#[derive(Args, Debug)]
+pub struct RoleLinks {
+    /// A role by name (repeatable).
+    #[arg(long)]
+    role_name: Vec<String>,
+    /// A role by ID (repeatable).
+    #[arg(long)]
+    role_id: Vec<String>,
 }
 
 /// The policies a new token or role links to.
@@ -365,7 +368,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
             let mut body = json!({
                 "Description": a.description,
                 "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
-                "Roles": link_list(&a.role_id, &a.role_name),
+                "Roles": link_list(&a.roles.role_id, &a.roles.role_name),
                 "Local": a.local,
             });
             if let Some(sec) = a.secret {
@@ -394,7 +397,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
             relink(&mut t["Policies"], policies, a.merge_policies);
             relink(
                 &mut t["Roles"],
-                link_list(&a.role_id, &a.role_name),
+                link_list(&a.roles.role_id, &a.roles.role_name),
                 a.merge_roles,
             );
             let v = send(c, reqwest::Method::PUT, &path, Some(t))
