@@ -167,23 +167,10 @@ async fn run(proxies: usize) {
             .unwrap()
     };
     let config = ServerConfig {
-        node: "bench".into(),
-        datacenter: "dc1".into(),
-        data_dir: dir.path().to_path_buf(),
         http_addr: port(()),
         raft_addr: port(()),
         bootstrap_expect: 1,
-        join: Vec::new(),
-        snapshot_threshold: 16_384,
-        log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
-        tombstone_ttl: std::time::Duration::from_secs(15 * 60),
-        limits: Default::default(),
-        tls: None,
-        encrypt: None,
-        insecure_raft: false,
-        acl: Default::default(),
-        agent_tokens: Default::default(),
-        config_sources: Default::default(),
+        ..ServerConfig::new("bench", dir.path().to_path_buf())
     };
     let listeners = cairn::process::Listeners::bind(&config, None, None)
         .await

@@ -120,7 +120,7 @@ struct ServerArgs {
     #[arg(long)]
     join: Vec<String>,
     /// Snapshot the state and compact the Raft log after this many entries.
-    #[arg(long, default_value_t = 16_384, hide = true)]
+    #[arg(long, default_value_t = cairn::server::SNAPSHOT_THRESHOLD, hide = true)]
     raft_snapshot_threshold: u64,
     /// Start a new Raft log segment file past this many bytes.
     #[arg(long, default_value_t = cairn::raft::log_store::SEGMENT_BYTES, hide = true)]

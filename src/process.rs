@@ -357,23 +357,10 @@ mod tests {
         // Ports 0: the listeners handed in decide.
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         ServerConfig {
-            node: "p1".into(),
-            datacenter: "dc1".into(),
-            data_dir: dir.to_path_buf(),
             http_addr: any,
             raft_addr: any,
             bootstrap_expect: 1,
-            join: Vec::new(),
-            snapshot_threshold: 16_384,
-            log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
-            tombstone_ttl: Duration::from_secs(900),
-            limits: Default::default(),
-            tls: None,
-            encrypt: None,
-            insecure_raft: false,
-            acl: Default::default(),
-            agent_tokens: Default::default(),
-            config_sources: Default::default(),
+            ..ServerConfig::new("p1", dir.to_path_buf())
         }
     }
 

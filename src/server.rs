@@ -73,7 +73,36 @@ pub struct ServerTls {
     pub http_off: bool,
 }
 
+/// Take a snapshot (and compact the log) after this many entries, unless
+/// told otherwise.
+pub const SNAPSHOT_THRESHOLD: u64 = 16_384;
+
 impl ServerConfig {
+    /// A server's settings with every default (`cairn server`'s flags
+    /// start from the same): one server on loopback, datacenter `dc1`,
+    /// no TLS, no ACLs. Callers change what they need with `..`.
+    pub fn new(node: impl Into<String>, data_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            node: node.into(),
+            datacenter: "dc1".into(),
+            data_dir,
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8500)),
+            raft_addr: SocketAddr::from(([127, 0, 0, 1], 8300)),
+            bootstrap_expect: 0,
+            join: Vec::new(),
+            snapshot_threshold: SNAPSHOT_THRESHOLD,
+            log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
+            tombstone_ttl: Duration::from_secs(15 * 60),
+            limits: Default::default(),
+            tls: None,
+            encrypt: None,
+            insecure_raft: false,
+            acl: Default::default(),
+            agent_tokens: Default::default(),
+            config_sources: Default::default(),
+        }
+    }
+
     /// The HTTP base address other servers and this server's agent reach
     /// it on: `host:port` for plain HTTP, `https://host:port` when only
     /// HTTPS is served.

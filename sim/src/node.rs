@@ -232,9 +232,6 @@ fn sim_clock_ms() -> u64 {
 pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> turmoil::Result {
     let raft_addr = SocketAddr::new(boot.ip, RAFT_PORT);
     let config = ServerConfig {
-        node: boot.name.clone(),
-        datacenter: "dc1".into(),
-        data_dir: PathBuf::from("/nonexistent"),
         http_addr: SocketAddr::new(boot.ip, API_PORT),
         raft_addr,
         bootstrap_expect: boot.expect,
@@ -244,14 +241,9 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             .map(|ip| SocketAddr::new(*ip, RAFT_PORT).to_string())
             .collect(),
         snapshot_threshold: boot.snapshot_threshold,
-        log_segment_bytes: cairn::raft::log_store::SEGMENT_BYTES,
         // Short, so that runs reap tombstones (deterministically, on every
         // server) while faults come and go.
         tombstone_ttl: std::time::Duration::from_secs(2),
-        limits: Default::default(),
-        tls: None,
-        encrypt: None,
-        insecure_raft: false,
         acl: if boot.acl {
             AclConfig {
                 enabled: true,
@@ -266,7 +258,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             default: boot.dns_token.clone(),
             agent: None,
         },
-        config_sources: Default::default(),
+        ..ServerConfig::new(boot.name.clone(), PathBuf::from("/nonexistent"))
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {
