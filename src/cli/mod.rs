@@ -38,13 +38,13 @@ pub use crate::request::enc;
 /// Commands that talk to a server over HTTP.
 #[derive(Subcommand, Debug)]
 pub enum CliCommand {
-    /// Read the catalog: nodes, services.
+    /// Read the catalog: nodes, services, datacenters.
     #[command(subcommand)]
     Catalog(catalog::CatalogCmd),
     /// Register or deregister services from definition files.
     #[command(subcommand)]
     Services(services::ServicesCmd),
-    /// Cluster operations (Raft peers).
+    /// Cluster operations: Raft peers and leadership, autopilot.
     #[command(subcommand)]
     Operator(operator::OperatorCmd),
     /// List the servers of the cluster.
