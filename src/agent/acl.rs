@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::Agent;
 use super::servers::{ServerError, Servers};
 use crate::acl::{Authorizer, parse_rules};
 use crate::error::{Error, Result};
+use crate::request::authz::Authz;
 use crate::structs::acl::{AUTHORIZER_PATH, ResolvedToken, secret_hash};
 
 /// How long a resolved token is used before asking again (Consul's
@@ -123,6 +125,23 @@ fn authorizer(r: &ResolvedToken) -> Authorizer {
     let rules: Vec<_> = r.rules.iter().filter_map(|t| parse_rules(t).ok()).collect();
     let refs: Vec<_> = rules.iter().collect();
     Authorizer::new(&r.accessor_id, &refs, r.default_policy)
+}
+
+/// `token` (none: anonymous) resolved by asking the servers, through the
+/// agent's cache (above).
+pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
+    // The recovery token works with no server to ask (Consul's: agent
+    // write on this node, and reads of nodes).
+    if let Some(t) = token.as_deref()
+        && a.is_recovery_token(t)
+    {
+        return Ok(Authz::resolved(
+            super::ops::recovery_authorizer(&a.config.node),
+            token,
+        ));
+    }
+    let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
+    Ok(Authz::resolved(authz, token))
 }
 
 #[cfg(test)]

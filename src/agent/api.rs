@@ -160,30 +160,13 @@ pub fn router(agent: App) -> Router {
 /// runs; its `Authz` extractor takes the answer from the extensions.
 async fn resolve_token(State(a): State<App>, mut req: Request, next: Next) -> Response {
     let token = token_of(req.headers(), req.uri().query()).or_else(|| a.default_token());
-    match authz_of(&a, token).await {
+    match super::acl::authz_of(&a, token).await {
         Ok(authz) => {
             req.extensions_mut().insert(authz);
             next.run(req).await
         }
         Err(e) => e.into_response(),
     }
-}
-
-/// `token` (none: anonymous) resolved by asking the servers, through the
-/// agent's cache (`agent::acl`).
-pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> {
-    // The recovery token works with no server to ask (Consul's: agent
-    // write on this node, and reads of nodes).
-    if let Some(t) = token.as_deref()
-        && a.is_recovery_token(t)
-    {
-        return Ok(Authz::resolved(
-            super::ops::recovery_authorizer(&a.config.node),
-            token,
-        ));
-    }
-    let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
-    Ok(Authz::resolved(authz, token))
 }
 
 /// A server's agent endpoints, merged into the server's router. The server
@@ -421,7 +404,7 @@ async fn service(
         // As Consul, the token is resolved again each round (within the
         // cache's TTL): one deleted or narrowed while this waited gets no
         // more answers.
-        z = authz_of(&a, z.token().map(str::to_string)).await?;
+        z = super::acl::authz_of(&a, z.token().map(str::to_string)).await?;
         may_read_service(&a, &z, &id)?;
     }
 }

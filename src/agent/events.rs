@@ -160,6 +160,6 @@ pub async fn list(
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
         // The token again (the agent's cache keeps it its TTL): one deleted
         // or narrowed while this waited reads with what it has now.
-        z = super::api::authz_of(&a, z.token().map(str::to_string)).await?;
+        z = super::acl::authz_of(&a, z.token().map(str::to_string)).await?;
     }
 }

@@ -71,7 +71,7 @@ async fn put_config(
 async fn health(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
     let config = operator::autopilot(&s.store.state());
-    let h = crate::raft::autopilot::health(&s.cluster, &config, &s.cluster.stability);
+    let h = s.cluster.health(&config);
     let status = if h.healthy {
         StatusCode::OK
     } else {
@@ -85,7 +85,7 @@ async fn health(State(s): State<App>, a: Authz) -> Result<Response> {
 async fn state(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
     let config = operator::autopilot(&s.store.state());
-    let h = crate::raft::autopilot::health(&s.cluster, &config, &s.cluster.stability);
+    let h = s.cluster.health(&config);
     let mut servers = Map::new();
     let mut voters = Vec::new();
     let mut leader = String::new();

@@ -8,8 +8,7 @@ use std::time::SystemTime;
 use openraft::Instant as _;
 use parking_lot::Mutex;
 
-use super::NodeId;
-use super::cluster::Cluster;
+use super::{NodeId, ServerNode, TypeConfig};
 use crate::structs::duration::Duration;
 use crate::structs::operator::{AutopilotConfig, OperatorHealth, ServerHealth};
 
@@ -21,10 +20,13 @@ const FAILED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Default)]
 pub struct Stability(Mutex<HashMap<NodeId, SystemTime>>);
 
-/// The servers' health as the leader sees it now. On a follower (asked
-/// with `?stale`) only what it knows: itself and the membership.
-pub fn health(cluster: &Cluster, config: &AutopilotConfig, stable: &Stability) -> OperatorHealth {
-    let m = cluster.metrics();
+/// The servers' health as the leader (`me`, with its Raft metrics `m` and
+/// its `members`: id, node, voter) sees it now. On a follower (asked with
+/// `?stale`) only what it knows: itself and the membership.
+pub fn health(
+    m: &openraft::RaftMetrics<TypeConfig>, members: Vec<(NodeId, ServerNode, bool)>, me: NodeId,
+    config: &AutopilotConfig, stable: &Stability,
+) -> OperatorHealth {
     let leader = m.current_leader;
     let last_index = m.last_log_index.unwrap_or(0);
     // A follower is heard from once a heartbeat interval at best: a
@@ -39,8 +41,8 @@ pub fn health(cluster: &Cluster, config: &AutopilotConfig, stable: &Stability) -
     let mut since = stable.0.lock();
     let now = SystemTime::now();
     let mut servers = Vec::new();
-    for (id, node, voter) in cluster.members() {
-        let (contact, matched) = if Some(id) == leader && id == cluster.id {
+    for (id, node, voter) in members {
+        let (contact, matched) = if Some(id) == leader && id == me {
             (
                 Some(std::time::Duration::ZERO),
                 m.last_log_index.map(|i| (m.current_term, i)),

@@ -37,7 +37,7 @@ pub struct Cluster {
     started: Instant,
     last_contact_ms: AtomicU64,
     /// Since when each server has been healthy (autopilot's `StableSince`).
-    pub stability: super::autopilot::Stability,
+    stability: super::autopilot::Stability,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -81,6 +81,19 @@ impl Cluster {
     /// What Raft reports now (leader, term, indexes, membership).
     pub fn metrics(&self) -> openraft::RaftMetrics<super::TypeConfig> {
         self.raft.metrics().borrow_watched().clone()
+    }
+
+    /// The servers' health as autopilot judges it (see `autopilot`).
+    pub fn health(
+        &self, config: &crate::structs::operator::AutopilotConfig,
+    ) -> crate::structs::operator::OperatorHealth {
+        super::autopilot::health(
+            &self.metrics(),
+            self.members(),
+            self.id,
+            config,
+            &self.stability,
+        )
     }
 
     /// The servers in the current membership (voters and learners).
