@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use serde_json::Value;
 
 use super::Agent;
@@ -66,10 +65,7 @@ async fn watch_kind(a: Arc<Agent>, kind: Kind) {
             }
             Err(e) => {
                 failures += 1;
-                let wait = Duration::from_millis(500)
-                    .saturating_mul(1 << failures.min(6))
-                    .min(Duration::from_secs(30))
-                    .mul_f64(rand::thread_rng().gen_range(0.75..1.0));
+                let wait = super::retry_wait(failures);
                 tracing::warn!(kind = kind.as_str(), error = %e, retry_in = ?wait, "central config watch failed");
                 index = 0;
                 tokio::time::sleep(wait).await;

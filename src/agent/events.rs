@@ -13,7 +13,6 @@ use std::time::Duration;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use rand::Rng;
 
 use super::Agent;
 use crate::error::Result;
@@ -107,10 +106,7 @@ pub async fn follow(a: Arc<Agent>) {
             }
             Err(e) => {
                 failures += 1;
-                let wait = Duration::from_millis(500)
-                    .saturating_mul(1 << failures.min(6))
-                    .min(Duration::from_secs(30))
-                    .mul_f64(rand::thread_rng().gen_range(0.75..1.0));
+                let wait = super::retry_wait(failures);
                 tracing::warn!(error = %e, retry_in = ?wait, "following user events failed");
                 index = 0;
                 tokio::time::sleep(wait).await;

@@ -683,3 +683,14 @@ pub async fn run(
     tracing::info!("agent stopped");
     Ok(())
 }
+
+/// How long a watch of the servers waits after its `failures`-th failure
+/// in a row: doubling from 1 s up to 30 s, with jitter so that agents do
+/// not all ask again at once.
+fn retry_wait(failures: u32) -> Duration {
+    use rand::Rng;
+    Duration::from_millis(500)
+        .saturating_mul(1 << failures.min(6))
+        .min(Duration::from_secs(30))
+        .mul_f64(rand::thread_rng().gen_range(0.75..1.0))
+}
