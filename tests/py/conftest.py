@@ -16,10 +16,20 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on, never the same one twice in a run:
+    the kernel may offer a port again once its probe socket closes, and a
+    cluster whose gRPC port is another server's Raft port never forms."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 def put(url, body):
     """PUT `body` as JSON; the decoded JSON answer."""

@@ -76,9 +76,28 @@ class Cluster:
                  "--bootstrap-expect", "3", *joins],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
             self.logs.append(log)
-        for port in self.http:
-            wait_until("a cairn leader", lambda p=port: http_json(
-                f"http://127.0.0.1:{p}/v1/status/leader"), 60)
+        try:
+            for port in self.http:
+                wait_until("a cairn leader", lambda p=port: self.alive() and http_json(
+                    f"http://127.0.0.1:{p}/v1/status/leader"), 90)
+        except AssertionError as e:
+            self.stop()
+            raise AssertionError(f"{e}\n{self.tail()}") from None
+
+    def alive(self):
+        """Every server still runs (a dead one fails the wait at once)."""
+        dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+        if dead:
+            raise AssertionError(f"cairn server(s) {dead} exited")
+        return True
+
+    def tail(self):
+        out = []
+        for log in self.logs:
+            log.flush()
+            lines = pathlib.Path(log.name).read_text(errors="replace").splitlines()
+            out.append(f"--- {log.name} (last 30 lines)\n" + "\n".join(lines[-30:]))
+        return "\n".join(out)
 
     def stop(self):
         for p in self.procs:
