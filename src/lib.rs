@@ -5,7 +5,7 @@
 pub mod acl;
 pub mod agent;
 pub mod cli;
-pub mod config_entry;
+pub mod config_check;
 pub mod config_file;
 pub mod connect;
 pub mod definition;
@@ -25,7 +25,7 @@ pub mod proxycfg;
 pub mod raft;
 pub mod request;
 pub mod server;
-pub mod session;
+pub mod session_ttl;
 pub mod signal;
 pub mod state;
 pub mod stream;

@@ -315,8 +315,8 @@ impl AclArgs {
         }
     }
 
-    fn server(&self) -> cairn::state::resolve::AclConfig {
-        cairn::state::resolve::AclConfig {
+    fn server(&self) -> cairn::state::token_resolver::AclConfig {
+        cairn::state::token_resolver::AclConfig {
             enabled: self.acl_enabled,
             default_policy: self.acl_default_policy,
             initial_management: self

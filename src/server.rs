@@ -51,7 +51,7 @@ pub struct ServerConfig {
     /// (`--insecure-raft`): anyone reaching it could join the cluster.
     pub insecure_raft: bool,
     /// ACLs (off by default).
-    pub acl: crate::state::resolve::AclConfig,
+    pub acl: crate::state::token_resolver::AclConfig,
     /// The token this server's own agent sends (`--acl-agent-token`, else
     /// `--acl-token`; as a client agent's).
     pub agent_tokens: crate::structs::acl::AgentTokens,
@@ -147,9 +147,9 @@ pub struct Server {
     /// The agent of this server's own node (set once `run` started it).
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     /// Session TTL timers (used by the leader).
-    pub sessions: crate::session::Timers,
-    /// Token resolution and its cache (`state::resolve`).
-    pub acl: Arc<crate::state::resolve::Resolver>,
+    pub sessions: crate::session_ttl::Timers,
+    /// Token resolution and its cache (`state::token_resolver`).
+    pub acl: Arc<crate::state::token_resolver::Resolver>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -235,7 +235,7 @@ pub struct ServerParts<L, A> {
     /// simulation records what was committed with it).
     pub tap: Option<crate::stream::Tap>,
     /// The clock commands needing the time are stamped with (lock-delay).
-    pub clock: crate::session::Clock,
+    pub clock: crate::session_ttl::Clock,
 }
 
 impl<L, A> ServerParts<L, A> {
@@ -322,7 +322,7 @@ impl Server {
             connector: Arc::new(TcpConnect),
             listener: raft,
             sled: Some(db),
-            clock: crate::session::wall_clock_ms,
+            clock: crate::session_ttl::wall_clock_ms,
             tap: None,
         };
         let server = match config.encrypt.clone() {
@@ -475,7 +475,9 @@ impl Server {
         }
         let views = crate::stream::view::Views::new(store.clone(), publisher.clone());
         let blocking = crate::request::serve::Blocking::new(config.limits.http.max_blocking);
-        let acl = Arc::new(crate::state::resolve::Resolver::new(config.acl.clone()));
+        let acl = Arc::new(crate::state::token_resolver::Resolver::new(
+            config.acl.clone(),
+        ));
         Ok(Arc::new(Server {
             acl,
             proxycfg,
@@ -489,7 +491,7 @@ impl Server {
             http,
             liveness: Default::default(),
             agent: std::sync::OnceLock::new(),
-            sessions: crate::session::Timers::new(clock),
+            sessions: crate::session_ttl::Timers::new(clock),
             db: sled,
             proposals,
             queue_writes: Arc::new(Semaphore::new(QUEUE_WRITES)),

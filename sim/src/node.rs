@@ -28,7 +28,7 @@ use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::acl::AclRow;
-use cairn::state::resolve::AclConfig;
+use cairn::state::token_resolver::AclConfig;
 use cairn::state::{
     ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
 };

@@ -26,7 +26,7 @@ use super::servers::{self, FORWARDED};
 use super::sync;
 use crate::error::{Error, Result};
 use crate::request::authz::{Authz, token_of};
-use crate::request::rows::{RowFilter, Rows};
+use crate::request::list_filter::{RowFilter, Rows};
 use crate::request::{MAX_BODY, NamedRoutes, Params, decode_json, wait_of};
 use crate::structs::agent::{CONSUL_VERSION, ENVOY_VERSIONS, VERSION_METADATA};
 use crate::structs::{HEALTH_CRITICAL, HEALTH_PASSING, HEALTH_WARNING, HealthStatus};

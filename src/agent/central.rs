@@ -27,9 +27,9 @@ const KINDS: [Kind; 2] = [Kind::ProxyDefaults, Kind::ServiceDefaults];
 
 fn decode(list: Vec<Value>) -> Vec<ConfigEntry> {
     list.iter()
-        .filter_map(|v| match crate::config_entry::decode_entry(v) {
+        .filter_map(|v| match crate::config_check::decode_entry(v) {
             Ok(mut e) => {
-                let _ = crate::config_entry::normalize(&mut e);
+                let _ = crate::config_check::normalize(&mut e);
                 Some(e)
             }
             Err(e) => {

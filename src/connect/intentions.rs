@@ -15,7 +15,7 @@ use crate::structs::connect::Intention;
 
 /// The decision when no intention matches, as Consul's: allow with ACLs
 /// off, else `--acl-default-policy`.
-pub fn default_allow(acl: &crate::state::resolve::AclConfig) -> bool {
+pub fn default_allow(acl: &crate::state::token_resolver::AclConfig) -> bool {
     !acl.enabled || acl.default_policy == crate::acl::DefaultPolicy::Allow
 }
 

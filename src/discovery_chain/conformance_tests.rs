@@ -3,7 +3,7 @@
 //! same comparison `run.py` uses. Fails if the directory is absent or empty.
 
 use super::*;
-use crate::config_entry::{ConfigEntryError, decode_and_validate};
+use crate::config_check::{ConfigEntryError, decode_and_validate};
 use crate::testing::{conformance_cases, first_diff, normalise};
 use serde_json::Value;
 

@@ -6,7 +6,7 @@
 //! service that has a router, splitter or resolver, as Consul does.
 
 use super::{CompileRequest, EntryLookup, compile};
-use crate::config_entry::ConfigEntryError;
+use crate::config_check::ConfigEntryError;
 use crate::structs::config_entry::{ConfigEntry, Kind, PROXY_CONFIG_GLOBAL};
 use std::collections::{BTreeMap, BTreeSet};
 

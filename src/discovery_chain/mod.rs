@@ -8,7 +8,7 @@
 //!   (overrides from the body via [`CompileOverrides::from_json`]). Answer
 //!   `{"Chain": chain}`. A pure, deterministic function: no I/O, no panics.
 //! - [`validate_write`]`(&impl EntryLookup, &EntryChange) -> Result<(), ConfigEntryError>`
-//!   after `crate::config_entry::decode_and_validate` on every upsert, and on
+//!   after `crate::config_check::decode_and_validate` on every upsert, and on
 //!   every delete: recompiles only the chains the change can reach and
 //!   refuses it (400) if one of them would no longer compile.
 //! - [`EntryLookup`]: read access to the stored entries. The state store

@@ -2,7 +2,7 @@
 //! conformance cases.
 
 use super::*;
-use crate::config_entry::decode_and_validate;
+use crate::config_check::decode_and_validate;
 use serde_json::{Value, json};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -20,7 +20,7 @@ fn store(bodies: &[Value]) -> MemoryEntries {
     s
 }
 
-fn upsert(s: &MemoryEntries, body: Value) -> Result<(), crate::config_entry::ConfigEntryError> {
+fn upsert(s: &MemoryEntries, body: Value) -> Result<(), crate::config_check::ConfigEntryError> {
     validate_write(s, &EntryChange::Upsert(decode_and_validate(&body)?))
 }
 
@@ -314,8 +314,8 @@ fn arbitrary_entry(r: &mut Rng) -> ConfigEntry {
             b
         }
     };
-    let mut e = crate::config_entry::decode_entry(&body).unwrap();
-    crate::config_entry::normalize(&mut e).unwrap();
+    let mut e = crate::config_check::decode_entry(&body).unwrap();
+    crate::config_check::normalize(&mut e).unwrap();
     e
 }
 
@@ -377,8 +377,8 @@ fn bench_compile() {
 fn raw_store(bodies: impl IntoIterator<Item = Value>) -> MemoryEntries {
     let mut s = MemoryEntries::new();
     for b in bodies {
-        let mut e = crate::config_entry::decode_entry(&b).unwrap();
-        crate::config_entry::normalize(&mut e).unwrap();
+        let mut e = crate::config_check::decode_entry(&b).unwrap();
+        crate::config_check::normalize(&mut e).unwrap();
         s.upsert(e);
     }
     s

@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
-use super::resolve::{EDNS_PAYLOAD, answer};
+use super::answer::{EDNS_PAYLOAD, answer};
 use super::{Catalog, DnsConfig};
 
 const MAX_QUERY: usize = EDNS_PAYLOAD as usize;

@@ -12,11 +12,11 @@
 //!
 //! | file | job |
 //! | --- | --- |
-//! | `resolve.rs` | a query to an answer: names, health, records, truncation |
+//! | `answer.rs` | a query to an answer: names, health, records, truncation |
 //! | `listen.rs` | the UDP and TCP listeners, their caps and timeouts |
 
+mod answer;
 mod listen;
-mod resolve;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,13 +24,13 @@ use std::sync::Arc;
 
 use hickory_proto::rr::Name;
 
+pub use answer::answer;
 pub use listen::{Listeners, bind};
-pub use resolve::answer;
 
 use crate::acl::Authorizer;
 use crate::state::Store;
 use crate::state::catalog::{Instance, service_instances};
-use crate::state::resolve::Resolver;
+use crate::state::token_resolver::Resolver;
 use crate::structs::Node;
 
 /// How the DNS interface answers (`--domain`, `--dns-*` flags).

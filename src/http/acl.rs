@@ -23,7 +23,7 @@ use crate::request::authz::{Authz, Resolve};
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::acl::BOOTSTRAP_DONE;
-use crate::state::resolve::generation;
+use crate::state::token_resolver::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
@@ -373,7 +373,7 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
             rfc3339(time::OffsetDateTime::now_utc() + time::Duration::nanoseconds(ttl.nanos()));
     } else if !body.expiration_time.is_empty() {
         t.expiration_time = body.expiration_time.clone();
-        if crate::state::resolve::expiry(&t).is_none() {
+        if crate::state::token_resolver::expiry(&t).is_none() {
             return Err(Error::bad("Invalid ExpirationTime: not RFC 3339"));
         }
     }

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
-use crate::request::rows::{
+use crate::request::list_filter::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, tags_match,
 };
 use crate::request::{Params, QueryOptions, decode_json};

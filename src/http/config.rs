@@ -9,7 +9,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{App, Opts, Watch, blocking, json_at, json_filtered, keep, meta_headers};
-use crate::config_entry::{ConfigEntryError, decode_and_validate};
+use crate::config_check::{ConfigEntryError, decode_and_validate};
 use crate::discovery_chain::{
     ChainError, CompileOverrides, CompileRequest, EntryChange, compile, validate_write,
 };
@@ -49,7 +49,7 @@ impl From<ChainError> for Error {
 /// token and written with `mesh:write`; the service kinds go with
 /// `service:read` / `service:write` on the entry's name.
 fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
-    crate::config_entry::readable(a, kind, name)
+    crate::config_check::readable(a, kind, name)
 }
 
 /// A put: the write on the entry's name, and for a discovery-chain entry

@@ -238,7 +238,7 @@ impl crate::xds::Source for Catalog {
         let st = self.0.store.state();
         let hash = crate::structs::acl::secret_hash(secret);
         crate::state::acl::token_by_secret_hash(&st, &hash)
-            .and_then(|t| crate::state::resolve::expiry(t))
+            .and_then(|t| crate::state::token_resolver::expiry(t))
     }
 }
 

@@ -18,7 +18,7 @@ use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
-use crate::request::rows::{
+use crate::request::list_filter::{
     RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
 };
 use crate::request::{Params, QueryOptions};

@@ -105,7 +105,7 @@ async fn write_source(s: &App, intention: &Intention, legacy_id: &str) -> Result
         let current = existing.as_deref().and_then(ConfigEntry::as_intentions);
         let body = intentions::upsert_source(current, intention, legacy_id, &now);
         // Checked here for a clear 400 before proposing (apply checks again).
-        let entry = crate::config_entry::decode_and_validate(&body)?;
+        let entry = crate::config_check::decode_and_validate(&body)?;
         crate::discovery_chain::validate_write(
             &*state,
             &crate::discovery_chain::EntryChange::Upsert(entry),

@@ -388,7 +388,7 @@ pub fn recheck(s: &Server, a: &mut Authz, st: &state::State) -> Result<()> {
     if !s.acl.enabled() {
         return Ok(());
     }
-    a.refresh(state::resolve::generation(st), |token| {
+    a.refresh(state::token_resolver::generation(st), |token| {
         acl::resolve_in(s, st, token)
     })
 }

@@ -49,7 +49,7 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
                 Kind::ServiceIntentions => "intention:read",
                 _ => "service:read",
             };
-            let readable = crate::config_entry::readable(&a, kind, key);
+            let readable = crate::config_check::readable(&a, kind, key);
             a.require(readable, permission, key)?
         }
         // Any valid token (Consul): the extractor refused unknown ones.

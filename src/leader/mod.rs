@@ -13,7 +13,7 @@
 mod acl;
 mod cluster;
 pub mod liveness;
-mod sessions;
+mod session_expiry;
 mod tombstones;
 
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ pub const DUTIES: &[Duty] = &[
     }),
     Duty::new("ACL init", |s, _| Box::pin(acl::init(s))),
     Duty::new("session TTL expiry", |s, term| {
-        Box::pin(sessions::expire(s, term))
+        Box::pin(session_expiry::expire(s, term))
     }),
     Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
     Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),

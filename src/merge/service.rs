@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::resolve::{
+use super::flatten::{
     MODE_TRANSPARENT, ResolveRequest, ResolvedServiceConfig, UpstreamKey, mesh_gateway_mode_of,
     resolve_service_config, service_defaults,
 };

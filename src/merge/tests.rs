@@ -5,9 +5,9 @@
 
 use serde_json::{Value, json};
 
-use super::resolve::UpstreamKey;
+use super::flatten::UpstreamKey;
 use super::*;
-use crate::config_entry::decode_and_validate;
+use crate::config_check::decode_and_validate;
 use crate::discovery_chain::MemoryEntries;
 use crate::state::{Command, State, apply_command, keys};
 use crate::structs::catalog::{NodeService, RegisterRequest};

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Dep, ProxyKey};
-use crate::config_entry::ConfigEntry;
+use crate::config_check::ConfigEntry;
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, EntryLookup, compile};
 use crate::filter::Filter;
 use crate::filter::schemas::HEALTH_SERVICE;

@@ -7,7 +7,7 @@
 pub mod authz;
 pub mod error;
 pub mod json;
-pub mod rows;
+pub mod list_filter;
 pub mod serve;
 
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! mark (`PUT /v1/acl/bootstrap` succeeds once).
 //!
 //! Every change touches the `acl` watch key: its index is the generation
-//! that token resolution caches are checked against (`state::resolve`).
+//! that token resolution caches are checked against (`state::token_resolver`).
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::tx::Tx;
 use super::tx::pair_key;
 use super::{Response, Row, State, Table, keys};
-use crate::config_entry::decode_and_validate;
+use crate::config_check::decode_and_validate;
 use crate::discovery_chain::{EntryChange, EntryLookup, references, validate_write};
 use crate::structs::config_entry::{ConfigEntry, Kind};
 
@@ -151,7 +151,7 @@ pub(crate) fn from_stored(v: &Value) -> anyhow::Result<ConfigEntry> {
         m.remove("CreateIndex");
         m.remove("ModifyIndex");
     }
-    let mut entry = crate::config_entry::decode_entry(&body)
+    let mut entry = crate::config_check::decode_entry(&body)
         .map_err(|e| anyhow::anyhow!("stored config entry: {e}"))?;
     entry.set_indexes(create, modify);
     Ok(entry)

@@ -11,7 +11,7 @@
 use crate::acl::Authorizer;
 use crate::error::Result;
 use crate::request::authz::{Authz, Resolver};
-use crate::state::{State, resolve};
+use crate::state::{State, token_resolver};
 
 use super::{Event, Topic};
 
@@ -26,7 +26,7 @@ pub fn visible(a: &Authorizer, e: &Event) -> bool {
             .instance
             .as_ref()
             .is_some_and(|i| a.service_read(&i.service.service) && a.node_read(&i.node.node)),
-        Topic::Config(kind) => crate::config_entry::readable(a, kind, &e.key),
+        Topic::Config(kind) => crate::config_check::readable(a, kind, &e.key),
         Topic::CaRoots => true,
     }
 }
@@ -49,9 +49,10 @@ impl Reader {
     /// found`) once the token is gone.
     pub fn check(&mut self, st: &State) -> Result<&Authorizer> {
         let resolver = &self.resolver;
-        self.authz.refresh(resolve::generation(st), |token| {
-            resolver.0.resolve(token).map(|(a, _)| a)
-        })?;
+        self.authz
+            .refresh(token_resolver::generation(st), |token| {
+                resolver.0.resolve(token).map(|(a, _)| a)
+            })?;
         Ok(&self.authz)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! The structs (de)serialize with Consul's CamelCase keys. Deserializing them
 //! directly is strict about types but not about key spelling or unknown keys:
-//! use `crate::config_entry::decode_entry` for request bodies, which accepts
+//! use `crate::config_check::decode_entry` for request bodies, which accepts
 //! snake_case, refuses unknown keys and then lands here. Serializing a
 //! [`ConfigEntry`] prunes empty members the way Consul's `omitempty` does,
 //! except inside free-form maps (`Config`, `Meta`, header maps, ...).

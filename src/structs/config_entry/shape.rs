@@ -2,7 +2,7 @@
 //! (their keys are known, matched leniently on input and pruned when empty
 //! on output) and which are free-form maps whose keys are kept verbatim.
 //!
-//! Decoding (`crate::config_entry::decode`) and serialization
+//! Decoding (`crate::config_check::decode`) and serialization
 //! ([`super::ConfigEntry::to_json`]) both walk these tables, so the two stay
 //! in step with the structs in `super`.
 

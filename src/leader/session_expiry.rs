@@ -1,4 +1,4 @@
-//! Session TTL expiry: destroys sessions whose timer (`session::Timers`,
+//! Session TTL expiry: destroys sessions whose timer (`session_ttl::Timers`,
 //! armed afresh for each term in office) ran out.
 
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::server::Server;
-use crate::session::CHECK_EVERY;
+use crate::session_ttl::CHECK_EVERY;
 use crate::state::{Response as Applied, Timeable};
 
 pub async fn expire(s: Arc<Server>, term: u64) {

@@ -756,7 +756,7 @@ fn validate_load_balancer(lb: &LoadBalancer) -> Result {
 
 #[cfg(test)]
 mod tests {
-    use crate::config_entry::decode_and_validate;
+    use crate::config_check::decode_and_validate;
     use serde_json::json;
 
     fn err_of(body: serde_json::Value) -> String {
