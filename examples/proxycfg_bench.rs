@@ -180,7 +180,7 @@ async fn run(proxies: usize) {
         .expect("server")
         .server;
     server.await_leader().await.expect("leader");
-    while server.store.state().cluster_id.is_empty() {
+    while server.state().cluster_id.is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
@@ -196,7 +196,7 @@ async fn run(proxies: usize) {
     let registered = t.elapsed();
     let rxs: Vec<Rx> = loop {
         let all: Option<Vec<Rx>> = (0..proxies)
-            .map(|p| server.proxycfg.snapshot(&proxy_key(p)))
+            .map(|p| server.proxycfg().snapshot(&proxy_key(p)))
             .collect();
         if let Some(all) = all
             && all.iter().all(|rx| rx.borrow().is_some())
@@ -208,7 +208,7 @@ async fn run(proxies: usize) {
     let built = t.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_after = rss_kib();
-    let (_, watches) = server.proxycfg.counts();
+    let (_, watches) = server.proxycfg().counts();
     println!(
         "  {proxies} proxies: registered in {:.2} s, all snapshots built {:.2} s after the first write; {watches} watches",
         registered.as_secs_f64(),

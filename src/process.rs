@@ -111,7 +111,7 @@ fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<
 /// (every leader duty, while this server leads).
 fn start(server: &Arc<Server>) {
     server
-        .tasks
+        .tasks()
         .spawn("leader duties", crate::leader::run(server.clone()));
 }
 
@@ -165,7 +165,7 @@ pub async fn server(
         ));
     }
     let mut agent_config = agent_config(&config)?;
-    agent_config.blocking = server.blocking.clone();
+    agent_config.blocking = server.blocking().clone();
     agent_config.ports.dns = dns_listeners.as_ref().map(|l| l.addr.port());
     // With the TLS files the gRPC port speaks TLS only.
     match tls {
@@ -175,16 +175,16 @@ pub async fn server(
     agent_config.ports.https = port_of(https.as_ref().map(|(l, _)| l))?;
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
-            store: server.store.clone(),
+            store: server.store().clone(),
             datacenter: config.datacenter.clone(),
-            acl: server.acl.clone(),
+            acl: server.acl().clone(),
             token: config.agent_tokens.default.clone(),
         });
         tokio::spawn(crate::dns::serve(l, d, catalog));
     }
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config).await?;
-    let _ = server.agent.set(agent.clone());
+    let _ = server.set_agent(agent.clone());
     let app = crate::http::router(server.clone())
         .merge(crate::agent::api::server_routes(agent.clone()))
         .layer(axum::Extension(crate::http::resolver(&server)));
@@ -241,7 +241,7 @@ impl ServerProcess {
         tokio::select! {
             _ = serve => {},
             why = server.raft_failed() => fault_stop(&server, &why),
-            ended = server.tasks.failed() => fail_task_or_fault(&server, ended).await,
+            ended = server.tasks().failed() => fail_task_or_fault(&server, ended).await,
             ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
             _ = crate::signal::shutdown() => {
                 // Blocking queries may wait minutes: give requests in
@@ -292,7 +292,7 @@ async fn fail_task_or_fault(server: &Server, ended: crate::tasks::Ended) -> ! {
 /// no longer vouched for), or refuses to start naming what is wrong.
 fn fault_stop(server: &Server, why: &str) -> ! {
     tracing::error!("storage fault, stopping: {why}");
-    crate::state::persist::distrust_rows(&server.config.data_dir);
+    crate::state::persist::distrust_rows(&server.config().data_dir);
     std::process::exit(crate::server::FAULT_EXIT);
 }
 
@@ -384,16 +384,17 @@ mod tests {
             .unwrap();
         let s = p.server.clone();
         assert_eq!(
-            s.config.http_addr, http,
+            s.config().http_addr,
+            http,
             "the configuration names the bound port"
         );
         tokio::spawn(p.serve);
         let settled = async {
             loop {
-                let st = s.store.state();
-                let term = s.cluster.leading_term();
+                let st = s.state();
+                let term = s.cluster().leading_term();
                 if term.is_some()
-                    && s.duties.get() == term
+                    && s.duties().get() == term
                     && !st.cluster_id.is_empty()
                     && st.connect_ca.is_some()
                 {
@@ -415,7 +416,7 @@ mod tests {
             .json()
             .await
             .unwrap();
-        assert_eq!(leader, s.config.raft_addr.to_string());
+        assert_eq!(leader, s.config().raft_addr.to_string());
         s.shutdown().await;
     }
 }

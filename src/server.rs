@@ -131,25 +131,25 @@ pub struct Limits {
 pub const SLED_CACHE_BYTES: u64 = 64 << 20;
 
 pub struct Server {
-    pub config: ServerConfig,
-    pub raft: Raft,
-    pub store: Arc<Store>,
-    pub publisher: Arc<Publisher>,
-    pub cluster: Arc<Cluster>,
-    pub proxycfg: crate::proxycfg::Manager,
+    config: ServerConfig,
+    raft: Raft,
+    store: Arc<Store>,
+    publisher: Arc<Publisher>,
+    cluster: Arc<Cluster>,
+    proxycfg: crate::proxycfg::Manager,
     /// Leaf certificates this server signed for its own agent endpoint.
-    pub leaves: crate::connect::Leaves,
+    leaves: crate::connect::Leaves,
     /// Materialized health views for blocking reads.
-    pub views: Arc<crate::stream::view::Views>,
-    pub http: reqwest::Client,
+    views: Arc<crate::stream::view::Views>,
+    http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
-    pub liveness: crate::leases::Leases,
+    liveness: crate::leases::Leases,
     /// The agent of this server's own node (set once `run` started it).
-    pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
+    agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     /// Session TTL timers (used by the leader).
-    pub sessions: crate::session_ttl::Timers,
+    sessions: crate::session_ttl::Timers,
     /// Token resolution and its cache (`state::token_resolver`).
-    pub acl: Arc<crate::state::token_resolver::Resolver>,
+    acl: Arc<crate::state::token_resolver::Resolver>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -158,11 +158,11 @@ pub struct Server {
     queue_bytes: Arc<Semaphore>,
     /// Blocking queries waiting at once (`Limits::http.max_blocking`),
     /// shared with the server's own agent.
-    pub blocking: crate::request::serve::Blocking,
+    blocking: crate::request::serve::Blocking,
     /// Its critical background tasks; the run loop waits on their failure.
-    pub tasks: Tasks,
+    tasks: Tasks,
     /// The term whose leader duties run here (`crate::leader`), if any.
-    pub duties: crate::tasks::DutyTerm,
+    duties: crate::tasks::DutyTerm,
 }
 
 /// A client write waiting to be proposed, and where its answer goes.
@@ -256,6 +256,83 @@ impl<L, A> ServerParts<L, A> {
             tap: self.tap,
             clock: self.clock,
         })
+    }
+}
+
+/// The handle the HTTP layer, the leader module and the process reach a
+/// server through: methods, not fields, so that what a server holds and
+/// how stays its own business.
+impl Server {
+    /// The current version of the state: no lock, no Raft.
+    pub fn state(&self) -> Arc<crate::state::State> {
+        self.store.state()
+    }
+    /// Blocking queries' wake-ups, per watch key.
+    pub fn watches(&self) -> &crate::state::Watches {
+        &self.store.watches
+    }
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+    pub fn datacenter(&self) -> &str {
+        &self.config.datacenter
+    }
+    /// This server's node name.
+    pub fn node_name(&self) -> &str {
+        &self.config.node
+    }
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+    /// Membership, formation and leadership (`raft::cluster`).
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+    pub fn publisher(&self) -> &Arc<Publisher> {
+        &self.publisher
+    }
+    pub fn proxycfg(&self) -> &crate::proxycfg::Manager {
+        &self.proxycfg
+    }
+    pub fn leaves(&self) -> &crate::connect::Leaves {
+        &self.leaves
+    }
+    pub fn views(&self) -> &Arc<crate::stream::view::Views> {
+        &self.views
+    }
+    /// The HTTP client for calls to other servers.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+    pub fn liveness(&self) -> &crate::leases::Leases {
+        &self.liveness
+    }
+    /// The agent of this server's own node, once the process started it.
+    pub fn agent(&self) -> Option<&Arc<crate::agent::Agent>> {
+        self.agent.get()
+    }
+    /// Sets the server's own agent (once; later calls change nothing).
+    pub fn set_agent(&self, agent: Arc<crate::agent::Agent>) {
+        let _ = self.agent.set(agent);
+    }
+    pub fn sessions(&self) -> &crate::session_ttl::Timers {
+        &self.sessions
+    }
+    /// Token resolution and its cache.
+    pub fn acl(&self) -> &Arc<crate::state::token_resolver::Resolver> {
+        &self.acl
+    }
+    pub fn blocking(&self) -> &crate::request::serve::Blocking {
+        &self.blocking
+    }
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+    pub fn duties(&self) -> &crate::tasks::DutyTerm {
+        &self.duties
     }
 }
 

@@ -27,7 +27,7 @@ impl DutyStats {
     pub fn sample(&mut self, at_ms: u64, slots: &[Slot]) {
         let mut by_term: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, slot) in slots.iter().enumerate() {
-            if let Some(term) = slot.lock().unwrap().as_ref().and_then(|s| s.duties.get()) {
+            if let Some(term) = slot.lock().unwrap().as_ref().and_then(|s| s.duties().get()) {
                 by_term.entry(term).or_default().push(i + 1);
             }
         }
@@ -47,7 +47,7 @@ impl DutyStats {
 fn offices(servers: &[Arc<Server>]) -> Vec<(Option<u64>, Option<u64>)> {
     servers
         .iter()
-        .map(|s| (s.cluster.leading_term(), s.duties.get()))
+        .map(|s| (s.cluster().leading_term(), s.duties().get()))
         .collect()
 }
 

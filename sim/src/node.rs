@@ -462,11 +462,11 @@ async fn serve_api(
             return Ok(());
         }
         let mut sub = server
-            .publisher
-            .subscribe(server.store.clone(), Topic::Kv, "", index);
+            .publisher()
+            .subscribe(server.store().clone(), Topic::Kv, "", index);
         // As the HTTP handler: with ACLs on every event is filtered by the
         // token, checked again as ACLs change; a token gone hangs up.
-        if server.acl.enabled() {
+        if server.acl().enabled() {
             let resolver = cairn::http::resolver(&server);
             let Ok(authz) = Authz::resolve(&*resolver.0, env.token.clone()) else {
                 return Ok(());
@@ -502,18 +502,18 @@ async fn serve_api(
 /// query comes through the simulated API instead of UDP.
 async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
     let catalog = cairn::dns::StateCatalog {
-        store: s.store.clone(),
-        datacenter: s.config.datacenter.clone(),
-        acl: s.acl.clone(),
-        token: s.config.agent_tokens.default.clone(),
+        store: s.store().clone(),
+        datacenter: s.datacenter().to_owned(),
+        acl: s.acl().clone(),
+        token: s.config().agent_tokens.default.clone(),
     };
-    let config = cairn::dns::DnsConfig::new(s.config.http_addr);
-    let before = s.store.state().index;
+    let config = cairn::dns::DnsConfig::new(s.config().http_addr);
+    let before = s.state().index;
     let answer = cairn::dns::answer(&config, &catalog, query, true).await;
     ApiReply::Dns {
         answer,
         before,
-        after: s.store.state().index,
+        after: s.state().index,
     }
 }
 
@@ -572,12 +572,8 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
             "session:write",
             &session.node,
         ),
-        Command::Register(req) => {
-            cairn::http::catalog::authorize_register(a, &s.store.state(), req)
-        }
-        Command::Deregister(req) => {
-            cairn::http::catalog::authorize_deregister(a, &s.store.state(), req)
-        }
+        Command::Register(req) => cairn::http::catalog::authorize_register(a, &s.state(), req),
+        Command::Deregister(req) => cairn::http::catalog::authorize_deregister(a, &s.state(), req),
         Command::AclPolicySet { .. }
         | Command::AclTokenSet { .. }
         | Command::AclTokenDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
@@ -602,9 +598,9 @@ async fn handle(
     // leader.
     let local = matches!(req, ApiRequest::StaleGet { .. });
     let read = matches!(req, ApiRequest::Get { .. });
-    while !forwarded && !local && !s.cluster.is_leader() {
+    while !forwarded && !local && !s.cluster().is_leader() {
         match s.await_leader().await {
-            Ok((id, _)) if id == s.cluster.id => break,
+            Ok((id, _)) if id == s.cluster().id => break,
             Ok((id, leader)) => {
                 let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
                     return error_answer(&req, "bad leader address".into());
@@ -624,10 +620,10 @@ async fn handle(
         }
     }
     // The server that answers checks the token, before reading any state.
-    let index = s.store.state().index;
+    let index = s.state().index;
     let decision = check_token(s, &req, token.as_deref());
-    let checked = s.acl.enabled().then_some(Checked {
-        server: s.cluster.id,
+    let checked = s.acl().enabled().then_some(Checked {
+        server: s.cluster().id,
         index,
         allowed: decision.is_ok(),
     });

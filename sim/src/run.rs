@@ -439,7 +439,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
             duties.sample(ms(now), &slots);
             for (i, slot) in slots.iter().enumerate() {
                 if let Some(s) = slot.lock().unwrap().as_ref() {
-                    let m = s.cluster.metrics();
+                    let m = s.cluster().metrics();
                     let seen = (m.current_leader, m.current_term);
                     if seen != leaders[i] {
                         leaders[i] = seen;
@@ -479,15 +479,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .iter()
         .filter_map(|s| s.lock().unwrap().clone())
         .collect();
-    let hashes: Vec<u64> = servers
-        .iter()
-        .map(|s| state_hash(&s.store.state()))
-        .collect();
+    let hashes: Vec<u64> = servers.iter().map(|s| state_hash(&s.state())).collect();
     hashes.hash(&mut trace);
     report.reaped_tombstones = servers
         .iter()
         .map(|s| {
-            s.store
+            s.store()
                 .state()
                 .indexes
                 .range(cairn::state::keys::floor("")..)
@@ -505,7 +502,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         ));
     }
     if !converged || hashes.windows(2).any(|w| w[0] != w[1]) {
-        let indexes: Vec<u64> = servers.iter().map(|s| s.store.state().index).collect();
+        let indexes: Vec<u64> = servers.iter().map(|s| s.state().index).collect();
         report.failures.push(format!(
             "servers differ after heal: applied indexes {indexes:?}, state hashes {hashes:x?}"
         ));
@@ -522,13 +519,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         eprintln!("final state hashes {hashes:x?}");
     }
     if let Some(s) = servers.first() {
-        checks::check_history(&history, &s.store.state(), &mut report);
+        checks::check_history(&history, &s.state(), &mut report);
     }
     {
         let burst = burst_log.lock().unwrap().clone();
         burst.hash(&mut trace);
         if let Some(s) = servers.first() {
-            check_burst(&burst, &history, &s.store.state(), &mut report);
+            check_burst(&burst, &history, &s.state(), &mut report);
         }
     }
     {
@@ -654,7 +651,7 @@ fn inject(
         Fault::IsolateLeader => {
             let leader = slots.iter().enumerate().find_map(|(i, s)| {
                 let s = s.lock().unwrap();
-                s.as_ref().filter(|s| s.cluster.is_leader()).map(|_| i)
+                s.as_ref().filter(|s| s.cluster().is_leader()).map(|_| i)
             })?;
             let others: Vec<String> = (0..n)
                 .filter(|&j| j != leader)
@@ -779,7 +776,7 @@ fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bo
             .filter_map(|s| s.lock().unwrap().clone())
             .collect();
         if servers.len() == slots.len() {
-            let metrics: Vec<_> = servers.iter().map(|s| s.cluster.metrics()).collect();
+            let metrics: Vec<_> = servers.iter().map(|s| s.cluster().metrics()).collect();
             let last = metrics[0].last_log_index;
             let same = metrics.iter().all(|m| {
                 m.last_log_index == last

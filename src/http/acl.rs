@@ -67,9 +67,9 @@ fn named_routes<T: Named>(plural: &str) -> Router<App> {
 /// policies it holds without `acl:read`). An unknown secret was refused by
 /// the extractor already.
 async fn authorizer(State(s): State<App>, a: Authz) -> Result<Response> {
-    let st = s.store.state();
+    let st = s.state();
     let resolved = s
-        .acl
+        .acl()
         .describe(&st, a.token())
         .map_err(|e| Error::Forbidden(e.to_string()))?;
     Ok(json_at(&s, st.index, &resolved))
@@ -154,7 +154,7 @@ fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Resul
 
 impl Resolve for Server {
     fn resolve(&self, token: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
-        let st = self.store.state();
+        let st = self.state();
         Ok((resolve_in(self, &st, token)?, generation(&st)))
     }
 }
@@ -164,14 +164,14 @@ impl Resolve for Server {
 pub fn resolve_in(
     s: &Server, st: &crate::state::State, token: Option<&str>,
 ) -> Result<Arc<Authorizer>> {
-    s.acl
+    s.acl()
         .resolve(st, token)
         .map_err(|e| Error::Forbidden(e.to_string()))
 }
 
 /// Consul answers ACL endpoints with ACLs off so.
 fn enabled(s: &Server) -> Result<()> {
-    if s.acl.enabled() {
+    if s.acl().enabled() {
         Ok(())
     } else {
         Err(Error::Unauthorized("ACL support disabled".into()))
@@ -247,7 +247,7 @@ async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
     // Consul's reset procedure: the operator writes the reset index the
     // refusal reported into this file in the leader's data dir; one more
     // bootstrap is then allowed, and the file goes.
-    let reset_file = s.config.data_dir.join(BOOTSTRAP_RESET_FILE);
+    let reset_file = s.config().data_dir.join(BOOTSTRAP_RESET_FILE);
     let reset_index = read_reset_index(&reset_file)?;
     let cmd = match reset_index {
         Some(reset_index) => Command::AclBootstrapReset { token, reset_index },
@@ -282,7 +282,7 @@ fn read_reset_index(path: &std::path::Path) -> Result<Option<u64>> {
 
 /// A token as the state holds it now, with its secret if the caller knows it.
 fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Response> {
-    let st = s.store.state();
+    let st = s.state();
     let t = st.acl_tokens.get(accessor).ok_or_else(not_found)?;
     let index = st.index_of([&keys::ACL]);
     Ok(json_at(s, index, &t.shown(secret)))
@@ -290,7 +290,7 @@ fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Respo
 
 /// The token `accessor` as the state holds it now.
 fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
-    s.store.state().acl_tokens.get(accessor).cloned()
+    s.state().acl_tokens.get(accessor).cloned()
 }
 
 /// Writes `token` and answers with it as it was committed (with `secret`
@@ -355,7 +355,7 @@ fn resolve_links<T: Named>(st: &crate::state::State, links: &[Link]) -> Result<V
 }
 
 fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken> {
-    let st = s.store.state();
+    let st = s.state();
     let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
     let roles = resolve_links::<AclRole>(&st, &body.roles)?;
     let mut t = AclToken {
@@ -402,7 +402,7 @@ async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Res
         check_uuid("SecretID", &body.secret_id)?;
         body.secret_id.clone()
     };
-    if s.store.state().acl_tokens.contains_key(&accessor) {
+    if s.state().acl_tokens.contains_key(&accessor) {
         return Err(Error::bad("Invalid Token: AccessorID is already in use"));
     }
     let base = AclToken {
@@ -428,7 +428,7 @@ async fn token_self(
     enabled(&s)?;
     // Resolving it (`Authz`) proved the token valid; the caller knows it.
     let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query());
-    let st = s.store.state();
+    let st = s.state();
     let t = match &secret {
         Some(sec) => crate::state::acl::token_by_secret_hash(&st, &secret_hash(sec)),
         None => st.acl_tokens.get(ANONYMOUS_ID),
@@ -512,7 +512,7 @@ async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Re
         ));
     }
     let links = |l: &[Link], id: &str| l.iter().any(|x| x.id == id);
-    let st = s.store.state();
+    let st = s.state();
     let list: Vec<AclToken> = st
         .acl_tokens
         .values()
@@ -594,7 +594,7 @@ struct RoleBody {
 
 fn build_role(s: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Result<AclRole> {
     valid_name("Role", &body.name)?;
-    let st = s.store.state();
+    let st = s.state();
     let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
     let ids: Vec<&str> = policies.iter().map(|p| p.id.as_str()).collect();
     let mut parts = vec![body.name.as_str()];
@@ -676,7 +676,7 @@ macro_rules! named {
 
 fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
     let found = found.ok_or_else(not_found)?;
-    Ok(json_at(s, s.store.state().index_of([&keys::ACL]), &**found))
+    Ok(json_at(s, s.state().index_of([&keys::ACL]), &**found))
 }
 
 async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
@@ -689,7 +689,7 @@ async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result
             T::KIND.to_lowercase()
         )));
     }
-    if T::by_name(&s.store.state(), name).is_some() {
+    if T::by_name(&s.state(), name).is_some() {
         return Err(Error::bad(format!(
             "Invalid {kind}: A {kind} with Name {name:?} already exists",
             kind = T::KIND
@@ -697,7 +697,7 @@ async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result
     }
     let id = uuid();
     applied(s.write(T::build(&s, body, id.clone(), None)?.set()).await?)?;
-    shown(&s, T::get(&s.store.state(), &id))
+    shown(&s, T::get(&s.state(), &id))
 }
 
 /// One object by ID, or with `BY_NAME` by name.
@@ -705,7 +705,7 @@ async fn read<T: Named, const BY_NAME: bool>(
     State(s): State<App>, a: Authz, Path(key): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
-    let st = s.store.state();
+    let st = s.state();
     let found = if BY_NAME {
         T::by_name(&st, &key)
     } else {
@@ -726,14 +726,14 @@ async fn update<T: Named>(
             T::KIND
         )));
     }
-    let st = s.store.state();
+    let st = s.state();
     let existing = T::get(&st, &id)
         .ok_or_else(|| Error::bad(format!("Cannot find {} {id:?}", T::KIND.to_lowercase())))?;
     applied(
         s.write(T::build(&s, body, id.clone(), Some(existing))?.set())
             .await?,
     )?;
-    shown(&s, T::get(&s.store.state(), &id))
+    shown(&s, T::get(&s.state(), &id))
 }
 
 async fn delete<T: Named>(
@@ -746,7 +746,7 @@ async fn delete<T: Named>(
 
 async fn list<T: Named>(State(s): State<App>, a: Authz) -> Result<Response> {
     acl_read(&s, &a)?;
-    let st = s.store.state();
+    let st = s.state();
     Ok(json_at(&s, st.index_of([&keys::ACL]), &T::all(&st)))
 }
 

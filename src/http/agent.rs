@@ -22,22 +22,22 @@ pub fn routes() -> Router<App> {
 
 fn member_json(s: &App, name: &str, addr: &str) -> Member {
     let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "8301"));
-    Member::server(name, host, port, &s.config.datacenter)
+    Member::server(name, host, port, s.datacenter())
 }
 
 async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
-    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
-    let m = s.cluster.metrics();
+    a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
+    let m = s.cluster().metrics();
     // The server's own agent (absent only while starting, and in the
     // simulation) owns the node's identity and configuration.
-    let agent = s.agent.get();
+    let agent = s.agent();
     let config = match agent {
         Some(a) => crate::agent::api::self_config(a),
         None => json!({
-            "Datacenter": s.config.datacenter,
-            "PrimaryDatacenter": s.config.datacenter,
-            "NodeName": s.config.node,
-            "NodeID": format!("{:016x}", s.cluster.id),
+            "Datacenter": s.datacenter(),
+            "PrimaryDatacenter": s.datacenter(),
+            "NodeName": s.node_name(),
+            "NodeID": format!("{:016x}", s.cluster().id),
             "Server": true,
             "Revision": "cairn",
             "Version": crate::structs::agent::CONSUL_VERSION,
@@ -47,12 +47,12 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
     let mut debug = agent.map(|a| crate::agent::api::debug_config(a));
     if let Some(d) = debug.as_mut() {
         // Whether this server enforces ACLs (a client agent has no say).
-        d["ACLsEnabled"] = json!(s.acl.enabled());
+        d["ACLsEnabled"] = json!(s.acl().enabled());
     }
     Ok(axum::Json(json!({
         "Config": config,
         "DebugConfig": debug,
-        "Member": member_json(&s, &s.config.node, &s.config.raft_addr.to_string()),
+        "Member": member_json(&s, s.node_name(), &s.config().raft_addr.to_string()),
         "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
         "xDS": agent.map(|a| crate::agent::api::xds_config(a)),
         "Stats": {
@@ -70,24 +70,24 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
 async fn members(State(s): State<App>, a: Authz) -> Response {
     let servers = super::liveness::server_names(&s);
     let mut list: Vec<Member> = s
-        .cluster
+        .cluster()
         .members()
         .into_iter()
         .map(|(_, n, _)| member_json(&s, &n.name, &n.raft_addr))
         .collect();
     list.extend(super::liveness::agent_members(
-        &s.store.state(),
-        &s.config.datacenter,
+        &s.state(),
+        s.datacenter(),
         &servers,
     ));
     let filtered = keep(&mut list, |m| a.node_read(&m.name));
-    json_filtered(&s, s.store.state().index, &list, filtered)
+    json_filtered(&s, s.state().index, &list, filtered)
 }
 
 async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
-    a.require(a.agent_read(&s.config.node), "agent:read", &s.config.node)?;
-    let m = s.cluster.metrics();
-    let st = s.store.state();
+    a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
+    let m = s.cluster().metrics();
+    let st = s.state();
     let gauges = [
         (
             "cairn_raft_term",
@@ -112,7 +112,7 @@ async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resul
         (
             "cairn_raft_is_leader",
             "1 on the leader",
-            if s.cluster.is_leader() { 1.0 } else { 0.0 },
+            if s.cluster().is_leader() { 1.0 } else { 0.0 },
         ),
         ("cairn_kv_entries", "KV entries", st.kv.len() as f64),
         (
@@ -133,28 +133,28 @@ async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resul
         (
             "cairn_blocking_watch_keys",
             "watch keys with waiting queries",
-            s.store.watches.active() as f64,
+            s.watches().active() as f64,
         ),
         (
             "cairn_health_views",
             "materialized service health views serving blocking reads",
-            s.views.len() as f64,
+            s.views().len() as f64,
         ),
         (
             "cairn_proxycfg_proxies",
             "proxies with a server-side proxycfg snapshot",
-            s.proxycfg.counts().0 as f64,
+            s.proxycfg().counts().0 as f64,
         ),
         (
             "cairn_proxycfg_watches",
             "resources watched by proxycfg snapshots",
-            s.proxycfg.counts().1 as f64,
+            s.proxycfg().counts().1 as f64,
         ),
     ];
     // The server's agent counts and gauges its own work, as on a client.
     let mut all = gauges.to_vec();
     let mut counters = crate::metrics::ALL.to_vec();
-    if let Some(a) = s.agent.get() {
+    if let Some(a) = s.agent() {
         all.extend(crate::agent::api::metric_gauges(a));
         counters.extend(crate::agent::api::COUNTERS);
     }

@@ -30,8 +30,8 @@ pub fn leader_only(path: &str) -> bool {
 }
 
 async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Result<Response> {
-    a.require(a.agent_write(&s.config.node), "agent:write", &s.config.node)?;
-    if s.cluster
+    a.require(a.agent_write(s.node_name()), "agent:write", s.node_name())?;
+    if s.cluster()
         .members()
         .iter()
         .any(|(_, n, _)| n.raft_addr == address)
@@ -41,12 +41,12 @@ async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Re
     // A server with a log of its own cannot take another cluster's: only
     // one still waiting to form joins (Consul's servers merge gossip pools,
     // cairn's Raft cannot merge clusters).
-    if s.cluster.is_initialized() {
+    if s.cluster().is_initialized() {
         return Err(Error::bad(format!(
             "Failed to join {address}: this server is already a member of a cluster"
         )));
     }
-    s.cluster
+    s.cluster()
         .join_via(&address)
         .await
         .map_err(|e| Error::Internal(format!("Failed to join {address}: {e}")))?;
@@ -55,26 +55,26 @@ async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Re
 
 async fn force_leave(State(s): State<App>, a: Authz, Path(node): Path<String>) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
-    let server = s.cluster.members().iter().any(|(_, n, _)| n.name == node);
-    let in_catalog = s.store.state().nodes.get(&node).is_some();
+    let server = s.cluster().members().iter().any(|(_, n, _)| n.name == node);
+    let in_catalog = s.state().nodes.get(&node).is_some();
     if !server && !in_catalog {
         return Err(Error::NotFound(format!(
             "agent: No node found with name '{node}'"
         )));
     }
     if server {
-        if node == s.config.node {
+        if node == s.node_name() {
             return Err(Error::bad(
                 "Cannot force-leave the server answering (the leader)",
             ));
         }
-        s.cluster.remove_server(&node).await?;
+        s.cluster().remove_server(&node).await?;
         tracing::info!(node = %node, "server forced to leave the raft configuration");
     }
-    s.liveness.forget(&node);
+    s.liveness().forget(&node);
     s.write(Command::Deregister(DeregisterRequest {
         node: node.clone(),
-        datacenter: s.config.datacenter.clone(),
+        datacenter: s.datacenter().to_owned(),
         ..Default::default()
     }))
     .await?;

@@ -60,13 +60,13 @@ pub fn routes() -> Router<App> {
 
 /// One datacenter: this one (there is no WAN federation).
 async fn datacenters(State(s): State<App>) -> Response {
-    axum::Json(vec![s.config.datacenter.clone()]).into_response()
+    axum::Json(vec![s.datacenter().to_owned()]).into_response()
 }
 
 async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
     let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
-    validate_register(&mut req, &s.config.datacenter)?;
-    authorize_register(&a, &s.store.state(), &req)?;
+    validate_register(&mut req, s.datacenter())?;
+    authorize_register(&a, &s.state(), &req)?;
     done(s.write(Command::Register(Box::new(req))).await?)
 }
 
@@ -139,12 +139,12 @@ pub fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterReques
 
 async fn deregister(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
     let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
-    check_dc(&req.datacenter, &s.config.datacenter)?;
-    req.datacenter = s.config.datacenter.clone();
+    check_dc(&req.datacenter, s.datacenter())?;
+    req.datacenter = s.datacenter().to_owned();
     if req.node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
-    authorize_deregister(&a, &s.store.state(), &req)?;
+    authorize_deregister(&a, &s.state(), &req)?;
     done(s.write(Command::Deregister(req)).await?)
 }
 
@@ -245,7 +245,7 @@ fn shown_node(node: &Node, dc: &str) -> Node {
 async fn nodes(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result<Response> {
     let filter = RowFilter::from_params(&p, Rows::Nodes)?;
     let meta = node_meta_filters(&p);
-    let dc = s.config.datacenter.clone();
+    let dc = s.datacenter().to_owned();
     let (index, mut list) = blocking(
         &s,
         &opts,
@@ -276,7 +276,7 @@ async fn services(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Re
     if !meta.is_empty() || filter.is_some() {
         watch.push(keys::NODES);
     }
-    let dc = s.config.datacenter.clone();
+    let dc = s.datacenter().to_owned();
     let (index, mut map) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for ((node, _), svc) in st.services.iter() {
@@ -316,7 +316,7 @@ pub(super) async fn read_instances(
     } else {
         keys::service(name)
     };
-    let watch = crate::merge::read_watch_keys(&s.store.state(), key, name, connect, merge);
+    let watch = crate::merge::read_watch_keys(&s.state(), key, name, connect, merge);
     blocking(s, opts, a, Watch::Keys(watch.clone()), |st, _| {
         let mut found = service_instances(st, name, connect);
         if merge {
@@ -337,7 +337,7 @@ async fn service_rows<const CONNECT: bool>(
     let tags = p.all("tag");
     let merge = p.has(crate::merge::PARAM);
     let (index, instances) = read_instances(&s, &opts, &mut a, &name, CONNECT, merge).await?;
-    let dc = s.config.datacenter.as_str();
+    let dc = s.datacenter();
     let mut rows: Vec<ServiceNodeRow> = instances
         .iter()
         .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tags))
@@ -358,7 +358,7 @@ async fn read_node(
 ) -> Result<(u64, Option<Node>, Vec<NodeService>, bool)> {
     let filter = RowFilter::from_params(p, Rows::NodeServices)?;
     let key = keys::node(name);
-    let dc = s.config.datacenter.clone();
+    let dc = s.datacenter().to_owned();
     let (index, found) = blocking(
         s,
         opts,

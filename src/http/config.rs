@@ -91,7 +91,7 @@ async fn put_entry(
     authorize_entry_put(&a, &entry)?;
     // Refuse early what the state machine would refuse; it checks again on
     // the state the write actually lands on.
-    validate_write(&*s.store.state(), &EntryChange::Upsert(entry.clone()))?;
+    validate_write(&*s.state(), &EntryChange::Upsert(entry.clone()))?;
     let mut json = entry.to_json();
     if let Value::Object(m) = &mut json {
         m.remove("CreateIndex");
@@ -112,7 +112,7 @@ async fn delete_entry(
     let kind = parse_kind(&kind)?;
     authorize_entry_write(&a, kind, &name)?;
     validate_write(
-        &*s.store.state(),
+        &*s.state(),
         &EntryChange::Delete {
             kind,
             name: name.clone(),
@@ -206,18 +206,18 @@ async fn chain(
     s: App, mut a: Authz, service: String, q: Option<String>, overrides: CompileOverrides,
 ) -> Result<Response> {
     a.require(a.service_read(&service), "service:read", &service)?;
-    let (p, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let (p, opts) = QueryOptions::parse(q.as_deref(), s.datacenter())?;
     let dc = p
         .get("compile-dc")
         .filter(|d| !d.is_empty())
-        .unwrap_or(&s.config.datacenter)
+        .unwrap_or(s.datacenter())
         .to_string();
     let watch = chain_keys();
     let trust_domain = format!("{}.consul", s.cluster_id().await?);
     let (index, result) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let mut req =
             CompileRequest::new(&service, &dc, &trust_domain).with_overrides(overrides.clone());
-        req.server_datacenter = s.config.datacenter.clone();
+        req.server_datacenter = s.datacenter().to_owned();
         (st.index_of(watch.iter()), compile(&req, st))
     })
     .await?;

@@ -35,8 +35,8 @@ pub fn routes() -> Router<App> {
 async fn ca_ready(s: &App) -> Result<()> {
     s.cluster_id().await?;
     let deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
-    let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
-    while s.store.state().connect_ca.is_none() {
+    let mut rx = s.watches().subscribe(&keys::CONNECT_CA);
+    while s.state().connect_ca.is_none() {
         if tokio::time::timeout_at(deadline, rx.changed())
             .await
             .is_err()
@@ -86,7 +86,7 @@ async fn roots(State(s): State<App>, Opts(p, opts): Opts) -> Result<Response> {
 
 async fn get_config(State(s): State<App>, mut a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), s.datacenter())?;
     ca_ready(&s).await?;
     let (index, config) = blocking(
         &s,
@@ -113,7 +113,7 @@ async fn put_config(
     State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
-    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), s.datacenter())?;
     let body: Value = decode_json(&body)?;
     let body: CaConfiguration = serde_json::from_value(body)
         .map_err(|e| Error::bad(format!("Request decode failed: {e}")))?;
@@ -123,7 +123,7 @@ async fn put_config(
     // A racing change (another PUT) makes the write's CAS fail: build the
     // new CA again on the state it lost to.
     for _ in 0..5 {
-        let state = s.store.state();
+        let state = s.state();
         let Some(current) = state.connect_ca.clone() else {
             return Err(Error::Internal(
                 "the Connect CA is not initialized yet".into(),
@@ -158,7 +158,7 @@ async fn leaf(
     State(s): State<App>, mut a: Authz, Path(service): Path<String>, RawQuery(q): RawQuery,
 ) -> Result<Response> {
     a.require(a.service_write(&service), "service:write", &service)?;
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), s.datacenter())?;
     crate::connect::check_service_name(&service)?;
     ca_ready(&s).await?;
     // A read that may wait holds a place among the blocking queries.
@@ -167,16 +167,16 @@ async fn leaf(
         _ => Some(s.blocking_permit()?),
     };
     let deadline = opts.deadline();
-    let mut rx = s.store.watches.subscribe(&keys::CONNECT_CA);
+    let mut rx = s.watches().subscribe(&keys::CONNECT_CA);
     loop {
-        let state = s.store.state();
+        let state = s.state();
         // A token deleted or narrowed while the read waited gets no leaf.
         super::recheck(&s, &mut a, &state)?;
         a.require(a.service_write(&service), "service:write", &service)?;
         // Signing may make a key (RSA: up to seconds): off the workers.
         let (s2, svc) = (s.clone(), service.clone());
         let cert =
-            tokio::task::spawn_blocking(move || s2.leaves.get(&state, &s2.config.datacenter, &svc))
+            tokio::task::spawn_blocking(move || s2.leaves().get(&state, s2.datacenter(), &svc))
                 .await
                 .map_err(|e| Error::Internal(format!("leaf: {e}")))??;
         let now = tokio::time::Instant::now();
@@ -205,13 +205,13 @@ struct SignRequest {
 async fn sign(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     let req: SignRequest = decode_json(&body)?;
     ca_ready(&s).await?;
-    let state = s.store.state();
+    let state = s.state();
     let ca = state
         .connect_ca
         .as_ref()
         .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
     let trust_domain = format!("{}.consul", state.cluster_id);
-    let csr = ca::parse_csr(&req.csr, &trust_domain, &s.config.datacenter)?;
+    let csr = ca::parse_csr(&req.csr, &trust_domain, s.datacenter())?;
     // The CSR names the service: only its writers get a certificate.
     a.require(a.service_write(&csr.service), "service:write", &csr.service)?;
     let cert = ca::sign_csr(ca, &trust_domain, csr)?;

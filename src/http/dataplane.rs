@@ -142,7 +142,7 @@ async fn bootstrap_params(
     // new index, so the client asks again with the new set.
     let mut watch = vec![spec.watch_key()];
     {
-        let st = s.store.state();
+        let st = s.state();
         if let Some(node) = spec.find(&st)
             && let Some(svc) = st.services.get(&(node.node.clone(), id.clone()))
         {
@@ -151,7 +151,7 @@ async fn bootstrap_params(
             watch.extend(merge::merge_watch_keys(&st, svc));
         }
     }
-    let dc = s.config.datacenter.clone();
+    let dc = s.datacenter().to_owned();
     let (index, found) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
         let index = st.index_of(watch.iter());
         let Some(node) = spec.find(st) else {

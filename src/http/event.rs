@@ -77,7 +77,7 @@ async fn ring(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result
     // the whole ring): a fire sends each agent what is new, not 256 events.
     let after = p.u64("after")?.unwrap_or(0);
     let read = |a: &mut Authz| -> Result<(u64, Vec<UserEvent>)> {
-        let st = s.store.state();
+        let st = s.state();
         // Again on every version: a token deleted meanwhile ends the read.
         recheck(&s, a, &st)?;
         a.require(a.node_write(&node), "node:write", &node)?;
@@ -90,7 +90,7 @@ async fn ring(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Result
         Ok((st.index_of([&keys::EVENTS]), events))
     };
     // Subscribed before the first read, so a fire in between is not missed.
-    let mut fired = s.store.watches.subscribe(&keys::EVENTS);
+    let mut fired = s.watches().subscribe(&keys::EVENTS);
     let deadline = opts.deadline();
     loop {
         let (index, events) = read(&mut a)?;

@@ -177,7 +177,7 @@ struct Catalog(App);
 
 impl crate::xds::Source for Catalog {
     fn locate(&self, service_id: &str, node: Option<&str>) -> Option<ProxyKey> {
-        let st = self.0.store.state();
+        let st = self.0.state();
         match node {
             Some(n) => {
                 let key = (n.to_string(), service_id.to_string());
@@ -194,18 +194,18 @@ impl crate::xds::Source for Catalog {
     }
 
     fn snapshot(&self, key: &ProxyKey) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
-        self.0.proxycfg.snapshot(key)
+        self.0.proxycfg().snapshot(key)
     }
 
     fn identify(&self, token: Option<&str>) -> Result<crate::xds::Caller, Status> {
         use crate::xds::Caller;
-        if !self.0.acl.enabled() {
+        if !self.0.acl().enabled() {
             return Ok(Caller::Token);
         }
         let authz = self
             .0
-            .acl
-            .resolve(&self.0.store.state(), token)
+            .acl()
+            .resolve(&self.0.state(), token)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
         Ok(if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
             Caller::Anonymous
@@ -219,8 +219,8 @@ impl crate::xds::Source for Catalog {
     ) -> Result<(), Status> {
         let authz = self
             .0
-            .acl
-            .resolve(&self.0.store.state(), token)
+            .acl()
+            .resolve(&self.0.state(), token)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
         match super::proxycfg::may_watch(&authz, proxy_id, service) {
             // An unknown proxy the caller may hear of: the stream says so.
@@ -230,12 +230,12 @@ impl crate::xds::Source for Catalog {
     }
 
     fn acl_changes(&self) -> watch::Receiver<u64> {
-        self.0.store.watches.subscribe(&crate::state::keys::ACL)
+        self.0.watches().subscribe(&crate::state::keys::ACL)
     }
 
     fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
-        let secret = token.filter(|t| !t.is_empty() && self.0.acl.enabled())?;
-        let st = self.0.store.state();
+        let secret = token.filter(|t| !t.is_empty() && self.0.acl().enabled())?;
+        let st = self.0.state();
         let hash = crate::structs::acl::secret_hash(secret);
         crate::state::acl::token_by_secret_hash(&st, &hash)
             .and_then(|t| crate::state::token_resolver::expiry(t))
@@ -348,7 +348,7 @@ fn bootstrap(
             )));
         }
     }
-    let st = s.store.state();
+    let st = s.state();
     let node = if !req.node_name.is_empty() {
         st.nodes.get(&req.node_name).map(|n| &**n)
     } else if !req.node_id.is_empty() {
@@ -371,7 +371,7 @@ fn bootstrap(
         })?;
     // Consul's: the caller may read the service it asks about.
     let authz = s
-        .acl
+        .acl()
         .resolve(&st, token)
         .map_err(|e| Status::permission_denied(e.to_string()))?;
     if !authz.service_read(&svc.service) {
@@ -379,7 +379,7 @@ fn bootstrap(
             authz.deny("service:read", &svc.service).to_string(),
         ));
     }
-    let p = super::dataplane::bootstrap_params_for(&st, node, svc, &s.config.datacenter);
+    let p = super::dataplane::bootstrap_params_for(&st, node, svc, s.datacenter());
     Ok(GetEnvoyBootstrapParamsResponse {
         service_kind: service_kind_number(p.service_kind),
         service: p.service,
@@ -525,7 +525,7 @@ pub struct ServerInfo {
 /// The servers of the Raft membership: their IP addresses (the dataplane
 /// dials its configured gRPC port on them), as Consul answers.
 fn servers(s: &App) -> Vec<ServerInfo> {
-    s.cluster
+    s.cluster()
         .members()
         .into_iter()
         .map(|(_, n, _)| ServerInfo {
@@ -552,12 +552,12 @@ struct ServerDiscovery;
 /// but the anonymous one (an unknown secret: UNAUTHENTICATED; none, or the
 /// anonymous token: PERMISSION_DENIED).
 fn any_valid_token(s: &App, token: Option<&str>) -> Result<(), Status> {
-    if !s.acl.enabled() {
+    if !s.acl().enabled() {
         return Ok(());
     }
     let authz = s
-        .acl
-        .resolve(&s.store.state(), token)
+        .acl()
+        .resolve(&s.state(), token)
         .map_err(|e| Status::unauthenticated(e.to_string()))?;
     if authz.accessor() == crate::structs::acl::ANONYMOUS_ID {
         return Err(Status::permission_denied(

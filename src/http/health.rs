@@ -163,20 +163,20 @@ async fn instances<const CONNECT: bool>(
         Topic::ServiceHealth
     };
     let view = (opts.index > 0 && !opts.consistent && !merge)
-        .then(|| s.views.get(topic, &name))
+        .then(|| s.views().get(topic, &name))
         .flatten();
     let (index, found): (u64, Vec<Arc<Instance>>) = if let Some(view) = view {
         let _permit = s.blocking_permit()?;
         crate::metrics::BLOCKING_QUERIES.inc();
         let answer = view.wait(opts.index, opts.deadline()).await;
         // The token is checked again as `blocking` does after a wait.
-        super::recheck(&s, &mut a, &s.store.state())?;
+        super::recheck(&s, &mut a, &s.state())?;
         (answer.index, answer.instances.values().cloned().collect())
     } else {
         let (index, found) = read_instances(&s, &opts, &mut a, &name, connect, merge).await?;
         (index, found.into_iter().map(Arc::new).collect())
     };
-    let dc = &s.config.datacenter;
+    let dc = s.datacenter();
     // Nodes registered without a datacenter are shown in ours; only those
     // few rows pay for a copy.
     let nodes: Vec<std::borrow::Cow<Node>> = found
@@ -184,7 +184,7 @@ async fn instances<const CONNECT: bool>(
         .map(|i| {
             if i.node.datacenter.is_empty() {
                 let mut n = (*i.node).clone();
-                n.datacenter = dc.clone();
+                n.datacenter = dc.to_owned();
                 std::borrow::Cow::Owned(n)
             } else {
                 std::borrow::Cow::Borrowed(&*i.node)

@@ -97,7 +97,7 @@ async fn write_source(s: &App, intention: &Intention, legacy_id: &str) -> Result
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
     for _ in 0..5 {
-        let state = s.store.state();
+        let state = s.state();
         let existing = state
             .config
             .get(&(Kind::ServiceIntentions, intention.destination_name.clone()))
@@ -130,9 +130,9 @@ async fn create(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<
     if !ixn.id.is_empty() {
         return Err(Error::bad("ID must be empty"));
     }
-    if intentions::matching(&s.store.state(), &ixn.source_name, &ixn.destination_name).is_some_and(
-        |m| m.source_name == ixn.source_name && m.destination_name == ixn.destination_name,
-    ) {
+    if intentions::matching(&s.state(), &ixn.source_name, &ixn.destination_name).is_some_and(|m| {
+        m.source_name == ixn.source_name && m.destination_name == ixn.destination_name
+    }) {
         return Err(Error::bad(format!(
             "duplicate intention found: {} => {}",
             ixn.source_name, ixn.destination_name
@@ -202,7 +202,7 @@ async fn delete_exact(State(s): State<App>, a: Authz, Opts(p, _): Opts) -> Resul
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
     for _ in 0..5 {
-        let state = s.store.state();
+        let state = s.state();
         let existing = state
             .config
             .get(&(Kind::ServiceIntentions, dst.clone()))
@@ -298,7 +298,8 @@ async fn check(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Resul
         &mut a,
         Watch::Keys(vec![key.clone()]),
         |st, _| {
-            let (allowed, _) = intentions::authorize(st, &src, &dst, default_allow(&s.config.acl));
+            let (allowed, _) =
+                intentions::authorize(st, &src, &dst, default_allow(&s.config().acl));
             (st.index_of([&key]), allowed)
         },
     )
@@ -332,9 +333,9 @@ async fn authorize(State(s): State<App>, a: Authz, body: Bytes) -> Result<Respon
         return Err(Error::bad("ClientCertURI must be specified"));
     }
     let source = parse_service_uri(&req.client_cert_uri)?;
-    let state = s.store.state();
+    let state = s.state();
     let (authorized, reason) =
-        intentions::authorize(&state, &source, &req.target, default_allow(&s.config.acl));
+        intentions::authorize(&state, &source, &req.target, default_allow(&s.config().acl));
     let index = state.index_of([&kind_key()]);
     Ok(json_at(
         &s,

@@ -144,7 +144,7 @@ async fn put_kv(
         session,
     };
     let cmd = match verb {
-        KvVerb::Lock | KvVerb::Unlock => s.sessions.timed(Timeable::Kv(op)),
+        KvVerb::Lock | KvVerb::Unlock => s.sessions().timed(Timeable::Kv(op)),
         _ => Command::Kv(op),
     };
     done(s.write(cmd).await?)
@@ -450,15 +450,15 @@ fn filter_results(a: &Authz, results: &mut Vec<TxnResult>) -> bool {
 }
 
 async fn txn(State(s): State<App>, a: Authz, Opts(_, opts): Opts, body: Bytes) -> Result<Response> {
-    let ops = decode_txn(&body, &s.config.datacenter)?;
-    authorize_txn(&a, &s.store.state(), &ops)?;
+    let ops = decode_txn(&body, s.datacenter())?;
+    authorize_txn(&a, &s.state(), &ops)?;
     // Reads only: answered from this server's state without Raft, in the
     // request's consistency mode (Consul's fast path).
     if ops.iter().all(TxnOp::is_read) {
         if opts.consistent {
             s.linearize().await?;
         }
-        let st = s.store.state();
+        let st = s.state();
         let mut resp = answer(&a, read_txn(&st, &ops))?;
         resp.headers_mut().extend(meta_headers(&s, st.index));
         return Ok(resp);
@@ -467,7 +467,7 @@ async fn txn(State(s): State<App>, a: Authz, Opts(_, opts): Opts, body: Bytes) -
         .iter()
         .any(|op| matches!(op, TxnOp::Kv(op) if op.verb == KvVerb::Lock));
     let cmd = if lock {
-        s.sessions.timed(Timeable::Txn(ops))
+        s.sessions().timed(Timeable::Txn(ops))
     } else {
         Command::Txn(ops)
     };

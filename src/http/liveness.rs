@@ -46,10 +46,10 @@ async fn heartbeat(State(s): State<App>, a: Authz, body: Bytes) -> Result<Respon
     req.service = None;
     req.check = None;
     req.checks.clear();
-    validate_register(&mut req, &s.config.datacenter)?;
-    let st = s.store.state();
+    validate_register(&mut req, s.datacenter())?;
+    let st = s.state();
     let known = st.nodes.contains_key(&req.node);
-    s.liveness.renew(&req.node, Instant::now());
+    s.liveness().renew(&req.node, Instant::now());
     if serf_status(&st, &req.node) != Some(HEALTH_PASSING) {
         tracing::info!(node = %req.node, "agent alive");
         req.skip_node_update = known;
@@ -58,9 +58,9 @@ async fn heartbeat(State(s): State<App>, a: Authz, body: Bytes) -> Result<Respon
     }
     let servers = server_names(&s);
     Ok(axum::Json(HeartbeatReply {
-        members: s.liveness.len_except(&servers) + servers.len(),
+        members: s.liveness().len_except(&servers) + servers.len(),
         known,
-        datacenter: s.config.datacenter.clone(),
+        datacenter: s.datacenter().to_owned(),
     })
     .into_response())
 }
@@ -77,13 +77,13 @@ async fn leave(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> 
         return Err(Error::bad("Must provide node"));
     }
     a.require(a.node_write(&req.node), "node:write", &req.node)?;
-    s.liveness.forget(&req.node);
+    s.liveness().forget(&req.node);
     tracing::info!(node = %req.node, "agent left");
     commit(
         &s,
         Command::Deregister(DeregisterRequest {
             node: req.node,
-            datacenter: s.config.datacenter.clone(),
+            datacenter: s.datacenter().to_owned(),
             ..Default::default()
         }),
     )
@@ -100,7 +100,7 @@ pub fn routes() -> Router<App> {
 
 /// The names of the cluster's servers.
 pub fn server_names(s: &Server) -> Vec<String> {
-    s.cluster
+    s.cluster()
         .members()
         .into_iter()
         .map(|(_, n, _)| n.name)

@@ -56,7 +56,7 @@ impl FromRequestParts<App> for Opts {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, s: &App) -> Result<Self> {
-        let (p, opts) = QueryOptions::parse(parts.uri.query(), &s.config.datacenter)?;
+        let (p, opts) = QueryOptions::parse(parts.uri.query(), s.datacenter())?;
         Ok(Opts(p, opts))
     }
 }
@@ -121,7 +121,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let path = req.uri().path();
     let read = matches!(*req.method(), Method::GET | Method::HEAD);
     let stale = read && Params::parse(req.uri().query()).has("stale");
-    if always_local(path) || stale || s.cluster.is_ready_leader() {
+    if always_local(path) || stale || s.cluster().is_ready_leader() {
         return next.run(req).await;
     }
     if req.headers().contains_key(FORWARDED) {
@@ -151,7 +151,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
                 .into_response();
         }
     };
-    if stale_txn && kv::read_only(&body, &s.config.datacenter) {
+    if stale_txn && kv::read_only(&body, s.datacenter()) {
         return next.run(Request::from_parts(parts, Body::from(body))).await;
     }
     // Retry while a new leader is being elected, within the hold time.
@@ -169,7 +169,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         }
         asked = true;
         match leader {
-            Ok((id, _)) if id == s.cluster.id => {
+            Ok((id, _)) if id == s.cluster().id => {
                 if let Err(e) = s.await_ready_leader().await {
                     return e.into_response();
                 }
@@ -229,7 +229,7 @@ async fn forward_upload(
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
-    if id == s.cluster.id {
+    if id == s.cluster().id {
         if let Err(e) = s.await_ready_leader().await {
             return e.into_response();
         }
@@ -285,10 +285,10 @@ async fn proxy(
             .unwrap_or("/")
     );
     let mut out = s
-        .http
+        .http_client()
         .request(parts.method.clone(), &url)
         .header(FORWARDED, "1")
-        .header(ORIGIN_NODE, s.config.node.as_str())
+        .header(ORIGIN_NODE, s.node_name())
         .body(body);
     // The caller's identity goes with it: the leader checks the token.
     for name in ["content-type", "x-consul-token", "authorization"] {
@@ -350,7 +350,7 @@ pub async fn blocking<T>(
         s.linearize().await?;
     }
     let answer = |a: &mut Authz| -> Result<(u64, T)> {
-        let st = s.store.state();
+        let st = s.state();
         recheck(s, a, &st)?;
         Ok(read(&st, a))
     };
@@ -364,8 +364,8 @@ pub async fn blocking<T>(
     // does not move the index waits on the same channels (10,000 watchers
     // of one key woken at once do not queue on the watch map's lock again).
     let mut rxs: Vec<_> = match &watch {
-        Watch::Keys(keys) => keys.iter().map(|k| s.store.watches.subscribe(k)).collect(),
-        Watch::Prefix(p) => vec![s.store.watches.subscribe_prefix(p)],
+        Watch::Keys(keys) => keys.iter().map(|k| s.watches().subscribe(k)).collect(),
+        Watch::Prefix(p) => vec![s.watches().subscribe_prefix(p)],
     };
     loop {
         let (index, value) = answer(a)?;
@@ -385,7 +385,7 @@ pub async fn blocking<T>(
 /// version with no ACL change costs one comparison, so 10,000 woken
 /// watchers resolve nothing.
 pub fn recheck(s: &Server, a: &mut Authz, st: &state::State) -> Result<()> {
-    if !s.acl.enabled() {
+    if !s.acl().enabled() {
         return Ok(());
     }
     a.refresh(state::token_resolver::generation(st), |token| {
@@ -397,15 +397,15 @@ pub fn recheck(s: &Server, a: &mut Authz, st: &state::State) -> Result<()> {
 pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert("x-consul-index", HeaderValue::from(index.max(1)));
-    let known = s.cluster.leader().is_some();
+    let known = s.cluster().leader().is_some();
     h.insert(
         "x-consul-knownleader",
         HeaderValue::from_static(if known { "true" } else { "false" }),
     );
-    let contact = if s.cluster.is_leader() {
+    let contact = if s.cluster().is_leader() {
         0
     } else {
-        s.cluster.since_leader_contact()
+        s.cluster().since_leader_contact()
     };
     h.insert("x-consul-lastcontact", HeaderValue::from(contact));
     h

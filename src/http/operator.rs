@@ -28,7 +28,7 @@ pub fn routes() -> Router<App> {
 
 async fn get_config(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let st = s.store.state();
+    let st = s.state();
     Ok(json_at(
         &s,
         st.index_of([&keys::AUTOPILOT]),
@@ -70,8 +70,8 @@ async fn put_config(
 /// check can read the status alone.
 async fn health(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let config = operator::autopilot(&s.store.state());
-    let h = s.cluster.health(&config);
+    let config = operator::autopilot(&s.state());
+    let h = s.cluster().health(&config);
     let status = if h.healthy {
         StatusCode::OK
     } else {
@@ -84,8 +84,8 @@ async fn health(State(s): State<App>, a: Authz) -> Result<Response> {
 /// server ID, with each one's role.
 async fn state(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let config = operator::autopilot(&s.store.state());
-    let h = s.cluster.health(&config);
+    let config = operator::autopilot(&s.state());
+    let h = s.cluster().health(&config);
     let mut servers = Map::new();
     let mut voters = Vec::new();
     let mut leader = String::new();

@@ -70,7 +70,7 @@ async fn snapshot(
             .map(|svc| svc.proxy.destination_service_name.clone())
     };
     // (An unknown one the caller may hear of gets a moment to appear.)
-    match may_watch(&a, &id, destination(&s.store.state()).as_deref()) {
+    match may_watch(&a, &id, destination(&s.state()).as_deref()) {
         Ok(()) | Err(Refused::Unknown) => {}
         Err(Refused::Denied(why)) => return Err(Error::Forbidden(why)),
     }
@@ -85,10 +85,10 @@ async fn snapshot(
     // give it a little time before answering 404.
     let first_by = tokio::time::Instant::now() + Duration::from_secs(2).min(opts.wait);
     let mut rx = loop {
-        match s.proxycfg.snapshot(&key) {
+        match s.proxycfg().snapshot(&key) {
             Some(rx) if rx.borrow().is_some() => break rx,
             _ if tokio::time::Instant::now() >= first_by => {
-                let st = s.store.state();
+                let st = s.state();
                 super::recheck(&s, &mut a, &st)?;
                 require_watch(&a, &node, &id, destination(&st).as_deref())?;
                 return Err(Error::NotFound(format!(
@@ -98,11 +98,11 @@ async fn snapshot(
             _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
-    let mut acl = s.store.watches.subscribe(&crate::state::keys::ACL);
+    let mut acl = s.watches().subscribe(&crate::state::keys::ACL);
     loop {
         // Checked again on every wake, with the token as it is now: one
         // deleted or narrowed while the read waited gets no config.
-        let st = s.store.state();
+        let st = s.state();
         super::recheck(&s, &mut a, &st)?;
         let current = rx.borrow_and_update().clone();
         let svc = current

@@ -41,7 +41,7 @@ fn receiving_node(s: &App, headers: &HeaderMap) -> String {
         .get(super::ORIGIN_NODE)
         .and_then(|v| v.to_str().ok())
         .filter(|n| forwarded && !n.is_empty())
-        .unwrap_or(&s.config.node)
+        .unwrap_or(s.node_name())
         .to_string()
 }
 
@@ -67,7 +67,7 @@ async fn create(
         &session.node,
     )?;
     if no_checks
-        && s.store
+        && s.store()
             .state()
             .checks
             .contains_key(&(session.node.clone(), SERF_CHECK.to_string()))
@@ -84,7 +84,7 @@ async fn create(
         .await?
     {
         Applied::Ok => {
-            s.sessions.arm(&id, ttl, Instant::now());
+            s.sessions().arm(&id, ttl, Instant::now());
             Ok(axum::Json(json!({ "ID": id })).into_response())
         }
         Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
@@ -94,7 +94,7 @@ async fn create(
 
 /// Destroying or renewing a session takes `session:write` on its node.
 pub fn authorize_session(s: &Server, a: &Authz, id: &str) -> Result<()> {
-    match s.store.state().sessions.get(id) {
+    match s.state().sessions.get(id) {
         Some(x) => a.require(a.session_write(&x.node), "session:write", &x.node),
         None => Ok(()),
     }
@@ -107,18 +107,18 @@ async fn destroy(
     // Destroying what is not there changes nothing: no Raft entry (an
     // anonymous caller could otherwise grow the log at will), and the
     // answer Consul gives.
-    if !s.store.state().sessions.contains_key(&id) {
+    if !s.state().sessions.contains_key(&id) {
         return Ok(axum::Json(true).into_response());
     }
     match s
         .write(
-            s.sessions
+            s.sessions()
                 .timed(Timeable::SessionDestroy { id: id.clone() }),
         )
         .await?
     {
         Applied::Bool(ok) => {
-            s.sessions.disarm(&id);
+            s.sessions().disarm(&id);
             Ok(axum::Json(ok).into_response())
         }
         other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
@@ -144,11 +144,11 @@ async fn renew(
 /// index of its last change.
 pub async fn renew_session(s: &Server, id: &str) -> Result<(u64, Arc<Session>)> {
     s.linearize().await?;
-    let st = s.store.state();
+    let st = s.state();
     let Some(session) = st.sessions.get(id) else {
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
     };
-    if !s.sessions.arm(id, session.ttl(), Instant::now()) {
+    if !s.sessions().arm(id, session.ttl(), Instant::now()) {
         // Its TTL ran out and its destroy is under way.
         return Err(Error::NotFound(format!("Session id '{id}' not found")));
     }

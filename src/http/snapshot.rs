@@ -39,14 +39,14 @@ pub(super) fn management(a: &Authz) -> Result<()> {
 
 async fn save(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     management(&a)?;
-    let (_, opts) = QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    let (_, opts) = QueryOptions::parse(q.as_deref(), s.datacenter())?;
     if opts.consistent {
         s.linearize().await?;
     }
-    let st = s.store.state();
+    let st = s.state();
     let index = st.index;
     let meta = {
-        let m = s.cluster.metrics();
+        let m = s.cluster().metrics();
         SnapshotMeta {
             // The term of the last entry applied (informational: shown by
             // `cairn snapshot inspect`), at the state's own index.
@@ -114,9 +114,9 @@ const COMMIT_HOLD: std::time::Duration = std::time::Duration::from_secs(600);
 async fn committed(s: &App, id: &str, staged_at: u64) -> Result<()> {
     use crate::state::keys::RESTORED;
     let deadline = tokio::time::Instant::now() + COMMIT_HOLD;
-    let mut swapped = s.store.watches.subscribe(&RESTORED);
+    let mut swapped = s.watches().subscribe(&RESTORED);
     loop {
-        let st = s.store.state();
+        let st = s.state();
         if st.restore.as_ref().is_none_or(|r| r.id != id) {
             return match st.indexes.get(&RESTORED) {
                 Some(at) if *at > staged_at => Ok(()),
@@ -125,7 +125,7 @@ async fn committed(s: &App, id: &str, staged_at: u64) -> Result<()> {
                 ))),
             };
         }
-        if tokio::time::Instant::now() >= deadline || !s.cluster.is_leader() {
+        if tokio::time::Instant::now() >= deadline || !s.cluster().is_leader() {
             return Err(Error::NoLeader);
         }
         // A discard changes no watched key: look again every second.
@@ -147,7 +147,7 @@ async fn restore(
     State(s): State<App>, a: Authz, RawQuery(q): RawQuery, body: Body,
 ) -> Result<Response> {
     management(&a)?;
-    QueryOptions::parse(q.as_deref(), &s.config.datacenter)?;
+    QueryOptions::parse(q.as_deref(), s.datacenter())?;
     let body = axum::body::to_bytes(body, MAX_SNAPSHOT)
         .await
         .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
@@ -174,7 +174,7 @@ async fn restore(
             len: data.len() as u64,
             crc: crc32fast::hash(&data),
         };
-        let staged_at = s.store.state().index;
+        let staged_at = s.state().index;
         match s.write(commit).await {
             // Turning a large snapshot into tables can outlast the wait of
             // a write; the commit is in the log and will apply: wait for it.
@@ -188,7 +188,7 @@ async fn restore(
         return Err(e);
     }
     // The sessions are the snapshot's now: their TTL timers start afresh.
-    s.sessions.step_down();
+    s.sessions().step_down();
     tracing::info!(bytes = data.len(), restore = %id, "restored a snapshot");
     Ok(().into_response())
 }

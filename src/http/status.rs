@@ -25,7 +25,7 @@ pub fn routes() -> Router<App> {
 
 async fn leader(State(s): State<App>) -> Response {
     let addr = s
-        .cluster
+        .cluster()
         .leader()
         .map(|(_, n)| n.raft_addr)
         .unwrap_or_default();
@@ -34,7 +34,7 @@ async fn leader(State(s): State<App>) -> Response {
 
 async fn peers(State(s): State<App>) -> Response {
     let list: Vec<String> = s
-        .cluster
+        .cluster()
         .members()
         .into_iter()
         .filter(|(_, _, voter)| *voter)
@@ -45,10 +45,10 @@ async fn peers(State(s): State<App>) -> Response {
 
 async fn configuration(State(s): State<App>, a: Authz) -> Result<Response> {
     a.require(a.operator_read(), "operator:read", "")?;
-    let leader = s.cluster.leader().map(|(id, _)| id);
-    let m = s.cluster.metrics();
+    let leader = s.cluster().leader().map(|(id, _)| id);
+    let m = s.cluster().metrics();
     let servers: Vec<Value> = s
-        .cluster
+        .cluster()
         .members()
         .into_iter()
         .map(|(id, n, voter)| {
@@ -59,7 +59,7 @@ async fn configuration(State(s): State<App>, a: Authz) -> Result<Response> {
                 "Leader": Some(id) == leader,
                 "ProtocolVersion": "3",
                 "Voter": voter,
-                "LastIndex": if id == s.cluster.id { m.last_log_index.unwrap_or(0) } else { 0 },
+                "LastIndex": if id == s.cluster().id { m.last_log_index.unwrap_or(0) } else { 0 },
             })
         })
         .collect();
@@ -79,7 +79,7 @@ async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> R
         .or_else(|| p.get("address"))
         .filter(|v| !v.is_empty())
         .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
-    s.cluster.remove_server(who).await?;
+    s.cluster().remove_server(who).await?;
     Ok(axum::Json(Value::Null).into_response())
 }
 
@@ -90,6 +90,6 @@ async fn transfer_leader(
 ) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
     let p = Params::parse(q.as_deref());
-    s.cluster.transfer_leader(p.get("id")).await?;
+    s.cluster().transfer_leader(p.get("id")).await?;
     Ok(axum::Json(json!({ "Success": true })).into_response())
 }

@@ -62,9 +62,11 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     // Open as long as the caller keeps it: a place among the blocking
     // queries, held by the body.
     let permit = s.blocking_permit()?;
-    let mut sub = s.publisher.subscribe(s.store.clone(), topic, key, index);
+    let mut sub = s
+        .publisher()
+        .subscribe(s.store().clone(), topic, key, index);
     // ACLs off: nothing to filter, nothing to check again.
-    if s.acl.enabled() {
+    if s.acl().enabled() {
         sub = sub.read_as(Reader::new(a, super::resolver(&s)));
     }
     // One chunk per batch: an index's events are written together. A

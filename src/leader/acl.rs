@@ -10,10 +10,10 @@ use crate::state::Command;
 use crate::structs::acl::{ANONYMOUS_ID, GLOBAL_MANAGEMENT_ID, management_token, secret_hash};
 
 pub async fn init(s: Arc<Server>) {
-    if !s.acl.enabled() {
+    if !s.acl().enabled() {
         return;
     }
-    let initial = s.acl.config().initial_management.clone();
+    let initial = s.acl().config().initial_management.clone();
     while missing(&s, initial.as_deref()) {
         let token = initial
             .as_deref()
@@ -31,7 +31,7 @@ pub async fn init(s: Arc<Server>) {
 }
 
 fn missing(s: &Server, initial: Option<&str>) -> bool {
-    let st = s.store.state();
+    let st = s.state();
     !st.acl_policies.contains_key(GLOBAL_MANAGEMENT_ID)
         || !st.acl_tokens.contains_key(ANONYMOUS_ID)
         || initial.is_some_and(|i| !st.acl_secrets.contains_key(&secret_hash(i)))

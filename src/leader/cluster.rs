@@ -14,19 +14,19 @@ const RETRY: Duration = Duration::from_millis(200);
 pub async fn establish(s: Arc<Server>) {
     // Only the id seen now: a restore this leader starts later has another
     // id and is left alone.
-    if let Some(staged) = &s.store.state().restore {
+    if let Some(staged) = &s.state().restore {
         let cmd = Command::RestoreAbort {
             id: staged.id.clone(),
         };
-        if let Err(e) = s.raft.client_write(cmd.into()).await {
+        if let Err(e) = s.raft().client_write(cmd.into()).await {
             tracing::warn!(error = %e, "could not drop a half-staged restore");
         }
     }
-    while s.store.state().cluster_id.is_empty() {
+    while s.state().cluster_id.is_empty() {
         let cmd = Command::InitCluster {
             cluster_id: uuid::Uuid::new_v4().to_string(),
         };
-        if let Err(e) = s.raft.client_write(cmd.into()).await {
+        if let Err(e) = s.raft().client_write(cmd.into()).await {
             tracing::warn!(error = %e, "could not record the cluster id");
             tokio::time::sleep(RETRY).await;
         }
@@ -34,7 +34,7 @@ pub async fn establish(s: Arc<Server>) {
     // The Connect CA's first root, once the cluster has its id (the trust
     // domain is made from it).
     loop {
-        let state = s.store.state();
+        let state = s.state();
         if state.connect_ca.is_some() {
             return;
         }
@@ -44,7 +44,7 @@ pub async fn establish(s: Arc<Server>) {
                     ca: Box::new(ca),
                     cas: Some(0),
                 };
-                s.raft
+                s.raft()
                     .client_write(cmd.into())
                     .await
                     .map(|_| ())

@@ -73,31 +73,31 @@ pub async fn reap(s: Arc<Server>) {
     loop {
         tick.tick().await;
         ticks += 1;
-        let st = s.store.state();
+        let st = s.state();
         let now = Instant::now();
         // Seed at the start of a term in office (`revoke` emptied the
         // leases), and now and then for agent nodes that became live
         // without a heartbeat here.
-        if !s.liveness.in_office() || ticks.is_multiple_of(30) {
-            s.liveness.seed(live_agent_nodes(&st), now);
+        if !s.liveness().in_office() || ticks.is_multiple_of(30) {
+            s.liveness().seed(live_agent_nodes(&st), now);
         }
         if let Err(e) = register_servers(&s, &st).await {
             tracing::warn!(error = %e, "could not register the servers' consul service");
         }
-        for node in s.liveness.expired(now, LEASE_TTL) {
+        for node in s.liveness().expired(now, LEASE_TTL) {
             if !is_agent_node(&st, &node) || serf_status(&st, &node) != Some(HEALTH_PASSING) {
                 // Gone, or already marked: nothing to watch until it
                 // heartbeats again.
-                s.liveness.forget(&node);
+                s.liveness().forget(&node);
                 continue;
             }
-            if !s.liveness.still_expired(&node, Instant::now(), LEASE_TTL) {
+            if !s.liveness().still_expired(&node, Instant::now(), LEASE_TTL) {
                 continue;
             }
             tracing::warn!(node = %node, "agent missed its heartbeats: marking it critical");
             let req = RegisterRequest {
                 node: node.clone(),
-                datacenter: s.config.datacenter.clone(),
+                datacenter: s.datacenter().to_owned(),
                 skip_node_update: true,
                 check: Some(serf_check(&node, HEALTH_CRITICAL, DEAD_OUTPUT)),
                 ..Default::default()
@@ -115,7 +115,7 @@ pub async fn reap(s: Arc<Server>) {
 /// registers its servers; a server that left the Raft configuration goes.
 /// A Raft write only when that differs from the catalog.
 async fn register_servers(s: &Server, st: &state::State) -> Result<()> {
-    let members = s.cluster.members();
+    let members = s.cluster().members();
     for (_, m, voter) in &members {
         let (host, port) = m.raft_addr.rsplit_once(':').unwrap_or((&m.raft_addr, "0"));
         let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -146,7 +146,7 @@ async fn register_servers(s: &Server, st: &state::State) -> Result<()> {
         let req = RegisterRequest {
             node: m.name.clone(),
             address: host.to_string(),
-            datacenter: s.config.datacenter.clone(),
+            datacenter: s.datacenter().to_owned(),
             skip_node_update: known,
             service: Some(service),
             ..Default::default()
@@ -163,7 +163,7 @@ async fn register_servers(s: &Server, st: &state::State) -> Result<()> {
         let req = DeregisterRequest {
             node: node.clone(),
             service_id: id.clone(),
-            datacenter: s.config.datacenter.clone(),
+            datacenter: s.datacenter().to_owned(),
             ..Default::default()
         };
         commit(s, Command::Deregister(req)).await?;

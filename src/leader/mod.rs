@@ -68,10 +68,10 @@ pub struct Office {
 pub async fn run(s: Arc<Server>) {
     // The full metrics: `current_leader` and the term are read from them,
     // so this wakes whenever they may have changed.
-    let mut metrics = s.raft.metrics();
+    let mut metrics = s.raft().metrics();
     let mut office: Option<Office> = None;
     loop {
-        let leading = s.cluster.leading_term();
+        let leading = s.cluster().leading_term();
         if office.as_ref().map(|o| o.term) != leading {
             if let Some(o) = office.take() {
                 revoke(&s, o).await;
@@ -97,7 +97,7 @@ pub async fn run(s: Arc<Server>) {
             Some(ended) = duty_ended => {
                 if let (Err(e), Some(o)) = (ended, office.as_ref()) {
                     let name = o.names.get(&e.id()).copied().unwrap_or("leader duty");
-                    s.tasks.report_panic(name, e);
+                    s.tasks().report_panic(name, e);
                 }
             }
         }
@@ -114,7 +114,7 @@ pub fn establish(s: &Arc<Server>, term: u64) -> Office {
         let h = duties.spawn(task);
         names.insert(h.id(), d.name);
     }
-    s.duties.set(Some(term));
+    s.duties().set(Some(term));
     Office {
         term,
         duties,
@@ -133,10 +133,10 @@ pub async fn revoke(s: &Server, mut o: Office) {
             && e.is_panic()
         {
             let name = o.names.get(&e.id()).copied().unwrap_or("leader duty");
-            s.tasks.report_panic(name, e);
+            s.tasks().report_panic(name, e);
         }
     }
-    s.sessions.step_down();
-    s.liveness.step_down();
-    s.duties.set(None);
+    s.sessions().step_down();
+    s.liveness().step_down();
+    s.duties().set(None);
 }

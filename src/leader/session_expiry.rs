@@ -14,27 +14,27 @@ pub async fn expire(s: Arc<Server>, term: u64) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        let st = s.store.state();
+        let st = s.state();
         // Not armed for this term: just taken office, or a snapshot
         // restore replaced the sessions (their timers start afresh).
-        if !s.sessions.in_office(term) {
+        if !s.sessions().in_office(term) {
             let with_ttl = st.sessions.values().map(|x| (x.id.clone(), x.ttl()));
-            s.sessions.take_office(term, with_ttl, Instant::now());
+            s.sessions().take_office(term, with_ttl, Instant::now());
             continue;
         }
         for id in s
-            .sessions
+            .sessions()
             .expired(Instant::now(), |id| st.sessions.contains_key(id))
         {
             tracing::info!(session = %id, "session TTL expired: destroying it");
             match s
                 .write(
-                    s.sessions
+                    s.sessions()
                         .timed(Timeable::SessionDestroy { id: id.clone() }),
                 )
                 .await
             {
-                Ok(Applied::Bool(true)) => s.sessions.disarm(&id),
+                Ok(Applied::Bool(true)) => s.sessions().disarm(&id),
                 // Still expiring: the next tick tries again.
                 Ok(other) => tracing::warn!(session = %id, ?other, "odd answer to a destroy"),
                 Err(e) => tracing::warn!(session = %id, error = %e, "could not destroy session"),

@@ -14,7 +14,7 @@ use crate::server::Server;
 use crate::state::Command;
 
 pub async fn reap(s: Arc<Server>) {
-    let ttl = s.config.tombstone_ttl;
+    let ttl = s.config().tombstone_ttl;
     let every = (ttl / 8).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -22,7 +22,7 @@ pub async fn reap(s: Arc<Server>) {
     let mut reaped = 0;
     loop {
         tick.tick().await;
-        let st = s.store.state();
+        let st = s.state();
         let now = tokio::time::Instant::now();
         samples.push_back((now, st.index));
         let mut upto = None;
@@ -40,7 +40,7 @@ pub async fn reap(s: Arc<Server>) {
             continue;
         }
         match s
-            .raft
+            .raft()
             .client_write(Command::ReapTombstones { upto }.into())
             .await
         {
