@@ -144,6 +144,12 @@ pub struct Server {
     pub http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
     pub liveness: crate::leases::Leases,
+    /// This server's own network coordinate (`http::coordinate` probes
+    /// the other servers).
+    pub coordinate: parking_lot::Mutex<crate::coordinate::Client>,
+    /// Coordinate updates the leader applies in its next batch
+    /// (`leader::coordinates`).
+    pub coordinate_updates: crate::coordinate::Pending,
     /// The agent of this server's own node (set once `run` started it).
     pub agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     /// Session TTL timers (used by the leader).
@@ -488,6 +494,10 @@ impl Server {
             cluster,
             http,
             liveness: Default::default(),
+            coordinate: Default::default(),
+            coordinate_updates: crate::coordinate::Pending::new(
+                crate::state::coordinate::MAX_BATCH,
+            ),
             agent: std::sync::OnceLock::new(),
             sessions: crate::session::Timers::new(clock),
             db: sled,
