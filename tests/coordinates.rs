@@ -339,3 +339,35 @@ fn acls_filter_coordinates_and_guard_updates() {
     let r = with(addr, "GET", "/v1/coordinate/node/n2", None, ROOT);
     assert_eq!(r.json()[0]["Coord"]["Vec"][0], json!(0.01), "n2 unchanged");
 }
+
+#[test]
+fn a_blocking_nodes_read_wakes_on_an_update() {
+    let s = Server::builder().dev().node("srv").start();
+    let r = s.put(
+        "/v1/catalog/register",
+        &json!({"Node": "n", "Address": "10.0.0.1"}).to_string(),
+    );
+    assert_eq!(r.status, 200);
+    wait_coord(&s, "srv");
+    let first = s.get("/v1/coordinate/nodes");
+    let index = first.index();
+    assert!(index > 0);
+    assert_eq!(nodes_with_coords(&first.json()), ["srv"]);
+    let parked = s.parked();
+    let (url, path) = (s.http_addr, format!("/v1/coordinate/nodes?index={index}&wait=30s"));
+    let waiter = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        (common::request(url, "GET", &path, None), started.elapsed())
+    });
+    s.wait_parked(parked + 1);
+    let r = s.put(
+        "/v1/coordinate/update",
+        &json!({"Node": "n", "Coord": coord(0.1)}).to_string(),
+    );
+    assert_eq!(r.status, 200);
+    let (woke, took) = waiter.join().unwrap();
+    assert_eq!(woke.status, 200);
+    assert!(woke.index() > index, "{} !> {index}", woke.index());
+    assert_eq!(nodes_with_coords(&woke.json()), ["n", "srv"]);
+    assert!(took < Duration::from_secs(20), "woke by the update, not the wait: {took:?}");
+}
