@@ -354,7 +354,10 @@ fn a_blocking_nodes_read_wakes_on_an_update() {
     assert!(index > 0);
     assert_eq!(nodes_with_coords(&first.json()), ["srv"]);
     let parked = s.parked();
-    let (url, path) = (s.http_addr, format!("/v1/coordinate/nodes?index={index}&wait=30s"));
+    let (url, path) = (
+        s.http_addr,
+        format!("/v1/coordinate/nodes?index={index}&wait=30s"),
+    );
     let waiter = std::thread::spawn(move || {
         let started = std::time::Instant::now();
         (common::request(url, "GET", &path, None), started.elapsed())
@@ -369,5 +372,8 @@ fn a_blocking_nodes_read_wakes_on_an_update() {
     assert_eq!(woke.status, 200);
     assert!(woke.index() > index, "{} !> {index}", woke.index());
     assert_eq!(nodes_with_coords(&woke.json()), ["n", "srv"]);
-    assert!(took < Duration::from_secs(20), "woke by the update, not the wait: {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "woke by the update, not the wait: {took:?}"
+    );
 }
