@@ -137,6 +137,14 @@ pub fn distance(a: &Coordinate, b: &Coordinate) -> Option<Duration> {
     Some(Duration::from_secs_f64(a.distance_secs(b).max(0.0)))
 }
 
+/// How far `b` is from `a` as a point, height and adjustment included, in
+/// seconds: no RTT estimate to either differs by more than this.
+pub fn moved(a: &Coordinate, b: &Coordinate) -> f64 {
+    magnitude(&diff(&a.vec, &b.vec))
+        + (a.height - b.height).abs()
+        + (a.adjustment - b.adjustment).abs()
+}
+
 fn diff(a: &[f64], b: &[f64]) -> Vec<f64> {
     a.iter().zip(b).map(|(x, y)| x - y).collect()
 }
@@ -404,6 +412,26 @@ mod tests {
         a.adjustment = -1.0;
         let d = distance(&a, &b).unwrap().as_secs_f64();
         assert!((d - 0.008).abs() < 1e-9, "{d}");
+    }
+
+    #[test]
+    fn moved_bounds_the_change_of_every_estimate() {
+        let mut a = Coordinate::default();
+        let other = {
+            let mut o = Coordinate::default();
+            o.vec[2] = 0.02;
+            o
+        };
+        let mut b = a.clone();
+        b.vec[0] = 0.003;
+        b.vec[1] = 0.004;
+        b.height += 0.001;
+        assert!((moved(&a, &b) - 0.006).abs() < 1e-12);
+        let before = distance(&a, &other).unwrap().as_secs_f64();
+        let after = distance(&b, &other).unwrap().as_secs_f64();
+        assert!((after - before).abs() <= moved(&a, &b) + 1e-12);
+        a.adjustment = 0.002;
+        assert!((moved(&a, &b) - 0.008).abs() < 1e-12);
     }
 
     #[test]
