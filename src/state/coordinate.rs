@@ -58,7 +58,9 @@ impl Tx<'_> {
 mod tests {
     use super::*;
     use crate::coordinate::Coordinate;
-    use crate::state::{Command, DeregisterRequest, State, apply_command, snapshot};
+    use crate::state::{
+        Command, DeregisterRequest, MemoryBackend, State, Store, apply_command, snapshot,
+    };
     use crate::structs::RegisterRequest;
 
     fn register(st: &mut State, at: u64, node: &str) {
@@ -93,6 +95,34 @@ mod tests {
         assert_eq!(st.coordinates["a"].coord.vec[0], 0.5);
         assert!(set.watch_keys.contains(&keys::COORDINATES));
         assert_eq!(st.index_of([&keys::COORDINATES]), 2);
+    }
+
+    #[test]
+    fn coordinates_are_kept_by_the_rows_across_a_restart() {
+        let disk = MemoryBackend::default();
+        let store = Store::open(Box::new(disk.clone())).unwrap();
+        let mut st = State::default();
+        let (_, s1) = {
+            let req = RegisterRequest {
+                node: "a".into(),
+                address: "10.0.0.1".into(),
+                ..Default::default()
+            };
+            apply_command(&mut st, 1, &Command::Register(Box::new(req)))
+        };
+        let batch = vec![update("a", 0.3)];
+        let (_, s2) = apply_command(&mut st, 2, &Command::CoordinateBatch { updates: batch });
+        store.commit(st.clone(), &[s1, s2], vec![]).unwrap();
+        let again = Store::open(Box::new(disk.clone())).unwrap();
+        assert_eq!(again.state().coordinates, st.coordinates);
+        let dereg = DeregisterRequest {
+            node: "a".into(),
+            ..Default::default()
+        };
+        let (_, s3) = apply_command(&mut st, 3, &Command::Deregister(dereg));
+        store.commit(st.clone(), &[s3], vec![]).unwrap();
+        let again = Store::open(Box::new(disk)).unwrap();
+        assert!(again.state().coordinates.is_empty());
     }
 
     #[test]

@@ -144,7 +144,9 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
 #[serde(rename_all = "PascalCase", default)]
 struct Extra {
     autopilot: Option<crate::structs::operator::AutopilotConfig>,
-    /// Network coordinates (`state::coordinate`).
+    /// Network coordinates (`state::coordinate`); none: no key, so a
+    /// state without them encodes as before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     coordinates: Vec<crate::coordinate::Update>,
 }
 
