@@ -17,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::coordinate::{Coordinate, Update, distance};
@@ -43,8 +43,8 @@ pub fn routes() -> Router<App> {
         .route(PING, get(ping))
 }
 
-/// One row of a datacenter's server coordinates.
-#[derive(Serialize)]
+/// One row of a datacenter's server coordinates; a ping's answer.
+#[derive(Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct ServerCoord {
     node: String,
@@ -235,19 +235,14 @@ async fn probe(s: &Server, addr: &str) -> anyhow::Result<()> {
     if body.len() > MAX_UPDATE_BODY {
         anyhow::bail!("ping answer too large");
     }
-    let peer: Update = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| {
-            Some(Update {
-                node: v.get("Node")?.as_str()?.to_string(),
-                segment: String::new(),
-                coord: serde_json::from_value(v.get("Coord")?.clone()).ok()?,
-            })
-        })
-        .ok_or_else(|| anyhow::anyhow!("odd ping answer"))?;
+    let peer: ServerCoord = serde_json::from_slice(&body)?;
     s.coordinate.lock().update(&peer.node, &peer.coord, rtt)?;
     if s.cluster.is_leader() {
-        s.coordinate_updates.push(peer);
+        s.coordinate_updates.push(Update {
+            node: peer.node,
+            segment: String::new(),
+            coord: peer.coord,
+        });
     }
     Ok(())
 }
