@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config_check;
 pub mod config_file;
 pub mod connect;
+pub mod coordinate;
 pub mod definition;
 pub mod discovery_chain;
 pub mod disk;

@@ -141,6 +141,10 @@ pub async fn server(
     } = listeners;
     let server = Server::start(config.clone(), raft).await?;
     start(&server);
+    server.tasks().spawn(
+        "coordinate probes",
+        crate::http::coordinate::probe_servers(server.clone()),
+    );
     let tls = config.tls.clone();
     let https = match (https, &tls) {
         (Some(l), Some(t)) => Some((l, t.files.https_server(t.verify_incoming)?)),

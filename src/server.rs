@@ -144,6 +144,12 @@ pub struct Server {
     http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
     liveness: crate::leases::Leases,
+    /// This server's own network coordinate (`http::coordinate` probes
+    /// the other servers).
+    coordinate: parking_lot::Mutex<crate::coordinate::Client>,
+    /// Coordinate updates the leader applies in its next batch
+    /// (`leader::coordinates`).
+    coordinate_updates: crate::coordinate::Pending,
     /// The agent of this server's own node (set once `run` started it).
     agent: std::sync::OnceLock<Arc<crate::agent::Agent>>,
     /// Session TTL timers (used by the leader).
@@ -309,6 +315,14 @@ impl Server {
     }
     pub fn liveness(&self) -> &crate::leases::Leases {
         &self.liveness
+    }
+    /// This server's own network coordinate.
+    pub fn coordinate(&self) -> &parking_lot::Mutex<crate::coordinate::Client> {
+        &self.coordinate
+    }
+    /// Coordinate updates the leader applies in its next batch.
+    pub fn coordinate_updates(&self) -> &crate::coordinate::Pending {
+        &self.coordinate_updates
     }
     /// The agent of this server's own node, once the process started it.
     pub fn agent(&self) -> Option<&Arc<crate::agent::Agent>> {
@@ -567,6 +581,10 @@ impl Server {
             cluster,
             http,
             liveness: Default::default(),
+            coordinate: Default::default(),
+            coordinate_updates: crate::coordinate::Pending::new(
+                crate::state::coordinate::MAX_BATCH,
+            ),
             agent: std::sync::OnceLock::new(),
             sessions: crate::session_ttl::Timers::new(clock),
             db: sled,

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "tls",
         "tasks",
         "monitor",
+        "coordinate",
     ],
     &["error", "config_file"],
     &["structs"],

@@ -642,6 +642,22 @@ fn forwarded_identity(
     }
 }
 
+/// `?near=_agent` means this agent's node, not the server's that answers:
+/// named before the request goes on.
+fn near_this_agent(path: &str, node: &str) -> String {
+    let Some((route, query)) = path.split_once('?') else {
+        return path.to_string();
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv {
+            "near=_agent" => format!("near={}", crate::request::enc(node)),
+            other => other.to_string(),
+        })
+        .collect();
+    format!("{route}?{}", query.join("&"))
+}
+
 /// Any other request: to a server, and its answer back as it streams.
 async fn forward(State(a): State<App>, req: Request) -> Response {
     match forward_inner(&a, req).await {
@@ -680,6 +696,7 @@ async fn forward_inner(a: &Agent, req: Request) -> Result<Response> {
         body
     };
     let body = (!body.is_empty() || ct.is_some()).then_some((body, ct));
+    let path = &near_this_agent(path, &a.config.node);
     // The caller's token (any carrier; `?token=` travels in the path), or
     // this agent's default token for a request that carries none.
     let (path, token) = forwarded_identity(a, &parts, path);

@@ -154,6 +154,9 @@ pub struct Agent {
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
     /// The user events received (`events`).
     events: events::Events,
+    /// Its node's network coordinate, moved by each heartbeat's RTT
+    /// (`liveness`).
+    coordinate: parking_lot::Mutex<crate::coordinate::Client>,
     /// Its ACL tokens as set now: the configuration's, replaced in memory
     /// by `PUT /v1/agent/token/:kind` (with the kinds cairn only keeps).
     acl_tokens: parking_lot::RwLock<(
@@ -511,6 +514,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
         events: Default::default(),
+        coordinate: Default::default(),
         acl_tokens: parking_lot::RwLock::new((config.tokens.clone(), BTreeMap::new())),
         config,
     });

@@ -22,6 +22,7 @@ mod lock;
 mod maint;
 mod members;
 mod operator;
+mod rtt;
 pub mod services;
 pub mod snapshot;
 mod tls;
@@ -94,6 +95,9 @@ pub enum CliCommand {
     Leave,
     /// The agent's and its server's state, as `consul info`.
     Info,
+    /// Estimated round-trip time between two nodes, from their network
+    /// coordinates (`-wan`: between servers).
+    Rtt(rtt::RttArgs),
 }
 
 /// A failed command: the one line to print.
@@ -141,6 +145,7 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::ForceLeave(a) => client().and_then(|cl| agent::force_leave(&cl, a)),
         CliCommand::Leave => client().and_then(|cl| agent::leave(&cl)),
         CliCommand::Info => client().and_then(|cl| agent::info(&cl)),
+        CliCommand::Rtt(a) => client().and_then(|cl| rtt::run(&cl, a)),
         CliCommand::Lock(a) => match client().and_then(|cl| lock::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -264,6 +264,7 @@ async fn nodes(State(s): State<App>, mut a: Authz, Opts(p, opts): Opts) -> Resul
     .await?;
     let filtered = keep(&mut list, |n| a.node_read(&n.node));
     apply_filter(&filter, &mut list);
+    super::coordinate::sort_near(&s, &p, &mut list, |n| &n.node);
     Ok(json_filtered(&s, index, &list, filtered))
 }
 
@@ -347,6 +348,7 @@ async fn service_rows<const CONNECT: bool>(
         a.service_read(r.service_name) && a.node_read(r.node)
     });
     apply_filter(&filter, &mut rows);
+    super::coordinate::sort_near(&s, &p, &mut rows, |r| r.node);
     Ok(json_filtered(&s, index, &rows, filtered))
 }
 

@@ -128,6 +128,7 @@ async fn checks(
     .await?;
     let filtered = keep(&mut checks, |c| check_visible(&a, c));
     apply_filter(&filter, &mut checks);
+    super::coordinate::sort_near(s, p, &mut checks, |c| &c.node);
     Ok(json_filtered(s, index, &checks, filtered))
 }
 
@@ -209,5 +210,6 @@ async fn instances<const CONNECT: bool>(
         a.service_read(&r.service.service) && a.node_read(&r.node.node)
     });
     apply_filter(&filter, &mut rows);
+    super::coordinate::sort_near(&s, &p, &mut rows, |r| &r.node.node);
     Ok(json_filtered(&s, index, &rows, filtered))
 }

@@ -9,6 +9,7 @@ mod agent_ops;
 pub mod catalog;
 mod config;
 pub mod connect;
+pub mod coordinate;
 mod dataplane;
 pub mod event;
 pub mod grpc;
@@ -88,6 +89,7 @@ pub fn router(server: App) -> Router {
         .merge(agent_ops::routes())
         .merge(liveness::routes())
         .merge(event::routes())
+        .merge(coordinate::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,

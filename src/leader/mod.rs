@@ -12,6 +12,7 @@
 
 mod acl;
 mod cluster;
+mod coordinates;
 pub mod liveness;
 mod session_expiry;
 mod tombstones;
@@ -48,6 +49,7 @@ pub const DUTIES: &[Duty] = &[
     }),
     Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
     Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
+    Duty::new("coordinate batches", |s, _| Box::pin(coordinates::apply(s))),
 ];
 
 impl Duty {

@@ -58,6 +58,7 @@ impl std::fmt::Display for Command {
             Command::CaSet { .. } => "ca-set",
             Command::EventFire { .. } => "event-fire",
             Command::AutopilotSet { .. } => "autopilot-set",
+            Command::CoordinateBatch { .. } => "coordinate-batch",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

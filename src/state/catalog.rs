@@ -489,6 +489,7 @@ impl Tx<'_> {
 
     pub fn remove_node(&mut self, name: &str) {
         super::session::node_gone(self, name);
+        self.remove_coordinate(name);
         if let Some(before) = self.state.nodes.remove(name) {
             self.touch(keys::node(name));
             self.touch(keys::NODES);

@@ -123,6 +123,8 @@ pub const ACL: WatchKey = WatchKey::fixed("acl");
 pub const EVENTS: WatchKey = WatchKey::fixed("events");
 pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
+/// Any node's network coordinate (`state::coordinate`).
+pub const COORDINATES: WatchKey = WatchKey::fixed("coordinates");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -12,6 +12,7 @@ mod apply;
 pub mod catalog;
 pub mod config;
 pub mod connect;
+pub mod coordinate;
 mod derived;
 pub mod events;
 pub mod kv;
@@ -182,6 +183,12 @@ pub enum Command {
         config: crate::structs::operator::AutopilotConfig,
         cas: Option<u64>,
     },
+    /// Network coordinates gathered by the leader (`state::coordinate`),
+    /// applied together. Last, as above.
+    CoordinateBatch {
+        #[serde(with = "as_json")]
+        updates: Vec<crate::coordinate::Update>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -319,6 +326,9 @@ impl Command {
             | Command::AclInit { .. }
             | Command::CaSet { .. }
             | Command::AutopilotSet { .. } => Ok(()),
+            Command::CoordinateBatch { updates } => {
+                updates.iter().try_for_each(|u| check("node name", &u.node))
+            }
             Command::EventFire { event } => check("event name", &event.name),
         }
     }
@@ -360,6 +370,7 @@ pub enum Row {
     Acl(acl::AclRow),
     ConnectCa(Arc<connect::CaState>),
     Autopilot(Arc<crate::structs::operator::AutopilotConfig>),
+    Coordinate(Arc<crate::coordinate::Update>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -379,6 +390,8 @@ pub enum Table {
     Index,
     /// The Connect CA (one row).
     ConnectCa,
+    /// Network coordinates, one per node (`coordinate`).
+    Coordinates,
     Meta,
 }
 
@@ -456,6 +469,8 @@ pub struct State {
     /// The last user events fired, oldest first (in memory only: see
     /// `events`).
     pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,
+    /// node → its network coordinate (`coordinate`).
+    pub coordinates: OrdMap<String, Arc<crate::coordinate::Update>>,
 }
 
 impl State {

@@ -58,6 +58,8 @@ const RESTORE: u8 = b'r';
 const ACL: u8 = b'a';
 /// The Connect CA: one row, `p` + `ca`.
 const CONNECT_CA: u8 = b'p';
+/// Network coordinates: node → JSON.
+const COORDINATE: u8 = b'o';
 /// Meta rows: `m` + name. The Raft adapter owns names other than these.
 pub const META: u8 = b'm';
 const META_INDEX: &[u8] = b"mindex";
@@ -133,6 +135,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Acl(r) => serde_json::to_vec(r)?,
         Row::ConnectCa(ca) => serde_json::to_vec(&**ca)?,
         Row::Autopilot(a) => serde_json::to_vec(&**a)?,
+        Row::Coordinate(c) => serde_json::to_vec(&**c)?,
     })
 }
 
@@ -149,6 +152,7 @@ fn table_tag(t: Table) -> u8 {
         Table::Acl => ACL,
         Table::Index => INDEX,
         Table::ConnectCa => CONNECT_CA,
+        Table::Coordinates => COORDINATE,
         Table::Meta => META,
     }
 }
@@ -234,6 +238,9 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     if let Some(ca) = &state.connect_ca {
         ops.push((row_key(CONNECT_CA, "ca"), Some(serde_json::to_vec(&**ca)?)));
     }
+    for (k, c) in &state.coordinates {
+        ops.push((row_key(COORDINATE, k), Some(serde_json::to_vec(&**c)?)));
+    }
     if let Some(a) = &state.autopilot {
         ops.push((META_AUTOPILOT.to_vec(), Some(serde_json::to_vec(&**a)?)));
     }
@@ -306,7 +313,8 @@ fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>
 fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
     let mut st = State::default();
     for tag in [
-        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, ACL, CONNECT_CA, META,
+        NODE, SERVICE, CHECK, CONFIG, INDEX, SESSION, LOCK_DELAY, RESTORE, ACL, CONNECT_CA,
+        COORDINATE, META,
     ] {
         p.scan_prefix(&[tag], &mut |k, v| {
             let key = std::str::from_utf8(&k[1..]).context("row key")?;
@@ -358,6 +366,10 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 }
                 ACL => super::acl::load(&mut st, serde_json::from_slice(v)?),
                 CONNECT_CA => st.connect_ca = Some(Arc::new(serde_json::from_slice(v)?)),
+                COORDINATE => {
+                    st.coordinates
+                        .insert(key.to_string(), Arc::new(serde_json::from_slice(v)?));
+                }
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_AUTOPILOT => {
                     st.autopilot = Some(Arc::new(serde_json::from_slice(v)?))

@@ -23,6 +23,10 @@ pub struct HeartbeatReply {
     /// Whether the catalog had the node (if not, the agent re-syncs now).
     pub known: bool,
     pub datacenter: String,
+    /// The answering server's node and its network coordinate: the agent
+    /// times the heartbeat and moves its own coordinate (Vivaldi).
+    pub node: String,
+    pub coord: Option<crate::coordinate::Coordinate>,
 }
 
 /// Serf's member status codes, as `/v1/agent/members` shows them.
