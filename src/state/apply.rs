@@ -80,6 +80,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::AutopilotSet { config, cas } => {
             super::operator::set_autopilot(&mut tx, config, *cas)
         }
+        Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

@@ -123,6 +123,8 @@ pub const ACL: WatchKey = WatchKey::fixed("acl");
 pub const EVENTS: WatchKey = WatchKey::fixed("events");
 pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
+/// WAN federation states (every datacenter's).
+pub const FEDERATION: WatchKey = WatchKey::fixed("federation");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -14,6 +14,7 @@ pub mod config;
 pub mod connect;
 mod derived;
 pub mod events;
+pub mod federation;
 pub mod kv;
 pub mod operator;
 pub mod persist;
@@ -182,6 +183,12 @@ pub enum Command {
         config: crate::structs::operator::AutopilotConfig,
         cas: Option<u64>,
     },
+    /// WAN federation: what the primary knows of one datacenter, whole
+    /// (`state::federation`). Last, as above.
+    FederationStateSet {
+        #[serde(with = "as_json")]
+        state: Box<crate::structs::federation::FederationState>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -320,6 +327,7 @@ impl Command {
             | Command::CaSet { .. }
             | Command::AutopilotSet { .. } => Ok(()),
             Command::EventFire { event } => check("event name", &event.name),
+            Command::FederationStateSet { state } => check("datacenter", &state.datacenter),
         }
     }
 }
@@ -360,6 +368,7 @@ pub enum Row {
     Acl(acl::AclRow),
     ConnectCa(Arc<connect::CaState>),
     Autopilot(Arc<crate::structs::operator::AutopilotConfig>),
+    Federation(Arc<crate::structs::federation::FederationState>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -453,6 +462,8 @@ pub struct State {
     pub connect_ca: Option<Arc<connect::CaState>>,
     /// Autopilot's configuration, once an operator set it (else defaults).
     pub autopilot: Option<Arc<crate::structs::operator::AutopilotConfig>>,
+    /// WAN federation states by datacenter (the primary's; `federation`).
+    pub federation: OrdMap<String, Arc<crate::structs::federation::FederationState>>,
     /// The last user events fired, oldest first (in memory only: see
     /// `events`).
     pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,

@@ -132,6 +132,7 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
     bincode::serialize_into(&mut w, &body)?;
     let extra = Extra {
         autopilot: st.autopilot.as_deref().cloned(),
+        federation: st.federation.values().map(|f| (**f).clone()).collect(),
     };
     Ok(bincode::serialize_into(w, &serde_json::to_vec(&extra)?)?)
 }
@@ -143,6 +144,10 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
 #[serde(rename_all = "PascalCase", default)]
 struct Extra {
     autopilot: Option<crate::structs::operator::AutopilotConfig>,
+    /// WAN federation states (none before federation; left out when none,
+    /// so a snapshot without them is byte for byte what it was before).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    federation: Vec<crate::structs::federation::FederationState>,
 }
 
 /// The trailer after the body, if the snapshot has one.
@@ -197,6 +202,9 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
     st.lock_delays = body.lock_delays.into_iter().collect();
     st.connect_ca = body.connect_ca.map(Arc::new);
     st.autopilot = extra.autopilot.map(Arc::new);
+    for f in extra.federation {
+        st.federation.insert(f.datacenter.clone(), Arc::new(f));
+    }
     st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),
