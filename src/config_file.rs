@@ -105,6 +105,8 @@ pub struct FileConfig {
     pub bootstrap_expect: Option<usize>,
     /// Appended across files.
     pub retry_join: Vec<String>,
+    /// Servers of other datacenters (appended across files).
+    pub retry_join_wan: Vec<String>,
     pub bind_addr: Option<String>,
     pub client_addr: Option<String>,
     pub addresses: Addresses,
@@ -165,6 +167,7 @@ impl FileConfig {
                         Some(usize::try_from(n).map_err(|_| f.wrong(&key, "a count", &v))?);
                 }
                 "retry_join" => self.retry_join.extend(f.strings(&key, &v)?),
+                "retry_join_wan" => self.retry_join_wan.extend(f.strings(&key, &v)?),
                 "bind_addr" => self.bind_addr = Some(f.string(&key, &v)?),
                 "client_addr" => self.client_addr = Some(f.string(&key, &v)?),
                 "log_level" => self.log_level = Some(f.string(&key, &v)?),

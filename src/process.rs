@@ -141,6 +141,8 @@ pub async fn server(
     } = listeners;
     let server = Server::start(config.clone(), raft).await?;
     start(&server);
+    // WAN federation: served once the router that answers for it is built.
+    let federation = crate::federation::Federation::new(server.clone());
     let tls = config.tls.clone();
     let https = match (https, &tls) {
         (Some(l), Some(t)) => Some((l, t.files.https_server(t.verify_incoming)?)),
@@ -179,6 +181,7 @@ pub async fn server(
             datacenter: config.datacenter.clone(),
             acl: server.acl.clone(),
             token: config.agent_tokens.default.clone(),
+            remote: Some(federation.clone()),
         });
         tokio::spawn(crate::dns::serve(l, d, catalog));
     }
@@ -187,7 +190,9 @@ pub async fn server(
     let _ = server.agent.set(agent.clone());
     let app = crate::http::router(server.clone())
         .merge(crate::agent::api::server_routes(agent.clone()))
-        .layer(axum::Extension(crate::http::resolver(&server)));
+        .layer(axum::Extension(crate::http::resolver(&server)))
+        .layer(axum::Extension(federation.clone()));
+    federation.serve(wan_handler(app.clone()));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -224,6 +229,26 @@ pub async fn server(
             tokio::join!(plain, secure);
         }),
         stops: vec![stop, stop_tls, stop_grpc],
+    })
+}
+
+/// Answers a request from another datacenter with this server's router,
+/// in process, as if it had been asked here (marked as forwarded).
+fn wan_handler(app: axum::Router) -> crate::federation::Handler {
+    use axum::response::IntoResponse;
+    use tower::ServiceExt;
+    Arc::new(move |r| {
+        let app = app.clone();
+        Box::pin(async move {
+            let resp = match crate::http::wan::request_of(r) {
+                Ok(req) => match app.oneshot(req).await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
+                },
+                Err(e) => e.into_response(),
+            };
+            crate::http::wan::answer_of(resp).await
+        })
     })
 }
 
