@@ -28,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["stream", "merge", "session", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
+    &["federation"],
     &["leader"],
     &["http"],
     &["process"],
