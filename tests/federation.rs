@@ -327,3 +327,65 @@ fn the_other_datacenter_judges_the_token() {
     let v: Value = r.json();
     assert_eq!(v, serde_json::json!({}));
 }
+
+/// Federation goes only where the transport's authentication lets it:
+/// with `--encrypt`, a datacenter holding the key federates, one with
+/// another key (or with another primary) is refused and never listed, and
+/// `?dc=` to it has no path.
+#[test]
+fn only_an_authenticated_datacenter_federates() {
+    const KEY: &str = "aOuo8+rKl8kUGFS+IYrx/P+aS8tdtDB18tZ4pubeBTg=";
+    const OTHER: &str = "lUNH4zUhopAQ/E5KlpI7dIKNl9MeFQUKGnZ3SLyojis=";
+    let server = |node: &str, dc: &str, key: &str| {
+        Server::builder()
+            .node(node)
+            .bootstrap_expect(1)
+            .datacenter(dc)
+            .arg("--primary-datacenter")
+            .arg("dc1")
+            .arg("--encrypt")
+            .arg(key)
+    };
+    let dc1 = server("a0", "dc1", KEY).start();
+    let join = dc1.raft_addr.to_string();
+    let dc2 = server("b0", "dc2", KEY)
+        .arg("--join-wan")
+        .arg(&join)
+        .start();
+    let refused = dc1.metric("cairn_raft_frames_refused_total");
+    let stranger = server("c0", "dc3", OTHER)
+        .arg("--join-wan")
+        .arg(&join)
+        .start();
+    // Another primary, with the right key: its greetings are refused too.
+    let rogue = Server::builder()
+        .node("d0")
+        .bootstrap_expect(1)
+        .datacenter("dc4")
+        .arg("--encrypt")
+        .arg(KEY)
+        .arg("--join-wan")
+        .arg(&join)
+        .start();
+    wait_datacenters(&dc1, &["dc1", "dc2"]);
+    wait_datacenters(&dc2, &["dc2", "dc1"]);
+    // The stranger's handshakes were refused at least twice (two rounds),
+    // and the rogue primary's greetings too (said in its log).
+    eventually(WAIT, "the stranger's handshakes refused", || {
+        (dc1.metric("cairn_raft_frames_refused_total") >= refused + 2.0).then_some(())
+    });
+    eventually(WAIT, "the rogue primary refused", || {
+        rogue
+            .log()
+            .contains("primary datacenter mismatch")
+            .then_some(())
+    });
+    assert_eq!(datacenters(&dc1), ["dc1", "dc2"]);
+    assert_eq!(datacenters(&stranger), ["dc3"]);
+    assert_eq!(datacenters(&rogue), ["dc4"]);
+    for dc in ["dc3", "dc4"] {
+        let r = dc1.get(&format!("/v1/kv/x?dc={dc}"));
+        assert_eq!((r.status, r.body.as_str()), (500, "No path to datacenter"));
+    }
+    assert_eq!(dc1.get("/v1/kv/x?dc=dc2").status, 404);
+}
