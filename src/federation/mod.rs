@@ -460,6 +460,7 @@ impl Federation {
         }
         servers.sort_by_key(|(contact, _)| std::cmp::Reverse(*contact));
         req.from = self.datacenter.clone();
+        let read = matches!(req.method.as_str(), "GET" | "HEAD");
         let frame = Request::WanRequest(req);
         let mut last = String::new();
         for (_, addr) in servers {
@@ -480,16 +481,24 @@ impl Federation {
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                     return Err(FederationError::TooLarge(e.to_string()));
                 }
-                // Never reached (refused, or no answer to the connection):
-                // the next server is asked. One that timed out may have
-                // acted: not asked again.
+                // Its time is up (a blocking read's wait included).
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                     return Err(FederationError::Unreachable(format!(
                         "no answer from datacenter {dc} ({addr}) within {} s",
                         timeout.as_secs()
                     )));
                 }
-                Err(e) => last = format!("{addr}: {e}"),
+                // A read changes nothing: the next server is asked. A write
+                // only when it never reached this one (the connection was
+                // refused): one cut off after it was sent may have acted.
+                Err(e) if read || e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    last = format!("{addr}: {e}")
+                }
+                Err(e) => {
+                    return Err(FederationError::Unreachable(format!(
+                        "datacenter {dc} ({addr}): {e}; the write may or may not have been applied"
+                    )));
+                }
             }
         }
         Err(FederationError::Unreachable(format!(
