@@ -389,3 +389,35 @@ fn only_an_authenticated_datacenter_federates() {
     }
     assert_eq!(dc1.get("/v1/kv/x?dc=dc2").status, 404);
 }
+
+/// Consul's configuration keys do the same as the flags: a secondary
+/// started from a file with `primary_datacenter` and `retry_join_wan`
+/// (a host without a port: the server port 8300 would be meant, so the
+/// port is given here) federates.
+#[test]
+fn configuration_files_join_the_wan() {
+    let dc1 = Server::builder()
+        .node("a0")
+        .bootstrap_expect(1)
+        .datacenter("dc1")
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("server.hcl");
+    std::fs::write(
+        &file,
+        format!(
+            "datacenter = \"dc2\"\nprimary_datacenter = \"dc1\"\nretry_join_wan = [\"{}\"]\n",
+            dc1.raft_addr
+        ),
+    )
+    .unwrap();
+    let dc2 = Server::builder()
+        .node("b0")
+        .bootstrap_expect(1)
+        .arg("--config-file")
+        .arg(file.to_str().unwrap())
+        .start();
+    wait_datacenters(&dc2, &["dc2", "dc1"]);
+    wait_datacenters(&dc1, &["dc1", "dc2"]);
+    assert!(!dc2.log().contains("retry_join_wan"), "{}", dc2.log());
+}
