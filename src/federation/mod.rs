@@ -282,23 +282,7 @@ impl Federation {
             ));
         }
         let mut known = self.known.lock();
-        for dc in h.known.iter().take(MAX_DATACENTERS) {
-            if dc.datacenter == self.datacenter || !valid_datacenter(&dc.datacenter) {
-                continue;
-            }
-            let Some(servers) = admit(&mut known, &dc.datacenter) else {
-                continue;
-            };
-            for s in dc.servers.iter().take(MAX_SERVERS) {
-                if servers.len() < MAX_SERVERS || servers.contains_key(&s.raft_addr) {
-                    servers.entry(s.raft_addr.clone()).or_insert(Known {
-                        name: s.name.clone(),
-                        contact: None,
-                        rtt: None,
-                    });
-                }
-            }
-        }
+        // The sender first: a list full of others never crowds it out.
         let Some(servers) = admit(&mut known, &h.datacenter) else {
             return Err("too many datacenters known".into());
         };
@@ -318,6 +302,23 @@ impl Federation {
                 Some(old) => (old * 3 + rtt) / 4,
                 None => rtt,
             });
+        }
+        for dc in h.known.iter().take(MAX_DATACENTERS) {
+            if dc.datacenter == self.datacenter || !valid_datacenter(&dc.datacenter) {
+                continue;
+            }
+            let Some(servers) = admit(&mut known, &dc.datacenter) else {
+                continue;
+            };
+            for s in dc.servers.iter().take(MAX_SERVERS) {
+                if servers.len() < MAX_SERVERS || servers.contains_key(&s.raft_addr) {
+                    servers.entry(s.raft_addr.clone()).or_insert(Known {
+                        name: s.name.clone(),
+                        contact: None,
+                        rtt: None,
+                    });
+                }
+            }
         }
         Ok(())
     }
