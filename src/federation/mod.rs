@@ -404,15 +404,13 @@ impl Federation {
     /// Every known datacenter, this one first, then the others nearest
     /// first by measured round trip (never measured: last, by name).
     pub fn datacenters(&self) -> Vec<String> {
-        let known = self.known.lock();
-        let mut others: Vec<(Option<Duration>, &String)> = known
+        let others: Vec<(String, Option<Duration>)> = self
+            .known
+            .lock()
             .iter()
-            .map(|(dc, servers)| (servers.values().filter_map(|k| k.rtt).min(), dc))
+            .map(|(dc, servers)| (dc.clone(), servers.values().filter_map(|k| k.rtt).min()))
             .collect();
-        others.sort_by_key(|(rtt, dc)| (rtt.is_none(), *rtt, (*dc).clone()));
-        std::iter::once(self.datacenter.clone())
-            .chain(others.into_iter().map(|(_, dc)| dc.clone()))
-            .collect()
+        nearest_first(&self.datacenter, others)
     }
 
     /// The servers of every datacenter (`members -wan`): this one's from
@@ -513,6 +511,15 @@ impl Federation {
     }
 }
 
+/// `own` first, then the others by their nearest server's round trip,
+/// those never measured last (by name).
+fn nearest_first(own: &str, mut others: Vec<(String, Option<Duration>)>) -> Vec<String> {
+    others.sort_by(|(a, ra), (b, rb)| (ra.is_none(), *ra, a).cmp(&(rb.is_none(), *rb, b)));
+    std::iter::once(own.to_string())
+        .chain(others.into_iter().map(|(dc, _)| dc))
+        .collect()
+}
+
 /// The entry of `dc`, made if there is room for another datacenter.
 fn admit<'a>(
     known: &'a mut BTreeMap<String, BTreeMap<String, Known>>, dc: &str,
@@ -591,5 +598,33 @@ impl Wan for Federation {
                 .clone();
             Ok(handler(req).await)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datacenters_are_listed_own_first_then_nearest() {
+        let ms = |n| Some(Duration::from_millis(n));
+        let others = vec![
+            ("dc2".to_string(), ms(40)),
+            ("dc3".to_string(), None),
+            ("dc4".to_string(), ms(5)),
+            ("dc0".to_string(), None),
+        ];
+        assert_eq!(
+            nearest_first("dc1", others),
+            ["dc1", "dc4", "dc2", "dc0", "dc3"]
+        );
+    }
+
+    #[test]
+    fn datacenter_names_are_consuls() {
+        assert!(valid_datacenter("dc-1_east"));
+        for bad in ["", "dc 1", "dc.1", "dc/1", &"x".repeat(65)] {
+            assert!(!valid_datacenter(bad), "{bad:?}");
+        }
     }
 }
