@@ -216,6 +216,13 @@ impl Federation {
                 tracing::warn!(%addr, error = %e, "wan greeting refused")
             }
             Ok(_) => tracing::warn!(%addr, "wan greeting: unexpected reply"),
+            // An address the operator gave (`--join-wan`) that does not
+            // answer is said as Consul's retry-join says it: a TLS or key
+            // mismatch is otherwise silent. Known servers' silences are a
+            // partition's, shown by `members -wan`.
+            Err(e) if self.join_wan.iter().any(|j| j == addr) => {
+                tracing::warn!(%addr, error = %e, "wan join failed")
+            }
             Err(e) => tracing::debug!(%addr, error = %e, "wan greeting failed"),
         }
     }
