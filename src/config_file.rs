@@ -105,6 +105,8 @@ pub struct FileConfig {
     pub bootstrap_expect: Option<usize>,
     /// Appended across files.
     pub retry_join: Vec<String>,
+    /// Servers of other datacenters (appended across files).
+    pub retry_join_wan: Vec<String>,
     pub bind_addr: Option<String>,
     pub client_addr: Option<String>,
     pub addresses: Addresses,
@@ -165,6 +167,7 @@ impl FileConfig {
                         Some(usize::try_from(n).map_err(|_| f.wrong(&key, "a count", &v))?);
                 }
                 "retry_join" => self.retry_join.extend(f.strings(&key, &v)?),
+                "retry_join_wan" => self.retry_join_wan.extend(f.strings(&key, &v)?),
                 "bind_addr" => self.bind_addr = Some(f.string(&key, &v)?),
                 "client_addr" => self.client_addr = Some(f.string(&key, &v)?),
                 "log_level" => self.log_level = Some(f.string(&key, &v)?),
@@ -419,6 +422,8 @@ data_dir = "/opt/consul"
 server = true
 bootstrap_expect = 3
 retry_join = ["10.0.0.2", "10.0.0.3"]
+primary_datacenter = "west"
+retry_join_wan = ["10.1.0.2:8300"]
 client_addr = "0.0.0.0"
 addresses { http = "127.0.0.1" }
 ports {
@@ -444,6 +449,9 @@ telemetry { prometheus_retention_time = "1m" }
         assert_eq!(c.server, Some(true));
         assert_eq!(c.bootstrap_expect, Some(3));
         assert_eq!(c.retry_join, ["10.0.0.2", "10.0.0.3"]);
+        assert_eq!(c.primary_datacenter.as_deref(), Some("west"));
+        assert_eq!(c.retry_join_wan, ["10.1.0.2:8300"]);
+        assert!(!c.unused.iter().any(|(k, _)| k.contains("wan")));
         assert_eq!(c.acl_enabled, Some(true));
         assert_eq!(c.token_initial_management.as_deref(), Some("root"));
         assert_eq!(c.token_agent.as_deref(), Some("agent-secret"));

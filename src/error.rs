@@ -33,6 +33,10 @@ pub enum Error {
     LeadershipLost,
     #[error("{0}")]
     Internal(String),
+    /// `?dc=` names a datacenter this server knows no server of (Consul's
+    /// 500 and words).
+    #[error("No path to datacenter")]
+    NoPathToDatacenter,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

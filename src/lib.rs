@@ -14,6 +14,7 @@ pub mod discovery_chain;
 pub mod disk;
 pub mod dns;
 pub mod error;
+pub mod federation;
 pub mod filter;
 pub mod http;
 pub mod leader;

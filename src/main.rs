@@ -119,6 +119,14 @@ struct ServerArgs {
     /// Another server's --raft-addr (repeatable).
     #[arg(long)]
     join: Vec<String>,
+    /// The datacenter that holds the federation's authoritative state
+    /// (default: this server's own).
+    #[arg(long, value_name = "DC")]
+    primary_datacenter: Option<String>,
+    /// The --raft-addr of a server in another datacenter (repeatable):
+    /// the datacenters then learn of each other (WAN federation).
+    #[arg(long, value_name = "ADDR")]
+    join_wan: Vec<String>,
     /// Snapshot the state and compact the Raft log after this many entries.
     #[arg(long, default_value_t = cairn::server::SNAPSHOT_THRESHOLD, hide = true)]
     raft_snapshot_threshold: u64,
@@ -495,11 +503,12 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
     from_file!(m, "node", a.node, f.node_name.clone().map(Some));
     from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
     from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
-    if let Some(p) = &f.primary_datacenter
-        && Some(p) != f.datacenter.as_ref()
-    {
-        tracing::warn!(primary_datacenter = %p, "one datacenter only: primary_datacenter ignored");
-    }
+    from_file!(
+        m,
+        "primary_datacenter",
+        a.primary_datacenter,
+        f.primary_datacenter.clone().map(Some)
+    );
     from_file!(
         m,
         "bootstrap_expect",
@@ -525,6 +534,13 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
     if !given(m, "join") && !f.retry_join.is_empty() {
         a.join = f
             .retry_join
+            .iter()
+            .map(|h| with_port(h, server_port))
+            .collect();
+    }
+    if !given(m, "join_wan") && !f.retry_join_wan.is_empty() {
+        a.join_wan = f
+            .retry_join_wan
             .iter()
             .map(|h| with_port(h, server_port))
             .collect();
@@ -793,6 +809,8 @@ fn main() -> anyhow::Result<()> {
                 raft_addr: a.raft_addr,
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
+                primary_datacenter: a.primary_datacenter,
+                join_wan: a.join_wan,
                 snapshot_threshold: a.raft_snapshot_threshold,
                 log_segment_bytes: a.raft_log_segment_bytes,
                 tombstone_ttl: a.tombstone_ttl,

@@ -54,6 +54,10 @@ counters! { ALL:
         "cairn_http_forwarded_total",
         "HTTP requests forwarded to the leader"
     );
+    WAN_FORWARDED = (
+        "cairn_wan_forwarded_total",
+        "HTTP requests sent to another datacenter (?dc=)"
+    );
     APPLIED = (
         "cairn_raft_applied_total",
         "Raft entries applied to the state machine"

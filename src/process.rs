@@ -145,6 +145,8 @@ pub async fn server(
         "coordinate probes",
         crate::http::coordinate::probe_servers(server.clone()),
     );
+    // WAN federation: served once the router that answers for it is built.
+    let federation = crate::federation::Federation::new(server.clone());
     let tls = config.tls.clone();
     let https = match (https, &tls) {
         (Some(l), Some(t)) => Some((l, t.files.https_server(t.verify_incoming)?)),
@@ -183,6 +185,7 @@ pub async fn server(
             datacenter: config.datacenter.clone(),
             acl: server.acl().clone(),
             token: config.agent_tokens.default.clone(),
+            remote: Some(federation.clone()),
         });
         tokio::spawn(crate::dns::serve(l, d, catalog));
     }
@@ -191,7 +194,9 @@ pub async fn server(
     let _ = server.set_agent(agent.clone());
     let app = crate::http::router(server.clone())
         .merge(crate::agent::api::server_routes(agent.clone()))
-        .layer(axum::Extension(crate::http::resolver(&server)));
+        .layer(axum::Extension(crate::http::resolver(&server)))
+        .layer(axum::Extension(federation.clone()));
+    federation.serve(wan_handler(app.clone()));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -228,6 +233,26 @@ pub async fn server(
             tokio::join!(plain, secure);
         }),
         stops: vec![stop, stop_tls, stop_grpc],
+    })
+}
+
+/// Answers a request from another datacenter with this server's router,
+/// in process, as if it had been asked here (marked as forwarded).
+fn wan_handler(app: axum::Router) -> crate::federation::Handler {
+    use axum::response::IntoResponse;
+    use tower::ServiceExt;
+    Arc::new(move |r| {
+        let app = app.clone();
+        Box::pin(async move {
+            let resp = match crate::http::wan::request_of(r) {
+                Ok(req) => match app.oneshot(req).await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
+                },
+                Err(e) => e.into_response(),
+            };
+            crate::http::wan::answer_of(resp).await
+        })
     })
 }
 
@@ -421,6 +446,100 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(leader, s.config().raft_addr.to_string());
+        s.shutdown().await;
+    }
+
+    /// The WAN frames as a stranger sends them to a server's Raft port: a
+    /// forwarded request from a datacenter it does not know is refused
+    /// before any handler runs, so is a greeting claiming its own
+    /// datacenter or another primary; a greeting with more datacenters
+    /// and servers than allowed is taken in only up to the bounds, and the
+    /// request of a datacenter that greeted is answered by the router.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wan_frames_from_strangers_are_refused_and_bounded() {
+        use crate::raft::network::{Conn, Reply, Request, TcpConnect};
+        use crate::raft::wan::{WanDatacenter, WanHello, WanRequest, WanServer};
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let listeners = Listeners {
+            raft: listen().await,
+            http: Some(listen().await),
+            https: None,
+            grpc: None,
+            dns: None,
+        };
+        let p = server(config(dir.path()), None, None, listeners)
+            .await
+            .unwrap();
+        let s = p.server.clone();
+        tokio::spawn(p.serve);
+        let addr = s.config().raft_addr.to_string();
+        let call = |req: Request| {
+            let mut conn = Conn::new(Arc::new(TcpConnect), addr.clone());
+            async move { conn.call(&req, Duration::from_secs(5)).await.unwrap() }
+        };
+        let ask = |from: &str| {
+            Request::WanRequest(WanRequest {
+                from: from.into(),
+                method: "GET".into(),
+                path_and_query: "/v1/catalog/datacenters".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            })
+        };
+        match call(ask("dc9")).await {
+            Reply::WanRequest(Err(e)) => assert!(e.contains("unknown datacenter"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let server_of = |dc: &str, n: usize| WanServer {
+            name: format!("{dc}-s{n}"),
+            raft_addr: format!("10.9.{}.{n}:8300", dc.len()),
+        };
+        let hello = |dc: &str, primary: &str, known: Vec<WanDatacenter>| {
+            Request::WanHello(WanHello {
+                datacenter: dc.into(),
+                primary: primary.into(),
+                server: server_of(dc, 0),
+                known,
+            })
+        };
+        for (dc, primary, why) in [
+            ("dc1", "dc1", "of this datacenter"),
+            ("dc2", "dc7", "primary datacenter mismatch"),
+            ("bad dc", "dc1", "invalid datacenter name"),
+        ] {
+            match call(hello(dc, primary, Vec::new())).await {
+                Reply::WanHello(Err(e)) => assert!(e.contains(why), "{e}"),
+                other => panic!("{dc}: {other:?}"),
+            }
+        }
+        // 100 datacenters of 40 servers each: at most 64 and 16 kept.
+        let flood: Vec<WanDatacenter> = (0..100)
+            .map(|i| WanDatacenter {
+                datacenter: format!("f{i}"),
+                servers: (0..40).map(|n| server_of(&format!("f{i}"), n)).collect(),
+            })
+            .collect();
+        match call(hello("dc2", "dc1", flood)).await {
+            Reply::WanHello(Ok(h)) => {
+                assert_eq!(h.datacenter, "dc1");
+                // Its own first, then what it took in.
+                assert!(h.known.len() <= 65, "{}", h.known.len());
+                assert!(h.known.iter().all(|d| d.servers.len() <= 16));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A datacenter that greeted is answered, by the router.
+        match call(ask("f0")).await {
+            Reply::WanRequest(Ok(r)) => {
+                assert_eq!(r.status, 200);
+                let dcs: Vec<String> = serde_json::from_slice(&r.body).unwrap();
+                // Itself and 64 others (dc2 and the first 63 of the flood).
+                assert_eq!(dcs.len(), 65);
+                assert_eq!(dcs[0], "dc1");
+            }
+            other => panic!("{other:?}"),
+        }
         s.shutdown().await;
     }
 }

@@ -34,6 +34,10 @@ pub struct ServerConfig {
     pub raft_addr: SocketAddr,
     pub bootstrap_expect: usize,
     pub join: Vec<String>,
+    /// The federation's primary datacenter (none: this one).
+    pub primary_datacenter: Option<String>,
+    /// Raft addresses of servers in other datacenters (`--join-wan`).
+    pub join_wan: Vec<String>,
     /// Take a snapshot (and compact the log) after this many entries.
     pub snapshot_threshold: u64,
     /// Raft log segment size (a hidden flag; tests make it small).
@@ -90,6 +94,8 @@ impl ServerConfig {
             raft_addr: SocketAddr::from(([127, 0, 0, 1], 8300)),
             bootstrap_expect: 0,
             join: Vec::new(),
+            primary_datacenter: None,
+            join_wan: Vec::new(),
             snapshot_threshold: SNAPSHOT_THRESHOLD,
             log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
             tombstone_ttl: Duration::from_secs(15 * 60),
@@ -101,6 +107,14 @@ impl ServerConfig {
             agent_tokens: Default::default(),
             config_sources: Default::default(),
         }
+    }
+
+    /// The federation's primary datacenter.
+    pub fn primary(&self) -> &str {
+        self.primary_datacenter
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .unwrap_or(&self.datacenter)
     }
 
     /// The HTTP base address other servers and this server's agent reach

@@ -150,7 +150,6 @@ async fn bad_input_is_400_and_changes_nothing() {
         (c.put(p.at("/v1/kv/k?cas=-1")).body("v"), "cas"),
         (c.put(p.at("/v1/kv/")).body("v"), "Missing key"),
         (c.get(p.at("/v1/kv/k?stale&consistent")), "conflicting"),
-        (c.get(p.at("/v1/kv/k?dc=elsewhere")), "datacenter"),
         (c.get(p.at("/v1/kv/k?index=1&wait=forever")), "wait"),
         (c.put(p.at("/v1/txn")).body("{not json"), "decode"),
         (
@@ -183,6 +182,15 @@ async fn bad_input_is_400_and_changes_nothing() {
             "one-line reason: {text:?}"
         );
     }
+    // A datacenter with no path to it: Consul's 500, nothing written.
+    let r = c
+        .put(p.at("/v1/kv/k?dc=elsewhere"))
+        .body("v")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.text().await.unwrap(), "No path to datacenter");
     // Over a size limit: 413, as Consul answers it, and nothing changes.
     let big_b64 = {
         use base64::Engine;

@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["stream", "merge", "session_ttl", "dns", "connect"],
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
+    &["federation"],
     &["leader"],
     &["http"],
     &["process"],

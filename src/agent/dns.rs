@@ -59,6 +59,43 @@ impl Catalog for AgentCatalog {
         }
     }
 
+    /// Another datacenter's, through a server with `?dc=` (it forwards).
+    async fn remote_instances(
+        &self, dc: &str, service: &str, connect: bool,
+    ) -> Result<Option<Vec<Instance>>, LookupError> {
+        let path = format!(
+            "{}&dc={}",
+            crate::dns::health_path(service, connect),
+            enc(dc)
+        );
+        match self
+            .0
+            .servers
+            .get::<Option<Vec<Instance>>>(&path, TIMEOUT)
+            .await
+        {
+            Ok((rows, _)) => Ok(Some(rows.unwrap_or_default())),
+            Err(e) if no_path(&e) => Ok(None),
+            Err(e) => none_if_refused(e).map(|()| Some(Vec::new())),
+        }
+    }
+
+    async fn remote_node(
+        &self, dc: &str, name: &str,
+    ) -> Result<Option<Option<Arc<Node>>>, LookupError> {
+        let path = format!("{}&dc={}", crate::dns::node_path(name), enc(dc));
+        match self
+            .0
+            .servers
+            .get::<Option<NodeServices>>(&path, TIMEOUT)
+            .await
+        {
+            Ok((found, _)) => Ok(Some(found.map(|n| n.node))),
+            Err(e) if no_path(&e) => Ok(None),
+            Err(e) => none_if_refused(e).map(|()| Some(None)),
+        }
+    }
+
     /// Its DNS token (`PUT /v1/agent/token/dns`), else its default token
     /// (`--acl-token`), else anonymous, through its token cache
     /// (`agent::acl`, 30 s): the reads above use the agent's own token,
@@ -70,6 +107,11 @@ impl Catalog for AgentCatalog {
             .await
             .map_err(|e| LookupError::Token(e.to_string()))
     }
+}
+
+/// The server knows no such datacenter (Consul's 500 and words).
+fn no_path(e: &ServerError) -> bool {
+    matches!(e, ServerError::Refused { status: 500, body, .. } if body.contains("No path to datacenter"))
 }
 
 /// A name the server refuses (a 4xx: not a name it can hold) has nothing

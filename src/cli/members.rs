@@ -1,4 +1,5 @@
-//! `cairn members`: the servers of the cluster, as Consul's table.
+//! `cairn members`: the servers of the cluster, as Consul's table; with
+//! `-wan`, the servers of every datacenter (WAN federation).
 
 use clap::Args;
 use serde_json::Value;
@@ -10,6 +11,9 @@ pub struct MembersArgs {
     /// Show every tag of each member.
     #[arg(long)]
     detailed: bool,
+    /// The servers of every federated datacenter (`<node>.<dc>`).
+    #[arg(long)]
+    wan: bool,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -25,7 +29,11 @@ fn status_name(code: i64) -> &'static str {
 }
 
 pub fn run(c: &Client, a: MembersArgs) -> CliResult {
-    let list = c.get_json("/v1/agent/members")?;
+    let list = c.get_json(if a.wan {
+        "/v1/agent/members?wan=1"
+    } else {
+        "/v1/agent/members"
+    })?;
     if a.format == Format::Json {
         return print_json(&list);
     }

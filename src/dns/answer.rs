@@ -41,6 +41,8 @@ enum Lookup {
     /// `<hex-ip>.addr.<dc>.consul`, the name of an SRV target that is a
     /// service address.
     Addr(IpAddr),
+    /// A service or node of another datacenter: asked there.
+    Elsewhere(String, Box<Lookup>),
 }
 
 /// Which lookup `qname` is. Names of services, tags and nodes keep the
@@ -62,18 +64,32 @@ fn parse(qname: &Name, domain: &Name, dc: &str) -> Lookup {
         "service", "connect", "node", "addr", "virtual", "query", "ingress",
     ];
     let is_kind = |l: &str| KINDS.contains(&l.to_ascii_lowercase().as_str());
+    let mut elsewhere = None;
     let (kind, rest) = match labels.as_slice() {
         [rest @ .., k] if is_kind(k) => (k.to_ascii_lowercase(), rest),
         [rest @ .., k, d] if is_kind(k) => {
             if !d.eq_ignore_ascii_case(dc) {
-                // Another datacenter: this server knows only its own.
-                return Lookup::Missing;
+                // Another datacenter: asked there (datacenter names are
+                // matched as the federation spells them, lower case).
+                elsewhere = Some(d.to_ascii_lowercase());
             }
             (k.to_ascii_lowercase(), rest)
         }
         _ => return Lookup::Missing,
     };
-    match (kind.as_str(), rest) {
+    let found = parse_kind(&kind, rest);
+    match (elsewhere, found) {
+        (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_))) => {
+            Lookup::Elsewhere(dc, Box::new(l))
+        }
+        (Some(_), l @ Lookup::Addr(_)) | (None, l) => l,
+        (Some(_), _) => Lookup::Missing,
+    }
+}
+
+/// The lookup of a name's labels before its kind.
+fn parse_kind(kind: &str, rest: &[String]) -> Lookup {
+    match (kind, rest) {
         ("service", [name]) => Lookup::Service {
             name: name.clone(),
             tag: None,
@@ -326,40 +342,89 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
                     .map(|(name, found)| readable(&authz, &name, found)),
                 Err(e) => Err(e),
             };
-            let mut found = match found {
-                Ok(f) => f,
+            match found {
+                Ok(found) => service_answer(cfg, &dc, qname, qtype, found, &tag),
                 Err(e) => {
                     tracing::warn!(error = %e, "DNS service lookup failed");
-                    return Answer::code(ResponseCode::ServFail);
+                    Answer::code(ResponseCode::ServFail)
                 }
-            };
-            found.retain(|i| healthy(i, cfg.only_passing) && has_tag(i, &tag));
-            if found.is_empty() {
-                return Answer::not_found();
             }
-            found.shuffle(&mut rand::thread_rng());
-            let mut entries: Vec<Entry> = found
-                .iter()
-                .filter_map(|i| instance_entry(cfg, &dc, qname, qtype, i))
-                .collect();
-            // Several instances on one address give that address once.
-            let mut seen: Vec<RData> = Vec::new();
-            for e in &mut entries {
-                e.answers.retain(|r| {
-                    if r.record_type() == RecordType::SRV {
-                        return true;
-                    }
-                    if seen.contains(&r.data) {
-                        return false;
-                    }
-                    seen.push(r.data.clone());
-                    true
-                });
-            }
-            entries.retain(|e| !e.answers.is_empty());
-            Answer::records(entries)
         }
+        Lookup::Elsewhere(other, l) => elsewhere(cfg, catalog, qname, qtype, &other, *l).await,
     }
+}
+
+/// A service or node of another datacenter, as that datacenter answers
+/// with the DNS token (its ACLs judge it: nothing is filtered here).
+async fn elsewhere<C: Catalog>(
+    cfg: &DnsConfig, catalog: &C, qname: &Name, qtype: RecordType, dc: &str, l: Lookup,
+) -> Answer {
+    match l {
+        Lookup::Node(name) => {
+            let mut found = catalog.remote_node(dc, &name).await;
+            let lower = name.to_ascii_lowercase();
+            if matches!(found, Ok(Some(None))) && lower != name {
+                found = catalog.remote_node(dc, &lower).await;
+            }
+            match found {
+                Err(e) => {
+                    tracing::warn!(error = %e, dc, "DNS node lookup in another datacenter failed");
+                    Answer::code(ResponseCode::ServFail)
+                }
+                Ok(Some(Some(node))) => Answer::records(vec![node_entry(cfg, qname, qtype, &node)]),
+                // No such node, or no path to that datacenter.
+                Ok(_) => Answer::not_found(),
+            }
+        }
+        Lookup::Service { name, tag, connect } => {
+            let mut found = catalog.remote_instances(dc, &name, connect).await;
+            let lower = name.to_ascii_lowercase();
+            if matches!(&found, Ok(Some(f)) if f.is_empty()) && lower != name {
+                found = catalog.remote_instances(dc, &lower, connect).await;
+            }
+            match found {
+                Err(e) => {
+                    tracing::warn!(error = %e, dc, "DNS service lookup in another datacenter failed");
+                    Answer::code(ResponseCode::ServFail)
+                }
+                Ok(Some(found)) => service_answer(cfg, dc, qname, qtype, found, &tag),
+                Ok(None) => Answer::not_found(),
+            }
+        }
+        _ => Answer::not_found(),
+    }
+}
+
+/// The healthy instances carrying `tag` as records (names of `dc`).
+fn service_answer(
+    cfg: &DnsConfig, dc: &str, qname: &Name, qtype: RecordType, mut found: Vec<Instance>,
+    tag: &Option<String>,
+) -> Answer {
+    found.retain(|i| healthy(i, cfg.only_passing) && has_tag(i, tag));
+    if found.is_empty() {
+        return Answer::not_found();
+    }
+    found.shuffle(&mut rand::thread_rng());
+    let mut entries: Vec<Entry> = found
+        .iter()
+        .filter_map(|i| instance_entry(cfg, dc, qname, qtype, i))
+        .collect();
+    // Several instances on one address give that address once.
+    let mut seen: Vec<RData> = Vec::new();
+    for e in &mut entries {
+        e.answers.retain(|r| {
+            if r.record_type() == RecordType::SRV {
+                return true;
+            }
+            if seen.contains(&r.data) {
+                return false;
+            }
+            seen.push(r.data.clone());
+            true
+        });
+    }
+    entries.retain(|e| !e.answers.is_empty());
+    Answer::records(entries)
 }
 
 /// What the token may see of `service`'s instances (`name` as found):
@@ -628,7 +693,19 @@ mod tests {
             p("7f000001.addr.dc1.consul."),
             Lookup::Addr("127.0.0.1".parse().unwrap())
         );
-        assert_eq!(p("web.service.dc2.consul."), Lookup::Missing);
+        assert_eq!(
+            p("web.service.DC2.consul."),
+            Lookup::Elsewhere("dc2".into(), Box::new(svc("web", None, false)))
+        );
+        assert_eq!(
+            p("v1.web.service.dc2.consul."),
+            Lookup::Elsewhere("dc2".into(), Box::new(svc("web", Some("v1"), false)))
+        );
+        assert_eq!(
+            p("n1.node.dc2.consul."),
+            Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Node("n1".into())))
+        );
+        assert_eq!(p("web.virtual.dc2.consul."), Lookup::Missing);
         assert_eq!(p("web.virtual.consul."), Lookup::Missing);
         assert_eq!(p("a.b.c.service.consul."), Lookup::Missing);
         assert_eq!(p("nothing.consul."), Lookup::Missing);

@@ -107,6 +107,53 @@ pub trait Catalog: Send + Sync + 'static {
     /// with the agent's default token. Asked for every query, from a cache
     /// that follows ACL changes, never kept from one query to the next.
     fn authorizer(&self) -> impl Future<Output = Result<Arc<Authorizer>, LookupError>> + Send;
+
+    /// `service`'s instances in datacenter `dc`, as that datacenter
+    /// answers the DNS token; `None`: no path to `dc`.
+    fn remote_instances(
+        &self, dc: &str, service: &str, connect: bool,
+    ) -> impl Future<Output = Result<Option<Vec<Instance>>, LookupError>> + Send {
+        let _ = (dc, service, connect);
+        async { Ok(None) }
+    }
+
+    /// A node of datacenter `dc`: `None` no path to `dc`, `Some(None)` no
+    /// such node there.
+    fn remote_node(
+        &self, dc: &str, name: &str,
+    ) -> impl Future<Output = Result<Option<Option<Arc<Node>>>, LookupError>> + Send {
+        let _ = (dc, name);
+        async { Ok(None) }
+    }
+}
+
+/// A GET answered by a server of another datacenter (WAN federation's
+/// forwarding, handed in by process assembly): its status and body, or
+/// `None` when there is no path to that datacenter.
+pub type RemoteFuture<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Result<Option<(u16, Vec<u8>)>, String>> + Send + 'a>>;
+
+pub trait Remote: Send + Sync + 'static {
+    fn get(&self, dc: &str, path_and_query: String, token: Option<String>) -> RemoteFuture<'_>;
+}
+
+/// `/v1/catalog/node/:n`: `null`, or the node with its services.
+#[derive(serde::Deserialize)]
+pub struct NodeServices {
+    #[serde(rename = "Node")]
+    pub node: Arc<Node>,
+}
+
+/// The path of `service`'s health read (`?stale`: any server answers, as
+/// Consul's DNS reads).
+pub fn health_path(service: &str, connect: bool) -> String {
+    let kind = if connect { "connect" } else { "service" };
+    format!("/v1/health/{kind}/{}?stale", crate::request::enc(service))
+}
+
+/// The path of a node's catalog read.
+pub fn node_path(name: &str) -> String {
+    format!("/v1/catalog/node/{}?stale", crate::request::enc(name))
 }
 
 /// A server's catalog: its own current state version, whatever its Raft
@@ -118,6 +165,32 @@ pub struct StateCatalog {
     pub acl: Arc<Resolver>,
     /// `--acl-token`.
     pub token: Option<String>,
+    /// How other datacenters are asked (none: only this one is known).
+    pub remote: Option<Arc<dyn Remote>>,
+}
+
+impl StateCatalog {
+    /// A GET of `dc` decoded; `None`: no path there. A refusal (4xx) has
+    /// nothing to answer with, as a name not found.
+    async fn remote_get<T: serde::de::DeserializeOwned + Default>(
+        &self, dc: &str, path: String,
+    ) -> Result<Option<T>, LookupError> {
+        let Some(remote) = &self.remote else {
+            return Ok(None);
+        };
+        match remote.get(dc, path, self.token.clone()).await {
+            Err(e) => Err(LookupError::Unavailable(e)),
+            Ok(None) => Ok(None),
+            Ok(Some((200, body))) => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| LookupError::Unavailable(e.to_string())),
+            Ok(Some((status, _))) if (400..500).contains(&status) => Ok(Some(T::default())),
+            Ok(Some((status, body))) => Err(LookupError::Unavailable(format!(
+                "datacenter {dc} answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ))),
+        }
+    }
 }
 
 impl Catalog for StateCatalog {
@@ -137,6 +210,21 @@ impl Catalog for StateCatalog {
         self.acl
             .resolve(&self.store.state(), self.token.as_deref())
             .map_err(|e| LookupError::Token(e.to_string()))
+    }
+
+    async fn remote_instances(
+        &self, dc: &str, service: &str, connect: bool,
+    ) -> Result<Option<Vec<Instance>>, LookupError> {
+        let rows: Option<Option<Vec<Instance>>> =
+            self.remote_get(dc, health_path(service, connect)).await?;
+        Ok(rows.map(Option::unwrap_or_default))
+    }
+
+    async fn remote_node(
+        &self, dc: &str, name: &str,
+    ) -> Result<Option<Option<Arc<Node>>>, LookupError> {
+        let found: Option<Option<NodeServices>> = self.remote_get(dc, node_path(name)).await?;
+        Ok(found.map(|n| n.map(|n| n.node)))
     }
 }
 

@@ -34,9 +34,9 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
     let config = match agent {
         Some(a) => crate::agent::api::self_config(a),
         None => json!({
-            "Datacenter": s.datacenter(),
-            "PrimaryDatacenter": s.datacenter(),
-            "NodeName": s.node_name(),
+            "Datacenter": s.config().datacenter,
+            "PrimaryDatacenter": s.config().primary(),
+            "NodeName": s.config().node,
             "NodeID": format!("{:016x}", s.cluster().id),
             "Server": true,
             "Revision": "cairn",
@@ -67,7 +67,13 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
     .into_response())
 }
 
-async fn members(State(s): State<App>, a: Authz) -> Response {
+async fn members(
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery,
+    fed: Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>,
+) -> Response {
+    if crate::request::Params::parse(q.as_deref()).has("wan") {
+        return wan_members(&s, &a, fed.as_deref().map(|f| &**f));
+    }
     let servers = super::liveness::server_names(&s);
     let mut list: Vec<Member> = s
         .cluster()
@@ -82,6 +88,29 @@ async fn members(State(s): State<App>, a: Authz) -> Response {
     ));
     let filtered = keep(&mut list, |m| a.node_read(&m.name));
     json_filtered(&s, s.state().index, &list, filtered)
+}
+
+/// `?wan`: the servers of every datacenter (Consul's WAN pool), this
+/// one's included; filtered by `node:read` on each server's node.
+fn wan_members(s: &App, a: &Authz, fed: Option<&crate::federation::Federation>) -> Response {
+    let rows = match fed {
+        Some(f) => f.members(),
+        None => Vec::new(),
+    };
+    let mut list: Vec<(String, Member)> = rows
+        .into_iter()
+        .map(|m| {
+            let (host, port) = m
+                .raft_addr
+                .rsplit_once(':')
+                .unwrap_or((&m.raft_addr, "8300"));
+            let row = Member::wan_server(&m.name, host, port, &m.datacenter, m.alive);
+            (m.name, row)
+        })
+        .collect();
+    let filtered = keep(&mut list, |(node, _)| a.node_read(node));
+    let list: Vec<Member> = list.into_iter().map(|(_, m)| m).collect();
+    json_filtered(s, s.state().index, &list, filtered)
 }
 
 async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {

@@ -55,12 +55,7 @@ pub fn routes() -> Router<App> {
             "Missing node name",
             get(node::<true>),
         )
-        .route("/v1/catalog/datacenters", get(datacenters))
-}
-
-/// One datacenter: this one (there is no WAN federation).
-async fn datacenters(State(s): State<App>) -> Response {
-    axum::Json(vec![s.datacenter().to_owned()]).into_response()
+        .route("/v1/catalog/datacenters", get(super::wan::datacenters))
 }
 
 async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {

@@ -23,6 +23,7 @@ pub mod session;
 mod snapshot;
 mod status;
 mod stream;
+pub mod wan;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,9 +91,16 @@ pub fn router(server: App) -> Router {
         .merge(liveness::routes())
         .merge(event::routes())
         .merge(coordinate::routes())
+        .merge(wan::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,
+        ))
+        // Outside the leader forwarding: another datacenter's request goes
+        // there whole, to be forwarded to its leader there.
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            wan::to_datacenter,
         ))
         .layer(middleware::from_fn(refuse_enterprise_tenancy))
         .layer(axum::Extension(resolver(&server)))

@@ -38,6 +38,8 @@ pub struct Cluster {
     last_contact_ms: AtomicU64,
     /// Since when each server has been healthy (autopilot's `StableSince`).
     stability: super::autopilot::Stability,
+    /// Who answers the WAN frames, once process assembly set it.
+    pub wan: std::sync::OnceLock<Arc<dyn super::wan::Wan>>,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -75,7 +77,14 @@ impl Cluster {
             started: Instant::now(),
             last_contact_ms: AtomicU64::new(0),
             stability: Default::default(),
+            wan: Default::default(),
         }
+    }
+
+    /// How this server reaches others' Raft ports (TLS or `--encrypt` as
+    /// configured): WAN federation's frames go the same way.
+    pub fn connector(&self) -> Arc<dyn Connect> {
+        self.connector.clone()
     }
 
     /// What Raft reports now (leader, term, indexes, membership).
@@ -427,6 +436,10 @@ impl Cluster {
 }
 
 impl Formation for Cluster {
+    fn wan(&self) -> Option<Arc<dyn super::wan::Wan>> {
+        self.wan.get().cloned()
+    }
+
     fn leader_contact(&self) {
         let now = self.started.elapsed().as_millis() as u64;
         self.last_contact_ms.store(now, Ordering::Relaxed);

@@ -14,6 +14,7 @@ pub mod runtime;
 pub mod secure;
 pub mod snapshot_file;
 pub mod state_machine;
+pub mod wan;
 
 use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,7 @@ impl std::fmt::Display for Command {
             Command::EventFire { .. } => "event-fire",
             Command::AutopilotSet { .. } => "autopilot-set",
             Command::CoordinateBatch { .. } => "coordinate-batch",
+            Command::FederationStateSet { .. } => "federation-state-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

@@ -134,6 +134,10 @@ pub enum Request {
     Join(NodeId, ServerNode),
     /// The leader hands office to the receiver (`transfer-leader`).
     TransferLeader(TransferLeaderRequest<TypeConfig>),
+    /// A server of another datacenter greets this one (`super::wan`).
+    WanHello(super::wan::WanHello),
+    /// An HTTP request for this datacenter from another (`?dc=`).
+    WanRequest(super::wan::WanRequest),
 }
 
 /// Raft's answers carry a failure as text: the only failure the local Raft
@@ -150,6 +154,8 @@ pub enum Reply {
     /// was not processed. An AppendEntries is resent with fewer entries.
     TooLarge(u64),
     TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
+    WanHello(Result<super::wan::WanHello, String>),
+    WanRequest(Result<super::wan::WanResponse, String>),
 }
 
 /// A byte stream between two servers.
@@ -246,8 +252,8 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Re
 const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// The Raft transport's wire version. Bump it with any change to how
 /// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands
-/// and the Connect CA's.
-pub const WIRE_VERSION: u32 = 2;
+/// and the Connect CA's. 3: the WAN frames.
+pub const WIRE_VERSION: u32 = 3;
 
 /// This server's greeting.
 pub fn greeting() -> [u8; 12] {
@@ -577,6 +583,11 @@ pub trait Formation: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<(), String>> + Send;
     /// The leader spoke to this server (for `X-Consul-LastContact`).
     fn leader_contact(&self);
+    /// Who answers the WAN frames (none: federation is not served here,
+    /// and they are refused).
+    fn wan(&self) -> Option<Arc<dyn super::wan::Wan>> {
+        None
+    }
 }
 
 /// The connections open on the Raft port. At a cap the least recently
@@ -880,6 +891,14 @@ impl<F: Formation> Peer<F> {
                         .map_err(|e| e.to_string()),
                 )
             }
+            Request::WanHello(h) => Reply::WanHello(match self.formation.wan() {
+                Some(w) => w.hello(h).await,
+                None => Err(NO_WAN.into()),
+            }),
+            Request::WanRequest(r) => Reply::WanRequest(match self.formation.wan() {
+                Some(w) => w.request(r).await.and_then(fits_a_frame),
+                None => Err(NO_WAN.into()),
+            }),
         })
     }
 
@@ -953,6 +972,28 @@ impl<F: Formation> Peer<F> {
             .map_err(|e| e.to_string())
     }
 }
+
+const NO_WAN: &str = "this server serves no WAN federation";
+
+/// An answer too large for a frame is refused whole (the asker answers its
+/// caller 413) rather than sent and refused by the asker's reader.
+fn fits_a_frame(r: super::wan::WanResponse) -> Result<super::wan::WanResponse, String> {
+    // Headers and framing are small beside the cap; the margin covers them.
+    let len = r.body.len()
+        + r.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 16)
+            .sum::<usize>();
+    if len + 1024 > MAX_FRAME {
+        return Err(format!(
+            "{TOO_LARGE_PREFIX}answer of {len} bytes is over the frame limit of {MAX_FRAME}"
+        ));
+    }
+    Ok(r)
+}
+
+/// How a refusal for size starts (the asker maps it to 413).
+pub const TOO_LARGE_PREFIX: &str = "too large: ";
 
 async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
     s.write_all(&encode_frame(reply)?).await

@@ -16,9 +16,10 @@ pub fn status(e: &Error) -> StatusCode {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        Error::NoLeader | Error::LeadershipLost | Error::Internal(_) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        Error::NoLeader
+        | Error::LeadershipLost
+        | Error::Internal(_)
+        | Error::NoPathToDatacenter => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

@@ -168,7 +168,9 @@ impl QueryOptions {
             && !want.is_empty()
             && want != dc
         {
-            return Err(Error::bad(format!("No path to datacenter {want:?}")));
+            // Another datacenter's requests were sent there before this
+            // (`http::wan`): this one has no path to it.
+            return Err(Error::NoPathToDatacenter);
         }
         let stale = p.has("stale");
         let consistent = p.has("consistent");

@@ -81,6 +81,7 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             super::operator::set_autopilot(&mut tx, config, *cas)
         }
         Command::CoordinateBatch { updates } => super::coordinate::apply_batch(&mut tx, updates),
+        Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

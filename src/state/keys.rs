@@ -125,6 +125,8 @@ pub const CONNECT_CA: WatchKey = WatchKey::fixed("connect-ca");
 pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
 /// Any node's network coordinate (`state::coordinate`).
 pub const COORDINATES: WatchKey = WatchKey::fixed("coordinates");
+/// WAN federation states (every datacenter's).
+pub const FEDERATION: WatchKey = WatchKey::fixed("federation");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -15,6 +15,7 @@ pub mod connect;
 pub mod coordinate;
 mod derived;
 pub mod events;
+pub mod federation;
 pub mod kv;
 pub mod operator;
 pub mod persist;
@@ -189,6 +190,12 @@ pub enum Command {
         #[serde(with = "as_json")]
         updates: Vec<crate::coordinate::Update>,
     },
+    /// WAN federation: what the primary knows of one datacenter, whole
+    /// (`state::federation`). Last, as above.
+    FederationStateSet {
+        #[serde(with = "as_json")]
+        state: Box<crate::structs::federation::FederationState>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -330,6 +337,7 @@ impl Command {
                 updates.iter().try_for_each(|u| check("node name", &u.node))
             }
             Command::EventFire { event } => check("event name", &event.name),
+            Command::FederationStateSet { state } => check("datacenter", &state.datacenter),
         }
     }
 }
@@ -371,6 +379,7 @@ pub enum Row {
     ConnectCa(Arc<connect::CaState>),
     Autopilot(Arc<crate::structs::operator::AutopilotConfig>),
     Coordinate(Arc<crate::coordinate::Update>),
+    Federation(Arc<crate::structs::federation::FederationState>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -466,6 +475,8 @@ pub struct State {
     pub connect_ca: Option<Arc<connect::CaState>>,
     /// Autopilot's configuration, once an operator set it (else defaults).
     pub autopilot: Option<Arc<crate::structs::operator::AutopilotConfig>>,
+    /// WAN federation states by datacenter (the primary's; `federation`).
+    pub federation: OrdMap<String, Arc<crate::structs::federation::FederationState>>,
     /// The last user events fired, oldest first (in memory only: see
     /// `events`).
     pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,

@@ -68,6 +68,8 @@ const META_CLUSTER: &[u8] = b"mcluster_id";
 /// dir without one (older) reads as the defaults.
 pub(crate) const AUTOPILOT_ROW: &str = "autopilot";
 const META_AUTOPILOT: &[u8] = b"mautopilot";
+/// WAN federation states (`state::federation`): a meta row per datacenter.
+const META_FEDERATION: &[u8] = b"mfederation/";
 /// The rows' format version (`disk::STATE_FORMAT`), big-endian u32.
 const META_FORMAT: &[u8] = b"mformat";
 
@@ -136,6 +138,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::ConnectCa(ca) => serde_json::to_vec(&**ca)?,
         Row::Autopilot(a) => serde_json::to_vec(&**a)?,
         Row::Coordinate(c) => serde_json::to_vec(&**c)?,
+        Row::Federation(f) => serde_json::to_vec(&**f)?,
     })
 }
 
@@ -243,6 +246,10 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     }
     if let Some(a) = &state.autopilot {
         ops.push((META_AUTOPILOT.to_vec(), Some(serde_json::to_vec(&**a)?)));
+    }
+    for (dc, f) in &state.federation {
+        let key = super::federation::row_key(dc);
+        ops.push((meta_key(&key), Some(serde_json::to_vec(&**f)?)));
     }
     ops.push((
         META_INDEX.to_vec(),
@@ -373,6 +380,10 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 META if k == META_INDEX => st.index = be_u64(v),
                 META if k == META_AUTOPILOT => {
                     st.autopilot = Some(Arc::new(serde_json::from_slice(v)?))
+                }
+                META if k.starts_with(META_FEDERATION) => {
+                    let f: crate::structs::federation::FederationState = serde_json::from_slice(v)?;
+                    st.federation.insert(f.datacenter.clone(), Arc::new(f));
                 }
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

@@ -133,6 +133,7 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
     let extra = Extra {
         autopilot: st.autopilot.as_deref().cloned(),
         coordinates: st.coordinates.values().map(|c| (**c).clone()).collect(),
+        federation: st.federation.values().map(|f| (**f).clone()).collect(),
     };
     Ok(bincode::serialize_into(w, &serde_json::to_vec(&extra)?)?)
 }
@@ -148,6 +149,10 @@ struct Extra {
     /// state without them encodes as before.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     coordinates: Vec<crate::coordinate::Update>,
+    /// WAN federation states (none before federation; left out when none,
+    /// so a snapshot without them is byte for byte what it was before).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    federation: Vec<crate::structs::federation::FederationState>,
 }
 
 /// The trailer after the body, if the snapshot has one.
@@ -207,6 +212,9 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
         .into_iter()
         .map(|c| (c.node.clone(), Arc::new(c)))
         .collect();
+    for f in extra.federation {
+        st.federation.insert(f.datacenter.clone(), Arc::new(f));
+    }
     st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,
         chunks: chunks.into_iter().map(|c| Arc::new(c.0)).collect(),

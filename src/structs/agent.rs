@@ -103,4 +103,14 @@ impl Member {
         tags.insert("port".into(), port.to_string());
         Member::new(name, host, port.parse().unwrap_or(0), tags, MEMBER_ALIVE)
     }
+
+    /// A server of the WAN pool (`members -wan`): Consul names it
+    /// `<node>.<dc>`; failed while its datacenter does not answer.
+    pub fn wan_server(name: &str, host: &str, port: &str, dc: &str, alive: bool) -> Self {
+        let mut m = Member::server(&format!("{name}.{dc}"), host, port, dc);
+        if !alive {
+            m.status = MEMBER_FAILED;
+        }
+        m
+    }
 }

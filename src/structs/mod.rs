@@ -10,6 +10,7 @@ pub mod config_entry;
 pub mod connect;
 pub mod duration;
 pub mod event;
+pub mod federation;
 pub mod health;
 pub mod kv;
 pub mod operator;

@@ -1,0 +1,637 @@
+//! WAN federation: this datacenter's servers and those of the others
+//! learn of each other without gossip, and a request for another
+//! datacenter (`?dc=`, DNS `<name>.service.<dc>.consul`) is answered there.
+//!
+//! Every server greets, every `ROUND`, one server of each datacenter it
+//! knows (and each `--join-wan` address no known server has), over the
+//! Raft port's transport (`raft::wan`: the same TLS or `--encrypt`, the same
+//! frame caps). A greeting and its answer carry what each side knows: its
+//! datacenter and primary, itself, and every datacenter's servers, so a
+//! server that greets one datacenter learns all of them. A greeting's round
+//! trip is the datacenter's measured RTT (`/v1/catalog/datacenters` lists
+//! the nearest first). Datacenters are never forgotten: a datacenter that
+//! comes back after a partition answers the next round's greeting.
+//!
+//! On the primary's leader what is known is written into the Raft state
+//! as federation states (`state::federation`, one row per datacenter,
+//! Consul's model), so a primary that restarts knows where the others are
+//! even without `--join-wan`; secondaries learn them from the primary's
+//! answers.
+//!
+//! A forwarded request is an HTTP request in a frame (`WanRequest`),
+//! answered by the receiving server's own router in process (the handler
+//! is set by process assembly: this room knows no HTTP router), marked as
+//! forwarded so that it is never forwarded again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+
+use crate::raft::network::{Conn, Reply, Request, TOO_LARGE_PREFIX};
+use crate::raft::wan::{
+    Wan, WanDatacenter, WanFuture, WanHello, WanRequest, WanResponse, WanServer,
+};
+use crate::server::Server;
+use crate::state::Command;
+use crate::structs::federation::FederationState;
+
+/// How often each server greets the other datacenters.
+pub const ROUND: Duration = Duration::from_secs(2);
+/// A greeting's time limit.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
+/// What one server remembers at most (anyone past the transport's
+/// authentication may greet): datacenters, and servers of each.
+const MAX_DATACENTERS: usize = 64;
+const MAX_SERVERS: usize = 16;
+/// A server not heard from for this long is shown failed (`members -wan`).
+const FAILED_AFTER: Duration = Duration::from_secs(10);
+/// The federation states are written again at least this often on the
+/// primary (their `UpdatedAt` says they are current).
+const STATE_REFRESH: Duration = Duration::from_secs(60);
+
+/// Why a request could not be asked of another datacenter.
+#[derive(Debug, thiserror::Error)]
+pub enum FederationError {
+    /// Consul's words for a datacenter it has no server of.
+    #[error("No path to datacenter")]
+    NoPath,
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+impl From<FederationError> for crate::error::Error {
+    fn from(e: FederationError) -> Self {
+        use crate::error::Error;
+        match e {
+            FederationError::NoPath => Error::NoPathToDatacenter,
+            FederationError::TooLarge(m) => Error::TooLarge(m),
+            FederationError::Unreachable(m) => Error::Internal(m),
+        }
+    }
+}
+
+/// Marks a request that came from another datacenter (an extension set by
+/// the handler, never a header a client could send): it is answered here,
+/// never forwarded again.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    pub from: String,
+}
+
+/// Answers a forwarded request (this server's HTTP router, in process).
+pub type Handler = Arc<dyn Fn(WanRequest) -> BoxFuture<'static, WanResponse> + Send + Sync>;
+
+/// A server of another datacenter, as this one knows it.
+#[derive(Debug, Clone)]
+struct Known {
+    name: String,
+    /// When it last answered or greeted us.
+    contact: Option<Instant>,
+    /// Its greeting's round trip (smoothed), when we measured one.
+    rtt: Option<Duration>,
+}
+
+/// A server of any datacenter, for `members -wan`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WanMember {
+    pub name: String,
+    pub datacenter: String,
+    pub raft_addr: String,
+    pub alive: bool,
+}
+
+pub struct Federation {
+    server: Arc<Server>,
+    datacenter: String,
+    primary: String,
+    join_wan: Vec<String>,
+    /// Other datacenters: their servers by Raft address.
+    known: Mutex<BTreeMap<String, BTreeMap<String, Known>>>,
+    handler: OnceLock<Handler>,
+    /// Round-robin position per datacenter (which server is greeted).
+    turn: Mutex<BTreeMap<String, usize>>,
+}
+
+/// Consul's rule for a datacenter name.
+pub fn valid_datacenter(dc: &str) -> bool {
+    !dc.is_empty()
+        && dc.len() <= 64
+        && dc
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl Federation {
+    pub fn new(server: Arc<Server>) -> Arc<Self> {
+        let fed = Arc::new(Federation {
+            datacenter: server.datacenter().to_owned(),
+            primary: server.config().primary().to_string(),
+            join_wan: server.config().join_wan.clone(),
+            server,
+            known: Mutex::default(),
+            handler: OnceLock::new(),
+            turn: Mutex::default(),
+        });
+        // What the primary's Raft state holds (a restarted primary, or a
+        // follower that became its leader): known, not yet contacted.
+        fed.learn_from_state();
+        fed
+    }
+
+    /// Answers the WAN frames on the Raft port from now on, forwarded
+    /// requests with `handler`.
+    pub fn serve(self: &Arc<Self>, handler: Handler) {
+        let _ = self.handler.set(handler);
+        let _ = self.server.cluster().wan.set(self.clone());
+        self.server
+            .tasks()
+            .spawn("wan federation", self.clone().run());
+    }
+
+    pub fn datacenter(&self) -> &str {
+        &self.datacenter
+    }
+
+    /// Greets the other datacenters every round, for good.
+    async fn run(self: Arc<Self>) {
+        let mut written: Option<(Vec<FederationState>, Instant)> = None;
+        loop {
+            self.round().await;
+            self.learn_from_state();
+            if self.primary == self.datacenter && self.server.cluster().is_ready_leader() {
+                self.write_states(&mut written).await;
+            }
+            tokio::time::sleep(ROUND).await;
+        }
+    }
+
+    /// One greeting to one server of each known datacenter, and to each
+    /// `--join-wan` address no known server has, all at once.
+    async fn round(self: &Arc<Self>) {
+        let mut targets: Vec<String> = Vec::new();
+        {
+            let known = self.known.lock();
+            let mut turn = self.turn.lock();
+            for (dc, servers) in known.iter() {
+                if servers.is_empty() {
+                    continue;
+                }
+                let t = turn.entry(dc.clone()).or_default();
+                *t = t.wrapping_add(1);
+                let addr = servers.keys().nth(*t % servers.len()).expect("non-empty");
+                targets.push(addr.clone());
+            }
+            for addr in &self.join_wan {
+                if !known.values().any(|s| s.contains_key(addr)) {
+                    targets.push(addr.clone());
+                }
+            }
+        }
+        let greet = targets.into_iter().map(|addr| {
+            let me = self.clone();
+            async move { me.greet(&addr).await }
+        });
+        futures_util::future::join_all(greet).await;
+    }
+
+    async fn greet(&self, addr: &str) {
+        let mut conn = Conn::new(self.server.cluster().connector(), addr.to_string());
+        let started = Instant::now();
+        match conn
+            .call(&Request::WanHello(self.hello()), HELLO_TIMEOUT)
+            .await
+        {
+            Ok(Reply::WanHello(Ok(h))) => {
+                let rtt = started.elapsed();
+                if let Err(e) = self.learn(&h, Some(rtt)) {
+                    tracing::warn!(%addr, error = %e, "wan greeting's answer refused");
+                }
+            }
+            Ok(Reply::WanHello(Err(e))) => {
+                tracing::warn!(%addr, error = %e, "wan greeting refused")
+            }
+            Ok(_) => tracing::warn!(%addr, "wan greeting: unexpected reply"),
+            // An address the operator gave (`--join-wan`) that does not
+            // answer is said as Consul's retry-join says it: a TLS or key
+            // mismatch is otherwise silent. Known servers' silences are a
+            // partition's, shown by `members -wan`.
+            Err(e) if self.join_wan.iter().any(|j| j == addr) => {
+                tracing::warn!(%addr, error = %e, "wan join failed")
+            }
+            Err(e) => tracing::debug!(%addr, error = %e, "wan greeting failed"),
+        }
+    }
+
+    /// This datacenter's servers (the Raft membership).
+    fn local_servers(&self) -> Vec<WanServer> {
+        self.server
+            .cluster()
+            .members()
+            .into_iter()
+            .map(|(_, n, _)| WanServer {
+                name: n.name,
+                raft_addr: n.raft_addr,
+            })
+            .take(MAX_SERVERS)
+            .collect()
+    }
+
+    /// What this server says of itself and of the federation.
+    fn hello(&self) -> WanHello {
+        let mut known = vec![WanDatacenter {
+            datacenter: self.datacenter.clone(),
+            servers: self.local_servers(),
+        }];
+        known.extend(self.known.lock().iter().map(|(dc, servers)| {
+            WanDatacenter {
+                datacenter: dc.clone(),
+                servers: servers
+                    .iter()
+                    .map(|(addr, k)| WanServer {
+                        name: k.name.clone(),
+                        raft_addr: addr.clone(),
+                    })
+                    .collect(),
+            }
+        }));
+        WanHello {
+            datacenter: self.datacenter.clone(),
+            primary: self.primary.clone(),
+            server: WanServer {
+                name: self.server.node_name().to_owned(),
+                raft_addr: self.server.config().raft_addr.to_string(),
+            },
+            known,
+        }
+    }
+
+    /// Takes in a greeting (or an answer to ours, with its round trip): its
+    /// sender as heard from now, the datacenters it knows as known.
+    fn learn(&self, h: &WanHello, rtt: Option<Duration>) -> Result<(), String> {
+        if !valid_datacenter(&h.datacenter) {
+            return Err(format!("invalid datacenter name {:?}", h.datacenter));
+        }
+        if h.datacenter == self.datacenter {
+            return Err(format!(
+                "server {} is of this datacenter ({}): not a WAN peer",
+                h.server.name, h.datacenter
+            ));
+        }
+        if h.primary != self.primary {
+            return Err(format!(
+                "primary datacenter mismatch: {} says {:?}, this server {:?}",
+                h.datacenter, h.primary, self.primary
+            ));
+        }
+        let mut known = self.known.lock();
+        // The sender first: a list full of others never crowds it out.
+        let Some(servers) = admit(&mut known, &h.datacenter) else {
+            return Err("too many datacenters known".into());
+        };
+        if servers.len() >= MAX_SERVERS && !servers.contains_key(&h.server.raft_addr) {
+            return Err("too many servers known in its datacenter".into());
+        }
+        let k = servers.entry(h.server.raft_addr.clone()).or_insert(Known {
+            name: h.server.name.clone(),
+            contact: None,
+            rtt: None,
+        });
+        k.name = h.server.name.clone();
+        k.contact = Some(Instant::now());
+        if let Some(rtt) = rtt {
+            // Smoothed: one slow greeting does not reorder the list.
+            k.rtt = Some(match k.rtt {
+                Some(old) => (old * 3 + rtt) / 4,
+                None => rtt,
+            });
+        }
+        for dc in h.known.iter().take(MAX_DATACENTERS) {
+            if dc.datacenter == self.datacenter || !valid_datacenter(&dc.datacenter) {
+                continue;
+            }
+            let Some(servers) = admit(&mut known, &dc.datacenter) else {
+                continue;
+            };
+            for s in dc.servers.iter().take(MAX_SERVERS) {
+                if servers.len() < MAX_SERVERS || servers.contains_key(&s.raft_addr) {
+                    servers.entry(s.raft_addr.clone()).or_insert(Known {
+                        name: s.name.clone(),
+                        contact: None,
+                        rtt: None,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The federation states of the Raft state (the primary's; a secondary
+    /// holds none yet), taken in as known.
+    fn learn_from_state(&self) {
+        let st = self.server.state();
+        let mut known = self.known.lock();
+        for fs in st.federation.values() {
+            if fs.datacenter == self.datacenter {
+                continue;
+            }
+            let Some(servers) = admit(&mut known, &fs.datacenter) else {
+                continue;
+            };
+            for s in fs.servers.iter().take(MAX_SERVERS) {
+                if servers.len() < MAX_SERVERS {
+                    servers.entry(s.raft_addr.clone()).or_insert(Known {
+                        name: s.name.clone(),
+                        contact: None,
+                        rtt: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// On the primary's leader: every datacenter's servers as federation
+    /// states in Raft, written when they change (and every
+    /// `STATE_REFRESH`, so `UpdatedAt` stays current).
+    async fn write_states(&self, written: &mut Option<(Vec<FederationState>, Instant)>) {
+        let mut now: Vec<FederationState> =
+            vec![FederationState::new(&self.datacenter, self.local_servers())];
+        now.extend(self.known.lock().iter().map(|(dc, servers)| {
+            FederationState::new(
+                dc,
+                servers
+                    .iter()
+                    .map(|(addr, k)| WanServer {
+                        name: k.name.clone(),
+                        raft_addr: addr.clone(),
+                    })
+                    .collect(),
+            )
+        }));
+        let current = |w: &Option<(Vec<FederationState>, Instant)>| {
+            w.as_ref()
+                .is_some_and(|(s, at)| same_servers(s, &now) && at.elapsed() < STATE_REFRESH)
+        };
+        if current(written) {
+            return;
+        }
+        let stored: Vec<FederationState> = self
+            .server
+            .store()
+            .state()
+            .federation
+            .values()
+            .map(|f| (**f).clone())
+            .collect();
+        if written.is_none() && same_servers(&stored, &now) {
+            *written = Some((now, Instant::now()));
+            return;
+        }
+        let updated_at = crate::structs::federation::now_rfc3339();
+        for mut fs in now.iter().cloned() {
+            fs.updated_at = updated_at.clone();
+            if let Err(e) = self
+                .server
+                .write(Command::FederationStateSet {
+                    state: Box::new(fs),
+                })
+                .await
+            {
+                tracing::warn!(error = %e, "federation state not written");
+                return;
+            }
+        }
+        *written = Some((now, Instant::now()));
+    }
+
+    /// Every known datacenter, this one first, then the others nearest
+    /// first by measured round trip (never measured: last, by name).
+    pub fn datacenters(&self) -> Vec<String> {
+        let others: Vec<(String, Option<Duration>)> = self
+            .known
+            .lock()
+            .iter()
+            .map(|(dc, servers)| (dc.clone(), servers.values().filter_map(|k| k.rtt).min()))
+            .collect();
+        nearest_first(&self.datacenter, others)
+    }
+
+    /// The servers of every datacenter (`members -wan`): this one's from
+    /// its membership (alive), the others' alive while they answer.
+    pub fn members(&self) -> Vec<WanMember> {
+        let mut out: Vec<WanMember> = self
+            .local_servers()
+            .into_iter()
+            .map(|s| WanMember {
+                name: s.name,
+                datacenter: self.datacenter.clone(),
+                raft_addr: s.raft_addr,
+                alive: true,
+            })
+            .collect();
+        for (dc, servers) in self.known.lock().iter() {
+            for (addr, k) in servers {
+                out.push(WanMember {
+                    name: k.name.clone(),
+                    datacenter: dc.clone(),
+                    raft_addr: addr.clone(),
+                    alive: k.contact.is_some_and(|c| c.elapsed() < FAILED_AFTER),
+                });
+            }
+        }
+        out
+    }
+
+    /// Asks `dc` to answer `req` (any of its servers, those heard from
+    /// most recently first), within `timeout`.
+    pub async fn forward(
+        &self, dc: &str, mut req: WanRequest, timeout: Duration,
+    ) -> Result<WanResponse, FederationError> {
+        let mut servers: Vec<(Option<Instant>, String)> = {
+            let known = self.known.lock();
+            let Some(servers) = known.get(dc) else {
+                return Err(FederationError::NoPath);
+            };
+            servers
+                .iter()
+                .map(|(a, k)| (k.contact, a.clone()))
+                .collect()
+        };
+        if servers.is_empty() {
+            return Err(FederationError::NoPath);
+        }
+        servers.sort_by_key(|(contact, _)| std::cmp::Reverse(*contact));
+        req.from = self.datacenter.clone();
+        let read = matches!(req.method.as_str(), "GET" | "HEAD");
+        let frame = Request::WanRequest(req);
+        let mut last = String::new();
+        for (_, addr) in servers {
+            let mut conn = Conn::new(self.server.cluster().connector(), addr.clone());
+            crate::metrics::WAN_FORWARDED.inc();
+            match conn.call(&frame, timeout).await {
+                Ok(Reply::WanRequest(Ok(r))) => return Ok(r),
+                Ok(Reply::WanRequest(Err(e))) if e.starts_with(TOO_LARGE_PREFIX) => {
+                    return Err(FederationError::TooLarge(e));
+                }
+                Ok(Reply::WanRequest(Err(e))) => return Err(FederationError::Unreachable(e)),
+                Ok(Reply::TooLarge(max)) => {
+                    return Err(FederationError::TooLarge(format!(
+                        "request over the frame limit of {max} bytes of datacenter {dc}"
+                    )));
+                }
+                Ok(_) => return Err(FederationError::Unreachable("unexpected reply".into())),
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                    return Err(FederationError::TooLarge(e.to_string()));
+                }
+                // Its time is up (a blocking read's wait included).
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(FederationError::Unreachable(format!(
+                        "no answer from datacenter {dc} ({addr}) within {} s",
+                        timeout.as_secs()
+                    )));
+                }
+                // A read changes nothing: the next server is asked. A write
+                // only when it never reached this one (the connection was
+                // refused): one cut off after it was sent may have acted.
+                Err(e) if read || e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    last = format!("{addr}: {e}")
+                }
+                Err(e) => {
+                    return Err(FederationError::Unreachable(format!(
+                        "datacenter {dc} ({addr}): {e}; the write may or may not have been applied"
+                    )));
+                }
+            }
+        }
+        Err(FederationError::Unreachable(format!(
+            "no server of datacenter {dc} reachable (last: {last})"
+        )))
+    }
+
+    /// Whether `dc` is a datacenter this server knows (other than its own).
+    pub fn knows(&self, dc: &str) -> bool {
+        self.known.lock().contains_key(dc)
+    }
+}
+
+/// `own` first, then the others by their nearest server's round trip,
+/// those never measured last (by name).
+fn nearest_first(own: &str, mut others: Vec<(String, Option<Duration>)>) -> Vec<String> {
+    others.sort_by(|(a, ra), (b, rb)| (ra.is_none(), *ra, a).cmp(&(rb.is_none(), *rb, b)));
+    std::iter::once(own.to_string())
+        .chain(others.into_iter().map(|(dc, _)| dc))
+        .collect()
+}
+
+/// The entry of `dc`, made if there is room for another datacenter.
+fn admit<'a>(
+    known: &'a mut BTreeMap<String, BTreeMap<String, Known>>, dc: &str,
+) -> Option<&'a mut BTreeMap<String, Known>> {
+    if !known.contains_key(dc) && known.len() >= MAX_DATACENTERS {
+        return None;
+    }
+    Some(known.entry(dc.to_string()).or_default())
+}
+
+/// Whether two lists of states name the same datacenters and servers.
+fn same_servers(a: &[FederationState], b: &[FederationState]) -> bool {
+    let key = |l: &[FederationState]| {
+        let mut k: Vec<(String, Vec<String>)> = l
+            .iter()
+            .map(|f| {
+                let mut s: Vec<String> = f.servers.iter().map(|s| s.raft_addr.clone()).collect();
+                s.sort();
+                (f.datacenter.clone(), s)
+            })
+            .collect();
+        k.sort();
+        k
+    };
+    key(a) == key(b)
+}
+
+/// DNS for another datacenter: a GET sent there as `?dc=` sends one.
+impl crate::dns::Remote for Federation {
+    fn get(
+        &self, dc: &str, path_and_query: String, token: Option<String>,
+    ) -> crate::dns::RemoteFuture<'_> {
+        let dc = dc.to_string();
+        Box::pin(async move {
+            let req = WanRequest {
+                from: self.datacenter.clone(),
+                method: "GET".into(),
+                path_and_query,
+                headers: token
+                    .map(|t| vec![("x-consul-token".to_string(), t)])
+                    .unwrap_or_default(),
+                body: Vec::new(),
+            };
+            match self.forward(&dc, req, DNS_TIMEOUT).await {
+                Ok(r) => Ok(Some((r.status, r.body))),
+                Err(FederationError::NoPath) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+}
+
+/// Below the DNS listener's own bound on a lookup (as a client agent's
+/// DNS reads), so a slow datacenter answers SERVFAIL rather than nothing.
+const DNS_TIMEOUT: Duration = Duration::from_secs(4);
+
+impl Wan for Federation {
+    fn hello(&self, from: WanHello) -> WanFuture<'_, WanHello> {
+        Box::pin(async move {
+            self.learn(&from, None)?;
+            Ok(self.hello())
+        })
+    }
+
+    fn request(&self, req: WanRequest) -> WanFuture<'_, WanResponse> {
+        Box::pin(async move {
+            // Only from a datacenter that greeted (or that the primary
+            // recorded): a frame from anywhere else is refused.
+            if !self.knows(&req.from) {
+                return Err(format!("request from unknown datacenter {:?}", req.from));
+            }
+            let handler = self
+                .handler
+                .get()
+                .ok_or("this server does not answer other datacenters yet")?
+                .clone();
+            Ok(handler(req).await)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datacenters_are_listed_own_first_then_nearest() {
+        let ms = |n| Some(Duration::from_millis(n));
+        let others = vec![
+            ("dc2".to_string(), ms(40)),
+            ("dc3".to_string(), None),
+            ("dc4".to_string(), ms(5)),
+            ("dc0".to_string(), None),
+        ];
+        assert_eq!(
+            nearest_first("dc1", others),
+            ["dc1", "dc4", "dc2", "dc0", "dc3"]
+        );
+    }
+
+    #[test]
+    fn datacenter_names_are_consuls() {
+        assert!(valid_datacenter("dc-1_east"));
+        for bad in ["", "dc 1", "dc.1", "dc/1", &"x".repeat(65)] {
+            assert!(!valid_datacenter(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! WAN federation on the HTTP API: `?dc=` sends a request to a server of
+//! that datacenter (`federation::Federation::forward`, over the Raft
+//! port's transport), where its own router answers it as if asked there;
+//! `/v1/catalog/datacenters`, `/v1/agent/members?wan`, and the federation
+//! states.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::App;
+use crate::error::{Error, Result};
+use crate::federation::{Federation, Forwarded};
+use crate::raft::wan::{WanRequest, WanResponse};
+use crate::request::{MAX_BODY, Params, forward_timeout};
+
+/// The headers a forwarded request carries: its body's type and the
+/// caller's identity (the other datacenter checks the token).
+const SENT_HEADERS: &[&str] = &["content-type", "x-consul-token", "authorization"];
+
+/// Paths answered only where they are asked: this server's own agent and
+/// status, and what does not fit a request and its answer in frames
+/// (streams, snapshots).
+fn local_only(path: &str) -> bool {
+    path.starts_with("/v1/agent/")
+        || path == "/v1/internal/stream"
+        || path.starts_with("/v1/internal/proxycfg/")
+        || path.starts_with("/v1/internal/dataplane/")
+        || path == "/v1/snapshot"
+        || path.starts_with("/v1/internal/agent/")
+        || path.starts_with("/v1/internal/event/")
+}
+
+/// The datacenter `?dc=` names, if another than this one.
+fn other_dc(s: &App, query: Option<&str>) -> Option<String> {
+    let p = Params::parse(query);
+    p.get("dc")
+        .filter(|dc| !dc.is_empty() && *dc != s.config().datacenter)
+        .map(str::to_string)
+}
+
+/// `?dc=<another>`: the request goes to that datacenter and its answer
+/// comes back unchanged. A request that came from another datacenter is
+/// never sent on again (no loops): one naming a third is refused.
+pub async fn to_datacenter(State(s): State<App>, req: Request, next: Next) -> Response {
+    let Some(dc) = other_dc(&s, req.uri().query()) else {
+        return next.run(req).await;
+    };
+    if local_only(req.uri().path()) {
+        // Refused by the handler's `Opts` (no path from here).
+        return next.run(req).await;
+    }
+    match send(&s, &dc, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn send(s: &App, dc: &str, req: Request) -> Result<Response> {
+    if req.extensions().get::<Forwarded>().is_some() {
+        return Err(Error::NoPathToDatacenter);
+    }
+    let fed = req
+        .extensions()
+        .get::<Arc<Federation>>()
+        .cloned()
+        .ok_or(Error::NoPathToDatacenter)?;
+    if !fed.knows(dc) {
+        return Err(Error::NoPathToDatacenter);
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
+    let params = Params::parse(parts.uri.query());
+    let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
+    let headers = SENT_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let v = parts.headers.get(*name)?.to_str().ok()?;
+            Some((name.to_string(), v.to_string()))
+        })
+        .collect();
+    let wan = WanRequest {
+        from: s.datacenter().to_owned(),
+        method: parts.method.to_string(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into()),
+        headers,
+        body: body.to_vec(),
+    };
+    let r = fed.forward(dc, wan, timeout).await?;
+    response_of(r)
+}
+
+fn response_of(r: WanResponse) -> Result<Response> {
+    let mut out = Response::builder()
+        .status(StatusCode::from_u16(r.status).map_err(|e| Error::Internal(e.to_string()))?);
+    for (k, v) in r.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            out = out.header(k, v);
+        }
+    }
+    out.body(Body::from(r.body))
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// A forwarded request as this server's router takes it: marked as
+/// forwarded (an extension: no client can claim it).
+pub fn request_of(r: WanRequest) -> Result<Request> {
+    let method = Method::from_bytes(r.method.as_bytes()).map_err(|e| Error::bad(e.to_string()))?;
+    let mut b = axum::http::Request::builder()
+        .method(method)
+        .uri(&r.path_and_query);
+    for (k, v) in &r.headers {
+        if SENT_HEADERS.contains(&k.as_str()) {
+            b = b.header(k.as_str(), v.as_str());
+        }
+    }
+    b = b.extension(Forwarded { from: r.from });
+    b.body(Body::from(r.body))
+        .map_err(|e| Error::bad(e.to_string()))
+}
+
+/// An answer to send back: every header but those of the hop.
+pub async fn answer_of(resp: Response) -> WanResponse {
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "date"
+            )
+        })
+        .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    // The frame cap bounds it further (`raft::network`); past this the
+    // answer could never be sent.
+    match axum::body::to_bytes(resp.into_body(), crate::raft::network::MAX_FRAME).await {
+        Ok(body) => WanResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        },
+        Err(e) => WanResponse {
+            status: 413,
+            headers: Vec::new(),
+            body: format!("answer too large for another datacenter: {e}").into_bytes(),
+        },
+    }
+}
+
+pub fn routes() -> axum::Router<App> {
+    axum::Router::new().route(
+        "/v1/internal/federation-states",
+        axum::routing::get(federation_states),
+    )
+}
+
+/// The federation states of the Raft state (the primary's), blocking on
+/// them: `operator:read`, as Consul's.
+async fn federation_states(
+    State(s): State<App>, mut a: crate::request::authz::Authz, super::Opts(_, opts): super::Opts,
+) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let key = crate::state::keys::FEDERATION;
+    let (index, list) = super::blocking(
+        &s,
+        &opts,
+        &mut a,
+        super::Watch::Keys(vec![key.clone()]),
+        |st, _| {
+            let list: Vec<_> = st.federation.values().map(|f| (**f).clone()).collect();
+            (st.index_of([&key]), list)
+        },
+    )
+    .await?;
+    Ok(super::json_at(&s, index, &list))
+}
+
+/// Every datacenter this server knows, this one first, then nearest first.
+pub async fn datacenters(
+    State(s): State<App>, fed: Option<axum::Extension<Arc<Federation>>>,
+) -> Response {
+    let list = match fed {
+        Some(f) => f.datacenters(),
+        None => vec![s.datacenter().to_owned()],
+    };
+    axum::Json(list).into_response()
+}
