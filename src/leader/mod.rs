@@ -11,6 +11,7 @@
 //! is done (the cluster id, ACL init).
 
 mod acl;
+mod autopilot;
 mod cluster;
 pub mod liveness;
 mod sessions;
@@ -48,6 +49,9 @@ pub const DUTIES: &[Duty] = &[
     }),
     Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
     Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
+    Duty::new("autopilot dead-server cleanup", |s, _| {
+        Box::pin(autopilot::cleanup(s))
+    }),
 ];
 
 impl Duty {
