@@ -185,7 +185,6 @@ fn dead_servers_stay_when_removing_them_would_break_quorum() {
         r#"{"CleanupDeadServers": true, "MinQuorum": 3}"#,
     );
     let first = (leader + 1) % 3;
-    let second = (leader + 2) % 3;
     let names: Vec<String> = servers.iter().map(|s| s.name().to_string()).collect();
     let all: Vec<&str> = names.iter().map(String::as_str).collect();
     servers[first].kill();
@@ -235,6 +234,7 @@ fn a_live_server_removed_by_remove_peer_rejoins_after_restart() {
             .all(|(n, _)| *n != name)
     );
     assert_eq!(servers[leader].put("/v1/kv/gone", "1").body, "true");
+    let term_before = term(&servers[leader]);
     servers[victim].restart();
     eventually(Duration::from_secs(60), "the server a voter again", || {
         let c = configuration(&servers[leader]);
@@ -243,6 +243,26 @@ fn a_live_server_removed_by_remove_peer_rejoins_after_restart() {
     eventually(Duration::from_secs(20), "the write it missed", || {
         has_locally(&servers[victim], "gone", "1").then_some(())
     });
+    // It came back quiet: no election of its own raised its term, so
+    // taking it back deposed nobody (a higher term from a learner makes
+    // the leader step down).
+    assert_eq!(
+        term(&servers[leader]),
+        term_before,
+        "{}",
+        servers[victim].log()
+    );
+    assert_eq!(term(&servers[victim]), term_before);
+    assert_eq!(servers[leader].put("/v1/kv/back", "1").body, "true");
+}
+
+/// The Raft term `s` is in.
+fn term(s: &Server) -> u64 {
+    s.get_json("/v1/agent/self")["Stats"]["raft"]["term"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]

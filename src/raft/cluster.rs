@@ -226,7 +226,7 @@ impl Cluster {
         } else {
             self.first_formation().await;
         }
-        self.stay_member().await;
+        self.stay_member(store_was_used).await;
     }
 
     /// Forms or joins the cluster; returns once this server is a member.
@@ -296,58 +296,88 @@ impl Cluster {
     /// A server removed from the membership while it was down or cut off
     /// (`remove-peer`, `force-leave`, autopilot's cleanup) hears from no
     /// leader again: the leader replicates only to members, and members
-    /// refuse Raft messages from a non-member (`network`), so its
-    /// elections change nothing, and it would wait forever. So, whenever no
-    /// leader has spoken to this server for `REJOIN_AFTER` (or, leading,
-    /// no quorum has acknowledged it for as long), it greets the servers it
-    /// knows; once one of them names another leader, it asks to join again.
-    /// The leader decides: a member is answered at once and nothing
-    /// changes; a non-member goes through the same checks as any joiner
-    /// (the transport's TLS or key, a learner promoted once caught up).
-    async fn stay_member(&self) {
+    /// refuse Raft messages from a non-member (`network`), so it would
+    /// campaign forever, its term rising, and nobody listening. So, while
+    /// no leader speaks to it (or, leading, no quorum answers it), it greets
+    /// the servers it knows, and:
+    ///
+    /// - while one of them names another leader, it keeps quiet (no
+    ///   elections of its own: they can win nothing, and each term they
+    ///   raise would depose, once back, the leader that took it back);
+    ///   after `REJOIN_AFTER` of that it asks to join again. The leader
+    ///   decides: a member is answered at once and nothing changes; a
+    ///   non-member goes through the same checks as any joiner (the
+    ///   transport's TLS or key, a learner promoted once caught up);
+    /// - once a leader speaks to it, or nobody names one, it may campaign.
+    ///
+    /// A server restarted on its data dir starts quiet and greets at once,
+    /// so a removed one never raises its term, and a cluster restarted
+    /// whole elects as soon as its servers find no leader.
+    async fn stay_member(&self, restarted: bool) {
+        let mut quiet = restarted;
+        if quiet {
+            self.raft.runtime_config().elect(false);
+        }
         loop {
-            tokio::time::sleep(REJOIN_CHECK).await;
-            if !self.orphaned() {
-                continue;
-            }
-            for addr in self.peer_addrs() {
-                let mut conn = Conn::new(self.connector.clone(), addr.clone());
-                let Ok(Reply::Hello(h)) = conn
-                    .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
-                    .await
-                else {
-                    continue;
-                };
-                // A cluster that goes on, led by another server.
-                if h.id == self.id
-                    || !h.initialized
-                    || h.leader.as_ref().is_none_or(|(l, _)| *l == self.id)
-                {
-                    continue;
+            let heard = self.heard_from_leader();
+            let elsewhere = if heard {
+                None
+            } else {
+                self.led_elsewhere().await
+            };
+            if elsewhere.is_some() != quiet {
+                quiet = elsewhere.is_some();
+                if quiet {
+                    tracing::info!("another server leads: this one starts no election");
+                } else {
+                    tracing::info!("this server may start elections again");
                 }
+                self.raft.runtime_config().elect(!quiet);
+            }
+            if let Some(addr) = elsewhere
+                && self.since_leader_contact() >= REJOIN_AFTER.as_millis() as u64
+            {
                 tracing::info!(via = %addr, "no word from a leader: asking to join again");
                 match self.ask_to_join(&addr).await {
                     Ok(()) => tracing::info!(via = %addr, "member of the cluster again"),
                     Err(e) => tracing::info!(via = %addr, error = %e, "rejoin not done yet"),
                 }
-                break;
             }
+            tokio::time::sleep(REJOIN_CHECK).await;
         }
     }
 
-    /// Whether this server has been left alone for `REJOIN_AFTER`: as a
-    /// follower, no leader's message; as a leader, no quorum's answer.
-    fn orphaned(&self) -> bool {
+    /// The first server this one knows that belongs to a cluster led by
+    /// another server.
+    async fn led_elsewhere(&self) -> Option<String> {
+        for addr in self.peer_addrs() {
+            let mut conn = Conn::new(self.connector.clone(), addr.clone());
+            if let Ok(Reply::Hello(h)) = conn
+                .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
+                .await
+                && h.id != self.id
+                && h.initialized
+                && h.leader.as_ref().is_some_and(|(l, _)| *l != self.id)
+            {
+                return Some(addr);
+            }
+        }
+        None
+    }
+
+    /// Whether a leader spoke to this server within `REJOIN_AFTER` (ever,
+    /// since it started), or, leading, a quorum answered it as recently.
+    fn heard_from_leader(&self) -> bool {
         use openraft::Instant as _;
-        let after = REJOIN_AFTER.as_millis() as u64;
         let m = self.raft.metrics();
         let m = m.borrow_watched();
         if m.current_leader == Some(self.id) {
             m.last_quorum_acked
                 .as_ref()
-                .is_none_or(|t| t.elapsed().as_millis() as u64 >= after)
+                .is_some_and(|t| t.elapsed() < REJOIN_AFTER)
         } else {
-            self.since_leader_contact() >= after
+            self.last_contact_ms.load(Ordering::Relaxed) > 0
+                && self.since_leader_contact() < REJOIN_AFTER.as_millis() as u64
         }
     }
 
@@ -568,7 +598,8 @@ impl Cluster {
 
 impl Formation for Cluster {
     fn leader_contact(&self) {
-        let now = self.started.elapsed().as_millis() as u64;
+        // Never 0, which means "no leader yet" (`heard_from_leader`).
+        let now = (self.started.elapsed().as_millis() as u64).max(1);
         self.last_contact_ms.store(now, Ordering::Relaxed);
     }
 
