@@ -153,6 +153,31 @@ fn a_dead_server_is_removed_then_rejoins_with_what_it_missed() {
     });
 }
 
+/// A server cut off (frozen) past the dead bound is removed as dead; when
+/// it comes back, without a restart, it finds itself out and asks to join
+/// again.
+#[test]
+fn a_frozen_server_removed_as_dead_rejoins_when_thawed() {
+    let servers = cluster(3, &[]);
+    let leader = agreed_leader(&servers);
+    let victim = (leader + 1) % 3;
+    let name = servers[victim].name().to_string();
+    servers[victim].signal("STOP");
+    eventually(Duration::from_secs(40), "the frozen server removed", || {
+        let c = configuration(&servers[leader]);
+        (c.len() == 2 && c.iter().all(|(n, _)| *n != name)).then_some(())
+    });
+    assert_eq!(servers[leader].put("/v1/kv/frozen", "1").body, "true");
+    servers[victim].signal("CONT");
+    eventually(Duration::from_secs(60), "the server a voter again", || {
+        let c = configuration(&servers[leader]);
+        (c.len() == 3 && c.iter().all(|(_, voter)| *voter)).then_some(())
+    });
+    eventually(Duration::from_secs(20), "the write it missed", || {
+        has_locally(&servers[victim], "frozen", "1").then_some(())
+    });
+}
+
 #[test]
 fn with_cleanup_off_a_dead_server_stays() {
     let mut servers = cluster(3, &[]);
