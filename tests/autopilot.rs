@@ -311,3 +311,21 @@ fn autopilot_configuration_needs_operator_write_and_a_bounded_body() {
     assert_eq!(with(s.http_addr, "GET", path, None, ROOT).json(), before);
     assert!(s.is_running());
 }
+
+/// The cleanup is a leader duty like the others: if it panics, the server
+/// stops, naming it, rather than running on without it.
+#[test]
+fn a_panicking_cleanup_stops_the_server_naming_it() {
+    let task = "autopilot dead-server cleanup";
+    let s = Server::builder()
+        .dev()
+        .env("CAIRN_FAULT_TASK", task)
+        .spawn();
+    let status = s.wait_exit(Duration::from_secs(30));
+    let log = s.log();
+    assert!(status.is_some(), "server still running:\n{log}");
+    assert!(
+        log.contains(&format!("critical task {task:?} panicked")),
+        "the log names it:\n{log}"
+    );
+}
