@@ -178,6 +178,47 @@ fn a_frozen_server_removed_as_dead_rejoins_when_thawed() {
     });
 }
 
+/// The server comes back to a cluster now led by a server that joined
+/// after it was removed: a leader its own (stale) membership does not
+/// know, whose entries it takes all the same, being the leader its peers
+/// named when it asked to join again.
+#[test]
+fn a_removed_server_rejoins_a_leader_it_never_knew() {
+    let mut servers = cluster(3, &[]);
+    let leader = agreed_leader(&servers);
+    let victim = (leader + 1) % 3;
+    let name = servers[victim].name().to_string();
+    servers[victim].kill();
+    eventually(Duration::from_secs(40), "the dead server removed", || {
+        let c = configuration(&servers[leader]);
+        (c.len() == 2 && c.iter().all(|(n, _)| *n != name)).then_some(())
+    });
+    let newcomer = Server::builder()
+        .node("s3")
+        .join(servers[leader].raft_addr)
+        .no_wait()
+        .start();
+    eventually(Duration::from_secs(30), "the newcomer a voter", || {
+        configuration(&servers[leader])
+            .contains(&("s3".to_string(), true))
+            .then_some(())
+    });
+    let r = servers[leader].put("/v1/operator/raft/transfer-leader?id=s3", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually(Duration::from_secs(20), "the newcomer leads", || {
+        (newcomer.get("/v1/status/leader").json() == newcomer.raft_addr.to_string()).then_some(())
+    });
+    assert_eq!(newcomer.put("/v1/kv/new-leader", "1").body, "true");
+    servers[victim].restart();
+    eventually(Duration::from_secs(60), "the server a voter again", || {
+        let c = configuration(&newcomer);
+        (c.len() == 4 && c.iter().all(|(_, voter)| *voter)).then_some(())
+    });
+    eventually(Duration::from_secs(20), "the write it missed", || {
+        has_locally(&servers[victim], "new-leader", "1").then_some(())
+    });
+}
+
 #[test]
 fn with_cleanup_off_a_dead_server_stays() {
     let mut servers = cluster(3, &[]);

@@ -38,6 +38,9 @@ pub struct Cluster {
     last_contact_ms: AtomicU64,
     /// Since when each server has been healthy (autopilot's `StableSince`).
     stability: super::autopilot::Stability,
+    /// The leader this server asked to be taken back by, while no leader
+    /// speaks to it (`stay_member`).
+    awaited: Mutex<Option<NodeId>>,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -87,6 +90,7 @@ impl Cluster {
             started: tokio::time::Instant::now(),
             last_contact_ms: AtomicU64::new(0),
             stability: Default::default(),
+            awaited: Mutex::new(None),
         }
     }
 
@@ -334,9 +338,21 @@ impl Cluster {
                 }
                 self.raft.runtime_config().elect(!quiet);
             }
-            if let Some(addr) = elsewhere
+            // Awaited until it is a member here too (its entries brought
+            // the membership naming it), or nobody names a leader.
+            let awaited = *self.awaited.lock();
+            if let Some(l) = awaited
+                && elsewhere.is_none()
+                && (!heard || self.members().iter().any(|(m, _, _)| *m == l))
+            {
+                *self.awaited.lock() = None;
+            }
+            if let Some((addr, leader)) = elsewhere
                 && self.since_leader_contact() >= REJOIN_AFTER.as_millis() as u64
             {
+                // Its entries are taken even if that leader joined after
+                // the membership this server knows.
+                *self.awaited.lock() = Some(leader);
                 tracing::info!(via = %addr, "no word from a leader: asking to join again");
                 match self.ask_to_join(&addr).await {
                     Ok(()) => tracing::info!(via = %addr, "member of the cluster again"),
@@ -348,8 +364,8 @@ impl Cluster {
     }
 
     /// The first server this one knows that belongs to a cluster led by
-    /// another server.
-    async fn led_elsewhere(&self) -> Option<String> {
+    /// another server: its address, and the leader it names.
+    async fn led_elsewhere(&self) -> Option<(String, NodeId)> {
         for addr in self.peer_addrs() {
             let mut conn = Conn::new(self.connector.clone(), addr.clone());
             if let Ok(Reply::Hello(h)) = conn
@@ -357,9 +373,10 @@ impl Cluster {
                 .await
                 && h.id != self.id
                 && h.initialized
-                && h.leader.as_ref().is_some_and(|(l, _)| *l != self.id)
+                && let Some((leader, _)) = h.leader
+                && leader != self.id
             {
-                return Some(addr);
+                return Some((addr, leader));
             }
         }
         None
@@ -601,6 +618,10 @@ impl Formation for Cluster {
         // Never 0, which means "no leader yet" (`heard_from_leader`).
         let now = (self.started.elapsed().as_millis() as u64).max(1);
         self.last_contact_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn awaits_leader(&self, id: NodeId) -> bool {
+        *self.awaited.lock() == Some(id)
     }
 
     async fn hello(&self, from: Hello) -> Hello {
