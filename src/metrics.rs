@@ -88,6 +88,10 @@ counters! { ALL:
         "frames on the Raft port refused: too large, undecodable, or from a non-member"
     );
     BLOCKING_QUERIES = ("cairn_blocking_queries_total", "blocking queries started");
+    AUTOPILOT_DEAD_REMOVED = (
+        "cairn_autopilot_dead_servers_removed_total",
+        "servers the leader removed from Raft as dead (autopilot's CleanupDeadServers)"
+    );
 }
 
 /// A value that goes up and down.

@@ -32,6 +32,9 @@
 //!   and unreadable ones NXDOMAIN.
 //! - `duties`: checker (h), the leader module's duties run on one server
 //!   per term during the run, and on the leader alone once settled.
+//! - `rejoin`: checker (i), on a third of the seeds after the workload: a
+//!   follower stopped past autopilot's dead bound is removed, and once
+//!   restarted from its disk is a voter again without deposing the leader.
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
@@ -59,6 +62,7 @@ pub mod linearizability;
 pub mod locks;
 pub mod mem_log;
 pub mod node;
+pub mod rejoin;
 pub mod report;
 pub mod run;
 pub mod stream_check;

@@ -47,7 +47,7 @@ fn main() {
             handoffs += r.ttl_handoffs;
             if verbose || !r.passed() {
                 println!(
-                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, burst writes acked {}, fsync fail-stops {}, trace {:016x}",
+                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, burst writes acked {}, fsync fail-stops {}, rejoin {:?}, trace {:016x}",
                     if r.passed() { "ok" } else { "FAILED" },
                     t.elapsed(),
                     r.ops,
@@ -64,6 +64,7 @@ fn main() {
                     r.reaped_tombstones,
                     r.burst_acked,
                     r.fsync_stops,
+                    r.rejoin,
                     r.trace_hash,
                 );
             }

@@ -76,6 +76,8 @@ pub struct Report {
     /// Terms whose leader duties were seen running (checker h).
     pub duty_terms: usize,
     /// Broken guarantees; empty when the run passed.
+    /// Checker (i)'s timings, on the seeds that run it.
+    pub rejoin: crate::rejoin::RejoinStats,
     pub failures: Vec<String>,
 }
 

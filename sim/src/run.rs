@@ -467,6 +467,25 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         }
     }
 
+    // Checker (i): a dead server removed, and back as a voter.
+    if crate::rejoin::on_seed(seed) {
+        let mut sample = |sim: &mut turmoil::Sim| {
+            let now = sim.elapsed();
+            if now.as_millis() % 50 == 0 {
+                duties.sample(ms(now), &slots);
+            }
+        };
+        let failures = crate::rejoin::check(
+            &mut sim,
+            &slots,
+            &mut |sim, i| crash_host(sim, i, &names, &hosts, &slots),
+            &mut |sim, i| sim.bounce(names[i].as_str()),
+            &mut sample,
+            &mut report.rejoin,
+        );
+        report.failures.extend(failures);
+        (report.rejoin.removed_after, report.rejoin.voter_after).hash(&mut trace);
+    }
     // The leader duties settle where the leader is (checker h); then every
     // server catches up, and they are compared.
     let duties_settled = crate::duties::check_settled(&mut sim, &slots, Duration::from_secs(30));

@@ -11,6 +11,7 @@
 //! is done (the cluster id, ACL init).
 
 mod acl;
+mod autopilot;
 mod cluster;
 mod coordinates;
 pub mod liveness;
@@ -50,6 +51,9 @@ pub const DUTIES: &[Duty] = &[
     Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
     Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
     Duty::new("coordinate batches", |s, _| Box::pin(coordinates::apply(s))),
+    Duty::new("autopilot dead-server cleanup", |s, _| {
+        Box::pin(autopilot::cleanup(s))
+    }),
 ];
 
 impl Duty {

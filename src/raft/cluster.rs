@@ -34,12 +34,15 @@ pub struct Cluster {
     /// When this server started, and when (ms after it) the leader last
     /// spoke to it: per server, so servers sharing a process (the
     /// simulation) stay apart.
-    started: Instant,
+    started: tokio::time::Instant,
     last_contact_ms: AtomicU64,
     /// Since when each server has been healthy (autopilot's `StableSince`).
     stability: super::autopilot::Stability,
     /// Who answers the WAN frames, once process assembly set it.
     pub wan: std::sync::OnceLock<Arc<dyn super::wan::Wan>>,
+    /// The leader this server asked to be taken back by, while no leader
+    /// speaks to it (`stay_member`).
+    awaited: Mutex<Option<NodeId>>,
 }
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,6 +53,18 @@ const JOIN_FOR: Duration = Duration::from_secs(30);
 /// How long a join waits for its server to catch up before answering that
 /// it has not yet (within the joiner's 60 s RPC timeout; it asks again).
 const CATCH_UP: Duration = Duration::from_secs(20);
+
+/// A server that has heard from no leader for this long asks whether the
+/// cluster goes on without it (`stay_member`): several election timeouts,
+/// so that an election or a short partition never sends it.
+const REJOIN_AFTER: Duration = Duration::from_secs(5);
+
+/// How recently a quorum must have answered a leader for it to judge
+/// others dead (heartbeats go every 150 ms).
+const QUORUM_FRESH: Duration = Duration::from_secs(2);
+
+/// How often it looks.
+const REJOIN_CHECK: Duration = Duration::from_secs(1);
 
 /// Servers remembered from greetings while forming (a cluster forms from a
 /// handful; anything past this greeting us is ignored).
@@ -74,10 +89,11 @@ impl Cluster {
             joins,
             known: Mutex::new(BTreeMap::new()),
             connector,
-            started: Instant::now(),
+            started: tokio::time::Instant::now(),
             last_contact_ms: AtomicU64::new(0),
             stability: Default::default(),
             wan: Default::default(),
+            awaited: Mutex::new(None),
         }
     }
 
@@ -102,6 +118,49 @@ impl Cluster {
             self.id,
             config,
             &self.stability,
+        )
+    }
+
+    /// How long this leader has heard nothing from each member: (id,
+    /// voter, silence). A member it has never heard from is silent since
+    /// the caller first saw it in the membership (`seen`, kept by the
+    /// caller across calls; members gone are dropped from it), so that a
+    /// new leader or a new learner is given its full time. `None` unless
+    /// this server leads with a quorum's recent answer: a leader cut off
+    /// from the others (perhaps deposed already) judges nobody.
+    pub fn silences(
+        &self, seen: &mut std::collections::HashMap<NodeId, tokio::time::Instant>,
+    ) -> Option<Vec<(NodeId, bool, Duration)>> {
+        use openraft::Instant as _;
+        let m = self.metrics();
+        if m.current_leader != Some(self.id)
+            || m.last_quorum_acked
+                .as_ref()
+                .is_none_or(|t| t.elapsed() > QUORUM_FRESH)
+        {
+            return None;
+        }
+        let heard = m.heartbeat.as_ref()?;
+        let now = tokio::time::Instant::now();
+        let members = self.members();
+        seen.retain(|id, _| members.iter().any(|(m, _, _)| m == id));
+        Some(
+            members
+                .into_iter()
+                .map(|(id, _, voter)| {
+                    let known_for = now - *seen.entry(id).or_insert(now);
+                    let silent = if id == self.id {
+                        Duration::ZERO
+                    } else {
+                        heard
+                            .get(&id)
+                            .cloned()
+                            .flatten()
+                            .map_or(known_for, |t| t.elapsed().min(known_for))
+                    };
+                    (id, voter, silent)
+                })
+                .collect(),
         )
     }
 
@@ -172,12 +231,19 @@ impl Cluster {
         }
     }
 
-    /// Forms or joins the cluster; returns once this server is a member.
+    /// Forms or joins the cluster, then keeps this server a member for
+    /// the rest of its life (`stay_member`).
     pub async fn form(self: Arc<Self>, store_was_used: bool) {
         if store_was_used {
             tracing::info!("raft state found in data dir: rejoining, never bootstrapping");
-            return;
+        } else {
+            self.first_formation().await;
         }
+        self.stay_member(store_was_used).await;
+    }
+
+    /// Forms or joins the cluster; returns once this server is a member.
+    async fn first_formation(&self) {
         let expect = if self.expect == 0 && self.joins.is_empty() {
             1
         } else {
@@ -238,6 +304,121 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// A server removed from the membership while it was down or cut off
+    /// (`remove-peer`, `force-leave`, autopilot's cleanup) hears from no
+    /// leader again: the leader replicates only to members, and members
+    /// refuse Raft messages from a non-member (`network`), so it would
+    /// campaign forever, its term rising, and nobody listening. So, while
+    /// no leader speaks to it (or, leading, no quorum answers it), it greets
+    /// the servers it knows, and:
+    ///
+    /// - while one of them names another leader, it keeps quiet (no
+    ///   elections of its own: they can win nothing, and each term they
+    ///   raise would depose, once back, the leader that took it back);
+    ///   after `REJOIN_AFTER` of that it asks to join again. The leader
+    ///   decides: a member is answered at once and nothing changes; a
+    ///   non-member goes through the same checks as any joiner (the
+    ///   transport's TLS or key, a learner promoted once caught up);
+    /// - once a leader speaks to it, or nobody names one, it may campaign.
+    ///
+    /// A server restarted on its data dir starts quiet and greets at once,
+    /// so a removed one never raises its term, and a cluster restarted
+    /// whole elects as soon as its servers find no leader.
+    async fn stay_member(&self, restarted: bool) {
+        let mut quiet = restarted;
+        if quiet {
+            self.raft.runtime_config().elect(false);
+        }
+        loop {
+            let heard = self.heard_from_leader();
+            let elsewhere = if heard {
+                None
+            } else {
+                self.led_elsewhere().await
+            };
+            if elsewhere.is_some() != quiet {
+                quiet = elsewhere.is_some();
+                if quiet {
+                    tracing::info!("another server leads: this one starts no election");
+                } else {
+                    tracing::info!("this server may start elections again");
+                }
+                self.raft.runtime_config().elect(!quiet);
+            }
+            // Awaited until it is a member here too (its entries brought
+            // the membership naming it), or nobody names a leader.
+            let awaited = *self.awaited.lock();
+            if let Some(l) = awaited
+                && elsewhere.is_none()
+                && (!heard || self.members().iter().any(|(m, _, _)| *m == l))
+            {
+                *self.awaited.lock() = None;
+            }
+            if let Some((addr, leader)) = elsewhere
+                && self.since_leader_contact() >= REJOIN_AFTER.as_millis() as u64
+            {
+                // Its entries are taken even if that leader joined after
+                // the membership this server knows.
+                *self.awaited.lock() = Some(leader);
+                tracing::info!(via = %addr, "no word from a leader: asking to join again");
+                match self.ask_to_join(&addr).await {
+                    Ok(()) => tracing::info!(via = %addr, "member of the cluster again"),
+                    Err(e) => tracing::info!(via = %addr, error = %e, "rejoin not done yet"),
+                }
+            }
+            tokio::time::sleep(REJOIN_CHECK).await;
+        }
+    }
+
+    /// The first server this one knows that belongs to a cluster led by
+    /// another server: its address, and the leader it names.
+    async fn led_elsewhere(&self) -> Option<(String, NodeId)> {
+        for addr in self.peer_addrs() {
+            let mut conn = Conn::new(self.connector.clone(), addr.clone());
+            if let Ok(Reply::Hello(h)) = conn
+                .call(&Request::Hello(self.hello_msg()), RPC_TIMEOUT)
+                .await
+                && h.id != self.id
+                && h.initialized
+                && let Some((leader, _)) = h.leader
+                && leader != self.id
+            {
+                return Some((addr, leader));
+            }
+        }
+        None
+    }
+
+    /// Whether a leader spoke to this server within `REJOIN_AFTER` (ever,
+    /// since it started), or, leading, a quorum answered it as recently.
+    fn heard_from_leader(&self) -> bool {
+        use openraft::Instant as _;
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        if m.current_leader == Some(self.id) {
+            m.last_quorum_acked
+                .as_ref()
+                .is_some_and(|t| t.elapsed() < REJOIN_AFTER)
+        } else {
+            self.last_contact_ms.load(Ordering::Relaxed) > 0
+                && self.since_leader_contact() < REJOIN_AFTER.as_millis() as u64
+        }
+    }
+
+    /// The Raft addresses of the other servers this one knows: the
+    /// membership in its log and its `--join` addresses.
+    fn peer_addrs(&self) -> BTreeSet<String> {
+        let mut addrs: BTreeSet<String> = self
+            .members()
+            .into_iter()
+            .filter(|(id, _, _)| *id != self.id)
+            .map(|(_, n, _)| n.raft_addr)
+            .collect();
+        addrs.extend(self.joins.iter().cloned());
+        addrs.remove(&self.me.raft_addr);
+        addrs
     }
 
     /// `PUT /v1/agent/join/:address`: asks the server at `addr` (a Raft
@@ -348,6 +529,12 @@ impl Cluster {
             .ok_or_else(|| {
                 crate::error::Error::NotFound(format!("no raft peer with id {who:?}"))
             })?;
+        self.remove_id(id, voter).await
+    }
+
+    /// Removes the server `id`: from the voters and the membership if it
+    /// is a voter, from the membership if a learner.
+    pub async fn remove_id(&self, id: NodeId, voter: bool) -> Result<(), crate::error::Error> {
         let ids = BTreeSet::from([id]);
         let change = if voter {
             ChangeMembers::RemoveVoters(ids)
@@ -441,8 +628,13 @@ impl Formation for Cluster {
     }
 
     fn leader_contact(&self) {
-        let now = self.started.elapsed().as_millis() as u64;
+        // Never 0, which means "no leader yet" (`heard_from_leader`).
+        let now = (self.started.elapsed().as_millis() as u64).max(1);
         self.last_contact_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn awaits_leader(&self, id: NodeId) -> bool {
+        *self.awaited.lock() == Some(id)
     }
 
     async fn hello(&self, from: Hello) -> Hello {

@@ -588,6 +588,10 @@ pub trait Formation: Send + Sync + 'static {
     fn wan(&self) -> Option<Arc<dyn super::wan::Wan>> {
         None
     }
+    /// Whether this server, out of the membership and asking to join
+    /// again, awaits entries from `id`, the leader its peers named (a
+    /// leader that joined after the membership this server knows).
+    fn awaits_leader(&self, id: NodeId) -> bool;
 }
 
 /// The connections open on the Raft port. At a cap the least recently
@@ -859,7 +863,7 @@ impl<F: Formation> Peer<F> {
         let raft = &self.raft;
         Ok(match req {
             Request::Append(r) => {
-                self.member(&r.vote)?;
+                self.member_or_awaited(&r.vote)?;
                 self.formation.leader_contact();
                 Reply::Append(raft.append_entries(r).await.map_err(|e| e.to_string()))
             }
@@ -874,7 +878,7 @@ impl<F: Formation> Peer<F> {
                 data,
                 done,
             } => {
-                self.member(&vote)?;
+                self.member_or_awaited(&vote)?;
                 self.formation.leader_contact();
                 Reply::Snapshot(
                     self.receive_chunk(receiving, vote, meta, offset, data, done)
@@ -913,6 +917,16 @@ impl<F: Formation> Peer<F> {
             return Ok(());
         }
         Err(format!("raft message from {id}, not a member"))
+    }
+
+    /// A leader's entries: from a member, or from the leader this server
+    /// awaits while it rejoins (never a vote: a non-member's elections
+    /// stay refused).
+    fn member_or_awaited(&self, vote: &Vote) -> Result<(), String> {
+        if self.formation.awaits_leader(vote.leader_id.node_id) {
+            return Ok(());
+        }
+        self.member(vote)
     }
 
     /// Adds a chunk to the snapshot being received; installs it after the
