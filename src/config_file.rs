@@ -125,6 +125,10 @@ pub struct FileConfig {
     pub tls_key_file: Option<PathBuf>,
     pub tls_verify_incoming: Option<bool>,
     pub encrypt: Option<String>,
+    /// `ui_config.enabled` (or the legacy `ui`).
+    pub ui_enabled: Option<bool>,
+    /// `ui_config.dir` (or the legacy `ui_dir`).
+    pub ui_dir: Option<PathBuf>,
     /// Keys cairn does not use (`telemetry`, `acl.enable_token_persistence`, …),
     /// each once, with the first file that has it.
     pub unused: Vec<(String, PathBuf)>,
@@ -170,6 +174,18 @@ impl FileConfig {
                 "log_level" => self.log_level = Some(f.string(&key, &v)?),
                 "log_json" => self.log_json = Some(f.bool(&key, &v)?),
                 "encrypt" => self.encrypt = Some(f.string(&key, &v)?),
+                "ui" => self.ui_enabled = Some(f.bool(&key, &v)?),
+                "ui_dir" => self.ui_dir = Some(f.string(&key, &v)?.into()),
+                "ui_config" => {
+                    for (k, v) in f.block(&key, v)? {
+                        let name = format!("{key}.{k}");
+                        match k.as_str() {
+                            "enabled" => self.ui_enabled = Some(f.bool(&name, &v)?),
+                            "dir" => self.ui_dir = Some(f.string(&name, &v)?.into()),
+                            _ => f.unused(&name),
+                        }
+                    }
+                }
                 "addresses" => {
                     for (k, v) in f.block(&key, v)? {
                         let a = &mut self.addresses;

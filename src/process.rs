@@ -187,7 +187,8 @@ pub async fn server(
     let _ = server.agent.set(agent.clone());
     let app = crate::http::router(server.clone())
         .merge(crate::agent::api::server_routes(agent.clone()))
-        .layer(axum::Extension(crate::http::resolver(&server)));
+        .layer(axum::Extension(crate::http::resolver(&server)))
+        .merge(crate::request::ui::routes(&config.ui));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -342,6 +343,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         tokens: config.agent_tokens.clone(),
         // The server's own, set by `run`.
         blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
+        ui: Default::default(),
     })
 }
 

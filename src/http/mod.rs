@@ -22,6 +22,7 @@ pub mod session;
 mod snapshot;
 mod status;
 mod stream;
+pub mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +89,7 @@ pub fn router(server: App) -> Router {
         .merge(agent_ops::routes())
         .merge(liveness::routes())
         .merge(event::routes())
+        .merge(ui::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,
