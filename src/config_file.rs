@@ -478,7 +478,8 @@ telemetry { prometheus_retention_time = "1m" }
         assert_eq!(c.tokens_other["replication"], "r");
         assert_eq!(c.tokens_other["agent_recovery"], "old");
         let unused: Vec<&str> = c.unused.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(unused, ["telemetry", "ui_config"]);
+        assert_eq!(unused, ["telemetry"]);
+        assert_eq!(c.ui_enabled, Some(true));
     }
 
     #[test]
@@ -491,6 +492,24 @@ telemetry { prometheus_retention_time = "1m" }
         assert_eq!(c.datacenter.as_deref(), Some("b"));
         assert_eq!(c.unused.len(), 1);
         assert!(c.unused[0].1.ends_with("a.json"));
+    }
+
+    #[test]
+    fn ui_config_and_its_legacy_keys() {
+        let c = load(&[(
+            "ui.hcl",
+            "ui_config {\n  enabled = true\n  dir = \"/srv/ui\"\n  metrics_provider = \"x\"\n}\n",
+        )])
+        .unwrap();
+        assert_eq!(c.ui_enabled, Some(true));
+        assert_eq!(c.ui_dir.as_deref(), Some(std::path::Path::new("/srv/ui")));
+        assert_eq!(c.unused[0].0, "ui_config.metrics_provider");
+        let c = load(&[("old.json", r#"{"ui": false, "ui_dir": "/d"}"#)]).unwrap();
+        assert_eq!((c.ui_enabled, c.ui_dir.is_some()), (Some(false), true));
+        let err = load(&[("bad.hcl", "ui_config { enabled = [1] }")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key ui_config.enabled:"), "{err}");
     }
 
     #[test]
