@@ -322,7 +322,7 @@ impl HealthSummary {
 
 /// The worst of some checks' statuses (passing when there are none).
 fn worst<'a>(checks: impl Iterator<Item = &'a HealthCheck>) -> HealthStatus {
-    checks.fold(HealthStatus::Passing, |w, c| w.worse(c.status.clone()))
+    checks.fold(HealthStatus::Passing, |w, c| w.worse(c.status))
 }
 
 /// `/v1/internal/ui/catalog-overview`: nodes (one group), services (by
@@ -359,7 +359,7 @@ async fn overview(State(s): State<App>, mut a: Authz, Opts(_, opts): Opts) -> Re
                         name: c.name.clone(),
                         ..Default::default()
                     })
-                    .count(c.status.clone());
+                    .count(c.status);
             }
         }
         let body = serde_json::json!({

@@ -127,14 +127,13 @@ export async function detail(main, [name, tab = ""], ctx) {
   });
 }
 
-function edge(e, upstream) {
+function edge(e) {
   const ok = e.Intention?.Allowed;
   return h("li", { dataset: { edge: e.Name, allowed: String(!!ok) } },
     h("a", { href: `#/services/${seg(e.Name)}/topology` }, e.Name), " ",
     h("span", { class: ok ? "allowed" : "denied" },
       ok ? "allowed" : "denied", e.Intention?.HasPermissions ? " (L7 permissions)" : "",
-      e.Intention?.HasExact ? "" : " by default"),
-    upstream ? "" : "");
+      e.Intention?.HasExact ? "" : " by default"));
 }
 
 async function topology(body, name, ctx) {
@@ -143,13 +142,13 @@ async function topology(body, name, ctx) {
     what: `reading the topology of ${name}`,
     onData: (t) => {
       ctx.clear();
-      const side = (title, list, up) => h("section", { "aria-label": title }, h("h2", {}, title),
-        list.length ? h("ul", {}, list.map((e) => edge(e, up))) : h("p", { class: "muted" }, "None."));
+      const side = (title, list) => h("section", { "aria-label": title }, h("h2", {}, title),
+        list.length ? h("ul", {}, list.map(edge)) : h("p", { class: "muted" }, "None."));
       fill(body, h("p", { class: "muted" }, `Protocol ${t.Protocol}. Edges from proxy registrations; each marked by what intentions decide.`),
         h("div", { class: "topo" },
-          side("Downstreams", t.Downstreams || [], false),
+          side("Downstreams", t.Downstreams || []),
           h("div", { class: "me" }, "→ ", name, " →"),
-          side("Upstreams", t.Upstreams || [], true)),
+          side("Upstreams", t.Upstreams || [])),
         t.FilteredByACLs ? filteredNotice(true) : null);
     },
     onError: ctx.error,
