@@ -138,6 +138,18 @@ fn topology_edges_carry_the_intention_decision() {
     assert_eq!(up["Intention"]["HasExact"], false);
     assert_eq!(t["Downstreams"], json!([]));
 
+    // A blocking read of the topology is woken by the intention's write.
+    let index = s.get("/v1/internal/ui/service-topology/web").index();
+    let addr = s.http_addr;
+    let waiter = std::thread::spawn(move || {
+        request(
+            addr,
+            "GET",
+            &format!("/v1/internal/ui/service-topology/web?index={index}&wait=30s"),
+            None,
+        )
+    });
+    s.wait_parked(1);
     let r = s.put(
         "/v1/config",
         &json!({"Kind": "service-intentions", "Name": "api",
@@ -145,6 +157,9 @@ fn topology_edges_carry_the_intention_decision() {
         .to_string(),
     );
     assert_eq!(r.status, 200, "{}", r.body);
+    let woken = waiter.join().unwrap();
+    assert!(woken.index() > index);
+    assert_eq!(woken.json()["Upstreams"][0]["Intention"]["Allowed"], false);
     let t = s.get_json("/v1/internal/ui/service-topology/web");
     let up = &t["Upstreams"][0]["Intention"];
     assert_eq!(
