@@ -78,7 +78,11 @@ pub fn routes<S: Clone + Send + Sync + 'static>(config: &UiConfig) -> Router<S> 
         }
     };
     Router::new()
-        .route("/", get(|| async { Redirect::to("/ui/") }))
+        // 302: `/` may serve something else another day; `/ui` never will.
+        .route(
+            "/",
+            get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/ui/")]) }),
+        )
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(serve.clone()))
         .route("/ui/{*path}", get(serve))

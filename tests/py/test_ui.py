@@ -403,3 +403,34 @@ def test_with_default_deny_the_ui_asks_for_a_token_then_shows_what_it_may_read(a
     assert "service:read" in msg and "secret" in msg, msg
     shot(d, "acl-denied")
     d.execute_script("localStorage.clear()")
+
+
+def test_keyboard_alone_reaches_the_sections_and_the_search(cluster, browser):
+    from selenium.webdriver.common.keys import Keys
+    d = browser
+    base = cluster.url
+    open_page(d, base, "/services")
+    d.refresh()  # a fresh load: focus starts at the top of the document
+    wait_until("the list", lambda: d.find_elements(By.CSS_SELECTOR, "#services table"))
+    seen = []
+    for _ in range(12):
+        d.switch_to.active_element.send_keys(Keys.TAB)
+        el = d.switch_to.active_element
+        seen.append(el.text or el.get_attribute("id"))
+        if el.text == "Nodes":
+            el.send_keys(Keys.ENTER)
+            break
+    else:
+        raise AssertionError(f"Tab never reached the Nodes link: {seen}")
+    wait_until("the nodes page", lambda: d.current_url.endswith("#/nodes") and d.find_elements(By.CSS_SELECTOR, "#nodes table"))
+    assert seen[0] == "Skip to content", seen
+    # Every form control has a label a screen reader reads.
+    for path in ("/services", "/kv/", "/intentions", "/acl"):
+        open_page(d, base, path)
+        wait_until(f"{path} loaded", lambda: not d.find_elements(By.XPATH, "//main/p[text()='Loading…']"))
+        time.sleep(0.2)
+        unlabeled = d.execute_script("""
+            return [...document.querySelectorAll('main input, main select, main textarea')]
+              .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+              .map(e => e.id || e.outerHTML);""")
+        assert not unlabeled, f"{path}: {unlabeled}"
