@@ -90,6 +90,8 @@ export async function watch(path, { signal, onData, onError, ok, what }) {
       index = a.index > 0 && a.index >= index ? a.index : 0;
       backoff = 0;
       if (moved || !q) onData(a.data, a);
+      // No index to block on: poll instead of spinning.
+      if (!a.index) await sleep(5000, signal);
     } catch (e) {
       if (signal.aborted || e.name === "AbortError") return;
       onError(e);

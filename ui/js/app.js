@@ -52,8 +52,8 @@ async function render() {
   const ctx = context(current.signal);
   for (const a of document.querySelectorAll("#nav a")) {
     const section = a.getAttribute("href").slice(1).split("/")[1];
-    a.toggleAttribute("aria-current", path.split("/")[1] === section);
     if (path.split("/")[1] === section) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
   }
   for (const [re, page] of routes) {
     const m = path.match(re);
