@@ -26,8 +26,13 @@ if [[ -z "${CAIRN_BIN:-}" ]]; then
 fi
 
 PY="${PYTHON:-python3}"
-if ! "$PY" -c 'import consul, pytest, grpc, envoy.service.discovery.v3' 2>/dev/null; then
-    "$PY" -m pip install --quiet py-consul pytest grpcio xds-protos
+if ! "$PY" -c 'import consul, pytest, grpc, envoy.service.discovery.v3, selenium' 2>/dev/null; then
+    "$PY" -m pip install --quiet py-consul pytest grpcio xds-protos selenium
+fi
+# The web UI's browser tests (tests/py/test_ui.py): skipped without the
+# browser, failed without it under CI.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "test-clients: chromium and chromium-driver not installed (apt-get install -y chromium chromium-driver); the UI tests will be skipped (failed under CI)"
 fi
 
 if ! command -v prometheus >/dev/null 2>&1 && [[ ! -x /usr/bin/prometheus ]]; then

@@ -127,6 +127,10 @@ pub struct FileConfig {
     pub tls_key_file: Option<PathBuf>,
     pub tls_verify_incoming: Option<bool>,
     pub encrypt: Option<String>,
+    /// `ui_config.enabled` (or the legacy `ui`).
+    pub ui_enabled: Option<bool>,
+    /// `ui_config.dir` (or the legacy `ui_dir`).
+    pub ui_dir: Option<PathBuf>,
     /// Keys cairn does not use (`telemetry`, `acl.enable_token_persistence`, …),
     /// each once, with the first file that has it.
     pub unused: Vec<(String, PathBuf)>,
@@ -173,6 +177,18 @@ impl FileConfig {
                 "log_level" => self.log_level = Some(f.string(&key, &v)?),
                 "log_json" => self.log_json = Some(f.bool(&key, &v)?),
                 "encrypt" => self.encrypt = Some(f.string(&key, &v)?),
+                "ui" => self.ui_enabled = Some(f.bool(&key, &v)?),
+                "ui_dir" => self.ui_dir = Some(f.string(&key, &v)?.into()),
+                "ui_config" => {
+                    for (k, v) in f.block(&key, v)? {
+                        let name = format!("{key}.{k}");
+                        match k.as_str() {
+                            "enabled" => self.ui_enabled = Some(f.bool(&name, &v)?),
+                            "dir" => self.ui_dir = Some(f.string(&name, &v)?.into()),
+                            _ => f.unused(&name),
+                        }
+                    }
+                }
                 "addresses" => {
                     for (k, v) in f.block(&key, v)? {
                         let a = &mut self.addresses;
@@ -470,7 +486,8 @@ telemetry { prometheus_retention_time = "1m" }
         assert_eq!(c.tokens_other["replication"], "r");
         assert_eq!(c.tokens_other["agent_recovery"], "old");
         let unused: Vec<&str> = c.unused.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(unused, ["telemetry", "ui_config"]);
+        assert_eq!(unused, ["telemetry"]);
+        assert_eq!(c.ui_enabled, Some(true));
     }
 
     #[test]
@@ -483,6 +500,24 @@ telemetry { prometheus_retention_time = "1m" }
         assert_eq!(c.datacenter.as_deref(), Some("b"));
         assert_eq!(c.unused.len(), 1);
         assert!(c.unused[0].1.ends_with("a.json"));
+    }
+
+    #[test]
+    fn ui_config_and_its_legacy_keys() {
+        let c = load(&[(
+            "ui.hcl",
+            "ui_config {\n  enabled = true\n  dir = \"/srv/ui\"\n  metrics_provider = \"x\"\n}\n",
+        )])
+        .unwrap();
+        assert_eq!(c.ui_enabled, Some(true));
+        assert_eq!(c.ui_dir.as_deref(), Some(std::path::Path::new("/srv/ui")));
+        assert_eq!(c.unused[0].0, "ui_config.metrics_provider");
+        let c = load(&[("old.json", r#"{"ui": false, "ui_dir": "/d"}"#)]).unwrap();
+        assert_eq!((c.ui_enabled, c.ui_dir.is_some()), (Some(false), true));
+        let err = load(&[("bad.hcl", "ui_config { enabled = [1] }")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key ui_config.enabled:"), "{err}");
     }
 
     #[test]

@@ -164,6 +164,8 @@ struct ServerArgs {
     sled_cache_mb: u64,
     #[command(flatten)]
     dns: DnsArgs,
+    #[command(flatten)]
+    ui: UiArgs,
     /// Where gRPC listens (Envoy's xDS, consul-dataplane's services); ""
     /// turns it off.
     #[arg(long, default_value = "127.0.0.1:8502")]
@@ -179,6 +181,28 @@ struct ServerArgs {
     /// An xDS stream with no first request within this is closed.
     #[arg(long, value_parser = parse_duration, default_value = "10s", hide = true)]
     xds_first_request_timeout: std::time::Duration,
+}
+
+/// The web UI's flags (servers and agents alike).
+#[derive(clap::Args)]
+struct UiArgs {
+    /// Serve the web UI at /ui/ (and redirect / there); always on with
+    /// --dev.
+    #[arg(long)]
+    ui: bool,
+    /// Serve the web UI from this directory instead of the one built in
+    /// (implies --ui; Consul's ui_config.dir).
+    #[arg(long, value_name = "DIR")]
+    ui_dir: Option<PathBuf>,
+}
+
+impl UiArgs {
+    fn config(&self, dev: bool) -> cairn::request::ui::UiConfig {
+        cairn::request::ui::UiConfig {
+            enabled: self.ui || dev,
+            dir: self.ui_dir.clone(),
+        }
+    }
 }
 
 /// The DNS interface's flags (servers and agents alike).
@@ -252,6 +276,8 @@ struct AgentArgs {
     log_json: bool,
     #[command(flatten)]
     dns: DnsArgs,
+    #[command(flatten)]
+    ui: UiArgs,
 }
 
 /// A record TTL: a Go duration (0 allowed), in whole seconds.
@@ -407,6 +433,12 @@ macro_rules! from_file {
     };
 }
 
+/// `ui_config { enabled, dir }` from the files, unless a flag said it.
+fn apply_ui(m: &ArgMatches, f: &FileConfig, ui: &mut UiArgs) {
+    from_file!(m, "ui", ui.ui, f.ui_enabled);
+    from_file!(m, "ui_dir", ui.ui_dir, f.ui_dir.clone().map(Some));
+}
+
 fn load_files(c: &ConfigArgs) -> anyhow::Result<FileConfig> {
     FileConfig::load(&c.sources()).map_err(|e| anyhow::anyhow!(e.0))
 }
@@ -500,6 +532,8 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
         &mut a.dns,
         (&mut a.log_level, &mut a.log_json),
     )?;
+    apply_ui(m, f, &mut a.ui);
+    apply_ui(m, f, &mut a.ui);
     from_file!(m, "node", a.node, f.node_name.clone().map(Some));
     from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
     from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
@@ -738,6 +772,7 @@ fn main() -> anyhow::Result<()> {
                 data_dir,
                 http_addr,
                 servers,
+                ui: a.ui.config(false),
                 config_sources: a.config.sources(),
                 sync_interval: a.sync_interval,
                 datacenter: a.datacenter.clone(),
@@ -820,6 +855,7 @@ fn main() -> anyhow::Result<()> {
                 insecure_raft: a.insecure_raft,
                 acl: a.acl.server(),
                 agent_tokens: a.acl.tokens(),
+                ui: a.ui.config(a.dev),
                 config_sources: a.config.sources(),
             };
             let dns = a.dns.config()?;

@@ -191,11 +191,12 @@ pub async fn server(
     }
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config).await?;
-    let _ = server.set_agent(agent.clone());
+    server.set_agent(agent.clone());
     let app = crate::http::router(server.clone())
         .merge(crate::agent::api::server_routes(agent.clone()))
         .layer(axum::Extension(crate::http::resolver(&server)))
-        .layer(axum::Extension(federation.clone()));
+        .layer(axum::Extension(federation.clone()))
+        .merge(crate::request::ui::routes(&config.ui));
     federation.serve(wan_handler(app.clone()));
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
@@ -371,6 +372,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         tokens: config.agent_tokens.clone(),
         // The server's own, set by `run`.
         blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
+        ui: Default::default(),
     })
 }
 

@@ -62,6 +62,8 @@ pub struct ServerConfig {
     /// The configuration files (`--config-file`, `--config-dir`) whose
     /// service and check definitions the server's own agent registers.
     pub config_sources: crate::config_file::Sources,
+    /// The web UI (`--ui`, `--ui-dir`; off by default).
+    pub ui: crate::request::ui::UiConfig,
 }
 
 /// A server's TLS: with the three files given, the Raft transport is
@@ -106,6 +108,7 @@ impl ServerConfig {
             acl: Default::default(),
             agent_tokens: Default::default(),
             config_sources: Default::default(),
+            ui: Default::default(),
         }
     }
 

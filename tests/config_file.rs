@@ -142,13 +142,16 @@ fn a_teams_server_hcl_starts_a_cairn_server() {
     );
     // One line per key cairn does not use, nested ones named by path.
     let log = p.log();
-    for key in ["ui_config", "performance", "acl.enable_token_persistence"] {
+    for key in ["performance", "acl.enable_token_persistence"] {
         let n = log
             .lines()
             .filter(|l| l.contains("not used by cairn") && l.contains(&format!("key={key} ")))
             .count();
         assert_eq!(n, 1, "{key}: {log}");
     }
+    // `ui_config { enabled = true }` is used: the UI is served.
+    assert!(!log.contains("key=ui_config "), "{log}");
+    assert_eq!(request(addr, "GET", "/ui/", None).status, 200);
 }
 
 #[test]

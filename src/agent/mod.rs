@@ -94,6 +94,9 @@ pub struct AgentConfig {
     /// The cap its hash-blocking reads wait within (a server's own agent
     /// shares the server's).
     pub blocking: crate::request::serve::Blocking,
+    /// The web UI it serves (`--ui`, `--ui-dir`; a server's own agent
+    /// serves none: the server does).
+    pub ui: crate::request::ui::UiConfig,
 }
 
 /// Ports a node serves besides plain HTTP, as `/v1/agent/self`'s
@@ -654,7 +657,7 @@ pub async fn run(
         servers = ?agent.config.servers,
         "agent HTTP API listening"
     );
-    let app = api::router(agent.clone());
+    let app = api::router(agent.clone()).merge(crate::request::ui::routes(&agent.config.ui));
     // Not graceful: a forwarded blocking query may hold its connection for
     // minutes, and nothing an agent serves needs finishing.
     let plain = async {

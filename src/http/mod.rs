@@ -23,6 +23,7 @@ pub mod session;
 mod snapshot;
 mod status;
 mod stream;
+pub mod ui;
 pub mod wan;
 
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub fn router(server: App) -> Router {
         .merge(event::routes())
         .merge(coordinate::routes())
         .merge(wan::routes())
+        .merge(ui::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,

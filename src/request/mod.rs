@@ -9,6 +9,7 @@ pub mod error;
 pub mod json;
 pub mod list_filter;
 pub mod serve;
+pub mod ui;
 
 use std::time::Duration;
 
