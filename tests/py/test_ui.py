@@ -1,7 +1,8 @@
 """The web UI in a real browser: headless Chromium (Debian's `chromium` and
 `chromium-driver`) driven by Selenium against a three-server cairn cluster
 serving the UI (`--ui`), and a default-deny ACL server. Every page is
-screenshotted into docs/ui/.
+screenshotted, into a temporary directory, or into the one `CAIRN_UI_SHOTS`
+names (`CAIRN_UI_SHOTS=docs/ui` refreshes the README's pictures).
 
 Under CI (`CI` set) a missing browser fails the run rather than skipping."""
 
@@ -20,7 +21,7 @@ import pytest
 
 from conftest import ROOT, CairnServer, cairn_bin, free_port
 
-SHOTS = ROOT / "docs" / "ui"
+SHOTS = pathlib.Path(os.environ.get("CAIRN_UI_SHOTS") or tempfile.mkdtemp(prefix="cairn-ui-shots-"))
 ACL_ROOT = "6f1c2a4e-0000-4000-8000-0000000000ui"
 
 try:
