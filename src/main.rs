@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use cairn::config_file::FileConfig;
+use cairn::request::serve::HttpLimits;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -96,7 +97,7 @@ struct ServerArgs {
     node: Option<String>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    #[arg(long, default_value = "127.0.0.1:8300")]
+    #[arg(long, default_value_t = cairn::server::RAFT_ADDR)]
     raft_addr: SocketAddr,
     /// The Raft port's shared key (base64 of 32 bytes, from `cairn
     /// keygen`; the same on every server): peers must prove it, and all
@@ -112,7 +113,7 @@ struct ServerArgs {
     #[command(flatten)]
     acl: AclArgs,
 
-    #[arg(long, default_value = "dc1")]
+    #[arg(long, default_value = cairn::server::DATACENTER)]
     datacenter: String,
     #[arg(long, default_value_t = 0)]
     bootstrap_expect: usize,
@@ -135,8 +136,8 @@ struct ServerArgs {
     raft_log_segment_bytes: u64,
     /// How long the index entries of deleted keys, services, nodes and
     /// config entries (tombstones) are kept before the leader reaps them.
-    #[arg(long, value_parser = parse_duration, default_value = "15m")]
-    tombstone_ttl: std::time::Duration,
+    #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(cairn::server::TOMBSTONE_TTL))]
+    tombstone_ttl: FlagDuration,
     #[arg(long, default_value = "info")]
     log_level: String,
     #[arg(long)]
@@ -146,17 +147,17 @@ struct ServerArgs {
     #[arg(long)]
     http_max_conns: Option<usize>,
     /// Time a request's head may take to arrive, from its first byte.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    http_read_header_timeout: std::time::Duration,
+    #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(HttpLimits::default().header_timeout))]
+    http_read_header_timeout: FlagDuration,
     /// An HTTP connection with no request in flight and no traffic for
     /// this long is closed.
-    #[arg(long, value_parser = parse_duration, default_value = "2m")]
-    http_idle_timeout: std::time::Duration,
+    #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(HttpLimits::default().idle_timeout))]
+    http_idle_timeout: FlagDuration,
     /// Blocking queries waiting at once; past it one answers 429.
-    #[arg(long, default_value_t = 16_384)]
+    #[arg(long, default_value_t = HttpLimits::default().max_blocking)]
     http_max_blocking_queries: usize,
     /// Connections open at once on the Raft port (from one IP: a quarter).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = cairn::raft::network::PortLimits::default().max_conns)]
     raft_max_conns: usize,
     /// The most sled's page cache holds, in MiB (it grows as pages are
     /// touched, up to this).
@@ -179,8 +180,8 @@ struct ServerArgs {
     #[arg(long, default_value_t = cairn::xds::Limits::default().max_anonymous, hide = true)]
     xds_max_anonymous_streams: usize,
     /// An xDS stream with no first request within this is closed.
-    #[arg(long, value_parser = parse_duration, default_value = "10s", hide = true)]
-    xds_first_request_timeout: std::time::Duration,
+    #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(cairn::xds::Limits::default().first_request), hide = true)]
+    xds_first_request_timeout: FlagDuration,
 }
 
 /// The web UI's flags (servers and agents alike).
@@ -264,7 +265,7 @@ struct AgentArgs {
     servers: Vec<String>,
     #[command(flatten)]
     config: ConfigArgs,
-    #[arg(long, default_value = "dc1", hide = true)]
+    #[arg(long, default_value = cairn::server::DATACENTER, hide = true)]
     datacenter: String,
     /// The full anti-entropy period before scaling by cluster size
     /// (a Go duration; default 1m).
@@ -294,7 +295,7 @@ fn parse_ttl(s: &str) -> Result<u32, String> {
 #[derive(clap::Args)]
 struct ListenArgs {
     /// The plain HTTP API's address; "" for none (HTTPS only).
-    #[arg(long, default_value = "127.0.0.1:8500")]
+    #[arg(long, default_value_t = cairn::server::HTTP_ADDR.to_string())]
     http_addr: String,
     /// The CA certificate (PEM) that peers' and clients' certificates are
     /// checked against.
@@ -649,6 +650,21 @@ fn validate(paths: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A duration flag: parsed as a Go duration, its default shown as one.
+#[derive(Clone, Copy, Debug)]
+struct FlagDuration(std::time::Duration);
+
+impl std::fmt::Display for FlagDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nanos = i64::try_from(self.0.as_nanos()).unwrap_or(i64::MAX);
+        cairn::structs::duration::Duration(nanos).fmt(f)
+    }
+}
+
+fn parse_flag_duration(s: &str) -> Result<FlagDuration, String> {
+    parse_duration(s).map(FlagDuration)
+}
+
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let d = cairn::structs::duration::Duration::parse(s)?;
     if d.nanos() <= 0 {
@@ -848,7 +864,7 @@ fn main() -> anyhow::Result<()> {
                 join_wan: a.join_wan,
                 snapshot_threshold: a.raft_snapshot_threshold,
                 log_segment_bytes: a.raft_log_segment_bytes,
-                tombstone_ttl: a.tombstone_ttl,
+                tombstone_ttl: a.tombstone_ttl.0,
                 limits,
                 tls,
                 encrypt,
@@ -870,7 +886,7 @@ fn main() -> anyhow::Result<()> {
                     xds: cairn::xds::Limits {
                         max_streams: a.grpc_max_streams,
                         max_anonymous: a.xds_max_anonymous_streams,
-                        first_request: a.xds_first_request_timeout,
+                        first_request: a.xds_first_request_timeout.0,
                         ..Default::default()
                     },
                 })
@@ -888,8 +904,8 @@ fn server_limits(a: &ServerArgs) -> cairn::server::Limits {
     if let Some(n) = a.http_max_conns {
         l.http.max_conns = n.max(1);
     }
-    l.http.header_timeout = a.http_read_header_timeout;
-    l.http.idle_timeout = a.http_idle_timeout;
+    l.http.header_timeout = a.http_read_header_timeout.0;
+    l.http.idle_timeout = a.http_idle_timeout.0;
     l.http.max_blocking = a.http_max_blocking_queries.max(1);
     l.raft_port.max_conns = a.raft_max_conns.max(4);
     l.raft_port.max_conns_per_ip = (a.raft_max_conns / 4).max(4);

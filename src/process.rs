@@ -384,6 +384,17 @@ mod tests {
         TcpListener::bind("127.0.0.1:0").await.unwrap()
     }
 
+    /// Listeners for the Raft port and plain HTTP only.
+    async fn raft_and_http() -> Listeners {
+        Listeners {
+            raft: listen().await,
+            http: Some(listen().await),
+            https: None,
+            grpc: None,
+            dns: None,
+        }
+    }
+
     fn config(dir: &std::path::Path) -> ServerConfig {
         // Ports 0: the listeners handed in decide.
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -402,13 +413,7 @@ mod tests {
     async fn a_server_serves_on_the_listeners_handed_in_and_its_leader_runs_the_duties() {
         crate::tls::install_default_provider();
         let dir = tempfile::tempdir().unwrap();
-        let listeners = Listeners {
-            raft: listen().await,
-            http: Some(listen().await),
-            https: None,
-            grpc: None,
-            dns: None,
-        };
+        let listeners = raft_and_http().await;
         let http = listeners.http.as_ref().unwrap().local_addr().unwrap();
         let p = server(config(dir.path()), None, None, listeners)
             .await
@@ -463,13 +468,7 @@ mod tests {
         use crate::raft::wan::{WanDatacenter, WanHello, WanRequest, WanServer};
         crate::tls::install_default_provider();
         let dir = tempfile::tempdir().unwrap();
-        let listeners = Listeners {
-            raft: listen().await,
-            http: Some(listen().await),
-            https: None,
-            grpc: None,
-            dns: None,
-        };
+        let listeners = raft_and_http().await;
         let p = server(config(dir.path()), None, None, listeners)
             .await
             .unwrap();

@@ -1,7 +1,7 @@
 //! Wires a server together: sled, the Raft log and state machine, the
 //! transport, cluster formation and the HTTP API.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +83,14 @@ pub struct ServerTls {
 /// told otherwise.
 pub const SNAPSHOT_THRESHOLD: u64 = 16_384;
 
+/// `cairn server`'s defaults: `ServerConfig::new` starts from them and the
+/// flags show them, so each is written once.
+pub const DATACENTER: &str = "dc1";
+pub const HTTP_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8500));
+pub const RAFT_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8300));
+/// How long deleted objects' index entries are kept (Consul's 15 minutes).
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
+
 impl ServerConfig {
     /// A server's settings with every default (`cairn server`'s flags
     /// start from the same): one server on loopback, datacenter `dc1`,
@@ -90,17 +98,17 @@ impl ServerConfig {
     pub fn new(node: impl Into<String>, data_dir: PathBuf) -> ServerConfig {
         ServerConfig {
             node: node.into(),
-            datacenter: "dc1".into(),
+            datacenter: DATACENTER.into(),
             data_dir,
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 8500)),
-            raft_addr: SocketAddr::from(([127, 0, 0, 1], 8300)),
+            http_addr: HTTP_ADDR,
+            raft_addr: RAFT_ADDR,
             bootstrap_expect: 0,
             join: Vec::new(),
             primary_datacenter: None,
             join_wan: Vec::new(),
             snapshot_threshold: SNAPSHOT_THRESHOLD,
             log_segment_bytes: crate::raft::log_store::SEGMENT_BYTES,
-            tombstone_ttl: Duration::from_secs(15 * 60),
+            tombstone_ttl: TOMBSTONE_TTL,
             limits: Default::default(),
             tls: None,
             encrypt: None,

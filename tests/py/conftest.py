@@ -94,6 +94,67 @@ class CairnServer:
                 self.proc.wait()
 
 
+
+class ThreeServers:
+    """Three cairn servers on loopback that form a cluster by themselves
+    (`extra`: more flags for each); fails at once, with their logs, if one
+    exits or no leader is elected within the wait."""
+
+    def __init__(self, root, extra=(), name="cairn"):
+        self.http = [free_port() for _ in range(3)]
+        raft = [free_port() for _ in range(3)]
+        self.url = f"http://127.0.0.1:{self.http[0]}"
+        self.procs, self.logs = [], []
+        for i in range(3):
+            log = open(root / f"{name}-s{i}.log", "wb")
+            joins = [a for j in range(3) if j != i for a in ("--join", f"127.0.0.1:{raft[j]}")]
+            self.procs.append(subprocess.Popen(
+                [cairn_bin(), "server", *extra, "--node", f"s{i}",
+                 "--data-dir", str(root / f"{name}-s{i}"),
+                 "--http-addr", f"127.0.0.1:{self.http[i]}",
+                 "--raft-addr", f"127.0.0.1:{raft[i]}",
+                 "--grpc-addr", f"127.0.0.1:{free_port()}",
+                 "--dns-addr", f"127.0.0.1:{free_port()}",
+                 "--bootstrap-expect", "3", *joins],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+            self.logs.append(log)
+        deadline = time.monotonic() + 90
+        for port in self.http:
+            while not self._leader_seen(port):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError(f"no cairn leader in 90 s\n{self.tail()}")
+                time.sleep(0.25)
+
+    def _leader_seen(self, port):
+        dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+        if dead:
+            self.stop()
+            raise AssertionError(f"cairn server(s) {dead} exited\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status/leader", timeout=3) as r:
+                return bool(json.loads(r.read() or b'""'))
+        except OSError:
+            return False
+
+    def tail(self):
+        out = []
+        for log in self.logs:
+            log.flush()
+            lines = pathlib.Path(log.name).read_text(errors="replace").splitlines()
+            out.append(f"--- {log.name} (last 30 lines)\n" + "\n".join(lines[-30:]))
+        return "\n".join(out)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
 @pytest.fixture(scope="module")
 def cairn():
     server = CairnServer()

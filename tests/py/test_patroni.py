@@ -22,7 +22,7 @@ import urllib.request
 
 import pytest
 
-from conftest import cairn_bin, free_port
+from conftest import ThreeServers, free_port
 
 PATRONI = "/usr/bin/patroni"
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -55,59 +55,6 @@ def wait_until(what, pred, timeout):
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
-
-class Cluster:
-    """Three cairn servers on loopback that form a cluster by themselves."""
-
-    def __init__(self, root):
-        self.http = [free_port() for _ in range(3)]
-        raft = [free_port() for _ in range(3)]
-        self.procs = []
-        self.logs = []
-        for i in range(3):
-            log = open(root / f"cairn-s{i}.log", "wb")
-            joins = [a for j in range(3) if j != i for a in ("--join", f"127.0.0.1:{raft[j]}")]
-            self.procs.append(subprocess.Popen(
-                [cairn_bin(), "server", "--node", f"s{i}", "--data-dir", str(root / f"s{i}"),
-                 "--http-addr", f"127.0.0.1:{self.http[i]}",
-                 "--raft-addr", f"127.0.0.1:{raft[i]}",
-                 "--grpc-addr", f"127.0.0.1:{free_port()}",
-                 "--dns-addr", f"127.0.0.1:{free_port()}",
-                 "--bootstrap-expect", "3", *joins],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            self.logs.append(log)
-        try:
-            for port in self.http:
-                wait_until("a cairn leader", lambda p=port: self.alive() and http_json(
-                    f"http://127.0.0.1:{p}/v1/status/leader"), 90)
-        except AssertionError as e:
-            self.stop()
-            raise AssertionError(f"{e}\n{self.tail()}") from None
-
-    def alive(self):
-        """Every server still runs (a dead one fails the wait at once)."""
-        dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
-        if dead:
-            raise AssertionError(f"cairn server(s) {dead} exited")
-        return True
-
-    def tail(self):
-        out = []
-        for log in self.logs:
-            log.flush()
-            lines = pathlib.Path(log.name).read_text(errors="replace").splitlines()
-            out.append(f"--- {log.name} (last 30 lines)\n" + "\n".join(lines[-30:]))
-        return "\n".join(out)
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 class Patroni:
@@ -201,7 +148,7 @@ class Patroni:
 def ha():
     root = pathlib.Path(tempfile.mkdtemp(prefix="cairn-patroni-"))
     os.chmod(root, 0o755)
-    cluster = Cluster(root)
+    cluster = ThreeServers(root)
     nodes = []
     try:
         nodes.append(Patroni(root, "pg1", cluster.http[0]))

@@ -6,12 +6,10 @@ names (`CAIRN_UI_SHOTS=docs/ui` refreshes the README's pictures).
 
 Under CI (`CI` set) a missing browser fails the run rather than skipping."""
 
-import base64
 import json
 import os
 import pathlib
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -19,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, CairnServer, cairn_bin, free_port
+from conftest import CairnServer, ThreeServers
 
 SHOTS = pathlib.Path(os.environ.get("CAIRN_UI_SHOTS") or tempfile.mkdtemp(prefix="cairn-ui-shots-"))
 ACL_ROOT = "6f1c2a4e-0000-4000-8000-0000000000ui"
@@ -27,7 +25,7 @@ ACL_ROOT = "6f1c2a4e-0000-4000-8000-0000000000ui"
 try:
     from selenium import webdriver
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import Select
 except ImportError:  # pragma: no cover - reported by the fixture
     webdriver = None
 
@@ -60,48 +58,11 @@ def call(base, method, path, body=None, token=None, raw=False):
     return json.loads(text) if text else None
 
 
-class Cluster:
-    """Three servers serving the UI, formed by themselves."""
-
-    def __init__(self, root):
-        self.http = [free_port() for _ in range(3)]
-        raft = [free_port() for _ in range(3)]
-        self.procs, self.logs = [], []
-        for i in range(3):
-            log = open(root / f"cairn-ui-s{i}.log", "wb")
-            joins = [a for j in range(3) if j != i for a in ("--join", f"127.0.0.1:{raft[j]}")]
-            self.procs.append(subprocess.Popen(
-                [cairn_bin(), "server", "--ui", "--node", f"s{i}", "--data-dir", str(root / f"s{i}"),
-                 "--http-addr", f"127.0.0.1:{self.http[i]}", "--raft-addr", f"127.0.0.1:{raft[i]}",
-                 "--grpc-addr", f"127.0.0.1:{free_port()}", "--dns-addr", f"127.0.0.1:{free_port()}",
-                 "--bootstrap-expect", "3", *joins],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            self.logs.append(log)
-        for port in self.http:
-            wait_until("a leader", lambda p=port: self.alive() and call(
-                f"http://127.0.0.1:{p}", "GET", "/v1/status/leader"), 90)
-        self.url = f"http://127.0.0.1:{self.http[0]}"
-
-    def alive(self):
-        dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
-        assert not dead, f"cairn server(s) {dead} exited"
-        return True
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
 
 @pytest.fixture(scope="module")
 def cluster():
     root = pathlib.Path(tempfile.mkdtemp(prefix="cairn-ui-"))
-    c = Cluster(root)
+    c = ThreeServers(root, extra=("--ui",), name="cairn-ui")
     yield c
     c.stop()
     shutil.rmtree(root, ignore_errors=True)
