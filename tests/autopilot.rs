@@ -11,30 +11,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::acl::{ROOT, acl_started, token_with_rules, with};
-use common::{Server, by_raft, cluster, eventually};
+use common::{Server, agreed_leader, cluster, eventually};
 
 /// The least silence after which the leader calls a server dead (the
 /// default `LastContactThreshold`, 200ms, gives the 10 s floor).
 const DEAD_AFTER: Duration = Duration::from_secs(10);
-
-/// The index of the server the running ones agree leads.
-fn agreed_leader(servers: &[Server]) -> usize {
-    eventually(Duration::from_secs(30), "one agreed leader", || {
-        let named: Vec<String> = servers
-            .iter()
-            .filter(|s| s.is_running())
-            .map(|s| {
-                s.get("/v1/status/leader")
-                    .json()
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .collect();
-        (!named[0].is_empty() && named.iter().all(|n| *n == named[0]))
-            .then(|| by_raft(servers, &named[0]))
-    })
-}
 
 /// The Raft configuration as `s` knows it: (node, voter), sorted.
 fn configuration(s: &Server) -> Vec<(String, bool)> {
@@ -351,22 +332,4 @@ fn autopilot_configuration_needs_operator_write_and_a_bounded_body() {
     assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(200)]);
     assert_eq!(with(s.http_addr, "GET", path, None, ROOT).json(), before);
     assert!(s.is_running());
-}
-
-/// The cleanup is a leader duty like the others: if it panics, the server
-/// stops, naming it, rather than running on without it.
-#[test]
-fn a_panicking_cleanup_stops_the_server_naming_it() {
-    let task = "autopilot dead-server cleanup";
-    let s = Server::builder()
-        .dev()
-        .env("CAIRN_FAULT_TASK", task)
-        .spawn();
-    let status = s.wait_exit(Duration::from_secs(30));
-    let log = s.log();
-    assert!(status.is_some(), "server still running:\n{log}");
-    assert!(
-        log.contains(&format!("critical task {task:?} panicked")),
-        "the log names it:\n{log}"
-    );
 }

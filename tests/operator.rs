@@ -7,24 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::acl::{ROOT, acl_started, token_with_rules, with};
-use common::{Server, by_raft, cli, eventually};
-
-/// The index of the server every member names as leader.
-fn agreed_leader(servers: &[Server]) -> usize {
-    eventually(Duration::from_secs(20), "one agreed leader", || {
-        let named: Vec<String> = servers
-            .iter()
-            .map(|s| {
-                s.get_json("/v1/status/leader")
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .collect();
-        (!named[0].is_empty() && named.iter().all(|n| *n == named[0]))
-            .then(|| by_raft(servers, &named[0]))
-    })
-}
+use common::{Server, agreed_leader, cli, eventually};
 
 /// The agreed leader is `want`; the servers' logs otherwise.
 fn expect_leader(servers: &[Server], want: usize) {

@@ -23,6 +23,9 @@ fn a_dead_critical_task_stops_the_server_naming_it() {
         "agent lease reaper",
         "session TTL expiry",
         "agent sync",
+        "coordinate probes",
+        "coordinate batches",
+        "autopilot dead-server cleanup",
     ] {
         let s = Server::builder()
             .dev()

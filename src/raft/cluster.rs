@@ -328,6 +328,7 @@ impl Cluster {
     /// whole elects as soon as its servers find no leader.
     async fn stay_member(&self, restarted: bool) {
         let mut quiet = restarted;
+        let mut asked_promotion = tokio::time::Instant::now();
         if quiet {
             self.raft.runtime_config().elect(false);
         }
@@ -368,8 +369,32 @@ impl Cluster {
                     Err(e) => tracing::info!(via = %addr, error = %e, "rejoin not done yet"),
                 }
             }
+            // Left a learner by a leader that lost office before it could
+            // promote it (the joiner's own old term can depose it): asks
+            // the leader now in office, which promotes it once caught up.
+            if heard
+                && asked_promotion.elapsed() >= REJOIN_AFTER
+                && let Some(addr) = self.leader_if_learner()
+            {
+                asked_promotion = tokio::time::Instant::now();
+                tracing::info!(via = %addr, "a learner here: asking the leader to promote this server");
+                if let Err(e) = self.ask_to_join(&addr).await {
+                    tracing::info!(via = %addr, error = %e, "not promoted yet");
+                }
+            }
             tokio::time::sleep(REJOIN_CHECK).await;
         }
+    }
+
+    /// The leader's Raft address, if it leads and this server is a learner
+    /// in the membership it replicated here.
+    fn leader_if_learner(&self) -> Option<String> {
+        let members = self.members();
+        let learner = members
+            .iter()
+            .any(|(id, _, voter)| *id == self.id && !voter);
+        let (leader, node) = self.leader()?;
+        (learner && leader != self.id).then_some(node.raft_addr)
     }
 
     /// The first server this one knows that belongs to a cluster led by

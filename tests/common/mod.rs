@@ -329,6 +329,25 @@ pub fn by_raft(servers: &[Server], raft: &str) -> usize {
         .unwrap_or_else(|| panic!("leader {raft} is not one of ours"))
 }
 
+/// The index of the server the running ones agree leads (within 30 s).
+pub fn agreed_leader(servers: &[Server]) -> usize {
+    eventually(Duration::from_secs(30), "one agreed leader", || {
+        let named: Vec<String> = servers
+            .iter()
+            .filter(|s| s.is_running())
+            .map(|s| {
+                s.get("/v1/status/leader")
+                    .json()
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        (!named[0].is_empty() && named.iter().all(|n| *n == named[0]))
+            .then(|| by_raft(servers, &named[0]))
+    })
+}
+
 fn spawn_server(args: &[String], env: &[(String, String)], log: std::fs::File) -> Child {
     Command::new(bin())
         .args(args)
@@ -496,7 +515,12 @@ impl Server {
                 .iter()
                 .any(|c| c["CheckID"] == "serfHealth" && c["Status"] == "passing");
             let registered = consul.as_array()?.iter().any(|c| c["Node"] == node);
-            (serf && registered).then_some(())
+            // The server's own agent has synced its node (meta, addresses).
+            let synced = self.metric("cairn_agent_full_syncs_total") >= 1.0
+                && self.get_json(&format!("/v1/catalog/node/{}", enc(&node)))["Node"]["Meta"]
+                    .get("cairn-agent")
+                    .is_some();
+            (serf && registered && synced).then_some(())
         });
     }
 
