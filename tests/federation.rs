@@ -326,6 +326,18 @@ fn the_other_datacenter_judges_the_token() {
     );
     let v: Value = r.json();
     assert_eq!(v, serde_json::json!({}));
+    // The federation states need operator:read: anonymous and a token with
+    // operator none are refused, one with operator:read reads them.
+    let path = "/v1/internal/federation-states";
+    assert_eq!(dc1.get(path).status, 403);
+    let (_, short) = token_with_rules(
+        dc1.http_addr,
+        "op-none",
+        r#"key_prefix "" { policy = "read" }"#,
+    );
+    assert_eq!(with(dc1.http_addr, "GET", path, None, &short).status, 403);
+    let (_, reader) = token_with_rules(dc1.http_addr, "op-read", r#"operator = "read""#);
+    assert_eq!(with(dc1.http_addr, "GET", path, None, &reader).status, 200);
 }
 
 /// Federation goes only where the transport's authentication lets it:

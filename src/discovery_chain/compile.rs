@@ -74,6 +74,25 @@ fn chain_id(o: &TargetOpts) -> String {
     }
 }
 
+/// The protocol a service speaks, as the chain compiler decides it: its
+/// service-defaults' (an entry without one means tcp, not proxy-defaults'),
+/// else the global proxy-defaults' config, else tcp; lower case.
+pub fn service_protocol(
+    service_defaults: Option<&ServiceConfigEntry>, proxy_defaults: Option<&ProxyConfigEntry>,
+) -> String {
+    let protocol = match service_defaults {
+        Some(sd) => sd.protocol.clone(),
+        None => proxy_defaults
+            .and_then(ProxyConfigEntry::config_protocol)
+            .unwrap_or_default(),
+    };
+    if protocol.is_empty() {
+        "tcp".to_string()
+    } else {
+        protocol.to_lowercase()
+    }
+}
+
 /// Consul's connect SNI for a service (subset) in a datacenter.
 pub fn service_sni(
     service: &str, subset: &str, namespace: &str, partition: &str, datacenter: &str,
@@ -169,19 +188,10 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
     fn record_service_protocol(
         &mut self, service: &str, ns: &str, part: &str,
     ) -> Result<(), ChainError> {
-        let protocol = match self.service_defaults(service, ns, part) {
-            // An entry without a protocol means tcp, not proxy-defaults'.
-            Some(sd) => sd.protocol.clone(),
-            None => self
-                .proxy_defaults(part)
-                .and_then(ProxyConfigEntry::config_protocol)
-                .unwrap_or_default(),
-        };
-        let protocol = if protocol.is_empty() {
-            "tcp".to_string()
-        } else {
-            protocol.to_lowercase()
-        };
+        let protocol = service_protocol(
+            self.service_defaults(service, ns, part),
+            self.proxy_defaults(part),
+        );
         if self.protocol.is_empty() {
             self.protocol = protocol;
         } else if self.protocol != protocol {

@@ -25,7 +25,7 @@ mod conformance_tests;
 #[cfg(test)]
 mod tests;
 
-pub use compile::service_sni;
+pub use compile::{service_protocol, service_sni};
 pub use graph::{EntryChange, ReverseIndex, affected_chains, references, validate_write};
 pub use types::*;
 

@@ -34,9 +34,9 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
     let config = match agent {
         Some(a) => crate::agent::api::self_config(a),
         None => json!({
-            "Datacenter": s.config().datacenter,
+            "Datacenter": s.datacenter(),
             "PrimaryDatacenter": s.config().primary(),
-            "NodeName": s.config().node,
+            "NodeName": s.node_name(),
             "NodeID": format!("{:016x}", s.cluster().id),
             "Server": true,
             "Revision": "cairn",

@@ -64,7 +64,7 @@ struct Datacenter {
 /// WAN names (`node.dc`), as Consul lists them (no ACL filter, as Consul).
 async fn datacenters(State(s): State<App>, _: Opts) -> Response {
     let st = s.state();
-    let dc = &s.config().datacenter;
+    let dc = s.datacenter();
     let mut coordinates: Vec<ServerCoord> = super::liveness::server_names(&s)
         .into_iter()
         .filter_map(|name| {
@@ -77,7 +77,7 @@ async fn datacenters(State(s): State<App>, _: Opts) -> Response {
         .collect();
     coordinates.sort_by(|a, b| a.node.cmp(&b.node));
     axum::Json(vec![Datacenter {
-        datacenter: dc.clone(),
+        datacenter: dc.to_owned(),
         area_id: "wan",
         coordinates,
     }])
@@ -170,7 +170,7 @@ async fn ping(State(s): State<App>) -> Response {
 pub fn sort_near<T>(s: &Server, p: &Params, rows: &mut [T], node_of: impl Fn(&T) -> &str) {
     let near = match p.get("near") {
         None | Some("") => return,
-        Some("_agent") => s.config().node.as_str(),
+        Some("_agent") => s.node_name(),
         Some(n) => n,
     };
     let st = s.state();
@@ -202,7 +202,7 @@ pub async fn probe_servers(s: App) {
             .cluster()
             .members()
             .into_iter()
-            .filter(|(_, n, _)| n.name != s.config().node)
+            .filter(|(_, n, _)| n.name != s.node_name())
             .map(|(_, n, _)| n.http_addr)
             .collect();
         if peers.is_empty() {

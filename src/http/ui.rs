@@ -412,20 +412,14 @@ struct Edge {
     intention: Decision,
 }
 
-/// The protocol a service speaks: its service-defaults', else the global
-/// proxy-defaults', else tcp.
+/// The protocol a service speaks, as its discovery chain says.
 fn protocol(st: &state::State, name: &str) -> String {
-    let own = st
-        .get(Kind::ServiceDefaults, name)
-        .and_then(|e| serde_json::to_value(e).ok())
-        .and_then(|v| v.get("Protocol").and_then(Value::as_str).map(String::from))
-        .filter(|p| !p.is_empty());
-    own.or_else(|| {
+    crate::discovery_chain::service_protocol(
+        st.get(Kind::ServiceDefaults, name)
+            .and_then(|e| e.as_service_defaults()),
         st.get(Kind::ProxyDefaults, "global")
-            .and_then(|e| e.as_proxy_defaults())
-            .and_then(|p| p.config_protocol())
-    })
-    .unwrap_or_else(|| "tcp".to_string())
+            .and_then(|e| e.as_proxy_defaults()),
+    )
 }
 
 /// The services the proxies of `name` list as upstreams, and the services

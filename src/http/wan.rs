@@ -39,7 +39,7 @@ fn local_only(path: &str) -> bool {
 fn other_dc(s: &App, query: Option<&str>) -> Option<String> {
     let p = Params::parse(query);
     p.get("dc")
-        .filter(|dc| !dc.is_empty() && *dc != s.config().datacenter)
+        .filter(|dc| !dc.is_empty() && *dc != s.datacenter())
         .map(str::to_string)
 }
 
