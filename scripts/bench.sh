@@ -7,7 +7,7 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone burst many memory acl xds"  which parts to run (default all)
+#   BENCH_PARTS="compare alone burst many memory acl xds ui"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
@@ -166,7 +166,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds}
+PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds ui}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -440,6 +440,43 @@ stop_all
 rm -rf "$OUT/cairn"
 fi
 
+# ------------------------------------------------------------------ web UI
+# One server (Raft with fsync, --ui) holding 5,000 services of 10
+# instances each (50,000, on 500 nodes, each with a passing check): the
+# UI's services endpoint under 4 clients, and the services page's first
+# render in headless Chromium (scripts/ui_render.py) when it is installed.
+UI="$OUT/ui.md"
+unote() { printf '| %s | %s |\n' "$1" "$2" >>"$UI"; echo "  $1: $2"; }
+if [[ " $PARTS " == *" ui "* ]]; then
+echo "web UI: 5,000 services, 50,000 instances on one server"
+: >"$UI"
+"$BIN" server --node s0 --data-dir "$OUT/cairn/ui" --bootstrap-expect 1 --ui \
+  --http-addr "$(ch 0)" --raft-addr "$(cr 0)" --dns-addr "$(cd_ 0)" --grpc-addr "$(cg)" \
+  2>>"$OUT/cairn-ui.log" &
+PIDS[s0]=$!
+"$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+t0=$(date +%s.%N)
+r=$(run "ui fill" register --addrs "$(ch 0)" --clients 32 --count 50000 --per-node 100 --services 5000 --checks)
+unote "50,000 instances of 5,000 services registered (32 clients, each with a passing check)" \
+  "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s", b - a }'), $(field errors "$r") errors"
+l=$(load1)
+r=$(run "ui services" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path /v1/internal/ui/services)
+unote "GET /v1/internal/ui/services (5,000 rows), 4 clients" \
+  "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s, $(field errors "$r") errors — load $l"
+if command -v chromium >/dev/null && command -v chromedriver >/dev/null && python3 -c 'import selenium' 2>/dev/null; then
+  if out=$(python3 scripts/ui_render.py "http://$(ch 0)" 5 2>>"$LOG"); then
+    unote "services page first render in headless Chromium (5 fresh loads, $(field rows "$out") rows drawn)" \
+      "p50 $(field p50_ms "$out") ms, max $(field max_ms "$out") ms after navigation start"
+  else
+    unote "services page first render" "failed (see $LOG)"
+  fi
+else
+  unote "services page first render" "n/a (chromium, chromium-driver and selenium not installed)"
+fi
+stop_all
+rm -rf "$OUT/cairn"
+fi
+
 # ------------------------------------------------------------------ report
 echo
 echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
@@ -466,6 +503,14 @@ if [ -s "$OUT/xds.md" ]; then
   echo "| measure | result |"
   echo "| --- | --- |"
   cat "$OUT/xds.md"
+fi
+if [ -s "$OUT/ui.md" ]; then
+  echo
+  echo "## web UI (5,000 services, 50,000 instances, one server)"
+  echo
+  echo "| measure | result |"
+  echo "| --- | --- |"
+  cat "$OUT/ui.md"
 fi
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"

@@ -357,3 +357,26 @@ fn a_client_agent_serves_the_ui_and_forwards_the_ui_reads() {
     assert_eq!(list.status, 200, "{list:?}");
     assert!(by_name(&list.json(), "web").is_some(), "{}", list.body);
 }
+
+/// A node's own check (no service) counts for every instance on the node,
+/// once per instance, as Consul's summaries count it.
+#[test]
+fn a_node_check_counts_for_each_instance_on_its_node() {
+    let s = Server::dev();
+    mesh(&s);
+    register(
+        &s,
+        json!({"Node": "n1", "Address": "10.0.0.1",
+            "Service": {"ID": "web1b", "Service": "web", "Port": 81},
+            "Check": {"CheckID": "n1-disk", "Name": "disk", "Status": "warning"}}),
+    );
+    let list = s.get_json("/v1/internal/ui/services");
+    let web = by_name(&list, "web").expect("web listed");
+    // web1 (passing + node warning), web1b (node warning), web2 (critical).
+    assert_eq!(web["InstanceCount"], 3, "{web}");
+    assert_eq!(web["ChecksPassing"], 1, "{web}");
+    assert_eq!(web["ChecksWarning"], 2, "{web}");
+    assert_eq!(web["ChecksCritical"], 1, "{web}");
+    let api = by_name(&list, "api").expect("api listed");
+    assert_eq!(api["ChecksWarning"], 0, "{api}");
+}

@@ -110,6 +110,19 @@ enum Cmd {
         /// an earlier run's instances start past them).
         #[arg(long, default_value_t = 0)]
         start: u64,
+        /// Distinct service names the instances share (`web-0`..).
+        #[arg(long, default_value_t = 100)]
+        services: u64,
+        /// Give each instance a passing service check.
+        #[arg(long)]
+        checks: bool,
+    },
+    /// GETs `--path` from `--clients` connections at the leader.
+    Get {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        path: String,
     },
     /// Loads KV entries through `PUT /v1/txn`, `batch` sets per transaction.
     Fill {
@@ -384,18 +397,30 @@ fn read_op(system: System, mode: ReadMode, key: &str) -> Result<Op> {
     })
 }
 
-fn register_op(i: u64, per_node: u64) -> Op {
-    let node = i / per_node.max(1);
-    let body = json!({
+/// What `register` registers beside the instance numbers.
+#[derive(Clone, Copy)]
+struct Shape {
+    per_node: u64,
+    services: u64,
+    checks: bool,
+}
+
+fn register_op(i: u64, shape: Shape) -> Op {
+    let node = i / shape.per_node.max(1);
+    let id = format!("web-{i:08}");
+    let mut body = json!({
         "Node": format!("bench-node-{node:06}"),
         "Address": "127.0.0.1",
         "Service": {
-            "ID": format!("web-{i:08}"),
-            "Service": format!("web-{}", i % 100),
+            "ID": id,
+            "Service": format!("web-{}", i % shape.services.max(1)),
             "Port": 8080,
             "Tags": ["bench"],
         },
     });
+    if shape.checks {
+        body["Check"] = json!({"CheckID": format!("{id}-alive"), "Name": "alive", "ServiceID": id, "Status": "passing"});
+    }
     Op {
         method: Method::PUT,
         path: "/v1/catalog/register".into(),
@@ -655,10 +680,16 @@ async fn cmd_read(c: Common, mode: ReadMode) -> Result<()> {
     run_load(&leader, &c, next, &format!("{system:?} read {mode:?}")).await
 }
 
-async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) -> Result<()> {
+async fn cmd_register(c: Common, count: Option<u64>, shape: Shape, start: u64) -> Result<()> {
     let leader = find_leader(System::Cairn, &c.addrs).await?;
     let mut probe = Conn::new(&leader);
-    let op = register_op(u64::MAX / 2, 1);
+    let op = register_op(
+        u64::MAX / 2,
+        Shape {
+            per_node: 1,
+            ..shape
+        },
+    );
     let (s, _, _) = probe.call(op.method, &op.path, op.body).await?;
     if s == StatusCode::NOT_FOUND || s == StatusCode::METHOD_NOT_ALLOWED {
         println!("na=1 status={}", s.as_u16());
@@ -673,7 +704,7 @@ async fn cmd_register(c: Common, count: Option<u64>, per_node: u64, start: u64) 
         )
         .await;
     let counter = Arc::new(AtomicU64::new(start));
-    let next = Arc::new(move |_, _| register_op(counter.fetch_add(1, Ordering::Relaxed), per_node));
+    let next = Arc::new(move |_, _| register_op(counter.fetch_add(1, Ordering::Relaxed), shape));
     match count {
         None => run_load(&leader, &c, next, "register").await,
         Some(total) => {
@@ -940,7 +971,17 @@ fn main() -> Result<()> {
                 count,
                 per_node,
                 start,
-            } => cmd_register(common, count, per_node, start).await,
+                services,
+                checks,
+            } => {
+                let shape = Shape {
+                    per_node,
+                    services,
+                    checks,
+                };
+                cmd_register(common, count, shape, start).await
+            }
+            Cmd::Get { common, path } => rows::cmd_get(common, path).await,
             Cmd::Fill {
                 addrs,
                 entries,

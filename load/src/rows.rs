@@ -87,6 +87,19 @@ pub async fn cmd_recurse(c: Common, prefix: String) -> Result<()> {
     run_load(&leader, &c, next, &format!("{system:?} recurse")).await
 }
 
+/// GETs of one path (cairn only), after one that must succeed.
+pub async fn cmd_get(c: Common, path: String) -> Result<()> {
+    let leader = find_leader(System::Cairn, &c.addrs).await?;
+    let label = format!("GET {path}");
+    let op = move || Op {
+        method: Method::GET,
+        path: path.clone(),
+        body: Bytes::new(),
+    };
+    call_ok(&mut Conn::new(&leader), op()).await?;
+    run_load(&leader, &c, Arc::new(move |_, _| op()), &label).await
+}
+
 fn recurse_op(system: System, prefix: &str) -> Op {
     match system {
         System::Cairn => Op {

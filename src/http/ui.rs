@@ -8,7 +8,7 @@
 //! without `service:read`, a node without `node:read` is left out (and the
 //! answer marked filtered). The static assets are `request::ui`'s.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -82,23 +82,25 @@ pub struct Summary {
 
 impl Summary {
     fn add(&mut self, i: &Instance) {
-        let svc = &i.service;
+        let mut counts = CheckCounts::default();
+        i.checks.iter().for_each(|c| counts.count(c.status));
+        self.add_parts(&i.node.node, &i.service, counts);
+    }
+
+    /// One instance: its node's name, its service, its checks counted.
+    fn add_parts(&mut self, node: &str, svc: &NodeService, counts: CheckCounts) {
         self.kind = svc.kind.as_str().to_string();
         self.instance_count += 1;
         self.tag_set.extend(svc.tags.iter().cloned());
-        self.node_set.insert(i.node.node.clone());
+        self.node_set.insert(node.to_string());
         if let Some(src) = svc.meta.get("external-source") {
             self.source_set.insert(src.clone());
         }
         self.transparent_proxy |= svc.proxy.mode == "transparent";
         self.connect_native |= svc.connect.get("Native") == Some(&Value::Bool(true));
-        for c in &i.checks {
-            match c.status {
-                HealthStatus::Passing => self.checks_passing += 1,
-                HealthStatus::Warning => self.checks_warning += 1,
-                _ => self.checks_critical += 1,
-            }
-        }
+        self.checks_passing += counts.passing;
+        self.checks_warning += counts.warning;
+        self.checks_critical += counts.critical;
     }
 
     fn finish(mut self) -> Self {
@@ -106,6 +108,32 @@ impl Summary {
         self.nodes = std::mem::take(&mut self.node_set).into_iter().collect();
         self.external_sources = std::mem::take(&mut self.source_set).into_iter().collect();
         self
+    }
+}
+
+/// Checks by status: an instance's own plus its node's.
+#[derive(Debug, Default, Clone, Copy)]
+struct CheckCounts {
+    passing: usize,
+    warning: usize,
+    critical: usize,
+}
+
+impl CheckCounts {
+    fn count(&mut self, status: HealthStatus) {
+        match status {
+            HealthStatus::Passing => self.passing += 1,
+            HealthStatus::Warning => self.warning += 1,
+            _ => self.critical += 1,
+        }
+    }
+
+    fn plus(self, o: CheckCounts) -> CheckCounts {
+        CheckCounts {
+            passing: self.passing + o.passing,
+            warning: self.warning + o.warning,
+            critical: self.critical + o.critical,
+        }
     }
 }
 
@@ -146,20 +174,51 @@ fn summarize(name: &str, dc: &str, found: &[Instance]) -> Option<Summary> {
 /// folded into the service they front (`ConnectedWithProxy`), as Consul's
 /// list shows them only on the service's own page.
 fn all_summaries(st: &state::State, a: &Authz, dc: &str) -> (Vec<Summary>, bool) {
+    // Every check counted once, by instance and by node (a node's own
+    // checks count for each of its instances): gathering each instance's
+    // checks apart would scan its node's checks once per instance.
+    let mut own: HashMap<(&str, &str), CheckCounts> = HashMap::new();
+    let mut of_node: HashMap<&str, CheckCounts> = HashMap::new();
+    for ((node, _), c) in st.checks.iter() {
+        let counts = if c.service_id.is_empty() {
+            of_node.entry(node).or_default()
+        } else {
+            own.entry((node, &c.service_id)).or_default()
+        };
+        counts.count(c.status);
+    }
     let mut hidden = false;
     let mut out: BTreeMap<String, Summary> = BTreeMap::new();
     let mut proxied = BTreeSet::new();
-    for name in st.service_names.keys() {
-        let (found, h) = instances(st, a, name);
-        hidden |= h;
-        for i in &found {
-            let dest = &i.service.proxy.destination_service_name;
-            if i.service.kind == ServiceKind::ConnectProxy && !dest.is_empty() {
+    for (name, keys) in st.service_names.iter() {
+        let mut sum = Summary {
+            name: name.clone(),
+            datacenter: dc.to_string(),
+            ..Default::default()
+        };
+        for key in keys {
+            let (node, id) = key;
+            let Some(svc) = st.services.get(key) else {
+                continue;
+            };
+            if !st.nodes.contains_key(node) {
+                continue;
+            }
+            if !(a.service_read(&svc.service) && a.node_read(node)) {
+                hidden = true;
+                continue;
+            }
+            let dest = &svc.proxy.destination_service_name;
+            if svc.kind == ServiceKind::ConnectProxy && !dest.is_empty() {
                 proxied.insert(dest.clone());
             }
+            let at = |m: Option<&CheckCounts>| m.copied().unwrap_or_default();
+            let counts =
+                at(own.get(&(node.as_str(), id.as_str()))).plus(at(of_node.get(node.as_str())));
+            sum.add_parts(node, svc, counts);
         }
-        if let Some(sum) = summarize(name, dc, &found) {
-            out.insert(name.clone(), sum);
+        if sum.instance_count > 0 {
+            out.insert(name.clone(), sum.finish());
         }
     }
     for dest in &proxied {

@@ -103,6 +103,7 @@ class ThreeServers:
     def __init__(self, root, extra=(), name="cairn"):
         self.http = [free_port() for _ in range(3)]
         raft = [free_port() for _ in range(3)]
+        self.raft = raft
         self.url = f"http://127.0.0.1:{self.http[0]}"
         self.procs, self.logs = [], []
         for i in range(3):

@@ -158,7 +158,7 @@ def test_the_root_redirects_and_every_page_loads_without_console_errors(cluster,
         ("kv-key", "/kv/app/config/db", "#kv-edit"),
         ("intentions", "/intentions", "#intentions table"),
         ("config", "/config/service-defaults", "tr[data-entry='web']"),
-        ("config-entry", "/config/service-defaults/web", "#config-json"),
+        ("config-entry", "/config/service-defaults/web", "#config-body"),
         ("acl", "/acl", "#acl-login"),
     ]
     console_errors(d)  # drop what came before
@@ -396,3 +396,93 @@ def test_keyboard_alone_reaches_the_sections_and_the_search(cluster, browser):
               .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
               .map(e => e.id || e.outerHTML);""")
         assert not unlabeled, f"{path}: {unlabeled}"
+
+
+def services_shown(d):
+    return [r.get_attribute("data-service") for r in d.find_elements(By.CSS_SELECTOR, "#services tbody tr")]
+
+
+def test_the_tag_filter_keeps_only_services_with_that_tag(cluster, browser):
+    base = cluster.url
+    d = browser
+    register(base, "ui-n5", "ledger", "ledger1", extra={"Tags": ["finance", "v1"]})
+    register(base, "ui-n5", "payroll", "payroll1", extra={"Tags": ["finance"]})
+    open_page(d, base, "/services")
+    wait_until("ledger listed", lambda: "ledger" in services_shown(d))
+    wait_until("the finance tag offered",
+               lambda: "finance" in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#svc-tag option")])
+    Select(d.find_element(By.ID, "svc-tag")).select_by_value("finance")
+    assert sorted(services_shown(d)) == ["ledger", "payroll"], services_shown(d)
+    # A live update keeps the chosen tag and its filter.
+    register(base, "ui-n5", "audit", "audit1", extra={"Tags": ["finance"]})
+    wait_until("audit joins the filtered list", lambda: sorted(services_shown(d)) == ["audit", "ledger", "payroll"])
+    assert Select(d.find_element(By.ID, "svc-tag")).first_selected_option.get_attribute("value") == "finance"
+    Select(d.find_element(By.ID, "svc-tag")).select_by_value("")
+    assert "web" in services_shown(d)
+
+
+def test_a_config_entry_shown_as_hcl_writes_back_through_the_cli(cluster, browser, tmp_path):
+    base = cluster.url
+    d = browser
+    entry = {"Kind": "service-router", "Name": "hclsvc", "Meta": {"owner.team": "ops"},
+             "Routes": [{"Match": {"HTTP": {"PathPrefix": "/v2", "Header": [{"Name": "x-canary", "Exact": "1"}]}},
+                         "Destination": {"Service": "hclsvc", "RetryOn": ["5xx"], "NumRetries": 2}}]}
+    assert call(base, "PUT", "/v1/config", {"Kind": "service-defaults", "Name": "hclsvc", "Protocol": "http"}) is True
+    assert call(base, "PUT", "/v1/config", entry) is True
+    open_page(d, base, "/config/service-router/hclsvc")
+    wait_until("the JSON", lambda: '"PathPrefix": "/v2"' in text_of(d, "#config-body"))
+    d.find_element(By.ID, "config-as-hcl").click()
+    wait_until("the HCL", lambda: 'PathPrefix = "/v2"' in text_of(d, "#config-body"))
+    assert d.find_element(By.ID, "config-as-hcl").get_attribute("aria-pressed") == "true"
+    shot(d, "config-hcl")
+    text = d.find_element(By.ID, "config-body").get_attribute("textContent")
+    assert "ModifyIndex" not in text
+    # What the page shows is a file `cairn config write` takes: delete the
+    # entry, write the shown HCL back, and the same entry returns.
+    before = call(base, "GET", "/v1/config/service-router/hclsvc")
+    assert call(base, "DELETE", "/v1/config/service-router/hclsvc") is True
+    f = tmp_path / "router.hcl"
+    f.write_text(text)
+    import subprocess
+    from conftest import cairn_bin
+    env = dict(os.environ, CONSUL_HTTP_ADDR=base)
+    out = subprocess.run([cairn_bin(), "config", "write", str(f)], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr + out.stdout
+    after = call(base, "GET", "/v1/config/service-router/hclsvc")
+    strip = lambda e: {k: v for k, v in e.items() if k not in ("CreateIndex", "ModifyIndex")}
+    assert strip(after) == strip(before)
+
+
+@pytest.fixture(scope="module")
+def dc2(cluster):
+    """A one-server datacenter dc2 joined to the cluster (dc1) over the WAN."""
+    s = CairnServer(extra=("--datacenter", "dc2", "--primary-datacenter", "dc1", "--ui",
+                           "--join-wan", f"127.0.0.1:{cluster.raft[0]}"))
+    wait_until("dc1 knows dc2", lambda: "dc2" in call(cluster.url, "GET", "/v1/catalog/datacenters"), 30)
+    yield s
+    s.stop()
+
+
+def test_the_datacenter_selector_shows_the_other_datacenter(cluster, dc2, browser):
+    base = cluster.url
+    d = browser
+    register(dc2.url, "dc2-n1", "far-away", "far1")
+    open_page(d, base, "/services")
+    wait_until("web listed", lambda: "web" in services_shown(d))
+    wait_until("dc2 offered", lambda: "dc2" in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#dc option")])
+    assert Select(d.find_element(By.ID, "dc")).first_selected_option.get_attribute("value") == "dc1"
+    assert "far-away" not in services_shown(d)
+    Select(d.find_element(By.ID, "dc")).select_by_value("dc2")
+    wait_until("dc2's services", lambda: "far-away" in services_shown(d) and "web" not in services_shown(d))
+    # Live there too: a service registered in dc2 appears without reload.
+    register(dc2.url, "dc2-n1", "far-later", "far2")
+    wait_until("far-later live", lambda: "far-later" in services_shown(d))
+    shot(d, "services-dc2")
+    # The choice holds across pages of the tab, and back to dc1 restores it.
+    open_page(d, base, "/services/far-away")
+    wait_until("the dc2 instance", lambda: "far-away is passing" in text_of(d, "#service-body"))
+    open_page(d, base, "/services")
+    Select(d.find_element(By.ID, "dc")).select_by_value("dc1")
+    wait_until("dc1 again", lambda: "web" in services_shown(d) and "far-away" not in services_shown(d))
+    assert not console_errors(d), console_errors(d)

@@ -9,6 +9,27 @@ export const token = {
   clear: () => localStorage.removeItem(TOKEN_KEY),
 };
 
+const DC_KEY = "cairn.dc";
+
+/**
+ * The datacenter the pages look at (`?dc=` on every request the servers
+ * forward), kept for the tab's session; empty means this server's own.
+ */
+export const dc = {
+  get: () => sessionStorage.getItem(DC_KEY) || "",
+  set: (d) => (d ? sessionStorage.setItem(DC_KEY, d) : sessionStorage.removeItem(DC_KEY)),
+};
+
+/** `path` with `dc=` added when another datacenter is chosen; the agent's
+ * own endpoints and the datacenter list are always this server's. */
+function inDc(path) {
+  const d = dc.get();
+  if (!d || !path.startsWith("/v1/") || path.startsWith("/v1/agent/") || path.startsWith("/v1/catalog/datacenters")) {
+    return path;
+  }
+  return `${path}${path.includes("?") ? "&" : "?"}dc=${encodeURIComponent(d)}`;
+}
+
 export class ApiError extends Error {
   constructor(status, body, what) {
     super(describe(status, body, what));
@@ -48,7 +69,7 @@ export async function api(path, { method = "GET", body, signal, ok = [], what } 
   what = what || `${method === "GET" ? "reading" : "writing"} ${path.split("?")[0]}`;
   let r;
   try {
-    r = await fetch(path, { method, headers, body, signal, cache: "no-store" });
+    r = await fetch(inDc(path), { method, headers, body, signal, cache: "no-store" });
   } catch (e) {
     if (e.name === "AbortError") throw e;
     throw new ApiError(0, e.message, what);

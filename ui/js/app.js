@@ -2,7 +2,7 @@
 // live until the next route aborts them.
 
 import { h, fill } from "./dom.js";
-import { api, token } from "./api.js";
+import { api, token, dc, watch } from "./api.js";
 import * as services from "./services.js";
 import * as nodes from "./nodes.js";
 import * as kv from "./kv.js";
@@ -13,7 +13,7 @@ import * as acl from "./acl.js";
 const routes = [
   [/^\/services$/, services.list],
   [/^\/services\/([^/]+)$/, services.detail],
-  [/^\/services\/([^/]+)\/(topology|routing|intentions)$/, services.detail],
+  [/^\/services\/([^/]+)\/(topology|routing|intentions|linked)$/, services.detail],
   [/^\/nodes$/, nodes.list],
   [/^\/nodes\/([^/]+)$/, nodes.detail],
   [/^\/kv\/(.*)$/, kv.page],
@@ -83,6 +83,25 @@ window.addEventListener("hashchange", () => { loginState(); render(); main.focus
 window.addEventListener("cairn-token", loginState);
 loginState();
 render();
-api("/v1/catalog/datacenters").then((a) => {
-  document.getElementById("dc").textContent = `Datacenter ${(a.data || [])[0] || ""}`;
-}).catch(() => {});
+// The datacenter selector: every known datacenter, this one first (the
+// list is nearest first); a choice re-renders the page through `?dc=`.
+const dcSelect = document.getElementById("dc");
+dcSelect.addEventListener("change", () => {
+  dc.set(dcSelect.selectedIndex === 0 ? "" : dcSelect.value);
+  render();
+});
+// Datacenters join and leave: the list is polled (it has no index to
+// block on), and the options change only when it does.
+let known = "";
+watch("/v1/catalog/datacenters", {
+  signal: new AbortController().signal,
+  what: "listing datacenters",
+  onData: (list) => {
+    const all = list || [];
+    if (all.join() === known) return;
+    known = all.join();
+    if (dc.get() && !all.includes(dc.get())) dc.set("");
+    fill(dcSelect, all.map((d) => h("option", { value: d, selected: d === (dc.get() || all[0]) }, d)));
+  },
+  onError: () => {},
+});
