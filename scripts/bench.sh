@@ -7,7 +7,7 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone burst many memory acl xds ui"  which parts to run (default all)
+#   BENCH_PARTS="compare alone burst many memory acl xds ui federation"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
@@ -166,7 +166,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds ui}
+PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds ui federation}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -477,6 +477,44 @@ stop_all
 rm -rf "$OUT/cairn"
 fi
 
+# ------------------------------------------------------------------ federation
+# Two one-server datacenters on loopback (dc1 primary, dc2 joined over the
+# WAN): a read of dc2's key through dc1 (`?dc=dc2`, over the Raft port's
+# transport) beside the same read asked of dc2 itself, and how long a
+# config entry written in dc1 takes to be read in dc2 (scripts/fed_lag.py).
+FED="$OUT/federation.md"
+fnote() { printf '| %s | %s |\n' "$1" "$2" >>"$FED"; echo "  $1: $2"; }
+if [[ " $PARTS " == *" federation "* ]]; then
+echo "federation: dc1 and dc2, one server each"
+: >"$FED"
+rm -rf "$OUT/cairn"
+start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1
+start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)"
+"$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+"$LOAD" leader --system cairn --addrs "$(ch 1)" >/dev/null
+for _ in $(seq 1 300); do
+  curl -sf "http://$(ch 0)/v1/catalog/datacenters" | grep -q dc2 && break
+  sleep 0.1
+done
+curl -sf -X PUT --data-binary "$(head -c 256 /dev/zero | tr '\0' v)" "http://$(ch 1)/v1/kv/bench/fed" >/dev/null
+l=$(load1)
+r=$(run "dc2 local read" get --addrs "$(ch 1)" --clients 4 --seconds "$SECS" --warmup 1 --path /v1/kv/bench/fed)
+fnote "KV read in dc2, asked of dc2 (4 clients)" \
+  "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s — load $l"
+l=$(load1)
+r=$(run "dc2 read via dc1" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path "/v1/kv/bench/fed?dc=dc2")
+fnote "the same read asked of dc1 with ?dc=dc2 (4 clients)" \
+  "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s, $(field errors "$r") errors — load $l"
+if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_LAG_RUNS:-50}" 2>>"$LOG"); then
+  fnote "replication lag of a config entry, dc1 → dc2 (${BENCH_LAG_RUNS:-50} writes)" \
+    "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
+else
+  fnote "replication lag of a config entry" "failed (see $LOG)"
+fi
+stop_all
+rm -rf "$OUT/cairn"
+fi
+
 # ------------------------------------------------------------------ report
 echo
 echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
@@ -503,6 +541,14 @@ if [ -s "$OUT/xds.md" ]; then
   echo "| measure | result |"
   echo "| --- | --- |"
   cat "$OUT/xds.md"
+fi
+if [ -s "$OUT/federation.md" ]; then
+  echo
+  echo "## federation (two datacenters, one server each)"
+  echo
+  echo "| measure | result |"
+  echo "| --- | --- |"
+  cat "$OUT/federation.md"
 fi
 if [ -s "$OUT/ui.md" ]; then
   echo
