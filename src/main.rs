@@ -792,6 +792,7 @@ fn main() -> anyhow::Result<()> {
                 config_sources: a.config.sources(),
                 sync_interval: a.sync_interval,
                 datacenter: a.datacenter.clone(),
+                primary_datacenter: String::new(),
                 in_server: false,
                 ports: Default::default(),
                 tls,

@@ -366,6 +366,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         config_sources: config.config_sources.clone(),
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,
         datacenter: config.datacenter.clone(),
+        primary_datacenter: config.primary().to_string(),
         in_server: true,
         ports: Default::default(),
         tls,

@@ -1371,3 +1371,28 @@ fn service_and_check_ids_may_contain_slashes() {
         404
     );
 }
+
+/// A client agent of a secondary datacenter reports the federation's
+/// primary in `/v1/agent/self`, as its servers know it (it reported its
+/// own datacenter before).
+#[test]
+fn a_client_agent_reports_the_primary_datacenter_its_servers_know() {
+    let s = Server::builder()
+        .dev()
+        .datacenter("dc2")
+        .arg("--primary-datacenter")
+        .arg("dc1")
+        .start();
+    let me = s.get_json("/v1/agent/self");
+    assert_eq!(me["Config"]["PrimaryDatacenter"], "dc1", "{me}");
+    let a = Agent::builder("a2", &s.url).start();
+    eventually(DEADLINE, "the agent told its datacenters", || {
+        let me = a.get_json("/v1/agent/self");
+        (me["Config"]["Datacenter"] == "dc2" && me["Config"]["PrimaryDatacenter"] == "dc1")
+            .then_some(())
+    });
+    assert_eq!(
+        a.get_json("/v1/agent/self")["DebugConfig"]["PrimaryDatacenter"],
+        "dc1"
+    );
+}

@@ -188,7 +188,7 @@ pub fn self_config(a: &Agent) -> Value {
     let dc = a.datacenter();
     json!({
         "Datacenter": dc,
-        "PrimaryDatacenter": dc,
+        "PrimaryDatacenter": a.primary_datacenter(),
         "NodeName": a.config.node,
         "NodeID": a.node_id,
         "Server": a.config.in_server,
@@ -229,7 +229,7 @@ pub fn debug_config(a: &Agent) -> Value {
     let ttl_min = crate::structs::duration::Duration(SESSION_TTL_MIN.as_nanos() as i64);
     json!({
         "Datacenter": dc,
-        "PrimaryDatacenter": dc,
+        "PrimaryDatacenter": a.primary_datacenter(),
         "NodeName": a.config.node,
         "NodeID": a.node_id,
         "ServerMode": a.config.in_server,

@@ -39,7 +39,7 @@ pub async fn heartbeat_loop(a: Arc<Agent>) {
                 }
                 match serde_json::from_slice::<HeartbeatReply>(&body) {
                     Ok(r) => {
-                        a.learn(r.members, &r.datacenter);
+                        a.learn(r.members, &r.datacenter, &r.primary_datacenter);
                         // A server's own agent leaves its node's
                         // coordinate to the server's probes.
                         if !a.config.in_server

@@ -81,6 +81,9 @@ pub struct AgentConfig {
     pub sync_interval: Duration,
     /// The datacenter until the servers say otherwise.
     pub datacenter: String,
+    /// The primary datacenter until the servers say otherwise (empty: the
+    /// agent's own).
+    pub primary_datacenter: String,
     /// Runs inside a server, for the server's own node: `servers` is that
     /// server's own HTTP address.
     pub in_server: bool,
@@ -146,6 +149,7 @@ pub struct Agent {
     /// stops if one dies.
     pub tasks: crate::tasks::Tasks,
     datacenter: RwLock<String>,
+    primary_datacenter: RwLock<String>,
     /// `PUT /v1/agent/leave`: leave the cluster and stop.
     leave: tokio::sync::Notify,
     /// Held (shared) by each heartbeat and anti-entropy round while it
@@ -178,6 +182,17 @@ impl Agent {
             .read()
             .map(|d| d.clone())
             .unwrap_or_default()
+    }
+
+    /// The federation's primary datacenter as the servers last said, else
+    /// its own (a server's agent: its server's `--primary-datacenter`).
+    pub fn primary_datacenter(&self) -> String {
+        self.primary_datacenter
+            .read()
+            .ok()
+            .filter(|d| !d.is_empty())
+            .map(|d| d.clone())
+            .unwrap_or_else(|| self.datacenter())
     }
 
     /// The token of requests made or forwarded without one.
@@ -289,13 +304,15 @@ impl Agent {
     }
 
     /// Records what a heartbeat told about the cluster.
-    fn learn(&self, members: usize, dc: &str) {
+    fn learn(&self, members: usize, dc: &str, primary: &str) {
         self.cluster_size.store(members, Ordering::Relaxed);
-        if !dc.is_empty()
-            && let Ok(mut d) = self.datacenter.write()
-            && *d != dc
-        {
-            *d = dc.to_string();
+        for (known, told) in [(&self.datacenter, dc), (&self.primary_datacenter, primary)] {
+            if !told.is_empty()
+                && let Ok(mut d) = known.write()
+                && *d != told
+            {
+                *d = told.to_string();
+            }
         }
     }
 
@@ -513,6 +530,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         persisting: tokio::sync::Mutex::new(()),
         cluster_size: AtomicUsize::new(1),
         datacenter: RwLock::new(config.datacenter.clone()),
+        primary_datacenter: RwLock::new(config.primary_datacenter.clone()),
         leave: tokio::sync::Notify::new(),
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),

@@ -61,6 +61,7 @@ async fn heartbeat(State(s): State<App>, a: Authz, body: Bytes) -> Result<Respon
         members: s.liveness().len_except(&servers) + servers.len(),
         known,
         datacenter: s.datacenter().to_owned(),
+        primary_datacenter: s.config().primary().to_owned(),
         node: s.node_name().to_owned(),
         coord: Some(s.coordinate().lock().coordinate()),
     })

@@ -23,6 +23,9 @@ pub struct HeartbeatReply {
     /// Whether the catalog had the node (if not, the agent re-syncs now).
     pub known: bool,
     pub datacenter: String,
+    /// The federation's primary datacenter (the agent's `/v1/agent/self`
+    /// reports it); empty from servers that predate it.
+    pub primary_datacenter: String,
     /// The answering server's node and its network coordinate: the agent
     /// times the heartbeat and moves its own coordinate (Vivaldi).
     pub node: String,
