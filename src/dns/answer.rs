@@ -754,6 +754,13 @@ mod tests {
             p("n1.node.dc2.consul."),
             Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Node("n1".into())))
         );
+        assert_eq!(p("geo-db.query.consul."), Lookup::Query("geo-db".into()));
+        assert_eq!(p("q.QUERY.dc1.consul."), Lookup::Query("q".into()));
+        assert_eq!(
+            p("q.query.dc2.consul."),
+            Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Query("q".into())))
+        );
+        assert_eq!(p("a.b.query.consul."), Lookup::Missing);
         assert_eq!(p("web.virtual.dc2.consul."), Lookup::Missing);
         assert_eq!(p("web.virtual.consul."), Lookup::Missing);
         assert_eq!(p("a.b.c.service.consul."), Lookup::Missing);
