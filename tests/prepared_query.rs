@@ -249,6 +249,22 @@ fn execute_filters_sorts_and_limits() {
         400
     );
 
+    // ?connect: the connect-capable instances (a's sidecar) instead.
+    let proxy = json!({"Node": "a", "Address": "10.0.0.1",
+        "Service": {"Kind": "connect-proxy", "Service": "web-sidecar-proxy", "ID": "web-proxy-a",
+                    "Port": 21000, "Proxy": {"DestinationServiceName": "web"}}});
+    let r = with(
+        s.http_addr,
+        "PUT",
+        "/v1/catalog/register",
+        Some(&proxy.to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = execute(&s, &all, "?connect=true");
+    assert_eq!(nodes(&r), ["a"]);
+    assert_eq!(r["Nodes"][0]["Service"]["ID"], "web-proxy-a", "{r}");
+
     // Coordinates: a at 0, b at 0.01, c at 0.5, e at 1 (d critical).
     for (n, x) in [("a", 0.0), ("b", 0.01), ("c", 0.5), ("e", 1.0)] {
         let r = s.put(
@@ -606,6 +622,19 @@ fn failover_to_another_datacenter() {
         (Some("dc1"), Some(0))
     );
     assert_eq!(nodes(&r), ["l1"]);
+
+    // The servers' failover path is theirs: a client's `?dc=` does not
+    // reach it in the other datacenter.
+    let body = json!({"Query": {"Name": "x", "Service": {"Service": "web"}},
+                      "Limit": 0, "Connect": false});
+    let r = with(
+        dc1.http_addr,
+        "POST",
+        "/v1/internal/query/execute-remote?dc=dc2",
+        Some(&body.to_string()),
+        ROOT,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
 
     // A query of dc2, run there by name from dc1 (HTTP `?dc=` and DNS).
     create(

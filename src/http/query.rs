@@ -178,7 +178,7 @@ async fn update(s: &App, a: Authz, id: &str, body: &[u8]) -> Result<Response> {
 async fn delete(s: &App, a: Authz, id: &str) -> Result<Response> {
     let Some(existing) = s.state().queries.get(id).cloned() else {
         return Err(Error::NotFound(format!(
-            "Cannot delete non-existent prepared query: '{id}'"
+            "Cannot modify non-existent prepared query: '{id}'"
         )));
     };
     authorize_write(&a, &existing)?;
