@@ -168,6 +168,18 @@ fn create_list_read_update_delete_and_refusals() {
     assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(200)]);
     assert_eq!(s.get_json("/v1/query").as_array().unwrap().len(), 1);
 
+    // Execute and explain are reads only.
+    let r = with(
+        addr,
+        "PUT",
+        &format!("/v1/query/{id}/execute"),
+        Some("{}"),
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("Method PUT not allowed"), "{}", r.body);
+    assert_eq!(with(addr, "GET", "/v1/query/", None, ROOT).status, 400);
+
     // Unknown IDs.
     let ghost = "6f1c2a4e-0000-4000-8000-0000000000ff";
     assert_eq!(s.get(&format!("/v1/query/{ghost}")).status, 404);

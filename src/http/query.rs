@@ -45,7 +45,10 @@ pub fn routes() -> Router<App> {
     Router::new()
         .route("/v1/query", get(list).post(create))
         .route("/v1/query/", any(missing))
-        .route("/v1/query/{*rest}", any(by_path))
+        .route(
+            "/v1/query/{*rest}",
+            get(get_by_path).put(put_by_path).delete(delete_by_path),
+        )
         .route(EXECUTE_REMOTE, post(execute_remote))
 }
 
@@ -55,39 +58,46 @@ async fn missing() -> Error {
 
 const NOT_FOUND: &str = "Query not found";
 
-/// `/v1/query/:id` (GET, PUT, DELETE), `/v1/query/:id_or_name/execute`
-/// and `/explain` (GET): Consul takes the path's last word as the verb.
-async fn by_path(
-    State(s): State<App>, a: Authz, method: Method, Path(rest): Path<String>, Opts(p, opts): Opts,
-    headers: HeaderMap, fed: Option<axum::Extension<Arc<Federation>>>, body: Bytes,
+/// `GET /v1/query/:id`, `/v1/query/:id_or_name/execute` and `/explain`:
+/// Consul takes the path's last word as the verb.
+async fn get_by_path(
+    State(s): State<App>, a: Authz, Path(rest): Path<String>, Opts(p, opts): Opts,
+    headers: HeaderMap, fed: Option<axum::Extension<Arc<Federation>>>,
 ) -> Result<Response> {
-    let fed = fed.map(|axum::Extension(f)| f);
     if let Some(id) = rest.strip_suffix("/execute") {
-        require_get(&method)?;
+        let fed = fed.map(|axum::Extension(f)| f);
         return execute(&s, a, id, &p, &headers, fed.as_deref()).await;
     }
     if let Some(id) = rest.strip_suffix("/explain") {
-        require_get(&method)?;
         return explain(&s, a, id).await;
     }
-    match method {
-        Method::GET => read(&s, a, &rest, opts).await,
-        Method::PUT => update(&s, a, &rest, &body).await,
-        Method::DELETE => delete(&s, a, &rest).await,
-        m => Err(method_not_allowed(&m)),
+    read(&s, a, &rest, opts).await
+}
+
+/// Only GET on `/execute` and `/explain`, as Consul.
+fn only_id(method: Method, rest: &str) -> Result<()> {
+    if rest.ends_with("/execute") || rest.ends_with("/explain") {
+        return Err(method_not_allowed(&method));
     }
+    Ok(())
+}
+
+async fn put_by_path(
+    State(s): State<App>, a: Authz, Path(rest): Path<String>, _: Opts, body: Bytes,
+) -> Result<Response> {
+    only_id(Method::PUT, &rest)?;
+    update(&s, a, &rest, &body).await
+}
+
+async fn delete_by_path(
+    State(s): State<App>, a: Authz, Path(rest): Path<String>, _: Opts,
+) -> Result<Response> {
+    only_id(Method::DELETE, &rest)?;
+    delete(&s, a, &rest).await
 }
 
 fn method_not_allowed(m: &Method) -> Error {
     Error::bad(format!("Method {m} not allowed"))
-}
-
-fn require_get(m: &Method) -> Result<()> {
-    if *m == Method::GET || *m == Method::HEAD {
-        Ok(())
-    } else {
-        Err(method_not_allowed(m))
-    }
 }
 
 /// A query as `a` may see it: `None` when it may not read it (a query with
