@@ -554,6 +554,29 @@ fn dns_answers_query_lookups() {
     assert_eq!((code.as_str(), rows.len()), ("NXDomain", 0));
 }
 
+/// A client agent answers `<name>.query.consul` from its server's execute
+/// (cut to its DNS token), and forwards the HTTP endpoints.
+#[test]
+fn a_client_agent_answers_query_lookups() {
+    let s = Server::dev();
+    let a = common::agent::Agent::builder("qa1", &s.url).start();
+    register(&s, "n1", "10.0.0.1", "web-1", &[], "passing");
+    register(&s, "n2", "10.0.0.2", "web-2", &[], "critical");
+    let id = create(
+        &s,
+        &json!({"Name": "agent-q", "Service": {"Service": "web"}, "DNS": {"TTL": "7s"}}),
+    );
+    let (code, rows) = dns(a.dns_addr, "agent-q.query.consul.", "A");
+    assert_eq!(code, "NoError");
+    assert_eq!(rows, [("A".to_string(), 7, "10.0.0.1".to_string())]);
+    let (code, _) = dns(a.dns_addr, "missing-q.query.consul.", "A");
+    assert_eq!(code, "NXDomain");
+    // Its HTTP API forwards the query endpoints.
+    let r = a.get(&format!("/v1/query/{id}/execute"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(nodes(&r.json()), ["n1"]);
+}
+
 /// The datacenters a server lists.
 fn datacenters(s: &Server) -> Vec<String> {
     s.get_json("/v1/catalog/datacenters")
