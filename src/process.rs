@@ -179,16 +179,6 @@ pub async fn server(
         None => agent_config.ports.grpc = grpc_port,
     }
     agent_config.ports.https = port_of(https.as_ref().map(|(l, _)| l))?;
-    if let (Some(l), Some(d)) = (dns_listeners, dns) {
-        let catalog = Arc::new(crate::dns::StateCatalog {
-            store: server.store().clone(),
-            datacenter: config.datacenter.clone(),
-            acl: server.acl().clone(),
-            token: config.agent_tokens.default.clone(),
-            remote: Some(federation.clone()),
-        });
-        tokio::spawn(crate::dns::serve(l, d, catalog));
-    }
     // Bound first: the agent talks to this server through that address.
     let agent = crate::agent::embedded(agent_config).await?;
     server.set_agent(agent.clone());
@@ -198,6 +188,17 @@ pub async fn server(
         .layer(axum::Extension(federation.clone()))
         .merge(crate::request::ui::routes(&config.ui));
     federation.serve(wan_handler(app.clone()));
+    if let (Some(l), Some(d)) = (dns_listeners, dns) {
+        let catalog = Arc::new(crate::dns::StateCatalog {
+            store: server.store().clone(),
+            datacenter: config.datacenter.clone(),
+            acl: server.acl().clone(),
+            token: config.agent_tokens.default.clone(),
+            remote: Some(federation.clone()),
+            router: Some(Arc::new(InProcess(app.clone()))),
+        });
+        tokio::spawn(crate::dns::serve(l, d, catalog));
+    }
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
         Arc::new(tokio::sync::Notify::new()),
@@ -255,6 +256,39 @@ fn wan_handler(app: axum::Router) -> crate::federation::Handler {
             crate::http::wan::answer_of(resp).await
         })
     })
+}
+
+/// The server's own router asked in process (DNS prepared queries run
+/// through the HTTP execute: `?dc=` in the path says where, so the
+/// datacenter argument is unused).
+struct InProcess(axum::Router);
+
+impl crate::dns::Remote for InProcess {
+    fn get(
+        &self, _dc: &str, path_and_query: String, token: Option<String>,
+    ) -> crate::dns::RemoteFuture<'_> {
+        use tower::ServiceExt;
+        Box::pin(async move {
+            let mut req = axum::http::Request::builder()
+                .method("GET")
+                .uri(path_and_query);
+            if let Some(t) = token {
+                req = req.header("x-consul-token", t);
+            }
+            let req = req
+                .body(axum::body::Body::empty())
+                .map_err(|e| e.to_string())?;
+            let resp = match self.0.clone().oneshot(req).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            };
+            let status = resp.status().as_u16();
+            let body = axum::body::to_bytes(resp.into_body(), crate::raft::network::MAX_FRAME)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Some((status, body.to_vec())))
+        })
+    }
 }
 
 impl ServerProcess {

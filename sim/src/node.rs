@@ -507,6 +507,7 @@ async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
         acl: s.acl().clone(),
         token: s.config().agent_tokens.default.clone(),
         remote: None,
+        router: None,
     };
     let config = cairn::dns::DnsConfig::new(s.config().http_addr);
     let before = s.state().index;

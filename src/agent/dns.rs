@@ -96,6 +96,29 @@ impl Catalog for AgentCatalog {
         }
     }
 
+    /// Executed by a server (with `?dc=` it forwards); the instances cut
+    /// to what the DNS token may read, as the other lookups are.
+    async fn prepared_query(
+        &self, dc: Option<&str>, name: &str,
+    ) -> Result<Option<crate::dns::QueryAnswer>, LookupError> {
+        let path = crate::dns::query_path(name, dc);
+        let mut found = match self
+            .0
+            .servers
+            .get::<crate::dns::QueryAnswer>(&path, TIMEOUT)
+            .await
+        {
+            Ok((found, _)) => found,
+            Err(e) if no_path(&e) => return Ok(None),
+            Err(e) => return none_if_refused(e).map(|()| None),
+        };
+        let authz = self.authorizer().await?;
+        found
+            .nodes
+            .retain(|i| authz.service_read(&i.service.service) && authz.node_read(&i.node.node));
+        Ok(Some(found))
+    }
+
     /// Its DNS token (`PUT /v1/agent/token/dns`), else its default token
     /// (`--acl-token`), else anonymous, through its token cache
     /// (`agent::acl`, 30 s): the reads above use the agent's own token,

@@ -38,6 +38,8 @@ enum Lookup {
         connect: bool,
     },
     Node(String),
+    /// `<name>.query.consul`: a prepared query, executed.
+    Query(String),
     /// `<hex-ip>.addr.<dc>.consul`, the name of an SRV target that is a
     /// service address.
     Addr(IpAddr),
@@ -79,7 +81,7 @@ fn parse(qname: &Name, domain: &Name, dc: &str) -> Lookup {
     };
     let found = parse_kind(&kind, rest);
     match (elsewhere, found) {
-        (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_))) => {
+        (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
             Lookup::Elsewhere(dc, Box::new(l))
         }
         (Some(_), l @ Lookup::Addr(_)) | (None, l) => l,
@@ -114,9 +116,10 @@ fn parse_kind(kind: &str, rest: &[String]) -> Lookup {
             connect: true,
         },
         ("node", [name]) => Lookup::Node(name.clone()),
+        ("query", [name]) => Lookup::Query(name.clone()),
         ("addr", [hex]) => parse_hex_ip(hex).map_or(Lookup::Missing, Lookup::Addr),
-        // `virtual` (transparent proxy's virtual IPs), prepared queries and
-        // ingress gateways: cairn has none of them to answer with.
+        // `virtual` (transparent proxy's virtual IPs) and ingress
+        // gateways: cairn has none of them to answer with.
         _ => Lookup::Missing,
     }
 }
@@ -200,9 +203,8 @@ fn name_in(cfg: &DnsConfig, label: &str, kind: &str, dc: &str) -> Option<Name> {
 }
 
 fn instance_entry(
-    cfg: &DnsConfig, dc: &str, qname: &Name, qtype: RecordType, i: &Instance,
+    cfg: &DnsConfig, dc: &str, qname: &Name, qtype: RecordType, i: &Instance, ttl: u32,
 ) -> Option<Entry> {
-    let ttl = cfg.service_ttl;
     let svc_addr = i.service.address.as_str();
     let address = if svc_addr.is_empty() {
         i.node.address.as_str()
@@ -350,7 +352,24 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
                 }
             }
         }
+        Lookup::Query(name) => prepared_query(cfg, catalog, qname, qtype, None, &name, &dc).await,
         Lookup::Elsewhere(other, l) => elsewhere(cfg, catalog, qname, qtype, &other, *l).await,
+    }
+}
+
+/// `<name>.query[.<dc>].consul`: the query executed where it is asked
+/// (its ACLs, failover and order are the execute's).
+async fn prepared_query<C: Catalog>(
+    cfg: &DnsConfig, catalog: &C, qname: &Name, qtype: RecordType, dc: Option<&str>, name: &str,
+    own: &str,
+) -> Answer {
+    match catalog.prepared_query(dc, name).await {
+        Ok(Some(found)) => query_answer(cfg, dc.unwrap_or(own), qname, qtype, found),
+        Ok(None) => Answer::not_found(),
+        Err(e) => {
+            tracing::warn!(error = %e, query = name, "DNS prepared query lookup failed");
+            Answer::code(ResponseCode::ServFail)
+        }
     }
 }
 
@@ -391,6 +410,9 @@ async fn elsewhere<C: Catalog>(
                 Ok(None) => Answer::not_found(),
             }
         }
+        Lookup::Query(name) => {
+            prepared_query(cfg, catalog, qname, qtype, Some(dc), &name, dc).await
+        }
         _ => Answer::not_found(),
     }
 }
@@ -405,11 +427,38 @@ fn service_answer(
         return Answer::not_found();
     }
     found.shuffle(&mut rand::thread_rng());
-    let mut entries: Vec<Entry> = found
+    let entries: Vec<Entry> = found
         .iter()
-        .filter_map(|i| instance_entry(cfg, dc, qname, qtype, i))
+        .filter_map(|i| instance_entry(cfg, dc, qname, qtype, i, cfg.service_ttl))
         .collect();
-    // Several instances on one address give that address once.
+    Answer::records(unique_addresses(entries))
+}
+
+/// A prepared query's instances as records, in the order its execute
+/// gave them (shuffled and sorted there), with its own TTL when it sets
+/// one (names of the datacenter that answered).
+fn query_answer(
+    cfg: &DnsConfig, dc: &str, qname: &Name, qtype: RecordType, found: super::QueryAnswer,
+) -> Answer {
+    if found.nodes.is_empty() {
+        return Answer::not_found();
+    }
+    let ttl = found.dns.ttl_secs().unwrap_or(cfg.service_ttl);
+    let dc = if found.datacenter.is_empty() {
+        dc
+    } else {
+        &found.datacenter
+    };
+    let entries: Vec<Entry> = found
+        .nodes
+        .iter()
+        .filter_map(|i| instance_entry(cfg, dc, qname, qtype, i, ttl))
+        .collect();
+    Answer::records(unique_addresses(entries))
+}
+
+/// Several instances on one address give that address once.
+fn unique_addresses(mut entries: Vec<Entry>) -> Vec<Entry> {
     let mut seen: Vec<RData> = Vec::new();
     for e in &mut entries {
         e.answers.retain(|r| {
@@ -424,7 +473,7 @@ fn service_answer(
         });
     }
     entries.retain(|e| !e.answers.is_empty());
-    Answer::records(entries)
+    entries
 }
 
 /// What the token may see of `service`'s instances (`name` as found):
@@ -705,6 +754,13 @@ mod tests {
             p("n1.node.dc2.consul."),
             Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Node("n1".into())))
         );
+        assert_eq!(p("geo-db.query.consul."), Lookup::Query("geo-db".into()));
+        assert_eq!(p("q.QUERY.dc1.consul."), Lookup::Query("q".into()));
+        assert_eq!(
+            p("q.query.dc2.consul."),
+            Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Query("q".into())))
+        );
+        assert_eq!(p("a.b.query.consul."), Lookup::Missing);
         assert_eq!(p("web.virtual.dc2.consul."), Lookup::Missing);
         assert_eq!(p("web.virtual.consul."), Lookup::Missing);
         assert_eq!(p("a.b.c.service.consul."), Lookup::Missing);

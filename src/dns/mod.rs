@@ -117,6 +117,17 @@ pub trait Catalog: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// Prepared query `name` executed (in datacenter `dc`, else this one)
+    /// as `/v1/query/:name/execute` runs it with the DNS token: its
+    /// instances in order, its DNS TTL, the datacenter that answered;
+    /// `None`: no such query, or no path to `dc`.
+    fn prepared_query(
+        &self, dc: Option<&str>, name: &str,
+    ) -> impl Future<Output = Result<Option<QueryAnswer>, LookupError>> + Send {
+        let _ = (dc, name);
+        async { Ok(None) }
+    }
+
     /// A node of datacenter `dc`: `None` no path to `dc`, `Some(None)` no
     /// such node there.
     fn remote_node(
@@ -135,6 +146,29 @@ pub type RemoteFuture<'a> =
 
 pub trait Remote: Send + Sync + 'static {
     fn get(&self, dc: &str, path_and_query: String, token: Option<String>) -> RemoteFuture<'_>;
+}
+
+/// What a prepared query's execute answers, as far as DNS needs it.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct QueryAnswer {
+    #[serde(default)]
+    pub nodes: Vec<Instance>,
+    #[serde(rename = "DNS", default)]
+    pub dns: crate::structs::query::QueryDns,
+    #[serde(default)]
+    pub datacenter: String,
+}
+
+/// The path of prepared query `name`'s execute (`?stale`: any server
+/// answers), in datacenter `dc` when given.
+pub fn query_path(name: &str, dc: Option<&str>) -> String {
+    let mut p = format!("/v1/query/{}/execute?stale", crate::request::enc(name));
+    if let Some(dc) = dc {
+        p.push_str("&dc=");
+        p.push_str(&crate::request::enc(dc));
+    }
+    p
 }
 
 /// `/v1/catalog/node/:n`: `null`, or the node with its services.
@@ -167,6 +201,10 @@ pub struct StateCatalog {
     pub token: Option<String>,
     /// How other datacenters are asked (none: only this one is known).
     pub remote: Option<Arc<dyn Remote>>,
+    /// The server's own HTTP router, asked in process (its `dc` argument
+    /// unused: a path's `?dc=` says where): prepared queries run through
+    /// their one execute, failover and ACLs included. None: no queries.
+    pub router: Option<Arc<dyn Remote>>,
 }
 
 impl StateCatalog {
@@ -225,6 +263,32 @@ impl Catalog for StateCatalog {
     ) -> Result<Option<Option<Arc<Node>>>, LookupError> {
         let found: Option<Option<NodeServices>> = self.remote_get(dc, node_path(name)).await?;
         Ok(found.map(|n| n.map(|n| n.node)))
+    }
+
+    async fn prepared_query(
+        &self, dc: Option<&str>, name: &str,
+    ) -> Result<Option<QueryAnswer>, LookupError> {
+        let Some(router) = &self.router else {
+            return Ok(None);
+        };
+        let at = dc.unwrap_or(&self.datacenter);
+        match router
+            .get(at, query_path(name, dc), self.token.clone())
+            .await
+        {
+            Err(e) => Err(LookupError::Unavailable(e)),
+            Ok(None) => Ok(None),
+            Ok(Some((200, body))) => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| LookupError::Unavailable(e.to_string())),
+            // Not found, or refused: nothing to answer with.
+            Ok(Some((status, _))) if (400..500).contains(&status) => Ok(None),
+            Ok(Some((_, body))) if body == b"No path to datacenter" => Ok(None),
+            Ok(Some((status, body))) => Err(LookupError::Unavailable(format!(
+                "prepared query {name} answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ))),
+        }
     }
 }
 

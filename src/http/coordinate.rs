@@ -173,6 +173,12 @@ pub fn sort_near<T>(s: &Server, p: &Params, rows: &mut [T], node_of: impl Fn(&T)
         Some("_agent") => s.node_name(),
         Some(n) => n,
     };
+    sort_near_node(s, near, rows, node_of)
+}
+
+/// Sorts `rows` by their node's estimated distance from node `near`
+/// (those without a coordinate last); unchanged when `near` has none.
+pub fn sort_near_node<T>(s: &Server, near: &str, rows: &mut [T], node_of: impl Fn(&T) -> &str) {
     let st = s.state();
     let Some(from) = st.coordinates.get(near) else {
         return;

@@ -19,6 +19,7 @@ mod kv;
 pub mod liveness;
 mod operator;
 mod proxycfg;
+pub mod query;
 pub mod session;
 mod snapshot;
 mod status;
@@ -92,6 +93,7 @@ pub fn router(server: App) -> Router {
         .merge(liveness::routes())
         .merge(event::routes())
         .merge(coordinate::routes())
+        .merge(query::routes())
         .merge(wan::routes())
         .merge(ui::routes())
         .layer(middleware::from_fn_with_state(
@@ -125,6 +127,8 @@ fn always_local(path: &str) -> bool {
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
         || path.starts_with("/v1/internal/proxycfg/")
+        // Another datacenter's failover: a read of this server's state.
+        || path == query::EXECUTE_REMOTE
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a

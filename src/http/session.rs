@@ -35,7 +35,7 @@ pub fn routes() -> Router<App> {
 
 /// The node of the server that received the request (this one, or the
 /// follower that forwarded it here).
-fn receiving_node(s: &App, headers: &HeaderMap) -> String {
+pub(crate) fn receiving_node(s: &App, headers: &HeaderMap) -> String {
     let forwarded = headers.contains_key(super::FORWARDED);
     headers
         .get(super::ORIGIN_NODE)

@@ -33,6 +33,8 @@ fn local_only(path: &str) -> bool {
         || path == "/v1/snapshot"
         || path.starts_with("/v1/internal/agent/")
         || path.starts_with("/v1/internal/event/")
+        // Servers' own failover path: a client's `?dc=` never reaches it.
+        || path == super::query::EXECUTE_REMOTE
 }
 
 /// The datacenter `?dc=` names, if another than this one.

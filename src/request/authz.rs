@@ -136,6 +136,11 @@ impl Authz {
         }
     }
 
+    /// The authorizer itself, shared.
+    pub fn authorizer(&self) -> &Arc<Authorizer> {
+        &self.authz
+    }
+
     /// The secret the request carried (none: the anonymous token).
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()

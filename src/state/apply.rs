@@ -82,6 +82,8 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         }
         Command::CoordinateBatch { updates } => super::coordinate::apply_batch(&mut tx, updates),
         Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
+        Command::QuerySet { query, update } => super::query::set(&mut tx, query, *update),
+        Command::QueryDelete { id } => super::query::delete(&mut tx, id),
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

@@ -127,6 +127,8 @@ pub const AUTOPILOT: WatchKey = WatchKey::fixed("autopilot");
 pub const COORDINATES: WatchKey = WatchKey::fixed("coordinates");
 /// WAN federation states (every datacenter's).
 pub const FEDERATION: WatchKey = WatchKey::fixed("federation");
+/// Any prepared query (`state::query`).
+pub const QUERIES: WatchKey = WatchKey::fixed("queries");
 /// The floor a snapshot restore leaves (`state::restore`): it counts for
 /// every key without a row; nobody watches it.
 pub const RESTORED: WatchKey = WatchKey::fixed("restored");

@@ -19,6 +19,7 @@ pub mod federation;
 pub mod kv;
 pub mod operator;
 pub mod persist;
+pub mod query;
 pub mod restore;
 pub mod session;
 pub mod snapshot;
@@ -196,6 +197,17 @@ pub enum Command {
         #[serde(with = "as_json")]
         state: Box<crate::structs::federation::FederationState>,
     },
+    /// A prepared query whole (`state::query`): created, or with `update`
+    /// replacing the one of its ID. Last, as above.
+    QuerySet {
+        #[serde(with = "as_json")]
+        query: Box<crate::structs::query::PreparedQuery>,
+        update: bool,
+    },
+    /// Deletes a prepared query. Last, as above.
+    QueryDelete {
+        id: String,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -338,6 +350,11 @@ impl Command {
             }
             Command::EventFire { event } => check("event name", &event.name),
             Command::FederationStateSet { state } => check("datacenter", &state.datacenter),
+            Command::QuerySet { query, .. } => {
+                check("query ID", &query.id)?;
+                check("query name", &query.name)
+            }
+            Command::QueryDelete { id } => check("query ID", id),
         }
     }
 }
@@ -380,6 +397,7 @@ pub enum Row {
     Autopilot(Arc<crate::structs::operator::AutopilotConfig>),
     Coordinate(Arc<crate::coordinate::Update>),
     Federation(Arc<crate::structs::federation::FederationState>),
+    Query(Arc<crate::structs::query::PreparedQuery>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -482,6 +500,8 @@ pub struct State {
     pub events: imbl::Vector<Arc<crate::structs::event::UserEvent>>,
     /// node → its network coordinate (`coordinate`).
     pub coordinates: OrdMap<String, Arc<crate::coordinate::Update>>,
+    /// Prepared queries by ID (`query`).
+    pub queries: OrdMap<String, Arc<crate::structs::query::PreparedQuery>>,
 }
 
 impl State {

@@ -70,6 +70,8 @@ pub(crate) const AUTOPILOT_ROW: &str = "autopilot";
 const META_AUTOPILOT: &[u8] = b"mautopilot";
 /// WAN federation states (`state::federation`): a meta row per datacenter.
 const META_FEDERATION: &[u8] = b"mfederation/";
+/// Prepared queries (`state::query`): a meta row each.
+const META_QUERY: &[u8] = b"mquery/";
 /// The rows' format version (`disk::STATE_FORMAT`), big-endian u32.
 const META_FORMAT: &[u8] = b"mformat";
 
@@ -139,6 +141,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Autopilot(a) => serde_json::to_vec(&**a)?,
         Row::Coordinate(c) => serde_json::to_vec(&**c)?,
         Row::Federation(f) => serde_json::to_vec(&**f)?,
+        Row::Query(q) => serde_json::to_vec(&**q)?,
     })
 }
 
@@ -250,6 +253,10 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     for (dc, f) in &state.federation {
         let key = super::federation::row_key(dc);
         ops.push((meta_key(&key), Some(serde_json::to_vec(&**f)?)));
+    }
+    for (id, q) in &state.queries {
+        let key = super::query::row_key(id);
+        ops.push((meta_key(&key), Some(serde_json::to_vec(&**q)?)));
     }
     ops.push((
         META_INDEX.to_vec(),
@@ -384,6 +391,10 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 META if k.starts_with(META_FEDERATION) => {
                     let f: crate::structs::federation::FederationState = serde_json::from_slice(v)?;
                     st.federation.insert(f.datacenter.clone(), Arc::new(f));
+                }
+                META if k.starts_with(META_QUERY) => {
+                    let q: crate::structs::query::PreparedQuery = serde_json::from_slice(v)?;
+                    st.queries.insert(q.id.clone(), Arc::new(q));
                 }
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

@@ -103,6 +103,7 @@ pub fn invalidate(tx: &mut Tx, id: &str) {
             }
         }
     }
+    super::query::session_gone(tx, id);
     tx.remove_session(id);
 }
 

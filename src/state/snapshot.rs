@@ -134,6 +134,7 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
         autopilot: st.autopilot.as_deref().cloned(),
         coordinates: st.coordinates.values().map(|c| (**c).clone()).collect(),
         federation: st.federation.values().map(|f| (**f).clone()).collect(),
+        queries: st.queries.values().map(|q| (**q).clone()).collect(),
     };
     Ok(bincode::serialize_into(w, &serde_json::to_vec(&extra)?)?)
 }
@@ -153,6 +154,9 @@ struct Extra {
     /// so a snapshot without them is byte for byte what it was before).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     federation: Vec<crate::structs::federation::FederationState>,
+    /// Prepared queries (`state::query`), left out when none, as above.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    queries: Vec<crate::structs::query::PreparedQuery>,
 }
 
 /// The trailer after the body, if the snapshot has one.
@@ -214,6 +218,9 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
         .collect();
     for f in extra.federation {
         st.federation.insert(f.datacenter.clone(), Arc::new(f));
+    }
+    for q in extra.queries {
+        st.queries.insert(q.id.clone(), Arc::new(q));
     }
     st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,
