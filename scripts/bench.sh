@@ -481,7 +481,8 @@ fi
 # Two one-server datacenters on loopback (dc1 primary, dc2 joined over the
 # WAN): a read of dc2's key through dc1 (`?dc=dc2`, over the Raft port's
 # transport) beside the same read asked of dc2 itself, and how long a
-# config entry written in dc1 takes to be read in dc2 (scripts/fed_lag.py).
+# config entry written in dc1 takes to be read in dc2 (scripts/fed_lag.py);
+# a prepared query's execute beside the health read it stands for.
 FED="$OUT/federation.md"
 fnote() { printf '| %s | %s |\n' "$1" "$2" >>"$FED"; echo "  $1: $2"; }
 if [[ " $PARTS " == *" federation "* ]]; then
@@ -505,6 +506,20 @@ l=$(load1)
 r=$(run "dc2 read via dc1" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path "/v1/kv/bench/fed?dc=dc2")
 fnote "the same read asked of dc1 with ?dc=dc2 (4 clients)" \
   "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s, $(field errors "$r") errors — load $l"
+# Prepared queries: one over api's three instances, executed beside the
+# plain health read it stands for.
+for i in 1 2 3; do
+  curl -sf -X PUT "http://$(ch 0)/v1/catalog/register" --data "{\"Node\": \"pq-n$i\", \"Address\": \"10.0.0.$i\",
+    \"Service\": {\"ID\": \"api$i\", \"Service\": \"api\", \"Port\": 8080},
+    \"Check\": {\"CheckID\": \"api$i\", \"Name\": \"alive\", \"ServiceID\": \"api$i\", \"Status\": \"passing\"}}" >/dev/null
+done
+curl -sf -X POST "http://$(ch 0)/v1/query" --data '{"Name": "api", "Service": {"Service": "api", "OnlyPassing": true}}' >/dev/null
+l=$(load1)
+r=$(run "health read" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path "/v1/health/service/api?passing")
+fnote "health read of api's 3 instances (4 clients)" "$(field tput "$r")/s, p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms — load $l"
+l=$(load1)
+r=$(run "query execute" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path /v1/query/api/execute)
+fnote "prepared query api executed (4 clients)" "$(field tput "$r")/s, p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field errors "$r") errors — load $l"
 if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_LAG_RUNS:-50}" 2>>"$LOG"); then
   fnote "replication lag of a config entry, dc1 → dc2 (${BENCH_LAG_RUNS:-50} writes)" \
     "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
