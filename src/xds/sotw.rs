@@ -396,3 +396,189 @@ fn on_request(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::resources::{ENDPOINT, ROUTE, Resource};
+    use envoy_types::pb::google::protobuf::Any;
+
+    fn res(entries: &[(&'static str, &str, &str)]) -> Resources {
+        let mut out = Resources::new();
+        for (ty, name, version) in entries {
+            out.entry(*ty).or_default().insert(
+                name.to_string(),
+                Resource {
+                    version: version.to_string(),
+                    // The name in the payload, so a response's content shows.
+                    any: Any {
+                        type_url: ty.to_string(),
+                        value: format!("{name}@{version}").into_bytes(),
+                    },
+                },
+            );
+        }
+        out
+    }
+
+    fn req(ty: &str, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            type_url: ty.into(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            version_info: version.into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    fn held(r: &DiscoveryResponse) -> Vec<String> {
+        r.resources
+            .iter()
+            .map(|a| String::from_utf8(a.value.clone()).unwrap())
+            .collect()
+    }
+
+    fn nack(ty: &str, version: &str, nonce: &str) -> DiscoveryRequest {
+        let mut r = req(ty, &[], version, nonce);
+        r.error_detail = Some(envoy_types::pb::google::rpc::Status {
+            code: 3,
+            message: "bad".into(),
+            details: vec![],
+        });
+        r
+    }
+
+    #[test]
+    fn wildcard_types_send_all_and_named_types_what_was_asked() {
+        let mut s = Session::new();
+        s.set_resources(res(&[
+            (CLUSTER, "a", "1"),
+            (CLUSTER, "b", "1"),
+            (ENDPOINT, "a", "1"),
+            (ENDPOINT, "b", "1"),
+        ]));
+        assert_eq!(s.on_request(&req(ENDPOINT, &["b"], "", "")), Reply::None);
+        assert_eq!(s.on_request(&req(CLUSTER, &[], "", "")), Reply::None);
+        let cds = s.next_push().expect("clusters first");
+        assert_eq!(cds.type_url, CLUSTER);
+        assert_eq!(held(&cds), ["a@1", "b@1"]);
+        assert_eq!(cds.version_info, "1");
+        // One response per type awaits its answer; other types go on.
+        let eds = s.next_push().expect("then endpoints");
+        assert_eq!(held(&eds), ["b@1"]);
+        assert!(s.next_push().is_none());
+        assert_ne!(cds.nonce, eds.nonce);
+    }
+
+    #[test]
+    fn an_ack_records_the_version_and_only_changed_types_are_resent() {
+        let mut s = Session::new();
+        s.set_resources(res(&[(CLUSTER, "a", "1"), (ENDPOINT, "a", "1")]));
+        s.on_request(&req(CLUSTER, &[], "", ""));
+        s.on_request(&req(ENDPOINT, &["a"], "", ""));
+        let cds = s.next_push().unwrap();
+        let eds = s.next_push().unwrap();
+        assert_eq!(
+            s.on_request(&req(CLUSTER, &[], &cds.version_info, &cds.nonce)),
+            Reply::Ack {
+                type_url: CLUSTER.into(),
+                version: "1".into()
+            }
+        );
+        s.on_request(&req(ENDPOINT, &["a"], &eds.version_info, &eds.nonce));
+        assert!(s.next_push().is_none(), "nothing changed");
+        // A rebuild that changes the endpoints only.
+        s.set_resources(res(&[(CLUSTER, "a", "1"), (ENDPOINT, "a", "2")]));
+        let next = s.next_push().expect("the endpoints again");
+        assert_eq!(next.type_url, ENDPOINT);
+        assert_eq!(next.version_info, "2");
+        assert_eq!(held(&next), ["a@2"]);
+        assert!(s.next_push().is_none(), "clusters unchanged");
+    }
+
+    #[test]
+    fn a_removed_listener_is_left_out_of_the_next_whole_set() {
+        let mut s = Session::new();
+        s.set_resources(res(&[(LISTENER, "l1", "1"), (LISTENER, "l2", "1")]));
+        s.on_request(&req(LISTENER, &[], "", ""));
+        let first = s.next_push().unwrap();
+        s.on_request(&req(LISTENER, &[], "1", &first.nonce));
+        s.set_resources(res(&[(LISTENER, "l2", "1")]));
+        let next = s.next_push().expect("a removal is a change");
+        assert_eq!(held(&next), ["l2@1"]);
+    }
+
+    #[test]
+    fn a_stale_nonce_is_ignored_whole() {
+        let mut s = Session::new();
+        s.set_resources(res(&[(ROUTE, "r1", "1"), (ROUTE, "r2", "1")]));
+        s.on_request(&req(ROUTE, &["r1"], "", ""));
+        let first = s.next_push().unwrap();
+        s.on_request(&req(ROUTE, &["r1"], "1", &first.nonce));
+        s.set_resources(res(&[(ROUTE, "r1", "2"), (ROUTE, "r2", "1")]));
+        let second = s.next_push().unwrap();
+        // An answer to the first response arrives late, naming r2 too: it
+        // neither acknowledges the second response nor subscribes.
+        assert_eq!(
+            s.on_request(&req(ROUTE, &["r1", "r2"], "1", &first.nonce)),
+            Reply::Stale {
+                type_url: ROUTE.into()
+            }
+        );
+        assert!(
+            s.next_push().is_none(),
+            "the second still awaits its answer"
+        );
+        assert_eq!(s.subscribed(ROUTE), BTreeSet::from(["r1".to_string()]));
+        // The answer to the second, with the new name: both are sent.
+        assert!(matches!(
+            s.on_request(&req(ROUTE, &["r1", "r2"], "2", &second.nonce)),
+            Reply::Ack { .. }
+        ));
+        let third = s.next_push().expect("the new subscription is answered");
+        assert_eq!(held(&third), ["r1@2", "r2@1"]);
+    }
+
+    #[test]
+    fn a_nack_keeps_the_previous_version_and_the_next_change_is_pushed() {
+        let mut s = Session::new();
+        s.set_resources(res(&[(CLUSTER, "a", "1")]));
+        s.on_request(&req(CLUSTER, &[], "", ""));
+        let first = s.next_push().unwrap();
+        s.on_request(&req(CLUSTER, &[], "1", &first.nonce));
+        s.set_resources(res(&[(CLUSTER, "a", "bad")]));
+        let rejected = s.next_push().unwrap();
+        assert_eq!(
+            s.on_request(&nack(CLUSTER, "1", &rejected.nonce)),
+            Reply::Nack {
+                type_url: CLUSTER.into(),
+                error: "bad".into()
+            }
+        );
+        assert!(
+            s.next_push().is_none(),
+            "the rejected content is not sent again"
+        );
+        s.set_resources(res(&[(CLUSTER, "a", "3")]));
+        let next = s.next_push().expect("the next change");
+        assert_eq!(held(&next), ["a@3"]);
+        assert_eq!(next.version_info, "3");
+    }
+
+    #[test]
+    fn a_new_subscription_is_answered_even_if_nothing_changed() {
+        let mut s = Session::new();
+        s.set_resources(res(&[(ENDPOINT, "a", "1")]));
+        s.on_request(&req(ENDPOINT, &["a"], "", ""));
+        let first = s.next_push().unwrap();
+        s.on_request(&req(ENDPOINT, &["a", "missing"], "1", &first.nonce));
+        let next = s.next_push().expect("answered");
+        assert_eq!(held(&next), ["a@1"]);
+        assert_eq!(s.names(), 2);
+        // An unknown type is said so and changes nothing.
+        assert!(matches!(
+            s.on_request(&req("type.googleapis.com/x.Y", &[], "", "")),
+            Reply::Unknown { .. }
+        ));
+    }
+}
