@@ -155,9 +155,7 @@ impl Ads {
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE)
     }
-}
 
-impl Ads {
     /// A new stream's token (gRPC metadata) and its slot: checked before
     /// the stream reads anything.
     fn admit(

@@ -8,10 +8,8 @@ bootstrap is read from the environment when the first xDS channel is made."""
 import collections
 import json
 import os
-import pathlib
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import urllib.request
@@ -32,7 +30,6 @@ class Instances:
     """gRPC servers on loopback, each answering METHOD with its name."""
 
     def __init__(self):
-        from concurrent import futures
         self.servers, self.ports = {}, {}
 
     def start(self, name):
