@@ -188,3 +188,39 @@ def test_a_resolver_failover_is_followed(mesh):
         assert seen == {"api-backup"}
     finally:
         ttl(url, "api", "pass")
+
+
+def test_a_tls_grpc_port_is_reached_with_the_bootstraps_tls_credentials(tmp_path):
+    """The bootstrap of `-grpc-addr https://…` names the CA: gRPC's xDS
+    client speaks TLS to the port and verifies the server's certificate."""
+    from test_py_consul_tls import start_https
+    requests = require("requests")
+    gen = start_https()
+    port, ca, grpc_port = next(gen)
+    inst = Instances()
+    try:
+        url = f"https://127.0.0.1:{port}"
+
+        def register(body):
+            r = requests.put(url + "/v1/catalog/register", json=body, verify=ca, timeout=10)
+            assert r.ok, r.text
+        register({"Node": "g", "Address": "127.0.0.1", "Service": {
+            "ID": "tls-web-1", "Service": "tls-web", "Port": inst.start("tls-web-1")}})
+        r = requests.put(url + "/v1/agent/service/register", verify=ca, timeout=10,
+                         json={"ID": "tls-client", "Name": "tls-client", "Port": 1})
+        assert r.ok, r.text
+        out = subprocess.run(
+            [cairn_bin(), "connect", "grpc-bootstrap", "-service", "tls-client",
+             "-grpc-addr", f"https://localhost:{grpc_port}", "-grpc-ca-file", ca],
+            capture_output=True, text=True, timeout=30,
+            env=dict(os.environ, CAIRN_HTTP_ADDR=url, CAIRN_CACERT=ca))
+        assert out.returncode == 0, out.stderr
+        b = json.loads(out.stdout)
+        assert b["xds_servers"][0]["channel_creds"] == [
+            {"type": "tls", "config": {"ca_certificate_file": ca}}]
+        path = tmp_path / "bootstrap.json"
+        path.write_text(out.stdout)
+        assert {w for _, w in run_client(path, "xds:///tls-web", 5)} == {"tls-web-1"}
+    finally:
+        inst.stop()
+        next(gen, None)
