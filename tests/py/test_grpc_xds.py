@@ -8,10 +8,13 @@ bootstrap is read from the environment when the first xDS channel is made."""
 import collections
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -224,3 +227,66 @@ def test_a_tls_grpc_port_is_reached_with_the_bootstraps_tls_credentials(tmp_path
     finally:
         inst.stop()
         next(gen, None)
+
+
+def test_under_acls_the_bootstraps_token_lets_the_client_dial_what_it_may_read():
+    """ACLs on, default deny: the bootstrap carries the client's token in
+    the node's metadata; the client reaches a service it may read, and a
+    service it may not read does not exist for it."""
+    from conftest import CairnServer, get
+    root = "6f1c2a4e-0000-4000-8000-0000000000cc"
+    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
+                          "--acl-initial-management-token", root, "--acl-agent-token", root])
+    inst = Instances()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                get(f"{server.url}/v1/acl/token/self?token={root}")
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline, "the management token never appeared"
+                time.sleep(0.1)
+        for name in ("open", "secret"):
+            put(f"{server.url}/v1/catalog/register?token={root}", {
+                "Node": "g", "Address": "127.0.0.1",
+                "Service": {"ID": f"{name}-1", "Service": name, "Port": inst.start(name)}})
+        put_raw(f"{server.url}/v1/agent/service/register?token={root}",
+                {"ID": "acl-client", "Name": "acl-client", "Port": 1})
+        policy = put(f"{server.url}/v1/acl/policy?token={root}", {
+            "Name": "grpc-client",
+            "Rules": 'service "acl-client" { policy = "write" }\n'
+                     'service "open" { policy = "read" }\n'
+                     'agent_prefix "" { policy = "read" }\n'})
+        token = put(f"{server.url}/v1/acl/token?token={root}",
+                    {"Policies": [{"ID": policy["ID"]}]})["SecretID"]
+        out = subprocess.run(
+            [cairn_bin(), "connect", "grpc-bootstrap", "-service", "acl-client",
+             "-grpc-addr", f"127.0.0.1:{server.grpc_port}"],
+            capture_output=True, text=True, timeout=30,
+            env=dict(os.environ, CAIRN_HTTP_ADDR=server.url, CAIRN_HTTP_TOKEN=token))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["node"]["metadata"]["x-consul-token"] == token
+        bootstrap = pathlib.Path(tempfile.mkdtemp()) / "bootstrap.json"
+        bootstrap.write_text(out.stdout)
+        assert {w for _, w in run_client(bootstrap, "xds:///open", 5)} == {"open"}
+        # The unreadable service: no listener, which gRPC reports as the
+        # resource not existing once its does-not-exist timer (15 s) ran
+        # out, a listener it never had being left out of a response.
+        env = dict(os.environ, GRPC_XDS_BOOTSTRAP=str(bootstrap))
+        probe = textwrap.dedent("""
+            import sys, grpc
+            ch = grpc.insecure_channel("xds:///secret")
+            try:
+                ch.unary_unary("%s")(b"", timeout=40)
+                print("reached")
+            except grpc.RpcError as e:
+                print(e.code(), e.details())
+        """ % METHOD)
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           timeout=90, env=env)
+        assert "reached" not in p.stdout and "UNAVAILABLE" in p.stdout, p.stdout + p.stderr
+        assert "does not exist" in p.stdout, p.stdout
+    finally:
+        inst.stop()
+        server.stop()
