@@ -224,8 +224,13 @@ def test_a_nack_keeps_the_stream_and_the_next_change_arrives(routed):
         register(routed.url, "n4", "10.0.0.4", sidecar_service(
             "api-sidecar-proxy", "api", 21003, 9090, meta={"version": "v1"}),
             [check("n4", "api-sidecar-proxy")])
+        nacks = nack_count(routed.url)
         s.wait("the NACK sent", lambda s: s.nack_next is None)
         assert s.versions[EDS] == before
+        deadline = time.monotonic() + 5
+        while nack_count(routed.url) != nacks + 1:
+            assert time.monotonic() < deadline, "the NACK was not counted"
+            time.sleep(0.05)
         register(routed.url, "n5", "10.0.0.5", sidecar_service(
             "api-sidecar-proxy", "api", 21004, 9090, meta={"version": "v1"}),
             [check("n5", "api-sidecar-proxy")])
@@ -235,6 +240,16 @@ def test_a_nack_keeps_the_stream_and_the_next_change_arrives(routed):
         assert int(s.versions[EDS]) > int(before) + 1
     finally:
         s.close()
+
+
+def nack_count(url):
+    """cairn_xds_nacks_total, from the server's Prometheus metrics."""
+    import urllib.request
+    with urllib.request.urlopen(url + "/v1/agent/metrics?format=prometheus", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("cairn_xds_nacks_total "):
+                return float(line.split()[1])
+    raise AssertionError("no cairn_xds_nacks_total")
 
 
 def proxyless_mesh(url, token=None):
