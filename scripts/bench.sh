@@ -9,6 +9,7 @@
 #   BENCH_SKIP_ETCD=1  cairn rows only
 #   BENCH_PARTS="compare alone burst many memory acl xds ui federation"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
+#   BENCH_GRPC_CLIENTS=N  proxyless gRPC clients (SotW streams) in the xds part (default 1000)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
 #                    B+300.., DNS B+600.., gRPC B+510, etcd client B+790.., peer B+800..
@@ -24,10 +25,12 @@ OUT=${BENCH_OUT:-data/bench}
 BIN=${CAIRN_BIN:-target/release/cairn}
 LOAD=${CAIRN_LOAD:-target/release/cairn-load}
 XDS_BENCH=${CAIRN_XDS_BENCH:-target/release/examples/xds_bench}
+GRPC_XDS_BENCH=${CAIRN_GRPC_XDS_BENCH:-target/release/examples/grpc_xds_bench}
 if [ "$QUICK" = 1 ]; then RSS_N=20000; BIG_N=100000; else RSS_N=100000; BIG_N=1000000; fi
 WATCHERS=${BENCH_WATCHERS:-10000}
 if [ "$QUICK" = 1 ]; then DEF_XDS=1000; else DEF_XDS=10000; fi
 XDS_STREAMS=${BENCH_XDS_STREAMS:-$DEF_XDS}
+GRPC_CLIENTS=${BENCH_GRPC_CLIENTS:-1000}
 SNAP_THRESHOLD=2048
 T_START=$(date +%s)
 B=${BENCH_PORT_BASE:-27000}
@@ -435,6 +438,18 @@ if out=$("$XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --pid "${PIDS[s0]}" --stre
   xnote "server RSS at the end" "$(($(rss_kib "${PIDS[s0]}") / 1024)) MiB"
 else
   xnote "xds bench ($XDS_STREAMS streams)" "failed (see $LOG)"
+fi
+# Proxyless gRPC clients (state-of-the-world ADS) on the same server, the
+# Delta streams closed (issue 38's row).
+[ -x "$GRPC_XDS_BENCH" ] || cargo build --release --example grpc_xds_bench
+if out=$("$GRPC_XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --clients "$GRPC_CLIENTS" 2>>"$LOG"); then
+  r=$(grep '^row=initial' <<<"$out" || true)
+  xnote "$GRPC_CLIENTS proxyless gRPC clients (SotW) opened → all hold the target's endpoints" "$(field secs "$r") s"
+  r=$(grep '^row=eds' <<<"$out" || true)
+  xnote "one target instance critical → every client's EDS without it ($(field runs "$r") runs; target p99 under 1 s)" \
+    "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms; passing again: p99 $(field back_p99_ms "$r") ms"
+else
+  xnote "proxyless gRPC bench ($GRPC_CLIENTS clients)" "failed (see $LOG)"
 fi
 stop_all
 rm -rf "$OUT/cairn"

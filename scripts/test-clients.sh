@@ -13,7 +13,7 @@
 # (tests/py/conftest.py).
 #
 # Builds cairn (debug, or CAIRN_BIN=path to use a given binary), installs
-# py-consul, pytest, grpcio and xds-protos if missing, and runs pytest on tests/py. The
+# py-consul, pytest, grpcio, xds-protos and protoc-gen-validate if missing, and runs pytest on tests/py. The
 # Prometheus test skips with a message when /usr/bin/prometheus (Debian
 # package `prometheus`) is absent or built without Consul SD (Debian's is);
 # the VictoriaMetrics one when `victoria-metrics` (Debian package) is absent.
@@ -26,8 +26,8 @@ if [[ -z "${CAIRN_BIN:-}" ]]; then
 fi
 
 PY="${PYTHON:-python3}"
-if ! "$PY" -c 'import consul, pytest, grpc, envoy.service.discovery.v3, selenium' 2>/dev/null; then
-    "$PY" -m pip install --quiet py-consul pytest grpcio xds-protos selenium
+if ! "$PY" -c 'import consul, pytest, grpc, envoy.service.discovery.v3, protoc_gen_validate, selenium' 2>/dev/null; then
+    "$PY" -m pip install --quiet py-consul pytest grpcio xds-protos protoc-gen-validate selenium
 fi
 # The web UI's browser tests (tests/py/test_ui.py): skipped without the
 # browser, failed without it under CI.

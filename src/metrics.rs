@@ -92,6 +92,10 @@ counters! { ALL:
         "cairn_autopilot_dead_servers_removed_total",
         "servers the leader removed from Raft as dead (autopilot's CleanupDeadServers)"
     );
+    XDS_NACKS = (
+        "cairn_xds_nacks_total",
+        "xDS pushes a proxy or gRPC client rejected (NACK), on either ADS protocol"
+    );
 }
 
 /// A value that goes up and down.

@@ -2,7 +2,10 @@
 //! -bootstrap`: the Envoy bootstrap for a sidecar, as `consul connect
 //! envoy -bootstrap` prints it (node id = the proxy's service ID, one
 //! static cluster to the agent's gRPC port, ADS over Delta gRPC with the
-//! token as `x-consul-token`).
+//! token as `x-consul-token`); `cairn connect grpc-bootstrap -service ID`:
+//! the xDS bootstrap of a proxyless gRPC client (node id = the service
+//! instance it is, the server's gRPC port with `xds_v3`, the token in the
+//! node's metadata, since gRPC's bootstrap sets no call metadata).
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -16,6 +19,25 @@ pub enum ConnectCmd {
     Ca(CaCmd),
     /// Print the Envoy bootstrap of a sidecar (with -bootstrap).
     Envoy(EnvoyArgs),
+    /// Print the xDS bootstrap of a proxyless gRPC client (its
+    /// GRPC_XDS_BOOTSTRAP file).
+    GrpcBootstrap(GrpcBootstrapArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GrpcBootstrapArgs {
+    /// The service instance the client is: its ID, or its service's name
+    /// when one instance on the agent has it.
+    #[arg(long)]
+    service: String,
+    /// The xDS server (default: the agent's gRPC port on 127.0.0.1, or
+    /// CONSUL_GRPC_ADDR; `https://` for a TLS port).
+    #[arg(long)]
+    grpc_addr: Option<String>,
+    /// The CA that signed the gRPC port's certificate (a TLS port); also
+    /// CONSUL_GRPC_CACERT, then CONSUL_CACERT.
+    #[arg(long)]
+    grpc_ca_file: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -90,6 +112,7 @@ pub fn run(c: &Client, cmd: ConnectCmd, token: Option<String>) -> CliResult {
             let b = envoy_bootstrap(c, &a, token)?;
             print_json(&b)
         }
+        ConnectCmd::GrpcBootstrap(a) => print_json(&grpc_bootstrap(c, &a, token)?),
     }
 }
 
@@ -142,6 +165,103 @@ fn proxy_id(c: &Client, a: &EnvoyArgs) -> Result<(String, String), CliError> {
     Ok((id, cluster))
 }
 
+/// The gRPC port to name: `-grpc-addr` (or CONSUL_GRPC_ADDR; `https://`
+/// for TLS), else the agent's own (plaintext first) on 127.0.0.1.
+fn grpc_server(me: &Value, given: Option<String>) -> Result<(String, u16, bool), CliError> {
+    let xds = &me["xDS"];
+    let plain = xds["Ports"]["Plaintext"].as_i64().filter(|p| *p > 0);
+    let tls_port = xds["Ports"]["TLS"].as_i64().filter(|p| *p > 0);
+    match given.or_else(|| env_var(&["CONSUL_GRPC_ADDR"])) {
+        Some(g) => {
+            let tls = g.starts_with("https://");
+            let (h, p) = host_port(&g, "-grpc-addr")?;
+            Ok((h, p, tls))
+        }
+        None => match (plain, tls_port) {
+            (Some(p), _) => Ok(("127.0.0.1".to_string(), p as u16, false)),
+            (None, Some(p)) => Ok(("127.0.0.1".to_string(), p as u16, true)),
+            (None, None) => Err(CliError(
+                "The agent serves no gRPC port: give -grpc-addr".into(),
+            )),
+        },
+    }
+}
+
+/// The bootstrap of a proxyless gRPC client (gRFC A27's format): cairn's
+/// gRPC port as its one xDS server (state-of-the-world ADS, `xds_v3`), the
+/// node id the service instance it is, whose node is named in the
+/// metadata, with the token there too (gRPC's bootstrap sets no call
+/// metadata; the server reads it from there when the call has none).
+pub fn grpc_bootstrap(
+    c: &Client, a: &GrpcBootstrapArgs, token: Option<String>,
+) -> Result<Value, CliError> {
+    let services = c
+        .get_json("/v1/agent/services")
+        .map_err(|e| CliError(format!("Failed to look up the agent's services: {}", e.0)))?;
+    let all = services.as_object().cloned().unwrap_or_default();
+    let svc = match all.get(&a.service) {
+        Some(s) => s.clone(),
+        None => {
+            let named: Vec<&Value> = all
+                .values()
+                .filter(|s| s["Service"] == *a.service)
+                .collect();
+            match named.as_slice() {
+                [one] => (*one).clone(),
+                [] => {
+                    return Err(CliError(format!(
+                        "No service instance {:?} on the agent",
+                        a.service
+                    )));
+                }
+                _ => {
+                    return Err(CliError(format!(
+                        "More than one instance of {} on the agent; give its ID",
+                        a.service
+                    )));
+                }
+            }
+        }
+    };
+    let me = c.get_json("/v1/agent/self")?;
+    let node_name = me["Config"]["NodeName"].as_str().unwrap_or("").to_string();
+    let (host, port, tls) = grpc_server(&me, a.grpc_addr.clone())?;
+    let creds = if tls {
+        let ca_file = a
+            .grpc_ca_file
+            .clone()
+            .or_else(|| env_var(&["CONSUL_GRPC_CACERT", "CAIRN_CACERT", "CONSUL_CACERT"]))
+            .ok_or_else(|| CliError("The gRPC port is TLS: give -grpc-ca-file (its CA)".into()))?;
+        json!({ "type": "tls", "config": { "ca_certificate_file": ca_file } })
+    } else {
+        json!({ "type": "insecure" })
+    };
+    let mut metadata = json!({ "node_name": node_name });
+    let token = token
+        .filter(|t| !t.is_empty())
+        .or_else(|| env_var(&["CAIRN_HTTP_TOKEN", "CONSUL_HTTP_TOKEN"]));
+    if let Some(t) = token {
+        metadata["x-consul-token"] = json!(t);
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    Ok(json!({
+        "xds_servers": [{
+            "server_uri": format!("{host}:{port}"),
+            "channel_creds": [creds],
+            "server_features": ["xds_v3"]
+        }],
+        "node": {
+            "id": svc["ID"],
+            "cluster": svc["Service"],
+            "metadata": metadata
+        }
+    }))
+}
+
 /// `host:port` split, a name resolved as Envoy wants an IP or a name.
 fn host_port(addr: &str, what: &str) -> Result<(String, u16), CliError> {
     let addr = addr
@@ -172,29 +292,7 @@ pub fn envoy_bootstrap(
     let (id, cluster) = proxy_id(c, a)?;
     let me = c.get_json("/v1/agent/self")?;
     let node_name = me["Config"]["NodeName"].as_str().unwrap_or("").to_string();
-    let xds = &me["xDS"];
-    let plain = xds["Ports"]["Plaintext"].as_i64().filter(|p| *p > 0);
-    let tls_port = xds["Ports"]["TLS"].as_i64().filter(|p| *p > 0);
-    let given = a
-        .grpc_addr
-        .clone()
-        .or_else(|| env_var(&["CONSUL_GRPC_ADDR"]));
-    let (grpc_host, grpc_port, tls) = match given {
-        Some(g) => {
-            let tls = g.starts_with("https://");
-            let (h, p) = host_port(&g, "-grpc-addr")?;
-            (h, p, tls)
-        }
-        None => match (plain, tls_port) {
-            (Some(p), _) => ("127.0.0.1".to_string(), p as u16, false),
-            (None, Some(p)) => ("127.0.0.1".to_string(), p as u16, true),
-            (None, None) => {
-                return Err(CliError(
-                    "The agent serves no gRPC port: give -grpc-addr".into(),
-                ));
-            }
-        },
-    };
+    let (grpc_host, grpc_port, tls) = grpc_server(&me, a.grpc_addr.clone())?;
     let (admin_host, admin_port) = host_port(&a.admin_bind, "-admin-bind")?;
     let token = token
         .filter(|t| !t.is_empty())

@@ -1,6 +1,7 @@
 //! The gRPC port (`--grpc-addr`, default 127.0.0.1:8502; TLS with the
-//! server's certificate when the TLS files are given): Envoy's Delta ADS
-//! (`xds::Ads`, fed by this server's proxycfg snapshots) and
+//! server's certificate when the TLS files are given): Envoy's ADS, Delta
+//! and state-of-the-world (`xds::Ads`, fed by this server's proxycfg
+//! snapshots; proxyless gRPC clients on the latter) and
 //! consul-dataplane's own services from Consul's public protos:
 //! `hashicorp.consul.dataplane.DataplaneService` (the same bootstrap
 //! parameters as the HTTP endpoint, `http::dataplane`) and
@@ -231,6 +232,37 @@ impl crate::xds::Source for Catalog {
 
     fn acl_changes(&self) -> watch::Receiver<u64> {
         self.0.watches().subscribe(&crate::state::keys::ACL)
+    }
+
+    fn locate_instance(&self, service_id: &str, node: Option<&str>) -> Option<(ProxyKey, String)> {
+        let st = self.0.state();
+        // Any registration but a proxy's (which takes the sidecar's path)
+        // or a gateway's.
+        let plain =
+            |svc: &crate::structs::NodeService| svc.kind == crate::structs::ServiceKind::Typical;
+        match node {
+            Some(n) => {
+                let key = (n.to_string(), service_id.to_string());
+                let svc = st.services.get(&key).filter(|s| plain(s))?;
+                Some((key, svc.service.clone()))
+            }
+            None => st
+                .services
+                .iter()
+                .find(|((_, id), svc)| id == service_id && plain(svc))
+                .map(|(k, svc)| (k.clone(), svc.service.clone())),
+        }
+    }
+
+    fn proxyless(&self, instance: ProxyKey) -> crate::proxycfg::Proxyless {
+        self.0.proxycfg().proxyless(instance)
+    }
+
+    fn may_read(&self, token: Option<&str>, service: &str) -> bool {
+        self.0
+            .acl()
+            .resolve(&self.0.state(), token)
+            .is_ok_and(|a| a.service_read(service))
     }
 
     fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {

@@ -100,9 +100,9 @@ type ChainResult = Result<Arc<CompiledDiscoveryChain>, String>;
 pub struct Shared {
     /// (service, datacenter) → its compiled chain.
     chains: HashMap<(String, String), Stamped<ChainResult>>,
-    /// (service, subset filter, only passing) → its healthy connect-capable
-    /// instances.
-    endpoints: HashMap<(String, String, bool), Stamped<Endpoints>>,
+    /// (service, subset filter, only passing, connect) → its healthy
+    /// connect-capable instances (`connect`), or its healthy instances.
+    endpoints: HashMap<(String, String, bool, bool), Stamped<Endpoints>>,
     /// The roots as of the CA's index, shared by every snapshot.
     roots: Option<(u64, Arc<CaRoots>)>,
     /// service → (active root id, its leaf): signed here, on the server
@@ -206,18 +206,24 @@ impl Shared {
         (value, deps)
     }
 
-    fn endpoints(
-        &mut self, state: &State, service: &str, filter: &str, only_passing: bool,
+    fn endpoints_of(
+        &mut self, state: &State, service: &str, filter: &str, only_passing: bool, connect: bool,
     ) -> Endpoints {
-        let key = (service.to_string(), filter.to_string(), only_passing);
+        let key = (
+            service.to_string(),
+            filter.to_string(),
+            only_passing,
+            connect,
+        );
         if let Some((hit, _)) = self.endpoints.get(&key).and_then(|e| e.current(state)) {
             return hit;
         }
         let filter = (!filter.is_empty()).then(|| Filter::parse_for(filter, &HEALTH_SERVICE));
         // A proxy dials the target's sidecars (or connect-native instances),
         // never the application's own port: as Consul's proxycfg asks
-        // `Health` with `Connect: true` for every chain target.
-        let rows: Vec<Arc<Instance>> = service_instances(state, service, true)
+        // `Health` with `Connect: true` for every chain target. A proxyless
+        // client (`connect` false) dials the instances themselves.
+        let rows: Vec<Arc<Instance>> = service_instances(state, service, connect)
             .into_iter()
             .filter(|i| healthy(&i.checks, only_passing))
             .filter(|i| match &filter {
@@ -231,7 +237,11 @@ impl Shared {
             .map(Arc::new)
             .collect();
         let value = Arc::new(rows);
-        let dep = keys::connect(service);
+        let dep = if connect {
+            keys::connect(service)
+        } else {
+            keys::service(service)
+        };
         let stamp = state.index_of([&dep]);
         self.endpoints.insert(
             key,
@@ -297,7 +307,6 @@ pub fn build(
     // destination, of each upstream and of each override.
     deps.extend(crate::merge::merge_watch_keys(state, registered));
     let service = crate::merge::merge_node_service(state, registered);
-    let trust_domain = format!("{}.consul", state.cluster_id);
 
     let mut upstreams = BTreeMap::new();
     for up in &service.proxy.upstreams {
@@ -310,37 +319,7 @@ pub fn build(
         } else {
             &up.datacenter
         };
-        let req = CompileRequest::new(name, dc, &trust_domain);
-        let (chain, chain_deps) = shared.chain(state, &req, dc);
-        deps.extend(chain_deps.iter().cloned());
-        let entry = match chain {
-            Ok(chain) => {
-                let mut endpoints = BTreeMap::new();
-                for (id, target) in &chain.targets {
-                    deps.insert(keys::connect(&target.service));
-                    if target.datacenter != datacenter || !target.peer.is_empty() {
-                        continue; // other datacenters are reached via gateways
-                    }
-                    let rows = shared.endpoints(
-                        state,
-                        &target.service,
-                        &target.subset.filter,
-                        target.subset.only_passing,
-                    );
-                    endpoints.insert(id.clone(), rows);
-                }
-                UpstreamSnapshot {
-                    chain: Some(chain),
-                    error: String::new(),
-                    endpoints,
-                }
-            }
-            Err(error) => UpstreamSnapshot {
-                chain: None,
-                error,
-                endpoints: BTreeMap::new(),
-            },
-        };
+        let entry = upstream(state, datacenter, dc, name, true, shared, &mut deps);
         upstreams.insert(name.clone(), entry);
     }
     // Mesh identity and authorization of the service this proxy fronts.
@@ -368,6 +347,91 @@ pub fn build(
         intentions_default_allow: !shared.deny_by_default,
     };
     Some((snapshot, deps))
+}
+
+/// Builds the snapshot of a proxyless gRPC client: the service instance
+/// `instance` (any registration but a proxy's) dialing the services
+/// `names`, each through its compiled chain to its healthy instances. No
+/// leaf, roots or intentions: such a client speaks plaintext or its own
+/// TLS, outside the mesh's mTLS. `None` once the instance is gone.
+pub fn build_proxyless(
+    state: &State, datacenter: &str, instance: &ProxyKey, names: &BTreeSet<String>,
+    shared: &mut Shared,
+) -> Option<(Snapshot, BTreeSet<Dep>)> {
+    let registered = state.services.get(instance)?;
+    if registered.is_connect_proxy() {
+        return None;
+    }
+    let mut deps = BTreeSet::new();
+    deps.insert(keys::service(&registered.service));
+    let upstreams = names
+        .iter()
+        .map(|name| {
+            let entry = upstream(
+                state, datacenter, datacenter, name, false, shared, &mut deps,
+            );
+            (name.clone(), entry)
+        })
+        .collect();
+    let snapshot = Snapshot {
+        proxy_id: json!({ "Node": instance.0, "ServiceID": instance.1 }),
+        version: 0,
+        index: state.index,
+        service: (**registered).clone(),
+        upstreams,
+        roots: None,
+        leaf: None,
+        intentions: Arc::default(),
+        intentions_default_allow: true,
+    };
+    Some((snapshot, deps))
+}
+
+/// One upstream's compiled chain (in datacenter `dc`) and its local
+/// targets' healthy endpoints: their connect-capable instances for a proxy
+/// (`connect`), the instances themselves for a proxyless client, which
+/// dials the applications' own ports.
+pub(super) fn upstream(
+    state: &State, datacenter: &str, dc: &str, name: &str, connect: bool, shared: &mut Shared,
+    deps: &mut BTreeSet<Dep>,
+) -> UpstreamSnapshot {
+    let trust_domain = format!("{}.consul", state.cluster_id);
+    let req = CompileRequest::new(name, dc, &trust_domain);
+    let (chain, chain_deps) = shared.chain(state, &req, dc);
+    deps.extend(chain_deps.iter().cloned());
+    match chain {
+        Ok(chain) => {
+            let mut endpoints = BTreeMap::new();
+            for (id, target) in &chain.targets {
+                deps.insert(if connect {
+                    keys::connect(&target.service)
+                } else {
+                    keys::service(&target.service)
+                });
+                if target.datacenter != datacenter || !target.peer.is_empty() {
+                    continue; // other datacenters are reached via gateways
+                }
+                let rows = shared.endpoints_of(
+                    state,
+                    &target.service,
+                    &target.subset.filter,
+                    target.subset.only_passing,
+                    connect,
+                );
+                endpoints.insert(id.clone(), rows);
+            }
+            UpstreamSnapshot {
+                chain: Some(chain),
+                error: String::new(),
+                endpoints,
+            }
+        }
+        Err(error) => UpstreamSnapshot {
+            chain: None,
+            error,
+            endpoints: BTreeMap::new(),
+        },
+    }
 }
 
 /// As Consul serves endpoints: never critical (or in maintenance); with

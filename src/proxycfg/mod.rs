@@ -16,7 +16,7 @@ mod build;
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build};
+pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build, build_proxyless};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -48,12 +48,16 @@ type Built = Option<(Snapshot, BTreeSet<Dep>)>;
 /// updating. The shared cache may be half-updated by the panic: it starts
 /// over empty.
 fn build_one(
-    state: &crate::state::State, dc: &str, key: ProxyKey, shared: &mut Shared,
+    state: &crate::state::State, dc: &str, key: ProxyKey, proxyless: Option<&Dialing>,
+    shared: &mut Shared,
 ) -> Option<(ProxyKey, Built)> {
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
         tests::maybe_panic(&key);
-        build(state, dc, &key, shared)
+        match proxyless {
+            Some((instance, names)) => build_proxyless(state, dc, instance, names, shared),
+            None => build(state, dc, &key, shared),
+        }
     }));
     match built {
         Ok(r) => Some((key, r)),
@@ -101,9 +105,16 @@ struct Inner {
     shared: Arc<Mutex<Shared>>,
     wake: Notify,
     live_watches: AtomicUsize,
+    /// The proxyless gRPC clients served, by their key here: the service
+    /// instance each is and the services it dials.
+    proxyless: Mutex<HashMap<ProxyKey, Dialing>>,
+    next_proxyless: AtomicU64,
     /// Its tasks until a server takes them to supervise.
     tasks: Mutex<Vec<(&'static str, tokio::task::JoinHandle<()>)>>,
 }
+
+/// A proxyless client's service instance and the services it dials.
+type Dialing = (ProxyKey, Arc<BTreeSet<String>>);
 
 /// The proxies watching one resource, with how many watches each has on it.
 type Watchers = HashMap<Arc<ProxyKey>, usize>;
@@ -205,11 +216,21 @@ impl Inner {
             let built_at = state.index;
             let dc = self.datacenter.clone();
             let shared = self.shared.clone();
+            let proxyless: HashMap<ProxyKey, Dialing> = {
+                let all = self.proxyless.lock();
+                batch
+                    .iter()
+                    .filter_map(|k| Some((k.clone(), all.get(k)?.clone())))
+                    .collect()
+            };
             let built = tokio::task::spawn_blocking(move || {
                 let mut shared = shared.lock();
                 batch
                     .into_iter()
-                    .filter_map(|k| build_one(&state, &dc, k, &mut shared))
+                    .filter_map(|k| {
+                        let dialing = proxyless.get(&k);
+                        build_one(&state, &dc, k, dialing, &mut shared)
+                    })
                     .collect::<Vec<_>>()
             })
             .await
@@ -315,6 +336,8 @@ impl Manager {
             shared: Arc::default(),
             wake: Notify::new(),
             live_watches: AtomicUsize::new(0),
+            proxyless: Mutex::new(HashMap::new()),
+            next_proxyless: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
         });
         inner.shared.lock().deny_by_default = !default_allow;
@@ -397,6 +420,38 @@ impl Manager {
             .map(|p| p.snapshot.subscribe())
     }
 
+    /// Serves a proxyless gRPC client, the service instance `instance`:
+    /// its snapshot is built and rebuilt as a proxy's, for the services
+    /// `Proxyless::dial` names, under a key of its own for as long as the
+    /// handle lives (one per stream; never a registration's key: a node
+    /// name cannot hold a NUL).
+    pub fn proxyless(&self, instance: ProxyKey) -> Proxyless {
+        let id = self.inner.next_proxyless.fetch_add(1, Ordering::Relaxed);
+        let key = ("\0proxyless".to_string(), id.to_string());
+        self.inner
+            .proxyless
+            .lock()
+            .insert(key.clone(), (instance, Arc::default()));
+        let snapshot = self
+            .inner
+            .proxies
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| Proxy {
+                key: Arc::new(key.clone()),
+                snapshot: watch::channel(None).0,
+                watches: Vec::new(),
+            })
+            .snapshot
+            .subscribe();
+        self.inner.mark([key.clone()]);
+        Proxyless {
+            inner: Arc::downgrade(&self.inner),
+            key,
+            snapshot,
+        }
+    }
+
     /// Proxies with state, and watches registered for them (for tests and
     /// metrics: a torn-down proxy leaves none behind).
     pub fn counts(&self) -> (usize, usize) {
@@ -404,5 +459,46 @@ impl Manager {
             self.inner.proxies.lock().len(),
             self.inner.live_watches.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// A proxyless client served by the manager; dropped, its state goes.
+pub struct Proxyless {
+    inner: Weak<Inner>,
+    key: ProxyKey,
+    snapshot: watch::Receiver<Option<Arc<Snapshot>>>,
+}
+
+impl Proxyless {
+    /// Its snapshot and its rebuilds (the sender dropped: the instance
+    /// was deregistered).
+    pub fn snapshot(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {
+        self.snapshot.clone()
+    }
+
+    /// The services it dials now; a change rebuilds its snapshot.
+    pub fn dial(&self, names: BTreeSet<String>) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let mut all = inner.proxyless.lock();
+        let Some(entry) = all.get_mut(&self.key) else {
+            return;
+        };
+        if *entry.1 != names {
+            entry.1 = Arc::new(names);
+            drop(all);
+            inner.mark([self.key.clone()]);
+        }
+    }
+}
+
+impl Drop for Proxyless {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.proxyless.lock().remove(&self.key);
+            // Rebuilt without its entry, it finds no registration: torn down.
+            inner.mark([self.key.clone()]);
+        }
     }
 }

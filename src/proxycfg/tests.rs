@@ -295,3 +295,67 @@ async fn proxies_with_the_same_upstream_share_its_chain_and_endpoints() {
         &b.upstreams["db"].endpoints[DB]
     ));
 }
+
+/// A proxyless client's snapshot: the services it dials (a change of them
+/// rebuilds it), their instances themselves as endpoints (not their
+/// sidecars), health followed; the handle dropped, its state goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxyless_client_dials_instances_and_goes_with_its_handle() {
+    let mut w = World::new();
+    w.register("n1", instance("client-1", "client", ""), "passing");
+    w.register_db("n2", "db1", "v1", "passing");
+    w.register_db("n3", "db2", "v1", "passing");
+    let handle = w
+        .manager
+        .proxyless(("n1".to_string(), "client-1".to_string()));
+    let mut rx = handle.snapshot();
+    let until = |rx: &mut watch::Receiver<Option<Arc<Snapshot>>>,
+                 what: &str,
+                 pred: &dyn Fn(&Snapshot) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            if let Some(s) = rx.borrow_and_update().clone()
+                && pred(&s)
+            {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "within 1s: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let ids = |s: &Snapshot| -> Vec<String> {
+        s.upstreams
+            .get("db")
+            .and_then(|u| u.endpoints.get(DB))
+            .map_or(vec![], |rows| {
+                rows.iter()
+                    .map(|r| {
+                        assert!(
+                            !r.service.is_connect_proxy(),
+                            "the instance, not its sidecar"
+                        );
+                        r.service.id.clone()
+                    })
+                    .collect()
+            })
+    };
+    until(&mut rx, "built, dialing nothing", &|s| {
+        s.upstreams.is_empty()
+    });
+    handle.dial(["db".to_string()].into());
+    until(&mut rx, "db's instances", &|s| ids(s) == ["db1", "db2"]);
+    w.register("n2", instance("db1", "db", "v1"), "critical");
+    until(&mut rx, "the critical instance gone", &|s| {
+        ids(s) == ["db2"]
+    });
+    let (proxies, _) = w.manager.counts();
+    drop(handle);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while w.manager.counts().0 != proxies - 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped client's state is gone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

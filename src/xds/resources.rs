@@ -50,7 +50,7 @@ pub struct Resource {
 }
 
 impl Resource {
-    fn of<T: Message + Name>(msg: T) -> Resource {
+    pub(crate) fn of<T: Message + Name>(msg: T) -> Resource {
         let any = pack_any(msg);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         any.value.hash(&mut h);
@@ -194,7 +194,7 @@ fn inline(s: &str) -> Option<core::DataSource> {
     })
 }
 
-fn ads() -> Option<core::ConfigSource> {
+pub(crate) fn ads() -> Option<core::ConfigSource> {
     Some(core::ConfigSource {
         config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
             core::AggregatedConfigSource {},
@@ -394,7 +394,7 @@ fn tcp_filter(stat: &str, cluster: &str) -> listener::Filter {
     )
 }
 
-fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
+pub(crate) fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
     hcm::HttpConnectionManager {
         stat_prefix: stat.to_string(),
         http_filters: vec![hcm::HttpFilter {
@@ -487,7 +487,7 @@ fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> String {
 
 /// One chain target's cluster: EDS over ADS, its resolver's connect timeout
 /// and load balancer, and mTLS to its sidecars (SNI and SPIFFE SAN).
-fn target_cluster(
+pub(crate) fn target_cluster(
     chain: &CompiledDiscoveryChain, target: &crate::discovery_chain::DiscoveryTarget, id: &Identity,
 ) -> cluster::Cluster {
     let timeout = if target.connect_timeout.nanos() > 0 {
@@ -570,7 +570,7 @@ fn target_cluster(
 /// A target's endpoints: its healthy sidecars (address and proxy port,
 /// never the application's), then each failover target's at the next
 /// priority.
-fn load_assignment(
+pub(crate) fn load_assignment(
     chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
 ) -> endpoint::ClusterLoadAssignment {
     let mut tiers = vec![target.to_string()];
@@ -635,7 +635,9 @@ fn to_cluster(name: &str) -> route::RouteAction {
 /// An http upstream's routes: the router's matches in order (the
 /// compiler appends the catch-all), a splitter's weighted clusters, or
 /// straight to the resolver's target.
-fn route_config(name: &str, chain: &CompiledDiscoveryChain) -> route::RouteConfiguration {
+pub(crate) fn route_config(
+    name: &str, chain: &CompiledDiscoveryChain,
+) -> route::RouteConfiguration {
     let mut routes = Vec::new();
     if let Some(start) = chain.nodes.get(&chain.start_node) {
         match start.node_type {

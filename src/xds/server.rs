@@ -1,8 +1,10 @@
 //! Envoy's Aggregated Discovery Service, incremental variant, over gRPC:
 //! one task per stream turns the proxy's snapshot into resources and runs
 //! the Delta protocol (`delta::Session`) between the proxy's requests and
-//! the snapshot's rebuilds. State-of-the-world ADS answers UNIMPLEMENTED,
-//! as Consul's.
+//! the snapshot's rebuilds. State-of-the-world ADS (`sotw`, which Consul
+//! does not serve) is served beside it from the same snapshots, with the
+//! same checks and bounds, for xDS clients that speak only it: gRPC's
+//! proxyless client among them.
 //!
 //! The proxy is found through a `Source` (the server's catalog and its
 //! proxycfg manager): this module reads no state itself.
@@ -18,7 +20,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use futures_util::Stream;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Resources;
@@ -51,6 +53,13 @@ pub trait Source: Send + Sync + 'static {
     /// When the token expires (its `ExpirationTime`; none: never), which
     /// changes no ACL: the stream checks it again then.
     fn expiry(&self, token: Option<&str>) -> Option<SystemTime>;
+    /// A registered service instance that is no proxy (its key and its
+    /// service's name): a proxyless gRPC client whose node id names it.
+    fn locate_instance(&self, service_id: &str, node: Option<&str>) -> Option<(ProxyKey, String)>;
+    /// Serves that client: its snapshot for the services it dials.
+    fn proxyless(&self, instance: ProxyKey) -> crate::proxycfg::Proxyless;
+    /// May the token read `service` (a proxyless client dials only those)?
+    fn may_read(&self, token: Option<&str>, service: &str) -> bool;
 }
 
 /// What a stream's token is, for its slot.
@@ -99,12 +108,19 @@ static BUILDS: Semaphore = Semaphore::const_new(1);
 
 /// A proxy's resources from its snapshot, built off the async workers.
 async fn build(snapshot: &Arc<Snapshot>) -> Resources {
+    build_with(snapshot, super::resources::generate).await
+}
+
+/// A snapshot's resources by `generate`, built off the async workers.
+pub(super) async fn build_with(
+    snapshot: &Arc<Snapshot>, generate: fn(&Snapshot) -> Resources,
+) -> Resources {
     let _turn = BUILDS
         .acquire()
         .await
         .expect("the build semaphore is never closed");
     let snapshot = snapshot.clone();
-    match tokio::task::spawn_blocking(move || super::resources::generate(&snapshot)).await {
+    match tokio::task::spawn_blocking(move || generate(&snapshot)).await {
         Ok(r) => r,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
@@ -139,6 +155,25 @@ impl Ads {
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE)
     }
+
+    /// A new stream's token (gRPC metadata) and its slot: checked before
+    /// the stream reads anything.
+    fn admit(
+        &self, metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<(Option<String>, OwnedSemaphorePermit), Status> {
+        let token = metadata
+            .get(TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let pool = match self.source.identify(token.as_deref())? {
+            Caller::Token => &self.streams,
+            Caller::Anonymous => &self.anonymous,
+        };
+        let permit = pool.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("too many xDS streams on this server; retry later")
+        })?;
+        Ok((token, permit))
+    }
 }
 
 type Out<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -155,28 +190,28 @@ impl AggregatedDiscoveryService for Ads {
     type DeltaAggregatedResourcesStream = Out<DeltaDiscoveryResponse>;
 
     async fn stream_aggregated_resources(
-        &self, _request: Request<Streaming<DiscoveryRequest>>,
+        &self, request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        Err(Status::unimplemented(
-            "state-of-the-world ADS is not served: use the incremental (Delta) variant",
-        ))
+        let (token, permit) = self.admit(request.metadata())?;
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(4);
+        let (source, limits) = (self.source.clone(), self.limits.clone());
+        let pools = super::sotw::Pools {
+            streams: self.streams.clone(),
+        };
+        tokio::spawn(async move {
+            let run = super::sotw::run(source, &limits, token, permit, pools, inbound, &tx);
+            if let Err(status) = run.await {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(receiver_stream(rx)))
     }
 
     async fn delta_aggregated_resources(
         &self, request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let token = request
-            .metadata()
-            .get(TOKEN_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let pool = match self.source.identify(token.as_deref())? {
-            Caller::Token => &self.streams,
-            Caller::Anonymous => &self.anonymous,
-        };
-        let permit = pool.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted("too many xDS streams on this server; retry later")
-        })?;
+        let (token, permit) = self.admit(request.metadata())?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
         let (source, limits) = (self.source.clone(), self.limits.clone());
@@ -194,7 +229,21 @@ impl AggregatedDiscoveryService for Ads {
 pub const TOKEN_METADATA: &str = "x-consul-token";
 
 /// The node's metadata key consul-dataplane names the proxy's node with.
-const NODE_NAME_META: &str = "node_name";
+pub(super) const NODE_NAME_META: &str = "node_name";
+
+/// A string in the node's metadata (`None`: absent or empty).
+pub(super) fn node_meta(
+    node: &envoy_types::pb::envoy::config::core::v3::Node, key: &str,
+) -> Option<String> {
+    node.metadata
+        .as_ref()
+        .and_then(|m| m.fields.get(key))
+        .and_then(|v| match &v.kind {
+            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .filter(|s| !s.is_empty())
+}
 
 async fn run_stream(
     source: Arc<dyn Source>, limits: &Limits, token: Option<&str>,
@@ -218,15 +267,7 @@ async fn run_stream(
             "the first request's node.id must be the proxy's service ID",
         ));
     }
-    let node_name = node
-        .metadata
-        .as_ref()
-        .and_then(|m| m.fields.get(NODE_NAME_META))
-        .and_then(|v| match &v.kind {
-            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => Some(s.clone()),
-            _ => None,
-        })
-        .filter(|s| !s.is_empty());
+    let node_name = node_meta(&node, NODE_NAME_META);
     let proxy = node.id.clone();
     // Watched before the first check, so a change after it is not missed.
     let mut acl = source.acl_changes();
@@ -304,7 +345,7 @@ async fn run_stream(
 
 /// Returns at `at` (a moment after, so the token is past it), never for
 /// `None`.
-async fn until(at: Option<SystemTime>) {
+pub(super) async fn until(at: Option<SystemTime>) {
     match at {
         Some(at) => {
             let left = at
@@ -317,7 +358,7 @@ async fn until(at: Option<SystemTime>) {
 }
 
 /// The service a proxy's config is for (its leaf's).
-fn destination(snap: &Option<Arc<Snapshot>>) -> Option<&str> {
+pub(super) fn destination(snap: &Option<Arc<Snapshot>>) -> Option<&str> {
     snap.as_ref()
         .map(|s| s.service.proxy.destination_service_name.as_str())
 }
@@ -337,13 +378,14 @@ fn on_request(
     Ok(())
 }
 
-fn gone(proxy: &str) -> Status {
+pub(super) fn gone(proxy: &str) -> Status {
     Status::not_found(format!("proxy {proxy:?} was deregistered"))
 }
 
 fn log_reply(proxy: &str, reply: Reply) {
     match reply {
         Reply::Nack { type_url, error } => {
+            crate::metrics::XDS_NACKS.inc();
             tracing::warn!(proxy = %proxy, %type_url, %error, "xds: the proxy rejected a push (NACK); it keeps its last accepted version");
         }
         Reply::Unknown { type_url } => {
@@ -355,7 +397,7 @@ fn log_reply(proxy: &str, reply: Reply) {
 
 /// The proxy's snapshot, waiting a little for one registered a moment ago
 /// (`None`: no such proxy).
-async fn first_snapshot(
+pub(super) async fn first_snapshot(
     source: &dyn Source, service_id: &str, node: Option<&str>,
 ) -> Option<watch::Receiver<Option<Arc<Snapshot>>>> {
     let until = tokio::time::Instant::now() + FIRST_SNAPSHOT;

@@ -481,16 +481,6 @@ def test_an_unknown_proxy_ends_with_not_found(mesh):
         s.close()
 
 
-def test_state_of_the_world_ads_is_unimplemented(mesh):
-    ch = grpc.insecure_channel(f"127.0.0.1:{mesh.grpc_port}")
-    stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(ch)
-    with pytest.raises(grpc.RpcError) as e:
-        for _ in stub.StreamAggregatedResources(iter([discovery_pb2.DiscoveryRequest(type_url=CDS)])):
-            pass
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    ch.close()
-
-
 def test_streams_past_the_cap_are_refused_until_one_ends():
     server = CairnServer(["--grpc-max-streams", "1"])
     try:
