@@ -19,6 +19,7 @@ mod kv;
 pub mod liveness;
 mod operator;
 mod proxycfg;
+mod replication;
 pub mod session;
 mod snapshot;
 mod status;
@@ -93,6 +94,7 @@ pub fn router(server: App) -> Router {
         .merge(event::routes())
         .merge(coordinate::routes())
         .merge(wan::routes())
+        .merge(replication::routes())
         .merge(ui::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),

@@ -61,6 +61,8 @@ impl std::fmt::Display for Command {
             Command::AutopilotSet { .. } => "autopilot-set",
             Command::CoordinateBatch { .. } => "coordinate-batch",
             Command::FederationStateSet { .. } => "federation-state-set",
+            Command::AclReplicate { .. } => "acl-replicate",
+            Command::ConfigReplicate { .. } => "config-replicate",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

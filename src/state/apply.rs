@@ -82,6 +82,13 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         }
         Command::CoordinateBatch { updates } => super::coordinate::apply_batch(&mut tx, updates),
         Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
+        Command::AclReplicate {
+            set,
+            delete_tokens,
+            delete_roles,
+            delete_policies,
+        } => super::acl::replicate(&mut tx, set, delete_tokens, delete_roles, delete_policies),
+        Command::ConfigReplicate { set, delete } => super::config::replicate(&mut tx, set, delete),
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

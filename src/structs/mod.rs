@@ -14,6 +14,7 @@ pub mod federation;
 pub mod health;
 pub mod kv;
 pub mod operator;
+pub mod replication;
 pub mod rows;
 pub mod serde_util;
 pub mod session;
