@@ -374,3 +374,165 @@ fn config_changes(st: &State, remote: &ConfigReplica) -> Vec<Command> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::apply_command;
+    use crate::structs::acl::{Link, secret_hash};
+
+    fn token(accessor: &str, secret: &str, local: bool) -> AclToken {
+        AclToken {
+            accessor_id: accessor.into(),
+            secret_hash: secret_hash(secret),
+            local,
+            policies: vec![Link {
+                id: "p1".into(),
+                name: "one".into(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn policy(id: &str, rules: &str) -> AclPolicy {
+        AclPolicy {
+            id: id.into(),
+            name: format!("name-{id}"),
+            rules: rules.into(),
+            ..Default::default()
+        }
+    }
+
+    fn apply_all(st: &mut State, index: u64, cmds: Vec<Command>) {
+        for c in cmds {
+            assert_eq!(apply_command(st, index, &c).0, Response::Ok);
+        }
+    }
+
+    /// The primary's objects arrive whole, the secondary's local token
+    /// stays, and once they match nothing more is written (an idle
+    /// federation makes no Raft write).
+    #[test]
+    fn acl_changes_make_the_primarys_objects_and_then_nothing() {
+        let mut st = State::default();
+        // The secondary's own: a local token, and a global one the primary
+        // does not have (its initial management token, say).
+        let own = Command::AclTokenSet {
+            token: Box::new(token("local", "s-local", true)),
+        };
+        apply_command(&mut st, 1, &Command::AclPolicySet {
+            policy: Box::new(policy("p1", "")),
+        });
+        apply_command(&mut st, 2, &own);
+        apply_command(&mut st, 3, &Command::AclTokenSet {
+            token: Box::new(token("stray", "s-stray", false)),
+        });
+        let remote = AclReplica {
+            policies: vec![policy("p1", r#"key "a" { policy = "read" }"#)],
+            roles: Vec::new(),
+            // A global token of the primary with the stray one's secret:
+            // it takes its place.
+            tokens: vec![token("g1", "s-stray", false), token("g2", "s2", false)],
+        };
+        let cmds = acl_changes(&st, &remote);
+        assert_eq!(cmds.len(), 1);
+        apply_all(&mut st, 10, cmds);
+        assert!(st.acl_tokens.contains_key("local"));
+        assert!(!st.acl_tokens.contains_key("stray"));
+        assert_eq!(
+            crate::state::acl::token_by_secret_hash(&st, &secret_hash("s-stray"))
+                .unwrap()
+                .accessor_id,
+            "g1"
+        );
+        assert_eq!(st.acl_policies["p1"].rules, remote.policies[0].rules);
+        assert!(acl_changes(&st, &remote).is_empty());
+
+        // The primary deletes g2: deleted here, the local token kept.
+        let remote = AclReplica {
+            tokens: vec![token("g1", "s-stray", false)],
+            ..remote
+        };
+        let cmds = acl_changes(&st, &remote);
+        apply_all(&mut st, 11, cmds);
+        assert!(!st.acl_tokens.contains_key("g2"));
+        assert!(st.acl_tokens.contains_key("local"));
+        assert!(acl_changes(&st, &remote).is_empty());
+    }
+
+    /// Replication never deletes or overwrites a local token, nor lets a
+    /// global token take a local one's secret, whatever a command says.
+    #[test]
+    fn a_replicated_write_leaves_local_tokens_alone() {
+        let mut st = State::default();
+        let local = AclToken {
+            policies: Vec::new(),
+            ..token("local", "s-local", true)
+        };
+        let set = Command::AclTokenSet {
+            token: Box::new(local),
+        };
+        assert_eq!(apply_command(&mut st, 1, &set).0, Response::Ok);
+        let cmd = Command::AclReplicate {
+            set: Box::new(AclReplica {
+                tokens: vec![
+                    token("other", "s-local", false),
+                    AclToken {
+                        local: false,
+                        ..token("local", "s-x", false)
+                    },
+                ],
+                ..Default::default()
+            }),
+            delete_tokens: vec!["local".into(), ANONYMOUS_ID.into()],
+            delete_roles: Vec::new(),
+            delete_policies: vec![GLOBAL_MANAGEMENT_ID.into()],
+        };
+        apply_command(&mut st, 2, &cmd);
+        let kept = &st.acl_tokens["local"];
+        assert!(kept.local);
+        assert_eq!(kept.secret_hash, secret_hash("s-local"));
+        assert!(!st.acl_tokens.contains_key("other"));
+    }
+
+    /// Many objects go as several bounded writes, deletes with the first.
+    #[test]
+    fn large_changes_are_split_into_bounded_writes() {
+        let st = State::default();
+        let remote = AclReplica {
+            policies: (0..600).map(|i| policy(&format!("p{i}"), "")).collect(),
+            ..Default::default()
+        };
+        let cmds = acl_changes(&st, &remote);
+        assert_eq!(cmds.len(), 3);
+        for c in &cmds {
+            let Command::AclReplicate { set, .. } = c else {
+                panic!("{c:?}")
+            };
+            assert!(set.policies.len() <= BATCH_OBJECTS);
+        }
+    }
+
+    #[test]
+    fn config_changes_make_the_primarys_entries_and_then_nothing() {
+        let mut st = State::default();
+        let mine = serde_json::json!({"Kind": "service-defaults", "Name": "gone"});
+        apply_command(&mut st, 1, &Command::ConfigSet {
+            entry: mine,
+            cas: None,
+        });
+        let remote = ConfigReplica {
+            entries: vec![serde_json::json!({
+                "Kind": "service-defaults", "Name": "web", "Protocol": "http",
+                "CreateIndex": 40, "ModifyIndex": 41,
+            })],
+        };
+        let cmds = config_changes(&st, &remote);
+        assert_eq!(cmds.len(), 1);
+        apply_all(&mut st, 5, cmds);
+        let web = &st.config[&(crate::structs::config_entry::Kind::ServiceDefaults, "web".into())];
+        assert_eq!(web.modify_index(), 5);
+        assert_eq!(st.config.len(), 1);
+        assert!(config_changes(&st, &remote).is_empty());
+    }
+}
