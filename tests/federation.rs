@@ -272,10 +272,14 @@ fn the_other_datacenter_judges_the_token() {
     });
     common::acl::as_root(dc2.http_addr, "PUT", "/v1/acl/policy", &policy);
     let token = r#"{"Local": true, "Policies": [{"Name": "reader"}]}"#;
-    let secret = eventually(WAIT, "a local token in dc2 with the replicated policy", || {
-        let r = with(dc2.http_addr, "PUT", "/v1/acl/token", Some(token), ROOT);
-        (r.status == 200).then(|| r.json()["SecretID"].as_str().unwrap().to_string())
-    });
+    let secret = eventually(
+        WAIT,
+        "a local token in dc2 with the replicated policy",
+        || {
+            let r = with(dc2.http_addr, "PUT", "/v1/acl/token", Some(token), ROOT);
+            (r.status == 200).then(|| r.json()["SecretID"].as_str().unwrap().to_string())
+        },
+    );
     // The token is dc2's: unknown in dc1.
     let r = with(dc1.http_addr, "GET", "/v1/kv/app/x", None, &secret);
     assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));

@@ -420,13 +420,21 @@ mod tests {
         let own = Command::AclTokenSet {
             token: Box::new(token("local", "s-local", true)),
         };
-        apply_command(&mut st, 1, &Command::AclPolicySet {
-            policy: Box::new(policy("p1", "")),
-        });
+        apply_command(
+            &mut st,
+            1,
+            &Command::AclPolicySet {
+                policy: Box::new(policy("p1", "")),
+            },
+        );
         apply_command(&mut st, 2, &own);
-        apply_command(&mut st, 3, &Command::AclTokenSet {
-            token: Box::new(token("stray", "s-stray", false)),
-        });
+        apply_command(
+            &mut st,
+            3,
+            &Command::AclTokenSet {
+                token: Box::new(token("stray", "s-stray", false)),
+            },
+        );
         let remote = AclReplica {
             policies: vec![policy("p1", r#"key "a" { policy = "read" }"#)],
             roles: Vec::new(),
@@ -517,10 +525,14 @@ mod tests {
     fn config_changes_make_the_primarys_entries_and_then_nothing() {
         let mut st = State::default();
         let mine = serde_json::json!({"Kind": "service-defaults", "Name": "gone"});
-        apply_command(&mut st, 1, &Command::ConfigSet {
-            entry: mine,
-            cas: None,
-        });
+        apply_command(
+            &mut st,
+            1,
+            &Command::ConfigSet {
+                entry: mine,
+                cas: None,
+            },
+        );
         let remote = ConfigReplica {
             entries: vec![serde_json::json!({
                 "Kind": "service-defaults", "Name": "web", "Protocol": "http",
@@ -530,7 +542,10 @@ mod tests {
         let cmds = config_changes(&st, &remote);
         assert_eq!(cmds.len(), 1);
         apply_all(&mut st, 5, cmds);
-        let web = &st.config[&(crate::structs::config_entry::Kind::ServiceDefaults, "web".into())];
+        let web = &st.config[&(
+            crate::structs::config_entry::Kind::ServiceDefaults,
+            "web".into(),
+        )];
         assert_eq!(web.modify_index(), 5);
         assert_eq!(st.config.len(), 1);
         assert!(config_changes(&st, &remote).is_empty());
