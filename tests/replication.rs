@@ -318,3 +318,78 @@ fn a_lone_datacenter_writes_no_federation_state() {
     assert_eq!(s.metric("cairn_raft_last_log_index"), before);
     assert_eq!(s.get_json("/v1/internal/federation-states"), json!([]));
 }
+
+/// A replication token one permission short (`acl = "read"`, not write)
+/// gets no ACL object out of the primary, and the secondary says why; its
+/// config entry replication, which that token may read, goes on.
+#[test]
+fn a_replication_token_without_acl_write_replicates_no_acls() {
+    let dc1 = acl_started(
+        Server::builder()
+            .node("a0")
+            .bootstrap_expect(1)
+            .datacenter("dc1"),
+        "deny",
+    );
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/acl/policy",
+        &json!({
+            "Name": "short",
+            "Rules": "acl = \"read\"\n\
+                      service_prefix \"\" { policy = \"read\" intentions = \"read\" }",
+        }),
+    );
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/acl/token",
+        &json!({"SecretID": REPLICATION, "Policies": [{"Name": "short"}]}),
+    );
+    let (_, secret) =
+        token_with_rules(dc1.http_addr, "app", r#"key_prefix "app/" { policy = "write" }"#);
+    let dc2 = acl_started(
+        Server::builder()
+            .node("b0")
+            .bootstrap_expect(1)
+            .datacenter("dc2")
+            .arg("--primary-datacenter")
+            .arg("dc1")
+            .arg("--join-wan")
+            .arg(&dc1.raft_addr.to_string())
+            .arg("--acl-replication-token")
+            .arg(REPLICATION),
+        "deny",
+    );
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/config",
+        &json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
+    );
+    eventually(WAIT, "config entries replicated with the short token", || {
+        let r = with(
+            dc2.http_addr,
+            "GET",
+            "/v1/config/service-defaults/web",
+            None,
+            ROOT,
+        );
+        (r.status == 200).then_some(())
+    });
+    let status = eventually(WAIT, "the refusal in dc2's ACL replication status", || {
+        let v = replication_status(&dc2);
+        v["LastErrorMessage"]
+            .as_str()?
+            .contains("Permission denied")
+            .then_some(v)
+    });
+    assert_eq!(status["LastSuccess"], "0001-01-01T00:00:00Z", "{status}");
+    assert_eq!(status["ReplicatedIndex"], 0);
+    // dc1's token and policy never reached dc2.
+    let (code, body) = kv_put(&dc2, "app/x", &secret);
+    assert_eq!((code, body.as_str()), (403, "ACL not found"));
+    let r = with(dc2.http_addr, "GET", "/v1/acl/policy/name/app", None, ROOT);
+    assert_ne!(r.status, 200, "{}", r.body);
+}
