@@ -321,7 +321,8 @@ fn a_lone_datacenter_writes_no_federation_state() {
 
 /// A replication token one permission short (`acl = "read"`, not write)
 /// gets no ACL object out of the primary, and the secondary says why; its
-/// config entry replication, which that token may read, goes on.
+/// config entry replication, which that token may read, goes on. (The
+/// token is given as `acl { tokens { replication } }` in a file.)
 #[test]
 fn a_replication_token_without_acl_write_replicates_no_acls() {
     let dc1 = acl_started(
@@ -349,6 +350,14 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
     );
     let (_, secret) =
         token_with_rules(dc1.http_addr, "app", r#"key_prefix "app/" { policy = "write" }"#);
+    // The token from Consul's configuration key this time.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("acl.hcl");
+    std::fs::write(
+        &file,
+        format!("acl {{\n  tokens {{\n    replication = \"{REPLICATION}\"\n  }}\n}}\n"),
+    )
+    .unwrap();
     let dc2 = acl_started(
         Server::builder()
             .node("b0")
@@ -358,8 +367,8 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
             .arg("dc1")
             .arg("--join-wan")
             .arg(&dc1.raft_addr.to_string())
-            .arg("--acl-replication-token")
-            .arg(REPLICATION),
+            .arg("--config-file")
+            .arg(file.to_str().unwrap()),
         "deny",
     );
     as_root(
