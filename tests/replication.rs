@@ -348,8 +348,11 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
         "/v1/acl/token",
         &json!({"SecretID": REPLICATION, "Policies": [{"Name": "short"}]}),
     );
-    let (_, secret) =
-        token_with_rules(dc1.http_addr, "app", r#"key_prefix "app/" { policy = "write" }"#);
+    let (_, secret) = token_with_rules(
+        dc1.http_addr,
+        "app",
+        r#"key_prefix "app/" { policy = "write" }"#,
+    );
     // The token from Consul's configuration key this time.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("acl.hcl");
@@ -377,16 +380,20 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
         "/v1/config",
         &json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
     );
-    eventually(WAIT, "config entries replicated with the short token", || {
-        let r = with(
-            dc2.http_addr,
-            "GET",
-            "/v1/config/service-defaults/web",
-            None,
-            ROOT,
-        );
-        (r.status == 200).then_some(())
-    });
+    eventually(
+        WAIT,
+        "config entries replicated with the short token",
+        || {
+            let r = with(
+                dc2.http_addr,
+                "GET",
+                "/v1/config/service-defaults/web",
+                None,
+                ROOT,
+            );
+            (r.status == 200).then_some(())
+        },
+    );
     let status = eventually(WAIT, "the refusal in dc2's ACL replication status", || {
         let v = replication_status(&dc2);
         v["LastErrorMessage"]
@@ -401,4 +408,28 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
     assert_eq!((code, body.as_str()), (403, "ACL not found"));
     let r = with(dc2.http_addr, "GET", "/v1/acl/policy/name/app", None, ROOT);
     assert_ne!(r.status, 200, "{}", r.body);
+
+    // A token with acl:write set on dc2's server at run time (Consul's
+    // `PUT /v1/agent/token/replication`): replication proceeds.
+    let (_, full) = token_with_rules(
+        dc1.http_addr,
+        "full-replication",
+        "acl = \"write\"\nservice_prefix \"\" { policy = \"read\" intentions = \"read\" }",
+    );
+    // Made in dc1 and not yet known in dc2: set by the management token.
+    let body = json!({ "Token": full }).to_string();
+    let r = with(
+        dc2.http_addr,
+        "PUT",
+        "/v1/agent/token/replication",
+        Some(&body),
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_kv_put(
+        &dc2,
+        "app/x",
+        &secret,
+        "dc1's token in dc2 with the new replication token",
+    );
 }

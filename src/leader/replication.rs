@@ -51,11 +51,16 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
         return;
     }
     let _running = Running::start(fed.clone(), what);
-    let token = s.config().acl_replication_token.clone();
     // None: ask at once (a plain read); Some(i): block until past i.
     let mut after: Option<u64> = None;
     let mut pause = RETRY_MIN;
     loop {
+        // Read for each pull: `PUT /v1/agent/token/replication` on this
+        // server changes it (as Consul's), else `--acl-replication-token`.
+        let token = s
+            .agent()
+            .and_then(|a| a.replication_token())
+            .or_else(|| s.config().acl_replication_token.clone());
         match pull(&s, &fed, what, after, token.as_deref()).await {
             Ok(index) => {
                 fed.replication().update(what, |r| {
