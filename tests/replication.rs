@@ -433,3 +433,61 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
         "dc1's token in dc2 with the new replication token",
     );
 }
+
+/// A primary of three servers and no replication token (the servers trust
+/// each other's pulls over the authenticated transport): whichever of its
+/// servers a pull reaches answers it (a follower too, from its own state,
+/// never passing it to its leader, where the pull's mark would be lost),
+/// so tokens come and go in dc2 with no pull refused.
+#[test]
+fn any_server_of_the_primary_answers_a_pull_without_a_token() {
+    let mut args: Vec<&str> = common::acl::DENY_ARGS.to_vec();
+    args.extend(["--datacenter", "dc1"]);
+    let dc1 = common::cluster(3, &args);
+    let leader = common::agreed_leader(&dc1);
+    eventually(WAIT, "the management token in dc1", || {
+        let r = with(
+            dc1[leader].http_addr,
+            "GET",
+            "/v1/acl/token/self",
+            None,
+            ROOT,
+        );
+        (r.status == 200).then_some(())
+    });
+    let joins: Vec<String> = dc1.iter().map(|s| s.raft_addr.to_string()).collect();
+    let mut b = Server::builder()
+        .node("b0")
+        .bootstrap_expect(1)
+        .datacenter("dc2")
+        .arg("--primary-datacenter")
+        .arg("dc1");
+    for j in &joins {
+        b = b.arg("--join-wan").arg(j);
+    }
+    let dc2 = acl_started(b, "deny");
+    // Tokens made and deleted in dc1, one after another: each reaches dc2.
+    for round in 0..3 {
+        let follower = &dc1[(leader + 1 + round) % 3];
+        let (accessor, secret) = token_with_rules(
+            follower.http_addr,
+            &format!("app{round}"),
+            r#"key_prefix "app/" { policy = "write" }"#,
+        );
+        wait_kv_put(&dc2, "app/x", &secret, "dc1's token in dc2");
+        let r = with(
+            follower.http_addr,
+            "DELETE",
+            &format!("/v1/acl/token/{accessor}"),
+            None,
+            ROOT,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        eventually(WAIT, "the deleted token refused in dc2", || {
+            (kv_put(&dc2, "app/x", &secret).0 == 403).then_some(())
+        });
+    }
+    let status = replication_status(&dc2);
+    let error = status["LastErrorMessage"].as_str().unwrap();
+    assert!(!error.contains("answered 403"), "{status}");
+}

@@ -4,8 +4,9 @@
 //! (another), and applies what differs here through Raft.
 //!
 //! Each pull is a blocking query on the primary (`?index=` its last
-//! answer's), sent over the WAN transport (`Federation::ask_primary`), so
-//! an idle federation costs one parked request per kind and no Raft write.
+//! answer's, `?stale`: any of its servers answers), sent over the WAN
+//! transport (`Federation::ask_primary`), so an idle federation costs one
+//! parked request per kind and no Raft write.
 //! A term in office starts with a plain read and a whole comparison with
 //! the replicated state here, so a new leader resumes where the state is
 //! (after a leader change, a partition or a restart) and writes only what
@@ -53,6 +54,9 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
     let _running = Running::start(fed.clone(), what);
     // None: ask at once (a plain read); Some(i): block until past i.
     let mut after: Option<u64> = None;
+    // The primary's index of what this term applied: an answer older than
+    // it is never applied (it would undo newer changes).
+    let mut applied = 0;
     let mut pause = RETRY_MIN;
     loop {
         // Read for each pull: `PUT /v1/agent/token/replication` on this
@@ -61,8 +65,9 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
             .agent()
             .and_then(|a| a.replication_token())
             .or_else(|| s.config().acl_replication_token.clone());
-        match pull(&s, &fed, what, after, token.as_deref()).await {
+        match pull(&s, &fed, what, after, applied, token.as_deref()).await {
             Ok(index) => {
+                applied = index;
                 fed.replication().update(what, |r| {
                     r.index = index;
                     r.last_success = Some(SystemTime::now());
@@ -103,18 +108,23 @@ impl Drop for Running {
 
 /// One pull and what it brought applied: the primary's index of it.
 async fn pull(
-    s: &Server, fed: &Federation, what: Replicated, after: Option<u64>, token: Option<&str>,
+    s: &Server, fed: &Federation, what: Replicated, after: Option<u64>, applied: u64,
+    token: Option<&str>,
 ) -> Result<u64, String> {
     let path = match what {
         Replicated::Acl => ACL_PATH,
         Replicated::Config => CONFIG_PATH,
     };
+    // `?stale`: whichever server of the primary receives it answers from
+    // its own state (a server's pull is trusted only where it arrives: it
+    // is never passed on to that datacenter's leader); `applied` keeps a
+    // server behind the others from undoing what a newer answer brought.
     let (path, timeout) = match after {
         Some(i) => (
-            format!("{path}?index={i}&wait={}s", WAIT.as_secs()),
+            format!("{path}?stale&index={i}&wait={}s", WAIT.as_secs()),
             WAIT + WAIT / 16 + READ_TIMEOUT,
         ),
-        None => (path.to_string(), READ_TIMEOUT),
+        None => (format!("{path}?stale"), READ_TIMEOUT),
     };
     let r = fed
         .ask_primary(path, token, timeout)
@@ -138,10 +148,10 @@ async fn pull(
     let index: u64 = header("x-consul-index")
         .and_then(|v| v.parse().ok())
         .ok_or("the primary's answer has no X-Consul-Index")?;
-    // A blocking answer older than what this term applied (a server of
-    // the primary behind its leader) would undo newer changes: asked again.
-    if after.is_some_and(|a| index < a) {
-        return Ok(after.unwrap_or_default());
+    // Older than what this term applied (a server of the primary behind
+    // the one that answered before): not applied, asked again.
+    if index < applied {
+        return Ok(applied);
     }
     let cmds = match what {
         Replicated::Acl => {
