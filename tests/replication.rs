@@ -132,6 +132,19 @@ fn the_primary_replicates_acls_and_config_entries_to_the_secondary() {
     assert_eq!(kv_put(&dc2, "app/local", &local_secret).0, 200);
     let path = format!("/v1/acl/token/{local_accessor}");
     assert_eq!(with(dc1.http_addr, "GET", &path, None, ROOT).status, 403);
+    // Updated in dc2 (it is dc2's); it cannot be made global (Consul's
+    // rule: replication would delete it).
+    let update = json!({"Description": "still dc2's", "Policies": [{"Name": "app"}]});
+    let r = with(dc2.http_addr, "PUT", &path, Some(&update.to_string()), ROOT);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("Cannot toggle local mode"), "{}", r.body);
+    let update =
+        json!({"Description": "still dc2's", "Local": true, "Policies": [{"Name": "app"}]});
+    let r = as_root(dc2.http_addr, "PUT", &path, &update).json();
+    assert_eq!(
+        (r["Local"].as_bool(), r["Description"].as_str()),
+        (Some(true), Some("still dc2's"))
+    );
     assert_eq!(kv_put(&dc1, "app/local", &local_secret).0, 403);
 
     // A global token created through dc2 is made in dc1 (forwarded), and
