@@ -157,6 +157,7 @@ async fn pull(
         Replicated::Acl => {
             let remote: AclReplica =
                 serde_json::from_slice(&r.body).map_err(|e| format!("bad ACL answer: {e}"))?;
+            acl_ready(&remote)?;
             acl_changes(&s.state(), &remote)
         }
         Replicated::Config => {
@@ -215,6 +216,21 @@ fn same_token(a: &AclToken, b: &AclToken) -> bool {
         ..t.clone()
     };
     bare(a) == bare(b)
+}
+
+/// A primary whose ACLs are off (or not yet initialised) has no anonymous
+/// token: replicating its nothing would delete every global token here,
+/// the management token with them.
+fn acl_ready(remote: &AclReplica) -> Result<(), String> {
+    if remote.tokens.iter().any(|t| t.accessor_id == ANONYMOUS_ID) {
+        Ok(())
+    } else {
+        Err(
+            "the primary has no ACL state (ACLs off there, or not initialised yet): \
+             nothing applied"
+                .into(),
+        )
+    }
 }
 
 /// The writes that make this datacenter's ACL objects the primary's:
@@ -516,6 +532,17 @@ mod tests {
         assert!(kept.local);
         assert_eq!(kept.secret_hash, secret_hash("s-local"));
         assert!(!st.acl_tokens.contains_key("other"));
+    }
+
+    /// A primary without ACLs would wipe this datacenter's tokens: refused.
+    #[test]
+    fn a_primary_without_acl_state_is_not_replicated() {
+        assert!(acl_ready(&AclReplica::default()).is_err());
+        let ready = AclReplica {
+            tokens: vec![crate::structs::acl::anonymous()],
+            ..Default::default()
+        };
+        assert!(acl_ready(&ready).is_ok());
     }
 
     /// Many objects go as several bounded writes, deletes with the first.
