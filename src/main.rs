@@ -340,6 +340,13 @@ struct AclArgs {
     /// (default: --acl-token).
     #[arg(long)]
     acl_agent_token: Option<String>,
+    /// A secondary's token for replication from the primary (servers;
+    /// Consul's `acl.tokens.replication`): the primary checks it (`acl:write`;
+    /// `service:read` and `intention:read` on every service for config
+    /// entries). Without it the pulls are trusted as a server's, over the
+    /// authenticated Raft transport.
+    #[arg(long, env = "CAIRN_ACL_REPLICATION_TOKEN", hide_env_values = true)]
+    acl_replication_token: Option<String>,
 }
 
 impl AclArgs {
@@ -364,8 +371,10 @@ impl AclArgs {
     /// A client agent enforces nothing itself (its servers do).
     fn agent_only(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
-            !self.acl_enabled && self.acl_initial_management_token.is_none(),
-            "--acl-enabled and --acl-initial-management-token are server flags"
+            !self.acl_enabled
+                && self.acl_initial_management_token.is_none()
+                && self.acl_replication_token.is_none(),
+            "--acl-enabled, --acl-initial-management-token and --acl-replication-token are server flags"
         );
         Ok(())
     }
@@ -593,6 +602,12 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
         "acl_initial_management_token",
         a.acl.acl_initial_management_token,
         f.token_initial_management.clone().map(Some)
+    );
+    from_file!(
+        m,
+        "acl_replication_token",
+        a.acl.acl_replication_token,
+        f.tokens_other.get("replication").cloned().map(Some)
     );
     Ok(())
 }
@@ -872,6 +887,11 @@ fn main() -> anyhow::Result<()> {
                 insecure_raft: a.insecure_raft,
                 acl: a.acl.server(),
                 agent_tokens: a.acl.tokens(),
+                acl_replication_token: a
+                    .acl
+                    .acl_replication_token
+                    .clone()
+                    .filter(|t| !t.is_empty()),
                 ui: a.ui.config(a.dev),
                 config_sources: a.config.sources(),
             };

@@ -88,7 +88,7 @@ where
     A: Accept,
 {
     let server = Server::assemble(config, parts).await?;
-    start(&server);
+    start(&server, None);
     Ok(server)
 }
 
@@ -108,11 +108,13 @@ fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<
 }
 
 /// What every server runs on top of its core: the leader module's watcher
-/// (every leader duty, while this server leads).
-fn start(server: &Arc<Server>) {
-    server
-        .tasks()
-        .spawn("leader duties", crate::leader::run(server.clone()));
+/// (every leader duty, while this server leads), with the WAN federation
+/// its federation duties use (none in the simulation).
+fn start(server: &Arc<Server>, federation: Option<Arc<crate::federation::Federation>>) {
+    server.tasks().spawn(
+        "leader duties",
+        crate::leader::run(server.clone(), federation),
+    );
 }
 
 /// A server whose every listener is bound and serving: run it with
@@ -140,13 +142,14 @@ pub async fn server(
         dns: dns_listeners,
     } = listeners;
     let server = Server::start(config.clone(), raft).await?;
-    start(&server);
+    // WAN federation: served once the router that answers for it is built;
+    // the leader's federation duties (its states, replication) use it.
+    let federation = crate::federation::Federation::new(server.clone());
+    start(&server, Some(federation.clone()));
     server.tasks().spawn(
         "coordinate probes",
         crate::http::coordinate::probe_servers(server.clone()),
     );
-    // WAN federation: served once the router that answers for it is built.
-    let federation = crate::federation::Federation::new(server.clone());
     let tls = config.tls.clone();
     let https = match (https, &tls) {
         (Some(l), Some(t)) => Some((l, t.files.https_server(t.verify_incoming)?)),

@@ -59,6 +59,11 @@ pub struct ServerConfig {
     /// The token this server's own agent sends (`--acl-agent-token`, else
     /// `--acl-token`; as a client agent's).
     pub agent_tokens: crate::structs::acl::AgentTokens,
+    /// What a secondary's replication from the primary sends
+    /// (`--acl-replication-token`, `acl.tokens.replication`): with it the
+    /// primary checks Consul's permissions; without it the pull is trusted
+    /// as a server's, over the authenticated transport.
+    pub acl_replication_token: Option<String>,
     /// The configuration files (`--config-file`, `--config-dir`) whose
     /// service and check definitions the server's own agent registers.
     pub config_sources: crate::config_file::Sources,
@@ -115,6 +120,7 @@ impl ServerConfig {
             insecure_raft: false,
             acl: Default::default(),
             agent_tokens: Default::default(),
+            acl_replication_token: None,
             config_sources: Default::default(),
             ui: Default::default(),
         }

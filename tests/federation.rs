@@ -240,9 +240,9 @@ fn two_datacenters_answer_for_each_other() {
 }
 
 /// With ACLs on (default deny) in both datacenters, a request sent with
-/// `?dc=dc2` is judged by dc2's ACLs with the caller's token: a token made
-/// in dc2 works from dc1 (where it does not exist), anonymous gets what
-/// anonymous gets in dc2.
+/// `?dc=dc2` is judged by dc2's ACLs with the caller's token: a local token
+/// made in dc2 works from dc1 (where it does not exist), anonymous gets
+/// what anonymous gets in dc2.
 #[test]
 fn the_other_datacenter_judges_the_token() {
     let dc2 = common::acl::acl_started(
@@ -265,10 +265,20 @@ fn the_other_datacenter_judges_the_token() {
         "deny",
     );
     wait_datacenters(&dc1, &["dc1", "dc2"]);
-    let (_, secret) = token_with_rules(
-        dc2.http_addr,
-        "reader",
-        r#"key_prefix "app/" { policy = "write" }"#,
+    // A policy written in dc2 is made in the primary (dc1) and replicated
+    // back; a token marked Local stays dc2's own.
+    let policy = serde_json::json!({
+        "Name": "reader", "Rules": r#"key_prefix "app/" { policy = "write" }"#,
+    });
+    common::acl::as_root(dc2.http_addr, "PUT", "/v1/acl/policy", &policy);
+    let token = r#"{"Local": true, "Policies": [{"Name": "reader"}]}"#;
+    let secret = eventually(
+        WAIT,
+        "a local token in dc2 with the replicated policy",
+        || {
+            let r = with(dc2.http_addr, "PUT", "/v1/acl/token", Some(token), ROOT);
+            (r.status == 200).then(|| r.json()["SecretID"].as_str().unwrap().to_string())
+        },
     );
     // The token is dc2's: unknown in dc1.
     let r = with(dc1.http_addr, "GET", "/v1/kv/app/x", None, &secret);

@@ -26,6 +26,8 @@ fn a_dead_critical_task_stops_the_server_naming_it() {
         "coordinate probes",
         "coordinate batches",
         "autopilot dead-server cleanup",
+        "federation states",
+        "config entry replication",
     ] {
         let s = Server::builder()
             .dev()

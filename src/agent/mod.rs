@@ -206,6 +206,13 @@ impl Agent {
         t.1.get("dns").cloned().or_else(|| t.0.default.clone())
     }
 
+    /// The replication token set on this agent (a server's own agent:
+    /// `PUT /v1/agent/token/replication` or `acl.tokens.replication`), which
+    /// the server's replication from the primary sends.
+    pub fn replication_token(&self) -> Option<String> {
+        self.acl_tokens.read().1.get("replication").cloned()
+    }
+
     /// Whether `token` is the agent recovery token set on this agent.
     fn is_recovery_token(&self, token: &str) -> bool {
         !token.is_empty()

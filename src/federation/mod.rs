@@ -16,7 +16,13 @@
 //! as federation states (`state::federation`, one row per datacenter,
 //! Consul's model), so a primary that restarts knows where the others are
 //! even without `--join-wan`; secondaries learn them from the primary's
-//! answers.
+//! answers. That write is a leader duty (`leader::federation`), made only
+//! once another datacenter is known: a lone datacenter writes nothing.
+//!
+//! Replication from the primary (ACLs, config entries) is a leader duty of
+//! the secondaries too (`leader::replication`): it asks the primary through
+//! [`Federation::ask_primary`] and keeps its progress here
+//! ([`Replication`]), for `/v1/acl/replication` and the metrics.
 //!
 //! A forwarded request is an HTTP request in a frame (`WanRequest`),
 //! answered by the receiving server's own router in process (the handler
@@ -25,7 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
@@ -83,6 +89,13 @@ pub struct Forwarded {
     pub from: String,
 }
 
+/// Marks a request that is a replication pull of another datacenter's
+/// server (an extension set from the frame's own mark, never from a
+/// client's header): the servers trust each other through the transport's
+/// authentication, so with no token it needs none.
+#[derive(Debug, Clone)]
+pub struct ReplicationPull;
+
 /// Answers a forwarded request (this server's HTTP router, in process).
 pub type Handler = Arc<dyn Fn(WanRequest) -> BoxFuture<'static, WanResponse> + Send + Sync>;
 
@@ -115,6 +128,66 @@ pub struct Federation {
     handler: OnceLock<Handler>,
     /// Round-robin position per datacenter (which server is greeted).
     turn: Mutex<BTreeMap<String, usize>>,
+    /// What this server's replication from the primary did last (only a
+    /// secondary's leader runs it).
+    replication: Replication,
+}
+
+/// What is replicated from the primary, each by a duty of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicated {
+    /// ACL policies, roles and global tokens, together.
+    Acl,
+    /// Config entries of every kind (intentions among them).
+    Config,
+}
+
+impl Replicated {
+    pub const ALL: [Replicated; 2] = [Replicated::Acl, Replicated::Config];
+
+    /// Its name in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Replicated::Acl => "acl",
+            Replicated::Config => "config_entries",
+        }
+    }
+}
+
+/// One replication's progress, as its duty last reported it.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicationState {
+    /// Its duty runs (this server leads a secondary).
+    pub running: bool,
+    /// The primary's index of what was last applied here.
+    pub index: u64,
+    pub last_success: Option<SystemTime>,
+    pub last_error: Option<SystemTime>,
+    pub last_error_message: String,
+}
+
+/// Every replication's progress on this server.
+#[derive(Debug, Default)]
+pub struct Replication {
+    acl: Mutex<ReplicationState>,
+    config: Mutex<ReplicationState>,
+}
+
+impl Replication {
+    pub fn get(&self, what: Replicated) -> ReplicationState {
+        self.slot(what).lock().clone()
+    }
+
+    pub fn update(&self, what: Replicated, f: impl FnOnce(&mut ReplicationState)) {
+        f(&mut self.slot(what).lock())
+    }
+
+    fn slot(&self, what: Replicated) -> &Mutex<ReplicationState> {
+        match what {
+            Replicated::Acl => &self.acl,
+            Replicated::Config => &self.config,
+        }
+    }
 }
 
 /// Consul's rule for a datacenter name.
@@ -136,6 +209,7 @@ impl Federation {
             known: Mutex::default(),
             handler: OnceLock::new(),
             turn: Mutex::default(),
+            replication: Replication::default(),
         });
         // What the primary's Raft state holds (a restarted primary, or a
         // follower that became its leader): known, not yet contacted.
@@ -157,17 +231,59 @@ impl Federation {
         &self.datacenter
     }
 
+    /// The federation's primary datacenter.
+    pub fn primary(&self) -> &str {
+        &self.primary
+    }
+
+    /// This datacenter is a secondary: it replicates from the primary and
+    /// sends it the writes of what it replicates.
+    pub fn is_secondary(&self) -> bool {
+        self.primary != self.datacenter
+    }
+
+    /// Whether any other datacenter is known.
+    pub fn knows_others(&self) -> bool {
+        !self.known.lock().is_empty()
+    }
+
+    /// The progress of replication from the primary on this server.
+    pub fn replication(&self) -> &Replication {
+        &self.replication
+    }
+
     /// Greets the other datacenters every round, for good.
     async fn run(self: Arc<Self>) {
-        let mut written: Option<(Vec<FederationState>, Instant)> = None;
         loop {
             self.round().await;
             self.learn_from_state();
-            if self.primary == self.datacenter && self.server.cluster().is_ready_leader() {
-                self.write_states(&mut written).await;
-            }
             tokio::time::sleep(ROUND).await;
         }
+    }
+
+    /// A replication pull: a GET of `path_and_query` answered by the
+    /// primary (any of its servers, through the transport that
+    /// authenticated them), marked as this server's own
+    /// (`structs::replication::REPLICATION_HEADER`) and carrying the
+    /// replication token if one is configured.
+    pub async fn ask_primary(
+        &self, path_and_query: String, token: Option<&str>, timeout: Duration,
+    ) -> Result<WanResponse, FederationError> {
+        let mut headers = vec![(
+            crate::structs::replication::REPLICATION_HEADER.to_string(),
+            "1".to_string(),
+        )];
+        if let Some(t) = token {
+            headers.push(("x-consul-token".to_string(), t.to_string()));
+        }
+        let req = WanRequest {
+            from: self.datacenter.clone(),
+            method: "GET".into(),
+            path_and_query,
+            headers,
+            body: Vec::new(),
+        };
+        self.forward(&self.primary, req, timeout).await
     }
 
     /// One greeting to one server of each known datacenter, and to each
@@ -354,10 +470,10 @@ impl Federation {
         }
     }
 
-    /// On the primary's leader: every datacenter's servers as federation
-    /// states in Raft, written when they change (and every
-    /// `STATE_REFRESH`, so `UpdatedAt` stays current).
-    async fn write_states(&self, written: &mut Option<(Vec<FederationState>, Instant)>) {
+    /// On the primary's leader (a duty, `leader::federation`): every
+    /// datacenter's servers as federation states in Raft, written when they
+    /// change (and every `STATE_REFRESH`, so `UpdatedAt` stays current).
+    pub async fn write_states(&self, written: &mut Option<(Vec<FederationState>, Instant)>) {
         let mut now: Vec<FederationState> =
             vec![FederationState::new(&self.datacenter, self.local_servers())];
         now.extend(self.known.lock().iter().map(|(dc, servers)| {
@@ -381,7 +497,6 @@ impl Federation {
         }
         let stored: Vec<FederationState> = self
             .server
-            .store()
             .state()
             .federation
             .values()

@@ -455,6 +455,14 @@ async fn token_update(
     if !body.secret_id.is_empty() && secret_hash(&body.secret_id) != existing.secret_hash {
         return Err(Error::bad("Changing a token's SecretID is not allowed"));
     }
+    // Consul's rule: a local token stays local (a secondary's would
+    // otherwise become a global token its replication deletes), a global
+    // one global.
+    if body.local != existing.local {
+        return Err(Error::bad(format!(
+            "Cannot toggle local mode of {accessor}"
+        )));
+    }
     let token = build_token(&s, &body, (*existing).clone())?;
     let secret = (!body.secret_id.is_empty()).then_some(body.secret_id.as_str());
     set_token(&s, token, secret).await

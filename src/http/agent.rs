@@ -113,7 +113,10 @@ fn wan_members(s: &App, a: &Authz, fed: Option<&crate::federation::Federation>) 
     json_filtered(s, s.state().index, &list, filtered)
 }
 
-async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
+async fn metrics(
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery,
+    fed: Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>,
+) -> Result<Response> {
     a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
     let m = s.cluster().metrics();
     let st = s.state();
@@ -182,6 +185,7 @@ async fn metrics(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Resul
     ];
     // The server's agent counts and gauges its own work, as on a client.
     let mut all = gauges.to_vec();
+    all.extend(super::replication::gauges(fed.as_deref().map(|f| &**f)));
     let mut counters = crate::metrics::ALL.to_vec();
     if let Some(a) = s.agent() {
         all.extend(crate::agent::api::metric_gauges(a));

@@ -20,6 +20,7 @@ pub mod liveness;
 mod operator;
 mod proxycfg;
 pub mod query;
+mod replication;
 pub mod session;
 mod snapshot;
 mod status;
@@ -95,6 +96,7 @@ pub fn router(server: App) -> Router {
         .merge(coordinate::routes())
         .merge(query::routes())
         .merge(wan::routes())
+        .merge(replication::routes())
         .merge(ui::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),

@@ -2,7 +2,10 @@
 //! that datacenter (`federation::Federation::forward`, over the Raft
 //! port's transport), where its own router answers it as if asked there;
 //! `/v1/catalog/datacenters`, `/v1/agent/members?wan`, and the federation
-//! states.
+//! states. In a secondary, a write of what is replicated from the primary
+//! (ACL policies, roles, global tokens, config entries, intentions) goes to
+//! the primary the same way, as Consul's servers forward it: it comes back
+//! here through replication (`leader::replication`).
 
 use std::sync::Arc;
 
@@ -14,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::App;
 use crate::error::{Error, Result};
-use crate::federation::{Federation, Forwarded};
+use crate::federation::{Federation, Forwarded, ReplicationPull};
 use crate::raft::wan::{WanRequest, WanResponse};
 use crate::request::{MAX_BODY, Params, forward_timeout};
 
@@ -50,7 +53,11 @@ fn other_dc(s: &App, query: Option<&str>) -> Option<String> {
 /// never sent on again (no loops): one naming a third is refused.
 pub async fn to_datacenter(State(s): State<App>, req: Request, next: Next) -> Response {
     let Some(dc) = other_dc(&s, req.uri().query()) else {
-        return next.run(req).await;
+        return match to_primary(&s, req).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(req)) => next.run(req).await,
+            Err(e) => e.into_response(),
+        };
     };
     if local_only(req.uri().path()) {
         // Refused by the handler's `Opts` (no path from here).
@@ -78,6 +85,99 @@ async fn send(s: &App, dc: &str, req: Request) -> Result<Response> {
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
+    send_parts(s, &fed, dc, parts, body).await
+}
+
+/// A write of what a secondary replicates from the primary goes to the
+/// primary (with the caller's token, judged there), `?dc=` dropped; any
+/// other request comes back to be answered here. A token marked `Local`
+/// (its create body, or the stored token an update, delete or clone names)
+/// stays here. Only a secondary sends, and only to its primary, which never
+/// sends such a write on: no request travels more than two hops (a `?dc=`
+/// from a third datacenter, then this).
+async fn to_primary(s: &App, req: Request) -> Result<std::result::Result<Response, Request>> {
+    let Some(fed) = req.extensions().get::<Arc<Federation>>().cloned() else {
+        return Ok(Err(req));
+    };
+    if !fed.is_secondary() || !replicated_write(req.method(), req.uri().path()) {
+        return Ok(Err(req));
+    }
+    let (mut parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
+    if stays_local(s, parts.uri.path(), &body) {
+        return Ok(Err(Request::from_parts(parts, Body::from(body))));
+    }
+    parts.uri = without_dc(&parts.uri)?;
+    send_parts(s, &fed, fed.primary(), parts, body)
+        .await
+        .map(Ok)
+}
+
+/// The writes of objects the primary owns: ACL policies, roles and tokens
+/// (and the bootstrap), config entries, intentions.
+fn replicated_write(method: &Method, path: &str) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return false;
+    }
+    path == "/v1/acl/bootstrap"
+        || path == "/v1/acl/token"
+        || path.starts_with("/v1/acl/token/")
+        || path == "/v1/acl/policy"
+        || path.starts_with("/v1/acl/policy/")
+        || path == "/v1/acl/role"
+        || path.starts_with("/v1/acl/role/")
+        || path == "/v1/config"
+        || path.starts_with("/v1/config/")
+        || path.starts_with("/v1/connect/intentions")
+}
+
+/// A token write that is this datacenter's own: a create with `Local: true`,
+/// or an update, delete or clone of a local token stored here.
+fn stays_local(s: &App, path: &str, body: &[u8]) -> bool {
+    if path == "/v1/acl/token" {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Local {
+            #[serde(rename = "Local")]
+            local: bool,
+        }
+        // A body that does not decode is refused here, by the handler.
+        return match crate::request::decode_json::<Local>(body) {
+            Ok(b) => b.local,
+            Err(_) => true,
+        };
+    }
+    let Some(rest) = path.strip_prefix("/v1/acl/token/") else {
+        return false;
+    };
+    let accessor = rest.strip_suffix("/clone").unwrap_or(rest);
+    s.state().acl_tokens.get(accessor).is_some_and(|t| t.local)
+}
+
+/// `uri` without its `dc` parameter (the primary answers as its own).
+fn without_dc(uri: &axum::http::Uri) -> Result<axum::http::Uri> {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    let mut any = false;
+    for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        if k != "dc" {
+            q.append_pair(&k, &v);
+            any = true;
+        }
+    }
+    let pq = if any {
+        format!("{}?{}", uri.path(), q.finish())
+    } else {
+        uri.path().to_string()
+    };
+    pq.parse().map_err(|e| Error::bad(format!("bad path: {e}")))
+}
+
+/// Sends a request's head and body to `dc`, its answer back unchanged.
+async fn send_parts(
+    s: &App, fed: &Federation, dc: &str, parts: axum::http::request::Parts, body: axum::body::Bytes,
+) -> Result<Response> {
     let params = Params::parse(parts.uri.query());
     let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
     let headers = SENT_HEADERS
@@ -125,6 +225,14 @@ pub fn request_of(r: WanRequest) -> Result<Request> {
         if SENT_HEADERS.contains(&k.as_str()) {
             b = b.header(k.as_str(), v.as_str());
         }
+    }
+    // A replication pull's mark is the sending server's (a client's
+    // request is never sent on with it): an extension, never a header.
+    if r.headers
+        .iter()
+        .any(|(k, _)| k == crate::structs::replication::REPLICATION_HEADER)
+    {
+        b = b.extension(ReplicationPull);
     }
     b = b.extension(Forwarded { from: r.from });
     b.body(Body::from(r.body))

@@ -1,19 +1,29 @@
 //! ACL initialisation: with ACLs on, the built-in policy and anonymous
 //! token, and the initial management token, written once they are missing
-//! (each new leader checks again; apply makes it idempotent).
+//! (each new leader checks again; apply makes it idempotent). A secondary
+//! writes its initial management token only while it holds no global
+//! token yet (see `init`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::federation::Federation;
 use crate::server::Server;
 use crate::state::Command;
 use crate::structs::acl::{ANONYMOUS_ID, GLOBAL_MANAGEMENT_ID, management_token, secret_hash};
 
-pub async fn init(s: Arc<Server>) {
+pub async fn init(s: Arc<Server>, federation: Option<Arc<Federation>>) {
     if !s.acl().enabled() {
         return;
     }
-    let initial = s.acl().config().initial_management.clone();
+    let mut initial = s.acl().config().initial_management.clone();
+    // In a secondary the primary's global tokens rule (replication makes
+    // them these): its own initial management token only lets it be run
+    // before anything came from the primary, and replication replaces it
+    // (or drops it, if the primary has no token of that secret).
+    if federation.is_some_and(|f| f.is_secondary()) && replicated_into(&s) {
+        initial = None;
+    }
     while missing(&s, initial.as_deref()) {
         let token = initial
             .as_deref()
@@ -28,6 +38,15 @@ pub async fn init(s: Arc<Server>) {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// Whether the state holds a global token besides the anonymous one: what
+/// the primary's replication brings.
+fn replicated_into(s: &Server) -> bool {
+    s.state()
+        .acl_tokens
+        .values()
+        .any(|t| !t.local && t.accessor_id != ANONYMOUS_ID)
 }
 
 fn missing(s: &Server, initial: Option<&str>) -> bool {

@@ -14,7 +14,9 @@ mod acl;
 mod autopilot;
 mod cluster;
 mod coordinates;
+mod federation;
 pub mod liveness;
+mod replication;
 mod session_expiry;
 mod tombstones;
 
@@ -26,38 +28,57 @@ use std::sync::Arc;
 use openraft::async_runtime::WatchReceiver;
 use tokio::task::{Id, JoinSet};
 
+use crate::federation::{Federation, Replicated};
 use crate::server::Server;
 
 type DutyFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What a duty is started with: the server, its WAN federation (none in
+/// the simulation, which runs no HTTP front), and the term.
+#[derive(Clone)]
+pub struct Term {
+    pub server: Arc<Server>,
+    pub federation: Option<Arc<Federation>>,
+    pub term: u64,
+}
 
 /// A leader duty: its task name (what `CAIRN_FAULT_TASK` and a crash
 /// report name) and what starts it for a term.
 pub struct Duty {
     pub name: &'static str,
-    pub start: fn(Arc<Server>, u64) -> DutyFuture,
+    pub start: fn(Term) -> DutyFuture,
 }
 
 /// Every duty a leader runs, each started afresh for each term it leads.
-/// Federation's replication routines (ACLs, config entries, CA roots from
-/// the primary datacenter) are added here.
 pub const DUTIES: &[Duty] = &[
-    Duty::new("cluster id and CA root", |s, _| {
-        Box::pin(cluster::establish(s))
+    Duty::new("cluster id and CA root", |t| {
+        Box::pin(cluster::establish(t.server))
     }),
-    Duty::new("ACL init", |s, _| Box::pin(acl::init(s))),
-    Duty::new("session TTL expiry", |s, term| {
-        Box::pin(session_expiry::expire(s, term))
+    Duty::new("ACL init", |t| Box::pin(acl::init(t.server, t.federation))),
+    Duty::new("session TTL expiry", |t| {
+        Box::pin(session_expiry::expire(t.server, t.term))
     }),
-    Duty::new("agent lease reaper", |s, _| Box::pin(liveness::reap(s))),
-    Duty::new("tombstone reaper", |s, _| Box::pin(tombstones::reap(s))),
-    Duty::new("coordinate batches", |s, _| Box::pin(coordinates::apply(s))),
-    Duty::new("autopilot dead-server cleanup", |s, _| {
-        Box::pin(autopilot::cleanup(s))
+    Duty::new("agent lease reaper", |t| Box::pin(liveness::reap(t.server))),
+    Duty::new("tombstone reaper", |t| Box::pin(tombstones::reap(t.server))),
+    Duty::new("coordinate batches", |t| {
+        Box::pin(coordinates::apply(t.server))
+    }),
+    Duty::new("autopilot dead-server cleanup", |t| {
+        Box::pin(autopilot::cleanup(t.server))
+    }),
+    Duty::new("federation states", |t| {
+        Box::pin(federation::write_states(t.federation))
+    }),
+    Duty::new("ACL replication", |t| {
+        Box::pin(replication::run(t.server, t.federation, Replicated::Acl))
+    }),
+    Duty::new("config entry replication", |t| {
+        Box::pin(replication::run(t.server, t.federation, Replicated::Config))
     }),
 ];
 
 impl Duty {
-    const fn new(name: &'static str, start: fn(Arc<Server>, u64) -> DutyFuture) -> Duty {
+    const fn new(name: &'static str, start: fn(Term) -> DutyFuture) -> Duty {
         Duty { name, start }
     }
 }
@@ -71,7 +92,7 @@ pub struct Office {
 
 /// Watches Raft for leadership changes, for the server's life: the one
 /// place that decides whether leader duties run here.
-pub async fn run(s: Arc<Server>) {
+pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
     // The full metrics: `current_leader` and the term are read from them,
     // so this wakes whenever they may have changed.
     let mut metrics = s.raft().metrics();
@@ -82,7 +103,7 @@ pub async fn run(s: Arc<Server>) {
             if let Some(o) = office.take() {
                 revoke(&s, o).await;
             }
-            office = leading.map(|term| establish(&s, term));
+            office = leading.map(|term| establish(&s, federation.clone(), term));
         }
         let duty_ended = async {
             match office.as_mut() {
@@ -111,12 +132,17 @@ pub async fn run(s: Arc<Server>) {
 }
 
 /// Takes office for `term`: starts every duty.
-pub fn establish(s: &Arc<Server>, term: u64) -> Office {
+pub fn establish(s: &Arc<Server>, federation: Option<Arc<Federation>>, term: u64) -> Office {
     tracing::info!(term, "leadership established: starting the leader duties");
     let mut duties = JoinSet::new();
     let mut names = HashMap::new();
+    let t = Term {
+        server: s.clone(),
+        federation,
+        term,
+    };
     for d in DUTIES {
-        let task = crate::tasks::fault(d.name, (d.start)(s.clone(), term));
+        let task = crate::tasks::fault(d.name, (d.start)(t.clone()));
         let h = duties.spawn(task);
         names.insert(h.id(), d.name);
     }

@@ -63,6 +63,8 @@ impl std::fmt::Display for Command {
             Command::FederationStateSet { .. } => "federation-state-set",
             Command::QuerySet { .. } => "query-set",
             Command::QueryDelete { .. } => "query-delete",
+            Command::AclReplicate { .. } => "acl-replicate",
+            Command::ConfigReplicate { .. } => "config-replicate",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

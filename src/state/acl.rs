@@ -207,6 +207,88 @@ pub fn delete_role(tx: &mut Tx, id: &str) -> Response {
     Response::Ok
 }
 
+/// Replication from the primary (`Command::AclReplicate`): its objects as
+/// it has them, links unchecked (the primary's state is whole; a token may
+/// name a policy it deleted, as there). Deletes first, so that a token
+/// replacing another with the same secret finds it gone. Local tokens are
+/// this datacenter's own: never deleted nor overwritten here, and a global
+/// token whose secret a local one holds is left out. The built-ins are
+/// never deleted.
+pub fn replicate(
+    tx: &mut Tx, set: &crate::structs::replication::AclReplica, delete_tokens: &[String],
+    delete_roles: &[String], delete_policies: &[String],
+) -> Response {
+    for accessor in delete_tokens {
+        let local = tx.state.acl_tokens.get(accessor).is_none_or(|t| t.local);
+        if !local && accessor != acl::ANONYMOUS_ID {
+            remove(tx, &token_key(accessor));
+        }
+    }
+    for id in delete_roles {
+        remove(tx, &role_key(id));
+    }
+    for id in delete_policies
+        .iter()
+        .filter(|id| *id != GLOBAL_MANAGEMENT_ID)
+    {
+        remove(tx, &policy_key(id));
+    }
+    for p in &set.policies {
+        let mut p = p.clone();
+        p.create_index = tx
+            .state
+            .acl_policies
+            .get(&p.id)
+            .map_or(tx.index, |e| e.create_index);
+        p.modify_index = tx.index;
+        put(tx, AclRow::Policy(Arc::new(p)));
+    }
+    for r in &set.roles {
+        let mut r = r.clone();
+        r.create_index = tx
+            .state
+            .acl_roles
+            .get(&r.id)
+            .map_or(tx.index, |e| e.create_index);
+        r.modify_index = tx.index;
+        put(tx, AclRow::Role(Arc::new(r)));
+    }
+    for t in set
+        .tokens
+        .iter()
+        .filter(|t| !t.local && !t.secret_hash.is_empty())
+    {
+        if tx
+            .state
+            .acl_tokens
+            .get(&t.accessor_id)
+            .is_some_and(|e| e.local)
+        {
+            continue;
+        }
+        if let Some(other) = tx.state.acl_secrets.get(&t.secret_hash).cloned()
+            && other != t.accessor_id
+        {
+            if tx.state.acl_tokens.get(&other).is_some_and(|o| o.local) {
+                continue;
+            }
+            remove(tx, &token_key(&other));
+        }
+        // A changed secret is a new token in the primary's eyes: the old
+        // row (and its hash) goes with the put.
+        let mut t = t.clone();
+        t.secret_id = String::new();
+        t.create_index = tx
+            .state
+            .acl_tokens
+            .get(&t.accessor_id)
+            .map_or(tx.index, |e| e.create_index);
+        t.modify_index = tx.index;
+        put(tx, AclRow::Token(Arc::new(t)));
+    }
+    Response::Ok
+}
+
 /// `PUT /v1/acl/bootstrap`: a management token, once; again only with the
 /// reset index the last bootstrap reported (`reset_index`, 0 for none).
 pub fn bootstrap(tx: &mut Tx, token: &AclToken, reset_index: u64) -> Response {

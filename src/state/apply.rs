@@ -84,6 +84,13 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
         Command::QuerySet { query, update } => super::query::set(&mut tx, query, *update),
         Command::QueryDelete { id } => super::query::delete(&mut tx, id),
+        Command::AclReplicate {
+            set,
+            delete_tokens,
+            delete_roles,
+            delete_policies,
+        } => super::acl::replicate(&mut tx, set, delete_tokens, delete_roles, delete_policies),
+        Command::ConfigReplicate { set, delete } => super::config::replicate(&mut tx, set, delete),
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

@@ -77,6 +77,34 @@ pub fn delete(tx: &mut Tx, kind: &str, name: &str, cas: Option<u64>) -> Response
     Response::Bool(true)
 }
 
+/// Replication from the primary (`Command::ConfigReplicate`): its entries
+/// as it has them, replacing these whole, and those it no longer has
+/// removed. The graph is not checked entry by entry: the primary's whole
+/// set passed its checks there, and one entry of it may only make sense
+/// with another of the same batch. An entry that does not decode (a kind
+/// this server does not serve) is left out.
+pub fn replicate(tx: &mut Tx, set: &[Value], delete: &[(String, String)]) -> Response {
+    for (kind, name) in delete {
+        if let Ok(kind) = kind.parse::<Kind>() {
+            tx.remove_config(kind, name);
+        }
+    }
+    for body in set {
+        let Ok(mut entry) = from_stored(body) else {
+            continue;
+        };
+        let existing = tx
+            .state
+            .config
+            .get(&(entry.kind(), entry.name().to_string()))
+            .cloned();
+        let create = existing.as_ref().map_or(tx.index, |e| e.create_index());
+        entry.set_indexes(create, tx.index);
+        tx.put_config(entry);
+    }
+    Response::Ok
+}
+
 /// Records what `entry` refers to in the reverse index.
 pub(crate) fn index(state: &mut State, entry: &Arc<ConfigEntry>) {
     if !entry.kind().is_chain_graph() {

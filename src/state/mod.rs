@@ -208,6 +208,25 @@ pub enum Command {
     QueryDelete {
         id: String,
     },
+    /// Replication from the primary datacenter (`leader::replication`):
+    /// the primary's ACL objects that differ here, and the IDs of those it
+    /// no longer has, applied together (deletes first). Local tokens are
+    /// never touched (`state::acl::replicate`). Last, as above.
+    AclReplicate {
+        #[serde(with = "as_json")]
+        set: Box<crate::structs::replication::AclReplica>,
+        delete_tokens: Vec<String>,
+        delete_roles: Vec<String>,
+        delete_policies: Vec<String>,
+    },
+    /// The same for config entries (Consul JSON; intentions are
+    /// `service-intentions` entries): `(kind, name)` of those gone from the
+    /// primary. Last, as above.
+    ConfigReplicate {
+        #[serde(with = "as_json")]
+        set: Vec<Value>,
+        delete: Vec<(String, String)>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -355,6 +374,32 @@ impl Command {
                 check("query name", &query.name)
             }
             Command::QueryDelete { id } => check("query ID", id),
+            Command::AclReplicate { set, .. } => {
+                for t in &set.tokens {
+                    check("token description", &t.description)?;
+                    check("accessor ID", &t.accessor_id)?;
+                }
+                for p in &set.policies {
+                    check("policy ID", &p.id)?;
+                    check("policy name", &p.name)?;
+                }
+                set.roles.iter().try_for_each(|r| {
+                    check("role ID", &r.id)?;
+                    check("role name", &r.name)
+                })
+            }
+            Command::ConfigReplicate { set, delete } => {
+                for entry in set {
+                    ["Kind", "Name"]
+                        .iter()
+                        .filter_map(|k| entry.get(k).and_then(Value::as_str))
+                        .try_for_each(|v| check("config entry name", v))?;
+                }
+                delete.iter().try_for_each(|(kind, name)| {
+                    check("config entry kind", kind)?;
+                    check("config entry name", name)
+                })
+            }
         }
     }
 }

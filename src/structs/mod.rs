@@ -15,6 +15,7 @@ pub mod health;
 pub mod kv;
 pub mod operator;
 pub mod query;
+pub mod replication;
 pub mod rows;
 pub mod serde_util;
 pub mod session;
