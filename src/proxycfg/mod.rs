@@ -12,6 +12,7 @@
 //! batches on the blocking pool, so one global change cannot starve Raft.
 
 mod build;
+mod gateway;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build};
+pub use gateway::{GatewaySnapshot, LinkedService};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -320,7 +322,7 @@ impl Manager {
         inner.shared.lock().deny_by_default = !default_allow;
         follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
             inner.mark_dep(&keys::service(&e.key));
-            if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_connect_proxy()) {
+            if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_xds_proxy()) {
                 inner.mark([(i.node.node.clone(), i.service.id.clone())]);
             }
         });

@@ -6,6 +6,7 @@
 //! gRPC. It reads no state: the proxy's snapshot comes through a `Source`.
 
 pub mod delta;
+pub mod gateway;
 pub mod rbac;
 pub mod resources;
 pub mod server;

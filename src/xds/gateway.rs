@@ -1,0 +1,487 @@
+//! A gateway's snapshot turned into Envoy resources, named as Consul
+//! names them.
+//!
+//! - Ingress: per listener of its entry, a listener `<protocol>:<addr>:<port>`;
+//!   an http-like one runs an HTTP connection manager whose routes (RDS,
+//!   named by the port) hold a virtual host per linked service (its
+//!   `Hosts`, else `<service>.ingress.*`) routing through the service's
+//!   compiled discovery chain; a tcp one proxies to its one service's
+//!   start target. TLS (when enabled) with the built-in CA's leaf.
+//!   Clusters and endpoints are the chains' targets, as a sidecar's.
+//! - Terminating: one listener, a filter chain per linked service matched
+//!   by the service's SNI, presenting the service's leaf and enforcing its
+//!   intentions (RBAC), proxying to a cluster of the service's own
+//!   instances (with TLS origination when its `CAFile` is set).
+//! - Mesh: one listener that reads the SNI (`tls_inspector`) and passes
+//!   each local service's connections through, still encrypted, to its
+//!   sidecars. Local services only: other datacenters' SNIs are not routed
+//!   yet.
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cluster;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
+use envoy_types::pb::envoy::config::listener::v3 as listener;
+use envoy_types::pb::envoy::config::route::v3 as route;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+
+use super::resources::{
+    CLUSTER, ENDPOINT, Identity, LISTENER, ORDER, ROUTE, Resource, Resources, common_tls, has_tls,
+    http_filter, inline, is_http, lb_endpoint, load_assignment, route_config, secs, socket,
+    start_cluster, target_cluster, tcp_filter, transport_socket,
+};
+use crate::discovery_chain::service_sni;
+use crate::proxycfg::{GatewaySnapshot, Snapshot};
+use crate::structs::config_entry::{HttpHeaderModifiers, WILDCARD};
+
+/// Every resource of a gateway's snapshot.
+pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
+    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
+    match gw.kind.as_str() {
+        "ingress-gateway" => ingress(snap, gw, &mut out),
+        "terminating-gateway" => terminating(snap, gw, &mut out),
+        _ => mesh(snap, gw, &mut out),
+    }
+    out
+}
+
+fn put(out: &mut Resources, ty: &'static str, name: String, r: Resource) {
+    out.get_mut(ty).expect("every type").insert(name, r);
+}
+
+/// The address the gateway's listeners bind: its registered address, or
+/// every address.
+fn bind_address(snap: &Snapshot) -> &str {
+    if snap.service.address.is_empty() {
+        "0.0.0.0"
+    } else {
+        &snap.service.address
+    }
+}
+
+fn tls_inspector() -> listener::ListenerFilter {
+    listener::ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener::listener_filter::ConfigType::TypedConfig(
+            pack_any(TlsInspector::default()),
+        )),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ingress
+// ---------------------------------------------------------------------------
+
+fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    let Some(entry) = &gw.ingress else {
+        return; // no entry: nothing to serve yet
+    };
+    let id = super::identity(snap);
+    let bind = bind_address(snap).to_string();
+    // Every linked service's chain targets, once each.
+    for us in snap.upstreams.values() {
+        let Some(chain) = us.chain.as_deref() else {
+            continue;
+        };
+        for target in chain.targets.values() {
+            if !us.endpoints.contains_key(&target.id) {
+                continue;
+            }
+            let c = target_cluster(chain, target, &id);
+            put(out, CLUSTER, c.name.clone(), Resource::of(c));
+            let cla = load_assignment(chain, us, &target.id);
+            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        }
+    }
+    for l in &entry.listeners {
+        let port = u32::try_from(l.port).unwrap_or(0);
+        let tls_on = entry.tls.enabled || l.tls.as_ref().is_some_and(|t| t.enabled);
+        // The linked services of this listener whose chain compiled with
+        // the listener's protocol (a `*` also reaches services of others:
+        // those are left out, as Consul leaves them).
+        let linked: Vec<(&str, &crate::discovery_chain::CompiledDiscoveryChain)> = gw
+            .services
+            .iter()
+            .filter(|g| g.port == l.port)
+            .filter_map(|g| {
+                let chain = snap.upstreams.get(&g.service.name)?.chain.as_deref()?;
+                (chain.protocol == l.protocol || !g.from_wildcard)
+                    .then_some((g.service.name.as_str(), chain))
+            })
+            .collect();
+        let name = format!("{}:{bind}:{port}", l.protocol);
+        let filter = if is_http(&l.protocol) {
+            let route_name = port.to_string();
+            let rc = ingress_routes(&route_name, l, &linked);
+            put(out, ROUTE, route_name.clone(), Resource::of(rc));
+            http_filter(&format!("ingress_upstream_{port}"), &route_name)
+        } else {
+            let Some((svc, chain)) = linked.first() else {
+                continue; // its service's chain does not compile: no listener
+            };
+            let cluster = start_cluster(chain).unwrap_or_default();
+            tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)
+        };
+        let transport = (tls_on && has_tls(&id)).then(|| {
+            transport_socket(tls::DownstreamTlsContext {
+                common_tls_context: Some(tls::CommonTlsContext {
+                    tls_params: Some(tls::TlsParameters::default()),
+                    tls_certificates: leaf_certificates(&id),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        });
+        let listener = listener::Listener {
+            name: name.clone(),
+            address: Some(socket(&bind, port)),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![listener::FilterChain {
+                filters: vec![filter],
+                transport_socket: transport.flatten(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        put(out, LISTENER, name, Resource::of(listener));
+    }
+}
+
+fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
+    id.leaf
+        .iter()
+        .map(|(cert, key)| tls::TlsCertificate {
+            certificate_chain: inline(cert),
+            private_key: inline(key),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The domains a linked service answers on: its `Hosts`, else Consul's
+/// default `<service>.ingress.*` (with and without the port).
+fn ingress_domains(svc: &str, hosts: &[String], port: u32) -> Vec<String> {
+    if hosts.is_empty() {
+        vec![
+            format!("{svc}.ingress.*"),
+            format!("{svc}.ingress.*:{port}"),
+        ]
+    } else if hosts.iter().any(|h| h == WILDCARD) {
+        vec![WILDCARD.to_string()]
+    } else {
+        hosts.to_vec()
+    }
+}
+
+/// An http-like listener's routes: one virtual host per linked service,
+/// its routes those of the service's chain, with the entry's header edits.
+fn ingress_routes(
+    name: &str, l: &crate::structs::config_entry::IngressListener,
+    linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
+) -> route::RouteConfiguration {
+    let port = u32::try_from(l.port).unwrap_or(0);
+    let mut virtual_hosts = Vec::new();
+    for (svc, chain) in linked {
+        // The entry's own line for it, else the wildcard's.
+        let own = l
+            .services
+            .iter()
+            .find(|s| s.name == *svc)
+            .or_else(|| l.services.iter().find(|s| s.name == WILDCARD));
+        let hosts = own.map(|s| s.hosts.as_slice()).unwrap_or_default();
+        let routes = route_config(svc, chain)
+            .virtual_hosts
+            .into_iter()
+            .next()
+            .map(|v| v.routes)
+            .unwrap_or_default();
+        let mut vh = route::VirtualHost {
+            name: svc.to_string(),
+            domains: ingress_domains(svc, hosts, port),
+            routes,
+            ..Default::default()
+        };
+        if let Some(s) = own {
+            if let Some(m) = &s.request_headers {
+                vh.request_headers_to_add = header_options(m);
+                vh.request_headers_to_remove = m.remove.clone();
+            }
+            if let Some(m) = &s.response_headers {
+                vh.response_headers_to_add = header_options(m);
+                vh.response_headers_to_remove = m.remove.clone();
+            }
+        }
+        virtual_hosts.push(vh);
+    }
+    route::RouteConfiguration {
+        name: name.to_string(),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: true }),
+        ..Default::default()
+    }
+}
+
+/// `Add` appends to a header, `Set` replaces it.
+fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOption> {
+    let opt = |k: &str, v: &str, action: core::header_value_option::HeaderAppendAction| {
+        core::HeaderValueOption {
+            header: Some(core::HeaderValue {
+                key: k.to_string(),
+                value: v.to_string(),
+                ..Default::default()
+            }),
+            append_action: action as i32,
+            ..Default::default()
+        }
+    };
+    use core::header_value_option::HeaderAppendAction as A;
+    m.add
+        .iter()
+        .map(|(k, v)| opt(k, v, A::AppendIfExistsOrAdd))
+        .chain(
+            m.set
+                .iter()
+                .map(|(k, v)| opt(k, v, A::OverwriteIfExistsOrAdd)),
+        )
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// terminating
+// ---------------------------------------------------------------------------
+
+fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    if gw.terminating.is_none() {
+        return;
+    }
+    let base = super::identity(snap);
+    let bind = bind_address(snap).to_string();
+    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let mut chains = Vec::new();
+    for g in &gw.services {
+        let svc = &g.service.name;
+        let Some(linked) = gw.linked.get(svc) else {
+            continue;
+        };
+        let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
+        // The cluster to the service's own addresses: static or by DNS,
+        // inline (they are not mesh endpoints).
+        let dns = linked.instances.iter().any(|i| {
+            let a = instance_address(i);
+            a.parse::<std::net::IpAddr>().is_err()
+        });
+        let mut c = cluster::Cluster {
+            name: sni.clone(),
+            alt_stat_name: sni.clone(),
+            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(if dns {
+                cluster::cluster::DiscoveryType::StrictDns
+            } else {
+                cluster::cluster::DiscoveryType::Static
+            }
+                as i32)),
+            connect_timeout: secs(5),
+            load_assignment: Some(endpoint::ClusterLoadAssignment {
+                cluster_name: sni.clone(),
+                endpoints: vec![endpoint::LocalityLbEndpoints {
+                    lb_endpoints: linked
+                        .instances
+                        .iter()
+                        .map(|i| {
+                            lb_endpoint(
+                                instance_address(i),
+                                u32::try_from(i.service.port).unwrap_or(0),
+                            )
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        if !g.ca_file.is_empty() {
+            c.transport_socket = transport_socket(origination_tls(g));
+        }
+        put(out, CLUSTER, sni.clone(), Resource::of(c));
+
+        // The chain: the service's leaf to the mesh, its intentions.
+        let id = Identity {
+            leaf: linked
+                .leaf
+                .as_ref()
+                .map(|l| (l.cert_pem.clone(), l.private_key_pem.clone())),
+            ..base.clone()
+        };
+        let view = Snapshot {
+            intentions: linked.intentions.clone(),
+            gateway: None,
+            ..snap.clone()
+        };
+        let transport = has_tls(&id).then(|| {
+            transport_socket(tls::DownstreamTlsContext {
+                common_tls_context: Some(common_tls(&id, None)),
+                require_client_certificate: Some(BoolValue { value: true }),
+                ..Default::default()
+            })
+        });
+        chains.push(listener::FilterChain {
+            filter_chain_match: Some(listener::FilterChainMatch {
+                server_names: vec![sni.clone()],
+                ..Default::default()
+            }),
+            filters: vec![
+                super::rbac::network_filter(&view),
+                tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
+            ],
+            transport_socket: transport.flatten(),
+            ..Default::default()
+        });
+    }
+    if chains.is_empty() {
+        return;
+    }
+    let name = format!("default:{bind}:{port}");
+    let l = listener::Listener {
+        name: name.clone(),
+        address: Some(socket(&bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![tls_inspector()],
+        filter_chains: chains,
+        ..Default::default()
+    };
+    put(out, LISTENER, name, Resource::of(l));
+}
+
+fn instance_address(i: &crate::state::catalog::Instance) -> &str {
+    if i.service.address.is_empty() {
+        &i.node.address
+    } else {
+        &i.service.address
+    }
+}
+
+/// TLS from the gateway to a linked service: its CA to check the
+/// server's certificate (and its SNI as the name to expect), and a client
+/// certificate when one is configured.
+fn origination_tls(g: &crate::structs::config_entry::GatewayService) -> tls::UpstreamTlsContext {
+    let file = |f: &str| {
+        Some(core::DataSource {
+            specifier: Some(core::data_source::Specifier::Filename(f.to_string())),
+            ..Default::default()
+        })
+    };
+    let validation = tls::CertificateValidationContext {
+        trusted_ca: file(&g.ca_file),
+        match_typed_subject_alt_names: if g.sni.is_empty() {
+            Vec::new()
+        } else {
+            vec![tls::SubjectAltNameMatcher {
+                san_type: tls::subject_alt_name_matcher::SanType::Dns as i32,
+                matcher: Some(
+                    envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher {
+                        match_pattern: Some(
+                            envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
+                                g.sni.clone(),
+                            ),
+                        ),
+                        ..Default::default()
+                    },
+                ),
+                ..Default::default()
+            }]
+        },
+        ..Default::default()
+    };
+    let certs = if g.cert_file.is_empty() {
+        Vec::new()
+    } else {
+        vec![tls::TlsCertificate {
+            certificate_chain: file(&g.cert_file),
+            private_key: file(&g.key_file),
+            ..Default::default()
+        }]
+    };
+    tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_params: Some(tls::TlsParameters::default()),
+            tls_certificates: certs,
+            validation_context_type: Some(
+                tls::common_tls_context::ValidationContextType::ValidationContext(validation),
+            ),
+            ..Default::default()
+        }),
+        sni: g.sni.clone(),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// mesh
+// ---------------------------------------------------------------------------
+
+fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    let bind = bind_address(snap).to_string();
+    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let mut chains = Vec::new();
+    for (svc, rows) in &gw.local {
+        let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
+        // Passed through still encrypted: the sidecars terminate mTLS.
+        let c = cluster::Cluster {
+            name: sni.clone(),
+            alt_stat_name: sni.clone(),
+            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::Eds as i32,
+            )),
+            eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+                eds_config: super::resources::ads(),
+                service_name: sni.clone(),
+            }),
+            connect_timeout: secs(5),
+            ..Default::default()
+        };
+        put(out, CLUSTER, sni.clone(), Resource::of(c));
+        let cla = endpoint::ClusterLoadAssignment {
+            cluster_name: sni.clone(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: rows
+                    .iter()
+                    .map(|i| {
+                        lb_endpoint(
+                            instance_address(i),
+                            u32::try_from(i.service.port).unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+        chains.push(listener::FilterChain {
+            filter_chain_match: Some(listener::FilterChainMatch {
+                server_names: vec![sni.clone()],
+                ..Default::default()
+            }),
+            filters: vec![tcp_filter(&format!("mesh_gateway_local.{svc}"), &sni)],
+            ..Default::default()
+        });
+    }
+    if chains.is_empty() {
+        return;
+    }
+    let name = format!("default:{bind}:{port}");
+    let l = listener::Listener {
+        name: name.clone(),
+        address: Some(socket(&bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![tls_inspector()],
+        filter_chains: chains,
+        ..Default::default()
+    };
+    put(out, LISTENER, name, Resource::of(l));
+}
