@@ -485,3 +485,129 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     };
     put(out, LISTENER, name, Resource::of(l));
 }
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier,
+    };
+    use prost::Message;
+
+    use super::*;
+    use crate::proxycfg::{Shared, build};
+    use crate::state::Command;
+    use crate::structs::{NodeService, RegisterRequest};
+
+    fn register(w: &mut crate::testing::World, node: &str, addr: &str, svc: NodeService) {
+        w.apply(Command::Register(Box::new(RegisterRequest {
+            node: node.into(),
+            address: addr.into(),
+            service: Some(svc),
+            ..Default::default()
+        })));
+    }
+
+    fn svc(kind: &str, id: &str, port: i64) -> NodeService {
+        NodeService {
+            kind: kind.into(),
+            id: id.into(),
+            service: id.into(),
+            port,
+            ..Default::default()
+        }
+    }
+
+    fn generated(w: &crate::testing::World, node: &str, id: &str) -> Resources {
+        let state = w.store.state();
+        let key = (node.to_string(), id.to_string());
+        let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a gateway");
+        assert!(snap.gateway.is_some());
+        super::super::generate(&snap)
+    }
+
+    #[test]
+    fn a_mesh_gateway_passes_each_local_service_through_by_its_sni() {
+        let mut w = crate::testing::World::new();
+        register(&mut w, "n2", "10.0.0.2", svc("", "db", 5432));
+        let mut proxy = svc("connect-proxy", "db-proxy", 21001);
+        proxy.service = "db-sidecar-proxy".into();
+        proxy.proxy.destination_service_name = "db".into();
+        register(&mut w, "n2", "10.0.0.2", proxy);
+        register(&mut w, "gw", "10.0.9.9", svc("mesh-gateway", "mgw", 8443));
+        let out = generated(&w, "gw", "mgw");
+        let td = format!("{}.consul", w.store.state().cluster_id);
+        let sni = format!("db.default.dc1.internal.{td}");
+
+        let listeners = &out[LISTENER];
+        assert_eq!(
+            listeners.keys().collect::<Vec<_>>(),
+            ["default:0.0.0.0:8443"]
+        );
+        let l = Listener::decode(&*listeners["default:0.0.0.0:8443"].any.value).unwrap();
+        assert_eq!(
+            l.listener_filters[0].name,
+            "envoy.filters.listener.tls_inspector"
+        );
+        assert_eq!(l.filter_chains.len(), 1);
+        let fc = &l.filter_chains[0];
+        assert_eq!(
+            fc.filter_chain_match.as_ref().unwrap().server_names,
+            [sni.clone()]
+        );
+        // Passed through: no TLS termination at the gateway.
+        assert!(fc.transport_socket.is_none());
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &fc.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        let tcp = TcpProxy::decode(&*any.value).unwrap();
+        assert_eq!(
+            tcp.cluster_specifier,
+            Some(ClusterSpecifier::Cluster(sni.clone()))
+        );
+        assert!(out[CLUSTER].contains_key(&sni));
+        // db's sidecar, never db's own port.
+        let cla = ClusterLoadAssignment::decode(&*out[ENDPOINT][&sni].any.value).unwrap();
+        let hosts: Vec<_> = cla.endpoints[0]
+            .lb_endpoints
+            .iter()
+            .map(|e| match &e.host_identifier {
+                Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                    match &ep.address.as_ref().unwrap().address {
+                        Some(core::address::Address::SocketAddress(a)) => {
+                            (a.address.clone(), a.port_specifier.clone())
+                        }
+                        _ => panic!("not a socket address"),
+                    }
+                }
+                _ => panic!("no endpoint"),
+            })
+            .collect();
+        assert_eq!(
+            hosts,
+            [(
+                "10.0.0.2".to_string(),
+                Some(core::socket_address::PortSpecifier::PortValue(21001))
+            )]
+        );
+    }
+
+    #[test]
+    fn a_gateway_without_its_entry_serves_nothing() {
+        let mut w = crate::testing::World::new();
+        register(&mut w, "n1", "10.0.0.1", svc("", "web", 80));
+        register(&mut w, "gw", "10.0.9.9", svc("ingress-gateway", "ig", 8443));
+        register(
+            &mut w,
+            "gw",
+            "10.0.9.9",
+            svc("terminating-gateway", "tg", 8444),
+        );
+        for id in ["ig", "tg"] {
+            let out = generated(&w, "gw", id);
+            assert!(out.values().all(|m| m.is_empty()), "{id}: {out:?}");
+        }
+    }
+}
