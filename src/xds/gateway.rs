@@ -554,7 +554,7 @@ mod tests {
         let fc = &l.filter_chains[0];
         assert_eq!(
             fc.filter_chain_match.as_ref().unwrap().server_names,
-            [sni.clone()]
+            [sni.as_str()]
         );
         // Passed through: no TLS termination at the gateway.
         assert!(fc.transport_socket.is_none());
