@@ -168,3 +168,58 @@ def test_a_terminating_gateway_has_a_filter_chain_per_linked_service(world):
         assert tg.error is None
     finally:
         tg.close()
+
+
+def test_under_acls_a_gateway_stream_needs_service_write_on_the_gateway():
+    import time
+    import urllib.error
+
+    import grpc
+
+    from conftest import CairnServer, get, put
+
+    root = "6f1c2a4e-0000-4000-8000-0000000000bb"
+    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
+                          "--acl-initial-management-token", root, "--acl-agent-token", root])
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the leader writes the management token after its election
+            try:
+                get(f"{server.url}/v1/acl/token/self?token={root}")
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline, "the management token never appeared"
+                time.sleep(0.1)
+        put(f"{server.url}/v1/catalog/register?token={root}", {
+            "Node": "n1", "Address": "127.0.0.11", "Service": {"ID": "db", "Service": "db", "Port": 5432}})
+        put(f"{server.url}/v1/catalog/register?token={root}", {
+            "Node": "gw1", "Address": "127.0.0.21",
+            "Service": {"Kind": "ingress-gateway", "ID": "ig", "Service": "ig", "Port": 8443}})
+        put(f"{server.url}/v1/config?token={root}", {
+            "Kind": "ingress-gateway", "Name": "ig",
+            "Listeners": [{"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "db"}]}]})
+
+        def token(name, rules):
+            put(f"{server.url}/v1/acl/policy?token={root}", {"Name": name, "Rules": rules})
+            t = put(f"{server.url}/v1/acl/token?token={root}", {"Policies": [{"Name": name}]})
+            return t["SecretID"]
+
+        addr = f"127.0.0.1:{server.grpc_port}"
+        # service:write on the service it exposes, not on the gateway: one
+        # permission short.
+        short = Sidecar(addr, "ig", node_name="gw1",
+                        token=token("db-writer", 'service "db" { policy = "write" }'))
+        try:
+            err = short.refusal()
+            assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "service:write" in err.details()
+        finally:
+            short.close()
+        allowed = Sidecar(addr, "ig", node_name="gw1",
+                          token=token("ig-writer", 'service "ig" { policy = "write" }'))
+        try:
+            allowed.wait("the gateway's tcp listener", lambda s: "tcp:0.0.0.0:9090" in s.state[LDS])
+        finally:
+            allowed.close()
+    finally:
+        server.stop()
