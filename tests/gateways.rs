@@ -247,8 +247,33 @@ fn accepted_entries_round_trip_through_the_api_the_cli_and_a_snapshot() {
     let read: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(read["Listeners"], entries[1]["Listeners"]);
 
-    // A snapshot holds them: restored after they are deleted, they are back.
+    // Written from HCL, listed and deleted by the CLI.
     let dir = tempfile::tempdir().unwrap();
+    let hcl = dir.path().join("tg2.hcl");
+    std::fs::write(
+        &hcl,
+        "Kind = \"terminating-gateway\"\nName = \"tg2\"\nServices = [\n  { Name = \"billing\", CAFile = \"/etc/ca.pem\", SNI = \"b.example.com\" }\n]\n",
+    )
+    .unwrap();
+    let out = cli(&s.url, &["config", "write", hcl.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Config entry written: terminating-gateway/tg2"
+    );
+    let tg2 = s.get_json("/v1/config/terminating-gateway/tg2");
+    assert_eq!(
+        tg2["Services"],
+        json!([{"Name": "billing", "CAFile": "/etc/ca.pem", "SNI": "b.example.com"}])
+    );
+    let out = cli(&s.url, &["config", "list", "-kind", "terminating-gateway"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "tg\ntg2\n");
+    let out = cli(&s.url, &["config", "delete", "-kind", "terminating-gateway", "-name", "tg2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(s.get("/v1/config/terminating-gateway/tg2").status, 404);
+
+    // A snapshot holds them: restored after they are deleted, they are back.
     let file = dir.path().join("gw.snap");
     let out = cli(&s.url, &["snapshot", "save", file.to_str().unwrap()]);
     assert!(
