@@ -256,7 +256,11 @@ fn accepted_entries_round_trip_through_the_api_the_cli_and_a_snapshot() {
     )
     .unwrap();
     let out = cli(&s.url, &["config", "write", hcl.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "Config entry written: terminating-gateway/tg2"
@@ -267,10 +271,28 @@ fn accepted_entries_round_trip_through_the_api_the_cli_and_a_snapshot() {
         json!([{"Name": "billing", "CAFile": "/etc/ca.pem", "SNI": "b.example.com"}])
     );
     let out = cli(&s.url, &["config", "list", "-kind", "terminating-gateway"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "tg\ntg2\n");
-    let out = cli(&s.url, &["config", "delete", "-kind", "terminating-gateway", "-name", "tg2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(
+        &s.url,
+        &[
+            "config",
+            "delete",
+            "-kind",
+            "terminating-gateway",
+            "-name",
+            "tg2",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(s.get("/v1/config/terminating-gateway/tg2").status, 404);
 
     // A snapshot holds them: restored after they are deleted, they are back.

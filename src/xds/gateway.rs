@@ -36,7 +36,9 @@ use super::resources::{
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot};
-use crate::structs::config_entry::{HttpHeaderModifiers, WILDCARD};
+use crate::structs::config_entry::{
+    HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
+};
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
@@ -83,16 +85,23 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     };
     let id = super::identity(snap);
     let bind = bind_address(snap).to_string();
-    // Every linked service's chain targets, once each.
-    for us in snap.upstreams.values() {
+    // Every linked service's chain targets, once each, with the service's
+    // limits (else the entry's `Defaults`).
+    for (svc, us) in &snap.upstreams {
         let Some(chain) = us.chain.as_deref() else {
             continue;
         };
+        let own = entry
+            .listeners
+            .iter()
+            .flat_map(|l| &l.services)
+            .find(|s| s.name == *svc);
         for target in chain.targets.values() {
             if !us.endpoints.contains_key(&target.id) {
                 continue;
             }
-            let c = target_cluster(chain, target, &id);
+            let mut c = target_cluster(chain, target, &id);
+            apply_limits(&mut c, own, entry.defaults.as_ref());
             put(out, CLUSTER, c.name.clone(), Resource::of(c));
             let cla = load_assignment(chain, us, &target.id);
             put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
@@ -149,6 +158,66 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         };
         put(out, LISTENER, name, Resource::of(listener));
+    }
+}
+
+/// An ingress service's connection limits and passive health check, each
+/// falling back to the entry's `Defaults`, as circuit breakers and outlier
+/// detection on its clusters.
+fn apply_limits(
+    c: &mut cluster::Cluster, own: Option<&IngressService>, defaults: Option<&IngressServiceConfig>,
+) {
+    use envoy_types::pb::google::protobuf::UInt32Value;
+    let pick = |o: Option<u32>, d: Option<u32>| {
+        o.filter(|v| *v > 0)
+            .or(d.filter(|v| *v > 0))
+            .map(|value| UInt32Value { value })
+    };
+    let max_connections = pick(
+        own.map(|s| s.max_connections),
+        defaults.map(|d| d.max_connections),
+    );
+    let max_pending_requests = pick(
+        own.map(|s| s.max_pending_requests),
+        defaults.map(|d| d.max_pending_requests),
+    );
+    let max_requests = pick(
+        own.map(|s| s.max_concurrent_requests),
+        defaults.map(|d| d.max_concurrent_requests),
+    );
+    if max_connections.is_some() || max_pending_requests.is_some() || max_requests.is_some() {
+        c.circuit_breakers = Some(cluster::CircuitBreakers {
+            thresholds: vec![cluster::circuit_breakers::Thresholds {
+                max_connections,
+                max_pending_requests,
+                max_requests,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    let phc = own
+        .and_then(|s| s.passive_health_check.as_ref())
+        .or(defaults.and_then(|d| d.passive_health_check.as_ref()));
+    if let Some(p) = phc {
+        let d = |d: &crate::structs::config_entry::Duration| {
+            (d.nanos() > 0).then(|| envoy_types::pb::google::protobuf::Duration {
+                seconds: d.nanos() / 1_000_000_000,
+                nanos: (d.nanos() % 1_000_000_000) as i32,
+            })
+        };
+        c.outlier_detection = Some(cluster::OutlierDetection {
+            consecutive_5xx: (p.max_failures > 0).then_some(UInt32Value {
+                value: p.max_failures,
+            }),
+            interval: d(&p.interval),
+            enforcing_consecutive_5xx: p
+                .enforcing_consecutive_5xx
+                .map(|value| UInt32Value { value }),
+            max_ejection_percent: p.max_ejection_percent.map(|value| UInt32Value { value }),
+            base_ejection_time: p.base_ejection_time.as_ref().and_then(d),
+            ..Default::default()
+        });
     }
 }
 

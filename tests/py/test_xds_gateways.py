@@ -54,9 +54,9 @@ def route_clusters(vh):
 def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
     url = world.url
     td = ca_roots(url)["TrustDomain"]
-    config(url, {"Kind": "ingress-gateway", "Name": "ig", "Listeners": [
+    config(url, {"Kind": "ingress-gateway", "Name": "ig", "Defaults": {"MaxConnections": 100}, "Listeners": [
         {"Port": 8080, "Protocol": "http", "Services": [
-            {"Name": "web", "Hosts": ["web.example.com", "www.example.com"],
+            {"Name": "web", "Hosts": ["web.example.com", "www.example.com"], "MaxConcurrentRequests": 7,
              "RequestHeaders": {"Set": {"X-Gateway": "ig"}, "Remove": ["X-Debug"]}},
             {"Name": "api"}]},
         {"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "db"}]}]})
@@ -92,6 +92,11 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
         up = unpack(ig.state[CDS][sni("web", td)].transport_socket.typed_config,
                     tls_pb2.UpstreamTlsContext)
         assert up.sni == sni("web", td)
+        # A service's own limits, else the entry's Defaults.
+        web_limits = ig.state[CDS][sni("web", td)].circuit_breakers.thresholds[0]
+        assert (web_limits.max_connections.value, web_limits.max_requests.value) == (100, 7)
+        api_limits = ig.state[CDS][sni("api", td)].circuit_breakers.thresholds[0]
+        assert api_limits.max_connections.value == 100 and not api_limits.HasField("max_requests")
 
         # The entry changes: api leaves, the http listener moves to 8088 and
         # serves TLS, db's listener goes. The gateway follows.
