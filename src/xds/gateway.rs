@@ -37,7 +37,7 @@ use super::resources::{
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot};
 use crate::structs::config_entry::{
-    HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
+    GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
 };
 
 /// Every resource of a gateway's snapshot.
@@ -137,9 +137,11 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)
         };
         let transport = (tls_on && has_tls(&id)).then(|| {
+            // The listener's TLS settings, else the entry's.
+            let params = l.tls.as_ref().filter(|t| t.enabled).unwrap_or(&entry.tls);
             transport_socket(tls::DownstreamTlsContext {
                 common_tls_context: Some(tls::CommonTlsContext {
-                    tls_params: Some(tls::TlsParameters::default()),
+                    tls_params: Some(tls_params(params)),
                     tls_certificates: leaf_certificates(&id),
                     ..Default::default()
                 }),
@@ -219,6 +221,40 @@ fn apply_limits(
             ..Default::default()
         });
     }
+}
+
+/// A gateway's TLS versions (Consul's `TLSv1_2` names) and cipher suites
+/// as Envoy's parameters; unset ones are Envoy's defaults.
+fn tls_params(t: &GatewayTlsConfig) -> tls::TlsParameters {
+    use tls::tls_parameters::TlsProtocol;
+    let version = |v: &str| match v {
+        "TLSv1_0" => TlsProtocol::TlSv10,
+        "TLSv1_1" => TlsProtocol::TlSv11,
+        "TLSv1_2" => TlsProtocol::TlSv12,
+        "TLSv1_3" => TlsProtocol::TlSv13,
+        _ => TlsProtocol::TlsAuto,
+    } as i32;
+    tls::TlsParameters {
+        tls_minimum_protocol_version: version(&t.tls_min_version),
+        tls_maximum_protocol_version: version(&t.tls_max_version),
+        // Envoy (BoringSSL) names suites in OpenSSL's words.
+        cipher_suites: t.cipher_suites.iter().map(|c| openssl_suite(c)).collect(),
+        ..Default::default()
+    }
+}
+
+/// A cipher suite's IANA name (Consul's) in OpenSSL's words (Envoy's).
+fn openssl_suite(iana: &str) -> String {
+    iana.trim_start_matches("TLS_")
+        .replace("_WITH_", "_")
+        .replace("ECDHE_ECDSA_", "ECDHE-ECDSA-")
+        .replace("ECDHE_RSA_", "ECDHE-RSA-")
+        .replace("RSA_AES", "AES")
+        .replace("AES_128_GCM_SHA256", "AES128-GCM-SHA256")
+        .replace("AES_256_GCM_SHA384", "AES256-GCM-SHA384")
+        .replace("AES_128_CBC_SHA", "AES128-SHA")
+        .replace("AES_256_CBC_SHA", "AES256-SHA")
+        .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
 }
 
 fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
@@ -661,6 +697,24 @@ mod tests {
                 Some(core::socket_address::PortSpecifier::PortValue(21001))
             )]
         );
+    }
+
+    #[test]
+    fn cipher_suites_are_named_as_envoy_names_them() {
+        for (iana, openssl) in [
+            (
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                "ECDHE-ECDSA-AES128-GCM-SHA256",
+            ),
+            ("TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA-AES256-SHA"),
+            (
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                "ECDHE-RSA-CHACHA20-POLY1305",
+            ),
+            ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
+        ] {
+            assert_eq!(openssl_suite(iana), openssl, "{iana}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ addresses registered are loopback ones, and only configuration is read."""
 import pytest
 
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
-from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 
 from test_xds import (
     CDS, EDS, LDS, RDS, Sidecar, ca_roots, check, config, eds_hosts, hcm_pb2,
@@ -100,7 +100,9 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
 
         # The entry changes: api leaves, the http listener moves to 8088 and
         # serves TLS, db's listener goes. The gateway follows.
-        config(url, {"Kind": "ingress-gateway", "Name": "ig", "TLS": {"Enabled": True}, "Listeners": [
+        config(url, {"Kind": "ingress-gateway", "Name": "ig",
+                     "TLS": {"Enabled": True, "TLSMinVersion": "TLSv1_2",
+                             "CipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}, "Listeners": [
             {"Port": 8088, "Protocol": "http", "Services": [
                 {"Name": "web", "Hosts": ["web.example.com"]}]}]})
         ig.wait("the changed entry", lambda s:
@@ -113,6 +115,9 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
         assert moved.filter_chains[0].HasField("transport_socket")
         down = unpack(moved.filter_chains[0].transport_socket.typed_config, tls_pb2.DownstreamTlsContext)
         assert "BEGIN CERTIFICATE" in down.common_tls_context.tls_certificates[0].certificate_chain.inline_string
+        params = down.common_tls_context.tls_params
+        assert params.tls_minimum_protocol_version == common_pb2.TlsParameters.TLSv1_2
+        assert list(params.cipher_suites) == ["ECDHE-RSA-AES128-GCM-SHA256"]
         assert ig.error is None
     finally:
         ig.close()
