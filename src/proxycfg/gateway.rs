@@ -15,7 +15,7 @@ use serde_json::json;
 use super::build::{Shared, Snapshot, UpstreamSnapshot, healthy, upstream};
 use super::{Dep, Endpoints, ProxyKey};
 use crate::state::catalog::service_instances;
-use crate::state::gateways::{gateway_services, watch_keys};
+use crate::state::gateways::{gateway_services, read_keys};
 use crate::state::{State, keys};
 use crate::structs::config_entry::{
     ConfigEntry, GatewayService, IngressGatewayConfigEntry, Kind, TerminatingGatewayConfigEntry,
@@ -84,7 +84,7 @@ pub fn build(
     };
     match registered.kind {
         ServiceKind::IngressGateway => {
-            deps.extend(watch_keys(&name));
+            deps.extend(read_keys(state, &name));
             if let Some(ConfigEntry::IngressGateway(e)) = entry(Kind::IngressGateway) {
                 gw.ingress = Some(e.clone());
                 gw.services = gateway_services(state, &name);
@@ -105,7 +105,7 @@ pub fn build(
             }
         }
         ServiceKind::TerminatingGateway => {
-            deps.extend(watch_keys(&name));
+            deps.extend(read_keys(state, &name));
             if let Some(ConfigEntry::TerminatingGateway(e)) = entry(Kind::TerminatingGateway) {
                 gw.terminating = Some(e.clone());
                 gw.services = gateway_services(state, &name);

@@ -322,6 +322,9 @@ impl Manager {
         inner.shared.lock().deny_by_default = !default_allow;
         follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
             inner.mark_dep(&keys::service(&e.key));
+            // What reads the catalog's service list (a gateway linking `*`,
+            // a mesh gateway) may gain or lose a service with any event.
+            inner.mark_dep(&keys::SERVICES);
             if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_xds_proxy()) {
                 inner.mark([(i.node.node.clone(), i.service.id.clone())]);
             }

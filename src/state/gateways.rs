@@ -16,6 +16,25 @@ pub fn watch_keys(gateway: &str) -> Vec<WatchKey> {
     ]
 }
 
+/// What [`gateway_services`] read for `gateway` in `st`: its entries, and
+/// the catalog's service list only when an entry links `*` (a gateway
+/// naming its services is not rebuilt on every registration).
+pub fn read_keys(st: &State, gateway: &str) -> Vec<WatchKey> {
+    let mut out = watch_keys(gateway);
+    let wildcard = |k: Kind| match st.config.get(&(k, gateway.to_string())).map(|e| &**e) {
+        Some(ConfigEntry::IngressGateway(e)) => e
+            .listeners
+            .iter()
+            .any(|l| l.services.iter().any(|s| s.name == WILDCARD)),
+        Some(ConfigEntry::TerminatingGateway(e)) => e.services.iter().any(|s| s.name == WILDCARD),
+        _ => false,
+    };
+    if !wildcard(Kind::IngressGateway) && !wildcard(Kind::TerminatingGateway) {
+        out.retain(|k| *k != keys::SERVICES);
+    }
+    out
+}
+
 /// Typical (non-mesh) services in the catalog, by name, `consul` left
 /// out: what a `*` links.
 fn typical_services(st: &State) -> Vec<String> {

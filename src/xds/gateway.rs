@@ -85,28 +85,7 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     };
     let id = super::identity(snap);
     let bind = bind_address(snap).to_string();
-    // Every linked service's chain targets, once each, with the service's
-    // limits (else the entry's `Defaults`).
-    for (svc, us) in &snap.upstreams {
-        let Some(chain) = us.chain.as_deref() else {
-            continue;
-        };
-        let own = entry
-            .listeners
-            .iter()
-            .flat_map(|l| &l.services)
-            .find(|s| s.name == *svc);
-        for target in chain.targets.values() {
-            if !us.endpoints.contains_key(&target.id) {
-                continue;
-            }
-            let mut c = target_cluster(chain, target, &id);
-            apply_limits(&mut c, own, entry.defaults.as_ref());
-            put(out, CLUSTER, c.name.clone(), Resource::of(c));
-            let cla = load_assignment(chain, us, &target.id);
-            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
-        }
-    }
+    let mut served = std::collections::BTreeSet::new();
     for l in &entry.listeners {
         let port = u32::try_from(l.port).unwrap_or(0);
         let tls_on = entry.tls.enabled || l.tls.as_ref().is_some_and(|t| t.enabled);
@@ -123,6 +102,7 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                     .then_some((g.service.name.as_str(), chain))
             })
             .collect();
+        served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
         let name = format!("{}:{bind}:{port}", l.protocol);
         let filter = if is_http(&l.protocol) {
             let route_name = port.to_string();
@@ -160,6 +140,28 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         };
         put(out, LISTENER, name, Resource::of(listener));
+    }
+    // The chain targets of every service a listener serves, once each,
+    // with the service's limits (else the entry's `Defaults`).
+    for (svc, us) in &snap.upstreams {
+        let Some(chain) = us.chain.as_deref().filter(|_| served.contains(svc)) else {
+            continue;
+        };
+        let own = entry
+            .listeners
+            .iter()
+            .flat_map(|l| &l.services)
+            .find(|s| s.name == *svc);
+        for target in chain.targets.values() {
+            if !us.endpoints.contains_key(&target.id) {
+                continue;
+            }
+            let mut c = target_cluster(chain, target, &id);
+            apply_limits(&mut c, own, entry.defaults.as_ref());
+            put(out, CLUSTER, c.name.clone(), Resource::of(c));
+            let cla = load_assignment(chain, us, &target.id);
+            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        }
     }
 }
 

@@ -233,3 +233,32 @@ def test_under_acls_a_gateway_stream_needs_service_write_on_the_gateway():
             allowed.close()
     finally:
         server.stop()
+
+
+def test_an_ingress_wildcard_follows_the_catalog(world):
+    url = world.url
+    td = ca_roots(url)["TrustDomain"]
+    register(url, "gw3", "127.0.0.23",
+             {"Kind": "ingress-gateway", "ID": "ig2", "Service": "ig2", "Port": 8445})
+    config(url, {"Kind": "ingress-gateway", "Name": "ig2", "Listeners": [
+        {"Port": 8090, "Protocol": "http", "Services": [{"Name": "*"}]}]})
+    ig = gateway(world, "ig2", "gw3")
+    try:
+        def hosts(s):
+            rc = s.state[RDS].get("8090")
+            return sorted(vh.name for vh in rc.virtual_hosts) if rc else None
+        # The http services; db (tcp) and the services outside the mesh
+        # are left out, as is no service's own gateway.
+        ig.wait("web and api behind *, and only their clusters", lambda s: hosts(s) == ["api", "web"]
+                and set(s.state[CDS]) == {sni("web", td), sni("api", td)})
+        config(url, {"Kind": "service-defaults", "Name": "shop", "Protocol": "http"})
+        register(url, "n1", "127.0.0.11", {"ID": "shop", "Service": "shop", "Port": 8082})
+        register(url, "n1", "127.0.0.11", sidecar_service("shop-sidecar-proxy", "shop", 21003, 8082),
+                 [check("n1", "shop-sidecar-proxy")])
+        ig.wait("shop registered behind *", lambda s: hosts(s) == ["api", "shop", "web"]
+                and sni("shop", td) in s.state[CDS])
+        shop = next(vh for vh in ig.state[RDS]["8090"].virtual_hosts if vh.name == "shop")
+        assert sorted(shop.domains) == ["shop.ingress.*", "shop.ingress.*:8090"]
+        assert ig.error is None
+    finally:
+        ig.close()
