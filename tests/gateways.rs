@@ -656,3 +656,29 @@ fn a_huge_ingress_entry_is_refused_or_bounded() {
     assert_eq!(s.get("/v1/config/ingress-gateway/ig").status, 404);
     assert_eq!(s.get("/v1/status/leader").status, 200);
 }
+
+#[test]
+fn permissive_mutual_tls_takes_the_mesh_entrys_consent() {
+    let s = Server::dev();
+    let permissive =
+        json!({"Kind": "service-defaults", "Name": "web", "MutualTLSMode": "permissive"});
+    refused(
+        &s,
+        permissive.clone(),
+        "MutualTLSMode=permissive is insecure. Set `AllowEnablingPermissiveMutualTLS = true` in the cluster-wide mesh config entry (kind = mesh) to enable it.",
+    );
+    put_ok(
+        &s,
+        "/v1/config",
+        &json!({"Kind": "mesh", "AllowEnablingPermissiveMutualTLS": true}),
+    );
+    put_ok(&s, "/v1/config", &permissive);
+    // Once permissive, it may be written again after the consent is gone.
+    put_ok(&s, "/v1/config", &json!({"Kind": "mesh"}));
+    put_ok(&s, "/v1/config", &permissive);
+    let r = put_entry(
+        &s,
+        &json!({"Kind": "proxy-defaults", "Name": "global", "MutualTLSMode": "permissive"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+}

@@ -197,6 +197,7 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
         },
     };
     check_intentions_protocol(&proposed, kind, name)?;
+    check_permissive_mtls(entries, change)?;
     check_gateway_clash(&proposed, kind, name)?;
     check_ingress_protocols(&proposed, kind, name)?;
     if !kind.is_chain_graph() && !matches!(kind, Kind::ProxyDefaults | Kind::ServiceDefaults) {
@@ -213,6 +214,38 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
         compile(&req, &proposed).map_err(|e| ConfigEntryError::Graph(e.to_string()))?;
     }
     Ok(())
+}
+
+/// Turning `MutualTLSMode` to permissive (plaintext accepted beside mTLS)
+/// takes the mesh entry's `AllowEnablingPermissiveMutualTLS`, as Consul
+/// has it; an entry already permissive may be written again.
+fn check_permissive_mtls<L: EntryLookup + ?Sized>(
+    entries: &L, change: &EntryChange,
+) -> Result<(), ConfigEntryError> {
+    let EntryChange::Upsert(entry) = change else {
+        return Ok(());
+    };
+    let mode = |e: &ConfigEntry| match e {
+        ConfigEntry::ProxyDefaults(p) => p.mutual_tls_mode.clone(),
+        ConfigEntry::ServiceDefaults(d) => d.mutual_tls_mode.clone(),
+        _ => String::new(),
+    };
+    if mode(entry) != "permissive" {
+        return Ok(());
+    }
+    let already = entries
+        .get(entry.kind(), entry.name())
+        .is_some_and(|e| mode(e) == "permissive");
+    let allowed = entries
+        .get(Kind::Mesh, crate::structs::config_entry::MESH_CONFIG_NAME)
+        .and_then(ConfigEntry::as_mesh)
+        .is_some_and(|m| m.allow_enabling_permissive_mutual_tls);
+    if already || allowed {
+        return Ok(());
+    }
+    Err(ConfigEntryError::Invalid(
+        "MutualTLSMode=permissive is insecure. Set `AllowEnablingPermissiveMutualTLS = true` in the cluster-wide mesh config entry (kind = mesh) to enable it.".into(),
+    ))
 }
 
 /// An ingress and a terminating gateway may not share a name (Consul's
