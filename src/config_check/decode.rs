@@ -51,6 +51,10 @@ pub fn decode_entry(body: &Value) -> Result<ConfigEntry, ConfigEntryError> {
         Kind::ServiceSplitter => ConfigEntry::ServiceSplitter(typed(v)?),
         Kind::ServiceResolver => ConfigEntry::ServiceResolver(typed(v)?),
         Kind::ServiceIntentions => ConfigEntry::ServiceIntentions(typed(v)?),
+        Kind::Mesh => ConfigEntry::Mesh(typed(v)?),
+        Kind::IngressGateway => ConfigEntry::IngressGateway(typed(v)?),
+        Kind::TerminatingGateway => ConfigEntry::TerminatingGateway(typed(v)?),
+        Kind::ExportedServices => ConfigEntry::ExportedServices(typed(v)?),
     })
 }
 

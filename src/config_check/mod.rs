@@ -14,6 +14,7 @@
 //! Every error here means "400 Bad Request" with the error's text as body.
 
 mod decode;
+pub mod gateways;
 pub mod intentions;
 mod validate;
 
@@ -44,13 +45,25 @@ pub fn decode_and_validate(body: &serde_json::Value) -> Result<ConfigEntry, Conf
 }
 
 /// Whether `a` may read the `kind` entry `name` (Consul's `CanRead`):
-/// proxy-defaults by any token, intentions with `intention:read`, the
-/// other (service-scoped) kinds with `service:read` on the name. The one
-/// rule for the config endpoints and the config topics' events.
+/// proxy-defaults and mesh by any token, intentions with
+/// `intention:read`, exported-services with `mesh:read`, the other
+/// (service-scoped, gateways included) kinds with `service:read` on the
+/// name. The one rule for the config endpoints and the config topics'
+/// events.
 pub fn readable(a: &crate::acl::Authorizer, kind: Kind, name: &str) -> bool {
     match kind {
-        Kind::ProxyDefaults => true,
+        Kind::ProxyDefaults | Kind::Mesh => true,
         Kind::ServiceIntentions => a.intention_read(name),
+        Kind::ExportedServices => a.mesh_read(),
         _ => a.service_read(name),
+    }
+}
+
+/// The permission [`readable`] asks for, for a refusal's words.
+pub fn read_permission(kind: Kind) -> &'static str {
+    match kind {
+        Kind::ServiceIntentions => "intention:read",
+        Kind::ExportedServices => "mesh:read",
+        _ => "service:read",
     }
 }

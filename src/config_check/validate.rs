@@ -67,6 +67,24 @@ pub fn normalize(entry: &mut ConfigEntry) -> Result {
             normalize_tenancy(&mut e.namespace, &mut e.partition)?;
             super::intentions::normalize(e);
         }
+        ConfigEntry::Mesh(e) => {
+            e.kind = kind;
+            normalize_tenancy(&mut e.namespace, &mut e.partition)?;
+            super::gateways::normalize_mesh(e)?;
+        }
+        ConfigEntry::IngressGateway(e) => {
+            e.kind = kind;
+            normalize_tenancy(&mut e.namespace, &mut e.partition)?;
+            super::gateways::normalize_ingress(e);
+        }
+        ConfigEntry::TerminatingGateway(e) => {
+            e.kind = kind;
+            normalize_tenancy(&mut e.namespace, &mut e.partition)?;
+        }
+        ConfigEntry::ExportedServices(e) => {
+            e.kind = kind;
+            normalize_tenancy(&mut e.namespace, &mut e.partition)?;
+        }
     }
     Ok(())
 }
@@ -104,6 +122,10 @@ pub fn validate(entry: &ConfigEntry) -> Result {
         ConfigEntry::ServiceSplitter(e) => validate_splitter(e),
         ConfigEntry::ServiceResolver(e) => validate_resolver(e),
         ConfigEntry::ServiceIntentions(e) => super::intentions::validate(e),
+        ConfigEntry::Mesh(e) => super::gateways::validate_mesh(e),
+        ConfigEntry::IngressGateway(e) => super::gateways::validate_ingress(e),
+        ConfigEntry::TerminatingGateway(e) => super::gateways::validate_terminating(e),
+        ConfigEntry::ExportedServices(e) => super::gateways::validate_exported_services(e),
     }
 }
 

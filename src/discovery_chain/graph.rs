@@ -197,8 +197,11 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
         },
     };
     check_intentions_protocol(&proposed, kind, name)?;
-    if kind == Kind::ServiceIntentions {
-        return Ok(()); // intentions are in no chain
+    check_permissive_mtls(entries, change)?;
+    check_gateway_clash(&proposed, kind, name)?;
+    check_ingress_protocols(&proposed, kind, name)?;
+    if !kind.is_chain_graph() && !matches!(kind, Kind::ProxyDefaults | Kind::ServiceDefaults) {
+        return Ok(()); // intentions, mesh and gateway entries are in no chain
     }
     for service in affected_chains(entries, kind, name) {
         // The datacenter and trust domain do not change whether a chain
@@ -209,6 +212,117 @@ pub fn validate_write<L: EntryLookup + ?Sized>(
             "11111111-2222-3333-4444-555555555555.consul",
         );
         compile(&req, &proposed).map_err(|e| ConfigEntryError::Graph(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Turning `MutualTLSMode` to permissive (plaintext accepted beside mTLS)
+/// takes the mesh entry's `AllowEnablingPermissiveMutualTLS`, as Consul
+/// has it; an entry already permissive may be written again.
+fn check_permissive_mtls<L: EntryLookup + ?Sized>(
+    entries: &L, change: &EntryChange,
+) -> Result<(), ConfigEntryError> {
+    let EntryChange::Upsert(entry) = change else {
+        return Ok(());
+    };
+    let mode = |e: &ConfigEntry| match e {
+        ConfigEntry::ProxyDefaults(p) => p.mutual_tls_mode.clone(),
+        ConfigEntry::ServiceDefaults(d) => d.mutual_tls_mode.clone(),
+        _ => String::new(),
+    };
+    if mode(entry) != "permissive" {
+        return Ok(());
+    }
+    let already = entries
+        .get(entry.kind(), entry.name())
+        .is_some_and(|e| mode(e) == "permissive");
+    let allowed = entries
+        .get(Kind::Mesh, crate::structs::config_entry::MESH_CONFIG_NAME)
+        .and_then(ConfigEntry::as_mesh)
+        .is_some_and(|m| m.allow_enabling_permissive_mutual_tls);
+    if already || allowed {
+        return Ok(());
+    }
+    Err(ConfigEntryError::Invalid(
+        "MutualTLSMode=permissive is insecure. Set `AllowEnablingPermissiveMutualTLS = true` in the cluster-wide mesh config entry (kind = mesh) to enable it.".into(),
+    ))
+}
+
+/// An ingress and a terminating gateway may not share a name (Consul's
+/// `checkGatewayClash`): a gateway service is one or the other.
+fn check_gateway_clash<L: EntryLookup + ?Sized>(
+    entries: &L, kind: Kind, name: &str,
+) -> Result<(), ConfigEntryError> {
+    let other = match kind {
+        Kind::IngressGateway => Kind::TerminatingGateway,
+        Kind::TerminatingGateway => Kind::IngressGateway,
+        _ => return Ok(()),
+    };
+    if entries.get(kind, name).is_some() && entries.get(other, name).is_some() {
+        return Err(ConfigEntryError::Invalid(format!(
+            "cannot create a {:?} config entry with name {name:?}, a {:?} config entry with the same name exists",
+            kind.as_str(),
+            other.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// An ingress listener serves its services with its own protocol: each
+/// named service's protocol (its chain's, from service-defaults or
+/// proxy-defaults) must be the listener's. Checked when the gateway is
+/// written and when a write changes the protocol of a service a gateway
+/// names, as Consul does.
+fn check_ingress_protocols<L: EntryLookup + ?Sized>(
+    entries: &L, kind: Kind, name: &str,
+) -> Result<(), ConfigEntryError> {
+    let gateways: Vec<&ConfigEntry> = match kind {
+        Kind::IngressGateway => entries.get(kind, name).into_iter().collect(),
+        Kind::ServiceIntentions
+        | Kind::Mesh
+        | Kind::TerminatingGateway
+        | Kind::ExportedServices => {
+            return Ok(());
+        }
+        _ => {
+            let affected = affected_chains(entries, kind, name);
+            entries
+                .list(Kind::IngressGateway)
+                .into_iter()
+                .filter(|g| {
+                    kind == Kind::ProxyDefaults
+                        || g.as_ingress_gateway().is_some_and(|g| {
+                            g.listeners
+                                .iter()
+                                .flat_map(|l| &l.services)
+                                .any(|s| affected.contains(&s.name))
+                        })
+                })
+                .collect()
+        }
+    };
+    for g in gateways {
+        let Some(g) = g.as_ingress_gateway() else {
+            continue;
+        };
+        for l in &g.listeners {
+            for s in l.services.iter().filter(|s| s.name != "*") {
+                let req = CompileRequest::new(
+                    &s.name,
+                    "dc1",
+                    "11111111-2222-3333-4444-555555555555.consul",
+                );
+                let protocol = compile(&req, entries)
+                    .map(|c| c.protocol.clone())
+                    .unwrap_or_else(|_| "tcp".into());
+                if protocol != l.protocol {
+                    return Err(ConfigEntryError::Invalid(format!(
+                        "service {:?} has protocol {protocol:?}, which does not match defined listener protocol {:?}",
+                        s.name, l.protocol
+                    )));
+                }
+            }
+        }
     }
     Ok(())
 }

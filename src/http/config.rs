@@ -63,9 +63,16 @@ fn authorize_entry_put(a: &Authz, entry: &ConfigEntry) -> Result<()> {
     Ok(())
 }
 
+/// Consul's `CanWrite`: the mesh-wide kinds and the gateways' entries
+/// (which route traffic of services other than their own) need
+/// `mesh:write`, intentions `intention:write`, the rest `service:write`.
 fn authorize_entry_write(a: &Authz, kind: Kind, name: &str) -> Result<()> {
     match kind {
-        Kind::ProxyDefaults => a.require(a.mesh_write(), "mesh:write", ""),
+        Kind::ProxyDefaults
+        | Kind::Mesh
+        | Kind::IngressGateway
+        | Kind::TerminatingGateway
+        | Kind::ExportedServices => a.require(a.mesh_write(), "mesh:write", ""),
         Kind::ServiceIntentions => a.require(a.intention_write(name), "intention:write", name),
         _ => a.require(a.service_write(name), "service:write", name),
     }
@@ -135,7 +142,8 @@ async fn get_entry(
         if entry_readable(a, kind, &name) {
             Ok(())
         } else {
-            Err(Error::Forbidden(a.deny("service:read", &name).to_string()))
+            let permission = crate::config_check::read_permission(kind);
+            Err(Error::Forbidden(a.deny(permission, &name).to_string()))
         }
     };
     readable(&a)?;

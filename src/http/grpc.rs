@@ -189,7 +189,7 @@ impl crate::xds::Source for Catalog {
             None => st
                 .services
                 .iter()
-                .find(|((_, id), svc)| id == service_id && svc.is_connect_proxy())
+                .find(|((_, id), svc)| id == service_id && svc.is_xds_proxy())
                 .map(|(k, _)| k.clone()),
         }
     }

@@ -12,6 +12,7 @@ pub mod connect;
 pub mod coordinate;
 mod dataplane;
 pub mod event;
+mod gateways;
 pub mod grpc;
 mod health;
 mod intentions;
@@ -87,6 +88,7 @@ pub fn router(server: App) -> Router {
         .merge(proxycfg::routes())
         .merge(catalog::routes())
         .merge(health::routes())
+        .merge(gateways::routes())
         .merge(status::routes())
         .merge(operator::routes())
         .merge(agent::routes())

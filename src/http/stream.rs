@@ -14,7 +14,6 @@ use super::App;
 use crate::error::{Error, Result};
 use crate::request::Params;
 use crate::stream::{Item, Reader, Topic};
-use crate::structs::config_entry::Kind;
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/stream", get(stream))
@@ -45,10 +44,7 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     match topic {
         Topic::Kv => a.require(a.key_read(key), "key:read", key)?,
         Topic::Config(kind) => {
-            let permission = match kind {
-                Kind::ServiceIntentions => "intention:read",
-                _ => "service:read",
-            };
+            let permission = crate::config_check::read_permission(kind);
             let readable = crate::config_check::readable(&a, kind, key);
             a.require(readable, permission, key)?
         }

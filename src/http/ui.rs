@@ -558,18 +558,55 @@ async fn topology(
     Ok(json_filtered(&s, index, &body, hidden))
 }
 
-/// The services a gateway fronts, summarized. cairn stores no
-/// terminating- or ingress-gateway entries, so no gateway is linked to
-/// any service yet: the list is empty for every gateway the token may
-/// read (a 403 otherwise), as Consul's is for a gateway with no entry.
+/// The services a gateway fronts (as its config entry links them),
+/// summarized: each readable linked service with instances, an ingress
+/// gateway's with the addresses it is reached at (`GatewayConfig`), as
+/// Consul's UI endpoint answers.
 async fn gateway_services(
     State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(_, opts): Opts,
 ) -> Result<Response> {
     a.require(a.service_read(&name), "service:read", &name)?;
-    let watch = vec![keys::service(&name)];
-    let (index, list) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
-        (st.index_of(watch.iter()), Vec::<Summary>::new())
-    })
-    .await?;
-    Ok(json_filtered(&s, index, &list, false))
+    let mut watch = state::gateways::watch_keys(&name);
+    watch.extend(catalog_keys());
+    let dc = s.datacenter().to_string();
+    let (index, (list, hidden)) =
+        blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
+            let mut hidden = false;
+            let mut out: BTreeMap<String, Summary> = BTreeMap::new();
+            for g in state::gateways::gateway_services(st, &name) {
+                if !a.service_read(&g.service.name) {
+                    hidden = true;
+                    continue;
+                }
+                let (found, h) = instances(st, a, &g.service.name);
+                hidden |= h;
+                let Some(mut sum) = out
+                    .remove(&g.service.name)
+                    .or_else(|| summarize(&g.service.name, &dc, &found))
+                else {
+                    continue;
+                };
+                if g.gateway_kind == "ingress-gateway" {
+                    let hosts = if g.hosts.is_empty() {
+                        vec![format!("{}.ingress.*", g.service.name)]
+                    } else {
+                        g.hosts.clone()
+                    };
+                    let addrs = sum
+                        .gateway_config
+                        .entry("Addresses".into())
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                    if let Value::Array(list) = addrs {
+                        list.extend(hosts.iter().map(|h| Value::from(format!("{h}:{}", g.port))));
+                    }
+                }
+                out.insert(g.service.name.clone(), sum);
+            }
+            (
+                st.index_of(watch.iter()),
+                (out.into_values().collect::<Vec<_>>(), hidden),
+            )
+        })
+        .await?;
+    Ok(json_filtered(&s, index, &list, hidden))
 }

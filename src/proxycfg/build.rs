@@ -49,6 +49,10 @@ pub struct Snapshot {
     pub intentions: Arc<Vec<Intention>>,
     /// The decision when no intention matches.
     pub intentions_default_allow: bool,
+    /// A gateway's own part: its entry and what it links (`None` for a
+    /// sidecar).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Arc<super::GatewaySnapshot>>,
 }
 
 /// Healthy connect-capable instances of one chain target (`{Node, Service,
@@ -75,6 +79,7 @@ impl Snapshot {
             && self.leaf == other.leaf
             && self.intentions == other.intentions
             && self.intentions_default_allow == other.intentions_default_allow
+            && self.gateway == other.gateway
     }
 }
 
@@ -125,7 +130,7 @@ impl Shared {
         self.intentions.retain(|_, (_, l)| Arc::strong_count(l) > 1);
     }
 
-    fn roots(&mut self, state: &State) -> Option<Arc<CaRoots>> {
+    pub(super) fn roots(&mut self, state: &State) -> Option<Arc<CaRoots>> {
         let at = state.index_of([&keys::CONNECT_CA]);
         if let Some((i, r)) = &self.roots
             && *i == at
@@ -138,7 +143,9 @@ impl Shared {
     }
 
     /// The leaf of `service`, signed again after a rotation or once due.
-    fn leaf(&mut self, state: &State, dc: &str, service: &str) -> Option<Arc<IssuedCert>> {
+    pub(super) fn leaf(
+        &mut self, state: &State, dc: &str, service: &str,
+    ) -> Option<Arc<IssuedCert>> {
         let ca = state.connect_ca.as_ref()?;
         let active = ca.active()?.root.id.clone();
         if let Some((root, leaf)) = self.leaves.get(service)
@@ -162,7 +169,7 @@ impl Shared {
         }
     }
 
-    fn intentions(&mut self, state: &State, destination: &str) -> Arc<Vec<Intention>> {
+    pub(super) fn intentions(&mut self, state: &State, destination: &str) -> Arc<Vec<Intention>> {
         let kind = Kind::ServiceIntentions.as_str();
         let at = state.index_of([&keys::config(kind, destination), &keys::config(kind, "*")]);
         if let Some((i, l)) = self.intentions.get(destination)
@@ -206,7 +213,7 @@ impl Shared {
         (value, deps)
     }
 
-    fn endpoints_of(
+    pub(super) fn endpoints_of(
         &mut self, state: &State, service: &str, filter: &str, only_passing: bool, connect: bool,
     ) -> Endpoints {
         let key = (
@@ -293,11 +300,14 @@ impl EntryLookup for Recording<'_> {
 }
 
 /// Builds the snapshot of proxy `key`, or `None` if it is not registered
-/// (any more) as a connect proxy.
+/// (any more) as a connect proxy or a gateway.
 pub fn build(
     state: &State, datacenter: &str, key: &ProxyKey, shared: &mut Shared,
 ) -> Option<(Snapshot, BTreeSet<Dep>)> {
     let registered = state.services.get(key)?;
+    if registered.is_gateway() {
+        return super::gateway::build(state, datacenter, key, registered, shared);
+    }
     if !registered.is_connect_proxy() {
         return None;
     }
@@ -345,6 +355,7 @@ pub fn build(
         leaf,
         intentions,
         intentions_default_allow: !shared.deny_by_default,
+        gateway: None,
     };
     Some((snapshot, deps))
 }
@@ -383,6 +394,7 @@ pub fn build_proxyless(
         leaf: None,
         intentions: Arc::default(),
         intentions_default_allow: true,
+        gateway: None,
     };
     Some((snapshot, deps))
 }
@@ -436,7 +448,7 @@ pub(super) fn upstream(
 
 /// As Consul serves endpoints: never critical (or in maintenance); with
 /// OnlyPassing, warning is out too.
-fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> bool {
+pub(super) fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> bool {
     checks.iter().all(|c| match c.status {
         HealthStatus::Passing => true,
         HealthStatus::Critical | HealthStatus::Maintenance => false,

@@ -12,6 +12,7 @@
 //! batches on the blocking pool, so one global change cannot starve Raft.
 
 mod build;
+mod gateway;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build, build_proxyless};
+pub use gateway::{GatewaySnapshot, LinkedService};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -343,7 +345,10 @@ impl Manager {
         inner.shared.lock().deny_by_default = !default_allow;
         follow(&inner, publisher, Topic::ServiceHealth, |inner, e| {
             inner.mark_dep(&keys::service(&e.key));
-            if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_connect_proxy()) {
+            // What reads the catalog's service list (a gateway linking `*`,
+            // a mesh gateway) may gain or lose a service with any event.
+            inner.mark_dep(&keys::SERVICES);
+            if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_xds_proxy()) {
                 inner.mark([(i.node.node.clone(), i.service.id.clone())]);
             }
         });

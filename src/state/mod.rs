@@ -16,6 +16,7 @@ pub mod coordinate;
 mod derived;
 pub mod events;
 pub mod federation;
+pub mod gateways;
 pub mod kv;
 pub mod operator;
 pub mod persist;

@@ -297,6 +297,22 @@ impl NodeService {
         self.kind == ServiceKind::ConnectProxy
     }
 
+    /// The gateways served over xDS (ingress, terminating, mesh).
+    pub fn is_gateway(&self) -> bool {
+        matches!(
+            self.kind,
+            ServiceKind::IngressGateway
+                | ServiceKind::TerminatingGateway
+                | ServiceKind::MeshGateway
+        )
+    }
+
+    /// Whether this instance is an Envoy configured by the xDS server: a
+    /// sidecar proxy or a gateway.
+    pub fn is_xds_proxy(&self) -> bool {
+        self.is_connect_proxy() || self.is_gateway()
+    }
+
     /// Gateways and proxies get central config merged into them.
     pub fn is_mesh_kind(&self) -> bool {
         !self.kind.is_typical()

@@ -1,5 +1,6 @@
-//! The config entry kinds (the five of the discovery chain and
-//! `service-intentions`) with Consul's (1.15+) field sets and HTTP JSON shape.
+//! The config entry kinds (the five of the discovery chain,
+//! `service-intentions`, and the mesh-wide and gateway kinds of
+//! [`gateway`]) with Consul's (1.15+) field sets and HTTP JSON shape.
 //!
 //! The structs (de)serialize with Consul's CamelCase keys. Deserializing them
 //! directly is strict about types but not about key spelling or unknown keys:
@@ -27,16 +28,24 @@ pub enum Kind {
     ServiceSplitter,
     ServiceResolver,
     ServiceIntentions,
+    Mesh,
+    IngressGateway,
+    TerminatingGateway,
+    ExportedServices,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 10] = [
         Kind::ProxyDefaults,
         Kind::ServiceDefaults,
         Kind::ServiceRouter,
         Kind::ServiceSplitter,
         Kind::ServiceResolver,
         Kind::ServiceIntentions,
+        Kind::Mesh,
+        Kind::IngressGateway,
+        Kind::TerminatingGateway,
+        Kind::ExportedServices,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +56,10 @@ impl Kind {
             Kind::ServiceSplitter => "service-splitter",
             Kind::ServiceResolver => "service-resolver",
             Kind::ServiceIntentions => "service-intentions",
+            Kind::Mesh => "mesh",
+            Kind::IngressGateway => "ingress-gateway",
+            Kind::TerminatingGateway => "terminating-gateway",
+            Kind::ExportedServices => "exported-services",
         }
     }
 
@@ -92,6 +105,10 @@ pub enum ConfigEntry {
     ServiceSplitter(ServiceSplitterConfigEntry),
     ServiceResolver(ServiceResolverConfigEntry),
     ServiceIntentions(ServiceIntentionsConfigEntry),
+    Mesh(MeshConfigEntry),
+    IngressGateway(IngressGatewayConfigEntry),
+    TerminatingGateway(TerminatingGatewayConfigEntry),
+    ExportedServices(ExportedServicesConfigEntry),
 }
 
 macro_rules! each_kind {
@@ -103,6 +120,10 @@ macro_rules! each_kind {
             ConfigEntry::ServiceSplitter($e) => $body,
             ConfigEntry::ServiceResolver($e) => $body,
             ConfigEntry::ServiceIntentions($e) => $body,
+            ConfigEntry::Mesh($e) => $body,
+            ConfigEntry::IngressGateway($e) => $body,
+            ConfigEntry::TerminatingGateway($e) => $body,
+            ConfigEntry::ExportedServices($e) => $body,
         }
     };
 }
@@ -116,6 +137,10 @@ impl ConfigEntry {
             ConfigEntry::ServiceSplitter(_) => Kind::ServiceSplitter,
             ConfigEntry::ServiceResolver(_) => Kind::ServiceResolver,
             ConfigEntry::ServiceIntentions(_) => Kind::ServiceIntentions,
+            ConfigEntry::Mesh(_) => Kind::Mesh,
+            ConfigEntry::IngressGateway(_) => Kind::IngressGateway,
+            ConfigEntry::TerminatingGateway(_) => Kind::TerminatingGateway,
+            ConfigEntry::ExportedServices(_) => Kind::ExportedServices,
         }
     }
 
@@ -223,6 +248,27 @@ impl ConfigEntry {
         }
     }
 
+    pub fn as_ingress_gateway(&self) -> Option<&IngressGatewayConfigEntry> {
+        match self {
+            ConfigEntry::IngressGateway(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_terminating_gateway(&self) -> Option<&TerminatingGatewayConfigEntry> {
+        match self {
+            ConfigEntry::TerminatingGateway(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn as_mesh(&self) -> Option<&MeshConfigEntry> {
+        match self {
+            ConfigEntry::Mesh(e) => Some(e),
+            _ => None,
+        }
+    }
+
     pub fn as_resolver(&self) -> Option<&ServiceResolverConfigEntry> {
         match self {
             ConfigEntry::ServiceResolver(e) => Some(e),
@@ -265,6 +311,9 @@ macro_rules! config_entry {
         }
     };
 }
+
+pub mod gateway;
+pub use gateway::*;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

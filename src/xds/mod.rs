@@ -8,6 +8,7 @@
 //! state: the proxy's snapshot comes through a `Source`.
 
 pub mod delta;
+pub mod gateway;
 pub mod grpc;
 pub mod rbac;
 pub mod resources;

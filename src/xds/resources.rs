@@ -76,6 +76,9 @@ pub struct Identity {
 
 /// Every resource of one proxy's snapshot.
 pub fn generate(snap: &Snapshot) -> Resources {
+    if let Some(gw) = &snap.gateway {
+        return super::gateway::generate(snap, gw);
+    }
     let id = super::identity(snap);
     let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
     let mut put = |ty: &'static str, name: String, r: Resource| {
@@ -180,14 +183,14 @@ fn duration(d: Duration) -> Option<PbDuration> {
     })
 }
 
-fn secs(s: i64) -> Option<PbDuration> {
+pub(crate) fn secs(s: i64) -> Option<PbDuration> {
     Some(PbDuration {
         seconds: s,
         nanos: 0,
     })
 }
 
-fn inline(s: &str) -> Option<core::DataSource> {
+pub(crate) fn inline(s: &str) -> Option<core::DataSource> {
     Some(core::DataSource {
         specifier: Some(core::data_source::Specifier::InlineString(s.to_string())),
         ..Default::default()
@@ -204,7 +207,7 @@ pub(crate) fn ads() -> Option<core::ConfigSource> {
     })
 }
 
-fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::TransportSocket> {
+pub(crate) fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::TransportSocket> {
     Some(core::TransportSocket {
         name: "tls".into(),
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack_any(
@@ -215,7 +218,7 @@ fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::TransportSocket> 
 
 /// The leaf as this proxy's certificate and the roots as what the peer's
 /// must chain to.
-fn common_tls(id: &Identity, san: Option<String>) -> tls::CommonTlsContext {
+pub(crate) fn common_tls(id: &Identity, san: Option<String>) -> tls::CommonTlsContext {
     let validation = tls::CertificateValidationContext {
         trusted_ca: inline(&id.roots_pem),
         match_typed_subject_alt_names: san
@@ -247,7 +250,7 @@ fn common_tls(id: &Identity, san: Option<String>) -> tls::CommonTlsContext {
     }
 }
 
-fn has_tls(id: &Identity) -> bool {
+pub(crate) fn has_tls(id: &Identity) -> bool {
     id.leaf.is_some() && !id.roots_pem.is_empty()
 }
 
@@ -267,7 +270,7 @@ fn regex(s: &str) -> matcher::RegexMatcher {
 
 /// HTTP/2 to the cluster's hosts (gRPC and http2 services), as Consul
 /// sets it: Envoy speaks HTTP/1.1 upstream otherwise.
-fn http2_upstream(c: &mut cluster::Cluster) {
+pub(crate) fn http2_upstream(c: &mut cluster::Cluster) {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
         HttpProtocolOptions, http_protocol_options,
     };
@@ -374,14 +377,14 @@ pub(crate) fn protocol_of(snap: &Snapshot) -> String {
         .to_string()
 }
 
-fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
+pub(crate) fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
     listener::Filter {
         name: name.into(),
         config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(msg))),
     }
 }
 
-fn tcp_filter(stat: &str, cluster: &str) -> listener::Filter {
+pub(crate) fn tcp_filter(stat: &str, cluster: &str) -> listener::Filter {
     typed(
         "envoy.filters.network.tcp_proxy",
         tcp::TcpProxy {
@@ -409,7 +412,7 @@ pub(crate) fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
 }
 
 /// An upstream's HTTP connection manager, its routes by RDS over ADS.
-fn http_filter(stat: &str, route: &str) -> listener::Filter {
+pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
     let mut m = hcm_base(stat);
     m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
         hcm::Rds {
@@ -439,7 +442,7 @@ fn local_app(addr: &str, port: u32) -> cluster::Cluster {
     }
 }
 
-fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
+pub(crate) fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
     endpoint::LbEndpoint {
         host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
             endpoint::Endpoint {
@@ -471,7 +474,7 @@ fn resolver_of<'a>(
 }
 
 /// The cluster a tcp upstream's traffic goes to: its start resolver's target.
-fn start_cluster(chain: &CompiledDiscoveryChain) -> Option<String> {
+pub(crate) fn start_cluster(chain: &CompiledDiscoveryChain) -> Option<String> {
     let start = chain.nodes.get(&chain.start_node)?;
     let r = resolver_of(chain, start)?.resolver.as_ref()?;
     Some(cluster_name(chain, &r.target))
@@ -857,6 +860,6 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
 }
 
 /// Protocols served with an HTTP connection manager (L7).
-fn is_http(protocol: &str) -> bool {
+pub(crate) fn is_http(protocol: &str) -> bool {
     matches!(protocol, "http" | "http2" | "grpc")
 }

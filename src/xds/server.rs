@@ -357,10 +357,16 @@ pub(super) async fn until(at: Option<SystemTime>) {
     }
 }
 
-/// The service a proxy's config is for (its leaf's).
+/// The service a proxy's config is for (its leaf's): a sidecar's
+/// destination, a gateway's own name.
 pub(super) fn destination(snap: &Option<Arc<Snapshot>>) -> Option<&str> {
-    snap.as_ref()
-        .map(|s| s.service.proxy.destination_service_name.as_str())
+    snap.as_ref().map(|s| {
+        if s.gateway.is_some() {
+            s.service.service.as_str()
+        } else {
+            s.service.proxy.destination_service_name.as_str()
+        }
+    })
 }
 
 /// Takes in one request; a stream subscribed to too many names ends.

@@ -301,6 +301,84 @@ const SOURCE_INTENTION: Shape = Obj(&[
 ]);
 const SERVICE_INTENTIONS: Shape = entry!(("Sources", List(&SOURCE_INTENTION)),);
 
+// The mesh-wide and gateway kinds (`super::gateway`).
+const MESH_DIRECTIONAL_TLS: Shape = Obj(&[
+    ("TLSMinVersion", Any),
+    ("TLSMaxVersion", Any),
+    ("CipherSuites", Any),
+]);
+const MESH: Shape = entry!(
+    ("TransparentProxy", Obj(&[("MeshDestinationsOnly", Any)])),
+    ("AllowEnablingPermissiveMutualTLS", Any),
+    (
+        "TLS",
+        Obj(&[
+            ("Incoming", MESH_DIRECTIONAL_TLS),
+            ("Outgoing", MESH_DIRECTIONAL_TLS)
+        ])
+    ),
+    ("HTTP", Obj(&[("SanitizeXForwardedClientCert", Any)])),
+    ("Peering", Obj(&[("PeerThroughMeshGateways", Any)])),
+);
+const GATEWAY_SDS: Shape = Obj(&[("ClusterName", Any), ("CertResource", Any)]);
+const GATEWAY_TLS: Shape = Obj(&[
+    ("Enabled", Any),
+    ("TLSMinVersion", Any),
+    ("TLSMaxVersion", Any),
+    ("CipherSuites", Any),
+    ("SDS", GATEWAY_SDS),
+]);
+const INGRESS_SERVICE: Shape = Obj(&[
+    ("Name", Any),
+    ("Hosts", Any),
+    ("Namespace", Any),
+    ("Partition", Any),
+    ("TLS", Obj(&[("SDS", GATEWAY_SDS)])),
+    ("RequestHeaders", HEADER_MODIFIERS),
+    ("ResponseHeaders", HEADER_MODIFIERS),
+    ("MaxConnections", Any),
+    ("MaxPendingRequests", Any),
+    ("MaxConcurrentRequests", Any),
+    ("PassiveHealthCheck", PASSIVE_HEALTH_CHECK),
+]);
+const INGRESS_LISTENER: Shape = Obj(&[
+    ("Port", Any),
+    ("Protocol", Any),
+    ("TLS", GATEWAY_TLS),
+    ("Services", List(&INGRESS_SERVICE)),
+]);
+const INGRESS_GATEWAY: Shape = entry!(
+    ("TLS", GATEWAY_TLS),
+    ("Listeners", List(&INGRESS_LISTENER)),
+    (
+        "Defaults",
+        Obj(&[
+            ("MaxConnections", Any),
+            ("MaxPendingRequests", Any),
+            ("MaxConcurrentRequests", Any),
+            ("PassiveHealthCheck", PASSIVE_HEALTH_CHECK)
+        ])
+    ),
+);
+const LINKED_SERVICE: Shape = Obj(&[
+    ("Name", Any),
+    ("Namespace", Any),
+    ("Partition", Any),
+    ("CAFile", Any),
+    ("CertFile", Any),
+    ("KeyFile", Any),
+    ("SNI", Any),
+    ("DisableAutoHostRewrite", Any),
+]);
+const TERMINATING_GATEWAY: Shape = entry!(("Services", List(&LINKED_SERVICE)),);
+const SERVICE_CONSUMER: Shape = Obj(&[("Partition", Any), ("Peer", Any), ("SamenessGroup", Any)]);
+const EXPORTED_SERVICE: Shape = Obj(&[
+    ("Name", Any),
+    ("Namespace", Any),
+    ("Consumers", List(&SERVICE_CONSUMER)),
+]);
+const EXPORTED_SERVICES: Shape = entry!(("Services", List(&EXPORTED_SERVICE)),);
+
 /// The shape of a whole entry of `kind`.
 pub fn for_kind(kind: Kind) -> &'static Shape {
     match kind {
@@ -310,6 +388,10 @@ pub fn for_kind(kind: Kind) -> &'static Shape {
         Kind::ServiceSplitter => &SERVICE_SPLITTER,
         Kind::ServiceResolver => &SERVICE_RESOLVER,
         Kind::ServiceIntentions => &SERVICE_INTENTIONS,
+        Kind::Mesh => &MESH,
+        Kind::IngressGateway => &INGRESS_GATEWAY,
+        Kind::TerminatingGateway => &TERMINATING_GATEWAY,
+        Kind::ExportedServices => &EXPORTED_SERVICES,
     }
 }
 

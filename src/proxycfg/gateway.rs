@@ -1,0 +1,164 @@
+//! A gateway's snapshot: what its Envoy needs besides a sidecar's roots
+//! and leaf. An ingress gateway: its entry and, per linked service, the
+//! compiled chain and its targets' endpoints (as a sidecar's upstreams).
+//! A terminating gateway: its entry and, per linked service, the
+//! service's own instances (outside the mesh), the intentions with it as
+//! destination and its leaf (the gateway answers for it). A mesh gateway:
+//! every local service's connect-capable endpoints, by service.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::build::{Shared, Snapshot, UpstreamSnapshot, healthy, upstream};
+use super::{Dep, Endpoints, ProxyKey};
+use crate::state::catalog::service_instances;
+use crate::state::gateways::{gateway_services, read_keys};
+use crate::state::{State, keys};
+use crate::structs::config_entry::{
+    ConfigEntry, GatewayService, IngressGatewayConfigEntry, Kind, TerminatingGatewayConfigEntry,
+};
+use crate::structs::connect::{Intention, IssuedCert};
+use crate::structs::{NodeService, ServiceKind};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GatewaySnapshot {
+    /// "ingress-gateway", "terminating-gateway" or "mesh-gateway".
+    pub kind: String,
+    /// The datacenter and trust domain its services' SNI names are in.
+    pub datacenter: String,
+    pub trust_domain: String,
+    /// An ingress gateway's entry (`None`: none written yet, nothing served).
+    pub ingress: Option<IngressGatewayConfigEntry>,
+    /// A terminating gateway's entry.
+    pub terminating: Option<TerminatingGatewayConfigEntry>,
+    /// The services the entry links, as `/v1/catalog/gateway-services`.
+    pub services: Vec<GatewayService>,
+    /// Terminating: per linked service, what the gateway serves it with.
+    pub linked: BTreeMap<String, LinkedService>,
+    /// Mesh gateway: per local service, its connect-capable endpoints.
+    pub local: BTreeMap<String, Endpoints>,
+}
+
+/// A terminating gateway's view of one linked service.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct LinkedService {
+    /// Its healthy instances: the addresses outside the mesh it is dialed at.
+    pub instances: Endpoints,
+    /// Who may reach it, highest precedence first.
+    pub intentions: Arc<Vec<Intention>>,
+    /// Its leaf: the gateway presents it to the mesh as the service.
+    #[serde(skip)]
+    pub leaf: Option<Arc<IssuedCert>>,
+}
+
+/// The snapshot of gateway `registered` (at `key`).
+pub fn build(
+    state: &State, datacenter: &str, key: &ProxyKey, registered: &Arc<NodeService>,
+    shared: &mut Shared,
+) -> Option<(Snapshot, BTreeSet<Dep>)> {
+    let name = registered.service.clone();
+    let mut deps = BTreeSet::new();
+    deps.insert(keys::service(&name));
+    deps.extend(crate::merge::merge_watch_keys(state, registered));
+    let service = crate::merge::merge_node_service(state, registered);
+    deps.insert(keys::CONNECT_CA);
+    let roots = shared.roots(state);
+    let leaf = shared.leaf(state, datacenter, &name);
+    let entry = |k: Kind| state.config.get(&(k, name.clone())).map(|e| &**e);
+
+    let mut upstreams = BTreeMap::new();
+    let mut gw = GatewaySnapshot {
+        kind: registered.kind.as_str().to_string(),
+        datacenter: datacenter.to_string(),
+        trust_domain: format!("{}.consul", state.cluster_id),
+        ingress: None,
+        terminating: None,
+        services: Vec::new(),
+        linked: BTreeMap::new(),
+        local: BTreeMap::new(),
+    };
+    match registered.kind {
+        ServiceKind::IngressGateway => {
+            deps.extend(read_keys(state, &name));
+            if let Some(ConfigEntry::IngressGateway(e)) = entry(Kind::IngressGateway) {
+                gw.ingress = Some(e.clone());
+                gw.services = gateway_services(state, &name);
+                for g in &gw.services {
+                    if upstreams.contains_key(&g.service.name) {
+                        continue;
+                    }
+                    let us: UpstreamSnapshot = upstream(
+                        state,
+                        datacenter,
+                        datacenter,
+                        &g.service.name,
+                        true,
+                        shared,
+                        &mut deps,
+                    );
+                    upstreams.insert(g.service.name.clone(), us);
+                }
+            }
+        }
+        ServiceKind::TerminatingGateway => {
+            deps.extend(read_keys(state, &name));
+            if let Some(ConfigEntry::TerminatingGateway(e)) = entry(Kind::TerminatingGateway) {
+                gw.terminating = Some(e.clone());
+                gw.services = gateway_services(state, &name);
+                let ixn = Kind::ServiceIntentions.as_str();
+                deps.insert(keys::config(ixn, "*"));
+                for g in &gw.services {
+                    let svc = &g.service.name;
+                    deps.insert(keys::service(svc));
+                    deps.insert(keys::config(ixn, svc));
+                    // The linked service's own instances (not sidecars):
+                    // it is outside the mesh.
+                    let instances: Vec<_> = service_instances(state, svc, false)
+                        .into_iter()
+                        .filter(|i| i.service.kind.is_typical() && healthy(&i.checks, false))
+                        .map(Arc::new)
+                        .collect();
+                    gw.linked.insert(
+                        svc.clone(),
+                        LinkedService {
+                            instances: Arc::new(instances),
+                            intentions: shared.intentions(state, svc),
+                            leaf: shared.leaf(state, datacenter, svc),
+                        },
+                    );
+                }
+            }
+        }
+        _ => {
+            // A mesh gateway passes through to every local service that
+            // has connect-capable instances.
+            deps.insert(keys::SERVICES);
+            let names: Vec<String> = state.connect_names.keys().cloned().collect();
+            for svc in names {
+                deps.insert(keys::connect(&svc));
+                let rows = shared.endpoints_of(state, &svc, "", false, true);
+                if !rows.is_empty() {
+                    gw.local.insert(svc, rows);
+                }
+            }
+        }
+    }
+    let snapshot = Snapshot {
+        proxy_id: json!({ "Node": key.0, "ServiceID": key.1 }),
+        version: 0,
+        index: state.index,
+        service,
+        upstreams,
+        roots,
+        leaf,
+        intentions: Arc::new(Vec::new()),
+        intentions_default_allow: !shared.deny_by_default,
+        gateway: Some(Arc::new(gw)),
+    };
+    Some((snapshot, deps))
+}

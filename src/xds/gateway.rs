@@ -1,0 +1,738 @@
+//! A gateway's snapshot turned into Envoy resources, named as Consul
+//! names them.
+//!
+//! - Ingress: per listener of its entry, a listener `<protocol>:<addr>:<port>`;
+//!   an http-like one runs an HTTP connection manager whose routes (RDS,
+//!   named by the port) hold a virtual host per linked service (its
+//!   `Hosts`, else `<service>.ingress.*`) routing through the service's
+//!   compiled discovery chain; a tcp one proxies to its one service's
+//!   start target. TLS (when enabled) with the built-in CA's leaf.
+//!   Clusters and endpoints are the chains' targets, as a sidecar's.
+//! - Terminating: one listener, a filter chain per linked service matched
+//!   by the service's SNI, presenting the service's leaf and enforcing its
+//!   intentions (RBAC), proxying to a cluster of the service's own
+//!   instances (with TLS origination when its `CAFile` is set).
+//! - Mesh: one listener that reads the SNI (`tls_inspector`) and passes
+//!   each local service's connections through, still encrypted, to its
+//!   sidecars. Local services only: other datacenters' SNIs are not routed
+//!   yet.
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cluster;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
+use envoy_types::pb::envoy::config::listener::v3 as listener;
+use envoy_types::pb::envoy::config::route::v3 as route;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+
+use super::resources::{
+    CLUSTER, ENDPOINT, Identity, LISTENER, ORDER, ROUTE, Resource, Resources, common_tls, has_tls,
+    http_filter, inline, is_http, lb_endpoint, load_assignment, route_config, secs, socket,
+    start_cluster, target_cluster, tcp_filter, transport_socket,
+};
+use crate::discovery_chain::service_sni;
+use crate::proxycfg::{GatewaySnapshot, Snapshot};
+use crate::structs::config_entry::{
+    GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
+};
+
+/// Every resource of a gateway's snapshot.
+pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
+    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
+    match gw.kind.as_str() {
+        "ingress-gateway" => ingress(snap, gw, &mut out),
+        "terminating-gateway" => terminating(snap, gw, &mut out),
+        _ => mesh(snap, gw, &mut out),
+    }
+    out
+}
+
+fn put(out: &mut Resources, ty: &'static str, name: String, r: Resource) {
+    out.get_mut(ty).expect("every type").insert(name, r);
+}
+
+/// The address the gateway's listeners bind: its registered address, or
+/// every address.
+fn bind_address(snap: &Snapshot) -> &str {
+    if snap.service.address.is_empty() {
+        "0.0.0.0"
+    } else {
+        &snap.service.address
+    }
+}
+
+fn tls_inspector() -> listener::ListenerFilter {
+    listener::ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener::listener_filter::ConfigType::TypedConfig(
+            pack_any(TlsInspector::default()),
+        )),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ingress
+// ---------------------------------------------------------------------------
+
+fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    let Some(entry) = &gw.ingress else {
+        return; // no entry: nothing to serve yet
+    };
+    let id = super::identity(snap);
+    let bind = bind_address(snap).to_string();
+    let mut served = std::collections::BTreeSet::new();
+    for l in &entry.listeners {
+        let port = u32::try_from(l.port).unwrap_or(0);
+        let tls_on = entry.tls.enabled || l.tls.as_ref().is_some_and(|t| t.enabled);
+        // The linked services of this listener whose chain compiled with
+        // the listener's protocol (a `*` also reaches services of others:
+        // those are left out, as Consul leaves them).
+        let linked: Vec<(&str, &crate::discovery_chain::CompiledDiscoveryChain)> = gw
+            .services
+            .iter()
+            .filter(|g| g.port == l.port)
+            .filter_map(|g| {
+                let chain = snap.upstreams.get(&g.service.name)?.chain.as_deref()?;
+                (chain.protocol == l.protocol || !g.from_wildcard)
+                    .then_some((g.service.name.as_str(), chain))
+            })
+            .collect();
+        served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
+        let name = format!("{}:{bind}:{port}", l.protocol);
+        let filter = if is_http(&l.protocol) {
+            let route_name = port.to_string();
+            let rc = ingress_routes(&route_name, l, &linked);
+            put(out, ROUTE, route_name.clone(), Resource::of(rc));
+            http_filter(&format!("ingress_upstream_{port}"), &route_name)
+        } else {
+            let Some((svc, chain)) = linked.first() else {
+                continue; // its service's chain does not compile: no listener
+            };
+            let cluster = start_cluster(chain).unwrap_or_default();
+            tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)
+        };
+        let transport = (tls_on && has_tls(&id)).then(|| {
+            // The listener's TLS settings, else the entry's.
+            let params = l.tls.as_ref().filter(|t| t.enabled).unwrap_or(&entry.tls);
+            transport_socket(tls::DownstreamTlsContext {
+                common_tls_context: Some(tls::CommonTlsContext {
+                    tls_params: Some(tls_params(params)),
+                    tls_certificates: leaf_certificates(&id),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        });
+        let listener = listener::Listener {
+            name: name.clone(),
+            address: Some(socket(&bind, port)),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![listener::FilterChain {
+                filters: vec![filter],
+                transport_socket: transport.flatten(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        put(out, LISTENER, name, Resource::of(listener));
+    }
+    // The chain targets of every service a listener serves, once each,
+    // with the service's limits (else the entry's `Defaults`).
+    for (svc, us) in &snap.upstreams {
+        let Some(chain) = us.chain.as_deref().filter(|_| served.contains(svc)) else {
+            continue;
+        };
+        let own = entry
+            .listeners
+            .iter()
+            .flat_map(|l| &l.services)
+            .find(|s| s.name == *svc);
+        for target in chain.targets.values() {
+            if !us.endpoints.contains_key(&target.id) {
+                continue;
+            }
+            let mut c = target_cluster(chain, target, &id);
+            apply_limits(&mut c, own, entry.defaults.as_ref());
+            put(out, CLUSTER, c.name.clone(), Resource::of(c));
+            let cla = load_assignment(chain, us, &target.id);
+            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        }
+    }
+}
+
+/// An ingress service's connection limits and passive health check, each
+/// falling back to the entry's `Defaults`, as circuit breakers and outlier
+/// detection on its clusters.
+fn apply_limits(
+    c: &mut cluster::Cluster, own: Option<&IngressService>, defaults: Option<&IngressServiceConfig>,
+) {
+    use envoy_types::pb::google::protobuf::UInt32Value;
+    let pick = |o: Option<u32>, d: Option<u32>| {
+        o.filter(|v| *v > 0)
+            .or(d.filter(|v| *v > 0))
+            .map(|value| UInt32Value { value })
+    };
+    let max_connections = pick(
+        own.map(|s| s.max_connections),
+        defaults.map(|d| d.max_connections),
+    );
+    let max_pending_requests = pick(
+        own.map(|s| s.max_pending_requests),
+        defaults.map(|d| d.max_pending_requests),
+    );
+    let max_requests = pick(
+        own.map(|s| s.max_concurrent_requests),
+        defaults.map(|d| d.max_concurrent_requests),
+    );
+    if max_connections.is_some() || max_pending_requests.is_some() || max_requests.is_some() {
+        c.circuit_breakers = Some(cluster::CircuitBreakers {
+            thresholds: vec![cluster::circuit_breakers::Thresholds {
+                max_connections,
+                max_pending_requests,
+                max_requests,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    let phc = own
+        .and_then(|s| s.passive_health_check.as_ref())
+        .or(defaults.and_then(|d| d.passive_health_check.as_ref()));
+    if let Some(p) = phc {
+        let d = |d: &crate::structs::config_entry::Duration| {
+            (d.nanos() > 0).then(|| envoy_types::pb::google::protobuf::Duration {
+                seconds: d.nanos() / 1_000_000_000,
+                nanos: (d.nanos() % 1_000_000_000) as i32,
+            })
+        };
+        c.outlier_detection = Some(cluster::OutlierDetection {
+            consecutive_5xx: (p.max_failures > 0).then_some(UInt32Value {
+                value: p.max_failures,
+            }),
+            interval: d(&p.interval),
+            enforcing_consecutive_5xx: p
+                .enforcing_consecutive_5xx
+                .map(|value| UInt32Value { value }),
+            max_ejection_percent: p.max_ejection_percent.map(|value| UInt32Value { value }),
+            base_ejection_time: p.base_ejection_time.as_ref().and_then(d),
+            ..Default::default()
+        });
+    }
+}
+
+/// A gateway's TLS versions (Consul's `TLSv1_2` names) and cipher suites
+/// as Envoy's parameters; unset ones are Envoy's defaults.
+fn tls_params(t: &GatewayTlsConfig) -> tls::TlsParameters {
+    use tls::tls_parameters::TlsProtocol;
+    let version = |v: &str| match v {
+        "TLSv1_0" => TlsProtocol::TlSv10,
+        "TLSv1_1" => TlsProtocol::TlSv11,
+        "TLSv1_2" => TlsProtocol::TlSv12,
+        "TLSv1_3" => TlsProtocol::TlSv13,
+        _ => TlsProtocol::TlsAuto,
+    } as i32;
+    tls::TlsParameters {
+        tls_minimum_protocol_version: version(&t.tls_min_version),
+        tls_maximum_protocol_version: version(&t.tls_max_version),
+        // Envoy (BoringSSL) names suites in OpenSSL's words.
+        cipher_suites: t.cipher_suites.iter().map(|c| openssl_suite(c)).collect(),
+        ..Default::default()
+    }
+}
+
+/// A cipher suite's IANA name (Consul's) in OpenSSL's words (Envoy's).
+fn openssl_suite(iana: &str) -> String {
+    iana.trim_start_matches("TLS_")
+        .replace("_WITH_", "_")
+        .replace("ECDHE_ECDSA_", "ECDHE-ECDSA-")
+        .replace("ECDHE_RSA_", "ECDHE-RSA-")
+        .replace("RSA_AES", "AES")
+        .replace("AES_128_GCM_SHA256", "AES128-GCM-SHA256")
+        .replace("AES_256_GCM_SHA384", "AES256-GCM-SHA384")
+        .replace("AES_128_CBC_SHA", "AES128-SHA")
+        .replace("AES_256_CBC_SHA", "AES256-SHA")
+        .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
+}
+
+fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
+    id.leaf
+        .iter()
+        .map(|(cert, key)| tls::TlsCertificate {
+            certificate_chain: inline(cert),
+            private_key: inline(key),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The domains a linked service answers on: its `Hosts`, else Consul's
+/// default `<service>.ingress.*` (with and without the port).
+fn ingress_domains(svc: &str, hosts: &[String], port: u32) -> Vec<String> {
+    if hosts.is_empty() {
+        vec![
+            format!("{svc}.ingress.*"),
+            format!("{svc}.ingress.*:{port}"),
+        ]
+    } else if hosts.iter().any(|h| h == WILDCARD) {
+        vec![WILDCARD.to_string()]
+    } else {
+        hosts.to_vec()
+    }
+}
+
+/// An http-like listener's routes: one virtual host per linked service,
+/// its routes those of the service's chain, with the entry's header edits.
+fn ingress_routes(
+    name: &str, l: &crate::structs::config_entry::IngressListener,
+    linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
+) -> route::RouteConfiguration {
+    let port = u32::try_from(l.port).unwrap_or(0);
+    let mut virtual_hosts = Vec::new();
+    for (svc, chain) in linked {
+        // The entry's own line for it, else the wildcard's.
+        let own = l
+            .services
+            .iter()
+            .find(|s| s.name == *svc)
+            .or_else(|| l.services.iter().find(|s| s.name == WILDCARD));
+        let hosts = own.map(|s| s.hosts.as_slice()).unwrap_or_default();
+        let routes = route_config(svc, chain)
+            .virtual_hosts
+            .into_iter()
+            .next()
+            .map(|v| v.routes)
+            .unwrap_or_default();
+        let mut vh = route::VirtualHost {
+            name: svc.to_string(),
+            domains: ingress_domains(svc, hosts, port),
+            routes,
+            ..Default::default()
+        };
+        if let Some(s) = own {
+            if let Some(m) = &s.request_headers {
+                vh.request_headers_to_add = header_options(m);
+                vh.request_headers_to_remove = m.remove.clone();
+            }
+            if let Some(m) = &s.response_headers {
+                vh.response_headers_to_add = header_options(m);
+                vh.response_headers_to_remove = m.remove.clone();
+            }
+        }
+        virtual_hosts.push(vh);
+    }
+    route::RouteConfiguration {
+        name: name.to_string(),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: true }),
+        ..Default::default()
+    }
+}
+
+/// `Add` appends to a header, `Set` replaces it.
+fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOption> {
+    let opt = |k: &str, v: &str, action: core::header_value_option::HeaderAppendAction| {
+        core::HeaderValueOption {
+            header: Some(core::HeaderValue {
+                key: k.to_string(),
+                value: v.to_string(),
+                ..Default::default()
+            }),
+            append_action: action as i32,
+            ..Default::default()
+        }
+    };
+    use core::header_value_option::HeaderAppendAction as A;
+    m.add
+        .iter()
+        .map(|(k, v)| opt(k, v, A::AppendIfExistsOrAdd))
+        .chain(
+            m.set
+                .iter()
+                .map(|(k, v)| opt(k, v, A::OverwriteIfExistsOrAdd)),
+        )
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// terminating
+// ---------------------------------------------------------------------------
+
+fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    if gw.terminating.is_none() {
+        return;
+    }
+    let base = super::identity(snap);
+    let bind = bind_address(snap).to_string();
+    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let mut chains = Vec::new();
+    for g in &gw.services {
+        let svc = &g.service.name;
+        let Some(linked) = gw.linked.get(svc) else {
+            continue;
+        };
+        let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
+        // The cluster to the service's own addresses: static or by DNS,
+        // inline (they are not mesh endpoints).
+        let dns = linked.instances.iter().any(|i| {
+            let a = instance_address(i);
+            a.parse::<std::net::IpAddr>().is_err()
+        });
+        let mut c = cluster::Cluster {
+            name: sni.clone(),
+            alt_stat_name: sni.clone(),
+            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(if dns {
+                cluster::cluster::DiscoveryType::StrictDns
+            } else {
+                cluster::cluster::DiscoveryType::Static
+            }
+                as i32)),
+            connect_timeout: secs(5),
+            load_assignment: Some(endpoint::ClusterLoadAssignment {
+                cluster_name: sni.clone(),
+                endpoints: vec![endpoint::LocalityLbEndpoints {
+                    lb_endpoints: linked
+                        .instances
+                        .iter()
+                        .map(|i| {
+                            lb_endpoint(
+                                instance_address(i),
+                                u32::try_from(i.service.port).unwrap_or(0),
+                            )
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        if !g.ca_file.is_empty() {
+            c.transport_socket = transport_socket(origination_tls(g));
+        }
+        put(out, CLUSTER, sni.clone(), Resource::of(c));
+
+        // The chain: the service's leaf to the mesh, its intentions.
+        let id = Identity {
+            leaf: linked
+                .leaf
+                .as_ref()
+                .map(|l| (l.cert_pem.clone(), l.private_key_pem.clone())),
+            ..base.clone()
+        };
+        let view = Snapshot {
+            intentions: linked.intentions.clone(),
+            gateway: None,
+            ..snap.clone()
+        };
+        let transport = has_tls(&id).then(|| {
+            transport_socket(tls::DownstreamTlsContext {
+                common_tls_context: Some(common_tls(&id, None)),
+                require_client_certificate: Some(BoolValue { value: true }),
+                ..Default::default()
+            })
+        });
+        chains.push(listener::FilterChain {
+            filter_chain_match: Some(listener::FilterChainMatch {
+                server_names: vec![sni.clone()],
+                ..Default::default()
+            }),
+            filters: vec![
+                super::rbac::network_filter(&view),
+                tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
+            ],
+            transport_socket: transport.flatten(),
+            ..Default::default()
+        });
+    }
+    if chains.is_empty() {
+        return;
+    }
+    let name = format!("default:{bind}:{port}");
+    let l = listener::Listener {
+        name: name.clone(),
+        address: Some(socket(&bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![tls_inspector()],
+        filter_chains: chains,
+        ..Default::default()
+    };
+    put(out, LISTENER, name, Resource::of(l));
+}
+
+fn instance_address(i: &crate::state::catalog::Instance) -> &str {
+    if i.service.address.is_empty() {
+        &i.node.address
+    } else {
+        &i.service.address
+    }
+}
+
+/// TLS from the gateway to a linked service: its CA to check the
+/// server's certificate (and its SNI as the name to expect), and a client
+/// certificate when one is configured.
+fn origination_tls(g: &crate::structs::config_entry::GatewayService) -> tls::UpstreamTlsContext {
+    let file = |f: &str| {
+        Some(core::DataSource {
+            specifier: Some(core::data_source::Specifier::Filename(f.to_string())),
+            ..Default::default()
+        })
+    };
+    let validation = tls::CertificateValidationContext {
+        trusted_ca: file(&g.ca_file),
+        match_typed_subject_alt_names: if g.sni.is_empty() {
+            Vec::new()
+        } else {
+            vec![tls::SubjectAltNameMatcher {
+                san_type: tls::subject_alt_name_matcher::SanType::Dns as i32,
+                matcher: Some(
+                    envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher {
+                        match_pattern: Some(
+                            envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
+                                g.sni.clone(),
+                            ),
+                        ),
+                        ..Default::default()
+                    },
+                ),
+                ..Default::default()
+            }]
+        },
+        ..Default::default()
+    };
+    let certs = if g.cert_file.is_empty() {
+        Vec::new()
+    } else {
+        vec![tls::TlsCertificate {
+            certificate_chain: file(&g.cert_file),
+            private_key: file(&g.key_file),
+            ..Default::default()
+        }]
+    };
+    tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_params: Some(tls::TlsParameters::default()),
+            tls_certificates: certs,
+            validation_context_type: Some(
+                tls::common_tls_context::ValidationContextType::ValidationContext(validation),
+            ),
+            ..Default::default()
+        }),
+        sni: g.sni.clone(),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// mesh
+// ---------------------------------------------------------------------------
+
+fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
+    let bind = bind_address(snap).to_string();
+    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let mut chains = Vec::new();
+    for (svc, rows) in &gw.local {
+        let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
+        // Passed through still encrypted: the sidecars terminate mTLS.
+        let c = cluster::Cluster {
+            name: sni.clone(),
+            alt_stat_name: sni.clone(),
+            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::Eds as i32,
+            )),
+            eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+                eds_config: super::resources::ads(),
+                service_name: sni.clone(),
+            }),
+            connect_timeout: secs(5),
+            ..Default::default()
+        };
+        put(out, CLUSTER, sni.clone(), Resource::of(c));
+        let cla = endpoint::ClusterLoadAssignment {
+            cluster_name: sni.clone(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: rows
+                    .iter()
+                    .map(|i| {
+                        lb_endpoint(
+                            instance_address(i),
+                            u32::try_from(i.service.port).unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+        chains.push(listener::FilterChain {
+            filter_chain_match: Some(listener::FilterChainMatch {
+                server_names: vec![sni.clone()],
+                ..Default::default()
+            }),
+            filters: vec![tcp_filter(&format!("mesh_gateway_local.{svc}"), &sni)],
+            ..Default::default()
+        });
+    }
+    if chains.is_empty() {
+        return;
+    }
+    let name = format!("default:{bind}:{port}");
+    let l = listener::Listener {
+        name: name.clone(),
+        address: Some(socket(&bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![tls_inspector()],
+        filter_chains: chains,
+        ..Default::default()
+    };
+    put(out, LISTENER, name, Resource::of(l));
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier,
+    };
+    use prost::Message;
+
+    use super::*;
+    use crate::proxycfg::{Shared, build};
+    use crate::state::Command;
+    use crate::structs::{NodeService, RegisterRequest};
+
+    fn register(w: &mut crate::testing::World, node: &str, addr: &str, svc: NodeService) {
+        w.apply(Command::Register(Box::new(RegisterRequest {
+            node: node.into(),
+            address: addr.into(),
+            service: Some(svc),
+            ..Default::default()
+        })));
+    }
+
+    fn svc(kind: &str, id: &str, port: i64) -> NodeService {
+        NodeService {
+            kind: kind.into(),
+            id: id.into(),
+            service: id.into(),
+            port,
+            ..Default::default()
+        }
+    }
+
+    fn generated(w: &crate::testing::World, node: &str, id: &str) -> Resources {
+        let state = w.store.state();
+        let key = (node.to_string(), id.to_string());
+        let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a gateway");
+        assert!(snap.gateway.is_some());
+        super::super::generate(&snap)
+    }
+
+    #[test]
+    fn a_mesh_gateway_passes_each_local_service_through_by_its_sni() {
+        let mut w = crate::testing::World::new();
+        register(&mut w, "n2", "10.0.0.2", svc("", "db", 5432));
+        let mut proxy = svc("connect-proxy", "db-proxy", 21001);
+        proxy.service = "db-sidecar-proxy".into();
+        proxy.proxy.destination_service_name = "db".into();
+        register(&mut w, "n2", "10.0.0.2", proxy);
+        register(&mut w, "gw", "10.0.9.9", svc("mesh-gateway", "mgw", 8443));
+        let out = generated(&w, "gw", "mgw");
+        let td = format!("{}.consul", w.store.state().cluster_id);
+        let sni = format!("db.default.dc1.internal.{td}");
+
+        let listeners = &out[LISTENER];
+        assert_eq!(
+            listeners.keys().collect::<Vec<_>>(),
+            ["default:0.0.0.0:8443"]
+        );
+        let l = Listener::decode(&*listeners["default:0.0.0.0:8443"].any.value).unwrap();
+        assert_eq!(
+            l.listener_filters[0].name,
+            "envoy.filters.listener.tls_inspector"
+        );
+        assert_eq!(l.filter_chains.len(), 1);
+        let fc = &l.filter_chains[0];
+        assert_eq!(
+            fc.filter_chain_match.as_ref().unwrap().server_names,
+            [sni.as_str()]
+        );
+        // Passed through: no TLS termination at the gateway.
+        assert!(fc.transport_socket.is_none());
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &fc.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        let tcp = TcpProxy::decode(&*any.value).unwrap();
+        assert_eq!(
+            tcp.cluster_specifier,
+            Some(ClusterSpecifier::Cluster(sni.clone()))
+        );
+        assert!(out[CLUSTER].contains_key(&sni));
+        // db's sidecar, never db's own port.
+        let cla = ClusterLoadAssignment::decode(&*out[ENDPOINT][&sni].any.value).unwrap();
+        let hosts: Vec<_> = cla.endpoints[0]
+            .lb_endpoints
+            .iter()
+            .map(|e| match &e.host_identifier {
+                Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                    match &ep.address.as_ref().unwrap().address {
+                        Some(core::address::Address::SocketAddress(a)) => {
+                            (a.address.clone(), a.port_specifier.clone())
+                        }
+                        _ => panic!("not a socket address"),
+                    }
+                }
+                _ => panic!("no endpoint"),
+            })
+            .collect();
+        assert_eq!(
+            hosts,
+            [(
+                "10.0.0.2".to_string(),
+                Some(core::socket_address::PortSpecifier::PortValue(21001))
+            )]
+        );
+    }
+
+    #[test]
+    fn cipher_suites_are_named_as_envoy_names_them() {
+        for (iana, openssl) in [
+            (
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                "ECDHE-ECDSA-AES128-GCM-SHA256",
+            ),
+            ("TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA-AES256-SHA"),
+            (
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+                "ECDHE-RSA-CHACHA20-POLY1305",
+            ),
+            ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
+        ] {
+            assert_eq!(openssl_suite(iana), openssl, "{iana}");
+        }
+    }
+
+    #[test]
+    fn a_gateway_without_its_entry_serves_nothing() {
+        let mut w = crate::testing::World::new();
+        register(&mut w, "n1", "10.0.0.1", svc("", "web", 80));
+        register(&mut w, "gw", "10.0.9.9", svc("ingress-gateway", "ig", 8443));
+        register(
+            &mut w,
+            "gw",
+            "10.0.9.9",
+            svc("terminating-gateway", "tg", 8444),
+        );
+        for id in ["ig", "tg"] {
+            let out = generated(&w, "gw", id);
+            assert!(out.values().all(|m| m.is_empty()), "{id}: {out:?}");
+        }
+    }
+}
