@@ -12,6 +12,7 @@
 //! batches on the blocking pool, so one global change cannot starve Raft.
 
 mod build;
+mod remote;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build};
+pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -46,7 +48,7 @@ type Built = Option<(Snapshot, BTreeSet<Dep>)>;
 /// here and logged with the proxy: that proxy keeps its last snapshot until
 /// its next change, and the others in the batch and after it keep
 /// updating. The shared cache may be half-updated by the panic: it starts
-/// over empty.
+/// over empty (its settings kept).
 fn build_one(
     state: &crate::state::State, dc: &str, key: ProxyKey, shared: &mut Shared,
 ) -> Option<(ProxyKey, Built)> {
@@ -69,7 +71,7 @@ fn build_one(
                 panic = %why,
                 "proxycfg: building this proxy's snapshot panicked; it keeps its last snapshot"
             );
-            *shared = Shared::default();
+            shared.reset();
             None
         }
     }
@@ -101,6 +103,8 @@ struct Inner {
     shared: Arc<Mutex<Shared>>,
     wake: Notify,
     live_watches: AtomicUsize,
+    /// Other datacenters' endpoints of chain targets.
+    remotes: Arc<remote::Remotes>,
     /// Its tasks until a server takes them to supervise.
     tasks: Mutex<Vec<(&'static str, tokio::task::JoinHandle<()>)>>,
 }
@@ -199,10 +203,12 @@ impl Inner {
             };
             if batch.is_empty() {
                 self.shared.lock().prune();
+                remote::reconcile(self);
                 return;
             }
             let state = self.store.state();
             let built_at = state.index;
+            let remote_seen = self.remotes.changes.load(Ordering::SeqCst);
             let dc = self.datacenter.clone();
             let shared = self.shared.clone();
             let built = tokio::task::spawn_blocking(move || {
@@ -215,7 +221,7 @@ impl Inner {
             .await
             .unwrap_or_default();
             for (key, result) in built {
-                self.install(key, result, built_at);
+                self.install(key, result, built_at, remote_seen);
             }
             tokio::task::yield_now().await;
         }
@@ -223,8 +229,9 @@ impl Inner {
 
     /// Installs a rebuilt snapshot and its watches (or tears the proxy down
     /// when its registration is gone).
-    /// `built_at`: the index of the state it was built from.
-    fn install(self: &Arc<Self>, key: ProxyKey, result: Built, built_at: u64) {
+    /// `built_at`: the index of the state it was built from;
+    /// `remote_seen`: the remote lists' change count before it was built.
+    fn install(self: &Arc<Self>, key: ProxyKey, result: Built, built_at: u64, remote_seen: u64) {
         let Some((snapshot, deps)) = result else {
             let gone = self.proxies.lock().remove(&key);
             drop(gone); // its watches unregister here, outside the lock
@@ -249,6 +256,14 @@ impl Inner {
         // (a first build reads keys nobody watched yet): look once more
         // now that the watches are in, or the snapshot would stay stale.
         if self.store.state().index_of(deps.iter()) > built_at {
+            self.mark([key.clone()]);
+        }
+        // The same for another datacenter's lists, which no index orders.
+        if self.remotes.changes.load(Ordering::SeqCst) != remote_seen
+            && deps
+                .iter()
+                .any(|d| d.as_str().starts_with(keys::REMOTE_PREFIX))
+        {
             self.mark([key.clone()]);
         }
         let mut proxies = self.proxies.lock();
@@ -315,6 +330,7 @@ impl Manager {
             shared: Arc::default(),
             wake: Notify::new(),
             live_watches: AtomicUsize::new(0),
+            remotes: Arc::default(),
             tasks: Mutex::new(Vec::new()),
         });
         inner.shared.lock().deny_by_default = !default_allow;
@@ -395,6 +411,22 @@ impl Manager {
             .lock()
             .get(key)
             .map(|p| p.snapshot.subscribe())
+    }
+
+    /// Hands in how other datacenters are read (process assembly: the WAN
+    /// federation). Until then, and without it, chain targets in other
+    /// datacenters get no endpoints. Proxies already built are rebuilt.
+    pub fn set_remote(&self, fetcher: Arc<dyn Fetcher>) {
+        if self.inner.remotes.set_fetcher(fetcher) {
+            self.inner.shared.lock().remote = Some(self.inner.remotes.clone());
+            let all: Vec<ProxyKey> = self.inner.proxies.lock().keys().cloned().collect();
+            self.inner.mark(all);
+        }
+    }
+
+    /// Other datacenters' watchers running (at most `MAX_WATCHERS`).
+    pub fn remote_watchers(&self) -> usize {
+        self.inner.remotes.running()
     }
 
     /// Proxies with state, and watches registered for them (for tests and
