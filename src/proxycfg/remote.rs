@@ -132,6 +132,12 @@ impl Remotes {
         (rows, dep)
     }
 
+    /// Whether a wanted target has no watcher for the cap.
+    #[cfg(test)]
+    pub(super) fn has_refused(&self) -> bool {
+        self.entries.lock().values().any(|e| e.refused)
+    }
+
     /// Watchers running.
     pub(super) fn running(&self) -> usize {
         self.entries

@@ -461,3 +461,60 @@ async fn a_target_in_another_datacenter_follows_its_instances_there() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A datacenter that never answers.
+struct Silent;
+
+impl Fetcher for Silent {
+    fn get(&self, _dc: &str, _path: String, _timeout: Duration) -> FetchFuture<'_> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// More remote targets than `MAX_WATCHERS`: that many watchers run, the
+/// rest are refused (counted), and a refused one starts once a slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_watchers_are_capped() {
+    let mut w = World::new();
+    w.manager.set_remote(Arc::new(Silent));
+    let mut p = proxy();
+    p.proxy.upstreams = (0..=MAX_WATCHERS)
+        .map(|i| Upstream {
+            destination_name: format!("svc{i}"),
+            datacenter: "dc2".into(),
+            local_bind_port: 10000 + i as u16,
+            ..Default::default()
+        })
+        .collect();
+    let refused = crate::metrics::PROXYCFG_REMOTE_REFUSED.get();
+    w.register("n2", p.clone(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    w.until(&key, "every upstream", |s| {
+        s.upstreams.len() == MAX_WATCHERS + 1
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while w.manager.remote_watchers() < MAX_WATCHERS {
+        assert!(Instant::now() < deadline, "watchers not started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.manager.remote_watchers(), MAX_WATCHERS);
+    assert_eq!(crate::metrics::PROXYCFG_REMOTE_REFUSED.get(), refused + 1);
+
+    // One upstream fewer: the refused target gets the freed slot.
+    p.proxy.upstreams.remove(0);
+    w.register("n2", p, "passing");
+    w.until(&key, "one upstream fewer", |s| {
+        s.upstreams.len() == MAX_WATCHERS
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = w.manager.remote_watchers();
+        if n == MAX_WATCHERS && !w.manager.inner.remotes.has_refused() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} running");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
