@@ -207,10 +207,16 @@ async fn watch(inner: Weak<Inner>, fetcher: Arc<dyn Fetcher>, dep: String, t: Ta
             crate::request::enc(&t.service),
             WAIT.as_secs()
         );
+        let asked = tokio::time::Instant::now();
         let error = match fetcher.get(&t.dc, path, TIMEOUT).await {
             Ok(a) if a.status == 200 => match serde_json::from_slice::<Vec<Instance>>(&a.body) {
                 Ok(rows) => {
                     backoff = MIN_BACKOFF;
+                    // An answer at once with nothing new (a server that
+                    // does not block): no tighter loop than this.
+                    if index != 0 && a.index == index && asked.elapsed() < MIN_BACKOFF {
+                        tokio::time::sleep(MIN_BACKOFF).await;
+                    }
                     // An index going backwards (the other side restored a
                     // snapshot, or another server answered): start over.
                     index = if a.index < index { 0 } else { a.index };
