@@ -54,6 +54,10 @@ counters! { ALL:
         "cairn_http_forwarded_total",
         "HTTP requests forwarded to the leader"
     );
+    PROXYCFG_REMOTE_REFUSED = (
+        "cairn_proxycfg_remote_refused_total",
+        "other datacenters' chain targets refused a watcher (over proxycfg::MAX_WATCHERS)"
+    );
     WAN_FORWARDED = (
         "cairn_wan_forwarded_total",
         "HTTP requests sent to another datacenter (?dc=)"

@@ -191,6 +191,13 @@ pub async fn server(
         .layer(axum::Extension(federation.clone()))
         .merge(crate::request::ui::routes(&config.ui));
     federation.serve(wan_handler(app.clone()));
+    // Chain targets in other datacenters: their instances read there.
+    server
+        .proxycfg()
+        .set_remote(Arc::new(crate::federation::MeshReads {
+            federation: federation.clone(),
+            token: config.agent_tokens.own().map(str::to_string),
+        }));
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
             store: server.store().clone(),

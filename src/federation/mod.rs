@@ -694,6 +694,51 @@ impl crate::dns::Remote for Federation {
     }
 }
 
+/// proxycfg's reads of other datacenters' instances (chain targets there),
+/// with the server's own agent token: that token must read the services
+/// (and their nodes) in the other datacenter, which judges it.
+pub struct MeshReads {
+    pub federation: Arc<Federation>,
+    pub token: Option<String>,
+}
+
+impl crate::proxycfg::Fetcher for MeshReads {
+    fn get(
+        &self, dc: &str, path_and_query: String, timeout: Duration,
+    ) -> crate::proxycfg::FetchFuture<'_> {
+        let dc = dc.to_string();
+        Box::pin(async move {
+            let req = WanRequest {
+                from: self.federation.datacenter.clone(),
+                method: "GET".into(),
+                path_and_query,
+                headers: self
+                    .token
+                    .iter()
+                    .map(|t| ("x-consul-token".to_string(), t.clone()))
+                    .collect(),
+                body: Vec::new(),
+            };
+            let r = self
+                .federation
+                .forward(&dc, req, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            let index = r
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("x-consul-index"))
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0);
+            Ok(crate::proxycfg::Answer {
+                status: r.status,
+                index,
+                body: r.body,
+            })
+        })
+    }
+}
+
 /// Below the DNS listener's own bound on a lookup (as a client agent's
 /// DNS reads), so a slow datacenter answers SERVFAIL rather than nothing.
 const DNS_TIMEOUT: Duration = Duration::from_secs(4);

@@ -182,6 +182,11 @@ async fn metrics(
             "resources watched by proxycfg snapshots",
             s.proxycfg().counts().1 as f64,
         ),
+        (
+            "cairn_proxycfg_remote_watchers",
+            "other datacenters' chain targets followed by proxycfg",
+            s.proxycfg().remote_watchers() as f64,
+        ),
     ];
     // The server's agent counts and gauges its own work, as on a client.
     let mut all = gauges.to_vec();

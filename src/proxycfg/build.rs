@@ -117,9 +117,22 @@ pub struct Shared {
     intentions: HashMap<String, (u64, Arc<Vec<Intention>>)>,
     /// No intention matched: deny (ACLs on with default deny, as Consul's).
     pub deny_by_default: bool,
+    /// Other datacenters' endpoints (`None`: other datacenters' targets get
+    /// none).
+    pub(super) remote: Option<Arc<super::remote::Remotes>>,
 }
 
 impl Shared {
+    /// Forgets everything cached, keeping the settings (the intentions'
+    /// default, the other datacenters' source).
+    pub fn reset(&mut self) {
+        *self = Shared {
+            deny_by_default: self.deny_by_default,
+            remote: self.remote.take(),
+            ..Shared::default()
+        };
+    }
+
     /// Forgets what no snapshot holds any more.
     pub fn prune(&mut self) {
         self.chains
@@ -415,14 +428,23 @@ pub(super) fn upstream(
         Ok(chain) => {
             let mut endpoints = BTreeMap::new();
             for (id, target) in &chain.targets {
+                if !target.peer.is_empty() {
+                    continue; // peers are reached via gateways
+                }
+                if target.datacenter != datacenter {
+                    // A proxy dials another datacenter's instances there;
+                    // a proxyless client stays within its own.
+                    if connect && let Some((rows, dep)) = remote_endpoints(shared, target) {
+                        deps.insert(dep);
+                        endpoints.insert(id.clone(), rows);
+                    }
+                    continue;
+                }
                 deps.insert(if connect {
                     keys::connect(&target.service)
                 } else {
                     keys::service(&target.service)
                 });
-                if target.datacenter != datacenter || !target.peer.is_empty() {
-                    continue; // other datacenters are reached via gateways
-                }
                 let rows = shared.endpoints_of(
                     state,
                     &target.service,
@@ -444,6 +466,27 @@ pub(super) fn upstream(
             endpoints: BTreeMap::new(),
         },
     }
+}
+
+/// A target in another datacenter: its instances there, dialled at their
+/// own addresses (mesh gateway mode `none`, the default), empty until first
+/// heard. With mode `local` or `remote` the traffic would go through mesh
+/// gateways, which cairn does not know yet: such a target has no endpoints
+/// (no cluster), as before; nor has any without a federation to ask.
+fn remote_endpoints(
+    shared: &Shared, target: &crate::discovery_chain::DiscoveryTarget,
+) -> Option<(Endpoints, Dep)> {
+    if matches!(target.mesh_gateway.mode.as_str(), "local" | "remote") {
+        return None;
+    }
+    let remote = shared.remote.as_ref()?;
+    let (rows, dep) = remote.endpoints(
+        &target.datacenter,
+        &target.service,
+        &target.subset.filter,
+        target.subset.only_passing,
+    );
+    Some((rows.unwrap_or_default(), dep))
 }
 
 /// As Consul serves endpoints: never critical (or in maintenance); with

@@ -13,6 +13,7 @@
 
 mod build;
 mod gateway;
+mod remote;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +28,7 @@ use tokio::sync::{Notify, watch};
 
 pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build, build_proxyless};
 pub use gateway::{GatewaySnapshot, LinkedService};
+pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -48,7 +50,7 @@ type Built = Option<(Snapshot, BTreeSet<Dep>)>;
 /// here and logged with the proxy: that proxy keeps its last snapshot until
 /// its next change, and the others in the batch and after it keep
 /// updating. The shared cache may be half-updated by the panic: it starts
-/// over empty.
+/// over empty (its settings kept).
 fn build_one(
     state: &crate::state::State, dc: &str, key: ProxyKey, proxyless: Option<&Dialing>,
     shared: &mut Shared,
@@ -75,7 +77,7 @@ fn build_one(
                 panic = %why,
                 "proxycfg: building this proxy's snapshot panicked; it keeps its last snapshot"
             );
-            *shared = Shared::default();
+            shared.reset();
             None
         }
     }
@@ -111,6 +113,8 @@ struct Inner {
     /// instance each is and the services it dials.
     proxyless: Mutex<HashMap<ProxyKey, Dialing>>,
     next_proxyless: AtomicU64,
+    /// Other datacenters' endpoints of chain targets.
+    remotes: Arc<remote::Remotes>,
     /// Its tasks until a server takes them to supervise.
     tasks: Mutex<Vec<(&'static str, tokio::task::JoinHandle<()>)>>,
 }
@@ -212,10 +216,12 @@ impl Inner {
             };
             if batch.is_empty() {
                 self.shared.lock().prune();
+                remote::reconcile(self);
                 return;
             }
             let state = self.store.state();
             let built_at = state.index;
+            let remote_seen = self.remotes.changes.load(Ordering::SeqCst);
             let dc = self.datacenter.clone();
             let shared = self.shared.clone();
             let proxyless: HashMap<ProxyKey, Dialing> = {
@@ -238,7 +244,7 @@ impl Inner {
             .await
             .unwrap_or_default();
             for (key, result) in built {
-                self.install(key, result, built_at);
+                self.install(key, result, built_at, remote_seen);
             }
             tokio::task::yield_now().await;
         }
@@ -246,8 +252,9 @@ impl Inner {
 
     /// Installs a rebuilt snapshot and its watches (or tears the proxy down
     /// when its registration is gone).
-    /// `built_at`: the index of the state it was built from.
-    fn install(self: &Arc<Self>, key: ProxyKey, result: Built, built_at: u64) {
+    /// `built_at`: the index of the state it was built from;
+    /// `remote_seen`: the remote lists' change count before it was built.
+    fn install(self: &Arc<Self>, key: ProxyKey, result: Built, built_at: u64, remote_seen: u64) {
         let Some((snapshot, deps)) = result else {
             let gone = self.proxies.lock().remove(&key);
             drop(gone); // its watches unregister here, outside the lock
@@ -272,6 +279,14 @@ impl Inner {
         // (a first build reads keys nobody watched yet): look once more
         // now that the watches are in, or the snapshot would stay stale.
         if self.store.state().index_of(deps.iter()) > built_at {
+            self.mark([key.clone()]);
+        }
+        // The same for another datacenter's lists, which no index orders.
+        if self.remotes.changes.load(Ordering::SeqCst) != remote_seen
+            && deps
+                .iter()
+                .any(|d| d.as_str().starts_with(keys::REMOTE_PREFIX))
+        {
             self.mark([key.clone()]);
         }
         let mut proxies = self.proxies.lock();
@@ -340,6 +355,7 @@ impl Manager {
             live_watches: AtomicUsize::new(0),
             proxyless: Mutex::new(HashMap::new()),
             next_proxyless: AtomicU64::new(0),
+            remotes: Arc::default(),
             tasks: Mutex::new(Vec::new()),
         });
         inner.shared.lock().deny_by_default = !default_allow;
@@ -455,6 +471,22 @@ impl Manager {
             key,
             snapshot,
         }
+    }
+
+    /// Hands in how other datacenters are read (process assembly: the WAN
+    /// federation). Until then, and without it, chain targets in other
+    /// datacenters get no endpoints. Proxies already built are rebuilt.
+    pub fn set_remote(&self, fetcher: Arc<dyn Fetcher>) {
+        if self.inner.remotes.set_fetcher(fetcher) {
+            self.inner.shared.lock().remote = Some(self.inner.remotes.clone());
+            let all: Vec<ProxyKey> = self.inner.proxies.lock().keys().cloned().collect();
+            self.inner.mark(all);
+        }
+    }
+
+    /// Other datacenters' watchers running (at most `MAX_WATCHERS`).
+    pub fn remote_watchers(&self) -> usize {
+        self.inner.remotes.running()
     }
 
     /// Proxies with state, and watches registered for them (for tests and

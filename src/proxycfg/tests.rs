@@ -359,3 +359,225 @@ async fn a_proxyless_client_dials_instances_and_goes_with_its_handle() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Another datacenter as a `Fetcher`: its rows of `db`'s sidecars at an
+/// index; a blocking read past the index waits (up to 1 s) for a change.
+#[derive(Default)]
+struct FakeDc {
+    rows: parking_lot::Mutex<(u64, Vec<serde_json::Value>, bool)>,
+    changed: tokio::sync::Notify,
+    calls: AtomicUsize,
+}
+
+impl FakeDc {
+    fn set(&self, rows: Vec<serde_json::Value>) {
+        let mut r = self.rows.lock();
+        r.0 += 1;
+        r.1 = rows;
+        drop(r);
+        self.changed.notify_waiters();
+    }
+
+    fn fail(&self, failing: bool) {
+        self.rows.lock().2 = failing;
+        self.changed.notify_waiters();
+    }
+}
+
+impl Fetcher for FakeDc {
+    fn get(&self, dc: &str, path: String, _timeout: Duration) -> FetchFuture<'_> {
+        assert_eq!(dc, "dc2");
+        assert!(path.starts_with("/v1/health/connect/db?"), "{path}");
+        let asked: u64 = path
+            .split(['?', '&'])
+            .find_map(|p| p.strip_prefix("index="))
+            .and_then(|i| i.parse().ok())
+            .unwrap();
+        Box::pin(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            loop {
+                let changed = self.changed.notified();
+                let (index, rows, failing) = self.rows.lock().clone();
+                if failing {
+                    return Err("connection refused".into());
+                }
+                if index > asked || Instant::now() >= deadline {
+                    return Ok(Answer {
+                        status: 200,
+                        index,
+                        body: serde_json::to_vec(&rows).unwrap(),
+                    });
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(100), changed).await;
+            }
+        })
+    }
+}
+
+fn far_row(id: &str, status: &str) -> serde_json::Value {
+    json!({"Node": {"Node": format!("{id}-node"), "Address": "10.9.0.1", "Datacenter": "dc2"},
+           "Service": {"ID": id, "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                       "Port": SIDECAR_PORT, "Proxy": {"DestinationServiceName": "db"}},
+           "Checks": [{"Node": format!("{id}-node"), "CheckID": "alive", "Status": status}]})
+}
+
+/// A failover target in another datacenter: its instances there (never
+/// critical) come from one watcher shared by the proxies, follow the
+/// other datacenter's changes, stay while it is out of reach, and the
+/// watcher stops with the last proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_in_another_datacenter_follows_its_instances_there() {
+    const FAR: &str = "db.default.default.dc2";
+    let mut w = World::new();
+    w.apply(Command::ConfigSet {
+        entry: json!({"Kind": "service-resolver", "Name": "db",
+                      "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+        cas: None,
+    });
+    w.register_db("n1", "db1", "v1", "passing");
+    let dc2 = Arc::new(FakeDc::default());
+    dc2.set(vec![
+        far_row("far1", "passing"),
+        far_row("far2", "critical"),
+    ]);
+    w.register("n2", proxy(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    // Before a federation is handed in: no endpoints for dc2's target.
+    w.until(&key, "the local endpoint", |s| {
+        endpoint_ids(s, DB) == ["db1-sidecar-proxy"]
+    })
+    .await;
+    assert!(
+        !w.manager
+            .snapshot(&key)
+            .unwrap()
+            .borrow()
+            .as_ref()
+            .unwrap()
+            .upstreams["db"]
+            .endpoints
+            .contains_key(FAR)
+    );
+    w.manager.set_remote(dc2.clone());
+    w.until(&key, "dc2's healthy instance", |s| {
+        endpoint_ids(s, FAR) == ["far1"]
+    })
+    .await;
+    assert_eq!(w.manager.remote_watchers(), 1);
+
+    // A change there reaches the snapshot.
+    dc2.set(vec![far_row("far1", "passing"), far_row("far2", "passing")]);
+    w.until(&key, "both of dc2's", |s| {
+        endpoint_ids(s, FAR) == ["far1", "far2"]
+    })
+    .await;
+
+    // A second proxy shares the watcher.
+    let mut other = proxy();
+    other.id = "web-proxy-2".into();
+    w.register("n2", other, "passing");
+    let key2 = ("n2".to_string(), "web-proxy-2".to_string());
+    w.until(&key2, "dc2's for the second proxy", |s| {
+        endpoint_ids(s, FAR) == ["far1", "far2"]
+    })
+    .await;
+    assert_eq!(w.manager.remote_watchers(), 1);
+
+    // Out of reach: retried, the last list stays.
+    let before = dc2.calls.load(Ordering::SeqCst);
+    dc2.fail(true);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dc2.calls.load(Ordering::SeqCst) < before + 2 {
+        assert!(Instant::now() < deadline, "not retried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let snap = w.manager.snapshot(&key).unwrap().borrow().clone().unwrap();
+    assert_eq!(endpoint_ids(&snap, FAR), ["far1", "far2"]);
+    dc2.fail(false);
+    dc2.set(vec![far_row("far2", "passing")]);
+    // Back at the next retry (the backoff is at most 2 s by now).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let snap = w.manager.snapshot(&key).unwrap().borrow().clone().unwrap();
+        if endpoint_ids(&snap, FAR) == ["far2"] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dc2's change not seen after it came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // No proxy reads it any more: the watcher stops.
+    for id in ["web-proxy", "web-proxy-2"] {
+        w.apply(Command::Deregister(DeregisterRequest {
+            node: "n2".into(),
+            service_id: id.into(),
+            ..Default::default()
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while w.manager.remote_watchers() != 0 {
+        assert!(Instant::now() < deadline, "the watcher still runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A datacenter that never answers.
+struct Silent;
+
+impl Fetcher for Silent {
+    fn get(&self, _dc: &str, _path: String, _timeout: Duration) -> FetchFuture<'_> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// More remote targets than `MAX_WATCHERS`: that many watchers run, the
+/// rest are refused (counted), and a refused one starts once a slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_watchers_are_capped() {
+    let mut w = World::new();
+    w.manager.set_remote(Arc::new(Silent));
+    let mut p = proxy();
+    p.proxy.upstreams = (0..=MAX_WATCHERS)
+        .map(|i| Upstream {
+            destination_name: format!("svc{i}"),
+            datacenter: "dc2".into(),
+            local_bind_port: 10000 + i as u16,
+            ..Default::default()
+        })
+        .collect();
+    let refused = crate::metrics::PROXYCFG_REMOTE_REFUSED.get();
+    w.register("n2", p.clone(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    w.until(&key, "every upstream", |s| {
+        s.upstreams.len() == MAX_WATCHERS + 1
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while w.manager.remote_watchers() < MAX_WATCHERS {
+        assert!(Instant::now() < deadline, "watchers not started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.manager.remote_watchers(), MAX_WATCHERS);
+    assert_eq!(crate::metrics::PROXYCFG_REMOTE_REFUSED.get(), refused + 1);
+
+    // One upstream fewer: the refused target gets the freed slot.
+    p.proxy.upstreams.remove(0);
+    w.register("n2", p, "passing");
+    w.until(&key, "one upstream fewer", |s| {
+        s.upstreams.len() == MAX_WATCHERS
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = w.manager.remote_watchers();
+        if n == MAX_WATCHERS && !w.manager.inner.remotes.has_refused() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} running");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -93,6 +93,15 @@ pub fn service(name: &str) -> WatchKey {
 pub fn connect(name: &str) -> WatchKey {
     WatchKey::stored(format!("connect/{name}"))
 }
+/// Not a key of this state: what proxycfg watches of another datacenter's
+/// connect-capable instances of `service` (with a subset `filter`), so
+/// that an update from there marks the proxies that read it. No write here
+/// ever touches it.
+pub fn remote_connect(dc: &str, service: &str, filter: &str) -> WatchKey {
+    WatchKey::stored(format!("{REMOTE_PREFIX}{dc}/connect/{service}?{filter}"))
+}
+/// The prefix of every `remote_connect` key.
+pub const REMOTE_PREFIX: &str = "remote/";
 pub fn config(kind: &str, name: &str) -> WatchKey {
     WatchKey::stored(format!("config/{kind}/{name}"))
 }

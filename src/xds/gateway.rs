@@ -431,7 +431,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         };
         let transport = has_tls(&id).then(|| {
             transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(common_tls(&id, None)),
+                common_tls_context: Some(common_tls(&id, Vec::new())),
                 require_client_certificate: Some(BoolValue { value: true }),
                 ..Default::default()
             })

@@ -109,7 +109,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
         let upstream_id = upstream_id(&up.destination_name, &up.datacenter);
         for target in chain.targets.values() {
             if !us.endpoints.contains_key(&target.id) {
-                continue; // another datacenter or a peer: not served here
+                continue; // a peer, or behind a mesh gateway: not served here
             }
             let c = target_cluster(chain, target, &id);
             put(CLUSTER, c.name.clone(), Resource::of(c));
@@ -218,18 +218,17 @@ pub(crate) fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::Transp
 
 /// The leaf as this proxy's certificate and the roots as what the peer's
 /// must chain to.
-pub(crate) fn common_tls(id: &Identity, san: Option<String>) -> tls::CommonTlsContext {
+pub(crate) fn common_tls(id: &Identity, sans: Vec<String>) -> tls::CommonTlsContext {
     let validation = tls::CertificateValidationContext {
         trusted_ca: inline(&id.roots_pem),
-        match_typed_subject_alt_names: san
-            .map(|uri| {
-                vec![tls::SubjectAltNameMatcher {
-                    san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
-                    matcher: Some(exact(&uri)),
-                    ..Default::default()
-                }]
+        match_typed_subject_alt_names: sans
+            .iter()
+            .map(|uri| tls::SubjectAltNameMatcher {
+                san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
+                matcher: Some(exact(uri)),
+                ..Default::default()
             })
-            .unwrap_or_default(),
+            .collect(),
         ..Default::default()
     };
     tls::CommonTlsContext {
@@ -344,7 +343,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     filters.push(filter);
     let transport = has_tls(id).then(|| {
         transport_socket(tls::DownstreamTlsContext {
-            common_tls_context: Some(common_tls(id, None)),
+            common_tls_context: Some(common_tls(id, Vec::new())),
             require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
                 value: true,
             }),
@@ -557,12 +556,21 @@ pub(crate) fn target_cluster(
         http2_upstream(&mut c);
     }
     if has_tls(id) {
-        let san = format!(
-            "spiffe://{}/ns/{}/dc/{}/svc/{}",
-            id.trust_domain, target.namespace, target.datacenter, target.service
-        );
+        // Its endpoints include its failover targets' (lower priorities),
+        // which present their own identities: another service's, or the
+        // same service's in another datacenter (as Consul lists them all).
+        let sans = tiers(chain, &target.id)
+            .iter()
+            .filter_map(|t| chain.targets.get(t))
+            .map(|t| {
+                format!(
+                    "spiffe://{}/ns/{}/dc/{}/svc/{}",
+                    id.trust_domain, t.namespace, t.datacenter, t.service
+                )
+            })
+            .collect();
         c.transport_socket = transport_socket(tls::UpstreamTlsContext {
-            common_tls_context: Some(common_tls(id, Some(san))),
+            common_tls_context: Some(common_tls(id, sans)),
             sni: target.sni.clone(),
             ..Default::default()
         });
@@ -570,12 +578,8 @@ pub(crate) fn target_cluster(
     c
 }
 
-/// A target's endpoints: its healthy sidecars (address and proxy port,
-/// never the application's), then each failover target's at the next
-/// priority.
-pub(crate) fn load_assignment(
-    chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
-) -> endpoint::ClusterLoadAssignment {
+/// A target and its resolver's failover targets, in order.
+fn tiers(chain: &CompiledDiscoveryChain, target: &str) -> Vec<String> {
     let mut tiers = vec![target.to_string()];
     if let Some(f) = chain
         .nodes
@@ -584,9 +588,19 @@ pub(crate) fn load_assignment(
         .find(|r| r.target == target)
         .and_then(|r| r.failover.as_ref())
     {
-        tiers.extend(f.targets.iter().cloned());
+        tiers.extend(f.targets.iter().filter(|t| *t != target).cloned());
     }
-    let endpoints = tiers
+    tiers
+}
+
+/// A target's endpoints: its healthy sidecars (address and proxy port,
+/// never the application's), then each failover target's at the next
+/// priority (one in another datacenter: its instances there, as proxycfg
+/// heard them).
+pub(crate) fn load_assignment(
+    chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
+) -> endpoint::ClusterLoadAssignment {
+    let endpoints = tiers(chain, target)
         .iter()
         .enumerate()
         .filter_map(|(priority, t)| {

@@ -345,3 +345,87 @@ fn grpc_targets_are_reached_over_http2() {
     let c: Cluster = decode(&plain, CLUSTER, &name);
     assert!(c.typed_extension_protocol_options.is_empty());
 }
+
+/// A resolver failing over to another datacenter: the remote target gets
+/// a cluster of its own (SNI and SPIFFE ID of that datacenter), its
+/// instances as proxycfg heard them (their own addresses) are the local
+/// target's next priority, and the local cluster accepts both identities.
+#[test]
+fn a_failover_to_another_datacenter_serves_its_instances() {
+    let mut snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "Failover": {"*": {"Datacenters": ["dc2"]}}
+    })]);
+    let remote: crate::state::catalog::Instance = serde_json::from_value(serde_json::json!({
+        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
+        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
+        "Checks": []
+    }))
+    .unwrap();
+    let up = snap.upstreams.get_mut("db").unwrap();
+    let chain = up.chain.clone().unwrap();
+    let far = chain
+        .targets
+        .values()
+        .find(|t| t.datacenter == "dc2")
+        .expect("a dc2 target")
+        .clone();
+    up.endpoints
+        .insert(far.id.clone(), Arc::new(vec![Arc::new(remote)]));
+    let r = generate(&snap);
+
+    let sans = |c: &Cluster| -> Vec<String> {
+        let Some(
+            envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+                any,
+            ),
+        ) = c.transport_socket.clone().unwrap().config_type
+        else {
+            panic!("no upstream TLS")
+        };
+        let up = UpstreamTlsContext::decode(&*any.value).unwrap();
+        let Some(ValidationContextType::ValidationContext(v)) =
+            up.common_tls_context.unwrap().validation_context_type
+        else {
+            panic!("no validation context")
+        };
+        v.match_typed_subject_alt_names
+            .iter()
+            .map(|m| match m.matcher.clone().unwrap().match_pattern {
+                Some(
+                    envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
+                        s,
+                    ),
+                ) => s,
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let td = "11111111-2222-3333-4444-555555555555.consul";
+    assert!(
+        far.sni.starts_with("db.default.dc2.internal."),
+        "{}",
+        far.sni
+    );
+    let c: Cluster = decode(&r, CLUSTER, &far.sni);
+    assert_eq!(
+        sans(&c),
+        [format!("spiffe://{td}/ns/default/dc/dc2/svc/db")]
+    );
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert_eq!(endpoints(&cla), [(0, 22001)]);
+
+    // The local target: its own sidecar first, dc2's next, both trusted.
+    let name = db_cluster(&r);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
+    assert_eq!(endpoints(&cla), [(0, 21001), (1, 22001)]);
+    let c: Cluster = decode(&r, CLUSTER, &name);
+    assert_eq!(
+        sans(&c),
+        [
+            format!("spiffe://{td}/ns/default/dc/dc1/svc/db"),
+            format!("spiffe://{td}/ns/default/dc/dc2/svc/db"),
+        ]
+    );
+}
