@@ -4,7 +4,8 @@
 import { h, fill, seg, table } from "./dom.js";
 import { watch } from "./api.js";
 
-const KINDS = ["service-defaults", "proxy-defaults", "service-router", "service-splitter", "service-resolver", "service-intentions"];
+const KINDS = ["service-defaults", "proxy-defaults", "service-router", "service-splitter", "service-resolver", "service-intentions",
+  "ingress-gateway", "terminating-gateway", "mesh", "exported-services"];
 
 export async function list(main, [kind = "service-defaults"], ctx) {
   const select = h("select", { id: "config-kind" }, KINDS.map((k) => h("option", { value: k, selected: k === kind }, k)));
