@@ -172,6 +172,9 @@ pub struct Server {
     leaves: crate::connect::Leaves,
     /// Materialized health views for blocking reads.
     views: Arc<crate::stream::view::Views>,
+    /// The web UI's services summary as encoded at one catalog index,
+    /// shared by every caller while ACLs are off (`http::ui`).
+    ui_services: parking_lot::Mutex<Option<(u64, bytes::Bytes)>>,
     http: reqwest::Client,
     /// Client agents' liveness leases (used by the leader).
     liveness: crate::leases::Leases,
@@ -339,6 +342,10 @@ impl Server {
     }
     pub fn views(&self) -> &Arc<crate::stream::view::Views> {
         &self.views
+    }
+    /// The UI's services summary last encoded, with its catalog index.
+    pub fn ui_services(&self) -> &parking_lot::Mutex<Option<(u64, bytes::Bytes)>> {
+        &self.ui_services
     }
     /// The HTTP client for calls to other servers.
     pub fn http_client(&self) -> &reqwest::Client {
@@ -605,6 +612,7 @@ impl Server {
             proxycfg,
             leaves: Default::default(),
             views,
+            ui_services: parking_lot::Mutex::new(None),
             config,
             raft,
             store,

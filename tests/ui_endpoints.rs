@@ -380,3 +380,52 @@ fn a_node_check_counts_for_each_instance_on_its_node() {
     let api = by_name(&list, "api").expect("api listed");
     assert_eq!(api["ChecksWarning"], 0, "{api}");
 }
+
+/// With ACLs off the summaries are encoded once per catalog index and
+/// shared: a repeated read is the same answer, and every catalog change
+/// (a new instance, a check's status, a deregistration) is seen at once.
+#[test]
+fn the_shared_summary_follows_every_catalog_change() {
+    let s = Server::dev();
+    mesh(&s);
+    let first = s.get("/v1/internal/ui/services");
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    let index: u64 = first.header("x-consul-index").unwrap().parse().unwrap();
+    let again = s.get("/v1/internal/ui/services");
+    assert_eq!(
+        (again.body.as_str(), again.header("x-consul-index")),
+        (first.body.as_str(), first.header("x-consul-index"))
+    );
+    let count = |name: &str, field: &str| {
+        let list = s.get_json("/v1/internal/ui/services");
+        by_name(&list, name).map(|v| v[field].clone())
+    };
+    register(
+        &s,
+        json!({"Node": "n4", "Address": "10.0.0.4",
+            "Service": {"ID": "api2", "Service": "api", "Port": 8080},
+            "Check": {"CheckID": "api2-alive", "Name": "alive", "ServiceID": "api2", "Status": "passing"}}),
+    );
+    assert_eq!(count("api", "InstanceCount"), Some(json!(2)));
+    register(
+        &s,
+        json!({"Node": "n4", "Address": "10.0.0.4", "SkipNodeUpdate": true,
+            "Check": {"CheckID": "api2-alive", "Name": "alive", "ServiceID": "api2", "Status": "critical"}}),
+    );
+    assert_eq!(count("api", "ChecksCritical"), Some(json!(1)));
+    // A blocking read past the shared index is woken by the next change.
+    let r = s.put("/v1/catalog/deregister", r#"{"Node": "n4"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let after = s.get(&format!("/v1/internal/ui/services?index={index}&wait=5s"));
+    let list: Value = after.json();
+    assert_eq!(by_name(&list, "api").unwrap()["InstanceCount"], 1, "{list}");
+    assert!(
+        after
+            .header("x-consul-index")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > index
+    );
+}

@@ -11,17 +11,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{App, Opts, Watch, blocking, json_filtered};
+use super::{App, Opts, Watch, blocking, json_filtered, meta_headers};
 use crate::connect::intentions;
 use crate::discovery_chain::EntryLookup;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
 use crate::state::catalog::{Instance, instance_of, node_checks, node_services};
@@ -245,15 +246,47 @@ fn sidecar_of_listed(st: &state::State, sum: &Summary, listed: &BTreeSet<String>
         })
 }
 
+/// What a services read found: the summaries, or their encoding at the
+/// same catalog index from an earlier read.
+enum Services {
+    Fresh(Vec<Summary>, bool),
+    Encoded(Bytes),
+}
+
 async fn services(State(s): State<App>, mut a: Authz, Opts(_, opts): Opts) -> Result<Response> {
     let dc = s.datacenter().to_owned();
     let watch = catalog_keys();
-    let (index, (list, hidden)) =
-        blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
-            (st.index_of(watch.iter()), all_summaries(st, a, &dc))
-        })
-        .await?;
-    Ok(json_filtered(&s, index, &list, hidden))
+    // With ACLs off every caller sees the same summaries: they are made
+    // and encoded once per catalog index (50,000 instances take ~100 ms),
+    // and every other read at that index, blocking or not, shares them.
+    let shared = !s.acl().enabled();
+    let (index, found) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
+        let index = st.index_of(watch.iter());
+        if shared
+            && let Some((at, body)) = &*s.ui_services().lock()
+            && *at == index
+        {
+            return (index, Services::Encoded(body.clone()));
+        }
+        let (list, hidden) = all_summaries(st, a, &dc);
+        (index, Services::Fresh(list, hidden))
+    })
+    .await?;
+    let body = match found {
+        Services::Fresh(list, hidden) if !shared => {
+            return Ok(json_filtered(&s, index, &list, hidden));
+        }
+        Services::Fresh(list, _) => {
+            let body =
+                Bytes::from(serde_json::to_vec(&list).map_err(|e| Error::Internal(e.to_string()))?);
+            *s.ui_services().lock() = Some((index, body.clone()));
+            body
+        }
+        Services::Encoded(body) => body,
+    };
+    let mut resp = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    resp.headers_mut().extend(meta_headers(&s, index));
+    Ok(resp)
 }
 
 /// Consul's `NodeInfo`: a node with its services and checks.
