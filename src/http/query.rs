@@ -1,7 +1,7 @@
 //! `/v1/query`: prepared queries — create, list, read, update, delete,
 //! execute and explain, in Consul's shapes, words and ACL checks.
 //!
-//! Execute runs the query here (`state::query::execute_local`), filters
+//! Execute runs the query here (`state::catalog::query_instances`), filters
 //! the instances by the query's stored token (else the caller's), shuffles
 //! them, sorts them by distance from `?near` (else the query's `Near`),
 //! and cuts them to `?limit`. With nothing left it fails over as Consul
@@ -34,7 +34,8 @@ use crate::request::authz::Authz;
 use crate::request::{Params, decode_json};
 use crate::server::Server;
 use crate::state::catalog::Instance;
-use crate::state::query::{execute_local, resolve};
+use crate::state::catalog::query_instances;
+use crate::state::query::resolve;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::query::{PreparedQuery, QueryDns, REDACTED};
 
@@ -279,7 +280,7 @@ fn executor(s: &Server, a: &Authz, q: &PreparedQuery) -> Result<Arc<Authorizer>>
 fn run_here(s: &Server, q: &PreparedQuery, connect: bool, authz: &Authorizer) -> Executed {
     let st = s.state();
     let dc = s.datacenter();
-    let mut nodes: Vec<Instance> = execute_local(&st, q, connect)
+    let mut nodes: Vec<Instance> = query_instances(&st, q, connect)
         .into_iter()
         .filter(|i| authz.service_read(&i.service.service) && authz.node_read(&i.node.node))
         .map(|mut i| {

@@ -10,9 +10,9 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::snapshot::{Endpoints, Snapshot, UpstreamSnapshot, healthy};
 use super::{Dep, ProxyKey};
 use crate::config_check::ConfigEntry;
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, EntryLookup, compile};
@@ -20,68 +20,9 @@ use crate::filter::Filter;
 use crate::filter::schemas::HEALTH_SERVICE;
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::{State, keys};
+use crate::structs::NodeService;
 use crate::structs::config_entry::Kind;
 use crate::structs::connect::{CaRoots, Intention, IssuedCert};
-use crate::structs::{HealthStatus, NodeService};
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Snapshot {
-    #[serde(rename = "ProxyID")]
-    pub proxy_id: Value,
-    /// Bumped whenever the content changes.
-    pub version: u64,
-    /// The state index the content was last built from.
-    pub index: u64,
-    /// The proxy's registration with central config merged.
-    pub service: NodeService,
-    pub upstreams: BTreeMap<String, UpstreamSnapshot>,
-    /// The current CA roots (`None` until the CA exists).
-    pub roots: Option<Arc<CaRoots>>,
-    /// This proxy's service leaf (signed on the server; its key never
-    /// enters Raft). The debug JSON leaves the private key out: a debug
-    /// dump is copied into logs and tickets; the key is for the proxy's
-    /// xDS stream (and the leaf endpoint) only.
-    #[serde(serialize_with = "leaf_without_key")]
-    pub leaf: Option<Arc<IssuedCert>>,
-    /// The intentions whose destination is this proxy's service, highest
-    /// precedence first.
-    pub intentions: Arc<Vec<Intention>>,
-    /// The decision when no intention matches.
-    pub intentions_default_allow: bool,
-    /// A gateway's own part: its entry and what it links (`None` for a
-    /// sidecar).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gateway: Option<Arc<super::GatewaySnapshot>>,
-}
-
-/// Healthy connect-capable instances of one chain target (`{Node, Service,
-/// Checks}`): its sidecar proxies and connect-native instances.
-pub type Endpoints = Arc<Vec<Arc<Instance>>>;
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct UpstreamSnapshot {
-    pub chain: Option<Arc<CompiledDiscoveryChain>>,
-    /// Chain compile error, if the upstream's chain does not compile.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub error: String,
-    /// target ID → healthy endpoints.
-    pub endpoints: BTreeMap<String, Endpoints>,
-}
-
-impl Snapshot {
-    /// Equal apart from version and index.
-    pub fn same_content(&self, other: &Snapshot) -> bool {
-        self.service == other.service
-            && self.upstreams == other.upstreams
-            && self.roots == other.roots
-            && self.leaf == other.leaf
-            && self.intentions == other.intentions
-            && self.intentions_default_allow == other.intentions_default_allow
-            && self.gateway == other.gateway
-    }
-}
 
 /// A shared result, valid while the watch keys it read have not changed.
 struct Stamped<T> {
@@ -312,18 +253,11 @@ impl EntryLookup for Recording<'_> {
     }
 }
 
-/// Builds the snapshot of proxy `key`, or `None` if it is not registered
-/// (any more) as a connect proxy or a gateway.
-pub fn build(
-    state: &State, datacenter: &str, key: &ProxyKey, shared: &mut Shared,
+/// Builds the snapshot of sidecar proxy `registered` (at `key`).
+pub fn sidecar(
+    state: &State, datacenter: &str, key: &ProxyKey, registered: &Arc<NodeService>,
+    shared: &mut Shared,
 ) -> Option<(Snapshot, BTreeSet<Dep>)> {
-    let registered = state.services.get(key)?;
-    if registered.is_gateway() {
-        return super::gateway::build(state, datacenter, key, registered, shared);
-    }
-    if !registered.is_connect_proxy() {
-        return None;
-    }
     let mut deps = BTreeSet::new();
     deps.insert(keys::service(&registered.service));
     // What the merge read: proxy-defaults, service-defaults of the
@@ -487,24 +421,4 @@ fn remote_endpoints(
         target.subset.only_passing,
     );
     Some((rows.unwrap_or_default(), dep))
-}
-
-/// As Consul serves endpoints: never critical (or in maintenance); with
-/// OnlyPassing, warning is out too.
-pub(super) fn healthy(checks: &[Arc<crate::structs::HealthCheck>], only_passing: bool) -> bool {
-    checks.iter().all(|c| match c.status {
-        HealthStatus::Passing => true,
-        HealthStatus::Critical | HealthStatus::Maintenance => false,
-        HealthStatus::Warning => !only_passing,
-    })
-}
-
-fn leaf_without_key<S: serde::Serializer>(
-    leaf: &Option<Arc<IssuedCert>>, ser: S,
-) -> Result<S::Ok, S::Error> {
-    let shown = leaf.as_deref().map(|l| IssuedCert {
-        private_key_pem: String::new(),
-        ..l.clone()
-    });
-    shown.serialize(ser)
 }

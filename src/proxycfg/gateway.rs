@@ -9,52 +9,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde_json::json;
 
-use super::build::{Shared, Snapshot, UpstreamSnapshot, healthy, upstream};
-use super::{Dep, Endpoints, ProxyKey};
+use super::build::{Shared, upstream};
+use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot, healthy};
+use super::{Dep, ProxyKey};
 use crate::state::catalog::service_instances;
 use crate::state::gateways::{gateway_services, read_keys};
 use crate::state::{State, keys};
-use crate::structs::config_entry::{
-    ConfigEntry, GatewayService, IngressGatewayConfigEntry, Kind, TerminatingGatewayConfigEntry,
-};
-use crate::structs::connect::{Intention, IssuedCert};
+use crate::structs::config_entry::{ConfigEntry, Kind};
 use crate::structs::{NodeService, ServiceKind};
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct GatewaySnapshot {
-    /// "ingress-gateway", "terminating-gateway" or "mesh-gateway".
-    pub kind: String,
-    /// The datacenter and trust domain its services' SNI names are in.
-    pub datacenter: String,
-    pub trust_domain: String,
-    /// An ingress gateway's entry (`None`: none written yet, nothing served).
-    pub ingress: Option<IngressGatewayConfigEntry>,
-    /// A terminating gateway's entry.
-    pub terminating: Option<TerminatingGatewayConfigEntry>,
-    /// The services the entry links, as `/v1/catalog/gateway-services`.
-    pub services: Vec<GatewayService>,
-    /// Terminating: per linked service, what the gateway serves it with.
-    pub linked: BTreeMap<String, LinkedService>,
-    /// Mesh gateway: per local service, its connect-capable endpoints.
-    pub local: BTreeMap<String, Endpoints>,
-}
-
-/// A terminating gateway's view of one linked service.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct LinkedService {
-    /// Its healthy instances: the addresses outside the mesh it is dialed at.
-    pub instances: Endpoints,
-    /// Who may reach it, highest precedence first.
-    pub intentions: Arc<Vec<Intention>>,
-    /// Its leaf: the gateway presents it to the mesh as the service.
-    #[serde(skip)]
-    pub leaf: Option<Arc<IssuedCert>>,
-}
 
 /// The snapshot of gateway `registered` (at `key`).
 pub fn build(

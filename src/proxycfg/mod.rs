@@ -14,6 +14,7 @@
 mod build;
 mod gateway;
 mod remote;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -26,9 +27,9 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-pub use build::{Endpoints, Shared, Snapshot, UpstreamSnapshot, build, build_proxyless};
-pub use gateway::{GatewaySnapshot, LinkedService};
+pub use build::{Shared, build_proxyless};
 pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
+pub use snapshot::{Endpoints, GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -45,6 +46,21 @@ pub type Dep = crate::state::WatchKey;
 /// What building a proxy gives: its snapshot and what it read, or `None`
 /// when its registration is gone.
 type Built = Option<(Snapshot, BTreeSet<Dep>)>;
+
+/// Builds the snapshot of proxy `key` (a sidecar or a gateway), or `None`
+/// if it is not registered (any more) as one.
+pub fn build(
+    state: &crate::state::State, datacenter: &str, key: &ProxyKey, shared: &mut Shared,
+) -> Built {
+    let registered = state.services.get(key)?;
+    if registered.is_gateway() {
+        gateway::build(state, datacenter, key, registered, shared)
+    } else if registered.is_connect_proxy() {
+        build::sidecar(state, datacenter, key, registered, shared)
+    } else {
+        None
+    }
+}
 
 /// Builds one proxy's snapshot. A panic (a bug on some input) is caught
 /// here and logged with the proxy: that proxy keeps its last snapshot until
@@ -129,6 +145,17 @@ struct Proxy {
     key: Arc<ProxyKey>,
     snapshot: watch::Sender<Option<Arc<Snapshot>>>,
     watches: Vec<Watch>,
+}
+
+impl Proxy {
+    /// A proxy with no snapshot yet and no watches.
+    fn new(key: &ProxyKey) -> Proxy {
+        Proxy {
+            key: Arc::new(key.clone()),
+            snapshot: watch::channel(None).0,
+            watches: Vec::new(),
+        }
+    }
 }
 
 /// A proxy's interest in one resource; unregistered when dropped.
@@ -260,17 +287,13 @@ impl Inner {
             drop(gone); // its watches unregister here, outside the lock
             return;
         };
-        // Only this loop adds or removes proxies: the entry made here is
-        // still there below.
+        // Only this loop removes proxies: the entry made here is still
+        // there below.
         let shared_key = self
             .proxies
             .lock()
             .entry(key.clone())
-            .or_insert_with(|| Proxy {
-                key: Arc::new(key.clone()),
-                snapshot: watch::channel(None).0,
-                watches: Vec::new(),
-            })
+            .or_insert_with(|| Proxy::new(&key))
             .key
             .clone();
         let mut watches = self.watch_all(&deps, &shared_key);
@@ -458,11 +481,7 @@ impl Manager {
             .proxies
             .lock()
             .entry(key.clone())
-            .or_insert_with(|| Proxy {
-                key: Arc::new(key.clone()),
-                snapshot: watch::channel(None).0,
-                watches: Vec::new(),
-            })
+            .or_insert_with(|| Proxy::new(&key))
             .snapshot
             .subscribe();
         self.inner.mark([key.clone()]);

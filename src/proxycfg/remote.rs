@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Endpoints, Inner};
+use super::Inner;
+use super::snapshot::{Endpoints, healthy};
 use crate::state::catalog::Instance;
 use crate::state::keys;
 
@@ -118,10 +119,10 @@ impl Remotes {
                 refused: false,
             });
         let rows = entry.endpoints.clone().map(|rows| {
-            if only_passing && rows.iter().any(|i| !super::build::healthy(&i.checks, true)) {
+            if only_passing && rows.iter().any(|i| !healthy(&i.checks, true)) {
                 Arc::new(
                     rows.iter()
-                        .filter(|i| super::build::healthy(&i.checks, true))
+                        .filter(|i| healthy(&i.checks, true))
                         .cloned()
                         .collect(),
                 )
@@ -222,7 +223,7 @@ async fn watch(inner: Weak<Inner>, fetcher: Arc<dyn Fetcher>, dep: String, t: Ta
                     index = if a.index < index { 0 } else { a.index };
                     let rows: Endpoints = Arc::new(
                         rows.into_iter()
-                            .filter(|i| super::build::healthy(&i.checks, false))
+                            .filter(|i| healthy(&i.checks, false))
                             .map(Arc::new)
                             .collect(),
                     );

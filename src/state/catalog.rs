@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::tx::Tx;
 use super::tx::{node_key, remove_from_index};
 use super::{Row, State, Table, keys};
+use crate::structs::query::PreparedQuery;
 use crate::structs::{
-    CatalogVerb, DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest, TxnOp,
-    TxnResult,
+    CatalogVerb, DeregisterRequest, HEALTH_PASSING, HEALTH_WARNING, HealthCheck, Node, NodeService,
+    RegisterRequest, TxnOp, TxnResult,
 };
 
 /// Registers a node and optionally a service and checks, all or nothing:
@@ -394,6 +395,44 @@ pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instan
     set.iter()
         .filter_map(|k| instance_of(state, &k.0, state.services.get(k)?))
         .collect()
+}
+
+/// What `query` finds in this datacenter, as Consul's `execute`: the
+/// instances of its service (with `connect`, the connect-capable ones),
+/// those with a critical check dropped (with `OnlyPassing` also those with
+/// a warning; checks in `IgnoreCheckIDs` do not count), then its node
+/// meta, service meta and tag filters (`!tag`: must not have it; tags in
+/// any case). Unordered: the caller filters by ACLs, shuffles and sorts.
+pub fn query_instances(state: &State, query: &PreparedQuery, connect: bool) -> Vec<Instance> {
+    let svc = &query.service;
+    let connect = connect || svc.connect;
+    let (must, not): (Vec<String>, Vec<String>) = {
+        let lower: Vec<String> = svc.tags.iter().map(|t| t.to_ascii_lowercase()).collect();
+        let (not, must): (Vec<String>, Vec<String>) =
+            lower.into_iter().partition(|t| t.starts_with('!'));
+        (must, not.into_iter().map(|t| t[1..].to_string()).collect())
+    };
+    let mut found = service_instances(state, &svc.service, connect);
+    found.retain(|i| {
+        let healthy = i.checks.iter().all(|c| {
+            svc.ignore_check_ids.contains(&c.check_id)
+                || c.status == HEALTH_PASSING
+                || (c.status == HEALTH_WARNING && !svc.only_passing)
+        });
+        let has = |t: &String| i.service.tags.iter().any(|x| x.eq_ignore_ascii_case(t));
+        healthy
+            && svc
+                .node_meta
+                .iter()
+                .all(|(k, v)| i.node.meta.get(k) == Some(v))
+            && svc
+                .service_meta
+                .iter()
+                .all(|(k, v)| i.service.meta.get(k) == Some(v))
+            && must.iter().all(has)
+            && !not.iter().any(has)
+    });
+    found
 }
 
 /// `service` on `node` with its node and health checks (none if the node

@@ -1,0 +1,130 @@
+//! What a proxy's snapshot holds: its merged registration, per upstream the
+//! compiled chain and each target's healthy endpoints, the CA roots, its
+//! leaf and intentions, and a gateway's own part; the shapes every builder
+//! (`build`, `gateway`) and the remote data source (`remote`) share.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::discovery_chain::CompiledDiscoveryChain;
+use crate::state::catalog::Instance;
+use crate::structs::config_entry::{
+    GatewayService, IngressGatewayConfigEntry, TerminatingGatewayConfigEntry,
+};
+use crate::structs::connect::{CaRoots, Intention, IssuedCert};
+use crate::structs::{HealthCheck, HealthStatus, NodeService};
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Snapshot {
+    #[serde(rename = "ProxyID")]
+    pub proxy_id: Value,
+    /// Bumped whenever the content changes.
+    pub version: u64,
+    /// The state index the content was last built from.
+    pub index: u64,
+    /// The proxy's registration with central config merged.
+    pub service: NodeService,
+    pub upstreams: BTreeMap<String, UpstreamSnapshot>,
+    /// The current CA roots (`None` until the CA exists).
+    pub roots: Option<Arc<CaRoots>>,
+    /// This proxy's service leaf (signed on the server; its key never
+    /// enters Raft). The debug JSON leaves the private key out: a debug
+    /// dump is copied into logs and tickets; the key is for the proxy's
+    /// xDS stream (and the leaf endpoint) only.
+    #[serde(serialize_with = "leaf_without_key")]
+    pub leaf: Option<Arc<IssuedCert>>,
+    /// The intentions whose destination is this proxy's service, highest
+    /// precedence first.
+    pub intentions: Arc<Vec<Intention>>,
+    /// The decision when no intention matches.
+    pub intentions_default_allow: bool,
+    /// A gateway's own part: its entry and what it links (`None` for a
+    /// sidecar).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Arc<GatewaySnapshot>>,
+}
+
+/// Healthy connect-capable instances of one chain target (`{Node, Service,
+/// Checks}`): its sidecar proxies and connect-native instances.
+pub type Endpoints = Arc<Vec<Arc<Instance>>>;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UpstreamSnapshot {
+    pub chain: Option<Arc<CompiledDiscoveryChain>>,
+    /// Chain compile error, if the upstream's chain does not compile.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    /// target ID → healthy endpoints.
+    pub endpoints: BTreeMap<String, Endpoints>,
+}
+
+impl Snapshot {
+    /// Equal apart from version and index.
+    pub fn same_content(&self, other: &Snapshot) -> bool {
+        self.service == other.service
+            && self.upstreams == other.upstreams
+            && self.roots == other.roots
+            && self.leaf == other.leaf
+            && self.intentions == other.intentions
+            && self.intentions_default_allow == other.intentions_default_allow
+            && self.gateway == other.gateway
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GatewaySnapshot {
+    /// "ingress-gateway", "terminating-gateway" or "mesh-gateway".
+    pub kind: String,
+    /// The datacenter and trust domain its services' SNI names are in.
+    pub datacenter: String,
+    pub trust_domain: String,
+    /// An ingress gateway's entry (`None`: none written yet, nothing served).
+    pub ingress: Option<IngressGatewayConfigEntry>,
+    /// A terminating gateway's entry.
+    pub terminating: Option<TerminatingGatewayConfigEntry>,
+    /// The services the entry links, as `/v1/catalog/gateway-services`.
+    pub services: Vec<GatewayService>,
+    /// Terminating: per linked service, what the gateway serves it with.
+    pub linked: BTreeMap<String, LinkedService>,
+    /// Mesh gateway: per local service, its connect-capable endpoints.
+    pub local: BTreeMap<String, Endpoints>,
+}
+
+/// A terminating gateway's view of one linked service.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct LinkedService {
+    /// Its healthy instances: the addresses outside the mesh it is dialed at.
+    pub instances: Endpoints,
+    /// Who may reach it, highest precedence first.
+    pub intentions: Arc<Vec<Intention>>,
+    /// Its leaf: the gateway presents it to the mesh as the service.
+    #[serde(skip)]
+    pub leaf: Option<Arc<IssuedCert>>,
+}
+
+/// As Consul serves endpoints: never critical (or in maintenance); with
+/// OnlyPassing, warning is out too.
+pub fn healthy(checks: &[Arc<HealthCheck>], only_passing: bool) -> bool {
+    checks.iter().all(|c| match c.status {
+        HealthStatus::Passing => true,
+        HealthStatus::Critical | HealthStatus::Maintenance => false,
+        HealthStatus::Warning => !only_passing,
+    })
+}
+
+fn leaf_without_key<S: serde::Serializer>(
+    leaf: &Option<Arc<IssuedCert>>, ser: S,
+) -> Result<S::Ok, S::Error> {
+    let shown = leaf.as_deref().map(|l| IssuedCert {
+        private_key_pem: String::new(),
+        ..l.clone()
+    });
+    shown.serialize(ser)
+}
