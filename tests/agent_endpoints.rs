@@ -412,31 +412,8 @@ fn cli_verbs_reach_the_endpoints() {
 
 /// The status and A records of one UDP query for `name`.
 fn dns_a(addr: SocketAddr, name: &str) -> (String, Vec<String>) {
-    use hickory_proto::op::{Message, Query, ResponseCode};
-    use hickory_proto::rr::{Name, RData, RecordType};
-    let mut q = Message::query();
-    q.metadata.recursion_desired = true;
-    q.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
-    sock.send_to(&q.to_vec().unwrap(), addr).unwrap();
-    let mut buf = [0u8; 4096];
-    let (n, _) = sock.recv_from(&mut buf).unwrap();
-    let m = Message::from_vec(&buf[..n]).unwrap();
-    let status = match m.metadata.response_code {
-        ResponseCode::NoError => "NOERROR".to_string(),
-        ResponseCode::NXDomain => "NXDOMAIN".to_string(),
-        other => format!("{other:?}"),
-    };
-    let answers = m
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.to_string()),
-            _ => None,
-        })
-        .collect();
-    (status, answers)
+    let (code, records) = common::dns::ask(addr, name, hickory_proto::rr::RecordType::A);
+    (common::dns::status(code), common::dns::addresses(&records))
 }
 
 #[test]

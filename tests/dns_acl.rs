@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::acl::{ROOT, as_root, with};
 use common::agent::Agent;
 use common::{Server, eventually};
-use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use hickory_proto::rr::RecordType;
 use serde_json::json;
 
 /// The secret of the DNS token the tests create.
@@ -23,32 +22,8 @@ const ANONYMOUS_ID: &str = "00000000-0000-0000-0000-000000000002";
 /// The status (`NOERROR`, `NXDOMAIN`, …) and the A records of one UDP
 /// query for `name`, in dig's words (`status:`).
 fn query(addr: SocketAddr, name: &str) -> (String, Vec<String>) {
-    let mut q = Message::query();
-    q.metadata.recursion_desired = true;
-    q.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
-    sock.send_to(&q.to_vec().unwrap(), addr).unwrap();
-    let mut buf = [0u8; 4096];
-    let (n, _) = sock
-        .recv_from(&mut buf)
-        .unwrap_or_else(|e| panic!("no answer to {name}: {e}"));
-    let m = Message::from_vec(&buf[..n]).unwrap();
-    let status = match m.metadata.response_code {
-        ResponseCode::NoError => "NOERROR".to_string(),
-        ResponseCode::NXDomain => "NXDOMAIN".to_string(),
-        ResponseCode::ServFail => "SERVFAIL".to_string(),
-        other => format!("{other:?}"),
-    };
-    let answers = m
-        .answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(a.to_string()),
-            _ => None,
-        })
-        .collect();
-    (status, answers)
+    let (code, records) = common::dns::ask(addr, name, RecordType::A);
+    (common::dns::status(code), common::dns::addresses(&records))
 }
 
 fn acl_server(default: &str, extra: &[&str]) -> Server {

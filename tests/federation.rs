@@ -6,11 +6,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::acl::{ROOT, token_with_rules, with};
 use common::{Server, cli, eventually, request_with};
+use hickory_proto::rr::RecordType;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,29 +33,10 @@ fn wait_datacenters(s: &Server, want: &[&str]) {
     });
 }
 
-/// One A query over UDP to `dns`: the answer's addresses (empty on
-/// NXDOMAIN) and its response code.
+/// One A query over UDP to `dns`: the response code and the addresses.
 fn dns_a(dns: SocketAddr, name: &str) -> (String, Vec<String>) {
-    use hickory_proto::op::{Message, Query};
-    use hickory_proto::rr::{Name, RData, RecordType};
-    let mut m = Message::query();
-    m.metadata.id = 7;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
-    sock.send_to(&m.to_vec().unwrap(), dns).unwrap();
-    let mut buf = [0u8; 4096];
-    let n = sock.recv(&mut buf).expect("a DNS answer");
-    let r = Message::from_vec(&buf[..n]).unwrap();
-    let ips = r
-        .answers
-        .iter()
-        .filter_map(|a| match &a.data {
-            RData::A(ip) => Some(ip.to_string()),
-            _ => None,
-        })
-        .collect();
-    (format!("{:?}", r.metadata.response_code), ips)
+    let (code, records) = common::dns::ask(dns, name, RecordType::A);
+    (format!("{code:?}"), common::dns::addresses(&records))
 }
 
 fn register(s: &Server, node: &str, addr: &str, service: &str, tags: &[&str]) {

@@ -7,11 +7,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::acl::{ROOT, deny_server, token_with_rules, with};
 use common::{Server, eventually};
+use hickory_proto::rr::RecordType;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -494,28 +495,16 @@ fn acls_as_consul_checks_them() {
 
 /// One DNS query over UDP: (response code, [(type, ttl, data)]).
 fn dns(addr: SocketAddr, name: &str, qtype: &str) -> (String, Vec<(String, u32, String)>) {
-    use hickory_proto::op::{Message, Query};
-    use hickory_proto::rr::{Name, RecordType};
     let t = match qtype {
         "SRV" => RecordType::SRV,
         _ => RecordType::A,
     };
-    let mut m = Message::query();
-    m.metadata.id = 9;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    sock.send_to(&m.to_vec().unwrap(), addr).unwrap();
-    let mut buf = [0u8; 4096];
-    let n = sock.recv(&mut buf).expect("a DNS answer");
-    let r = Message::from_vec(&buf[..n]).unwrap();
-    let rows = r
-        .answers
+    let (code, records) = common::dns::ask(addr, name, t);
+    let rows = records
         .iter()
         .map(|a| (a.record_type().to_string(), a.ttl, a.data.to_string()))
         .collect();
-    (format!("{:?}", r.metadata.response_code), rows)
+    (format!("{code:?}"), rows)
 }
 
 /// `<name>.query.consul`: A and SRV records of the query's answer, with

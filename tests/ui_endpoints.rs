@@ -270,6 +270,21 @@ fn with_default_deny_a_token_sees_only_what_it_may_read() {
     );
     assert_eq!(t.status, 403);
     assert!(t.body.contains("service:read"), "{}", t.body);
+    // A gateway's services: service:read on the gateway first, anonymous
+    // or a token without it refused before anything is looked up.
+    assert_eq!(
+        s.get("/v1/internal/ui/gateway-services-nodes/ig").status,
+        403
+    );
+    let g = with(
+        s.http_addr,
+        "GET",
+        "/v1/internal/ui/gateway-services-nodes/ig",
+        None,
+        &secret,
+    );
+    assert_eq!(g.status, 403);
+    assert!(g.body.contains("service:read"), "{}", g.body);
     let all = with(s.http_addr, "GET", "/v1/internal/ui/services", None, ROOT).json();
     assert_eq!(
         all.as_array().unwrap().len(),

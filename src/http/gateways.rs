@@ -5,13 +5,12 @@
 //! on what was named and show only the rows whose other side the token
 //! may read too, as Consul does.
 
-use std::borrow::Cow;
-
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::get;
 
+use super::health::{all_passing, shown_nodes};
 use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::Result;
 use crate::request::NamedRoutes;
@@ -20,9 +19,9 @@ use crate::request::list_filter::{RowFilter, Rows, apply_filter, passing_flag};
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::gateways::{gateway_services, ingress_gateways_for, watch_keys};
 use crate::state::keys;
+use crate::structs::ServiceKind;
 use crate::structs::config_entry::Kind;
 use crate::structs::rows::CheckServiceNode;
-use crate::structs::{HEALTH_PASSING, ServiceKind};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -81,23 +80,11 @@ async fn health_ingress(
     })
     .await?;
     a.require(a.service_read(&service), "service:read", &service)?;
-    let dc = s.datacenter();
-    let nodes: Vec<Cow<crate::structs::Node>> = found
-        .iter()
-        .map(|i| {
-            if i.node.datacenter.is_empty() {
-                let mut n = (*i.node).clone();
-                n.datacenter = dc.to_owned();
-                Cow::Owned(n)
-            } else {
-                Cow::Borrowed(&*i.node)
-            }
-        })
-        .collect();
+    let nodes = shown_nodes(&found, s.datacenter());
     let mut rows: Vec<CheckServiceNode> = found
         .iter()
         .zip(nodes.iter())
-        .filter(|(i, _)| !passing || i.checks.iter().all(|c| c.status == HEALTH_PASSING))
+        .filter(|(i, _)| !passing || all_passing(i))
         .map(|(i, n)| CheckServiceNode {
             node: n,
             service: &i.service,

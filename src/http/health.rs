@@ -5,6 +5,7 @@
 //! `state::catalog::service_instances` gathers them; `?passing` keeps the
 //! instances whose checks all pass.
 
+use std::borrow::{Borrow, Cow};
 use std::sync::Arc;
 
 use crate::structs::rows::CheckServiceNode;
@@ -132,7 +133,25 @@ async fn checks(
     Ok(json_filtered(s, index, &checks, filtered))
 }
 
-fn all_passing(i: &Instance) -> bool {
+/// The nodes of `found` as health rows show them: one registered without
+/// a datacenter is shown in ours (only those few rows pay for a copy).
+pub(super) fn shown_nodes<'a, I: Borrow<Instance>>(found: &'a [I], dc: &str) -> Vec<Cow<'a, Node>> {
+    found
+        .iter()
+        .map(|i| {
+            let i = i.borrow();
+            if i.node.datacenter.is_empty() {
+                let mut n = (*i.node).clone();
+                n.datacenter = dc.to_owned();
+                Cow::Owned(n)
+            } else {
+                Cow::Borrowed(&*i.node)
+            }
+        })
+        .collect()
+}
+
+pub(super) fn all_passing(i: &Instance) -> bool {
     i.checks.iter().all(|c| c.status == HEALTH_PASSING)
 }
 
@@ -177,21 +196,7 @@ async fn instances<const CONNECT: bool>(
         let (index, found) = read_instances(&s, &opts, &mut a, &name, connect, merge).await?;
         (index, found.into_iter().map(Arc::new).collect())
     };
-    let dc = s.datacenter();
-    // Nodes registered without a datacenter are shown in ours; only those
-    // few rows pay for a copy.
-    let nodes: Vec<std::borrow::Cow<Node>> = found
-        .iter()
-        .map(|i| {
-            if i.node.datacenter.is_empty() {
-                let mut n = (*i.node).clone();
-                n.datacenter = dc.to_owned();
-                std::borrow::Cow::Owned(n)
-            } else {
-                std::borrow::Cow::Borrowed(&*i.node)
-            }
-        })
-        .collect();
+    let nodes = shown_nodes(&found, s.datacenter());
     let mut rows: Vec<CheckServiceNode> = found
         .iter()
         .zip(nodes.iter())

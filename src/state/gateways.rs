@@ -58,15 +58,12 @@ pub fn gateway_services(st: &State, gateway: &str) -> Vec<GatewayService> {
     let mut out = Vec::new();
     let entry = |k: Kind| st.config.get(&(k, gateway.to_string())).map(|e| &**e);
     if let Some(ConfigEntry::IngressGateway(e)) = entry(Kind::IngressGateway) {
-        let base = GatewayService {
-            gateway: ServiceNameRef {
-                name: gateway.to_string(),
-            },
-            gateway_kind: Kind::IngressGateway.as_str().into(),
-            create_index: e.create_index,
-            modify_index: e.modify_index,
-            ..Default::default()
-        };
+        let base = row(
+            gateway,
+            Kind::IngressGateway,
+            e.create_index,
+            e.modify_index,
+        );
         for l in &e.listeners {
             let named: Vec<&str> = l.services.iter().map(|s| s.name.as_str()).collect();
             for s in &l.services {
@@ -80,28 +77,21 @@ pub fn gateway_services(st: &State, gateway: &str) -> Vec<GatewayService> {
                     from_wildcard,
                     ..base.clone()
                 };
-                if s.name == WILDCARD {
-                    for name in typical_services(st) {
-                        if !named.contains(&name.as_str()) {
-                            out.push(link(&name, true));
-                        }
-                    }
-                } else {
-                    out.push(link(&s.name, false));
-                }
+                out.extend(
+                    linked(st, &s.name, &named)
+                        .into_iter()
+                        .map(|(n, w)| link(&n, w)),
+                );
             }
         }
     }
     if let Some(ConfigEntry::TerminatingGateway(e)) = entry(Kind::TerminatingGateway) {
-        let base = GatewayService {
-            gateway: ServiceNameRef {
-                name: gateway.to_string(),
-            },
-            gateway_kind: Kind::TerminatingGateway.as_str().into(),
-            create_index: e.create_index,
-            modify_index: e.modify_index,
-            ..Default::default()
-        };
+        let base = row(
+            gateway,
+            Kind::TerminatingGateway,
+            e.create_index,
+            e.modify_index,
+        );
         let named: Vec<&str> = e.services.iter().map(|s| s.name.as_str()).collect();
         for s in &e.services {
             let link = |name: &str, from_wildcard: bool| GatewayService {
@@ -115,19 +105,42 @@ pub fn gateway_services(st: &State, gateway: &str) -> Vec<GatewayService> {
                 from_wildcard,
                 ..base.clone()
             };
-            if s.name == WILDCARD {
-                for name in typical_services(st) {
-                    if !named.contains(&name.as_str()) {
-                        out.push(link(&name, true));
-                    }
-                }
-            } else {
-                out.push(link(&s.name, false));
-            }
+            out.extend(
+                linked(st, &s.name, &named)
+                    .into_iter()
+                    .map(|(n, w)| link(&n, w)),
+            );
         }
     }
     out.sort_by(|a, b| (&a.service, a.port).cmp(&(&b.service, b.port)));
     out
+}
+
+/// A gateway's row before the service it links: the entry's indexes.
+fn row(gateway: &str, kind: Kind, create_index: u64, modify_index: u64) -> GatewayService {
+    GatewayService {
+        gateway: ServiceNameRef {
+            name: gateway.to_string(),
+        },
+        gateway_kind: kind.as_str().into(),
+        create_index,
+        modify_index,
+        ..Default::default()
+    }
+}
+
+/// The services an entry's service `name` links, each with whether it came
+/// from the wildcard: itself, or for `*` every typical service the entry
+/// does not name.
+fn linked(st: &State, name: &str, named: &[&str]) -> Vec<(String, bool)> {
+    if name != WILDCARD {
+        return vec![(name.to_string(), false)];
+    }
+    typical_services(st)
+        .into_iter()
+        .filter(|n| !named.contains(&n.as_str()))
+        .map(|n| (n, true))
+        .collect()
 }
 
 /// The ingress gateways (by name) that expose `service`.

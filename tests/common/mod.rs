@@ -49,6 +49,7 @@ macro_rules! http_helpers {
 pub mod acl;
 pub mod agent;
 pub mod asynch;
+pub mod dns;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

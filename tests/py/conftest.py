@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -93,6 +94,23 @@ class CairnServer:
                 self.proc.kill()
                 self.proc.wait()
 
+
+
+def acl_server(root, extra=()):
+    """A `cairn server --dev` with ACLs on, default deny, `root` its initial
+    management (and agent) token: returned once the leader has written it."""
+    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
+                          "--acl-initial-management-token", root, "--acl-agent-token", root, *extra])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            get(f"{server.url}/v1/acl/token/self?token={root}")
+            return server
+        except urllib.error.HTTPError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise AssertionError("the management token never appeared")
+            time.sleep(0.1)
 
 
 class ThreeServers:

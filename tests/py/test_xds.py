@@ -12,7 +12,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 
 import grpc
@@ -30,7 +29,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 
-from conftest import CairnServer, get, put
+from conftest import CairnServer, acl_server, get, put
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
@@ -510,17 +509,8 @@ def test_streams_past_the_cap_are_refused_until_one_ends():
 
 def test_under_acls_a_stream_needs_service_write_on_its_service():
     root = "6f1c2a4e-0000-4000-8000-0000000000aa"
-    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
-                          "--acl-initial-management-token", root, "--acl-agent-token", root])
+    server = acl_server(root)
     try:
-        deadline = time.monotonic() + 10
-        while True:  # the leader writes the management token after its election
-            try:
-                get(f"{server.url}/v1/acl/token/self?token={root}")
-                break
-            except urllib.error.HTTPError:
-                assert time.monotonic() < deadline, "the management token never appeared"
-                time.sleep(0.1)
         put(f"{server.url}/v1/catalog/register?token={root}", {
             "Node": "n1", "Address": "10.0.0.1",
             "Service": sidecar_service("web-sidecar-proxy", "web", 21000, 8080)})

@@ -181,25 +181,13 @@ def test_a_terminating_gateway_has_a_filter_chain_per_linked_service(world):
 
 
 def test_under_acls_a_gateway_stream_needs_service_write_on_the_gateway():
-    import time
-    import urllib.error
-
     import grpc
 
-    from conftest import CairnServer, get, put
+    from conftest import acl_server, put
 
     root = "6f1c2a4e-0000-4000-8000-0000000000bb"
-    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
-                          "--acl-initial-management-token", root, "--acl-agent-token", root])
+    server = acl_server(root)
     try:
-        deadline = time.monotonic() + 10
-        while True:  # the leader writes the management token after its election
-            try:
-                get(f"{server.url}/v1/acl/token/self?token={root}")
-                break
-            except urllib.error.HTTPError:
-                assert time.monotonic() < deadline, "the management token never appeared"
-                time.sleep(0.1)
         put(f"{server.url}/v1/catalog/register?token={root}", {
             "Node": "n1", "Address": "127.0.0.11", "Service": {"ID": "db", "Service": "db", "Port": 5432}})
         put(f"{server.url}/v1/catalog/register?token={root}", {

@@ -11,7 +11,6 @@ the node's metadata (a gRPC bootstrap's only place for it)."""
 import queue
 import threading
 import time
-import urllib.error
 
 import pytest
 
@@ -30,6 +29,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2  # noqa: E402
 from google.rpc import status_pb2  # noqa: E402
 
 from conftest import CairnServer, get, put  # noqa: E402
+from conftest import acl_server as start_acl_server  # noqa: E402
 from test_xds import (CDS, EDS, LDS, RDS, TYPES, Sidecar, check, config,  # noqa: E402,F401
                       mesh, register, sidecar_service)
 
@@ -315,16 +315,7 @@ ROOT = "6f1c2a4e-0000-4000-8000-0000000000bb"
 
 @pytest.fixture(scope="module")
 def acl_server():
-    server = CairnServer(["--acl-enabled", "--acl-default-policy", "deny",
-                          "--acl-initial-management-token", ROOT, "--acl-agent-token", ROOT])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            get(f"{server.url}/v1/acl/token/self?token={ROOT}")
-            break
-        except urllib.error.HTTPError:
-            assert time.monotonic() < deadline, "the management token never appeared"
-            time.sleep(0.1)
+    server = start_acl_server(ROOT)
     proxyless_mesh(server.url, ROOT)
     yield server
     server.stop()
