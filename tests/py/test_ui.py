@@ -77,7 +77,7 @@ def browser_missing():
 
 
 @pytest.fixture(scope="module")
-def browser():
+def chrome():
     why = browser_missing()
     if why:
         if os.environ.get("CI"):
@@ -94,6 +94,16 @@ def browser():
     d.set_window_size(1280, 800)
     yield d
     d.quit()
+
+
+@pytest.fixture
+def browser(chrome):
+    """The module's browser, its console log read empty first: each test
+    judges only the messages its own pages logged (an earlier test's
+    expected refusals, such as the ACL page's 403s, stay with it)."""
+    console_errors(chrome)
+    chrome.set_window_size(1280, 800)
+    return chrome
 
 
 def console_errors(d):
@@ -467,7 +477,6 @@ def dc2(cluster):
 def test_the_datacenter_selector_shows_the_other_datacenter(cluster, dc2, browser):
     base = cluster.url
     d = browser
-    console_errors(d)  # drained: earlier tests' expected refusals (the ACL page's 403s)
     register(dc2.url, "dc2-n1", "far-away", "far1")
     open_page(d, base, "/services")
     wait_until("web listed", lambda: "web" in services_shown(d))
