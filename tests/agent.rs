@@ -1380,8 +1380,7 @@ fn a_client_agent_reports_the_primary_datacenter_its_servers_know() {
     let s = Server::builder()
         .dev()
         .datacenter("dc2")
-        .arg("--primary-datacenter")
-        .arg("dc1")
+        .primary("dc1")
         .start();
     let me = s.get_json("/v1/agent/self");
     assert_eq!(me["Config"]["PrimaryDatacenter"], "dc1", "{me}");

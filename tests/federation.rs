@@ -66,8 +66,7 @@ fn two_datacenters_answer_for_each_other() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dc2 = Server::durable("b0", tmp.path().join("b0"))
         .datacenter("dc2")
-        .arg("--primary-datacenter")
-        .arg("dc1")
+        .primary("dc1")
         .start();
     let join = dc2.raft_addr.to_string();
     let dc1 = common::cluster(3, &["--datacenter", "dc1", "--join-wan", &join]);
@@ -232,8 +231,7 @@ fn the_other_datacenter_judges_the_token() {
             .node("b0")
             .bootstrap_expect(1)
             .datacenter("dc2")
-            .arg("--primary-datacenter")
-            .arg("dc1"),
+            .primary("dc1"),
         "deny",
     );
     let join = dc2.raft_addr.to_string();
@@ -242,8 +240,7 @@ fn the_other_datacenter_judges_the_token() {
             .node("a0")
             .bootstrap_expect(1)
             .datacenter("dc1")
-            .arg("--join-wan")
-            .arg(&join),
+            .join_wan(&join),
         "deny",
     );
     wait_datacenters(&dc1, &["dc1", "dc2"]);
@@ -345,22 +342,15 @@ fn only_an_authenticated_datacenter_federates() {
             .node(node)
             .bootstrap_expect(1)
             .datacenter(dc)
-            .arg("--primary-datacenter")
-            .arg("dc1")
+            .primary("dc1")
             .arg("--encrypt")
             .arg(key)
     };
     let dc1 = server("a0", "dc1", KEY).start();
     let join = dc1.raft_addr.to_string();
-    let dc2 = server("b0", "dc2", KEY)
-        .arg("--join-wan")
-        .arg(&join)
-        .start();
+    let dc2 = server("b0", "dc2", KEY).join_wan(&join).start();
     let refused = dc1.metric("cairn_raft_frames_refused_total");
-    let stranger = server("c0", "dc3", OTHER)
-        .arg("--join-wan")
-        .arg(&join)
-        .start();
+    let stranger = server("c0", "dc3", OTHER).join_wan(&join).start();
     // Another primary, with the right key: its greetings are refused too.
     let rogue = Server::builder()
         .node("d0")
@@ -368,8 +358,7 @@ fn only_an_authenticated_datacenter_federates() {
         .datacenter("dc4")
         .arg("--encrypt")
         .arg(KEY)
-        .arg("--join-wan")
-        .arg(&join)
+        .join_wan(&join)
         .start();
     wait_datacenters(&dc1, &["dc1", "dc2"]);
     wait_datacenters(&dc2, &["dc2", "dc1"]);

@@ -116,14 +116,12 @@ fn a_resolver_fails_over_to_another_datacenters_instances() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dc2 = Server::durable("b0", tmp.path().join("b0"))
         .datacenter("dc2")
-        .arg("--primary-datacenter")
-        .arg("dc1")
+        .primary("dc1")
         .start();
     let join = dc2.raft_addr.to_string();
     let dc1 = Server::durable("a0", tmp.path().join("a0"))
         .datacenter("dc1")
-        .arg("--join-wan")
-        .arg(&join)
+        .join_wan(&join)
         .start();
     eventually(WAIT, "dc1 to know dc2", || {
         let v = dc1.get_json("/v1/catalog/datacenters");

@@ -585,13 +585,11 @@ fn failover_to_another_datacenter() {
     let tmp = tempfile::tempdir().unwrap();
     let dc2 = Server::durable("b0", tmp.path().join("b0"))
         .datacenter("dc2")
-        .arg("--primary-datacenter")
-        .arg("dc1")
+        .primary("dc1")
         .start();
     let dc1 = Server::durable("a0", tmp.path().join("a0"))
         .datacenter("dc1")
-        .arg("--join-wan")
-        .arg(&dc2.raft_addr.to_string())
+        .join_wan(dc2.raft_addr)
         .start();
     eventually(WAIT, "the two datacenters to know each other", || {
         (datacenters(&dc1) == ["dc1", "dc2"] && datacenters(&dc2) == ["dc2", "dc1"]).then_some(())

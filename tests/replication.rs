@@ -80,10 +80,8 @@ fn the_primary_replicates_acls_and_config_entries_to_the_secondary() {
             .node("b0")
             .bootstrap_expect(1)
             .datacenter("dc2")
-            .arg("--primary-datacenter")
-            .arg("dc1")
-            .arg("--join-wan")
-            .arg(&dc1.raft_addr.to_string())
+            .primary("dc1")
+            .join_wan(dc1.raft_addr)
             .arg("--acl-replication-token")
             .arg(REPLICATION),
         "deny",
@@ -379,10 +377,8 @@ fn a_replication_token_without_acl_write_replicates_no_acls() {
             .node("b0")
             .bootstrap_expect(1)
             .datacenter("dc2")
-            .arg("--primary-datacenter")
-            .arg("dc1")
-            .arg("--join-wan")
-            .arg(&dc1.raft_addr.to_string())
+            .primary("dc1")
+            .join_wan(dc1.raft_addr)
             .arg("--config-file")
             .arg(file.to_str().unwrap()),
         "deny",
@@ -473,10 +469,9 @@ fn any_server_of_the_primary_answers_a_pull_without_a_token() {
         .node("b0")
         .bootstrap_expect(1)
         .datacenter("dc2")
-        .arg("--primary-datacenter")
-        .arg("dc1");
+        .primary("dc1");
     for j in &joins {
-        b = b.arg("--join-wan").arg(j);
+        b = b.join_wan(j);
     }
     let dc2 = acl_started(b, "deny");
     // Tokens made and deleted in dc1, one after another: each reaches dc2.

@@ -183,6 +183,14 @@ impl ServerBuilder {
         self.extra.push(a.into());
         self
     }
+    /// `--primary-datacenter`: the federation's primary, for a secondary.
+    pub fn primary(self, dc: &str) -> Self {
+        self.arg("--primary-datacenter").arg(dc)
+    }
+    /// `--join-wan`: a server of another datacenter (repeatable).
+    pub fn join_wan(self, raft_addr: impl ToString) -> Self {
+        self.arg("--join-wan").arg(&raft_addr.to_string())
+    }
     /// Return as soon as the HTTP port answers, without waiting for a
     /// leader (for cluster members that cannot elect one alone).
     pub fn no_wait(mut self) -> Self {
