@@ -74,16 +74,53 @@ pub struct Identity {
     pub trust_domain: String,
 }
 
-/// Every resource of one proxy's snapshot.
-pub fn generate(snap: &Snapshot) -> Resources {
-    if let Some(gw) = &snap.gateway {
-        return super::gateway::generate(snap, gw);
+/// The mesh identity a snapshot carries: every CA root (the active one and
+/// those still trusted after a rotation), the proxy's leaf, and the trust
+/// domain (from the roots, else from the chain targets' SNI
+/// `<svc>.default.<dc>.internal.<trust-domain>`).
+pub fn identity(snap: &Snapshot) -> Identity {
+    let trust_domain = snap
+        .roots
+        .as_ref()
+        .map(|r| r.trust_domain.clone())
+        .filter(|t| !t.is_empty())
+        .or_else(|| {
+            snap.upstreams
+                .values()
+                .filter_map(|u| u.chain.as_ref())
+                .flat_map(|c| c.targets.values())
+                .find_map(|t| t.sni.split_once(".internal.").map(|(_, td)| td.to_string()))
+        })
+        .unwrap_or_default();
+    let mut roots_pem = String::new();
+    for root in snap.roots.iter().flat_map(|r| r.roots.iter()) {
+        roots_pem.push_str(root.root_cert.trim_end());
+        roots_pem.push('\n');
     }
-    let id = super::identity(snap);
-    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
-    let mut put = |ty: &'static str, name: String, r: Resource| {
-        out.get_mut(ty).expect("every type").insert(name, r);
-    };
+    Identity {
+        roots_pem,
+        leaf: snap
+            .leaf
+            .as_ref()
+            .map(|l| (l.cert_pem.clone(), l.private_key_pem.clone())),
+        trust_domain,
+    }
+}
+
+/// Every type, each with no resource yet.
+pub(crate) fn every_type() -> Resources {
+    ORDER.iter().map(|t| (*t, BTreeMap::new())).collect()
+}
+
+/// Adds a resource of type `ty` (`out` holds every type: `every_type`).
+pub(crate) fn put(out: &mut Resources, ty: &'static str, name: String, r: Resource) {
+    out.get_mut(ty).expect("every type").insert(name, r);
+}
+
+/// Every resource of a sidecar's snapshot (a gateway's: `super::gateway`).
+pub fn sidecar(snap: &Snapshot) -> Resources {
+    let id = identity(snap);
+    let mut out = every_type();
     let svc = &snap.service;
     let local_addr = if svc.proxy.local_service_address.is_empty() {
         "127.0.0.1".to_string()
@@ -95,9 +132,14 @@ pub fn generate(snap: &Snapshot) -> Resources {
     if matches!(protocol_of(snap).as_str(), "http2" | "grpc") {
         http2_upstream(&mut app);
     }
-    put(CLUSTER, LOCAL_APP.into(), Resource::of(app));
+    put(&mut out, CLUSTER, LOCAL_APP.into(), Resource::of(app));
     let public = public_listener(snap, &id);
-    put(LISTENER, public.name.clone(), Resource::of(public));
+    put(
+        &mut out,
+        LISTENER,
+        public.name.clone(),
+        Resource::of(public),
+    );
 
     for up in &svc.proxy.upstreams {
         let Some(us) = snap.upstreams.get(&up.destination_name) else {
@@ -112,9 +154,14 @@ pub fn generate(snap: &Snapshot) -> Resources {
                 continue; // a peer, or behind a mesh gateway: not served here
             }
             let c = target_cluster(chain, target, &id);
-            put(CLUSTER, c.name.clone(), Resource::of(c));
+            put(&mut out, CLUSTER, c.name.clone(), Resource::of(c));
             let cla = load_assignment(chain, us, &target.id);
-            put(ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+            put(
+                &mut out,
+                ENDPOINT,
+                cla.cluster_name.clone(),
+                Resource::of(cla),
+            );
         }
         let bind = if up.local_bind_address.is_empty() {
             "127.0.0.1"
@@ -132,6 +179,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
         );
         let filter = if is_http(&chain.protocol) {
             put(
+                &mut out,
                 ROUTE,
                 upstream_id.clone(),
                 Resource::of(route_config(&upstream_id, chain)),
@@ -151,7 +199,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
             }],
             ..Default::default()
         };
-        put(LISTENER, name, Resource::of(l));
+        put(&mut out, LISTENER, name, Resource::of(l));
     }
     out
 }

@@ -108,7 +108,7 @@ static BUILDS: Semaphore = Semaphore::const_new(1);
 
 /// A proxy's resources from its snapshot, built off the async workers.
 async fn build(snapshot: &Arc<Snapshot>) -> Resources {
-    build_with(snapshot, super::resources::generate).await
+    build_with(snapshot, super::generate::generate).await
 }
 
 /// A snapshot's resources by `generate`, built off the async workers.

@@ -307,7 +307,7 @@ pub(super) async fn run(
             .is_some_and(|s| s.upstreams.keys().eq(dialed.iter())),
     };
     let generate: fn(&Snapshot) -> Resources = match &target {
-        Target::Sidecar => super::resources::generate,
+        Target::Sidecar => super::generate::generate,
         Target::Proxyless { .. } => super::grpc::generate,
     };
     if let Some(s) = &current {
