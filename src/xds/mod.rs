@@ -1,11 +1,16 @@
 //! The xDS server: a proxy's proxycfg snapshot in, Envoy resources out.
-//! `resources` builds listeners, clusters, routes and endpoints from a
-//! snapshot (as Consul's `agent/xds` names them), `rbac` turns intentions
-//! into RBAC filters, `delta` is the incremental protocol of one stream,
-//! `sotw` the state-of-the-world one (and its stream's task), `grpc` the
-//! resources of gRPC's proxyless client, and `server` serves Envoy's
-//! Aggregated Discovery Service (both variants) over gRPC. It reads no
-//! state: the proxy's snapshot comes through a `Source`.
+//! It reads no state: the proxy's snapshot comes through a `Source`.
+//!
+//! From the bottom up: `rbac` turns intentions into RBAC filters;
+//! `resources` holds what every generator shares and builds a sidecar's
+//! listeners, clusters, routes and endpoints (as Consul's `agent/xds`
+//! names them); `gateway` builds a gateway's and `grpc` a proxyless gRPC
+//! client's; `generate` picks a proxy's generator by its kind. `stream` is
+//! what every ADS stream shares, with the one task that serves a stream
+//! whatever its protocol; `delta` (incremental) and `sotw` (state of the
+//! world) are the protocols, each a session without I/O that the task
+//! drives; `server` is the gRPC service that admits streams and spawns
+//! their tasks.
 
 pub mod delta;
 pub mod gateway;
@@ -15,9 +20,11 @@ pub mod rbac;
 pub mod resources;
 pub mod server;
 pub mod sotw;
+pub mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use generate::generate;
 pub use resources::{Identity, Resources};
-pub use server::{Ads, Caller, Limits, Source, TOKEN_METADATA};
+pub use server::Ads;
+pub use stream::{Caller, Limits, Source, TOKEN_METADATA};

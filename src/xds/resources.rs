@@ -1,5 +1,7 @@
-//! A proxy's snapshot turned into Envoy resources, named as Consul names
-//! them (so dashboards and tooling keep working): the `public_listener`
+//! Envoy resources, named as Consul names them (so dashboards and tooling
+//! keep working): the types, `Resource`, the snapshot's `Identity` and the
+//! pieces every generator (`super::gateway`, `super::grpc`) builds with;
+//! and a sidecar's snapshot turned into its resources: the `public_listener`
 //! and the `local_app` cluster for inbound traffic, one listener per
 //! upstream on its `LocalBindPort`, per http upstream a route
 //! configuration implementing its compiled chain (router matches, splitter
@@ -37,6 +39,12 @@ pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.Cluster
 /// listener before its routes (and clusters before the listeners that
 /// name them).
 pub const ORDER: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+
+/// A type URL as the one of `ORDER` it names (`None`: a type this server
+/// does not serve).
+pub fn known(type_url: &str) -> Option<&'static str> {
+    ORDER.iter().copied().find(|t| *t == type_url)
+}
 
 /// Consul's name for the inbound cluster to the application.
 pub const LOCAL_APP: &str = "local_app";
