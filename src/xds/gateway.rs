@@ -17,6 +17,8 @@
 //!   sidecars. Local services only: other datacenters' SNIs are not routed
 //!   yet.
 
+use std::sync::Arc;
+
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
@@ -34,6 +36,7 @@ use super::resources::{
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot};
+use crate::state::catalog::Instance;
 use crate::structs::config_entry::{
     GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
 };
@@ -405,23 +408,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             }
                 as i32)),
             connect_timeout: secs(5),
-            load_assignment: Some(endpoint::ClusterLoadAssignment {
-                cluster_name: sni.clone(),
-                endpoints: vec![endpoint::LocalityLbEndpoints {
-                    lb_endpoints: linked
-                        .instances
-                        .iter()
-                        .map(|i| {
-                            lb_endpoint(
-                                instance_address(i),
-                                u32::try_from(i.service.port).unwrap_or(0),
-                            )
-                        })
-                        .collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
+            load_assignment: Some(assignment(&sni, &linked.instances)),
             ..Default::default()
         };
         if !g.ca_file.is_empty() {
@@ -465,7 +452,28 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     sni_listener(snap, chains, out);
 }
 
-fn instance_address(i: &crate::state::catalog::Instance) -> &str {
+/// Instances as the endpoints of cluster `name`, at their own address
+/// and port.
+fn assignment(name: &str, rows: &[Arc<Instance>]) -> endpoint::ClusterLoadAssignment {
+    endpoint::ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: vec![endpoint::LocalityLbEndpoints {
+            lb_endpoints: rows
+                .iter()
+                .map(|i| {
+                    lb_endpoint(
+                        instance_address(i),
+                        u32::try_from(i.service.port).unwrap_or(0),
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn instance_address(i: &Instance) -> &str {
     if i.service.address.is_empty() {
         &i.node.address
     } else {
@@ -551,23 +559,12 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         };
         put(out, CLUSTER, sni.clone(), Resource::of(c));
-        let cla = endpoint::ClusterLoadAssignment {
-            cluster_name: sni.clone(),
-            endpoints: vec![endpoint::LocalityLbEndpoints {
-                lb_endpoints: rows
-                    .iter()
-                    .map(|i| {
-                        lb_endpoint(
-                            instance_address(i),
-                            u32::try_from(i.service.port).unwrap_or(0),
-                        )
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+        put(
+            out,
+            ENDPOINT,
+            sni.clone(),
+            Resource::of(assignment(&sni, rows)),
+        );
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: vec![sni.clone()],
