@@ -2,10 +2,11 @@
 //! It reads no state: the proxy's snapshot comes through a `Source`.
 //!
 //! From the bottom up: `rbac` turns intentions into RBAC filters;
-//! `resources` holds what every generator shares and builds a sidecar's
-//! listeners, clusters, routes and endpoints (as Consul's `agent/xds`
-//! names them); `gateway` builds a gateway's and `grpc` a proxyless gRPC
-//! client's; `generate` picks a proxy's generator by its kind. `stream` is
+//! `resources` holds what every generator shares (Envoy's pieces, as
+//! Consul's `agent/xds` names them); `sidecar` builds a sidecar's
+//! listeners, clusters, routes and endpoints, `gateway` a gateway's and
+//! `grpc` a proxyless gRPC client's; `generate` picks a proxy's generator
+//! by its kind. `stream` is
 //! what every ADS stream shares, with the one task that serves a stream
 //! whatever its protocol; `delta` (incremental) and `sotw` (state of the
 //! world) are the protocols, each a session without I/O that the task
@@ -19,6 +20,7 @@ pub mod grpc;
 pub mod rbac;
 pub mod resources;
 pub mod server;
+pub mod sidecar;
 pub mod sotw;
 pub mod stream;
 #[cfg(test)]

@@ -128,6 +128,7 @@ pub trait Protocol: Default + Send + 'static {
     /// the token may come in the node's metadata.
     const PROXYLESS: bool;
 
+    /// A new stream's session.
     fn new() -> Self {
         Self::default()
     }
