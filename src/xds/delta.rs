@@ -10,14 +10,18 @@
 //! proxy on what it last accepted; the versions sent are still recorded,
 //! so the same rejected content is not sent again and again, while the next
 //! change of a resource is pushed as usual.
+//!
+//! The stream's task (`super::stream`) drives it (`impl Protocol`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as PbResource,
 };
 
-use super::resources::{CLUSTER, LISTENER, ORDER, Resources};
+use super::resources::{CLUSTER, LISTENER, ORDER, Resource, Resources, known};
+use super::stream::{Heard, Protocol};
 
 #[derive(Debug, Default)]
 struct Sub {
@@ -55,34 +59,7 @@ pub struct Session {
     pushes: u64,
 }
 
-fn known(type_url: &str) -> Option<&'static str> {
-    ORDER.iter().copied().find(|t| *t == type_url)
-}
-
 impl Session {
-    pub fn new() -> Session {
-        Session::default()
-    }
-
-    /// The proxy's resources now (after a snapshot rebuild).
-    pub fn set_resources(&mut self, resources: Resources) {
-        self.resources = resources;
-    }
-
-    /// The names the proxy subscribed to, and those it says it holds that
-    /// this server does not serve, over all types: what the proxy alone
-    /// makes a stream keep (a stream's bound counts them).
-    pub fn names(&self) -> usize {
-        let empty = BTreeMap::new();
-        self.subs
-            .iter()
-            .map(|(ty, s)| {
-                let all = self.resources.get(ty).unwrap_or(&empty);
-                s.names.len() + s.sent.keys().filter(|n| !all.contains_key(*n)).count()
-            })
-            .sum()
-    }
-
     /// Takes in one request of the proxy.
     pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Reply {
         let Some(ty) = known(&req.type_url) else {
@@ -139,10 +116,53 @@ impl Session {
             },
         }
     }
+}
+
+impl Protocol for Session {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    const LOG: &'static str = "xds";
+    const PROXYLESS: bool = false;
+
+    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn set_resources(&mut self, resources: Resources) {
+        self.resources = resources;
+    }
+
+    fn hear(&mut self, req: &DeltaDiscoveryRequest) -> Heard {
+        match self.on_request(req) {
+            Reply::Nack { type_url, error } => Heard::Nack { type_url, error },
+            Reply::Unknown { type_url } => Heard::Unknown { type_url },
+            Reply::Ack { .. } | Reply::None => Heard::Nothing,
+        }
+    }
+
+    /// The names the proxy subscribed to, and those it says it holds that
+    /// this server does not serve, over all types.
+    fn names(&self) -> usize {
+        let empty = BTreeMap::new();
+        self.subs
+            .iter()
+            .map(|(ty, s)| {
+                let all = self.resources.get(ty).unwrap_or(&empty);
+                s.names.len() + s.sent.keys().filter(|n| !all.contains_key(*n)).count()
+            })
+            .sum()
+    }
+
+    fn subscribed(&self, type_url: &str) -> BTreeSet<String> {
+        self.subs
+            .get(type_url)
+            .map(|s| s.names.clone())
+            .unwrap_or_default()
+    }
 
     /// The next response to send, if none is awaiting its ACK and some
     /// subscribed resource changed (types in Envoy's order).
-    pub fn next_push(&mut self) -> Option<DeltaDiscoveryResponse> {
+    fn next_push(&mut self) -> Option<DeltaDiscoveryResponse> {
         if self.in_flight.is_some() {
             return None;
         }
@@ -153,12 +173,11 @@ impl Session {
             };
             let all = self.resources.get(ty).unwrap_or(&empty);
             let mut resources = Vec::new();
-            let wanted: Box<dyn Iterator<Item = (&String, &super::resources::Resource)>> =
-                if sub.wildcard {
-                    Box::new(all.iter())
-                } else {
-                    Box::new(sub.names.iter().filter_map(|n| all.get_key_value(n)))
-                };
+            let wanted: Box<dyn Iterator<Item = (&String, &Resource)>> = if sub.wildcard {
+                Box::new(all.iter())
+            } else {
+                Box::new(sub.names.iter().filter_map(|n| all.get_key_value(n)))
+            };
             for (name, r) in wanted {
                 if sub.sent.get(name) != Some(&r.version) {
                     resources.push(PbResource {
@@ -198,6 +217,10 @@ impl Session {
             });
         }
         None
+    }
+
+    fn log_push(proxy: &str, push: &DeltaDiscoveryResponse) {
+        tracing::debug!(proxy = %proxy, type_url = %push.type_url, resources = push.resources.len(), removed = push.removed_resources.len(), "xds: push");
     }
 }
 

@@ -17,7 +17,7 @@
 //!   sidecars. Local services only: other datacenters' SNIs are not routed
 //!   yet.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
 use envoy_types::pb::envoy::config::core::v3 as core;
@@ -30,29 +30,26 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ORDER, ROUTE, Resource, Resources, common_tls, has_tls,
-    http_filter, inline, is_http, lb_endpoint, load_assignment, route_config, secs, socket,
-    start_cluster, target_cluster, tcp_filter, transport_socket,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
+    has_tls, http_filter, identity, inline, is_http, lb_endpoint, load_assignment, put,
+    route_config, secs, socket, start_cluster, target_cluster, tcp_filter, transport_socket,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot};
+use crate::state::catalog::Instance;
 use crate::structs::config_entry::{
     GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
 };
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
-    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
+    let mut out = every_type();
     match gw.kind.as_str() {
         "ingress-gateway" => ingress(snap, gw, &mut out),
         "terminating-gateway" => terminating(snap, gw, &mut out),
         _ => mesh(snap, gw, &mut out),
     }
     out
-}
-
-fn put(out: &mut Resources, ty: &'static str, name: String, r: Resource) {
-    out.get_mut(ty).expect("every type").insert(name, r);
 }
 
 /// The address the gateway's listeners bind: its registered address, or
@@ -75,6 +72,27 @@ fn tls_inspector() -> listener::ListenerFilter {
     }
 }
 
+/// A terminating or mesh gateway's one listener, on its own port: the
+/// connection's SNI (read by `tls_inspector`) picks its filter chain. No
+/// chain, no listener.
+fn sni_listener(snap: &Snapshot, chains: Vec<listener::FilterChain>, out: &mut Resources) {
+    if chains.is_empty() {
+        return;
+    }
+    let bind = bind_address(snap);
+    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let name = format!("default:{bind}:{port}");
+    let l = listener::Listener {
+        name: name.clone(),
+        address: Some(socket(bind, port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![tls_inspector()],
+        filter_chains: chains,
+        ..Default::default()
+    };
+    put(out, LISTENER, name, Resource::of(l));
+}
+
 // ---------------------------------------------------------------------------
 // ingress
 // ---------------------------------------------------------------------------
@@ -83,7 +101,7 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     let Some(entry) = &gw.ingress else {
         return; // no entry: nothing to serve yet
     };
-    let id = super::identity(snap);
+    let id = identity(snap);
     let bind = bind_address(snap).to_string();
     let mut served = std::collections::BTreeSet::new();
     for l in &entry.listeners {
@@ -366,9 +384,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     if gw.terminating.is_none() {
         return;
     }
-    let base = super::identity(snap);
-    let bind = bind_address(snap).to_string();
-    let port = u32::try_from(snap.service.port).unwrap_or(0);
+    let base = identity(snap);
     let mut chains = Vec::new();
     for g in &gw.services {
         let svc = &g.service.name;
@@ -392,23 +408,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             }
                 as i32)),
             connect_timeout: secs(5),
-            load_assignment: Some(endpoint::ClusterLoadAssignment {
-                cluster_name: sni.clone(),
-                endpoints: vec![endpoint::LocalityLbEndpoints {
-                    lb_endpoints: linked
-                        .instances
-                        .iter()
-                        .map(|i| {
-                            lb_endpoint(
-                                instance_address(i),
-                                u32::try_from(i.service.port).unwrap_or(0),
-                            )
-                        })
-                        .collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
+            load_assignment: Some(assignment(&sni, &linked.instances)),
             ..Default::default()
         };
         if !g.ca_file.is_empty() {
@@ -449,22 +449,31 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         });
     }
-    if chains.is_empty() {
-        return;
-    }
-    let name = format!("default:{bind}:{port}");
-    let l = listener::Listener {
-        name: name.clone(),
-        address: Some(socket(&bind, port)),
-        traffic_direction: core::TrafficDirection::Inbound as i32,
-        listener_filters: vec![tls_inspector()],
-        filter_chains: chains,
-        ..Default::default()
-    };
-    put(out, LISTENER, name, Resource::of(l));
+    sni_listener(snap, chains, out);
 }
 
-fn instance_address(i: &crate::state::catalog::Instance) -> &str {
+/// Instances as the endpoints of cluster `name`, at their own address
+/// and port.
+fn assignment(name: &str, rows: &[Arc<Instance>]) -> endpoint::ClusterLoadAssignment {
+    endpoint::ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: vec![endpoint::LocalityLbEndpoints {
+            lb_endpoints: rows
+                .iter()
+                .map(|i| {
+                    lb_endpoint(
+                        instance_address(i),
+                        u32::try_from(i.service.port).unwrap_or(0),
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn instance_address(i: &Instance) -> &str {
     if i.service.address.is_empty() {
         &i.node.address
     } else {
@@ -532,8 +541,6 @@ fn origination_tls(g: &crate::structs::config_entry::GatewayService) -> tls::Ups
 // ---------------------------------------------------------------------------
 
 fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
-    let bind = bind_address(snap).to_string();
-    let port = u32::try_from(snap.service.port).unwrap_or(0);
     let mut chains = Vec::new();
     for (svc, rows) in &gw.local {
         let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
@@ -545,30 +552,19 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 cluster::cluster::DiscoveryType::Eds as i32,
             )),
             eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
-                eds_config: super::resources::ads(),
+                eds_config: ads(),
                 service_name: sni.clone(),
             }),
             connect_timeout: secs(5),
             ..Default::default()
         };
         put(out, CLUSTER, sni.clone(), Resource::of(c));
-        let cla = endpoint::ClusterLoadAssignment {
-            cluster_name: sni.clone(),
-            endpoints: vec![endpoint::LocalityLbEndpoints {
-                lb_endpoints: rows
-                    .iter()
-                    .map(|i| {
-                        lb_endpoint(
-                            instance_address(i),
-                            u32::try_from(i.service.port).unwrap_or(0),
-                        )
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+        put(
+            out,
+            ENDPOINT,
+            sni.clone(),
+            Resource::of(assignment(&sni, rows)),
+        );
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: vec![sni.clone()],
@@ -578,19 +574,7 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         });
     }
-    if chains.is_empty() {
-        return;
-    }
-    let name = format!("default:{bind}:{port}");
-    let l = listener::Listener {
-        name: name.clone(),
-        address: Some(socket(&bind, port)),
-        traffic_direction: core::TrafficDirection::Inbound as i32,
-        listener_filters: vec![tls_inspector()],
-        filter_chains: chains,
-        ..Default::default()
-    };
-    put(out, LISTENER, name, Resource::of(l));
+    sni_listener(snap, chains, out);
 }
 
 #[cfg(test)]
@@ -631,7 +615,7 @@ mod tests {
         let key = (node.to_string(), id.to_string());
         let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a gateway");
         assert!(snap.gateway.is_some());
-        super::super::generate(&snap)
+        super::generate(&snap, snap.gateway.as_ref().expect("a gateway"))
     }
 
     #[test]

@@ -16,8 +16,6 @@
 //!   priorities are contiguous from 0 (gRPC ignores a locality without a
 //!   weight and refuses gaps): an empty failover tier is left out.
 
-use std::collections::BTreeMap;
-
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
 use envoy_types::pb::envoy::config::listener::v3 as listener;
@@ -26,8 +24,8 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ORDER, ROUTE, Resource, Resources, ads, hcm_base,
-    load_assignment, route_config, target_cluster,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, every_type, hcm_base,
+    load_assignment, put, route_config, target_cluster,
 };
 use crate::proxycfg::Snapshot;
 
@@ -35,10 +33,7 @@ use crate::proxycfg::Snapshot;
 /// dials (whose chain compiled), its listener, route, clusters and
 /// endpoints.
 pub fn generate(snap: &Snapshot) -> Resources {
-    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
-    let mut put = |ty: &'static str, name: String, r: Resource| {
-        out.get_mut(ty).expect("every type").insert(name, r);
-    };
+    let mut out = every_type();
     // No mesh identity: the clusters carry no TLS.
     let plaintext = Identity::default();
     for (name, us) in &snap.upstreams {
@@ -52,18 +47,23 @@ pub fn generate(snap: &Snapshot) -> Resources {
                 continue; // another datacenter: not served here
             }
             let c = target_cluster(chain, target, &plaintext);
-            put(CLUSTER, c.name.clone(), Resource::of(c));
+            put(&mut out, CLUSTER, c.name.clone(), Resource::of(c));
             let mut cla = load_assignment(chain, us, &target.id);
             as_localities(&mut cla);
-            put(ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+            put(
+                &mut out,
+                ENDPOINT,
+                cla.cluster_name.clone(),
+                Resource::of(cla),
+            );
         }
         let mut routes = route_config(name, chain);
         for vh in &mut routes.virtual_hosts {
             vh.domains = vec![name.clone()];
         }
-        put(ROUTE, name.clone(), Resource::of(routes));
+        put(&mut out, ROUTE, name.clone(), Resource::of(routes));
         let l = api_listener(name);
-        put(LISTENER, name.clone(), Resource::of(l));
+        put(&mut out, LISTENER, name.clone(), Resource::of(l));
     }
     out
 }

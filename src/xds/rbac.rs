@@ -32,7 +32,125 @@ pub struct Rule {
 /// The intentions whose destination is this proxy's service, highest
 /// precedence first, and the default decision.
 pub fn rules(snap: &Snapshot) -> (Vec<Rule>, bool) {
-    super::intention_rules(snap)
+    let rules = snap
+        .intentions
+        .iter()
+        .filter_map(|i| {
+            if !i.permissions.is_empty() {
+                return Some(Rule {
+                    source: i.source_name.clone(),
+                    allow: false,
+                    permissions: i
+                        .permissions
+                        .iter()
+                        .map(|p| {
+                            let http = p.http.clone().unwrap_or_default();
+                            (p.action == "allow", l7_permission(&http))
+                        })
+                        .collect(),
+                });
+            }
+            let allow = match i.action.as_deref()? {
+                "allow" => true,
+                "deny" => false,
+                _ => return None,
+            };
+            Some(Rule {
+                source: i.source_name.clone(),
+                allow,
+                permissions: Vec::new(),
+            })
+        })
+        .collect();
+    (rules, snap.intentions_default_allow)
+}
+
+/// An L7 permission's request match: path (exact, prefix or regex),
+/// headers and methods, all of which must hold (any request when none).
+pub fn l7_permission(
+    http: &crate::structs::connect::IntentionHttpPermission,
+) -> envoy_types::pb::envoy::config::rbac::v3::Permission {
+    use envoy_types::pb::envoy::config::rbac::v3::{Permission, permission};
+    use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher,
+    };
+    let string = |p: string_matcher::MatchPattern| StringMatcher {
+        match_pattern: Some(p),
+        ..Default::default()
+    };
+    let regex = |r: &str| {
+        string_matcher::MatchPattern::SafeRegex(RegexMatcher {
+            regex: r.to_string(),
+            ..Default::default()
+        })
+    };
+    let mut rules = Vec::new();
+    let path = if !http.path_exact.is_empty() {
+        Some(string_matcher::MatchPattern::Exact(http.path_exact.clone()))
+    } else if !http.path_prefix.is_empty() {
+        Some(string_matcher::MatchPattern::Prefix(
+            http.path_prefix.clone(),
+        ))
+    } else if !http.path_regex.is_empty() {
+        Some(regex(&http.path_regex))
+    } else {
+        None
+    };
+    if let Some(p) = path {
+        rules.push(Permission {
+            rule: Some(permission::Rule::UrlPath(PathMatcher {
+                rule: Some(path_matcher::Rule::Path(string(p))),
+            })),
+        });
+    }
+    for h in &http.header {
+        let spec = if h.present {
+            header_matcher::HeaderMatchSpecifier::PresentMatch(true)
+        } else if !h.exact.is_empty() {
+            header_matcher::HeaderMatchSpecifier::StringMatch(string(
+                string_matcher::MatchPattern::Exact(h.exact.clone()),
+            ))
+        } else if !h.prefix.is_empty() {
+            header_matcher::HeaderMatchSpecifier::StringMatch(string(
+                string_matcher::MatchPattern::Prefix(h.prefix.clone()),
+            ))
+        } else if !h.suffix.is_empty() {
+            header_matcher::HeaderMatchSpecifier::StringMatch(string(
+                string_matcher::MatchPattern::Suffix(h.suffix.clone()),
+            ))
+        } else {
+            header_matcher::HeaderMatchSpecifier::StringMatch(string(regex(&h.regex)))
+        };
+        rules.push(Permission {
+            rule: Some(permission::Rule::Header(HeaderMatcher {
+                name: h.name.clone(),
+                invert_match: h.invert,
+                header_match_specifier: Some(spec),
+                ..Default::default()
+            })),
+        });
+    }
+    if !http.methods.is_empty() {
+        rules.push(Permission {
+            rule: Some(permission::Rule::Header(HeaderMatcher {
+                name: ":method".into(),
+                header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+                    string(regex(&http.methods.join("|"))),
+                )),
+                ..Default::default()
+            })),
+        });
+    }
+    match rules.len() {
+        0 => Permission {
+            rule: Some(permission::Rule::Any(true)),
+        },
+        1 => rules.pop().expect("one"),
+        _ => Permission {
+            rule: Some(permission::Rule::AndRules(permission::Set { rules })),
+        },
+    }
 }
 
 /// The RBAC rules for `rules` over the default.
@@ -226,7 +344,7 @@ mod tests {
     }
 
     fn path(prefix: &str) -> rbac::Permission {
-        crate::xds::l7_permission(&crate::structs::connect::IntentionHttpPermission {
+        super::l7_permission(&crate::structs::connect::IntentionHttpPermission {
             path_prefix: prefix.into(),
             ..Default::default()
         })

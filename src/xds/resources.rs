@@ -1,11 +1,9 @@
-//! A proxy's snapshot turned into Envoy resources, named as Consul names
-//! them (so dashboards and tooling keep working): the `public_listener`
-//! and the `local_app` cluster for inbound traffic, one listener per
-//! upstream on its `LocalBindPort`, per http upstream a route
-//! configuration implementing its compiled chain (router matches, splitter
-//! weights, resolver targets), one EDS cluster per chain target named by
-//! its SNI with upstream mTLS, and the targets' healthy sidecars as
-//! endpoints (failover targets at lower priorities).
+//! Envoy resources, named as Consul names them (so dashboards and tooling
+//! keep working): the types and the order they go out in, `Resource` (its
+//! version a hash of its encoding), the snapshot's mesh `Identity`, and
+//! the pieces every generator (`super::sidecar`, `super::gateway`,
+//! `super::grpc`) builds with: sockets, TLS contexts, filters, a chain
+//! target's cluster and load assignment, a chain's routes.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -38,8 +36,11 @@ pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.Cluster
 /// name them).
 pub const ORDER: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
 
-/// Consul's name for the inbound cluster to the application.
-pub const LOCAL_APP: &str = "local_app";
+/// A type URL as the one of `ORDER` it names (`None`: a type this server
+/// does not serve).
+pub fn known(type_url: &str) -> Option<&'static str> {
+    ORDER.iter().copied().find(|t| *t == type_url)
+}
 
 /// One encoded resource and its version (a hash of its encoding, so an
 /// unchanged resource keeps its version across rebuilds).
@@ -74,96 +75,47 @@ pub struct Identity {
     pub trust_domain: String,
 }
 
-/// Every resource of one proxy's snapshot.
-pub fn generate(snap: &Snapshot) -> Resources {
-    if let Some(gw) = &snap.gateway {
-        return super::gateway::generate(snap, gw);
+/// The mesh identity a snapshot carries: every CA root (the active one and
+/// those still trusted after a rotation), the proxy's leaf, and the trust
+/// domain (from the roots, else from the chain targets' SNI
+/// `<svc>.default.<dc>.internal.<trust-domain>`).
+pub fn identity(snap: &Snapshot) -> Identity {
+    let trust_domain = snap
+        .roots
+        .as_ref()
+        .map(|r| r.trust_domain.clone())
+        .filter(|t| !t.is_empty())
+        .or_else(|| {
+            snap.upstreams
+                .values()
+                .filter_map(|u| u.chain.as_ref())
+                .flat_map(|c| c.targets.values())
+                .find_map(|t| t.sni.split_once(".internal.").map(|(_, td)| td.to_string()))
+        })
+        .unwrap_or_default();
+    let mut roots_pem = String::new();
+    for root in snap.roots.iter().flat_map(|r| r.roots.iter()) {
+        roots_pem.push_str(root.root_cert.trim_end());
+        roots_pem.push('\n');
     }
-    let id = super::identity(snap);
-    let mut out: Resources = ORDER.iter().map(|t| (*t, BTreeMap::new())).collect();
-    let mut put = |ty: &'static str, name: String, r: Resource| {
-        out.get_mut(ty).expect("every type").insert(name, r);
-    };
-    let svc = &snap.service;
-    let local_addr = if svc.proxy.local_service_address.is_empty() {
-        "127.0.0.1".to_string()
-    } else {
-        svc.proxy.local_service_address.clone()
-    };
-    let local_port = u32::from(svc.proxy.local_service_port);
-    let mut app = local_app(&local_addr, local_port);
-    if matches!(protocol_of(snap).as_str(), "http2" | "grpc") {
-        http2_upstream(&mut app);
+    Identity {
+        roots_pem,
+        leaf: snap
+            .leaf
+            .as_ref()
+            .map(|l| (l.cert_pem.clone(), l.private_key_pem.clone())),
+        trust_domain,
     }
-    put(CLUSTER, LOCAL_APP.into(), Resource::of(app));
-    let public = public_listener(snap, &id);
-    put(LISTENER, public.name.clone(), Resource::of(public));
-
-    for up in &svc.proxy.upstreams {
-        let Some(us) = snap.upstreams.get(&up.destination_name) else {
-            continue;
-        };
-        let Some(chain) = us.chain.as_deref() else {
-            continue;
-        };
-        let upstream_id = upstream_id(&up.destination_name, &up.datacenter);
-        for target in chain.targets.values() {
-            if !us.endpoints.contains_key(&target.id) {
-                continue; // a peer, or behind a mesh gateway: not served here
-            }
-            let c = target_cluster(chain, target, &id);
-            put(CLUSTER, c.name.clone(), Resource::of(c));
-            let cla = load_assignment(chain, us, &target.id);
-            put(ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
-        }
-        let bind = if up.local_bind_address.is_empty() {
-            "127.0.0.1"
-        } else {
-            &up.local_bind_address
-        };
-        let port = u32::from(up.local_bind_port);
-        if port == 0 {
-            continue; // no bind port: reached by transparent proxy only
-        }
-        let name = format!("{upstream_id}:{bind}:{port}");
-        let stat = format!(
-            "upstream.{}.default.default.{}",
-            chain.service_name, chain.datacenter
-        );
-        let filter = if is_http(&chain.protocol) {
-            put(
-                ROUTE,
-                upstream_id.clone(),
-                Resource::of(route_config(&upstream_id, chain)),
-            );
-            http_filter(&stat, &upstream_id)
-        } else {
-            let cluster = start_cluster(chain).unwrap_or_default();
-            tcp_filter(&stat, &cluster)
-        };
-        let l = listener::Listener {
-            name: name.clone(),
-            address: Some(socket(bind, port)),
-            traffic_direction: core::TrafficDirection::Outbound as i32,
-            filter_chains: vec![listener::FilterChain {
-                filters: vec![filter],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        put(LISTENER, name, Resource::of(l));
-    }
-    out
 }
 
-/// Consul's upstream ID: the name, with `?dc=` when it names another
-/// datacenter.
-fn upstream_id(name: &str, dc: &str) -> String {
-    if dc.is_empty() {
-        name.to_string()
-    } else {
-        format!("{name}?dc={dc}")
-    }
+/// Every type, each with no resource yet.
+pub(crate) fn every_type() -> Resources {
+    ORDER.iter().map(|t| (*t, BTreeMap::new())).collect()
+}
+
+/// Adds a resource of type `ty` (`out` holds every type: `every_type`).
+pub(crate) fn put(out: &mut Resources, ty: &'static str, name: String, r: Resource) {
+    out.get_mut(ty).expect("every type").insert(name, r);
 }
 
 pub(crate) fn socket(addr: &str, port: u32) -> core::Address {
@@ -293,89 +245,6 @@ pub(crate) fn http2_upstream(c: &mut cluster::Cluster) {
     );
 }
 
-/// The inbound side: the proxy's own port, mTLS with the leaf (client
-/// certificates required), the intentions' RBAC, then the application.
-fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
-    let svc = &snap.service;
-    // As Consul: `bind_address`/`bind_port` from the proxy's config, else
-    // the proxy's own address (all addresses when it has none) and port.
-    let config = svc.proxy.config.as_deref();
-    let bind = config
-        .and_then(|c| c.get("bind_address"))
-        .and_then(|v| v.as_str())
-        .filter(|a| !a.is_empty())
-        .unwrap_or(if svc.address.is_empty() {
-            "0.0.0.0"
-        } else {
-            &svc.address
-        });
-    let port = config
-        .and_then(|c| c.get("bind_port"))
-        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
-        .and_then(|p| u32::try_from(p).ok())
-        .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
-    let http = is_http(&protocol_of(snap));
-    let mut filters = Vec::new();
-    let filter = if http {
-        let mut hcm = hcm_base("public_listener");
-        hcm.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
-            route::RouteConfiguration {
-                name: "public_listener".into(),
-                virtual_hosts: vec![route::VirtualHost {
-                    name: "public_listener".into(),
-                    domains: vec!["*".into()],
-                    routes: vec![route::Route {
-                        r#match: Some(prefix_match("/")),
-                        action: Some(route::route::Action::Route(to_cluster(LOCAL_APP))),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-        ));
-        hcm.http_filters.insert(0, super::rbac::http_filter(snap));
-        typed("envoy.filters.network.http_connection_manager", hcm)
-    } else {
-        filters.push(super::rbac::network_filter(snap));
-        tcp_filter("public_listener", LOCAL_APP)
-    };
-    filters.push(filter);
-    let transport = has_tls(id).then(|| {
-        transport_socket(tls::DownstreamTlsContext {
-            common_tls_context: Some(common_tls(id, Vec::new())),
-            require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
-                value: true,
-            }),
-            ..Default::default()
-        })
-    });
-    listener::Listener {
-        name: format!("public_listener:{bind}:{port}"),
-        address: Some(socket(bind, port)),
-        traffic_direction: core::TrafficDirection::Inbound as i32,
-        filter_chains: vec![listener::FilterChain {
-            filters,
-            transport_socket: transport.flatten(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-/// The proxy's own protocol (`Proxy.Config.protocol`, central config
-/// merged), tcp by default.
-pub(crate) fn protocol_of(snap: &Snapshot) -> String {
-    snap.service
-        .proxy
-        .config
-        .as_ref()
-        .and_then(|c| c.get("protocol"))
-        .and_then(|p| p.as_str())
-        .unwrap_or("tcp")
-        .to_string()
-}
-
 pub(crate) fn typed<T: Message + Name>(name: &str, msg: T) -> listener::Filter {
     listener::Filter {
         name: name.into(),
@@ -420,25 +289,6 @@ pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
         },
     ));
     typed("envoy.filters.network.http_connection_manager", m)
-}
-
-fn local_app(addr: &str, port: u32) -> cluster::Cluster {
-    cluster::Cluster {
-        name: LOCAL_APP.into(),
-        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-            cluster::cluster::DiscoveryType::Static as i32,
-        )),
-        connect_timeout: secs(5),
-        load_assignment: Some(endpoint::ClusterLoadAssignment {
-            cluster_name: LOCAL_APP.into(),
-            endpoints: vec![endpoint::LocalityLbEndpoints {
-                lb_endpoints: vec![lb_endpoint(addr, port)],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 pub(crate) fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
@@ -633,14 +483,14 @@ pub(crate) fn load_assignment(
     }
 }
 
-fn prefix_match(p: &str) -> route::RouteMatch {
+pub(crate) fn prefix_match(p: &str) -> route::RouteMatch {
     route::RouteMatch {
         path_specifier: Some(route::route_match::PathSpecifier::Prefix(p.to_string())),
         ..Default::default()
     }
 }
 
-fn to_cluster(name: &str) -> route::RouteAction {
+pub(crate) fn to_cluster(name: &str) -> route::RouteAction {
     route::RouteAction {
         cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
             name.to_string(),

@@ -1,8 +1,8 @@
 //! The state-of-the-world xDS protocol of one stream (`Session`, a state
-//! machine without I/O), and the stream's task (`run`): a sidecar named by
-//! the node id gets its proxy's resources, as on a Delta stream; a
-//! proxyless gRPC client (the node id names a registered service instance
-//! that is no proxy) gets, for each listener it asks for, the service of
+//! machine without I/O), and how the stream's task (`super::stream`)
+//! drives it. gRPC's proxyless clients speak it: besides proxies, a SotW
+//! stream serves a client whose node id names a registered service
+//! instance that is no proxy, for each listener it asks for the service of
 //! that name (`super::grpc`).
 //!
 //! Per type URL: every response holds the whole subscribed set (for
@@ -16,15 +16,12 @@
 //! Envoy's order (clusters, endpoints, listeners, routes).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tonic::{Status, Streaming};
 
-use super::resources::{CLUSTER, LISTENER, ORDER, Resources};
-use super::server::{self, Caller, Limits, Source, TOKEN_METADATA};
-use crate::proxycfg::{Proxyless, Snapshot};
+use super::resources::{CLUSTER, LISTENER, ORDER, Resource, Resources, known};
+use super::stream::{Heard, Protocol};
 
 #[derive(Debug, Default)]
 struct Sub {
@@ -71,34 +68,7 @@ pub struct Session {
     nonce: u64,
 }
 
-fn known(type_url: &str) -> Option<&'static str> {
-    ORDER.iter().copied().find(|t| *t == type_url)
-}
-
 impl Session {
-    pub fn new() -> Session {
-        Session::default()
-    }
-
-    /// The resources now (after a snapshot rebuild).
-    pub fn set_resources(&mut self, resources: Resources) {
-        self.resources = resources;
-    }
-
-    /// Names subscribed, over all types (what a stream's bound counts).
-    pub fn names(&self) -> usize {
-        self.subs.values().map(|s| s.names.len()).sum()
-    }
-
-    /// The names subscribed for one type (a proxyless client's listeners
-    /// are the services it dials).
-    pub fn subscribed(&self, type_url: &str) -> BTreeSet<String> {
-        self.subs
-            .get(type_url)
-            .map(|s| s.names.clone())
-            .unwrap_or_default()
-    }
-
     /// Takes in one request.
     pub fn on_request(&mut self, req: &DiscoveryRequest) -> Reply {
         let Some(ty) = known(&req.type_url) else {
@@ -147,10 +117,46 @@ impl Session {
         }
         reply
     }
+}
+
+impl Protocol for Session {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    const LOG: &'static str = "xds (sotw)";
+    const PROXYLESS: bool = true;
+
+    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn set_resources(&mut self, resources: Resources) {
+        self.resources = resources;
+    }
+
+    fn hear(&mut self, req: &DiscoveryRequest) -> Heard {
+        match self.on_request(req) {
+            Reply::Nack { type_url, error } => Heard::Nack { type_url, error },
+            Reply::Stale { type_url } => Heard::Stale { type_url },
+            Reply::Unknown { type_url } => Heard::Unknown { type_url },
+            Reply::Ack { .. } | Reply::None => Heard::Nothing,
+        }
+    }
+
+    /// Names subscribed, over all types.
+    fn names(&self) -> usize {
+        self.subs.values().map(|s| s.names.len()).sum()
+    }
+
+    fn subscribed(&self, type_url: &str) -> BTreeSet<String> {
+        self.subs
+            .get(type_url)
+            .map(|s| s.names.clone())
+            .unwrap_or_default()
+    }
 
     /// The next response to send: of the first type (in Envoy's order)
     /// whose subscribed set changed and whose latest response was answered.
-    pub fn next_push(&mut self) -> Option<DiscoveryResponse> {
+    fn next_push(&mut self) -> Option<DiscoveryResponse> {
         let empty = BTreeMap::new();
         for ty in ORDER {
             let Some(sub) = self.subs.get_mut(ty) else {
@@ -160,7 +166,7 @@ impl Session {
                 continue;
             }
             let all = self.resources.get(ty).unwrap_or(&empty);
-            let wanted: Vec<(&String, &super::resources::Resource)> = if sub.wildcard {
+            let wanted: Vec<(&String, &Resource)> = if sub.wildcard {
                 all.iter().collect()
             } else {
                 sub.names
@@ -192,209 +198,10 @@ impl Session {
         }
         None
     }
-}
 
-/// What a stream serves: a sidecar's snapshot, or a proxyless client's
-/// (with the service the client is, for its authorization).
-enum Target {
-    Sidecar,
-    Proxyless { handle: Proxyless, service: String },
-}
-
-/// The slots a stream may hold (`server::Ads`'s).
-pub(super) struct Pools {
-    pub streams: Arc<Semaphore>,
-}
-
-/// One state-of-the-world stream, from its first request to its end.
-/// `token`: the gRPC metadata's; a client that cannot set call metadata
-/// (gRPC's bootstrap cannot) may put it in its node's metadata under the
-/// same key, and then moves to a token's slot.
-pub(super) async fn run(
-    source: Arc<dyn Source>, limits: &Limits, mut token: Option<String>,
-    mut permit: OwnedSemaphorePermit, pools: Pools, mut inbound: Streaming<DiscoveryRequest>,
-    tx: &mpsc::Sender<Result<DiscoveryResponse, Status>>,
-) -> Result<(), Status> {
-    let first = tokio::time::timeout(limits.first_request, inbound.message())
-        .await
-        .map_err(|_| {
-            Status::deadline_exceeded(format!(
-                "no first request within {} s",
-                limits.first_request.as_secs_f64()
-            ))
-        })?;
-    let Some(first) = first? else {
-        return Ok(());
-    };
-    let node = first.node.clone().unwrap_or_default();
-    if node.id.is_empty() {
-        return Err(Status::invalid_argument(
-            "the first request's node.id must be the proxy's service ID (or, for a proxyless \
-             gRPC client, a registered service instance's ID)",
-        ));
+    fn log_push(proxy: &str, push: &DiscoveryResponse) {
+        tracing::debug!(proxy = %proxy, type_url = %push.type_url, version = %push.version_info, resources = push.resources.len(), "xds (sotw): push");
     }
-    let node_name = server::node_meta(&node, server::NODE_NAME_META);
-    if token.is_none()
-        && let Some(t) = server::node_meta(&node, TOKEN_METADATA)
-    {
-        if source.identify(Some(&t))? == Caller::Token {
-            permit = pools.streams.try_acquire_owned().map_err(|_| {
-                Status::resource_exhausted("too many xDS streams on this server; retry later")
-            })?;
-        }
-        token = Some(t);
-    }
-    let _permit = permit;
-    let token = token.as_deref();
-    let id = node.id.clone();
-    // Watched before the first check, so a change after it is not missed.
-    let mut acl = source.acl_changes();
-    acl.borrow_and_update();
-    let (target, mut rx) = match source.locate_instance(&id, node_name.as_deref()) {
-        Some((key, service)) => {
-            source.authorize(token, &id, Some(&service))?;
-            let handle = source.proxyless(key);
-            let rx = handle.snapshot();
-            (Target::Proxyless { handle, service }, rx)
-        }
-        None => match server::first_snapshot(&*source, &id, node_name.as_deref()).await {
-            Some(rx) => (Target::Sidecar, rx),
-            None => {
-                source.authorize(token, &id, None)?;
-                return Err(Status::not_found(format!(
-                    "no connect proxy or service instance with ID {id:?}{} is registered",
-                    node_name
-                        .as_deref()
-                        .map(|n| format!(" on node {n:?}"))
-                        .unwrap_or_default()
-                )));
-            }
-        },
-    };
-    let destination = |snap: &Option<Arc<Snapshot>>| -> Option<String> {
-        match &target {
-            Target::Sidecar => server::destination(snap).map(str::to_string),
-            Target::Proxyless { service, .. } => Some(service.clone()),
-        }
-    };
-    let mut current = rx.borrow_and_update().clone();
-    source.authorize(token, &id, destination(&current).as_deref())?;
-    let mut expires = source.expiry(token);
-    let mut session = Session::new();
-    // The services a proxyless client dials: the listeners it asked for
-    // that its token may read.
-    let mut dialed: BTreeSet<String> = BTreeSet::new();
-    let dial = |session: &Session, dialed: &mut BTreeSet<String>| {
-        if let Target::Proxyless { handle, .. } = &target {
-            let want: BTreeSet<String> = session
-                .subscribed(LISTENER)
-                .into_iter()
-                .filter(|name| source.may_read(token, name))
-                .collect();
-            if want != *dialed {
-                handle.dial(want.clone());
-                *dialed = want;
-            }
-        }
-    };
-    // A proxyless client's snapshot answers what it asked for once it was
-    // rebuilt for the services it dials: before, a listener it asked for
-    // would be missing from the response, which says it does not exist.
-    let ready = |current: &Option<Arc<Snapshot>>, dialed: &BTreeSet<String>| match &target {
-        Target::Sidecar => true,
-        Target::Proxyless { .. } => current
-            .as_ref()
-            .is_some_and(|s| s.upstreams.keys().eq(dialed.iter())),
-    };
-    let generate: fn(&Snapshot) -> Resources = match &target {
-        Target::Sidecar => super::resources::generate,
-        Target::Proxyless { .. } => super::grpc::generate,
-    };
-    if let Some(s) = &current {
-        session.set_resources(server::build_with(s, generate).await);
-    }
-    on_request(&id, &mut session, &first, limits)?;
-    dial(&session, &mut dialed);
-    loop {
-        if ready(&current, &dialed) {
-            while let Some(push) = session.next_push() {
-                tracing::debug!(proxy = %id, type_url = %push.type_url, version = %push.version_info, resources = push.resources.len(), "xds (sotw): push");
-                if tx.send(Ok(push)).await.is_err() {
-                    return Ok(()); // the client went away
-                }
-            }
-        }
-        tokio::select! {
-            msg = inbound.message() => match msg {
-                Ok(Some(req)) => {
-                    on_request(&id, &mut session, &req, limits)?;
-                    dial(&session, &mut dialed);
-                }
-                Ok(None) => return Ok(()),
-                Err(status) => {
-                    tracing::debug!(proxy = %id, %status, "xds (sotw): stream ended");
-                    return Ok(());
-                }
-            },
-            changed = rx.changed() => {
-                if changed.is_err() {
-                    return Err(server::gone(&id));
-                }
-                let next = rx.borrow_and_update().clone();
-                match &next {
-                    None => return Err(server::gone(&id)),
-                    Some(s) if current.as_ref().is_some_and(|c| c.version == s.version) => {}
-                    Some(s) => {
-                        // A sidecar's destination may have changed with it.
-                        source.authorize(token, &id, destination(&next).as_deref())?;
-                        session.set_resources(server::build_with(s, generate).await);
-                    }
-                }
-                current = next;
-            }
-            changed = acl.changed() => {
-                if changed.is_err() {
-                    return Err(Status::unavailable("the server is stopping"));
-                }
-                acl.borrow_and_update();
-                source.authorize(token, &id, destination(&current).as_deref())?;
-                expires = source.expiry(token);
-                // A service no longer readable is no longer dialed.
-                dial(&session, &mut dialed);
-            }
-            () = server::until(expires) => {
-                source.authorize(token, &id, destination(&current).as_deref())?;
-                expires = source.expiry(token);
-            }
-        }
-    }
-}
-
-/// Takes in one request; a stream subscribed to too many names ends.
-fn on_request(
-    id: &str, session: &mut Session, req: &DiscoveryRequest, limits: &Limits,
-) -> Result<(), Status> {
-    match session.on_request(req) {
-        Reply::Nack { type_url, error } => {
-            crate::metrics::XDS_NACKS.inc();
-            tracing::warn!(proxy = %id, %type_url, %error, "xds (sotw): the client rejected a push (NACK); it keeps its last accepted version");
-        }
-        Reply::Stale { type_url } => {
-            tracing::debug!(proxy = %id, %type_url, "xds (sotw): a request for an older response, ignored");
-        }
-        Reply::Unknown { type_url } => {
-            tracing::debug!(proxy = %id, %type_url, "xds (sotw): a type this server does not serve");
-        }
-        Reply::Ack { .. } | Reply::None => {}
-    }
-    let names = session.names();
-    if names > limits.max_names {
-        return Err(Status::resource_exhausted(format!(
-            "{names} resource names subscribed on one stream: at most {} are served",
-            limits.max_names
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
