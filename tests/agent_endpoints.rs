@@ -266,6 +266,23 @@ fn a_token_set_on_an_agent_is_used_for_requests_without_one() {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// Consul answers a token write with ACLs off 401 `ACL support disabled`:
+/// a 200 would tell the operator a token is in force when nothing checks it.
+#[test]
+fn setting_a_token_with_acls_off_is_refused_on_a_server_and_a_client_agent() {
+    let s = Server::dev();
+    let agent = Agent::builder("noacl-agent", &s.url).start();
+    let body = r#"{"Token": "x"}"#;
+    for addr in [s.http_addr, agent.http_addr] {
+        let r = request(addr, "PUT", "/v1/agent/token/default", Some(body));
+        assert_eq!(
+            (r.status, r.body.trim()),
+            (401, "ACL support disabled"),
+            "{addr}"
+        );
+    }
+}
+
 #[test]
 fn force_leave_removes_a_failed_server_and_a_client_node() {
     let mut servers = Server::cluster(3);

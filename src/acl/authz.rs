@@ -297,6 +297,12 @@ impl Authorizer {
         &self.accessor
     }
 
+    /// Whether this is `allow_all`, what a server without ACLs hands out:
+    /// every token, management's included, has an accessor.
+    pub fn acls_off(&self) -> bool {
+        self.accessor.is_empty() && matches!(self.fallback, Fallback::Manage)
+    }
+
     /// The error for a failed check, e.g. `a.deny("key:write", "other/x")`;
     /// `resource` empty for permissions without a name (`operator:read`).
     pub fn deny(&self, permission: &str, resource: &str) -> Denied {
@@ -878,6 +884,8 @@ mod tests {
 
     #[test]
     fn management_and_acls_off_allow_everything() {
+        assert!(Authorizer::allow_all().acls_off());
+        assert!(!Authorizer::management("m1").acls_off());
         for a in [Authorizer::management("m1"), Authorizer::allow_all()] {
             check(
                 &a,

@@ -149,6 +149,10 @@ async fn set_token(
     State(a): State<App>, z: Authz, Path(kind): Path<String>, body: Bytes,
 ) -> Result<Response> {
     z.require(z.acl_write(), "acl:write", "")?;
+    // Consul's answer with ACLs off: a token set there would do nothing.
+    if z.authorizer().acls_off() {
+        return Err(Error::Unauthorized("ACL support disabled".into()));
+    }
     let kind =
         token_kind(&kind).ok_or_else(|| Error::NotFound(format!("Token {kind:?} is unknown")))?;
     let body: TokenBody = decode_json(&body)?;
