@@ -175,6 +175,9 @@ struct ServerArgs {
     /// (RESOURCE_EXHAUSTED).
     #[arg(long, default_value_t = cairn::http::grpc::MAX_STREAMS, hide = true)]
     grpc_max_streams: usize,
+    /// gRPC connections open at once; past it a new one is closed at once.
+    #[arg(long, default_value_t = cairn::http::grpc::MAX_CONNS, hide = true)]
+    grpc_max_conns: usize,
     /// xDS streams with no token (ACLs on) open at once, apart from those
     /// with one; past it a new one is refused (RESOURCE_EXHAUSTED).
     #[arg(long, default_value_t = cairn::xds::Limits::default().max_anonymous, hide = true)]
@@ -910,6 +913,7 @@ fn main() -> anyhow::Result<()> {
                         first_request: a.xds_first_request_timeout.0,
                         ..Default::default()
                     },
+                    max_conns: a.grpc_max_conns,
                 })
             };
             tokio::runtime::Builder::new_multi_thread()

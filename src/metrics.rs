@@ -83,6 +83,10 @@ counters! { ALL:
         "cairn_http_conns_refused_total",
         "HTTP connections closed at once: over the connection cap"
     );
+    GRPC_CONNS_REFUSED = (
+        "cairn_grpc_conns_refused_total",
+        "gRPC connections closed at once: over the connection cap"
+    );
     RAFT_CONNS_REFUSED = (
         "cairn_raft_conns_refused_total",
         "connections to the Raft port closed to make room for a newer one: over a connection cap"

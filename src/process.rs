@@ -169,7 +169,7 @@ pub async fn server(
             server.clone(),
             l,
             tls,
-            g.xds.clone(),
+            g.clone(),
             stop_grpc.clone(),
         ));
     }

@@ -4,7 +4,8 @@
 //! streams hold no slot proxies need, a stream's subscriptions are bounded,
 //! `WatchServers` needs a token; `/v1/internal/proxycfg` is checked always
 //! and again while it blocks; and every read that holds its request open
-//! takes a place among `--http-max-blocking-queries`.
+//! takes a place among `--http-max-blocking-queries`; the gRPC port's
+//! connections are capped, and the streams of one.
 
 mod common;
 
@@ -536,4 +537,71 @@ fn reads_that_hold_their_request_take_a_blocking_query_place() {
         ),
         200
     );
+}
+
+/// The server's first SETTINGS frame on a fresh HTTP/2 connection, as
+/// (identifier, value) pairs; None when the server closed it instead.
+fn h2_settings(addr: SocketAddr) -> Option<Vec<(u16, u32)>> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The client preface and an empty SETTINGS frame.
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .ok()?;
+    let mut head = [0u8; 9];
+    c.read_exact(&mut head).ok()?;
+    assert_eq!(head[3], 4, "the server's first frame is its SETTINGS");
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    Some(
+        body.chunks(6)
+            .map(|p| {
+                (
+                    u16::from_be_bytes([p[0], p[1]]),
+                    u32::from_be_bytes([p[2], p[3], p[4], p[5]]),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Connections past `--grpc-max-conns` are closed at once and counted, a
+/// place freed is taken again, and one connection may not open more than
+/// 1,024 streams at once (its SETTINGS say so): a client cannot hold every
+/// descriptor or every xDS slot by itself.
+#[test]
+fn the_grpc_port_caps_connections_and_the_streams_of_one() {
+    let s = Server::builder()
+        .dev()
+        .arg("--grpc-max-conns")
+        .arg("2")
+        .start();
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(s.grpc_addr).unwrap())
+        .collect();
+    // The held ones are admitted first: wait until the port saw them.
+    let mut c = TcpStream::connect(s.grpc_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.read(&mut b);
+    let closed = match &r {
+        Ok(n) => *n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "a third connection was served: {r:?}");
+    eventually(Duration::from_secs(5), "the refusal counted", || {
+        (s.metric("cairn_grpc_conns_refused_total") >= 1.0).then_some(())
+    });
+    drop(held);
+    // A freed place is taken again (once the closes reach the server).
+    let settings = eventually(
+        Duration::from_secs(5),
+        "a connection admitted again",
+        || h2_settings(s.grpc_addr),
+    );
+    // SETTINGS_MAX_CONCURRENT_STREAMS (0x3).
+    assert!(settings.contains(&(3, 1024)), "{settings:?}");
 }

@@ -36,11 +36,23 @@ use crate::proxycfg::{ProxyKey, Snapshot};
 /// xDS streams open at once by default; past it RESOURCE_EXHAUSTED.
 pub const MAX_STREAMS: usize = 16_384;
 
-/// Where the gRPC port listens and the bounds of its xDS streams.
+/// Connections open at once by default; past it a new one is closed at
+/// once. An Envoy or a dataplane holds one; thousands of them fit.
+pub const MAX_CONNS: usize = 4_096;
+
+/// HTTP/2 streams one connection may have open at once (its
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`), so one client cannot take every
+/// xDS slot and task by itself; the benchmarks multiplex ~600 per
+/// connection.
+pub const MAX_STREAMS_PER_CONN: u32 = 1_024;
+
+/// Where the gRPC port listens and its bounds.
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
     pub addr: SocketAddr,
     pub xds: crate::xds::Limits,
+    /// Connections open at once (`--grpc-max-conns`).
+    pub max_conns: usize,
 }
 
 /// Bound before anything else starts, so a taken port refuses the start.
@@ -52,9 +64,10 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// Serves the gRPC port until `stop` is notified.
 pub async fn serve(
-    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, xds: crate::xds::Limits,
+    s: App, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>, config: GrpcConfig,
     stop: Arc<tokio::sync::Notify>,
 ) {
+    let GrpcConfig { xds, max_conns, .. } = config;
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
     let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), xds);
     let router = tonic::service::Routes::new(ads)
@@ -63,11 +76,13 @@ pub async fn serve(
         .prepare();
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONN));
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_conns.max(1)));
     let shutdown = async move { stop.notified().await };
     let result = match tls {
         None => {
-            let incoming = accept(listener, |tcp| async move { Ok(tcp) });
+            let incoming = accept(listener, slots, |tcp| async move { Ok(tcp) });
             server
                 .serve_with_incoming_shutdown(router, incoming, shutdown)
                 .await
@@ -77,12 +92,12 @@ pub async fn serve(
             let mut cfg = (*cfg).clone();
             cfg.alpn_protocols = vec![b"h2".to_vec()];
             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-            let incoming = accept(listener, move |tcp| {
+            let incoming = accept(listener, slots, move |tcp| {
                 let acceptor = acceptor.clone();
                 async move {
                     match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
                     {
-                        Ok(Ok(tls)) => Ok(TlsIo(tls)),
+                        Ok(Ok(tls)) => Ok(tls),
                         Ok(Err(e)) => Err(e),
                         Err(_) => Err(std::io::Error::other("TLS handshake timed out")),
                     }
@@ -99,16 +114,18 @@ pub async fn serve(
 }
 
 /// Accepted connections, each set up (the TLS handshake) on its own task
-/// so that a slow client holds up no other; failed ones are dropped.
+/// so that a slow client holds up no other; failed ones are dropped. Each
+/// holds one of `slots` until it closes; with none left a new connection
+/// is closed at once, before its handshake costs anything.
 fn accept<IO, F, Fut>(
-    listener: TcpListener, setup: F,
-) -> impl Stream<Item = Result<IO, std::io::Error>> + Send
+    listener: TcpListener, slots: Arc<tokio::sync::Semaphore>, setup: F,
+) -> impl Stream<Item = Result<Admitted<IO>, std::io::Error>> + Send
 where
     IO: Send + 'static,
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::io::Result<IO>> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<std::io::Result<IO>>(64);
+    let (tx, rx) = mpsc::channel::<std::io::Result<Admitted<IO>>>(64);
     tokio::spawn(async move {
         let setup = Arc::new(setup);
         loop {
@@ -120,12 +137,17 @@ where
                     continue;
                 }
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                crate::metrics::GRPC_CONNS_REFUSED.inc();
+                tracing::debug!(%peer, "gRPC connection refused: at the connection cap");
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let (conn_tx, setup) = (tx.clone(), setup.clone());
             tokio::spawn(async move {
                 match setup(tcp).await {
                     Ok(io) => {
-                        let _ = conn_tx.send(Ok(io)).await;
+                        let _ = conn_tx.send(Ok(Admitted { io, _slot: slot })).await;
                     }
                     Err(e) => tracing::debug!(%peer, "gRPC connection refused: {e}"),
                 }
@@ -141,35 +163,56 @@ where
     )
 }
 
-/// A TLS connection, as tonic's server wants its connections.
-struct TlsIo(tokio_rustls::server::TlsStream<TcpStream>);
+/// An admitted connection (plain or TLS), as tonic's server wants its
+/// connections, holding its place under the connection cap.
+struct Admitted<IO> {
+    io: IO,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
 
-impl tonic::transport::server::Connected for TlsIo {
-    type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.connect_info()
+/// The TCP connection under a stream, for the peer's address.
+trait Tcp {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Tcp for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
     }
 }
 
-impl AsyncRead for TlsIo {
+impl Tcp for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+impl<IO: Tcp> tonic::transport::server::Connected for Admitted<IO> {
+    type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.tcp().connect_info()
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for TlsIo {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.io).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.io).poll_flush(cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
