@@ -19,6 +19,11 @@ use crate::request::authz::Authz;
 use crate::request::{Params, QueryOptions};
 use crate::structs::connect::{CaRoots, IssuedCert};
 
+/// Leaves the agent keeps at most: past it the one due for renewal first
+/// makes room, so callers naming ever new services cannot grow the agent
+/// without bound.
+const MAX_LEAVES: usize = 4_096;
+
 /// service → (the active root it was signed under, the leaf).
 #[derive(Default)]
 pub struct AgentLeaves {
@@ -72,11 +77,31 @@ impl Agent {
         cert.create_index = index;
         cert.modify_index = index;
         let cert = Arc::new(cert);
-        self.leaves.certs.lock().insert(
-            service.to_string(),
-            (roots.active_root_id.clone(), cert.clone()),
-        );
+        self.leaves
+            .keep(service, roots.active_root_id.clone(), cert.clone());
         Ok(cert)
+    }
+}
+
+impl AgentLeaves {
+    /// Keeps `cert` as `service`'s leaf, within `MAX_LEAVES`.
+    fn keep(&self, service: &str, root: String, cert: Arc<IssuedCert>) {
+        let mut certs = self.certs.lock();
+        if certs.len() >= MAX_LEAVES && !certs.contains_key(service) {
+            let first_due = certs
+                .iter()
+                .min_by_key(|(_, (_, c))| ca::renew_at(c))
+                .map(|(name, _)| name.clone());
+            if let Some(name) = first_due {
+                certs.remove(&name);
+            }
+        }
+        certs.insert(service.to_string(), (root, cert));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.certs.lock().len()
     }
 }
 
@@ -123,5 +148,40 @@ pub async fn leaf(
             tokio::time::sleep(until_renew).await;
             roots_index = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(after: &str, before: &str) -> Arc<IssuedCert> {
+        Arc::new(IssuedCert {
+            valid_after: after.into(),
+            valid_before: before.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_cap_dropping_the_leaf_due_first() {
+        let leaves = AgentLeaves::default();
+        let late = cert("2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z");
+        let early = cert("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z");
+        leaves.keep("due-first", "r".into(), early);
+        for i in 1..MAX_LEAVES {
+            leaves.keep(&format!("s{i}"), "r".into(), late.clone());
+        }
+        assert_eq!(leaves.len(), MAX_LEAVES);
+        // Another service: the one due first makes room.
+        leaves.keep("new", "r".into(), late.clone());
+        assert_eq!(leaves.len(), MAX_LEAVES);
+        let certs = leaves.certs.lock();
+        assert!(certs.contains_key("new") && !certs.contains_key("due-first"));
+        drop(certs);
+        // A leaf renewed in place takes no other's room.
+        leaves.keep("s1", "r2".into(), late);
+        assert_eq!(leaves.len(), MAX_LEAVES);
+        assert!(leaves.certs.lock().contains_key("s2"));
     }
 }
