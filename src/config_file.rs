@@ -108,6 +108,8 @@ pub struct FileConfig {
     /// Servers of other datacenters (appended across files).
     pub retry_join_wan: Vec<String>,
     pub bind_addr: Option<String>,
+    /// `advertise_addr`: the address others reach this node on.
+    pub advertise_addr: Option<String>,
     pub client_addr: Option<String>,
     pub addresses: Addresses,
     pub ports: Ports,
@@ -173,6 +175,7 @@ impl FileConfig {
                 "retry_join" => self.retry_join.extend(f.strings(&key, &v)?),
                 "retry_join_wan" => self.retry_join_wan.extend(f.strings(&key, &v)?),
                 "bind_addr" => self.bind_addr = Some(f.string(&key, &v)?),
+                "advertise_addr" => self.advertise_addr = Some(f.string(&key, &v)?),
                 "client_addr" => self.client_addr = Some(f.string(&key, &v)?),
                 "log_level" => self.log_level = Some(f.string(&key, &v)?),
                 "log_json" => self.log_json = Some(f.bool(&key, &v)?),

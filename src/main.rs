@@ -317,6 +317,11 @@ struct ListenArgs {
     /// HTTPS clients must present a certificate signed by the CA.
     #[arg(long)]
     tls_verify_incoming: bool,
+    /// The address others reach this node on (Consul's `-advertise`): its
+    /// catalog address and, on a server, the Raft (and, for a wildcard
+    /// --http-addr, HTTP) address its peers use. Default: the bound ones.
+    #[arg(long, value_name = "IP")]
+    advertise: Option<std::net::IpAddr>,
 }
 
 /// The ACL flags: servers take all of them, agents only their tokens.
@@ -475,6 +480,14 @@ fn apply_common(
         listen.http_addr,
         f.listen(&f.addresses.http, f.ports.http, 8500)
     );
+    if !given(m, "advertise")
+        && let Some(ip) = &f.advertise_addr
+    {
+        listen.advertise = Some(
+            ip.parse()
+                .map_err(|e| anyhow::anyhow!("advertise_addr {ip:?}: {e}"))?,
+        );
+    }
     if !given(m, "https_addr") && f.ports.https.is_some_and(|p| p > 0) {
         let addr = f
             .listen(&f.addresses.https, f.ports.https, 8501)
@@ -805,6 +818,7 @@ fn main() -> anyhow::Result<()> {
                 node: a.node.unwrap_or_else(hostname),
                 data_dir,
                 http_addr,
+                advertise: a.listen.advertise,
                 servers,
                 ui: a.ui.config(false),
                 config_sources: a.config.sources(),
@@ -877,6 +891,7 @@ fn main() -> anyhow::Result<()> {
                 data_dir,
                 http_addr,
                 raft_addr: a.raft_addr,
+                advertise: a.listen.advertise,
                 bootstrap_expect: a.bootstrap_expect,
                 join: a.join,
                 primary_datacenter: a.primary_datacenter,

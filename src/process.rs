@@ -406,6 +406,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         node: config.node.clone(),
         data_dir: config.data_dir.join("agent"),
         http_addr: config.http_addr,
+        advertise: config.advertise,
         servers: vec![format!("{scheme}://{local}")],
         config_sources: config.config_sources.clone(),
         sync_interval: crate::agent::sync::DEFAULT_INTERVAL,

@@ -32,6 +32,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub http_addr: SocketAddr,
     pub raft_addr: SocketAddr,
+    /// The address peers and the catalog know this server by
+    /// (`--advertise`); none: the bound addresses.
+    pub advertise: Option<std::net::IpAddr>,
     pub bootstrap_expect: usize,
     pub join: Vec<String>,
     /// The federation's primary datacenter (none: this one).
@@ -107,6 +110,7 @@ impl ServerConfig {
             data_dir,
             http_addr: HTTP_ADDR,
             raft_addr: RAFT_ADDR,
+            advertise: None,
             bootstrap_expect: 0,
             join: Vec::new(),
             primary_datacenter: None,
@@ -138,10 +142,27 @@ impl ServerConfig {
     /// it on: `host:port` for plain HTTP, `https://host:port` when only
     /// HTTPS is served.
     pub fn advertised_http(&self) -> String {
-        match &self.tls {
-            Some(t) if t.http_off => format!("https://{}", self.http_addr),
-            _ => self.http_addr.to_string(),
+        // A wildcard address is reached on the advertised one.
+        let mut addr = self.http_addr;
+        if let Some(ip) = self.advertise
+            && addr.ip().is_unspecified()
+        {
+            addr.set_ip(ip);
         }
+        match &self.tls {
+            Some(t) if t.http_off => format!("https://{addr}"),
+            _ => addr.to_string(),
+        }
+    }
+
+    /// The Raft address peers (and other datacenters) dial: the bound
+    /// port at the advertised address, if one is given.
+    pub fn advertised_raft(&self) -> SocketAddr {
+        let mut addr = self.raft_addr;
+        if let Some(ip) = self.advertise {
+            addr.set_ip(ip);
+        }
+        addr
     }
 }
 
@@ -551,7 +572,7 @@ impl Server {
 
         let me = ServerNode {
             name: config.node.clone(),
-            raft_addr: config.raft_addr.to_string(),
+            raft_addr: config.advertised_raft().to_string(),
             http_addr: config.advertised_http(),
         };
         let cluster = Arc::new(Cluster::new(

@@ -72,6 +72,8 @@ pub struct AgentConfig {
     pub node: String,
     pub data_dir: PathBuf,
     pub http_addr: SocketAddr,
+    /// Its catalog address (`--advertise`); none: the HTTP address's.
+    pub advertise: Option<std::net::IpAddr>,
     /// Server base URLs (`http://host:port` or `https://host:port`).
     pub servers: Vec<String>,
     /// Its configuration files: their service and check definitions are
@@ -485,12 +487,13 @@ async fn reap_critical(a: Arc<Agent>) {
     }
 }
 
-/// The node as the agent registers it: addressed by its HTTP address (a
-/// wildcard address advertises loopback).
+/// The node as the agent registers it: addressed by `--advertise`, else
+/// by its HTTP address (a wildcard address advertises loopback).
 fn node_info(config: &AgentConfig, id: String) -> NodeInfo {
-    let ip = match config.http_addr.ip() {
-        ip if ip.is_unspecified() => "127.0.0.1".to_string(),
-        ip => ip.to_string(),
+    let ip = match (config.advertise, config.http_addr.ip()) {
+        (Some(ip), _) => ip.to_string(),
+        (None, ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+        (None, ip) => ip.to_string(),
     };
     let tagged = ["lan", "lan_ipv4", "wan", "wan_ipv4"]
         .iter()

@@ -380,7 +380,7 @@ impl Federation {
             primary: self.primary.clone(),
             server: WanServer {
                 name: self.server.node_name().to_owned(),
-                raft_addr: self.server.config().raft_addr.to_string(),
+                raft_addr: self.server.config().advertised_raft().to_string(),
             },
             known,
         }

@@ -52,7 +52,7 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
     Ok(axum::Json(json!({
         "Config": config,
         "DebugConfig": debug,
-        "Member": member_json(&s, s.node_name(), &s.config().raft_addr.to_string()),
+        "Member": member_json(&s, s.node_name(), &s.config().advertised_raft().to_string()),
         "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
         "xDS": agent.map(|a| crate::agent::api::xds_config(a)),
         "Stats": {
