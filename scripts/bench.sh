@@ -497,7 +497,8 @@ fi
 # WAN): a read of dc2's key through dc1 (`?dc=dc2`, over the Raft port's
 # transport) beside the same read asked of dc2 itself, and how long a
 # config entry written in dc1 takes to be read in dc2 (scripts/fed_lag.py);
-# a prepared query's execute beside the health read it stands for.
+# a prepared query's execute beside the health read it stands for; then,
+# ACLs on, a global token's replication lag.
 FED="$OUT/federation.md"
 fnote() { printf '| %s | %s |\n' "$1" "$2" >>"$FED"; echo "  $1: $2"; }
 if [[ " $PARTS " == *" federation "* ]]; then
@@ -540,6 +541,27 @@ if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_L
     "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
 else
   fnote "replication lag of a config entry" "failed (see $LOG)"
+fi
+stop_all
+rm -rf "$OUT/cairn"
+# Tokens replicate only with ACLs on: the same two datacenters again, ACLs
+# on (default deny) in both, and the lag of a global token made in dc1
+# until dc2 reads it by its accessor.
+ROOT_TOKEN=0b5e3c1a-0000-4000-8000-00000000be0c
+ACLS=(--acl-enabled --acl-default-policy deny --acl-initial-management-token "$ROOT_TOKEN" --acl-agent-token "$ROOT_TOKEN")
+start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1 "${ACLS[@]}"
+start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)" "${ACLS[@]}"
+CAIRN_LOAD_TOKEN=$ROOT_TOKEN "$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+CAIRN_LOAD_TOKEN=$ROOT_TOKEN "$LOAD" leader --system cairn --addrs "$(ch 1)" >/dev/null
+for _ in $(seq 1 300); do
+  curl -sf -H "X-Consul-Token: $ROOT_TOKEN" "http://$(ch 1)/v1/acl/replication" | grep -q '"Running": *true' && break
+  sleep 0.1
+done
+if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_LAG_RUNS:-50}" "$ROOT_TOKEN" token 2>>"$LOG"); then
+  fnote "replication lag of a global ACL token, dc1 → dc2 (${BENCH_LAG_RUNS:-50} tokens)" \
+    "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
+else
+  fnote "replication lag of a global ACL token" "failed (see $LOG)"
 fi
 stop_all
 rm -rf "$OUT/cairn"

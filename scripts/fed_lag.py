@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Replication lag from the primary to a secondary (make bench, part
-`federation`): writes RUNS service-defaults entries at PRIMARY and times
-until each reads back at SECONDARY (polled every 2 ms). Prints
+`federation`): writes RUNS objects at PRIMARY and times until each reads
+back at SECONDARY (polled every 2 ms). KIND `config`: service-defaults
+entries; `token`: ACL tokens (needs ACLs on and a management TOKEN), each
+read back by its accessor. Prints
 `row=lag runs=.. p50_ms=.. p99_ms=.. max_ms=.. missing=..`.
 
-Usage: fed_lag.py PRIMARY_URL SECONDARY_URL [RUNS] [TOKEN]"""
+Usage: fed_lag.py PRIMARY_URL SECONDARY_URL [RUNS] [TOKEN] [KIND]"""
 
 import json
 import sys
@@ -13,29 +15,43 @@ import urllib.error
 import urllib.request
 
 
-def call(url, method="GET", body=None, token=None):
+def call(url, method="GET", body=None, token=None, answer=False):
     req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode())
     if token:
         req.add_header("X-Consul-Token", token)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status
+            return (r.status, json.load(r)) if answer else r.status
     except urllib.error.HTTPError as e:
-        return e.code
+        return (e.code, None) if answer else e.code
+
+
+def write_config(primary, name, token):
+    """A service-defaults entry; the path that reads it back."""
+    if call(f"{primary}/v1/config", "PUT", {"Kind": "service-defaults", "Name": name, "Protocol": "http"}, token) != 200:
+        raise SystemExit(f"the write of {name} at the primary failed")
+    return f"/v1/config/service-defaults/{name}"
+
+
+def write_token(primary, name, token):
+    """A global token; the path that reads it back by accessor."""
+    status, made = call(f"{primary}/v1/acl/token", "PUT", {"Description": name}, token, answer=True)
+    if status != 200:
+        raise SystemExit(f"the token {name} was not made at the primary: {status}")
+    return f"/v1/acl/token/{made['AccessorID']}"
 
 
 def main():
     primary, secondary = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 50
-    token = sys.argv[4] if len(sys.argv) > 4 else None
+    token = (sys.argv[4] or None) if len(sys.argv) > 4 else None
+    write = {"config": write_config, "token": write_token}[sys.argv[5] if len(sys.argv) > 5 else "config"]
     lags, missing = [], 0
     stamp = int(time.time())
     for i in range(runs):
-        name = f"lag-{stamp}-{i}"
-        if call(f"{primary}/v1/config", "PUT", {"Kind": "service-defaults", "Name": name, "Protocol": "http"}, token) != 200:
-            raise SystemExit(f"the write of {name} at the primary failed")
+        path = write(primary, f"lag-{stamp}-{i}", token)
         t0 = time.monotonic()
-        while call(f"{secondary}/v1/config/service-defaults/{name}", token=token) != 200:
+        while call(f"{secondary}{path}", token=token) != 200:
             if time.monotonic() - t0 > 10:
                 missing += 1
                 break
