@@ -290,8 +290,11 @@ fn watchers_get_correct_answers_after_the_server_they_stream_from_is_killed() {
         &json!({"Node": "n1", "ServiceID": "web1"}).to_string(),
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    let direct = servers[alive[1]].get("/v1/health/service/web?stale");
-    for r in w.join().unwrap() {
+    let answers = w.join().unwrap();
+    // A survivor's own answer once it has applied the deregistration too.
+    let direct =
+        servers[alive[1]].get(&format!("/v1/health/service/web?stale&wait=20s&index={at}"));
+    for r in answers {
         assert!(streamed(&r));
         assert!(r.index() > at);
         assert_eq!(ids(&r.json()), ["web2"]);
@@ -433,4 +436,153 @@ node "n1" { policy = "read" }"#,
         assert_eq!(ids(&r.json()), ["web1", "web4"]);
     }
     assert!(started.elapsed() < DEADLINE);
+
+    // The short token narrowed to no node at all: its view starts over
+    // under the new rules, and its watcher is told it holds nothing (not
+    // the instances it read before, kept for good).
+    let at = read(a.http_addr, Some(&short)).index();
+    let w = watchers(
+        a.http_addr,
+        "/v1/health/service/web?index=".into(),
+        at,
+        1,
+        Some(short.clone()),
+    );
+    eventually(DEADLINE, "the watcher parked", || {
+        (metric_as_root(a.http_addr, "cairn_blocking_queries_parked") >= 1.0).then_some(())
+    });
+    let id = with(s.http_addr, "GET", "/v1/acl/policy/name/short", None, ROOT).json()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    common::acl::as_root(
+        s.http_addr,
+        "PUT",
+        &format!("/v1/acl/policy/{id}"),
+        &json!({"Name": "short", "Rules": r#"service "web" { policy = "read" }"#}),
+    );
+    for r in w.join().unwrap() {
+        assert!(streamed(&r));
+        assert!(r.index() > at, "woken by the change of rights");
+        assert_eq!(ids(&r.json()), Vec::<String>::new());
+        assert_eq!(r.json(), direct(Some(&short)).json());
+    }
+}
+
+/// The pid of agent `a`: the process whose command line has its HTTP
+/// address.
+fn agent_pid(a: &Agent) -> u32 {
+    let want = "agent\0";
+    let addr = a.http_addr.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains(&want) && cmd.contains(&addr)
+        })
+        .expect("the agent's process")
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command's closing parenthesis: state is field 3, utime
+    // field 14 and stime field 15, in clock ticks (100 a second).
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// The measurement behind `docs/benchmarks.md`'s "client agent streaming
+/// backend" rows (not a test: `cargo test --test agent_streaming --
+/// --ignored --nocapture`): 1,000 watchers of one service on one agent,
+/// each asking again at once after every answer (as consul-template
+/// does), and one change of the service a second for 30 s; the server's
+/// and the agent's CPU time over those 30 s, with the streaming backend
+/// and without.
+#[test]
+#[ignore]
+fn measure_server_cpu_with_and_without_the_streaming_backend() {
+    const WATCHERS: usize = 1000;
+    const SECONDS: u64 = 30;
+    for streaming in [true, false] {
+        let s = Server::dev();
+        s.settle();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("agent.hcl"),
+            format!("use_streaming_backend = {streaming}\n"),
+        )
+        .unwrap();
+        let a = Agent::builder("a1", &s.url).config_dir(dir.path()).start();
+        register(&s, "n1", "web1", "v1", "passing");
+        let index = a.get("/v1/health/service/web").index();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let answers = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let url = format!("{}/v1/health/service/web?wait=60s&index=", a.url);
+        let loops = {
+            let (stop, answers) = (stop.clone(), answers.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(async move {
+                    let c = cairn::tls::http_client()
+                        .timeout(Duration::from_secs(120))
+                        .build()
+                        .unwrap();
+                    let tasks = (0..WATCHERS).map(|_| {
+                        let (c, url, stop, answers) =
+                            (c.clone(), url.clone(), stop.clone(), answers.clone());
+                        async move {
+                            let mut at = index;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                let Ok(r) = c.get(format!("{url}{at}")).send().await else {
+                                    continue;
+                                };
+                                at = common::asynch::consul_index(&r).max(at);
+                                let _ = r.bytes().await;
+                                answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
+                    futures_util::future::join_all(tasks).await;
+                })
+            })
+        };
+        if streaming {
+            parked(&a, WATCHERS as u64);
+        } else {
+            s.wait_parked(WATCHERS as u64);
+        }
+        let (server, agent) = (s.pid().unwrap(), agent_pid(&a));
+        let (s0, a0) = (cpu_seconds(server), cpu_seconds(agent));
+        let answered0 = answers.load(std::sync::atomic::Ordering::Relaxed);
+        let t0 = Instant::now();
+        for i in 0..SECONDS {
+            let status = if i % 2 == 0 { "warning" } else { "passing" };
+            register(&s, "n1", "web1", "v1", status);
+            let next = t0 + Duration::from_secs(i + 1);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        let (s1, a1) = (cpu_seconds(server), cpu_seconds(agent));
+        let answered = answers.load(std::sync::atomic::Ordering::Relaxed) - answered0;
+        println!(
+            "streaming backend {}: {WATCHERS} watchers, {SECONDS} changes in {:.1}s: server CPU {:.2}s ({:.1}% of one core), agent CPU {:.2}s, {answered} answers",
+            if streaming { "on" } else { "off" },
+            t0.elapsed().as_secs_f64(),
+            s1 - s0,
+            (s1 - s0) * 100.0 / t0.elapsed().as_secs_f64(),
+            a1 - a0,
+        );
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // One more change lets every parked watcher return and stop.
+        register(&s, "n1", "web1", "v1", "critical");
+        loops.join().unwrap();
+    }
 }

@@ -334,7 +334,7 @@ async fn follow(
                 return Ended::Refused(e);
             }
             if line.end_of_snapshot {
-                m.end_of_snapshot(line.key_index.unwrap_or(line.index));
+                m.end_of_snapshot(line.key_index.unwrap_or(line.index), line.index);
                 unpublished = Some(line.index);
                 publish(m, tx, &mut unpublished, cursor);
             } else if line.new_snapshot_to_follow {

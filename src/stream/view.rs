@@ -64,6 +64,8 @@ pub struct Materializer {
     index: u64,
     in_snapshot: bool,
     changed: bool,
+    /// The instances of the last answer (none before the first).
+    published: Option<OrdMap<NodeKey, Arc<Instance>>>,
 }
 
 impl Default for Materializer {
@@ -73,6 +75,7 @@ impl Default for Materializer {
             index: 0,
             in_snapshot: true,
             changed: false,
+            published: None,
         }
     }
 }
@@ -93,11 +96,24 @@ impl Materializer {
         self.changed = true;
     }
 
-    /// The snapshot is complete; `key_index` is the service's own index
-    /// in it (its last change, what a health read reports).
-    pub fn end_of_snapshot(&mut self, key_index: u64) {
+    /// The snapshot (made at `index`) is complete; `key_index` is the
+    /// service's own index in it (its last change, what a health read
+    /// reports). A later snapshot that holds something else than the last
+    /// answer without the service having changed (the subscriber's token
+    /// may read more or less now) answers at the snapshot's index, so
+    /// that watchers are told.
+    pub fn end_of_snapshot(&mut self, key_index: u64, index: u64) {
         self.in_snapshot = false;
-        self.index = self.index.max(key_index);
+        let differs = self
+            .published
+            .as_ref()
+            .is_some_and(|last| *last != self.instances);
+        let at = if differs {
+            key_index.max(index)
+        } else {
+            key_index
+        };
+        self.index = self.index.max(at);
         self.changed = true;
     }
 
@@ -120,6 +136,7 @@ impl Materializer {
             return None;
         }
         self.changed = false;
+        self.published = Some(self.instances.clone());
         Some(Answer {
             index: self.index,
             instances: self.instances.clone(),
@@ -180,7 +197,9 @@ impl View {
                                 m.event(inst, e.op() == "Deregister", e.index);
                             }
                         }
-                        Item::EndOfSnapshot(_) => m.end_of_snapshot(sub.snapshot_key_index()),
+                        Item::EndOfSnapshot(index) => {
+                            m.end_of_snapshot(sub.snapshot_key_index(), index)
+                        }
                         Item::NewSnapshotToFollow => m.new_snapshot(),
                     }
                 }
