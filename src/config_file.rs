@@ -432,6 +432,16 @@ mod tests {
         })
     }
 
+    /// Consul's key for a client agent's streaming backend, a bool.
+    #[test]
+    fn use_streaming_backend_is_a_bool() {
+        let c = load(&[("a.hcl", "use_streaming_backend = false")]).unwrap();
+        assert_eq!(c.use_streaming_backend, Some(false));
+        assert!(c.unused.is_empty());
+        let e = load(&[("a.json", r#"{"use_streaming_backend": "no"}"#)]).unwrap_err();
+        assert!(e.0.contains("use_streaming_backend"), "{e}");
+    }
+
     #[test]
     fn consul_server_example() {
         let c = load(&[(
