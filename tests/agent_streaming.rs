@@ -480,7 +480,7 @@ fn agent_pid(a: &Agent) -> u32 {
         .find(|pid| {
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmd = String::from_utf8_lossy(&cmd);
-            cmd.contains(&want) && cmd.contains(&addr)
+            cmd.contains(want) && cmd.contains(&addr)
         })
         .expect("the agent's process")
 }
