@@ -133,6 +133,9 @@ pub struct FileConfig {
     pub ui_enabled: Option<bool>,
     /// `ui_config.dir` (or the legacy `ui_dir`).
     pub ui_dir: Option<PathBuf>,
+    /// `use_streaming_backend`: a client agent answers blocking health
+    /// reads from views fed by the servers' event stream (Consul's key).
+    pub use_streaming_backend: Option<bool>,
     /// Keys cairn does not use (`telemetry`, `acl.enable_token_persistence`, …),
     /// each once, with the first file that has it.
     pub unused: Vec<(String, PathBuf)>,
@@ -181,6 +184,7 @@ impl FileConfig {
                 "log_json" => self.log_json = Some(f.bool(&key, &v)?),
                 "encrypt" => self.encrypt = Some(f.string(&key, &v)?),
                 "ui" => self.ui_enabled = Some(f.bool(&key, &v)?),
+                "use_streaming_backend" => self.use_streaming_backend = Some(f.bool(&key, &v)?),
                 "ui_dir" => self.ui_dir = Some(f.string(&key, &v)?.into()),
                 "ui_config" => {
                     for (k, v) in f.block(&key, v)? {
@@ -429,6 +433,16 @@ mod tests {
             files: vec![],
             dirs: vec![dir.path().to_path_buf()],
         })
+    }
+
+    /// Consul's key for a client agent's streaming backend, a bool.
+    #[test]
+    fn use_streaming_backend_is_a_bool() {
+        let c = load(&[("a.hcl", "use_streaming_backend = false")]).unwrap();
+        assert_eq!(c.use_streaming_backend, Some(false));
+        assert!(c.unused.is_empty());
+        let e = load(&[("a.json", r#"{"use_streaming_backend": "no"}"#)]).unwrap_err();
+        assert!(e.0.contains("use_streaming_backend"), "{e}");
     }
 
     #[test]

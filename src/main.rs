@@ -282,6 +282,11 @@ struct AgentArgs {
     dns: DnsArgs,
     #[command(flatten)]
     ui: UiArgs,
+    /// Answer blocking `/v1/health/service|connect` reads from views fed
+    /// by one event stream per service (and token) instead of forwarding
+    /// each to a server (Consul's `use_streaming_backend`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    use_streaming_backend: bool,
 }
 
 /// A record TTL: a Go duration (0 allowed), in whole seconds.
@@ -646,6 +651,12 @@ fn apply_agent(m: &ArgMatches, f: &FileConfig, a: &mut AgentArgs) -> anyhow::Res
     from_file!(m, "node", a.node, f.node_name.clone().map(Some));
     from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
     from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
+    from_file!(
+        m,
+        "use_streaming_backend",
+        a.use_streaming_backend,
+        f.use_streaming_backend
+    );
     // An agent talks to servers' HTTP API: a retry_join host means its
     // port 8500.
     if !given(m, "servers") && !f.retry_join.is_empty() {
@@ -832,6 +843,7 @@ fn main() -> anyhow::Result<()> {
                 blocking: cairn::request::serve::Blocking::new(
                     cairn::request::serve::HttpLimits::default().max_blocking,
                 ),
+                streaming_backend: a.use_streaming_backend,
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()

@@ -147,7 +147,14 @@ pub static BLOCKING_PARKED: Gauge = Gauge::new(
     "blocking queries waiting for a change",
 );
 
-static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED];
+/// Open `/v1/internal/stream` subscriptions (a client agent's health
+/// views are among them: one per service and token it serves).
+pub static STREAM_SUBSCRIPTIONS: Gauge = Gauge::new(
+    "cairn_stream_subscriptions",
+    "open /v1/internal/stream subscriptions",
+);
+
+static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED, &STREAM_SUBSCRIPTIONS];
 
 /// Renders the counters plus gauges supplied by the caller.
 pub fn render(gauges: &[(&str, &str, f64)]) -> String {

@@ -419,6 +419,8 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         // The server's own, set by `run`.
         blocking: crate::request::serve::Blocking::new(config.limits.http.max_blocking),
         ui: Default::default(),
+        // The server answers health reads from its own views.
+        streaming_backend: false,
     })
 }
 

@@ -90,7 +90,7 @@ impl Fallback {
 }
 
 /// One resource kind's rules, ready for lookups.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Table {
     exact: HashMap<Box<str>, Access>,
     prefix: HashMap<Box<str>, Access>,
@@ -184,7 +184,7 @@ impl Table {
 }
 
 /// The merged rules of a token's policies, as tables.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Policy {
     key: Table,
     service: Table,
@@ -251,8 +251,10 @@ fn intentions_of(rules: &Rules) -> Named {
 }
 
 /// What one request may do. Cheap to share in an `Arc`; every check is a
-/// pure function of the merged rules and the default.
-#[derive(Debug)]
+/// pure function of the merged rules and the default. Equal authorizers
+/// allow the same (a subscription compares them when its token is
+/// resolved again).
+#[derive(Debug, PartialEq)]
 pub struct Authorizer {
     accessor: String,
     fallback: Fallback,

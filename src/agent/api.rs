@@ -150,6 +150,16 @@ pub fn router(agent: App) -> Router {
                 get(super::connect::leaf),
             )
             .route_layer(middleware::from_fn_with_state(agent.clone(), resolve_token))
+            // Read from views, else forwarded: the server that answers
+            // checks the token (`health_view`).
+            .route(
+                "/v1/health/service/{*name}",
+                get(super::health_view::instances::<false>),
+            )
+            .route(
+                "/v1/health/connect/{*name}",
+                get(super::health_view::instances::<true>),
+            )
             .fallback(forward)
             .with_state(agent),
     )
@@ -263,7 +273,7 @@ pub fn node_meta(a: &Agent) -> Value {
 pub static COUNTERS: &[&crate::metrics::Counter] = servers::ALL;
 
 /// This agent's gauges (a server adds its own).
-pub fn metric_gauges(a: &Agent) -> [(&'static str, &'static str, f64); 3] {
+pub fn metric_gauges(a: &Agent) -> [(&'static str, &'static str, f64); 4] {
     let (services, checks) = a
         .local
         .with(|t| (t.live_services().count(), t.live_checks().count()));
@@ -282,6 +292,11 @@ pub fn metric_gauges(a: &Agent) -> [(&'static str, &'static str, f64); 3] {
             "cairn_agent_cluster_size",
             "live agents plus servers, as the last heartbeat said",
             a.cluster_size() as f64,
+        ),
+        (
+            "cairn_agent_health_views",
+            "health views kept by the streaming backend (one stream each)",
+            a.health_views.len() as f64,
         ),
     ]
 }
@@ -659,7 +674,7 @@ fn near_this_agent(path: &str, node: &str) -> String {
 }
 
 /// Any other request: to a server, and its answer back as it streams.
-async fn forward(State(a): State<App>, req: Request) -> Response {
+pub(super) async fn forward(State(a): State<App>, req: Request) -> Response {
     match forward_inner(&a, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),

@@ -26,6 +26,7 @@
 //! | `api.rs` | the agent's HTTP API, and forwarding the rest |
 //! | `dns.rs` | a client agent's DNS answers, read from a server |
 //! | `events.rs` | user events: the servers' ring followed, this agent's own ring, `/v1/event/list` |
+//! | `health_view.rs` | the streaming backend: blocking health reads from views fed by the servers' event stream |
 
 mod acl;
 pub mod api;
@@ -35,6 +36,7 @@ mod connect;
 mod define;
 mod dns;
 pub mod events;
+mod health_view;
 mod host;
 pub mod liveness;
 pub mod local;
@@ -102,6 +104,9 @@ pub struct AgentConfig {
     /// The web UI it serves (`--ui`, `--ui-dir`; a server's own agent
     /// serves none: the server does).
     pub ui: crate::request::ui::UiConfig,
+    /// Blocking health reads answered from views fed by the servers' event
+    /// stream (`use_streaming_backend`), not forwarded one by one.
+    pub streaming_backend: bool,
 }
 
 /// Ports a node serves besides plain HTTP, as `/v1/agent/self`'s
@@ -163,6 +168,8 @@ pub struct Agent {
     sync_runs: tokio::sync::watch::Sender<(u64, bool)>,
     /// The user events received (`events`).
     events: events::Events,
+    /// Views answering blocking health reads (`health_view`).
+    health_views: health_view::HealthViews,
     /// Its node's network coordinate, moved by each heartbeat's RTT
     /// (`liveness`).
     coordinate: parking_lot::Mutex<crate::coordinate::Client>,
@@ -545,6 +552,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         talking: tokio::sync::RwLock::new(()),
         sync_runs: tokio::sync::watch::Sender::new((0, true)),
         events: Default::default(),
+        health_views: health_view::HealthViews::new(),
         coordinate: Default::default(),
         acl_tokens: parking_lot::RwLock::new((config.tokens.clone(), BTreeMap::new())),
         config,

@@ -47,6 +47,14 @@ crate::metrics::counters! { ALL:
         "cairn_agent_sync_failures_total",
         "anti-entropy runs that failed (retried with backoff)"
     );
+    STREAM_SUBSCRIPTIONS = (
+        "cairn_agent_stream_subscriptions_total",
+        "event stream subscriptions opened by health views (the streaming backend)"
+    );
+    VIEW_READS = (
+        "cairn_agent_view_reads_total",
+        "blocking health reads answered from a health view, not forwarded"
+    );
 }
 
 /// Why a request to the servers failed.

@@ -10,7 +10,6 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::get;
 
-use super::health::{all_passing, shown_nodes};
 use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::Result;
 use crate::request::NamedRoutes;
@@ -19,6 +18,7 @@ use crate::request::list_filter::{RowFilter, Rows, apply_filter, passing_flag};
 use crate::state::catalog::{Instance, service_instances};
 use crate::state::gateways::{gateway_services, ingress_gateways_for, watch_keys};
 use crate::state::keys;
+use crate::stream::view::{all_passing, shown_nodes};
 use crate::structs::ServiceKind;
 use crate::structs::config_entry::Kind;
 use crate::structs::rows::CheckServiceNode;

@@ -5,10 +5,8 @@
 //! `state::catalog::service_instances` gathers them; `?passing` keeps the
 //! instances whose checks all pass.
 
-use std::borrow::{Borrow, Cow};
 use std::sync::Arc;
 
-use crate::structs::rows::CheckServiceNode;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -19,15 +17,14 @@ use super::{App, Opts, Watch, blocking, json_filtered, keep};
 use crate::error::{Error, Result};
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
-use crate::request::list_filter::{
-    RowFilter, Rows, apply_filter, node_matches, node_meta_filters, passing_flag, tags_match,
-};
+use crate::request::list_filter::{RowFilter, Rows, apply_filter, node_matches, node_meta_filters};
 use crate::request::{Params, QueryOptions};
 use crate::server::Server;
 use crate::state::catalog::{Instance, node_checks, service_instances};
 use crate::state::{WatchKey, keys};
 use crate::stream::Topic;
-use crate::structs::{HEALTH_PASSING, HealthCheck, HealthStatus, Node};
+use crate::stream::view::{Selection, shown_nodes};
+use crate::structs::{HealthCheck, HealthStatus};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -133,28 +130,6 @@ async fn checks(
     Ok(json_filtered(s, index, &checks, filtered))
 }
 
-/// The nodes of `found` as health rows show them: one registered without
-/// a datacenter is shown in ours (only those few rows pay for a copy).
-pub(super) fn shown_nodes<'a, I: Borrow<Instance>>(found: &'a [I], dc: &str) -> Vec<Cow<'a, Node>> {
-    found
-        .iter()
-        .map(|i| {
-            let i = i.borrow();
-            if i.node.datacenter.is_empty() {
-                let mut n = (*i.node).clone();
-                n.datacenter = dc.to_owned();
-                Cow::Owned(n)
-            } else {
-                Cow::Borrowed(&*i.node)
-            }
-        })
-        .collect()
-}
-
-pub(super) fn all_passing(i: &Instance) -> bool {
-    i.checks.iter().all(|c| c.status == HEALTH_PASSING)
-}
-
 /// A check is shown to a token that may read its node, and its service
 /// if it has one (Consul's filter).
 fn check_visible(a: &Authz, c: &HealthCheck) -> bool {
@@ -167,10 +142,7 @@ async fn instances<const CONNECT: bool>(
     State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(p, opts): Opts,
 ) -> Result<Response> {
     let connect = CONNECT;
-    let passing = passing_flag(&p)?;
-    let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
-    let meta = node_meta_filters(&p);
-    let tags: Vec<&str> = p.all("tag");
+    let select = Selection::parse(&p)?;
     let merge = p.has(crate::merge::PARAM);
     // Blocking reads come from the service's materialized view (they wake
     // on its events only). `?consistent` reads the state after confirming
@@ -197,24 +169,11 @@ async fn instances<const CONNECT: bool>(
         (index, found.into_iter().map(Arc::new).collect())
     };
     let nodes = shown_nodes(&found, s.datacenter());
-    let mut rows: Vec<CheckServiceNode> = found
-        .iter()
-        .zip(nodes.iter())
-        .filter(|(i, _)| {
-            node_matches(&i.node, &meta)
-                && tags_match(&i.service, &tags)
-                && (!passing || all_passing(i))
-        })
-        .map(|(i, n)| CheckServiceNode {
-            node: n,
-            service: &i.service,
-            checks: &i.checks,
-        })
-        .collect();
+    let mut rows = select.select(&found, &nodes);
     let filtered = keep(&mut rows, |r| {
         a.service_read(&r.service.service) && a.node_read(&r.node.node)
     });
-    apply_filter(&filter, &mut rows);
+    select.filter(&mut rows);
     super::coordinate::sort_near(&s, &p, &mut rows, |r| &r.node.node);
     Ok(json_filtered(&s, index, &rows, filtered))
 }

@@ -19,12 +19,15 @@ pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/stream", get(stream))
 }
 
-fn line(item: Item) -> Bytes {
+/// An item's line; the end of a snapshot also says the key's own index
+/// (`KeyIndex`: for one service's health its last change, what a health
+/// read reports and a client agent's view answers at).
+fn line(item: Item, key_index: u64) -> Bytes {
     match item {
         Item::Event(e) => e.line.clone(),
-        Item::EndOfSnapshot(index) => {
-            Bytes::from(format!("{{\"EndOfSnapshot\":true,\"Index\":{index}}}\n"))
-        }
+        Item::EndOfSnapshot(index) => Bytes::from(format!(
+            "{{\"EndOfSnapshot\":true,\"Index\":{index},\"KeyIndex\":{key_index}}}\n"
+        )),
         Item::NewSnapshotToFollow => Bytes::from_static(b"{\"NewSnapshotToFollow\":true}\n"),
     }
 }
@@ -57,7 +60,10 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     let index = p.u64("index")?.unwrap_or(0);
     // Open as long as the caller keeps it: a place among the blocking
     // queries, held by the body.
-    let permit = s.blocking_permit()?;
+    let permit = (
+        s.blocking_permit()?,
+        crate::metrics::STREAM_SUBSCRIPTIONS.hold(),
+    );
     let mut sub = s
         .publisher()
         .subscribe(s.store().clone(), topic, key, index);
@@ -73,12 +79,13 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
             Ok(items) => items,
             Err(e) => return Some((Ok(error_line(&e)), None)),
         };
+        let key_index = sub.snapshot_key_index();
         let chunk = if items.len() == 1 {
-            line(items.into_iter().next().expect("one item"))
+            line(items.into_iter().next().expect("one item"), key_index)
         } else {
             let mut buf = bytes::BytesMut::new();
             for item in items {
-                buf.extend_from_slice(&line(item));
+                buf.extend_from_slice(&line(item, key_index));
             }
             buf.freeze()
         };

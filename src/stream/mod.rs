@@ -248,13 +248,24 @@ impl Subscription {
         self
     }
 
-    /// The reader's authorizer at the newest version (see `Reader::check`);
-    /// `Ok(None)` without a reader.
-    fn reader_check(&mut self) -> Result<Option<&crate::acl::Authorizer>> {
+    /// The reader's authorizer at the newest version, and whether what it
+    /// allows changed (see `Reader::check`); `Ok(None)` without a reader.
+    fn reader_check(&mut self) -> Result<Option<(&crate::acl::Authorizer, bool)>> {
         match &mut self.reader {
             Some(r) => r.check(&self.store.state()).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The token's rights changed: what the subscriber holds was filtered
+    /// by the old ones (objects it may no longer read, whose later changes
+    /// it will not be told), so it starts over with a snapshot filtered
+    /// by the new ones (Consul closes such a subscription, and its client
+    /// subscribes again).
+    fn rights_changed(&mut self) -> Item {
+        self.need_snapshot = true;
+        self.pending = Vec::new().into_iter();
+        Item::NewSnapshotToFollow
     }
 
     fn wants(&self, e: &Event) -> bool {
@@ -342,7 +353,7 @@ impl Subscription {
                 self.need_snapshot = false;
                 let mut items = self.snapshot();
                 // Checked at a version at least as new as the snapshot's.
-                if let Some(a) = self.reader_check()? {
+                if let Some((a, _)) = self.reader_check()? {
                     items.retain(|i| !matches!(i, Item::Event(e) if !visible(a, e)));
                 }
                 self.pending = items.into_iter();
@@ -370,8 +381,11 @@ impl Subscription {
                         .collect();
                     // Checked at a version at least as new as the events'.
                     if !wanted.is_empty()
-                        && let Some(a) = self.reader_check()?
+                        && let Some((a, changed)) = self.reader_check()?
                     {
+                        if changed {
+                            return Ok(self.rights_changed());
+                        }
                         wanted.retain(|i| !matches!(i, Item::Event(e) if !visible(a, e)));
                     }
                     self.pending = wanted.into_iter();
@@ -379,8 +393,11 @@ impl Subscription {
                 Some(_) => {
                     // A wake with nothing to deliver (an ACL change among
                     // them) checks the token too: a deleted one ends the
-                    // stream without waiting for an event of its topic.
-                    self.reader_check()?;
+                    // stream without waiting for an event of its topic,
+                    // and changed rights start it over at once.
+                    if let Some((_, true)) = self.reader_check()? {
+                        return Ok(self.rights_changed());
+                    }
                     if self.published.changed().await.is_err() {
                         // The publisher is gone (shutdown): nothing more.
                         std::future::pending::<()>().await;

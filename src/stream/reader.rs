@@ -45,14 +45,19 @@ impl Reader {
 
     /// The token's authorizer for a version at least as new as `st`:
     /// resolved again if `st`'s ACL generation is not the one it was
-    /// resolved at (one comparison otherwise); `Err` (403 `ACL not
-    /// found`) once the token is gone.
-    pub fn check(&mut self, st: &State) -> Result<&Authorizer> {
+    /// resolved at (one comparison otherwise), and whether what it allows
+    /// changed since the last check (its policies, roles or the token
+    /// itself were rewritten); `Err` (403 `ACL not found`) once the token
+    /// is gone.
+    pub fn check(&mut self, st: &State) -> Result<(&Authorizer, bool)> {
         let resolver = &self.resolver;
+        let before = self.authz.authorizer().clone();
         self.authz
             .refresh(token_resolver::generation(st), |token| {
                 resolver.0.resolve(token).map(|(a, _)| a)
             })?;
-        Ok(&self.authz)
+        let now = self.authz.authorizer();
+        let changed = !std::sync::Arc::ptr_eq(&before, now) && *before != **now;
+        Ok((&self.authz, changed))
     }
 }

@@ -354,6 +354,57 @@ mod views {
         assert_eq!(views.len(), 1, "one view per service, shared");
     }
 
+    fn instance(node: &str, id: &str) -> Arc<crate::state::catalog::Instance> {
+        Arc::new(crate::state::catalog::Instance {
+            node: Arc::new(crate::structs::Node {
+                node: node.into(),
+                ..Default::default()
+            }),
+            service: Arc::new(service(id, "web")),
+            checks: Vec::new(),
+        })
+    }
+
+    /// The materializer the server's and the agents' views share: no
+    /// answer inside a snapshot, the service's own index after it, later
+    /// indexes from events, and a snapshot that starts over keeping the
+    /// last answer until it is whole.
+    #[test]
+    fn a_materializer_answers_whole_snapshots_at_the_services_index() {
+        use crate::stream::view::Materializer;
+        let answer = |m: &mut Materializer| m.take_answer().map(|a| (a.index, ids(&a)));
+        let mut m = Materializer::default();
+        m.event(&instance("n1", "web1"), false, 40);
+        assert_eq!(answer(&mut m), None, "half a snapshot");
+        m.end_of_snapshot(12, 40);
+        assert_eq!(answer(&mut m), Some((12, vec!["web1".into()])));
+        assert_eq!(answer(&mut m), None, "nothing new");
+        m.event(&instance("n2", "web2"), false, 41);
+        assert_eq!(
+            answer(&mut m),
+            Some((41, vec!["web1".into(), "web2".into()]))
+        );
+        m.event(&instance("n1", "web1"), true, 42);
+        assert_eq!(answer(&mut m), Some((42, vec!["web2".into()])));
+
+        // Started over with the same instances: no later index, nobody
+        // is woken for nothing.
+        m.new_snapshot();
+        m.event(&instance("n2", "web2"), false, 50);
+        assert_eq!(answer(&mut m), None);
+        m.end_of_snapshot(42, 50);
+        assert_eq!(answer(&mut m), Some((42, vec!["web2".into()])));
+        // Started over with others (rights changed, not the service): at
+        // the snapshot's index, so that watchers are told.
+        m.new_snapshot();
+        m.end_of_snapshot(42, 55);
+        assert_eq!(answer(&mut m), Some((55, vec![])));
+        // The index never goes back.
+        m.new_snapshot();
+        m.end_of_snapshot(30, 31);
+        assert_eq!(m.take_answer().unwrap().index, 55);
+    }
+
     #[tokio::test]
     async fn a_watcher_returns_at_its_deadline_with_the_current_answer() {
         let mut w = World::new();
