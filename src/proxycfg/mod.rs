@@ -29,7 +29,9 @@ use tokio::sync::{Notify, watch};
 
 pub use build::{Shared, build_proxyless};
 pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
-pub use snapshot::{Endpoints, GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot};
+pub use snapshot::{
+    Endpoints, GatewaySnapshot, LinkedService, Snapshot, TransparentSnapshot, UpstreamSnapshot,
+};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
