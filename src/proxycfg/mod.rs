@@ -406,7 +406,10 @@ impl Manager {
         });
         for kind in Kind::ALL {
             follow(&inner, publisher, Topic::Config(kind), move |inner, e| {
-                inner.mark_dep(&keys::config(kind.as_str(), &e.key))
+                inner.mark_dep(&keys::config(kind.as_str(), &e.key));
+                // What reads a whole kind (a transparent proxy, every
+                // intention).
+                inner.mark_dep(&keys::config_kind(kind.as_str()));
             });
         }
         let worker = inner.clone();
