@@ -585,7 +585,7 @@ impl Tx<'_> {
         if let Some(old) = before.as_deref().and_then(connect_target)
             && Some(old) != target.as_deref()
         {
-            self.release_virtual_ip(&old.to_string());
+            self.release_virtual_ip(old);
         }
         self.record(
             Table::Services,
@@ -601,7 +601,7 @@ impl Tx<'_> {
             unindex_service(self.state, &k, &before);
             self.touch_service(&before.clone(), node);
             if let Some(target) = connect_target(&before) {
-                self.release_virtual_ip(&target.to_string());
+                self.release_virtual_ip(target);
             }
             self.record(
                 Table::Services,
