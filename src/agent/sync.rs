@@ -27,6 +27,7 @@ use serde::Deserialize;
 use super::Agent;
 use super::local::{Item, LocalCheck, LocalService, Source, SyncMark, Tables};
 use super::servers::{FULL_SYNCS, SHORT, SYNC_FAILURES, SYNC_READS, SYNC_WRITES, ServerError};
+use crate::structs::TAGGED_VIRTUAL_IP;
 use crate::structs::agent::{CONSUL_SERVICE, SERF_CHECK_ID};
 use crate::structs::{DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest};
 
@@ -78,6 +79,10 @@ fn same_service(local: &NodeService, remote: &NodeService) -> bool {
     let mut r = remote.clone();
     r.create_index = 0;
     r.modify_index = 0;
+    // The servers add the service's virtual IP; the agent never sends it.
+    if !local.tagged_addresses.contains_key(TAGGED_VIRTUAL_IP) {
+        r.tagged_addresses.remove(TAGGED_VIRTUAL_IP);
+    }
     *local == r
 }
 

@@ -160,6 +160,18 @@ fn validate_proxy_mode(mode: &str) -> Result {
     }
 }
 
+/// A port, as a registration's is checked.
+fn validate_outbound_port(t: &crate::structs::config_entry::TransparentProxyConfig) -> Result {
+    let p = t.outbound_listener_port;
+    if (0..=65535).contains(&p) {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "Invalid TransparentProxy.OutboundListenerPort {p}: must be between 0 and 65535"
+        )))
+    }
+}
+
 fn validate_mesh_gateway(mg: &MeshGatewayConfig) -> Result {
     match mg.mode.as_str() {
         "" | "none" | "local" | "remote" => Ok(()),
@@ -195,6 +207,7 @@ fn validate_proxy_defaults(e: &ProxyConfigEntry) -> Result {
         )));
     }
     validate_proxy_mode(&e.mode)?;
+    validate_outbound_port(&e.transparent_proxy)?;
     validate_mesh_gateway(&e.mesh_gateway)?;
     validate_mutual_tls_mode(&e.mutual_tls_mode)?;
     validate_envoy_extensions(&e.envoy_extensions)?;
@@ -295,6 +308,7 @@ fn validate_service_defaults(e: &ServiceConfigEntry) -> Result {
     }
     for r in [
         validate_proxy_mode(&e.mode),
+        validate_outbound_port(&e.transparent_proxy),
         validate_mesh_gateway(&e.mesh_gateway),
         validate_mutual_tls_mode(&e.mutual_tls_mode),
         validate_envoy_extensions(&e.envoy_extensions),

@@ -110,6 +110,22 @@ pub fn matching(state: &State, source: &str, destination: &str) -> Option<Intent
         .find(|i| i.source_name == source || i.source_name == "*")
 }
 
+/// The services `source` may dial, as Consul infers a transparent proxy's
+/// upstreams (`IntentionTopology`): every typical service but `source`
+/// whose first matching intention allows it (one with L7 permissions
+/// counts: its requests are decided one by one), or, when none matches,
+/// every one under a default allow.
+pub fn allowed_upstreams(state: &State, source: &str, default_allow: bool) -> Vec<String> {
+    crate::state::gateways::typical_services(state)
+        .into_iter()
+        .filter(|dest| dest != source)
+        .filter(|dest| match matching(state, source, dest) {
+            Some(i) => !i.permissions.is_empty() || i.action.as_deref() == Some("allow"),
+            None => default_allow,
+        })
+        .collect()
+}
+
 /// Consul's `Intention.String()`.
 pub fn describe(i: &Intention) -> String {
     let id = if i.id.is_empty() {

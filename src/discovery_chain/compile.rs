@@ -883,6 +883,8 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
             start_node: self.start_node,
             nodes: self.nodes,
             targets: self.targets,
+            auto_virtual_ips: req.auto_virtual_ips.clone(),
+            manual_virtual_ips: req.manual_virtual_ips.clone(),
         })
     }
 }

@@ -84,6 +84,10 @@ pub struct CompileRequest {
     pub override_protocol: String,
     pub override_connect_timeout: Duration,
     pub override_mesh_gateway: MeshGatewayConfig,
+    /// The service's virtual IPs, copied into the chain (the compiler
+    /// reads no catalog: the caller looks them up).
+    pub auto_virtual_ips: Vec<String>,
+    pub manual_virtual_ips: Vec<String>,
 }
 
 impl CompileRequest {

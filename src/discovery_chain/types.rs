@@ -37,6 +37,12 @@ pub struct CompiledDiscoveryChain {
     pub start_node: String,
     pub nodes: BTreeMap<String, DiscoveryGraphNode>,
     pub targets: BTreeMap<String, DiscoveryTarget>,
+    /// The virtual IPs the servers assigned the service (transparent
+    /// proxies match its traffic by them).
+    #[serde(rename = "AutoVirtualIPs", skip_serializing_if = "Vec::is_empty")]
+    pub auto_virtual_ips: Vec<String>,
+    #[serde(rename = "ManualVirtualIPs", skip_serializing_if = "Vec::is_empty")]
+    pub manual_virtual_ips: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -220,12 +220,14 @@ async fn chain(
         .filter(|d| !d.is_empty())
         .unwrap_or(s.datacenter())
         .to_string();
-    let watch = chain_keys();
+    let mut watch = chain_keys();
+    watch.push(keys::virtual_ip(&service));
     let trust_domain = format!("{}.consul", s.cluster_id().await?);
     let (index, result) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
         let mut req =
             CompileRequest::new(&service, &dc, &trust_domain).with_overrides(overrides.clone());
         req.server_datacenter = s.datacenter().to_owned();
+        crate::state::virtual_ip::fill(st, &mut req);
         (st.index_of(watch.iter()), compile(&req, st))
     })
     .await?;

@@ -27,6 +27,7 @@ mod snapshot;
 mod status;
 mod stream;
 pub mod ui;
+mod virtual_ip;
 pub mod wan;
 
 use std::sync::Arc;
@@ -100,6 +101,7 @@ pub fn router(server: App) -> Router {
         .merge(wan::routes())
         .merge(replication::routes())
         .merge(ui::routes())
+        .merge(virtual_ip::routes())
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,

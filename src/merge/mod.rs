@@ -30,7 +30,9 @@ mod conformance_tests;
 #[cfg(test)]
 mod tests;
 
-pub use flatten::{ResolveRequest, ResolvedServiceConfig, UpstreamKey, resolve_service_config};
+pub use flatten::{
+    MODE_TRANSPARENT, ResolveRequest, ResolvedServiceConfig, UpstreamKey, resolve_service_config,
+};
 pub use service::{
     PARAM, merge_index, merge_instances, merge_node_service, merge_service_config,
     merge_watch_keys, merge_with_central_config, read_watch_keys, resolve_request_for,

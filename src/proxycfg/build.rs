@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::snapshot::{Endpoints, Snapshot, UpstreamSnapshot, healthy};
+use super::snapshot::{Endpoints, Snapshot, TransparentSnapshot, UpstreamSnapshot, healthy};
 use super::{Dep, ProxyKey};
 use crate::config_check::ConfigEntry;
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, EntryLookup, compile};
@@ -154,7 +154,10 @@ impl Shared {
         let value = compile(req, &lookup)
             .map(Arc::new)
             .map_err(|e| e.to_string());
-        let deps: Arc<[Dep]> = lookup.read.into_inner().into_iter().collect();
+        let mut read = lookup.read.into_inner();
+        // The chain carries the service's virtual IPs (`fill`).
+        read.insert(keys::virtual_ip(&req.service_name));
+        let deps: Arc<[Dep]> = read.into_iter().collect();
         let stamp = state.index_of(deps.iter());
         self.chains.insert(
             key,
@@ -292,6 +295,16 @@ pub fn sidecar(
         shared.leaf(state, datacenter, &destination)
     };
     let intentions = shared.intentions(state, &destination);
+    let transparent = (service.proxy.mode == crate::merge::MODE_TRANSPARENT).then(|| {
+        Arc::new(transparent(
+            state,
+            datacenter,
+            &service,
+            &mut upstreams,
+            shared,
+            &mut deps,
+        ))
+    });
     let snapshot = Snapshot {
         proxy_id: json!({ "Node": key.0, "ServiceID": key.1 }),
         version: 0,
@@ -303,8 +316,52 @@ pub fn sidecar(
         intentions,
         intentions_default_allow: !shared.deny_by_default,
         gateway: None,
+        transparent,
     };
     Some((snapshot, deps))
+}
+
+/// Envoy's outbound port for a transparent proxy, as Consul's default.
+pub const OUTBOUND_LISTENER_PORT: u16 = 15001;
+
+/// A transparent proxy's part: the services its service's intentions let
+/// it dial (as Consul infers them) added to `upstreams` beside the registered
+/// ones, its outbound port, the mesh entry's passthrough setting. It reads
+/// the catalog's service list and every intention, so any of them changing
+/// rebuilds it.
+fn transparent(
+    state: &State, datacenter: &str, proxy: &NodeService,
+    upstreams: &mut BTreeMap<String, UpstreamSnapshot>, shared: &mut Shared,
+    deps: &mut BTreeSet<Dep>,
+) -> TransparentSnapshot {
+    use crate::structs::config_entry::MESH_CONFIG_NAME;
+    deps.insert(keys::SERVICES);
+    deps.insert(keys::config_kind(Kind::ServiceIntentions.as_str()));
+    deps.insert(keys::config(Kind::Mesh.as_str(), MESH_CONFIG_NAME));
+    let source = &proxy.proxy.destination_service_name;
+    let mut inferred = BTreeSet::new();
+    let allowed =
+        crate::connect::intentions::allowed_upstreams(state, source, !shared.deny_by_default);
+    for name in allowed {
+        if upstreams.contains_key(&name) {
+            continue; // registered: its own settings stand
+        }
+        let entry = upstream(state, datacenter, datacenter, &name, true, shared, deps);
+        upstreams.insert(name.clone(), entry);
+        inferred.insert(name);
+    }
+    let mesh_destinations_only = state
+        .get(Kind::Mesh, MESH_CONFIG_NAME)
+        .and_then(|e| e.as_mesh())
+        .is_some_and(|m| m.transparent_proxy.mesh_destinations_only);
+    TransparentSnapshot {
+        outbound_listener_port: u16::try_from(proxy.proxy.transparent_proxy.outbound_listener_port)
+            .ok()
+            .filter(|p| *p != 0)
+            .unwrap_or(OUTBOUND_LISTENER_PORT),
+        inferred,
+        mesh_destinations_only,
+    }
 }
 
 /// Builds the snapshot of a proxyless gRPC client: the service instance
@@ -342,6 +399,7 @@ pub fn build_proxyless(
         intentions: Arc::default(),
         intentions_default_allow: true,
         gateway: None,
+        transparent: None,
     };
     Some((snapshot, deps))
 }
@@ -355,7 +413,9 @@ pub(super) fn upstream(
     deps: &mut BTreeSet<Dep>,
 ) -> UpstreamSnapshot {
     let trust_domain = format!("{}.consul", state.cluster_id);
-    let req = CompileRequest::new(name, dc, &trust_domain);
+    let mut req = CompileRequest::new(name, dc, &trust_domain);
+    req.server_datacenter = datacenter.to_string();
+    crate::state::virtual_ip::fill(state, &mut req);
     let (chain, chain_deps) = shared.chain(state, &req, dc);
     deps.extend(chain_deps.iter().cloned());
     match chain {

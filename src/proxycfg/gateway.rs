@@ -123,6 +123,7 @@ pub fn build(
         intentions: Arc::new(Vec::new()),
         intentions_default_allow: !shared.deny_by_default,
         gateway: Some(Arc::new(gw)),
+        transparent: None,
     };
     Some((snapshot, deps))
 }

@@ -29,7 +29,9 @@ use tokio::sync::{Notify, watch};
 
 pub use build::{Shared, build_proxyless};
 pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
-pub use snapshot::{Endpoints, GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot};
+pub use snapshot::{
+    Endpoints, GatewaySnapshot, LinkedService, Snapshot, TransparentSnapshot, UpstreamSnapshot,
+};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};
@@ -404,7 +406,10 @@ impl Manager {
         });
         for kind in Kind::ALL {
             follow(&inner, publisher, Topic::Config(kind), move |inner, e| {
-                inner.mark_dep(&keys::config(kind.as_str(), &e.key))
+                inner.mark_dep(&keys::config(kind.as_str(), &e.key));
+                // What reads a whole kind (a transparent proxy, every
+                // intention).
+                inner.mark_dep(&keys::config_kind(kind.as_str()));
             });
         }
         let worker = inner.clone();

@@ -3,7 +3,7 @@
 //! leaf and intentions, and a gateway's own part; the shapes every builder
 //! (`build`, `gateway`) and the remote data source (`remote`) share.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -46,6 +46,24 @@ pub struct Snapshot {
     /// sidecar).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Arc<GatewaySnapshot>>,
+    /// A transparent proxy's own part (`None`: not transparent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transparent: Option<Arc<TransparentSnapshot>>,
+}
+
+/// What a transparent proxy (`Mode: transparent`) adds to a sidecar's
+/// snapshot: its outbound listener, and the upstreams its intentions allow
+/// beside those it registered (in `Snapshot::upstreams` with them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TransparentSnapshot {
+    /// `TransparentProxy.OutboundListenerPort`, 15001 when unset.
+    pub outbound_listener_port: u16,
+    /// The upstreams inferred from intentions.
+    pub inferred: BTreeSet<String>,
+    /// The mesh entry's `TransparentProxy.MeshDestinationsOnly`: no
+    /// passthrough to destinations outside the mesh.
+    pub mesh_destinations_only: bool,
 }
 
 /// Healthy connect-capable instances of one chain target (`{Node, Service,
@@ -73,6 +91,7 @@ impl Snapshot {
             && self.intentions == other.intentions
             && self.intentions_default_allow == other.intentions_default_allow
             && self.gateway == other.gateway
+            && self.transparent == other.transparent
     }
 }
 

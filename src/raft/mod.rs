@@ -65,6 +65,7 @@ impl std::fmt::Display for Command {
             Command::QueryDelete { .. } => "query-delete",
             Command::AclReplicate { .. } => "acl-replicate",
             Command::ConfigReplicate { .. } => "config-replicate",
+            Command::VirtualIpsSet { .. } => "virtual-ips-set",
             Command::Timed { cmd, .. } => match cmd {
                 crate::state::Timeable::Kv(_) => "timed-kv",
                 crate::state::Timeable::Txn(_) => "timed-txn",

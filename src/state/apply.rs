@@ -91,6 +91,9 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
             delete_policies,
         } => super::acl::replicate(&mut tx, set, delete_tokens, delete_roles, delete_policies),
         Command::ConfigReplicate { set, delete } => super::config::replicate(&mut tx, set, delete),
+        Command::VirtualIpsSet { service, manual } => {
+            super::virtual_ip::set_manual(&mut tx, service, manual)
+        }
         Command::AclInit { initial_management } => {
             super::acl::init(&mut tx, initial_management.as_deref())
         }

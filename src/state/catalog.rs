@@ -558,8 +558,22 @@ impl Tx<'_> {
         }
     }
 
-    pub fn put_service(&mut self, node: &str, svc: NodeService) {
+    pub fn put_service(&mut self, node: &str, mut svc: NodeService) {
         let k = (node.to_string(), svc.id.clone());
+        // A connect-capable instance shows its service's virtual IP, as
+        // Consul stores it: assigned now if it is the service's first.
+        let target = connect_target(&svc).map(str::to_string);
+        if let Some(t) = &target
+            && let Some(ip) = self.ensure_virtual_ip(t)
+        {
+            svc.tagged_addresses.insert(
+                super::virtual_ip::TAGGED_ADDRESS.into(),
+                crate::structs::ServiceAddress {
+                    address: ip.to_string(),
+                    port: u16::try_from(svc.port).unwrap_or(0),
+                },
+            );
+        }
         let after = Arc::new(svc);
         let before = self.state.services.insert(k.clone(), after.clone());
         if let Some(b) = &before {
@@ -568,6 +582,11 @@ impl Tx<'_> {
         }
         index_service(self.state, &k, &after);
         self.touch_service(&after.clone(), node);
+        if let Some(old) = before.as_deref().and_then(connect_target)
+            && Some(old) != target.as_deref()
+        {
+            self.release_virtual_ip(old);
+        }
         self.record(
             Table::Services,
             node_key(node, &after.id),
@@ -581,6 +600,9 @@ impl Tx<'_> {
         if let Some(before) = self.state.services.remove(&k) {
             unindex_service(self.state, &k, &before);
             self.touch_service(&before.clone(), node);
+            if let Some(target) = connect_target(&before) {
+                self.release_virtual_ip(target);
+            }
             self.record(
                 Table::Services,
                 node_key(node, id),

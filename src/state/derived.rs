@@ -21,4 +21,5 @@ pub(crate) fn reindex(state: &mut State) {
     }
     super::tombstones::rebuild(state);
     super::session::reindex(state);
+    super::virtual_ip::reindex(state);
 }

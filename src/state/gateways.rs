@@ -37,7 +37,7 @@ pub fn read_keys(st: &State, gateway: &str) -> Vec<WatchKey> {
 
 /// Typical (non-mesh) services in the catalog, by name, `consul` left
 /// out: what a `*` links.
-fn typical_services(st: &State) -> Vec<String> {
+pub fn typical_services(st: &State) -> Vec<String> {
     st.service_names
         .iter()
         .filter(|(name, set)| {

@@ -102,6 +102,10 @@ pub fn remote_connect(dc: &str, service: &str, filter: &str) -> WatchKey {
 }
 /// The prefix of every `remote_connect` key.
 pub const REMOTE_PREFIX: &str = "remote/";
+/// A service's virtual IPs (`state::virtual_ip`).
+pub fn virtual_ip(service: &str) -> WatchKey {
+    WatchKey::stored(format!("vip/{service}"))
+}
 pub fn config(kind: &str, name: &str) -> WatchKey {
     WatchKey::stored(format!("config/{kind}/{name}"))
 }

@@ -27,6 +27,7 @@ pub mod snapshot;
 pub mod token_resolver;
 pub mod tombstones;
 pub(crate) mod tx;
+pub mod virtual_ip;
 pub mod watch;
 pub mod write_behind;
 
@@ -228,6 +229,12 @@ pub enum Command {
         set: Vec<Value>,
         delete: Vec<(String, String)>,
     },
+    /// `PUT /v1/internal/service-virtual-ip`: a service's manual virtual
+    /// IPs whole (`state::virtual_ip`). Last, as above.
+    VirtualIpsSet {
+        service: String,
+        manual: Vec<String>,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -401,6 +408,7 @@ impl Command {
                     check("config entry name", name)
                 })
             }
+            Command::VirtualIpsSet { service, .. } => check("service name", service),
         }
     }
 }
@@ -424,6 +432,8 @@ pub enum Response {
     Rejected(String),
     /// The answers of a `Payload::Batch`, in its order.
     Batch(Vec<Response>),
+    /// What `Command::VirtualIpsSet` did.
+    Manual(virtual_ip::ManualOutcome),
 }
 
 /// One row of any table, shared with the version that holds it.
@@ -444,6 +454,7 @@ pub enum Row {
     Coordinate(Arc<crate::coordinate::Update>),
     Federation(Arc<crate::structs::federation::FederationState>),
     Query(Arc<crate::structs::query::PreparedQuery>),
+    VirtualIp(Arc<virtual_ip::ServiceVirtualIp>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -548,6 +559,10 @@ pub struct State {
     pub coordinates: OrdMap<String, Arc<crate::coordinate::Update>>,
     /// Prepared queries by ID (`query`).
     pub queries: OrdMap<String, Arc<crate::structs::query::PreparedQuery>>,
+    /// service → its virtual IPs (`virtual_ip`).
+    pub virtual_ips: OrdMap<String, Arc<virtual_ip::ServiceVirtualIp>>,
+    /// An assigned virtual IP → its service (derived).
+    pub virtual_ip_owners: OrdMap<u32, String>,
 }
 
 impl State {

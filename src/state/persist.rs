@@ -72,6 +72,8 @@ const META_AUTOPILOT: &[u8] = b"mautopilot";
 const META_FEDERATION: &[u8] = b"mfederation/";
 /// Prepared queries (`state::query`): a meta row each.
 const META_QUERY: &[u8] = b"mquery/";
+/// Services' virtual IPs (`state::virtual_ip`): a meta row each.
+const META_VIP: &[u8] = b"mvip/";
 /// The rows' format version (`disk::STATE_FORMAT`), big-endian u32.
 const META_FORMAT: &[u8] = b"mformat";
 
@@ -142,6 +144,7 @@ fn encode_row(row: &Row) -> anyhow::Result<Vec<u8>> {
         Row::Coordinate(c) => serde_json::to_vec(&**c)?,
         Row::Federation(f) => serde_json::to_vec(&**f)?,
         Row::Query(q) => serde_json::to_vec(&**q)?,
+        Row::VirtualIp(v) => serde_json::to_vec(&**v)?,
     })
 }
 
@@ -257,6 +260,10 @@ pub fn replace_all(p: &dyn Persist, state: &State, meta: Ops) -> anyhow::Result<
     for (id, q) in &state.queries {
         let key = super::query::row_key(id);
         ops.push((meta_key(&key), Some(serde_json::to_vec(&**q)?)));
+    }
+    for (service, v) in &state.virtual_ips {
+        let key = super::virtual_ip::row_key(service);
+        ops.push((meta_key(&key), Some(serde_json::to_vec(&**v)?)));
     }
     ops.push((
         META_INDEX.to_vec(),
@@ -395,6 +402,10 @@ fn load_rest(p: &dyn Persist) -> anyhow::Result<State> {
                 META if k.starts_with(META_QUERY) => {
                     let q: crate::structs::query::PreparedQuery = serde_json::from_slice(v)?;
                     st.queries.insert(q.id.clone(), Arc::new(q));
+                }
+                META if k.starts_with(META_VIP) => {
+                    let v: super::virtual_ip::ServiceVirtualIp = serde_json::from_slice(v)?;
+                    st.virtual_ips.insert(v.service.clone(), Arc::new(v));
                 }
                 META if k == META_CLUSTER => {
                     st.cluster_id = String::from_utf8_lossy(v).into_owned()

@@ -135,6 +135,7 @@ pub fn encode_into(st: &State, w: impl std::io::Write) -> anyhow::Result<()> {
         coordinates: st.coordinates.values().map(|c| (**c).clone()).collect(),
         federation: st.federation.values().map(|f| (**f).clone()).collect(),
         queries: st.queries.values().map(|q| (**q).clone()).collect(),
+        virtual_ips: st.virtual_ips.values().map(|v| (**v).clone()).collect(),
     };
     Ok(bincode::serialize_into(w, &serde_json::to_vec(&extra)?)?)
 }
@@ -157,6 +158,9 @@ struct Extra {
     /// Prepared queries (`state::query`), left out when none, as above.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     queries: Vec<crate::structs::query::PreparedQuery>,
+    /// Services' virtual IPs (`state::virtual_ip`), left out when none.
+    #[serde(rename = "VirtualIPs", skip_serializing_if = "Vec::is_empty")]
+    virtual_ips: Vec<super::virtual_ip::ServiceVirtualIp>,
 }
 
 /// The trailer after the body, if the snapshot has one.
@@ -221,6 +225,9 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
     }
     for q in extra.queries {
         st.queries.insert(q.id.clone(), Arc::new(q));
+    }
+    for v in extra.virtual_ips {
+        st.virtual_ips.insert(v.service.clone(), Arc::new(v));
     }
     st.restore = body.staged.map(|(id, chunks)| super::Staged {
         id,

@@ -37,6 +37,7 @@ fn exists(st: &State, key: &str) -> Option<bool> {
         "node" => st.nodes.contains_key(rest),
         "service" => st.service_names.contains_key(rest),
         "connect" => st.connect_names.contains_key(rest),
+        "vip" => st.virtual_ips.contains_key(rest),
         "config" => {
             let (kind, name) = rest.split_once('/')?;
             let kind: Kind = kind.parse().ok()?;

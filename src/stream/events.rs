@@ -241,6 +241,16 @@ pub fn events_of(set: &ChangeSet, state: &State) -> Vec<Event> {
                     touched.insert((c.key.clone(), s.id.clone()));
                 }
             }
+            // A service's manual virtual IPs changed: its connect view is
+            // published again, so that what reads its chain (proxycfg's
+            // transparent proxies) is told.
+            (Table::Meta, before, after) => {
+                if let Some(Row::VirtualIp(v)) = after.as_ref().or(before.as_ref())
+                    && let Some(set) = state.connect_names.get(&v.service)
+                {
+                    touched.extend(set.iter().cloned());
+                }
+            }
             _ => {}
         }
     }

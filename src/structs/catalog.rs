@@ -35,6 +35,10 @@ pub struct Node {
     pub modify_index: u64,
 }
 
+/// The tagged address under which the servers show a service's virtual IP
+/// (transparent proxy), as Consul's `TaggedAddressVirtualIP`.
+pub const TAGGED_VIRTUAL_IP: &str = "consul-virtual";
+
 /// An address and port, as in `TaggedAddresses` of a service.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

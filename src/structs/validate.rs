@@ -62,6 +62,20 @@ pub fn validate_service(svc: &NodeService) -> Result<()> {
             ));
         }
     }
+    // As central config's proxy-defaults and service-defaults are checked
+    // (`config_check`), in the same words.
+    if !matches!(svc.proxy.mode.as_str(), "" | "direct" | "transparent") {
+        return Err(Error::bad(format!(
+            "Invalid proxy mode: {:?}",
+            svc.proxy.mode
+        )));
+    }
+    let outbound = svc.proxy.transparent_proxy.outbound_listener_port;
+    if !valid_port(outbound) {
+        return Err(Error::bad(format!(
+            "Invalid TransparentProxy.OutboundListenerPort {outbound}: must be between 0 and 65535"
+        )));
+    }
     Ok(())
 }
 

@@ -4,7 +4,8 @@
 //! From the bottom up: `rbac` turns intentions into RBAC filters;
 //! `resources` holds what every generator shares (Envoy's pieces, as
 //! Consul's `agent/xds` names them); `sidecar` builds a sidecar's
-//! listeners, clusters, routes and endpoints, `gateway` a gateway's and
+//! listeners, clusters, routes and endpoints (`transparent` its outbound
+//! listener when it is a transparent proxy), `gateway` a gateway's and
 //! `grpc` a proxyless gRPC client's; `generate` picks a proxy's generator
 //! by its kind. `stream` is
 //! what every ADS stream shares, with the one task that serves a stream
@@ -25,6 +26,7 @@ pub mod sotw;
 pub mod stream;
 #[cfg(test)]
 mod tests;
+pub mod transparent;
 
 pub use generate::generate;
 pub use resources::{Identity, Resources};

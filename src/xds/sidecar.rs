@@ -4,7 +4,8 @@
 //! http upstream a route configuration implementing its compiled chain
 //! (router matches, splitter weights, resolver targets), one EDS cluster
 //! per chain target named by its SNI with upstream mTLS, and the targets'
-//! healthy sidecars as endpoints (failover targets at lower priorities).
+//! healthy sidecars as endpoints (failover targets at lower priorities);
+//! a transparent proxy's outbound listener too (`super::transparent`).
 
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
 use envoy_types::pb::envoy::config::core::v3 as core;
@@ -109,12 +110,15 @@ pub fn generate(snap: &Snapshot) -> Resources {
         };
         put(&mut out, LISTENER, name, Resource::of(l));
     }
+    if let Some(tp) = &snap.transparent {
+        super::transparent::generate(snap, tp, &id, &mut out);
+    }
     out
 }
 
 /// Consul's upstream ID: the name, with `?dc=` when it names another
 /// datacenter.
-fn upstream_id(name: &str, dc: &str) -> String {
+pub(super) fn upstream_id(name: &str, dc: &str) -> String {
     if dc.is_empty() {
         name.to_string()
     } else {
