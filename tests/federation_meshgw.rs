@@ -333,7 +333,7 @@ fn sidecars_and_mesh_gateways_route_another_datacenter_through_gateways() {
         // dc2's gateway critical there: mode remote has none to go through.
         mesh_gateway(&dc2, "gw2", "10.2.0.100", "198.51.100.2", "critical");
         web.until("no gateway of dc2's left", |p| {
-            (p.endpoints(&far)? == []).then_some(())
+            p.endpoints(&far)?.is_empty().then_some(())
         })
         .await;
         mesh_gateway(&dc2, "gw2", "10.2.0.100", "198.51.100.2", "passing");
