@@ -58,12 +58,14 @@ pub fn build(
                     if upstreams.contains_key(&g.service.name) {
                         continue;
                     }
+                    // Its targets in other datacenters go through mesh
+                    // gateways as its own (merged) mode says, as Consul's.
                     let us: UpstreamSnapshot = upstream(
                         state,
                         datacenter,
                         datacenter,
                         &g.service.name,
-                        "",
+                        &service.proxy.mesh_gateway.mode,
                         true,
                         shared,
                         &mut deps,

@@ -838,3 +838,41 @@ async fn a_mesh_gateway_follows_every_other_datacenters_gateways() {
     .await;
     assert_eq!(w.manager.remote_watchers(), 2);
 }
+
+/// An ingress gateway's linked service failing over to dc2 goes through
+/// mesh gateways as the gateway's own merged mode says (its registration's
+/// here), as a sidecar's upstream does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_gateways_remote_targets_follow_its_mesh_gateway_mode() {
+    let mut w = World::new();
+    for entry in [
+        json!({"Kind": "service-resolver", "Name": "db",
+               "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+        json!({"Kind": "ingress-gateway", "Name": "ig", "Listeners": [
+            {"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "db"}]}]}),
+    ] {
+        w.apply(Command::ConfigSet { entry, cas: None });
+    }
+    w.register_db("n1", "db1", "v1", "passing");
+    let fed = Federated::new(&["dc2"]);
+    fed.set(
+        "dc2",
+        "/v1/health/connect/db?",
+        vec![far_row("far1", "passing")],
+    );
+    w.manager.set_remote(fed);
+    let mut gw = instance("gw1", "mesh-gateway", "");
+    gw.kind = "mesh-gateway".into();
+    gw.port = 8443;
+    w.register("g1", gw, "passing");
+    let mut ig = instance("ig", "ig", "");
+    ig.kind = "ingress-gateway".into();
+    ig.port = 8443;
+    ig.proxy.mesh_gateway.mode = "local".into();
+    w.register("g2", ig, "passing");
+    let key = ("g2".to_string(), "ig".to_string());
+    w.until(&key, "dc1's mesh gateway for dc2's db", |s| {
+        via(s, FAR) == Some(("local".into(), "dc1".into(), false, vec!["gw1".into()]))
+    })
+    .await;
+}
