@@ -126,8 +126,18 @@ impl CompileOverrides {
         if body.is_null() {
             return Ok(Self::default());
         }
-        serde_json::from_value(body.clone())
-            .map_err(|e| ChainError::InvalidRequest(format!("Request decoding failed: {e}")))
+        let o: Self = serde_json::from_value(body.clone())
+            .map_err(|e| ChainError::InvalidRequest(format!("Request decoding failed: {e}")))?;
+        // Consul's check and words: a mode it does not know compiles no chain.
+        if !matches!(
+            o.override_mesh_gateway.mode.as_str(),
+            "" | "none" | "local" | "remote"
+        ) {
+            return Err(ChainError::InvalidRequest(
+                "Invalid OverrideMeshGateway.Mode parameter".into(),
+            ));
+        }
+        Ok(o)
     }
 }
 

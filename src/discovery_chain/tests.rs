@@ -112,6 +112,20 @@ fn overrides_customize_and_hash() {
 }
 
 #[test]
+fn an_unknown_override_mode_is_refused_in_consuls_words() {
+    let err = CompileOverrides::from_json(&json!({"OverrideMeshGateway": {"Mode": "nearby"}}))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ChainError::InvalidRequest("Invalid OverrideMeshGateway.Mode parameter".into())
+    );
+    for mode in ["", "none", "local", "remote"] {
+        let o = CompileOverrides::from_json(&json!({"OverrideMeshGateway": {"Mode": mode}}));
+        assert_eq!(o.unwrap().override_mesh_gateway.mode, mode);
+    }
+}
+
+#[test]
 fn external_sni_and_durations_in_output() {
     let s = store(&[
         json!({"Kind": "service-defaults", "Name": "ext", "ExternalSNI": "ext.example.com", "MeshGateway": {"Mode": "local"}}),

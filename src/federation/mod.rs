@@ -131,6 +131,9 @@ pub struct Federation {
     /// What this server's replication from the primary did last (only a
     /// secondary's leader runs it).
     replication: Replication,
+    /// The other datacenters' names, as `known` holds them (proxycfg's
+    /// mesh gateways follow it).
+    others: tokio::sync::watch::Sender<Vec<String>>,
 }
 
 /// What is replicated from the primary, each by a duty of its own.
@@ -210,6 +213,7 @@ impl Federation {
             handler: OnceLock::new(),
             turn: Mutex::default(),
             replication: Replication::default(),
+            others: tokio::sync::watch::Sender::new(Vec::new()),
         });
         // What the primary's Raft state holds (a restarted primary, or a
         // follower that became its leader): known, not yet contacted.
@@ -443,7 +447,19 @@ impl Federation {
                 }
             }
         }
+        self.publish_others(&known);
         Ok(())
+    }
+
+    /// Tells the followers of the other datacenters' names of a new one
+    /// (datacenters are never forgotten, so only additions change it).
+    fn publish_others(&self, known: &BTreeMap<String, BTreeMap<String, Known>>) {
+        self.others.send_if_modified(|names| {
+            let now: Vec<String> = known.keys().cloned().collect();
+            let changed = *names != now;
+            *names = now;
+            changed
+        });
     }
 
     /// The federation states of the Raft state (the primary's; a secondary
@@ -468,6 +484,7 @@ impl Federation {
                 }
             }
         }
+        self.publish_others(&known);
     }
 
     /// On the primary's leader (a duty, `leader::federation`): every
@@ -703,6 +720,10 @@ pub struct MeshReads {
 }
 
 impl crate::proxycfg::Fetcher for MeshReads {
+    fn datacenters(&self) -> tokio::sync::watch::Receiver<Vec<String>> {
+        self.federation.others.subscribe()
+    }
+
     fn get(
         &self, dc: &str, path_and_query: String, timeout: Duration,
     ) -> crate::proxycfg::FetchFuture<'_> {

@@ -3,7 +3,10 @@
 //! `/v1/health/ingress/:service` (the ingress gateways exposing a service,
 //! with their health). Both are blocking queries; both ask `service:read`
 //! on what was named and show only the rows whose other side the token
-//! may read too, as Consul does.
+//! may read too, as Consul does. And `/v1/internal/mesh-gateways`: this
+//! datacenter's mesh gateways with their health, what another
+//! datacenter's proxycfg follows to route through them (Consul asks its
+//! servers' internal service dump by kind for the same).
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -15,7 +18,7 @@ use crate::error::Result;
 use crate::request::NamedRoutes;
 use crate::request::authz::Authz;
 use crate::request::list_filter::{RowFilter, Rows, apply_filter, passing_flag};
-use crate::state::catalog::{Instance, service_instances};
+use crate::state::catalog::{Instance, instances_of_kind, service_instances};
 use crate::state::gateways::{gateway_services, ingress_gateways_for, watch_keys};
 use crate::state::keys;
 use crate::stream::view::{all_passing, shown_nodes};
@@ -35,6 +38,7 @@ pub fn routes() -> Router<App> {
             "Missing service name",
             get(health_ingress),
         )
+        .route("/v1/internal/mesh-gateways", get(mesh_gateways))
 }
 
 async fn catalog_gateway_services(
@@ -85,6 +89,39 @@ async fn health_ingress(
         .iter()
         .zip(nodes.iter())
         .filter(|(i, _)| !passing || all_passing(i))
+        .map(|(i, n)| CheckServiceNode {
+            node: n,
+            service: &i.service,
+            checks: &i.checks,
+        })
+        .collect();
+    let filtered = keep(&mut rows, |r| {
+        a.service_read(&r.service.service) && a.node_read(&r.node.node)
+    });
+    apply_filter(&filter, &mut rows);
+    Ok(json_filtered(&s, index, &rows, filtered))
+}
+
+/// This datacenter's mesh gateways (every instance of that kind, whatever
+/// its health: the reader judges), as `/v1/health/service` rows, blocking
+/// on their own key; each row shown to a token that may read its service
+/// and its node.
+async fn mesh_gateways(
+    State(s): State<App>, mut a: Authz, Opts(p, opts): Opts,
+) -> Result<Response> {
+    let filter = RowFilter::from_params(&p, Rows::CheckServiceNodes)?;
+    let watch = vec![keys::MESH_GATEWAYS];
+    let (index, found) = blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, _| {
+        (
+            st.index_of(watch.iter()),
+            instances_of_kind(st, ServiceKind::MeshGateway),
+        )
+    })
+    .await?;
+    let nodes = shown_nodes(&found, s.datacenter());
+    let mut rows: Vec<CheckServiceNode> = found
+        .iter()
+        .zip(nodes.iter())
         .map(|(i, n)| CheckServiceNode {
             node: n,
             service: &i.service,

@@ -12,17 +12,19 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::snapshot::{Endpoints, Snapshot, TransparentSnapshot, UpstreamSnapshot, healthy};
+use super::snapshot::{
+    Endpoints, Snapshot, TransparentSnapshot, UpstreamSnapshot, ViaGateways, healthy,
+};
 use super::{Dep, ProxyKey};
 use crate::config_check::ConfigEntry;
 use crate::discovery_chain::{CompileRequest, CompiledDiscoveryChain, EntryLookup, compile};
 use crate::filter::Filter;
 use crate::filter::schemas::HEALTH_SERVICE;
-use crate::state::catalog::{Instance, service_instances};
+use crate::state::catalog::{Instance, instances_of_kind, service_instances};
 use crate::state::{State, keys};
-use crate::structs::NodeService;
 use crate::structs::config_entry::Kind;
 use crate::structs::connect::{CaRoots, Intention, IssuedCert};
+use crate::structs::{NodeService, ServiceKind};
 
 /// A shared result, valid while the watch keys it read have not changed.
 struct Stamped<T> {
@@ -44,11 +46,14 @@ type ChainResult = Result<Arc<CompiledDiscoveryChain>, String>;
 /// Chains and endpoint lists shared across proxies and rebuilds.
 #[derive(Default)]
 pub struct Shared {
-    /// (service, datacenter) → its compiled chain.
-    chains: HashMap<(String, String), Stamped<ChainResult>>,
+    /// (service, datacenter, mesh gateway mode override) → its compiled
+    /// chain.
+    chains: HashMap<(String, String, String), Stamped<ChainResult>>,
     /// (service, subset filter, only passing, connect) → its healthy
     /// connect-capable instances (`connect`), or its healthy instances.
     endpoints: HashMap<(String, String, bool, bool), Stamped<Endpoints>>,
+    /// This datacenter's healthy mesh gateways.
+    local_gateways: Option<Stamped<Endpoints>>,
     /// The roots as of the CA's index, shared by every snapshot.
     roots: Option<(u64, Arc<CaRoots>)>,
     /// service → (active root id, its leaf): signed here, on the server
@@ -80,6 +85,13 @@ impl Shared {
             .retain(|_, c| matches!(&c.value, Ok(chain) if Arc::strong_count(chain) > 1));
         self.endpoints
             .retain(|_, e| Arc::strong_count(&e.value) > 1);
+        if self
+            .local_gateways
+            .as_ref()
+            .is_some_and(|g| Arc::strong_count(&g.value) == 1)
+        {
+            self.local_gateways = None;
+        }
         self.leaves.retain(|_, (_, l)| Arc::strong_count(l) > 1);
         self.intentions.retain(|_, (_, l)| Arc::strong_count(l) > 1);
     }
@@ -143,7 +155,11 @@ impl Shared {
     fn chain(
         &mut self, state: &State, req: &CompileRequest, dc: &str,
     ) -> (ChainResult, Arc<[Dep]>) {
-        let key = (req.service_name.clone(), dc.to_string());
+        let key = (
+            req.service_name.clone(),
+            dc.to_string(),
+            req.override_mesh_gateway.mode.clone(),
+        );
         if let Some(hit) = self.chains.get(&key).and_then(|c| c.current(state)) {
             return hit;
         }
@@ -168,6 +184,26 @@ impl Shared {
             },
         );
         (value, deps)
+    }
+
+    /// This datacenter's healthy mesh gateways (watch `keys::MESH_GATEWAYS`).
+    pub(super) fn local_gateways(&mut self, state: &State) -> Endpoints {
+        if let Some((hit, _)) = self.local_gateways.as_ref().and_then(|g| g.current(state)) {
+            return hit;
+        }
+        let rows: Endpoints = Arc::new(
+            instances_of_kind(state, ServiceKind::MeshGateway)
+                .into_iter()
+                .filter(|i| healthy(&i.checks, false))
+                .map(Arc::new)
+                .collect(),
+        );
+        self.local_gateways = Some(Stamped {
+            value: rows.clone(),
+            deps: Arc::new([keys::MESH_GATEWAYS]),
+            stamp: state.index_of([&keys::MESH_GATEWAYS]),
+        });
+        rows
     }
 
     pub(super) fn endpoints_of(
@@ -279,7 +315,15 @@ pub fn sidecar(
         } else {
             &up.datacenter
         };
-        let entry = upstream(state, datacenter, dc, name, true, shared, &mut deps);
+        // As Consul: the upstream's own mode over the proxy's (both with
+        // central config merged), the chain's override for every target;
+        // with neither, each target's service-defaults, else proxy-defaults.
+        let mode = if up.mesh_gateway.mode.is_empty() {
+            &service.proxy.mesh_gateway.mode
+        } else {
+            &up.mesh_gateway.mode
+        };
+        let entry = upstream(state, datacenter, dc, name, mode, true, shared, &mut deps);
         upstreams.insert(name.clone(), entry);
     }
     // Mesh identity and authorization of the service this proxy fronts.
@@ -346,7 +390,9 @@ fn transparent(
         if upstreams.contains_key(&name) {
             continue; // registered: its own settings stand
         }
-        let entry = upstream(state, datacenter, datacenter, &name, true, shared, deps);
+        // The proxy's own mode (as Consul's inferred upstreams take it).
+        let mode = &proxy.proxy.mesh_gateway.mode;
+        let entry = upstream(state, datacenter, datacenter, &name, mode, true, shared, deps);
         upstreams.insert(name.clone(), entry);
         inferred.insert(name);
     }
@@ -383,7 +429,7 @@ pub fn build_proxyless(
         .iter()
         .map(|name| {
             let entry = upstream(
-                state, datacenter, datacenter, name, false, shared, &mut deps,
+                state, datacenter, datacenter, name, "", false, shared, &mut deps,
             );
             (name.clone(), entry)
         })
@@ -404,23 +450,27 @@ pub fn build_proxyless(
     Some((snapshot, deps))
 }
 
-/// One upstream's compiled chain (in datacenter `dc`) and its local
-/// targets' healthy endpoints: their connect-capable instances for a proxy
-/// (`connect`), the instances themselves for a proxyless client, which
-/// dials the applications' own ports.
+/// One upstream's compiled chain (in datacenter `dc`, every target's mesh
+/// gateway mode `mesh_gateway` when set) and its local targets' healthy
+/// endpoints: their connect-capable instances for a proxy (`connect`), the
+/// instances themselves for a proxyless client, which dials the
+/// applications' own ports.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn upstream(
-    state: &State, datacenter: &str, dc: &str, name: &str, connect: bool, shared: &mut Shared,
-    deps: &mut BTreeSet<Dep>,
+    state: &State, datacenter: &str, dc: &str, name: &str, mesh_gateway: &str, connect: bool,
+    shared: &mut Shared, deps: &mut BTreeSet<Dep>,
 ) -> UpstreamSnapshot {
     let trust_domain = format!("{}.consul", state.cluster_id);
     let mut req = CompileRequest::new(name, dc, &trust_domain);
     req.server_datacenter = datacenter.to_string();
     crate::state::virtual_ip::fill(state, &mut req);
+    req.override_mesh_gateway.mode = mesh_gateway.to_string();
     let (chain, chain_deps) = shared.chain(state, &req, dc);
     deps.extend(chain_deps.iter().cloned());
     match chain {
         Ok(chain) => {
             let mut endpoints = BTreeMap::new();
+            let mut gateways = BTreeMap::new();
             for (id, target) in &chain.targets {
                 if !target.peer.is_empty() {
                     continue; // peers are reached via gateways
@@ -431,6 +481,9 @@ pub(super) fn upstream(
                     if connect && let Some((rows, dep)) = remote_endpoints(shared, target) {
                         deps.insert(dep);
                         endpoints.insert(id.clone(), rows);
+                        if let Some(via) = via_gateways(state, datacenter, shared, target, deps) {
+                            gateways.insert(id.clone(), via);
+                        }
                     }
                     continue;
                 }
@@ -452,27 +505,24 @@ pub(super) fn upstream(
                 chain: Some(chain),
                 error: String::new(),
                 endpoints,
+                gateways,
             }
         }
         Err(error) => UpstreamSnapshot {
             chain: None,
             error,
             endpoints: BTreeMap::new(),
+            gateways: BTreeMap::new(),
         },
     }
 }
 
-/// A target in another datacenter: its instances there, dialled at their
-/// own addresses (mesh gateway mode `none`, the default), empty until first
-/// heard. With mode `local` or `remote` the traffic would go through mesh
-/// gateways, which cairn does not know yet: such a target has no endpoints
-/// (no cluster), as before; nor has any without a federation to ask.
+/// A target in another datacenter: its instances there (dialled at their
+/// own addresses in mesh gateway mode `none`, the default), empty until
+/// first heard; none without a federation to ask.
 fn remote_endpoints(
     shared: &Shared, target: &crate::discovery_chain::DiscoveryTarget,
 ) -> Option<(Endpoints, Dep)> {
-    if matches!(target.mesh_gateway.mode.as_str(), "local" | "remote") {
-        return None;
-    }
     let remote = shared.remote.as_ref()?;
     let (rows, dep) = remote.endpoints(
         &target.datacenter,
@@ -481,4 +531,33 @@ fn remote_endpoints(
         target.subset.only_passing,
     );
     Some((rows.unwrap_or_default(), dep))
+}
+
+/// The mesh gateways a target in another datacenter is reached through:
+/// this datacenter's in mode `local`, the target's datacenter's in mode
+/// `remote` (followed there as its instances are); `None` in mode `none`
+/// (or any other word: Consul takes it as the default).
+fn via_gateways(
+    state: &State, datacenter: &str, shared: &mut Shared,
+    target: &crate::discovery_chain::DiscoveryTarget, deps: &mut BTreeSet<Dep>,
+) -> Option<ViaGateways> {
+    let mode = target.mesh_gateway.mode.as_str();
+    let (dc, instances) = match mode {
+        "local" => {
+            deps.insert(keys::MESH_GATEWAYS);
+            (datacenter, shared.local_gateways(state))
+        }
+        "remote" => {
+            let (rows, dep) = shared.remote.as_ref()?.gateways(&target.datacenter);
+            deps.insert(dep);
+            (target.datacenter.as_str(), rows.unwrap_or_default())
+        }
+        _ => return None,
+    };
+    Some(ViaGateways {
+        mode: mode.to_string(),
+        datacenter: dc.to_string(),
+        wan: dc != datacenter,
+        instances,
+    })
 }

@@ -4,7 +4,8 @@
 //! A terminating gateway: its entry and, per linked service, the
 //! service's own instances (outside the mesh), the intentions with it as
 //! destination and its leaf (the gateway answers for it). A mesh gateway:
-//! every local service's connect-capable endpoints, by service.
+//! every local service's connect-capable endpoints, by service, and every
+//! other datacenter's mesh gateways, by datacenter.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ pub fn build(
         services: Vec::new(),
         linked: BTreeMap::new(),
         local: BTreeMap::new(),
+        remote: BTreeMap::new(),
     };
     match registered.kind {
         ServiceKind::IngressGateway => {
@@ -56,11 +58,14 @@ pub fn build(
                     if upstreams.contains_key(&g.service.name) {
                         continue;
                     }
+                    // Its targets in other datacenters go through mesh
+                    // gateways as its own (merged) mode says, as Consul's.
                     let us: UpstreamSnapshot = upstream(
                         state,
                         datacenter,
                         datacenter,
                         &g.service.name,
+                        &service.proxy.mesh_gateway.mode,
                         true,
                         shared,
                         &mut deps,
@@ -108,6 +113,21 @@ pub fn build(
                 let rows = shared.endpoints_of(state, &svc, "", false, true);
                 if !rows.is_empty() {
                     gw.local.insert(svc, rows);
+                }
+            }
+            // And to every other datacenter's mesh gateways, as the
+            // federation knows them (none without one).
+            if let Some(remote) = shared.remote.clone() {
+                deps.insert(keys::REMOTE_DATACENTERS);
+                for dc in remote.datacenters() {
+                    if dc == datacenter {
+                        continue;
+                    }
+                    let (rows, dep) = remote.gateways(&dc);
+                    deps.insert(dep);
+                    if let Some(rows) = rows.filter(|r| !r.is_empty()) {
+                        gw.remote.insert(dc, rows);
+                    }
                 }
             }
         }

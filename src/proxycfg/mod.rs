@@ -31,6 +31,7 @@ pub use build::{Shared, build_proxyless};
 pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
 pub use snapshot::{
     Endpoints, GatewaySnapshot, LinkedService, Snapshot, TransparentSnapshot, UpstreamSnapshot,
+    ViaGateways, gateway_address,
 };
 
 use crate::state::{Store, keys};
@@ -391,6 +392,13 @@ impl Manager {
             inner.mark_dep(&keys::SERVICES);
             if let Some(i) = e.instance.as_ref().filter(|i| i.service.is_xds_proxy()) {
                 inner.mark([(i.node.node.clone(), i.service.id.clone())]);
+            }
+            // Sidecars in mode `local` read this datacenter's mesh gateways.
+            if e.instance
+                .as_ref()
+                .is_some_and(|i| i.service.kind == crate::structs::ServiceKind::MeshGateway)
+            {
+                inner.mark_dep(&keys::MESH_GATEWAYS);
             }
         });
         // Chain targets' endpoints are their connect-capable instances,

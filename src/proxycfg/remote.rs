@@ -1,16 +1,23 @@
-//! Chain targets in another datacenter: their healthy connect-capable
-//! instances there (sidecars or connect-native instances, dialled at their
-//! own addresses: mesh gateway mode `none`, Consul's default), kept live by
-//! a blocking read of that datacenter's `/v1/health/connect/<service>`.
+//! What proxycfg reads of other datacenters: a chain target's healthy
+//! connect-capable instances there (sidecars or connect-native instances,
+//! dialled at their own addresses in mesh gateway mode `none`, Consul's
+//! default; in modes `local` and `remote` their health decides whether the
+//! gateways carry the target), kept live by a blocking read of that
+//! datacenter's `/v1/health/connect/<service>`; that datacenter's mesh
+//! gateways (`/v1/internal/mesh-gateways` there), for mode `remote` and
+//! for this datacenter's mesh gateways; and which other datacenters there
+//! are (the federation's list, followed as it grows).
 //!
-//! One watcher per (datacenter, service, subset filter), shared by every
-//! proxy whose snapshot read it: a build asks for the list (`endpoints`),
-//! the proxy's watch on the synthetic key `keys::remote_connect` keeps it
-//! wanted, and after each rebuild batch `reconcile` starts the watchers
-//! wanted and stops those no proxy watches any more. An answer that
-//! changes the list marks the proxies watching it dirty, as a local
-//! endpoint change does. A datacenter out of reach leaves the last list
-//! served (as Consul serves its cache) and is retried with backoff.
+//! One watcher per (datacenter, service, subset filter), or per
+//! datacenter for its gateways, shared by every proxy whose snapshot read
+//! it: a build asks for the list (`endpoints`, `gateways`), the proxy's
+//! watch on the synthetic key (`keys::remote_connect`,
+//! `keys::remote_mesh_gateways`) keeps it wanted, and after each rebuild
+//! batch `reconcile` starts the watchers wanted and stops those no proxy
+//! watches any more, at most `MAX_WATCHERS` of both kinds together. An
+//! answer that changes the list marks the proxies watching it dirty, as a
+//! local endpoint change does. A datacenter out of reach leaves the last
+//! list served (as Consul serves its cache) and is retried with backoff.
 //!
 //! The proxycfg layer knows no HTTP or federation: process assembly hands
 //! in a `Fetcher` (the WAN federation's forwarding).
@@ -51,17 +58,66 @@ pub struct Answer {
 pub type FetchFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
 
 /// A GET on another datacenter's HTTP API (a server there answers it as if
-/// asked there), within `timeout`.
+/// asked there), within `timeout`; and the other datacenters known.
 pub trait Fetcher: Send + Sync + 'static {
     fn get(&self, dc: &str, path_and_query: String, timeout: Duration) -> FetchFuture<'_>;
+
+    /// The other datacenters as they become known (never this one). None
+    /// by default: a source that knows of no others.
+    fn datacenters(&self) -> tokio::sync::watch::Receiver<Vec<String>> {
+        tokio::sync::watch::channel(Vec::new()).1
+    }
 }
 
 /// What a remote watcher follows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Target {
-    dc: String,
-    service: String,
-    filter: String,
+enum Target {
+    /// A service's connect-capable instances (with a subset filter).
+    Connect {
+        dc: String,
+        service: String,
+        filter: String,
+    },
+    /// The datacenter's mesh gateways.
+    MeshGateways { dc: String },
+}
+
+impl Target {
+    fn dc(&self) -> &str {
+        match self {
+            Target::Connect { dc, .. } | Target::MeshGateways { dc } => dc,
+        }
+    }
+
+    /// What it reads there, named for the logs.
+    fn what(&self) -> &str {
+        match self {
+            Target::Connect { service, .. } => service,
+            Target::MeshGateways { .. } => "its mesh gateways",
+        }
+    }
+
+    /// The blocking read of it from `index`.
+    fn path(&self, index: u64) -> String {
+        let wait = WAIT.as_secs();
+        match self {
+            Target::Connect {
+                service, filter, ..
+            } => {
+                let mut filter_arg = String::new();
+                if !filter.is_empty() {
+                    filter_arg = format!("&filter={}", crate::request::enc(filter));
+                }
+                format!(
+                    "/v1/health/connect/{}?stale&index={index}&wait={wait}s{filter_arg}",
+                    crate::request::enc(service),
+                )
+            }
+            Target::MeshGateways { .. } => {
+                format!("/v1/internal/mesh-gateways?stale&index={index}&wait={wait}s")
+            }
+        }
+    }
 }
 
 struct Entry {
@@ -89,6 +145,18 @@ pub(super) struct Remotes {
     /// Bumped after every change of a list: a build that began before it
     /// may have read the old list before its watches were registered.
     pub(super) changes: AtomicU64,
+    /// The other datacenters known, as the fetcher last said.
+    datacenters: Mutex<Vec<String>>,
+    /// The task following that list.
+    follower: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Remotes {
+    fn drop(&mut self) {
+        if let Some(t) = self.follower.get_mut().take() {
+            t.abort();
+        }
+    }
 }
 
 impl Remotes {
@@ -105,20 +173,15 @@ impl Remotes {
         &self, dc: &str, service: &str, filter: &str, only_passing: bool,
     ) -> (Option<Endpoints>, crate::state::WatchKey) {
         let dep = keys::remote_connect(dc, service, filter);
-        let mut entries = self.entries.lock();
-        let entry = entries
-            .entry(dep.as_str().to_string())
-            .or_insert_with(|| Entry {
-                target: Target {
-                    dc: dc.to_string(),
-                    service: service.to_string(),
-                    filter: filter.to_string(),
-                },
-                endpoints: None,
-                task: None,
-                refused: false,
-            });
-        let rows = entry.endpoints.clone().map(|rows| {
+        let rows = self.wanted(
+            &dep,
+            Target::Connect {
+                dc: dc.to_string(),
+                service: service.to_string(),
+                filter: filter.to_string(),
+            },
+        );
+        let rows = rows.map(|rows| {
             if only_passing && rows.iter().any(|i| !healthy(&i.checks, true)) {
                 Arc::new(
                     rows.iter()
@@ -131,6 +194,33 @@ impl Remotes {
             }
         });
         (rows, dep)
+    }
+
+    /// The healthy mesh gateways of `dc` as last heard, and the key to
+    /// watch for their changes (asking makes them wanted, as `endpoints`).
+    pub(super) fn gateways(&self, dc: &str) -> (Option<Endpoints>, crate::state::WatchKey) {
+        let dep = keys::remote_mesh_gateways(dc);
+        let rows = self.wanted(&dep, Target::MeshGateways { dc: dc.to_string() });
+        (rows, dep)
+    }
+
+    /// The other datacenters known now (watch `keys::REMOTE_DATACENTERS`).
+    pub(super) fn datacenters(&self) -> Vec<String> {
+        self.datacenters.lock().clone()
+    }
+
+    /// The list of `target` as last heard, its entry made if new.
+    fn wanted(&self, dep: &crate::state::WatchKey, target: Target) -> Option<Endpoints> {
+        let mut entries = self.entries.lock();
+        let entry = entries
+            .entry(dep.as_str().to_string())
+            .or_insert_with(|| Entry {
+                target,
+                endpoints: None,
+                task: None,
+                refused: false,
+            });
+        entry.endpoints.clone()
     }
 
     /// Whether a wanted target has no watcher for the cap.
@@ -160,6 +250,9 @@ pub(super) fn reconcile(inner: &Arc<Inner>) {
         .map(|k| k.to_string())
         .collect();
     let remotes = &inner.remotes;
+    if let Some(fetcher) = remotes.fetcher.get() {
+        follow_datacenters(inner, fetcher);
+    }
     let mut entries = remotes.entries.lock();
     // Dropping an entry aborts its watcher.
     entries.retain(|dep, _| wanted.contains(dep));
@@ -173,8 +266,8 @@ pub(super) fn reconcile(inner: &Arc<Inner>) {
                 e.refused = true;
                 crate::metrics::PROXYCFG_REMOTE_REFUSED.inc();
                 tracing::warn!(
-                    datacenter = %e.target.dc,
-                    service = %e.target.service,
+                    datacenter = %e.target.dc(),
+                    reading = %e.target.what(),
                     max = MAX_WATCHERS,
                     "proxycfg: too many remote datacenter watchers; this target gets no remote endpoints until others stop"
                 );
@@ -198,18 +291,10 @@ pub(super) fn reconcile(inner: &Arc<Inner>) {
 async fn watch(inner: Weak<Inner>, fetcher: Arc<dyn Fetcher>, dep: String, t: Target) {
     let mut index = 0u64;
     let mut backoff = MIN_BACKOFF;
-    let mut filter = String::new();
-    if !t.filter.is_empty() {
-        filter = format!("&filter={}", crate::request::enc(&t.filter));
-    }
     loop {
-        let path = format!(
-            "/v1/health/connect/{}?stale&index={index}&wait={}s{filter}",
-            crate::request::enc(&t.service),
-            WAIT.as_secs()
-        );
+        let path = t.path(index);
         let asked = tokio::time::Instant::now();
-        let error = match fetcher.get(&t.dc, path, TIMEOUT).await {
+        let error = match fetcher.get(t.dc(), path, TIMEOUT).await {
             Ok(a) if a.status == 200 => match serde_json::from_slice::<Vec<Instance>>(&a.body) {
                 Ok(rows) => {
                     backoff = MIN_BACKOFF;
@@ -247,8 +332,8 @@ async fn watch(inner: Weak<Inner>, fetcher: Arc<dyn Fetcher>, dep: String, t: Ta
             return;
         }
         tracing::warn!(
-            datacenter = %t.dc,
-            service = %t.service,
+            datacenter = %t.dc(),
+            reading = %t.what(),
             error = %error,
             retry_in_ms = backoff.as_millis() as u64,
             "proxycfg: could not read the instances of another datacenter; its last endpoints stay in use"
@@ -256,6 +341,39 @@ async fn watch(inner: Weak<Inner>, fetcher: Arc<dyn Fetcher>, dep: String, t: Ta
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// Follows the fetcher's list of other datacenters (once: the first
+/// reconcile after the fetcher is set starts it), marking what reads it
+/// on every change.
+fn follow_datacenters(inner: &Arc<Inner>, fetcher: &Arc<dyn Fetcher>) {
+    let mut follower = inner.remotes.follower.lock();
+    if follower.is_some() {
+        return;
+    }
+    let mut rx = fetcher.datacenters();
+    let weak = Arc::downgrade(inner);
+    let task = tokio::spawn(async move {
+        loop {
+            let list = rx.borrow_and_update().clone();
+            let Some(inner) = weak.upgrade() else { return };
+            let changed = {
+                let mut known = inner.remotes.datacenters.lock();
+                let changed = *known != list;
+                *known = list;
+                changed
+            };
+            if changed {
+                inner.remotes.changes.fetch_add(1, Ordering::SeqCst);
+                inner.mark_dep(&keys::REMOTE_DATACENTERS);
+            }
+            drop(inner);
+            if rx.changed().await.is_err() {
+                return; // the source is gone: the last list stays
+            }
+        }
+    });
+    *follower = Some(task.abort_handle());
 }
 
 /// Stores a new list; whether it differs from the last.

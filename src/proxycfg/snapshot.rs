@@ -79,6 +79,27 @@ pub struct UpstreamSnapshot {
     pub error: String,
     /// target ID → healthy endpoints.
     pub endpoints: BTreeMap<String, Endpoints>,
+    /// target ID → the mesh gateways its traffic goes through (a target in
+    /// another datacenter in mode `local` or `remote`); its `endpoints`
+    /// are still its own instances there, whose health decides whether the
+    /// gateways carry it at all.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gateways: BTreeMap<String, ViaGateways>,
+}
+
+/// The mesh gateways a target is reached through.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ViaGateways {
+    /// "local" (this datacenter's gateways) or "remote" (the target's).
+    pub mode: String,
+    /// The gateways' datacenter.
+    pub datacenter: String,
+    /// Dialled at their WAN address (another datacenter's), else their LAN
+    /// one.
+    pub wan: bool,
+    /// The healthy gateways.
+    pub instances: Endpoints,
 }
 
 impl Snapshot {
@@ -113,6 +134,48 @@ pub struct GatewaySnapshot {
     pub linked: BTreeMap<String, LinkedService>,
     /// Mesh gateway: per local service, its connect-capable endpoints.
     pub local: BTreeMap<String, Endpoints>,
+    /// Mesh gateway: per other datacenter, its healthy mesh gateways (those
+    /// with none heard yet are left out).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub remote: BTreeMap<String, Endpoints>,
+}
+
+/// Where a gateway is dialled from this datacenter: in another datacenter
+/// (`wan`) its service's `wan` tagged address (and port), else its service
+/// address, else its node's `wan` tagged address, else its node's address;
+/// here its service address, else its `lan` tagged one, else its node's
+/// (Consul's `BestAddress`).
+pub fn gateway_address(i: &Instance, wan: bool) -> (&str, i64) {
+    let svc = &i.service;
+    let tagged = |k: &str| {
+        svc.tagged_addresses
+            .get(k)
+            .filter(|a| !a.address.is_empty())
+    };
+    if wan && let Some(a) = tagged("wan") {
+        let port = if a.port != 0 {
+            i64::from(a.port)
+        } else {
+            svc.port
+        };
+        return (&a.address, port);
+    }
+    if !svc.address.is_empty() {
+        return (&svc.address, svc.port);
+    }
+    if !wan && let Some(a) = tagged("lan") {
+        let port = if a.port != 0 {
+            i64::from(a.port)
+        } else {
+            svc.port
+        };
+        return (&a.address, port);
+    }
+    let node = &i.node;
+    if wan && let Some(a) = node.tagged_addresses.get("wan").filter(|a| !a.is_empty()) {
+        return (a, svc.port);
+    }
+    (&node.address, svc.port)
 }
 
 /// A terminating gateway's view of one linked service.

@@ -581,3 +581,298 @@ async fn remote_watchers_are_capped() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Other datacenters as a `Fetcher`: per (datacenter, path prefix) the
+/// rows it answers (at once: these tests do not block), and the list of
+/// datacenters it knows.
+struct Federated {
+    rows: parking_lot::Mutex<std::collections::HashMap<(String, String), Vec<serde_json::Value>>>,
+    index: AtomicU64,
+    others: tokio::sync::watch::Sender<Vec<String>>,
+}
+
+impl Federated {
+    fn new(others: &[&str]) -> Arc<Federated> {
+        Arc::new(Federated {
+            rows: Default::default(),
+            index: AtomicU64::new(1),
+            others: tokio::sync::watch::Sender::new(others.iter().map(|d| d.to_string()).collect()),
+        })
+    }
+
+    fn set(&self, dc: &str, prefix: &str, rows: Vec<serde_json::Value>) {
+        self.rows
+            .lock()
+            .insert((dc.to_string(), prefix.to_string()), rows);
+        self.index.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Fetcher for Federated {
+    fn get(&self, dc: &str, path: String, _timeout: Duration) -> FetchFuture<'_> {
+        let dc = dc.to_string();
+        Box::pin(async move {
+            let asked: u64 = path
+                .split(['?', '&'])
+                .find_map(|p| p.strip_prefix("index="))
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(0);
+            // Block (briefly) while nothing changed past the index asked.
+            let deadline = Instant::now() + Duration::from_millis(200);
+            while self.index.load(Ordering::SeqCst) <= asked && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let rows = self
+                .rows
+                .lock()
+                .iter()
+                .find(|((d, prefix), _)| *d == dc && path.starts_with(prefix.as_str()))
+                .map(|(_, r)| r.clone())
+                .unwrap_or_default();
+            Ok(Answer {
+                status: 200,
+                index: self.index.load(Ordering::SeqCst),
+                body: serde_json::to_vec(&rows).unwrap(),
+            })
+        })
+    }
+
+    fn datacenters(&self) -> tokio::sync::watch::Receiver<Vec<String>> {
+        self.others.subscribe()
+    }
+}
+
+/// A mesh gateway row of datacenter `dc`: LAN address `lan`, WAN `wan`.
+fn gateway_row(dc: &str, id: &str, lan: &str, wan: &str, status: &str) -> serde_json::Value {
+    json!({"Node": {"Node": format!("{id}-node"), "Address": lan, "Datacenter": dc},
+           "Service": {"ID": id, "Service": "mesh-gateway", "Kind": "mesh-gateway",
+                       "Port": 8443, "Address": lan,
+                       "TaggedAddresses": {"lan": {"Address": lan, "Port": 8443},
+                                           "wan": {"Address": wan, "Port": 443}}},
+           "Checks": [{"Node": format!("{id}-node"), "CheckID": "alive", "Status": status}]})
+}
+
+const FAR: &str = "db.default.default.dc2";
+
+/// The gateways a target goes through: (mode, datacenter, wan, ids).
+fn via(s: &Snapshot, target: &str) -> Option<(String, String, bool, Vec<String>)> {
+    let v = s.upstreams["db"].gateways.get(target)?;
+    Some((
+        v.mode.clone(),
+        v.datacenter.clone(),
+        v.wan,
+        v.instances.iter().map(|i| i.service.id.clone()).collect(),
+    ))
+}
+
+/// A failover target in dc2 with mesh gateway mode `local` goes through
+/// dc1's healthy mesh gateways (a critical one leaves), with `remote`
+/// through dc2's as dc2 lists them, with `none` straight to its
+/// instances; the proxy's mode yields to its upstream's, and without
+/// either proxy-defaults decide. Its own instances stay in the snapshot
+/// (their health decides), and a local target never goes through one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_gateway_modes_pick_the_gateways_a_remote_target_goes_through() {
+    let mut w = World::new();
+    w.apply(Command::ConfigSet {
+        entry: json!({"Kind": "service-resolver", "Name": "db",
+                      "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+        cas: None,
+    });
+    w.register_db("n1", "db1", "v1", "passing");
+    let fed = Federated::new(&["dc2"]);
+    fed.set(
+        "dc2",
+        "/v1/health/connect/db?",
+        vec![far_row("far1", "passing")],
+    );
+    fed.set(
+        "dc2",
+        "/v1/internal/mesh-gateways?",
+        vec![gateway_row(
+            "dc2",
+            "gw2",
+            "10.2.0.9",
+            "203.0.113.2",
+            "passing",
+        )],
+    );
+    w.manager.set_remote(fed.clone());
+    let mut gw = instance("gw1", "mesh-gateway", "");
+    gw.kind = "mesh-gateway".into();
+    gw.port = 8443;
+    w.register("g1", gw.clone(), "passing");
+
+    let mut p = proxy();
+    p.proxy.upstreams[0].mesh_gateway.mode = "local".into();
+    w.register("n2", p.clone(), "passing");
+    let key = ("n2".to_string(), "web-proxy".to_string());
+    let s = w
+        .until(
+            &key,
+            "dc1's gateway for dc2's target, and its instances",
+            |s| {
+                via(s, FAR) == Some(("local".into(), "dc1".into(), false, vec!["gw1".into()]))
+                    && endpoint_ids(s, FAR) == ["far1"]
+            },
+        )
+        .await;
+    assert_eq!(via(&s, DB), None, "a local target goes direct");
+
+    // dc1's gateway critical: none left to go through.
+    w.register("g1", gw.clone(), "critical");
+    w.until(&key, "no healthy local gateway", |s| {
+        via(s, FAR).is_some_and(|v| v.3.is_empty())
+    })
+    .await;
+    w.register("g1", gw, "passing");
+
+    // The proxy says remote, its upstream local: the upstream's wins.
+    p.proxy.mesh_gateway.mode = "remote".into();
+    w.register("n2", p.clone(), "passing");
+    w.until(&key, "the upstream's own mode", |s| {
+        via(s, FAR).is_some_and(|v| v.0 == "local" && v.3 == ["gw1"])
+    })
+    .await;
+    // The upstream says nothing: the proxy's remote, dc2's gateway at WAN.
+    p.proxy.upstreams[0].mesh_gateway.mode = String::new();
+    w.register("n2", p.clone(), "passing");
+    w.until(&key, "dc2's gateway", |s| {
+        via(s, FAR) == Some(("remote".into(), "dc2".into(), true, vec!["gw2".into()]))
+    })
+    .await;
+    // dc2 lists another gateway: it reaches the snapshot.
+    fed.set(
+        "dc2",
+        "/v1/internal/mesh-gateways?",
+        vec![
+            gateway_row("dc2", "gw2", "10.2.0.9", "203.0.113.2", "passing"),
+            gateway_row("dc2", "gw3", "10.2.0.10", "203.0.113.3", "passing"),
+        ],
+    );
+    w.until(&key, "dc2's second gateway", |s| {
+        via(s, FAR).is_some_and(|v| v.3 == ["gw2", "gw3"])
+    })
+    .await;
+
+    // Mode none on the proxy: straight to dc2's instances.
+    p.proxy.mesh_gateway.mode = "none".into();
+    w.register("n2", p.clone(), "passing");
+    let s = w
+        .until(&key, "no gateway in mode none", |s| via(s, FAR).is_none())
+        .await;
+    assert_eq!(endpoint_ids(&s, FAR), ["far1"]);
+
+    // Neither says: proxy-defaults' local.
+    p.proxy.mesh_gateway.mode = String::new();
+    w.apply(Command::ConfigSet {
+        entry: json!({"Kind": "proxy-defaults", "Name": "global",
+                      "MeshGateway": {"Mode": "local"}}),
+        cas: None,
+    });
+    w.register("n2", p, "passing");
+    w.until(&key, "proxy-defaults' mode", |s| {
+        via(s, FAR).is_some_and(|v| v.0 == "local")
+    })
+    .await;
+}
+
+/// A mesh gateway routes to every other datacenter the federation knows,
+/// each through that datacenter's healthy gateways as listed there; a
+/// datacenter learned later is added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mesh_gateway_follows_every_other_datacenters_gateways() {
+    let mut w = World::new();
+    let fed = Federated::new(&["dc2"]);
+    fed.set(
+        "dc2",
+        "/v1/internal/mesh-gateways?",
+        vec![
+            gateway_row("dc2", "gw2", "10.2.0.9", "203.0.113.2", "passing"),
+            gateway_row("dc2", "gw2b", "10.2.0.8", "203.0.113.4", "critical"),
+        ],
+    );
+    fed.set(
+        "dc3",
+        "/v1/internal/mesh-gateways?",
+        vec![gateway_row(
+            "dc3",
+            "gw3",
+            "10.3.0.9",
+            "203.0.113.3",
+            "passing",
+        )],
+    );
+    w.manager.set_remote(fed.clone());
+    let mut gw = instance("gw1", "mesh-gateway", "");
+    gw.kind = "mesh-gateway".into();
+    gw.port = 8443;
+    w.register("g1", gw, "passing");
+    let key = ("g1".to_string(), "gw1".to_string());
+    let remote = |s: &Snapshot| -> Vec<(String, Vec<String>)> {
+        s.gateway
+            .as_ref()
+            .unwrap()
+            .remote
+            .iter()
+            .map(|(dc, rows)| {
+                (
+                    dc.clone(),
+                    rows.iter().map(|i| i.service.id.clone()).collect(),
+                )
+            })
+            .collect()
+    };
+    w.until(&key, "dc2's healthy gateway", |s| {
+        remote(s) == [("dc2".to_string(), vec!["gw2".to_string()])]
+    })
+    .await;
+    fed.others.send_replace(vec!["dc2".into(), "dc3".into()]);
+    w.until(&key, "dc3 too", |s| {
+        remote(s)
+            == [
+                ("dc2".to_string(), vec!["gw2".to_string()]),
+                ("dc3".to_string(), vec!["gw3".to_string()]),
+            ]
+    })
+    .await;
+    assert_eq!(w.manager.remote_watchers(), 2);
+}
+
+/// An ingress gateway's linked service failing over to dc2 goes through
+/// mesh gateways as the gateway's own merged mode says (its registration's
+/// here), as a sidecar's upstream does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_gateways_remote_targets_follow_its_mesh_gateway_mode() {
+    let mut w = World::new();
+    for entry in [
+        json!({"Kind": "service-resolver", "Name": "db",
+               "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+        json!({"Kind": "ingress-gateway", "Name": "ig", "Listeners": [
+            {"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "db"}]}]}),
+    ] {
+        w.apply(Command::ConfigSet { entry, cas: None });
+    }
+    w.register_db("n1", "db1", "v1", "passing");
+    let fed = Federated::new(&["dc2"]);
+    fed.set(
+        "dc2",
+        "/v1/health/connect/db?",
+        vec![far_row("far1", "passing")],
+    );
+    w.manager.set_remote(fed);
+    let mut gw = instance("gw1", "mesh-gateway", "");
+    gw.kind = "mesh-gateway".into();
+    gw.port = 8443;
+    w.register("g1", gw, "passing");
+    let mut ig = instance("ig", "ig", "");
+    ig.kind = "ingress-gateway".into();
+    ig.port = 8443;
+    ig.proxy.mesh_gateway.mode = "local".into();
+    w.register("g2", ig, "passing");
+    let key = ("g2".to_string(), "ig".to_string());
+    w.until(&key, "dc1's mesh gateway for dc2's db", |s| {
+        via(s, FAR) == Some(("local".into(), "dc1".into(), false, vec!["gw1".into()]))
+    })
+    .await;
+}

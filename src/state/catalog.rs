@@ -12,7 +12,7 @@ use super::{Row, State, Table, keys};
 use crate::structs::query::PreparedQuery;
 use crate::structs::{
     CatalogVerb, DeregisterRequest, HEALTH_PASSING, HEALTH_WARNING, HealthCheck, Node, NodeService,
-    RegisterRequest, TxnOp, TxnResult,
+    RegisterRequest, ServiceKind, TxnOp, TxnResult,
 };
 
 /// Registers a node and optionally a service and checks, all or nothing:
@@ -397,6 +397,23 @@ pub fn service_instances(state: &State, name: &str, connect: bool) -> Vec<Instan
         .collect()
 }
 
+/// Every instance of kind `kind` (mesh gateways, say), in name then node
+/// order.
+pub fn instances_of_kind(state: &State, kind: ServiceKind) -> Vec<Instance> {
+    state
+        .service_names
+        .values()
+        .flat_map(|set| set.iter())
+        .filter_map(|k| {
+            let svc = state.services.get(k)?;
+            if svc.kind != kind {
+                return None;
+            }
+            instance_of(state, &k.0, svc)
+        })
+        .collect()
+}
+
 /// What `query` finds in this datacenter, as Consul's `execute`: the
 /// instances of its service (with `connect`, the connect-capable ones),
 /// those with a critical check dropped (with `OnlyPassing` also those with
@@ -496,17 +513,26 @@ impl Tx<'_> {
     /// Wakes everything that shows a node's services (health rows embed the
     /// node and its node-level checks).
     fn touch_node_services(&mut self, node: &str) {
-        let services: Vec<(String, String)> = self
+        let services: Vec<(String, String, bool)> = self
             .state
             .services
             .range((node.to_string(), String::new())..)
             .take_while(|((n, _), _)| n == node)
-            .map(|(_, s)| (s.service.clone(), s.proxy.destination_service_name.clone()))
+            .map(|(_, s)| {
+                (
+                    s.service.clone(),
+                    s.proxy.destination_service_name.clone(),
+                    s.kind == ServiceKind::MeshGateway,
+                )
+            })
             .collect();
-        for (name, dest) in services {
+        for (name, dest, mesh_gateway) in services {
             self.touch(keys::service(&name));
             if !dest.is_empty() {
                 self.touch(keys::connect(&dest));
+            }
+            if mesh_gateway {
+                self.touch(keys::MESH_GATEWAYS);
             }
         }
     }
@@ -545,6 +571,9 @@ impl Tx<'_> {
         self.touch(keys::service(&svc.service));
         self.touch(keys::SERVICES);
         self.touch(keys::node(node));
+        if svc.kind == ServiceKind::MeshGateway {
+            self.touch(keys::MESH_GATEWAYS);
+        }
         if !svc.proxy.destination_service_name.is_empty() {
             self.touch(keys::connect(&svc.proxy.destination_service_name));
         }

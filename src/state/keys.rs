@@ -100,7 +100,15 @@ pub fn connect(name: &str) -> WatchKey {
 pub fn remote_connect(dc: &str, service: &str, filter: &str) -> WatchKey {
     WatchKey::stored(format!("{REMOTE_PREFIX}{dc}/connect/{service}?{filter}"))
 }
-/// The prefix of every `remote_connect` key.
+/// Not a key of this state either: another datacenter's mesh gateways, as
+/// proxycfg follows them there.
+pub fn remote_mesh_gateways(dc: &str) -> WatchKey {
+    WatchKey::stored(format!("{REMOTE_PREFIX}{dc}/mesh-gateways"))
+}
+/// Not a key of this state: the other datacenters the federation knows
+/// (a mesh gateway routes to each).
+pub const REMOTE_DATACENTERS: WatchKey = WatchKey::fixed("remote/datacenters");
+/// The prefix of every key of another datacenter's (`remote_*`).
 pub const REMOTE_PREFIX: &str = "remote/";
 /// A service's virtual IPs (`state::virtual_ip`).
 pub fn virtual_ip(service: &str) -> WatchKey {
@@ -126,6 +134,10 @@ pub fn floor(family: &str) -> WatchKey {
 pub const NODES: WatchKey = WatchKey::fixed("nodes");
 pub const SERVICES: WatchKey = WatchKey::fixed("services");
 pub const CHECKS: WatchKey = WatchKey::fixed("checks");
+/// Any mesh gateway instance, its node or its health: what a datacenter's
+/// gateway list (`/v1/internal/mesh-gateways`, proxycfg's mode `local`)
+/// reads, so that the catalog's other changes wake none of them.
+pub const MESH_GATEWAYS: WatchKey = WatchKey::fixed("mesh-gateways");
 pub const CLUSTER: WatchKey = WatchKey::fixed("cluster");
 pub const SESSIONS: WatchKey = WatchKey::fixed("sessions");
 /// Any ACL token, policy or role: its index is the generation token

@@ -14,8 +14,9 @@
 //!   instances (with TLS origination when its `CAFile` is set).
 //! - Mesh: one listener that reads the SNI (`tls_inspector`) and passes
 //!   each local service's connections through, still encrypted, to its
-//!   sidecars. Local services only: other datacenters' SNIs are not routed
-//!   yet.
+//!   sidecars, and every other datacenter's (`*.<dc>.internal.<trust
+//!   domain>`) to a cluster `<dc>.internal.<trust domain>` of that
+//!   datacenter's mesh gateways at their WAN addresses.
 
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ use super::resources::{
     route_config, secs, socket, start_cluster, target_cluster, tcp_filter, transport_socket,
 };
 use crate::discovery_chain::service_sni;
-use crate::proxycfg::{GatewaySnapshot, Snapshot};
+use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
 use crate::state::catalog::Instance;
 use crate::structs::config_entry::{
     GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
@@ -545,36 +546,77 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     for (svc, rows) in &gw.local {
         let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
         // Passed through still encrypted: the sidecars terminate mTLS.
-        let c = cluster::Cluster {
-            name: sni.clone(),
-            alt_stat_name: sni.clone(),
-            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-                cluster::cluster::DiscoveryType::Eds as i32,
-            )),
-            eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
-                eds_config: ads(),
-                service_name: sni.clone(),
-            }),
-            connect_timeout: secs(5),
-            ..Default::default()
-        };
-        put(out, CLUSTER, sni.clone(), Resource::of(c));
+        put(out, CLUSTER, sni.clone(), Resource::of(eds_cluster(&sni)));
         put(
             out,
             ENDPOINT,
             sni.clone(),
             Resource::of(assignment(&sni, rows)),
         );
-        chains.push(listener::FilterChain {
-            filter_chain_match: Some(listener::FilterChainMatch {
-                server_names: vec![sni.clone()],
+        chains.push(passthrough(
+            sni.clone(),
+            &format!("mesh_gateway_local.{svc}"),
+            &sni,
+        ));
+    }
+    // Another datacenter's services: on to its gateways, still encrypted
+    // (Envoy prefers an exact server name to a wildcard, so a local
+    // service's chain above is never shadowed).
+    for (dc, rows) in &gw.remote {
+        let name = format!("{dc}.internal.{}", gw.trust_domain);
+        put(out, CLUSTER, name.clone(), Resource::of(eds_cluster(&name)));
+        let cla = endpoint::ClusterLoadAssignment {
+            cluster_name: name.clone(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: rows
+                    .iter()
+                    .map(|g| {
+                        let (addr, port) = gateway_address(g, true);
+                        lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
+                    })
+                    .collect(),
                 ..Default::default()
-            }),
-            filters: vec![tcp_filter(&format!("mesh_gateway_local.{svc}"), &sni)],
+            }],
             ..Default::default()
-        });
+        };
+        put(out, ENDPOINT, name.clone(), Resource::of(cla));
+        chains.push(passthrough(
+            format!("*.{name}"),
+            &format!("mesh_gateway_remote.{dc}"),
+            &name,
+        ));
     }
     sni_listener(snap, chains, out);
+}
+
+/// A cluster whose endpoints come by EDS under its own name.
+fn eds_cluster(name: &str) -> cluster::Cluster {
+    cluster::Cluster {
+        name: name.to_string(),
+        alt_stat_name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+            eds_config: ads(),
+            service_name: name.to_string(),
+        }),
+        connect_timeout: secs(5),
+        ..Default::default()
+    }
+}
+
+/// A filter chain for connections whose SNI is `server_name`, proxied
+/// (TLS untouched) to `cluster`.
+fn passthrough(server_name: String, stat: &str, cluster: &str) -> listener::FilterChain {
+    listener::FilterChain {
+        filter_chain_match: Some(listener::FilterChainMatch {
+            server_names: vec![server_name],
+            ..Default::default()
+        }),
+        filters: vec![tcp_filter(stat, cluster)],
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -682,6 +724,69 @@ mod tests {
                 "10.0.0.2".to_string(),
                 Some(core::socket_address::PortSpecifier::PortValue(21001))
             )]
+        );
+    }
+
+    /// Besides its local services, a mesh gateway passes every other
+    /// datacenter's SNIs (`*.<dc>.internal.<td>`) on to a cluster of that
+    /// datacenter's gateways at their WAN addresses, still encrypted.
+    #[test]
+    fn a_mesh_gateway_routes_another_datacenter_to_its_gateways() {
+        let mut w = crate::testing::World::new();
+        register(&mut w, "gw", "10.0.9.9", svc("mesh-gateway", "mgw", 8443));
+        let state = w.store.state();
+        let key = ("gw".to_string(), "mgw".to_string());
+        let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a gateway");
+        let mut gw = (**snap.gateway.as_ref().unwrap()).clone();
+        let far: Instance = serde_json::from_value(serde_json::json!({
+            "Node": {"Node": "gw2", "Address": "10.2.0.9", "Datacenter": "dc2",
+                     "TaggedAddresses": {"wan": "198.51.100.2"}},
+            "Service": {"ID": "mgw2", "Service": "mesh-gateway", "Kind": "mesh-gateway",
+                        "Port": 8443},
+            "Checks": []
+        }))
+        .unwrap();
+        gw.remote
+            .insert("dc2".into(), Arc::new(vec![Arc::new(far)]));
+        let out = super::generate(&snap, &gw);
+        let td = &gw.trust_domain;
+        let name = format!("dc2.internal.{td}");
+
+        let l = Listener::decode(&*out[LISTENER]["default:0.0.0.0:8443"].any.value).unwrap();
+        assert_eq!(l.filter_chains.len(), 1);
+        let fc = &l.filter_chains[0];
+        assert_eq!(
+            fc.filter_chain_match.as_ref().unwrap().server_names,
+            [format!("*.{name}")]
+        );
+        assert!(fc.transport_socket.is_none(), "passed through");
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &fc.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        let tcp = TcpProxy::decode(&*any.value).unwrap();
+        assert_eq!(
+            tcp.cluster_specifier,
+            Some(ClusterSpecifier::Cluster(name.clone()))
+        );
+        assert!(out[CLUSTER].contains_key(&name));
+        // The node's WAN address (the service has none of its own).
+        let cla = ClusterLoadAssignment::decode(&*out[ENDPOINT][&name].any.value).unwrap();
+        let Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) =
+            &cla.endpoints[0].lb_endpoints[0].host_identifier
+        else {
+            panic!("no endpoint");
+        };
+        let Some(core::address::Address::SocketAddress(a)) = &ep.address.as_ref().unwrap().address
+        else {
+            panic!("not a socket address");
+        };
+        assert_eq!(
+            (a.address.as_str(), a.port_specifier.clone()),
+            (
+                "198.51.100.2",
+                Some(core::socket_address::PortSpecifier::PortValue(8443))
+            )
         );
     }
 

@@ -23,7 +23,7 @@ use envoy_types::util::pack_any;
 use prost::{Message, Name};
 
 use crate::discovery_chain::{CompiledDiscoveryChain, DiscoveryGraphNode, NodeType};
-use crate::proxycfg::{Snapshot, UpstreamSnapshot};
+use crate::proxycfg::{Snapshot, UpstreamSnapshot, gateway_address};
 use crate::structs::config_entry::{Duration, ServiceRouteDestination, ServiceRouteHttpMatch};
 
 pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
@@ -446,7 +446,10 @@ fn tiers(chain: &CompiledDiscoveryChain, target: &str) -> Vec<String> {
 /// A target's endpoints: its healthy sidecars (address and proxy port,
 /// never the application's), then each failover target's at the next
 /// priority (one in another datacenter: its instances there, as proxycfg
-/// heard them).
+/// heard them, or, in mesh gateway mode `local`/`remote`, the gateways
+/// carrying it while it has a healthy instance there: Consul too takes the
+/// target's health from its own instances, the addresses from the
+/// gateways).
 pub(crate) fn load_assignment(
     chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
 ) -> endpoint::ClusterLoadAssignment {
@@ -455,9 +458,17 @@ pub(crate) fn load_assignment(
         .enumerate()
         .filter_map(|(priority, t)| {
             let rows = us.endpoints.get(t)?;
-            Some(endpoint::LocalityLbEndpoints {
-                priority: priority as u32,
-                lb_endpoints: rows
+            let lb_endpoints = match us.gateways.get(t) {
+                Some(_) if rows.is_empty() => Vec::new(),
+                Some(via) => via
+                    .instances
+                    .iter()
+                    .map(|g| {
+                        let (addr, port) = gateway_address(g, via.wan);
+                        lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
+                    })
+                    .collect(),
+                None => rows
                     .iter()
                     .map(|i| {
                         let addr = if i.service.address.is_empty() {
@@ -472,6 +483,10 @@ pub(crate) fn load_assignment(
                         e
                     })
                     .collect(),
+            };
+            Some(endpoint::LocalityLbEndpoints {
+                priority: priority as u32,
+                lb_endpoints,
                 ..Default::default()
             })
         })

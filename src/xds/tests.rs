@@ -429,3 +429,108 @@ fn a_failover_to_another_datacenter_serves_its_instances() {
         ]
     );
 }
+
+/// A failover target in another datacenter reached through mesh gateways:
+/// its endpoints are the gateways' (their WAN address and port for the
+/// other datacenter's, their LAN one for this datacenter's), its cluster
+/// keeps the target's SNI and SPIFFE ID (TLS passes through the
+/// gateways); with no healthy instance of the target there, its tier is
+/// empty, so traffic is not sent to gateways that have nowhere to go.
+#[test]
+fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
+    let mut snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "Failover": {"*": {"Datacenters": ["dc2"]}}
+    })]);
+    let row = |v: serde_json::Value| -> Arc<crate::state::catalog::Instance> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    };
+    let remote = row(serde_json::json!({
+        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
+        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
+        "Checks": []
+    }));
+    let gateway = row(serde_json::json!({
+        "Node": {"Node": "gw", "Address": "10.2.0.9", "Datacenter": "dc2"},
+        "Service": {"ID": "mgw", "Service": "mesh-gateway", "Kind": "mesh-gateway",
+                    "Port": 8443, "Address": "10.2.0.9",
+                    "TaggedAddresses": {"wan": {"Address": "203.0.113.2", "Port": 443}}},
+        "Checks": []
+    }));
+    let up = snap.upstreams.get_mut("db").unwrap();
+    let chain = up.chain.clone().unwrap();
+    let far = chain
+        .targets
+        .values()
+        .find(|t| t.datacenter == "dc2")
+        .expect("a dc2 target")
+        .clone();
+    up.endpoints
+        .insert(far.id.clone(), Arc::new(vec![remote.clone()]));
+    let via = |wan: bool| crate::proxycfg::ViaGateways {
+        mode: if wan { "remote" } else { "local" }.into(),
+        datacenter: if wan { "dc2" } else { "dc1" }.into(),
+        wan,
+        instances: Arc::new(vec![gateway.clone()]),
+    };
+    let addrs = |cla: &ClusterLoadAssignment| -> Vec<(u32, String)> {
+        use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+        use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+        let mut out = Vec::new();
+        for tier in &cla.endpoints {
+            for e in &tier.lb_endpoints {
+                if let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier
+                    && let Some(address::Address::SocketAddress(s)) =
+                        ep.address.as_ref().and_then(|a| a.address.as_ref())
+                    && let Some(socket_address::PortSpecifier::PortValue(p)) = s.port_specifier
+                {
+                    out.push((tier.priority, format!("{}:{p}", s.address)));
+                }
+            }
+        }
+        out
+    };
+
+    // Mode remote: dc2's gateway at its WAN address, in both the failover
+    // tier of the local target and dc2's own cluster.
+    up.gateways.insert(far.id.clone(), via(true));
+    let r = generate(&snap);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), [(0, "203.0.113.2:443".to_string())]);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    assert_eq!(
+        addrs(&cla),
+        [
+            (0, "10.0.0.2:21001".to_string()),
+            (1, "203.0.113.2:443".to_string())
+        ]
+    );
+    let c: Cluster = decode(&r, CLUSTER, &far.sni);
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = c.transport_socket.clone().unwrap().config_type
+    else {
+        panic!("no upstream TLS")
+    };
+    assert_eq!(
+        UpstreamTlsContext::decode(&*any.value).unwrap().sni,
+        far.sni
+    );
+
+    // Mode local: the (same) gateway as a local one, at its LAN address.
+    let up = snap.upstreams.get_mut("db").unwrap();
+    up.gateways.insert(far.id.clone(), via(false));
+    let r = generate(&snap);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
+
+    // No healthy instance of the target in dc2: nothing through gateways.
+    let up = snap.upstreams.get_mut("db").unwrap();
+    up.endpoints.insert(far.id.clone(), Arc::new(Vec::new()));
+    let r = generate(&snap);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), []);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    assert_eq!(addrs(&cla), [(0, "10.0.0.2:21001".to_string())]);
+}
