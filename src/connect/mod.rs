@@ -13,6 +13,12 @@ pub mod intentions;
 /// RPC): `{"CSR": PEM}` → an `IssuedCert` without a key.
 pub const SIGN_PATH: &str = "/v1/internal/connect/ca/sign";
 
+/// Where a secondary datacenter's leader asks the primary to sign its
+/// intermediate CA (Consul's `ConnectCA.SignIntermediate`): `{"CSR": PEM}`
+/// → `structs::connect::SignedIntermediate`. Answered only for a server of
+/// another datacenter, over the authenticated WAN transport.
+pub const SIGN_INTERMEDIATE_PATH: &str = "/v1/internal/connect/ca/sign-intermediate";
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,7 +52,7 @@ pub struct Leaves {
 }
 
 struct Held {
-    /// The active root's id when it was signed.
+    /// The active root's id and modify index when it was signed.
     root: String,
     cert: Arc<IssuedCert>,
     /// When it was last requested.
@@ -85,7 +91,12 @@ impl Leaves {
             .connect_ca
             .as_ref()
             .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
-        let active = ca.active().map(|r| r.root.id.clone()).unwrap_or_default();
+        // The active root and its version: in a secondary a new
+        // intermediate under the same root changes the root's row.
+        let active = ca
+            .active()
+            .map(|r| format!("{}@{}", r.root.id, r.root.modify_index))
+            .unwrap_or_default();
         let now = time::OffsetDateTime::now_utc();
         if let Some(held) = self.certs.lock().get_mut(service)
             && held.root == active
