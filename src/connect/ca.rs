@@ -751,15 +751,15 @@ pub fn check_intermediate(
         return Err(bad("not valid now".into()));
     }
     let want = signing_uri(trust_domain);
-    let names_it = cert
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .is_some_and(|san| {
-            san.value.general_names.iter().any(
-                |n| matches!(n, x509_parser::extensions::GeneralName::URI(u) if *u == want),
-            )
-        });
+    let names_it =
+        cert.subject_alternative_name()
+            .ok()
+            .flatten()
+            .is_some_and(|san| {
+                san.value.general_names.iter().any(
+                    |n| matches!(n, x509_parser::extensions::GeneralName::URI(u) if *u == want),
+                )
+            });
     if !names_it {
         return Err(bad(format!("it does not name {want}")));
     }
@@ -1078,7 +1078,10 @@ mod tests {
         assert_eq!(active.signing_key, int.key_pem);
         assert_ne!(active.signing_key, primary.roots[0].signing_key);
         assert_eq!(active.root.intermediate_certs, [int.cert_pem.clone()]);
-        assert_eq!(active.root.signing_key_id, subject_key_id(&int.cert_pem).unwrap());
+        assert_eq!(
+            active.root.signing_key_id,
+            subject_key_id(&int.cert_pem).unwrap()
+        );
         assert_eq!(reusable_intermediate(Some(&sec), &roots), Some(int.clone()));
 
         let td = format!("{PRIMARY}.consul");
@@ -1091,7 +1094,10 @@ mod tests {
         assert!(signed_by(&chain[1], &active.root.root_cert));
         // The primary still signs with its root, which has its key.
         let p_leaf = sign_local(&primary, &td, "dc1", "web").unwrap();
-        assert!(signed_by(&p_leaf.cert_pem, &primary.roots[0].root.root_cert));
+        assert!(signed_by(
+            &p_leaf.cert_pem,
+            &primary.roots[0].root.root_cert
+        ));
 
         // A rotation in the primary: the old intermediate goes.
         let rotated = reconfigure(&primary, config("ec", 384), &td).unwrap();
@@ -1100,17 +1106,32 @@ mod tests {
         let int2 = intermediate_for(&rotated, "dc2");
         let sec2 = secondary_ca(Some(&sec), &roots2, &int2).unwrap();
         assert_eq!(sec2.roots.len(), 2);
-        assert!(sec2.roots.iter().all(|r| r.root.active == (r.root.id == roots2.active_root_id)));
-        assert!(sec2.roots.iter().filter(|r| !r.root.active).all(|r| r.signing_key.is_empty()));
+        assert!(
+            sec2.roots
+                .iter()
+                .all(|r| r.root.active == (r.root.id == roots2.active_root_id))
+        );
+        assert!(
+            sec2.roots
+                .iter()
+                .filter(|r| !r.root.active)
+                .all(|r| r.signing_key.is_empty())
+        );
         let leaf2 = sign_local(&sec2, &td, "dc2", "web").unwrap();
         let chain2 = blocks(&leaf2.cert_pem);
         // leaf, intermediate, then the new root cross-signed by the old.
         assert_eq!(chain2.len(), 3);
         assert!(signed_by(&chain2[0], &int2.cert_pem));
-        assert!(signed_by(&chain2[1], &sec2.active().unwrap().root.root_cert));
+        assert!(signed_by(
+            &chain2[1],
+            &sec2.active().unwrap().root.root_cert
+        ));
         assert!(signed_by(&chain2[2], &primary.roots[0].root.root_cert));
         // Nothing to do once it is held: the same CA comes out.
-        assert!(same_ca(&sec2, &secondary_ca(Some(&sec2), &roots2, &int2).unwrap()));
+        assert!(same_ca(
+            &sec2,
+            &secondary_ca(Some(&sec2), &roots2, &int2).unwrap()
+        ));
         // Another key type configured here: a new intermediate is needed.
         let sec_rsa = reconfigure_secondary(&sec2, config("rsa", 2048)).unwrap();
         assert_eq!(sec_rsa.roots, sec2.roots, "the roots stay the primary's");
@@ -1154,9 +1175,25 @@ mod tests {
         let root = &primary.active().unwrap().root.root_cert;
         let stranger = initial(SECONDARY).unwrap();
         let foreign = intermediate_for(&primary, "dc2");
-        assert!(check_intermediate(&stranger.roots[0].root.root_cert, &int.cert_pem, &int.key_pem, &td).is_err());
+        assert!(
+            check_intermediate(
+                &stranger.roots[0].root.root_cert,
+                &int.cert_pem,
+                &int.key_pem,
+                &td
+            )
+            .is_err()
+        );
         assert!(check_intermediate(root, &int.cert_pem, &foreign.key_pem, &td).is_err());
-        assert!(check_intermediate(root, &int.cert_pem, &int.key_pem, &format!("{SECONDARY}.consul")).is_err());
+        assert!(
+            check_intermediate(
+                root,
+                &int.cert_pem,
+                &int.key_pem,
+                &format!("{SECONDARY}.consul")
+            )
+            .is_err()
+        );
         assert!(check_intermediate(root, &int.cert_pem, &int.key_pem, &td).is_ok());
     }
 }

@@ -289,7 +289,9 @@ impl Federation {
     pub async fn sign_intermediate(
         &self, csr_pem: &str, timeout: Duration,
     ) -> Result<WanResponse, FederationError> {
-        let body = serde_json::json!({ "CSR": csr_pem }).to_string().into_bytes();
+        let body = serde_json::json!({ "CSR": csr_pem })
+            .to_string()
+            .into_bytes();
         let path = crate::connect::SIGN_INTERMEDIATE_PATH.to_string();
         self.to_primary("POST", path, body, None, timeout).await
     }

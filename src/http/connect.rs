@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::{App, Opts, Watch, blocking, json_at, meta_headers};
 use crate::connect::{SIGN_INTERMEDIATE_PATH, SIGN_PATH, ca};
-use crate::federation::{Forwarded, ReplicationPull};
 use crate::error::{Error, Result};
+use crate::federation::{Forwarded, ReplicationPull};
 use crate::request::authz::Authz;
 use crate::request::{QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};

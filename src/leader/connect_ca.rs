@@ -162,8 +162,7 @@ async fn reconcile(
             None => new_intermediate(fed, local.as_deref(), primary).await?,
         };
         let renew_at = ca::intermediate_renew_at(&int.cert_pem);
-        let next =
-            ca::secondary_ca(local.as_deref(), primary, &int).map_err(|e| e.to_string())?;
+        let next = ca::secondary_ca(local.as_deref(), primary, &int).map_err(|e| e.to_string())?;
         if local.as_ref().is_some_and(|l| ca::same_ca(l, &next)) {
             return Ok(renew_at);
         }
