@@ -274,6 +274,41 @@ fn leaves_verify_across_datacenters_and_a_rotation_reaches_the_secondary() {
             "a new leaf of dc2 chains to dc1's new root alone"
         );
     }
+    // dc2's own CA settings: a key size asks dc1 for a new intermediate of
+    // that size, the roots staying dc1's; an operator's key has no place.
+    let r = dc2[l].put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKey":"-----BEGIN PRIVATE KEY-----"}}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = dc2[l].put(
+        "/v1/connect/ca/configuration",
+        r#"{"Provider":"consul","Config":{"PrivateKeyType":"ec","PrivateKeyBits":384}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let int3 = eventually(WAIT, "dc2's P-384 intermediate", || {
+        let v = roots(&dc2[l]);
+        let active = v["Roots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["Active"] == true)
+            .cloned()
+            .unwrap();
+        let int = write(
+            dir,
+            "int3.pem",
+            active["IntermediateCerts"][0].as_str().unwrap(),
+        );
+        let text = openssl(&["x509", "-noout", "-text", "-in", &int]);
+        text.contains("NIST CURVE: P-384").then_some((v, int))
+    });
+    assert_eq!(int3.0["ActiveRootID"], new_active.as_str());
+    assert_eq!(int3.0["TrustDomain"], td.as_str());
+    assert!(verifies(&new_root_file, None, &int3.1));
+    let r = dc2[l].get("/v1/connect/ca/configuration");
+    assert_eq!(r.json()["ClusterID"], td.trim_end_matches(".consul"));
+
     // Leaves of before keep verifying with both datacenters' roots.
     let p_roots_file = write(dir, "dc1-roots-2.pem", &roots_pem(&dc1));
     let s_roots_file = write(dir, "dc2-roots-2.pem", &roots_pem(&dc2[l]));
