@@ -1077,7 +1077,10 @@ mod tests {
         let active = sec.active().unwrap();
         assert_eq!(active.signing_key, int.key_pem);
         assert_ne!(active.signing_key, primary.roots[0].signing_key);
-        assert_eq!(active.root.intermediate_certs, [int.cert_pem.clone()]);
+        assert_eq!(
+            active.root.intermediate_certs,
+            std::slice::from_ref(&int.cert_pem)
+        );
         assert_eq!(
             active.root.signing_key_id,
             subject_key_id(&int.cert_pem).unwrap()
@@ -1195,5 +1198,45 @@ mod tests {
             .is_err()
         );
         assert!(check_intermediate(root, &int.cert_pem, &int.key_pem, &td).is_ok());
+    }
+
+    /// The trust domain follows the CA: a secondary's write of the
+    /// primary's CA makes the state's cluster id (every SPIFFE ID made from
+    /// it, the roots' `TrustDomain`) the primary's, in that one write.
+    #[test]
+    fn the_state_takes_the_trust_domain_of_the_ca_written() {
+        use crate::state::{Command, Response, apply_command};
+        let mut st = crate::state::State::default();
+        let init = Command::InitCluster {
+            cluster_id: SECONDARY.into(),
+        };
+        apply_command(&mut st, 1, &init);
+        let own = initial(SECONDARY).unwrap();
+        let set = |ca: &CaState, cas| Command::CaSet {
+            ca: Box::new(ca.clone()),
+            cas: Some(cas),
+        };
+        assert_eq!(
+            apply_command(&mut st, 2, &set(&own, 0)).0,
+            Response::Bool(true)
+        );
+        assert_eq!(st.cluster_id, SECONDARY);
+        let primary = initial(PRIMARY).unwrap();
+        let int = intermediate_for(&primary, "dc2");
+        let sec = secondary_ca(st.connect_ca.as_deref(), &shown(&primary, PRIMARY), &int).unwrap();
+        // A CAS lost changes nothing, the cluster id included.
+        assert_eq!(
+            apply_command(&mut st, 3, &set(&sec, 1)).0,
+            Response::Bool(false)
+        );
+        assert_eq!(st.cluster_id, SECONDARY);
+        assert_eq!(
+            apply_command(&mut st, 4, &set(&sec, 2)).0,
+            Response::Bool(true)
+        );
+        assert_eq!(st.cluster_id, PRIMARY);
+        let roots = crate::state::connect::roots(&st).unwrap();
+        assert_eq!(roots.trust_domain, format!("{PRIMARY}.consul"));
+        assert_eq!(roots.active_root_id, primary.roots[0].root.id);
     }
 }
