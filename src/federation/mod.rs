@@ -19,11 +19,11 @@
 //! answers. That write is a leader duty (`leader::federation`), made only
 //! once another datacenter is known: a lone datacenter writes nothing.
 //!
-//! Replication from the primary (ACLs, config entries; the Connect CA's
-//! roots, with an intermediate the primary signs: `leader::connect_ca`) is
-//! a leader duty of the secondaries too (`leader::replication`): it asks
-//! the primary through
-//! [`Federation::ask_primary`] and keeps its progress here
+//! Replication from the primary is made of leader duties of the
+//! secondaries too: ACLs and config entries (`leader::replication`), and
+//! the Connect CA's roots with an intermediate the primary signs
+//! (`leader::connect_ca`, [`Federation::sign_intermediate`]). They ask the
+//! primary through [`Federation::ask_primary`] and keep their progress here
 //! ([`Replication`]), for `/v1/acl/replication` and the metrics.
 //!
 //! A forwarded request is an HTTP request in a frame (`WanRequest`),
