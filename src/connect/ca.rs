@@ -22,7 +22,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
 use crate::state::connect::{CaState, StoredRoot};
-use crate::structs::connect::{CaConfiguration, CaRoot, IssuedCert};
+use crate::structs::connect::{CaConfiguration, CaRoot, CaRoots, IssuedCert};
 use crate::structs::duration::Duration;
 
 /// Consul's defaults for the built-in provider.
@@ -36,6 +36,8 @@ const ROOT_TTL_DAYS: i64 = 3650;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderConfig {
     pub leaf_ttl: std::time::Duration,
+    /// How long an intermediate the primary signs for a secondary lives.
+    pub intermediate_ttl: std::time::Duration,
     pub key_type: String,
     pub key_bits: u32,
     /// A key the operator gave (PEM); the root is made from it.
@@ -198,6 +200,7 @@ pub fn normalize(mut cfg: CaConfiguration) -> Result<(CaConfiguration, ProviderC
     cfg.config = c;
     let provider = ProviderConfig {
         leaf_ttl: std::time::Duration::from_nanos(leaf.0 as u64),
+        intermediate_ttl: std::time::Duration::from_nanos(intermediate.0 as u64),
         key_type,
         key_bits,
         private_key,
@@ -211,6 +214,7 @@ pub fn provider_of(ca: &CaState) -> ProviderConfig {
         .map(|(_, p)| p)
         .unwrap_or(ProviderConfig {
             leaf_ttl: std::time::Duration::from_secs(72 * 3600),
+            intermediate_ttl: std::time::Duration::from_secs(8760 * 3600),
             key_type: "ec".into(),
             key_bits: 256,
             private_key: String::new(),
@@ -510,7 +514,7 @@ pub fn sign_csr(ca: &CaState, trust_domain: &str, csr: Csr) -> Result<IssuedCert
         .active()
         .ok_or_else(|| Error::Internal("the CA has no active root".into()))?;
     let key = KeyPair::from_pem(&active.signing_key).map_err(crypto)?;
-    let issuer = Issuer::from_ca_cert_pem(&active.root.root_cert, key).map_err(crypto)?;
+    let issuer = Issuer::from_ca_cert_pem(issuer_cert(active, &key)?, key).map_err(crypto)?;
     let provider = provider_of(ca);
     let serial = random_serial();
     let cn = format!("{service}.svc.default.{}", short_domain(trust_domain));
@@ -587,6 +591,323 @@ pub fn renew_at(cert: &IssuedCert) -> OffsetDateTime {
         (Some(a), Some(b)) => a + (b - a) * 0.6,
         _ => OffsetDateTime::UNIX_EPOCH,
     }
+}
+
+// A secondary datacenter's CA (Consul's model): the primary's roots, and
+// an intermediate of its own signed by the primary's active root, whose
+// key signs the secondary's leaves. In the state the intermediate sits at
+// the head of the active root's `IntermediateCerts` (so every leaf carries
+// it in its chain) and its key is that root's `signing_key`: the signer is
+// the certificate that key belongs to. The primary's keys never leave it.
+
+/// One certificate of a PEM text, parsed.
+fn parse_cert(pem: &str) -> Result<x509_parser::pem::Pem> {
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|e| Error::Internal(format!("connect CA: bad certificate PEM: {e}")))?;
+    Ok(p)
+}
+
+/// The raw public key of a certificate (the bits ring and rcgen call the
+/// public key: an EC point, or an RSA key's PKCS#1 form).
+fn cert_public_key(pem: &str) -> Result<Vec<u8>> {
+    let p = parse_cert(pem)?;
+    let cert = p.parse_x509().map_err(crypto)?;
+    Ok(cert.public_key().subject_public_key.data.to_vec())
+}
+
+/// The certificate a root's `signing_key` belongs to, which signs its
+/// leaves: the root itself in the primary, the datacenter's intermediate in
+/// a secondary.
+fn issuer_cert<'a>(root: &'a StoredRoot, key: &KeyPair) -> Result<&'a str> {
+    let public = key.public_key_raw();
+    for pem in std::iter::once(&root.root.root_cert).chain(&root.root.intermediate_certs) {
+        if cert_public_key(pem)? == public {
+            return Ok(pem);
+        }
+    }
+    Err(Error::Internal(format!(
+        "connect CA: no certificate of root {} has its signing key",
+        root.root.id
+    )))
+}
+
+/// The SPIFFE ID of a trust domain's CAs (Consul's signing ID).
+fn signing_uri(trust_domain: &str) -> String {
+    format!("spiffe://{trust_domain}")
+}
+
+/// A secondary's request for an intermediate CA: a fresh key of the
+/// configured type and size and a CSR naming the trust domain's signing
+/// ID. Slow for RSA: never on an async worker.
+pub fn intermediate_csr(trust_domain: &str, key_type: &str, bits: u32) -> Result<(String, String)> {
+    let key = generate_key(key_type, bits)?;
+    let mut p = CertificateParams::default();
+    p.distinguished_name = DistinguishedName::new();
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.subject_alt_names = vec![SanType::URI(
+        signing_uri(trust_domain).try_into().map_err(crypto)?,
+    )];
+    let csr = p.serialize_request(&key).map_err(crypto)?;
+    Ok((key.serialize_pem(), csr.pem().map_err(crypto)?))
+}
+
+/// On the primary: the intermediate CA of datacenter `dc`, signed by the
+/// active root from the secondary's CSR (its key never comes here). The
+/// CSR must name this trust domain's signing ID and nothing else; the
+/// certificate may sign leaves only (path length 0), and lives the
+/// configured `IntermediateCertTTL`, never past the root.
+pub fn sign_intermediate(
+    ca: &CaState, trust_domain: &str, dc: &str, csr_pem: &str,
+) -> Result<String> {
+    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+        .map_err(|e| Error::bad(format!("invalid CSR: {e}")))?;
+    let uris: Vec<&str> = csr
+        .params
+        .subject_alt_names
+        .iter()
+        .filter_map(|s| match s {
+            SanType::URI(u) => Some(u.as_str()),
+            _ => None,
+        })
+        .collect();
+    let want = signing_uri(trust_domain);
+    if csr.params.subject_alt_names.len() != 1 || uris != [want.as_str()] {
+        return Err(Error::bad(format!(
+            "an intermediate CSR must name exactly this trust domain's signing ID {want}"
+        )));
+    }
+    let active = ca
+        .active()
+        .ok_or_else(|| Error::Internal("the CA has no active root".into()))?;
+    let key = KeyPair::from_pem(&active.signing_key).map_err(crypto)?;
+    // Only a root signs intermediates: a secondary's own key is no root's.
+    if cert_public_key(&active.root.root_cert)? != key.public_key_raw() {
+        return Err(Error::bad(
+            "this datacenter's CA is an intermediate: only the primary signs intermediates",
+        ));
+    }
+    let issuer = Issuer::from_ca_cert_pem(&active.root.root_cert, key).map_err(crypto)?;
+    let provider = provider_of(ca);
+    let serial = random_serial();
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(
+        DnType::CommonName,
+        format!(
+            "{dc}-int-{:x}.ca.{}",
+            serial & 0xffff_ffff,
+            short_domain(trust_domain)
+        ),
+    );
+    params.distinguished_name = dn;
+    params.serial_number = Some(SerialNumber::from_slice(&serial.to_be_bytes()));
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+    ];
+    params.subject_alt_names = vec![SanType::URI(want.try_into().map_err(crypto)?)];
+    params.use_authority_key_identifier_extension = true;
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(1);
+    params.not_after = now + time::Duration::try_from(provider.intermediate_ttl).map_err(crypto)?;
+    if let Ok(t) = OffsetDateTime::parse(
+        &active.root.not_after,
+        &time::format_description::well_known::Rfc3339,
+    ) {
+        params.not_after = params.not_after.min(t);
+    }
+    let signed = CertificateSigningRequestParams {
+        params,
+        public_key: csr.public_key,
+    }
+    .signed_by(&issuer)
+    .map_err(crypto)?;
+    Ok(signed.pem())
+}
+
+/// On the secondary: that `cert_pem` is an intermediate for `key_pem`,
+/// signed by `root_pem`, naming the trust domain's signing ID, valid now.
+/// What the primary answered is checked before it signs anything here.
+pub fn check_intermediate(
+    root_pem: &str, cert_pem: &str, key_pem: &str, trust_domain: &str,
+) -> Result<()> {
+    let bad = |m: String| Error::Internal(format!("the primary's intermediate: {m}"));
+    let root_p = parse_cert(root_pem)?;
+    let root = root_p.parse_x509().map_err(crypto)?;
+    let p = parse_cert(cert_pem)?;
+    let cert = p.parse_x509().map_err(|e| bad(e.to_string()))?;
+    cert.verify_signature(Some(root.public_key()))
+        .map_err(|e| bad(format!("not signed by the active root: {e}")))?;
+    let key = KeyPair::from_pem(key_pem).map_err(crypto)?;
+    if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+        return Err(bad("not for this datacenter's key".into()));
+    }
+    if !cert.is_ca() {
+        return Err(bad("not a CA certificate".into()));
+    }
+    if !cert.validity().is_valid() {
+        return Err(bad("not valid now".into()));
+    }
+    let want = signing_uri(trust_domain);
+    let names_it =
+        cert.subject_alternative_name()
+            .ok()
+            .flatten()
+            .is_some_and(|san| {
+                san.value.general_names.iter().any(
+                    |n| matches!(n, x509_parser::extensions::GeneralName::URI(u) if *u == want),
+                )
+            });
+    if !names_it {
+        return Err(bad(format!("it does not name {want}")));
+    }
+    Ok(())
+}
+
+/// The subject key identifier of a certificate, colon hex (Consul's
+/// `SigningKeyID` of a secondary's active root is its intermediate's).
+fn subject_key_id(cert_pem: &str) -> Result<String> {
+    let p = parse_cert(cert_pem)?;
+    let cert = p.parse_x509().map_err(crypto)?;
+    for ext in cert.extensions() {
+        if let x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(id) =
+            ext.parsed_extension()
+        {
+            return Ok(colon_hex(id.0));
+        }
+    }
+    Ok(String::new())
+}
+
+/// When an intermediate is renewed: past half its lifetime, as Consul
+/// renews a secondary's (at once if it is unreadable).
+pub fn intermediate_renew_at(cert_pem: &str) -> OffsetDateTime {
+    let times = parse_cert(cert_pem).ok().and_then(|p| {
+        let cert = p.parse_x509().ok()?;
+        let v = cert.validity();
+        Some((v.not_before.to_datetime(), v.not_after.to_datetime()))
+    });
+    match times {
+        Some((a, b)) => a + (b - a) / 2,
+        None => OffsetDateTime::UNIX_EPOCH,
+    }
+}
+
+/// A secondary's intermediate and its key, as its state holds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intermediate {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The intermediate of a secondary's CA that can go on signing under the
+/// primary's roots `primary`: the one held for the primary's active root,
+/// of the configured key type and size, not yet due for renewal. None: a
+/// new one is needed.
+pub fn reusable_intermediate(local: Option<&CaState>, primary: &CaRoots) -> Option<Intermediate> {
+    let local = local?;
+    let active = local.active()?;
+    if active.root.id != primary.active_root_id || active.signing_key.is_empty() {
+        return None;
+    }
+    let key = KeyPair::from_pem(&active.signing_key).ok()?;
+    let cert = issuer_cert(active, &key).ok()?;
+    // The root's own key: this CA is (still) a primary's, not an
+    // intermediate of the primary's root.
+    if cert == active.root.root_cert {
+        return None;
+    }
+    let p = provider_of(local);
+    let same_kind = alg_for(&p.key_type, p.key_bits) == key.algorithm()
+        && (p.key_type != "rsa" || rsa_bits(&key) == Some(p.key_bits));
+    if !same_kind || intermediate_renew_at(cert) <= OffsetDateTime::now_utc() {
+        return None;
+    }
+    Some(Intermediate {
+        cert_pem: cert.to_string(),
+        key_pem: active.signing_key.clone(),
+    })
+}
+
+/// A secondary's CA: its own configuration (the primary's cluster id in
+/// it, so the state's trust domain becomes the primary's), the primary's
+/// roots without keys, and `int` under the active one.
+pub fn secondary_ca(
+    local: Option<&CaState>, primary: &CaRoots, int: &Intermediate,
+) -> Result<CaState> {
+    let cluster_id = primary
+        .trust_domain
+        .strip_suffix(".consul")
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "the primary's trust domain {:?} is not <cluster id>.consul",
+                primary.trust_domain
+            ))
+        })?;
+    let mut config = match local {
+        Some(l) => l.config.clone(),
+        None => normalize(CaConfiguration::default())?.0,
+    };
+    config.cluster_id = cluster_id.to_string();
+    let signing_key_id = subject_key_id(&int.cert_pem)?;
+    let mut roots = Vec::with_capacity(primary.roots.len());
+    for r in &primary.roots {
+        let mut root = r.clone();
+        root.create_index = 0;
+        root.modify_index = 0;
+        let mut signing_key = String::new();
+        if r.id == primary.active_root_id {
+            root.active = true;
+            root.intermediate_certs.insert(0, int.cert_pem.clone());
+            root.signing_key_id = signing_key_id.clone();
+            signing_key = int.key_pem.clone();
+        } else {
+            root.active = false;
+        }
+        roots.push(StoredRoot { root, signing_key });
+    }
+    if !roots.iter().any(|r| r.root.active) {
+        return Err(Error::Internal(format!(
+            "the primary's roots have no active root {:?}",
+            primary.active_root_id
+        )));
+    }
+    Ok(CaState { config, roots })
+}
+
+/// Whether two CAs hold the same, Raft's indexes aside.
+pub fn same_ca(a: &CaState, b: &CaState) -> bool {
+    let bare = |c: &CaState| {
+        let mut c = c.clone();
+        c.config.create_index = 0;
+        c.config.modify_index = 0;
+        for r in &mut c.roots {
+            r.root.create_index = 0;
+            r.root.modify_index = 0;
+        }
+        c
+    };
+    bare(a) == bare(b)
+}
+
+/// A secondary's configuration PUT: the new settings, its roots kept (they
+/// are the primary's; a new key type or size gets a new intermediate from
+/// the primary, `leader::connect_ca`). An operator's key has no place here.
+pub fn reconfigure_secondary(current: &CaState, body: CaConfiguration) -> Result<CaState> {
+    let (mut config, provider) = normalize(body)?;
+    if !provider.private_key.is_empty() {
+        return Err(Error::bad(
+            "PrivateKey is the primary datacenter's: a secondary's CA is an intermediate of the primary's root",
+        ));
+    }
+    config.cluster_id = current.config.cluster_id.clone();
+    Ok(CaState {
+        config,
+        roots: current.roots.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -696,5 +1017,226 @@ mod tests {
         let leaf = sign_local(&ca, &td, "dc1", "web").unwrap();
         let leaf_key = KeyPair::from_pem(&leaf.private_key_pem).unwrap();
         assert_eq!(rsa_bits(&leaf_key), Some(2048), "the leaf follows the CA");
+    }
+
+    const PRIMARY: &str = "11111111-2222-3333-4444-555555555555";
+    const SECONDARY: &str = "99999999-2222-3333-4444-555555555555";
+
+    /// The roots as a primary's `/v1/connect/ca/roots` shows them.
+    fn shown(ca: &CaState, cluster: &str) -> CaRoots {
+        let st = crate::state::State {
+            cluster_id: cluster.into(),
+            connect_ca: Some(std::sync::Arc::new(ca.clone())),
+            ..Default::default()
+        };
+        crate::state::connect::roots(&st).unwrap()
+    }
+
+    /// The PEM blocks of a chain, parsed one by one.
+    fn blocks(pem: &str) -> Vec<String> {
+        pem.split_inclusive("-----END CERTIFICATE-----")
+            .map(str::trim)
+            .filter(|b| b.contains("BEGIN CERTIFICATE"))
+            .map(|b| format!("{b}\n"))
+            .collect()
+    }
+
+    /// Whether `child` (PEM) carries a signature of `parent`'s key.
+    fn signed_by(child: &str, parent: &str) -> bool {
+        let (c, p) = (parse_cert(child).unwrap(), parse_cert(parent).unwrap());
+        let (c, p) = (c.parse_x509().unwrap(), p.parse_x509().unwrap());
+        c.verify_signature(Some(p.public_key())).is_ok()
+    }
+
+    /// A secondary's intermediate for the primary `ca`, as its duty makes it.
+    fn intermediate_for(ca: &CaState, dc: &str) -> Intermediate {
+        let td = format!("{PRIMARY}.consul");
+        let (key_pem, csr) = intermediate_csr(&td, "ec", 256).unwrap();
+        let cert_pem = sign_intermediate(ca, &td, dc, &csr).unwrap();
+        let root = &ca.active().unwrap().root.root_cert;
+        check_intermediate(root, &cert_pem, &key_pem, &td).unwrap();
+        Intermediate { cert_pem, key_pem }
+    }
+
+    /// The secondary holds the primary's roots and trust domain with no
+    /// key of the primary's; its leaves are signed by its intermediate (the
+    /// certificate its key belongs to), which the primary's active root
+    /// signed, and carry it in their chain; after a rotation in the primary
+    /// the intermediate is no longer reusable.
+    #[test]
+    fn a_secondarys_leaves_chain_through_its_intermediate_to_the_primarys_root() {
+        let primary = initial(PRIMARY).unwrap();
+        let roots = shown(&primary, PRIMARY);
+        let own = initial(SECONDARY).unwrap();
+        assert_eq!(reusable_intermediate(Some(&own), &roots), None);
+        let int = intermediate_for(&primary, "dc2");
+        let sec = secondary_ca(Some(&own), &roots, &int).unwrap();
+        assert_eq!(sec.config.cluster_id, PRIMARY);
+        let ids: Vec<&str> = sec.roots.iter().map(|r| r.root.id.as_str()).collect();
+        assert_eq!(ids, [roots.active_root_id.as_str()]);
+        let active = sec.active().unwrap();
+        assert_eq!(active.signing_key, int.key_pem);
+        assert_ne!(active.signing_key, primary.roots[0].signing_key);
+        assert_eq!(
+            active.root.intermediate_certs,
+            std::slice::from_ref(&int.cert_pem)
+        );
+        assert_eq!(
+            active.root.signing_key_id,
+            subject_key_id(&int.cert_pem).unwrap()
+        );
+        assert_eq!(reusable_intermediate(Some(&sec), &roots), Some(int.clone()));
+
+        let td = format!("{PRIMARY}.consul");
+        let leaf = sign_local(&sec, &td, "dc2", "web").unwrap();
+        assert_eq!(leaf.service_uri, service_uri(&td, "dc2", "web"));
+        let chain = blocks(&leaf.cert_pem);
+        assert_eq!(chain.len(), 2, "leaf then intermediate");
+        assert!(signed_by(&chain[0], &int.cert_pem));
+        assert!(!signed_by(&chain[0], &active.root.root_cert));
+        assert!(signed_by(&chain[1], &active.root.root_cert));
+        // The primary still signs with its root, which has its key.
+        let p_leaf = sign_local(&primary, &td, "dc1", "web").unwrap();
+        assert!(signed_by(
+            &p_leaf.cert_pem,
+            &primary.roots[0].root.root_cert
+        ));
+
+        // A rotation in the primary: the old intermediate goes.
+        let rotated = reconfigure(&primary, config("ec", 384), &td).unwrap();
+        let roots2 = shown(&rotated, PRIMARY);
+        assert_eq!(reusable_intermediate(Some(&sec), &roots2), None);
+        let int2 = intermediate_for(&rotated, "dc2");
+        let sec2 = secondary_ca(Some(&sec), &roots2, &int2).unwrap();
+        assert_eq!(sec2.roots.len(), 2);
+        assert!(
+            sec2.roots
+                .iter()
+                .all(|r| r.root.active == (r.root.id == roots2.active_root_id))
+        );
+        assert!(
+            sec2.roots
+                .iter()
+                .filter(|r| !r.root.active)
+                .all(|r| r.signing_key.is_empty())
+        );
+        let leaf2 = sign_local(&sec2, &td, "dc2", "web").unwrap();
+        let chain2 = blocks(&leaf2.cert_pem);
+        // leaf, intermediate, then the new root cross-signed by the old.
+        assert_eq!(chain2.len(), 3);
+        assert!(signed_by(&chain2[0], &int2.cert_pem));
+        assert!(signed_by(
+            &chain2[1],
+            &sec2.active().unwrap().root.root_cert
+        ));
+        assert!(signed_by(&chain2[2], &primary.roots[0].root.root_cert));
+        // Nothing to do once it is held: the same CA comes out.
+        assert!(same_ca(
+            &sec2,
+            &secondary_ca(Some(&sec2), &roots2, &int2).unwrap()
+        ));
+        // Another key type configured here: a new intermediate is needed.
+        let sec_rsa = reconfigure_secondary(&sec2, config("rsa", 2048)).unwrap();
+        assert_eq!(sec_rsa.roots, sec2.roots, "the roots stay the primary's");
+        assert_eq!(reusable_intermediate(Some(&sec_rsa), &roots2), None);
+    }
+
+    /// Only the trust domain's signing ID is signed as an intermediate,
+    /// only by a root's key, and a secondary checks what it gets back.
+    #[test]
+    fn intermediates_are_signed_and_taken_only_as_they_must_be() {
+        let primary = initial(PRIMARY).unwrap();
+        let td = format!("{PRIMARY}.consul");
+        let bad = |csr: &str| match sign_intermediate(&primary, &td, "dc2", csr) {
+            Err(Error::BadRequest(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        // A leaf's CSR (a service's SPIFFE ID), another trust domain's
+        // signing ID, and garbage are refused.
+        let (_, leaf_csr) = new_csr(&td, "dc2", "web", "ec", 256).unwrap();
+        assert!(bad(&leaf_csr).contains("signing ID"));
+        let (_, other) = intermediate_csr(&format!("{SECONDARY}.consul"), "ec", 256).unwrap();
+        assert!(bad(&other).contains("signing ID"));
+        assert!(bad("not a csr").contains("invalid CSR"));
+        // A secondary's CA holds no root key: it signs no intermediate.
+        let int = intermediate_for(&primary, "dc2");
+        let sec = secondary_ca(None, &shown(&primary, PRIMARY), &int).unwrap();
+        let (_, csr) = intermediate_csr(&td, "ec", 256).unwrap();
+        assert!(matches!(
+            sign_intermediate(&sec, &td, "dc3", &csr),
+            Err(Error::BadRequest(_))
+        ));
+        // The intermediate may sign leaves only.
+        let p = parse_cert(&int.cert_pem).unwrap();
+        let cert = p.parse_x509().unwrap();
+        let bc = cert.basic_constraints().unwrap().unwrap().value.clone();
+        assert!(bc.ca);
+        assert_eq!(bc.path_len_constraint, Some(0));
+
+        // The secondary refuses an answer signed by another root, for
+        // another key, or for another trust domain.
+        let root = &primary.active().unwrap().root.root_cert;
+        let stranger = initial(SECONDARY).unwrap();
+        let foreign = intermediate_for(&primary, "dc2");
+        assert!(
+            check_intermediate(
+                &stranger.roots[0].root.root_cert,
+                &int.cert_pem,
+                &int.key_pem,
+                &td
+            )
+            .is_err()
+        );
+        assert!(check_intermediate(root, &int.cert_pem, &foreign.key_pem, &td).is_err());
+        assert!(
+            check_intermediate(
+                root,
+                &int.cert_pem,
+                &int.key_pem,
+                &format!("{SECONDARY}.consul")
+            )
+            .is_err()
+        );
+        assert!(check_intermediate(root, &int.cert_pem, &int.key_pem, &td).is_ok());
+    }
+
+    /// The trust domain follows the CA: a secondary's write of the
+    /// primary's CA makes the state's cluster id (every SPIFFE ID made from
+    /// it, the roots' `TrustDomain`) the primary's, in that one write.
+    #[test]
+    fn the_state_takes_the_trust_domain_of_the_ca_written() {
+        use crate::state::{Command, Response, apply_command};
+        let mut st = crate::state::State::default();
+        let init = Command::InitCluster {
+            cluster_id: SECONDARY.into(),
+        };
+        apply_command(&mut st, 1, &init);
+        let own = initial(SECONDARY).unwrap();
+        let set = |ca: &CaState, cas| Command::CaSet {
+            ca: Box::new(ca.clone()),
+            cas: Some(cas),
+        };
+        assert_eq!(
+            apply_command(&mut st, 2, &set(&own, 0)).0,
+            Response::Bool(true)
+        );
+        assert_eq!(st.cluster_id, SECONDARY);
+        let primary = initial(PRIMARY).unwrap();
+        let int = intermediate_for(&primary, "dc2");
+        let sec = secondary_ca(st.connect_ca.as_deref(), &shown(&primary, PRIMARY), &int).unwrap();
+        // A CAS lost changes nothing, the cluster id included.
+        assert_eq!(
+            apply_command(&mut st, 3, &set(&sec, 1)).0,
+            Response::Bool(false)
+        );
+        assert_eq!(st.cluster_id, SECONDARY);
+        assert_eq!(
+            apply_command(&mut st, 4, &set(&sec, 2)).0,
+            Response::Bool(true)
+        );
+        assert_eq!(st.cluster_id, PRIMARY);
+        let roots = crate::state::connect::roots(&st).unwrap();
+        assert_eq!(roots.trust_domain, format!("{PRIMARY}.consul"));
+        assert_eq!(roots.active_root_id, primary.roots[0].root.id);
     }
 }

@@ -13,6 +13,12 @@ pub mod intentions;
 /// RPC): `{"CSR": PEM}` → an `IssuedCert` without a key.
 pub const SIGN_PATH: &str = "/v1/internal/connect/ca/sign";
 
+/// Where a secondary datacenter's leader asks the primary to sign its
+/// intermediate CA (Consul's `ConnectCA.SignIntermediate`): `{"CSR": PEM}`
+/// → `structs::connect::SignedIntermediate`. Answered only for a server of
+/// another datacenter, over the authenticated WAN transport.
+pub const SIGN_INTERMEDIATE_PATH: &str = "/v1/internal/connect/ca/sign-intermediate";
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,7 +52,7 @@ pub struct Leaves {
 }
 
 struct Held {
-    /// The active root's id when it was signed.
+    /// The active root's id and modify index when it was signed.
     root: String,
     cert: Arc<IssuedCert>,
     /// When it was last requested.
@@ -85,7 +91,12 @@ impl Leaves {
             .connect_ca
             .as_ref()
             .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
-        let active = ca.active().map(|r| r.root.id.clone()).unwrap_or_default();
+        // The active root and its version: in a secondary a new
+        // intermediate under the same root changes the root's row.
+        let active = ca
+            .active()
+            .map(|r| format!("{}@{}", r.root.id, r.root.modify_index))
+            .unwrap_or_default();
         let now = time::OffsetDateTime::now_utc();
         if let Some(held) = self.certs.lock().get_mut(service)
             && held.root == active
@@ -166,5 +177,42 @@ mod tests {
             leaves.get(&st, "dc1", &format!("svc{i}")).unwrap();
         }
         assert_eq!(leaves.len(), 2);
+    }
+
+    /// In a secondary a new intermediate under the same root (its key
+    /// size changed, or renewed) changes the root's row: leaves held are
+    /// signed again by it.
+    #[test]
+    fn a_new_intermediate_under_the_same_root_signs_leaves_again() {
+        let td = "11111111-2222-3333-4444-555555555555.consul";
+        let primary = ca::initial("11111111-2222-3333-4444-555555555555").unwrap();
+        let shown = crate::state::connect::roots(&State {
+            cluster_id: "11111111-2222-3333-4444-555555555555".into(),
+            connect_ca: Some(Arc::new(primary.clone())),
+            ..Default::default()
+        })
+        .unwrap();
+        let secondary = |index: u64| {
+            let (key_pem, csr) = ca::intermediate_csr(td, "ec", 256).unwrap();
+            let cert_pem = ca::sign_intermediate(&primary, td, "dc2", &csr).unwrap();
+            let int = ca::Intermediate { cert_pem, key_pem };
+            let mut sec = ca::secondary_ca(None, &shown, &int).unwrap();
+            sec.roots[0].root.modify_index = index;
+            let st = State {
+                cluster_id: "11111111-2222-3333-4444-555555555555".into(),
+                connect_ca: Some(Arc::new(sec)),
+                ..Default::default()
+            };
+            (st, int)
+        };
+        let leaves = Leaves::default();
+        let (st1, int1) = secondary(5);
+        let a = leaves.get(&st1, "dc2", "web").unwrap();
+        assert!(a.cert_pem.contains(int1.cert_pem.trim()));
+        assert!(Arc::ptr_eq(&a, &leaves.get(&st1, "dc2", "web").unwrap()));
+        let (st2, int2) = secondary(9);
+        let b = leaves.get(&st2, "dc2", "web").unwrap();
+        assert!(b.cert_pem.contains(int2.cert_pem.trim()), "signed again");
+        assert!(b.modify_index > a.modify_index);
     }
 }

@@ -19,9 +19,11 @@
 //! answers. That write is a leader duty (`leader::federation`), made only
 //! once another datacenter is known: a lone datacenter writes nothing.
 //!
-//! Replication from the primary (ACLs, config entries) is a leader duty of
-//! the secondaries too (`leader::replication`): it asks the primary through
-//! [`Federation::ask_primary`] and keeps its progress here
+//! Replication from the primary is made of leader duties of the
+//! secondaries too: ACLs and config entries (`leader::replication`), and
+//! the Connect CA's roots with an intermediate the primary signs
+//! (`leader::connect_ca`, [`Federation::sign_intermediate`]). They ask the
+//! primary through [`Federation::ask_primary`] and keep their progress here
 //! ([`Replication`]), for `/v1/acl/replication` and the metrics.
 //!
 //! A forwarded request is an HTTP request in a frame (`WanRequest`),
@@ -143,16 +145,20 @@ pub enum Replicated {
     Acl,
     /// Config entries of every kind (intentions among them).
     Config,
+    /// The Connect CA: the primary's roots and this datacenter's
+    /// intermediate signed by the active one (`leader::connect_ca`).
+    Ca,
 }
 
 impl Replicated {
-    pub const ALL: [Replicated; 2] = [Replicated::Acl, Replicated::Config];
+    pub const ALL: [Replicated; 3] = [Replicated::Acl, Replicated::Config, Replicated::Ca];
 
     /// Its name in metrics and logs.
     pub fn name(self) -> &'static str {
         match self {
             Replicated::Acl => "acl",
             Replicated::Config => "config_entries",
+            Replicated::Ca => "connect_ca",
         }
     }
 }
@@ -174,6 +180,7 @@ pub struct ReplicationState {
 pub struct Replication {
     acl: Mutex<ReplicationState>,
     config: Mutex<ReplicationState>,
+    ca: Mutex<ReplicationState>,
 }
 
 impl Replication {
@@ -189,6 +196,7 @@ impl Replication {
         match what {
             Replicated::Acl => &self.acl,
             Replicated::Config => &self.config,
+            Replicated::Ca => &self.ca,
         }
     }
 }
@@ -273,6 +281,29 @@ impl Federation {
     pub async fn ask_primary(
         &self, path_and_query: String, token: Option<&str>, timeout: Duration,
     ) -> Result<WanResponse, FederationError> {
+        self.to_primary("GET", path_and_query, Vec::new(), token, timeout)
+            .await
+    }
+
+    /// A secondary's intermediate CSR (PEM), sent to the primary to be
+    /// signed by its active root (`connect::SIGN_INTERMEDIATE_PATH`), with
+    /// the mark of this server's own requests and no token: the primary
+    /// answers it for the transport's authentication alone, as Consul's
+    /// servers trust each other's RPC.
+    pub async fn sign_intermediate(
+        &self, csr_pem: &str, timeout: Duration,
+    ) -> Result<WanResponse, FederationError> {
+        let body = serde_json::json!({ "CSR": csr_pem })
+            .to_string()
+            .into_bytes();
+        let path = crate::connect::SIGN_INTERMEDIATE_PATH.to_string();
+        self.to_primary("POST", path, body, None, timeout).await
+    }
+
+    async fn to_primary(
+        &self, method: &str, path_and_query: String, body: Vec<u8>, token: Option<&str>,
+        timeout: Duration,
+    ) -> Result<WanResponse, FederationError> {
         let mut headers = vec![(
             crate::structs::replication::REPLICATION_HEADER.to_string(),
             "1".to_string(),
@@ -282,10 +313,10 @@ impl Federation {
         }
         let req = WanRequest {
             from: self.datacenter.clone(),
-            method: "GET".into(),
+            method: method.into(),
             path_and_query,
             headers,
-            body: Vec::new(),
+            body,
         };
         self.forward(&self.primary, req, timeout).await
     }

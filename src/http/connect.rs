@@ -1,6 +1,9 @@
 //! `/v1/connect/ca/*` (roots, configuration), the server agent's leaf
-//! endpoint (`/v1/agent/connect/ca/leaf/:service`), and the internal sign
-//! endpoint client agents send their CSRs to (the key stays with them).
+//! endpoint (`/v1/agent/connect/ca/leaf/:service`), the internal sign
+//! endpoint client agents send their CSRs to (the key stays with them), and
+//! on the primary the one a secondary's leader sends its intermediate's CSR
+//! to (`SIGN_INTERMEDIATE_PATH`: only over the WAN transport, only from
+//! another datacenter's server).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -11,12 +14,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{App, Opts, Watch, blocking, json_at, meta_headers};
-use crate::connect::{SIGN_PATH, ca};
+use crate::connect::{SIGN_INTERMEDIATE_PATH, SIGN_PATH, ca};
 use crate::error::{Error, Result};
+use crate::federation::{Forwarded, ReplicationPull};
 use crate::request::authz::Authz;
 use crate::request::{QueryOptions, decode_json};
 use crate::state::{Command, Response as Applied, keys};
-use crate::structs::connect::CaConfiguration;
+use crate::structs::connect::{CaConfiguration, SignedIntermediate};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -28,6 +32,7 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/agent/connect/ca/leaf/{*service}", get(leaf))
         .route(SIGN_PATH, post(sign).put(sign))
+        .route(SIGN_INTERMEDIATE_PATH, post(sign_intermediate))
 }
 
 /// The CA exists from the first leader's first duties on; a read before
@@ -131,11 +136,17 @@ async fn put_config(
         };
         let trust_domain = format!("{}.consul", state.cluster_id);
         // A new root's key (RSA: up to seconds) is made off the async
-        // workers, here on the leader, and only the result is proposed.
+        // workers, here on the leader, and only the result is proposed. A
+        // secondary's roots are the primary's: only its settings change
+        // here (a new key type gets a new intermediate from the primary).
         let (cur, b) = (current.clone(), body.clone());
-        let next = tokio::task::spawn_blocking(move || ca::reconfigure(&cur, b, &trust_domain))
-            .await
-            .map_err(|e| Error::Internal(format!("CA reconfigure: {e}")))??;
+        let secondary = s.config().primary() != s.datacenter();
+        let next = tokio::task::spawn_blocking(move || match secondary {
+            true => ca::reconfigure_secondary(&cur, b),
+            false => ca::reconfigure(&cur, b, &trust_domain),
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("CA reconfigure: {e}")))??;
         let cmd = Command::CaSet {
             ca: Box::new(next),
             cas: Some(current.config.modify_index),
@@ -216,4 +227,54 @@ async fn sign(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
     a.require(a.service_write(&csr.service), "service:write", &csr.service)?;
     let cert = ca::sign_csr(ca, &trust_domain, csr)?;
     Ok(json_at(&s, state.index, &cert))
+}
+
+/// A secondary datacenter's intermediate CA, signed here by the active
+/// root. An intermediate lets its holder mint any identity of the trust
+/// domain, so no client may ask, whatever its token: only a request a
+/// server of another datacenter sent itself over the authenticated WAN
+/// transport (`ReplicationPull`, set from that frame's own mark, never from
+/// a client's header; a client's `?dc=` never reaches this path:
+/// `http::wan::local_only`).
+async fn sign_intermediate(
+    State(s): State<App>, pull: Option<axum::Extension<ReplicationPull>>,
+    from: Option<axum::Extension<Forwarded>>, body: Bytes,
+) -> Result<Response> {
+    let from = match (pull, from) {
+        (Some(_), Some(axum::Extension(f))) if f.from != s.datacenter() => f.from,
+        _ => {
+            return Err(Error::Forbidden(
+                "Permission denied: only another datacenter's servers may ask for an intermediate CA"
+                    .into(),
+            ));
+        }
+    };
+    if s.config().primary() != s.datacenter() {
+        return Err(Error::bad(format!(
+            "datacenter {} is not the primary ({}): only the primary signs intermediates",
+            s.datacenter(),
+            s.config().primary()
+        )));
+    }
+    let req: SignRequest = decode_json(&body)?;
+    ca_ready(&s).await?;
+    let state = s.state();
+    let ca = state
+        .connect_ca
+        .clone()
+        .ok_or_else(|| Error::Internal("the Connect CA is not initialized yet".into()))?;
+    let trust_domain = format!("{}.consul", state.cluster_id);
+    let root_id = ca.active().map(|r| r.root.id.clone()).unwrap_or_default();
+    // An RSA signature is quick, but parsing and signing stay off the
+    // workers as every CA operation here does.
+    let cert = tokio::task::spawn_blocking(move || {
+        ca::sign_intermediate(&ca, &trust_domain, &from, &req.csr)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("sign intermediate: {e}")))??;
+    let out = SignedIntermediate {
+        intermediate_cert: cert,
+        root_id,
+    };
+    Ok(json_at(&s, state.index, &out))
 }

@@ -135,6 +135,9 @@ fn always_local(path: &str) -> bool {
         || path.starts_with("/v1/internal/proxycfg/")
         // Another datacenter's failover: a read of this server's state.
         || path == query::EXECUTE_REMOTE
+        // A secondary's intermediate, signed from this server's state (its
+        // mark is the WAN frame's, which a hop to the leader would lose).
+        || path == crate::connect::SIGN_INTERMEDIATE_PATH
 }
 
 /// Writes, and reads that are not `?stale`, are answered by the leader: a

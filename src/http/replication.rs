@@ -161,6 +161,10 @@ pub fn gauges(fed: Option<&Federation>) -> Vec<(&'static str, &'static str, f64)
                 "cairn_replication_config_entries_index",
                 "cairn_replication_config_entries_last_success_seconds",
             ),
+            Replicated::Ca => (
+                "cairn_replication_connect_ca_index",
+                "cairn_replication_connect_ca_last_success_seconds",
+            ),
         };
         out.push((
             index,

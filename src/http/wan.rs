@@ -36,8 +36,9 @@ fn local_only(path: &str) -> bool {
         || path == "/v1/snapshot"
         || path.starts_with("/v1/internal/agent/")
         || path.starts_with("/v1/internal/event/")
-        // Servers' own failover path: a client's `?dc=` never reaches it.
+        // Servers' own paths: a client's `?dc=` never reaches them.
         || path == super::query::EXECUTE_REMOTE
+        || path == crate::connect::SIGN_INTERMEDIATE_PATH
 }
 
 /// The datacenter `?dc=` names, if another than this one.

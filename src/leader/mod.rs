@@ -13,6 +13,7 @@
 mod acl;
 mod autopilot;
 mod cluster;
+mod connect_ca;
 mod coordinates;
 mod federation;
 pub mod liveness;
@@ -74,6 +75,9 @@ pub const DUTIES: &[Duty] = &[
     }),
     Duty::new("config entry replication", |t| {
         Box::pin(replication::run(t.server, t.federation, Replicated::Config))
+    }),
+    Duty::new("connect CA from the primary", |t| {
+        Box::pin(connect_ca::run(t.server, t.federation))
     }),
 ];
 

@@ -91,10 +91,10 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
 
 /// Marks the replication running while its duty lives (aborted with the
 /// term: dropped).
-struct Running(Arc<Federation>, Replicated);
+pub(super) struct Running(Arc<Federation>, Replicated);
 
 impl Running {
-    fn start(fed: Arc<Federation>, what: Replicated) -> Running {
+    pub(super) fn start(fed: Arc<Federation>, what: Replicated) -> Running {
         fed.replication().update(what, |r| r.running = true);
         Running(fed, what)
     }
@@ -114,6 +114,8 @@ async fn pull(
     let path = match what {
         Replicated::Acl => ACL_PATH,
         Replicated::Config => CONFIG_PATH,
+        // Roots and an intermediate, not objects to copy: its own duty.
+        Replicated::Ca => return Err("the Connect CA is leader::connect_ca's".into()),
     };
     // `?stale`: whichever server of the primary receives it answers from
     // its own state (a server's pull is trusted only where it arrives: it
@@ -174,6 +176,7 @@ async fn pull(
                 serde_json::from_slice(&r.body).map_err(|e| format!("bad config answer: {e}"))?;
             config_changes(&s.state(), &remote)
         }
+        Replicated::Ca => Vec::new(),
     };
     for cmd in cmds {
         match s.write(cmd).await {

@@ -81,6 +81,11 @@ pub fn set(tx: &mut Tx, new: &CaState, cas: Option<u64>) -> Response {
             }
         }
     }
+    let cluster_id = &next.config.cluster_id;
+    if !cluster_id.is_empty() && *cluster_id != tx.state.cluster_id {
+        tx.state.cluster_id = cluster_id.clone();
+        tx.touch(keys::CLUSTER);
+    }
     tx.put_connect_ca(next);
     Response::Bool(true)
 }

@@ -80,6 +80,18 @@ pub struct CaConfiguration {
     pub modify_index: u64,
 }
 
+/// The primary's answer to a secondary's intermediate CSR: the
+/// certificate and the root that signed it (the secondary keeps it only if
+/// that root is still the active one of the roots it holds).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct SignedIntermediate {
+    /// PEM.
+    pub intermediate_cert: String,
+    #[serde(rename = "RootID")]
+    pub root_id: String,
+}
+
 /// `structs.IssuedCert`: a leaf certificate and its key, as
 /// `/v1/agent/connect/ca/leaf/:service` answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
