@@ -47,7 +47,7 @@
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
-//!   12 of the federation scenario, determinism of a seed, the checker's
+//!   10 of the federation scenario, determinism of a seed, the checker's
 //!   own tests (`SIM_SEEDS=N`, `SIM_FED_SEEDS=N` to change; a debug build
 //!   runs 6 and 2 seeds).
 //! - `cargo run -p sim --release -- --federation --seeds N`: N seeds of the

@@ -134,13 +134,13 @@ mod clean {
         run_many(5);
     }
 
-    /// Seeds of the federation scenario: `SIM_FED_SEEDS`, else 12 in a
-    /// release build (about 5 s each on two cores) and 2 in a debug build.
+    /// Seeds of the federation scenario: `SIM_FED_SEEDS`, else 10 in a
+    /// release build (a few seconds each) and 2 in a debug build.
     fn federation_seeds() -> u64 {
         std::env::var("SIM_FED_SEEDS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(if cfg!(debug_assertions) { 2 } else { 12 })
+            .unwrap_or(if cfg!(debug_assertions) { 2 } else { 10 })
     }
 
     #[test]
@@ -194,6 +194,18 @@ fn a_seed_replays_identically() {
     assert_eq!(a.ops, b.ops);
     let c = run(&scenario, 8);
     assert_ne!(a.trace_hash, c.trace_hash, "seeds 7 and 8 ran the same");
+}
+
+#[test]
+fn a_federation_seed_replays_identically() {
+    let _serial = serial();
+    let a = sim::federation::run(5);
+    let b = sim::federation::run(5);
+    assert_eq!(
+        a.trace_hash, b.trace_hash,
+        "federation seed 5 ran differently twice"
+    );
+    assert_eq!(a.ops, b.ops);
 }
 
 /// With a planted bug (a `bug-*` feature): the checkers must catch it.
