@@ -22,7 +22,8 @@ test: unit sim-test clients conformance
 unit:
 	$(CARGO) test --workspace --exclude sim --no-fail-fast
 
-## The simulation runs in release: 50 seeds of each scenario in a few minutes.
+## The simulation runs in release: 50 seeds of each scenario (10 of the
+## two-datacenter federation's) in a few minutes.
 sim-test:
 	$(CARGO) test -p sim --release
 
@@ -49,6 +50,7 @@ bench:
 
 sim:
 	$(CARGO) run -p sim --release -- --seeds $(SEEDS)
+	$(CARGO) run -p sim --release -- --federation --seeds $(SEEDS)
 
 fmt:
 	$(CARGO) fmt --all

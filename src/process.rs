@@ -92,6 +92,44 @@ where
     Ok(server)
 }
 
+/// A server assembled as by [`assemble`], with WAN federation and no
+/// listener but the Raft port's: the simulation's federation scenario.
+pub struct Federated {
+    pub server: Arc<Server>,
+    /// Its federation, greeting and replicating (the leader's duties have
+    /// it) but not yet answering other datacenters: the caller serves it
+    /// (`Federation::serve`) with `answer` or a handler around it.
+    pub federation: Arc<crate::federation::Federation>,
+    /// Answers a request from another datacenter as [`server`]'s
+    /// federation does: the HTTP router, in process.
+    pub answer: crate::federation::Handler,
+    /// The same router asked in process as by a client of this server (a
+    /// `?dc=` read goes on to that datacenter from there).
+    pub local: Arc<dyn crate::dns::Remote>,
+}
+
+/// [`assemble`] with WAN federation (`--datacenter`, `--primary-datacenter`,
+/// `--join-wan` of `config`): the leader duties get the `Federation`, and
+/// requests are answered by the HTTP router in process, as in [`server`].
+pub async fn assemble_federated<L, A>(
+    config: ServerConfig, parts: ServerParts<L, A>,
+) -> anyhow::Result<Federated>
+where
+    L: RaftLogStorage<TypeConfig>,
+    A: Accept,
+{
+    let server = Server::assemble(config, parts).await?;
+    let federation = crate::federation::Federation::new(server.clone());
+    start(&server, Some(federation.clone()));
+    let app = crate::http::router(server.clone()).layer(axum::Extension(federation.clone()));
+    Ok(Federated {
+        server,
+        federation,
+        answer: wan_handler(app.clone()),
+        local: Arc::new(InProcess(app)),
+    })
+}
+
 /// The configuration's addresses made those of the listeners handed in (a
 /// test's port 0 becomes the port it got): peers, the server's own agent
 /// and its answers name what is actually served.

@@ -253,14 +253,15 @@ pub(crate) fn token_of(
 /// The admin client: creates the policy and both tokens, then at
 /// `delete_at` deletes the doomed one (retried until acknowledged, at the
 /// latest by `until`).
-/// What the admin writes for the DNS checker (`dns::setup`), with the
-/// other tokens, and the update it makes after the delete (`dns::narrow`):
-/// handed in, so that this module knows nothing of that checker.
-pub type DnsWrites = fn(&Tokens) -> (Vec<Command>, Command);
+/// What else the admin writes, with the other tokens, and the update it
+/// makes after the delete: handed in, so that this module knows nothing of
+/// the checkers they serve (the DNS checker's `dns::setup` and
+/// `dns::narrow`; the federation scenario's replicated policy).
+pub type ExtraWrites = fn(&Tokens) -> (Vec<Command>, Command);
 
 pub async fn admin(
     access: Access, servers: Vec<IpAddr>, delete_at: Duration, until: Duration, log: AclLog,
-    dns: DnsWrites,
+    dns: ExtraWrites,
 ) -> turmoil::Result {
     let Some(t) = access.tokens().cloned() else {
         return Ok(());

@@ -36,10 +36,22 @@
 //!   follower stopped past autopilot's dead bound is removed, and once
 //!   restarted from its disk is a voter again without deposing the leader.
 //!
+//! - `federation`: the federation scenario, two datacenters of three
+//!   servers (`process::assemble_federated`: WAN federation over the Raft
+//!   transport, replication from the primary as a leader duty) under a
+//!   WAN partition, the secondary's leader's crash and a primary server's
+//!   restart; checked per datacenter as above (the other datacenter's
+//!   `?dc=` reads of its keys in its history), for the replicated ACLs and
+//!   config entries of every secondary server after the heal, and with
+//!   checker (f) on the secondary for the token deleted in the primary.
+//!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
-//!   determinism of a seed, the checker's own tests (`SIM_SEEDS=N` to
-//!   change; a debug build runs 6 seeds).
+//!   6 of the federation scenario, determinism of a seed, the checker's
+//!   own tests (`SIM_SEEDS=N`, `SIM_FED_SEEDS=N` to change; a debug build
+//!   runs 6 and 2 seeds).
+//! - `cargo run -p sim --release -- --federation --seeds N`: N seeds of the
+//!   federation scenario (`--seed X` replays one).
 //! - `cargo run -p sim --release -- --seeds N` (`make sim SEEDS=N`): N
 //!   seeds of both scenarios; a failing seed prints the command replaying it
 //!   (`--servers S --seed X`; `SIM_TRACE=1` prints leaders and operations).
@@ -58,6 +70,7 @@ pub mod acl;
 pub mod checks;
 pub mod dns;
 pub mod duties;
+pub mod federation;
 pub mod linearizability;
 pub mod locks;
 pub mod mem_log;

@@ -1,6 +1,7 @@
 //! `cargo run -p sim --release -- --seeds N`: runs N seeds of the 3- and
 //! 5-server scenarios and prints, for any failing seed, the one command that
-//! replays it (`--servers S --seed X`).
+//! replays it (`--servers S --seed X`); `--federation` runs the seeds of
+//! the two-datacenter scenario instead.
 
 use std::time::Instant;
 
@@ -26,6 +27,9 @@ fn main() {
         Some(s) => vec![s; repeat],
         None => (first..first + seeds).collect(),
     };
+    if args.iter().any(|a| a == "--federation") {
+        return federation(&range, verbose);
+    }
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut runs = 0;
@@ -103,6 +107,43 @@ fn main() {
         "checked: {ops} operations ({acked} acknowledged writes), {indexes} event-stream indexes, {locks} lock holds ({handoffs} freed by a TTL's expiry); faults injected: {faults:?}"
     );
     if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+/// `--federation`: the seeds of the two-datacenter scenario.
+fn federation(seeds: &[u64], verbose: bool) {
+    let started = Instant::now();
+    let mut failed = 0;
+    for &seed in seeds {
+        let t = Instant::now();
+        let r = sim::federation::run(seed);
+        if verbose || !r.passed() {
+            println!(
+                "federation seed={seed} {} in {:.1?}: {} ops ({} acked writes), faults {:?}, {:?}, trace {:016x}",
+                if r.passed() { "ok" } else { "FAILED" },
+                t.elapsed(),
+                r.ops,
+                r.acked_writes,
+                r.faults,
+                r.federation,
+                r.trace_hash
+            );
+        }
+        if !r.passed() {
+            for f in &r.failures {
+                println!("  {f}");
+            }
+            println!("  reproduce: {}", r.repro());
+            failed += 1;
+        }
+    }
+    println!(
+        "federation: {} passed, {failed} failed in {:.1?}",
+        seeds.len() - failed,
+        started.elapsed()
+    );
+    if failed > 0 {
         std::process::exit(1);
     }
 }

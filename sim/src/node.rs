@@ -20,10 +20,12 @@ use std::time::Duration;
 
 use cairn::acl::DefaultPolicy;
 use cairn::error::Error;
+use cairn::federation::Handler;
 use cairn::http::{Watch, blocking};
 use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect, Connecting};
 use cairn::raft::state_machine::SnapshotStore;
+use cairn::raft::wan::{WanRequest, WanResponse};
 use cairn::request::QueryOptions;
 use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
@@ -120,6 +122,30 @@ pub struct Boot {
     pub acl: bool,
     /// The DNS interface's token (`--acl-token`; none: anonymous).
     pub dns_token: Option<String>,
+    /// Its datacenter in a federation (the federation scenario); none:
+    /// the lone `dc1` of the other scenarios, without WAN federation.
+    pub federation: Option<FedBoot>,
+}
+
+/// A server's place in a WAN federation.
+#[derive(Debug, Clone)]
+pub struct FedBoot {
+    /// `--datacenter`.
+    pub datacenter: String,
+    /// `--primary-datacenter`.
+    pub primary: String,
+    /// `--join-wan`: servers of the other datacenters (their Raft ports).
+    pub join_wan: Vec<std::net::IpAddr>,
+}
+
+/// What a federated server answers besides the simulated API: requests
+/// from other datacenters (the HTTP router in process, behind the leader
+/// forwarding the simulated API stands in for), and `?dc=` reads asked of
+/// its router in process.
+#[derive(Clone)]
+struct Wan {
+    answer: Handler,
+    local: Arc<dyn cairn::dns::Remote>,
 }
 
 /// The initial management token's secret (`--acl-initial-management-token`)
@@ -260,6 +286,19 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         },
         ..ServerConfig::new(boot.name.clone(), PathBuf::from("/nonexistent"))
     };
+    let config = match &boot.federation {
+        Some(f) => ServerConfig {
+            datacenter: f.datacenter.clone(),
+            primary_datacenter: Some(f.primary.clone()),
+            join_wan: f
+                .join_wan
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, RAFT_PORT).to_string())
+                .collect(),
+            ..config
+        },
+        None => config,
+    };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let parts = ServerParts {
         id: boot.id,
@@ -284,18 +323,112 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
     // Built as every server is (`process::assemble`): the core and the
     // leader module, every leader duty included. HTTP, DNS and gRPC
     // listeners stand aside: the simulated clients speak `serve_api`.
-    let server = cairn::process::assemble(config, parts)
-        .await
-        .map_err(|e| e.to_string())?;
+    // In a federation, with its WAN federation as `process::server` has
+    // it, answering other datacenters with the HTTP router in process.
+    let (server, wan) = if boot.federation.is_some() {
+        let f = cairn::process::assemble_federated(config, parts)
+            .await
+            .map_err(|e| e.to_string())?;
+        f.federation
+            .serve(wan_handler(f.server.clone(), f.answer.clone()));
+        let wan = Wan {
+            answer: f.answer,
+            local: f.local,
+        };
+        (f.server, Some(wan))
+    } else {
+        let server = cairn::process::assemble(config, parts)
+            .await
+            .map_err(|e| e.to_string())?;
+        (server, None)
+    };
     *slot.lock().unwrap() = Some(server.clone());
     let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
     loop {
         let (stream, _) = api.accept().await?;
-        let server = server.clone();
+        let (server, wan) = (server.clone(), wan.clone());
         tokio::spawn(async move {
-            let _ = serve_api(stream, server).await;
+            let _ = serve_api(stream, server, wan).await;
         });
     }
+}
+
+/// Whether the HTTP path answers `req` on the leader only (as
+/// `forward_to_leader` decides for the requests other datacenters send
+/// here: replication pulls are `?stale`, `?dc=` reads are not).
+fn needs_leader(req: &WanRequest) -> bool {
+    let query = req.path_and_query.split_once('?').map(|(_, q)| q);
+    let read = matches!(req.method.as_str(), "GET" | "HEAD");
+    !(read && cairn::request::Params::parse(query).has("stale"))
+}
+
+/// Requests from other datacenters: the router's answer here, or, where
+/// the leader must answer and this server does not lead, the leader's,
+/// asked over the simulated API (which stands in for the HTTP hop of
+/// `forward_to_leader`: the router's own uses real sockets, not turmoil's).
+fn wan_handler(server: Arc<Server>, answer: Handler) -> Handler {
+    Arc::new(move |req: WanRequest| {
+        let (s, answer) = (server.clone(), answer.clone());
+        Box::pin(async move {
+            if !needs_leader(&req) {
+                return answer(req).await;
+            }
+            let failed = |e: String| WanResponse {
+                status: 500,
+                headers: Vec::new(),
+                body: e.into_bytes(),
+            };
+            let read = matches!(req.method.as_str(), "GET" | "HEAD");
+            let api = ApiRequest::Wan(req.clone());
+            loop {
+                match s.await_leader().await {
+                    Ok((id, _)) if id == s.cluster().id => return answer(req).await,
+                    Ok((id, leader)) => {
+                        let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
+                            return failed("bad leader address".into());
+                        };
+                        let sent = async {
+                            call_checked(addr, &api, None, true, FORWARD_TIMEOUT)
+                                .await
+                                .map_err(|e| Error::Internal(e.to_string()))
+                        };
+                        match s.while_leads(id, sent).await {
+                            Ok(Answer {
+                                reply: ApiReply::Wan(r),
+                                ..
+                            }) => return r,
+                            Ok(other) => return failed(format!("unexpected {other:?}")),
+                            Err(Error::LeadershipLost) if read => {}
+                            Err(e) => return failed(e.to_string()),
+                        }
+                    }
+                    Err(e) => return failed(e.to_string()),
+                }
+            }
+        })
+    })
+}
+
+/// A KV read of another datacenter (`GET /v1/kv/:key?dc=`), asked of this
+/// server's router in process with the caller's token: its `?dc=` layer
+/// sends it there over the WAN transport.
+async fn remote_get(
+    wan: &Wan, dc: &str, key: &str, consistent: bool, token: Option<String>,
+) -> ApiReply {
+    let mode = if consistent { "&consistent" } else { "" };
+    let path = format!("/v1/kv/{key}?dc={dc}{mode}");
+    ApiReply::Get(match wan.local.get(dc, path, token).await {
+        Ok(Some((200, body))) => serde_json::from_slice::<Vec<KvEntry>>(&body)
+            .map(|mut e| e.pop())
+            .map_err(|e| e.to_string()),
+        Ok(Some((404, _))) => Ok(None),
+        Ok(Some((status, body))) => Err(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        )),
+        Ok(None) => Err("No path to datacenter".into()),
+        Err(e) => Err(e),
+    })
 }
 
 /// A client request.
@@ -330,6 +463,17 @@ pub enum ApiRequest {
     Dns {
         query: Vec<u8>,
     },
+    /// `GET /v1/kv/:key?dc=<dc>` (`?consistent` too when set): answered by
+    /// the server asked, through its HTTP router in process, which sends
+    /// it to that datacenter (federated servers only).
+    RemoteGet {
+        dc: String,
+        key: String,
+        consistent: bool,
+    },
+    /// A request from another datacenter, passed by a server of this one
+    /// to its leader (federated servers only; always `forwarded`).
+    Wan(WanRequest),
 }
 
 /// One stream item: an event (`value`: the entry's JSON; `None` for a
@@ -365,6 +509,8 @@ pub enum ApiReply {
     Write(Result<Response, String>),
     Get(Result<Option<KvEntry>, String>),
     Stream(Vec<StreamItem>),
+    /// The leader's answer to a `Wan` request.
+    Wan(WanResponse),
     /// A DNS answer (none: the resolver sent nothing back), with the
     /// index the server had applied before and after it resolved it.
     Dns {
@@ -452,9 +598,58 @@ pub async fn call_checked(
 }
 
 async fn serve_api(
-    mut stream: turmoil::net::TcpStream, server: Arc<Server>,
+    mut stream: turmoil::net::TcpStream, server: Arc<Server>, wan: Option<Wan>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
+    match (&env.req, &wan) {
+        // Sent by a server of this datacenter to its leader: answered only
+        // while it leads (the router would pass it on over real sockets).
+        (ApiRequest::Wan(req), Some(w)) if env.forwarded => {
+            let reply = if server.cluster().is_leader() {
+                ApiReply::Wan((w.answer)(req.clone()).await)
+            } else {
+                error_reply(&env.req, "not the leader".into())
+            };
+            return write_msg(
+                &mut stream,
+                &Answer {
+                    reply,
+                    checked: None,
+                },
+            )
+            .await;
+        }
+        (
+            ApiRequest::RemoteGet {
+                dc,
+                key,
+                consistent,
+            },
+            Some(w),
+        ) => {
+            let reply = remote_get(w, dc, key, *consistent, env.token.clone()).await;
+            return write_msg(
+                &mut stream,
+                &Answer {
+                    reply,
+                    checked: None,
+                },
+            )
+            .await;
+        }
+        (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. }, _) => {
+            let reply = error_reply(&env.req, "not federated".into());
+            return write_msg(
+                &mut stream,
+                &Answer {
+                    reply,
+                    checked: None,
+                },
+            )
+            .await;
+        }
+        _ => {}
+    }
     if let ApiRequest::Subscribe { index } = env.req {
         // Answered by this server (`/v1/internal/stream` is always local),
         // so checked here; a refused subscriber is hung up on.
@@ -522,7 +717,14 @@ async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
         ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
-        ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } => ApiReply::Get(Err(e)),
+        ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } | ApiRequest::RemoteGet { .. } => {
+            ApiReply::Get(Err(e))
+        }
+        ApiRequest::Wan(_) => ApiReply::Wan(WanResponse {
+            status: 500,
+            headers: Vec::new(),
+            body: e.into_bytes(),
+        }),
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
         ApiRequest::Dns { .. } => ApiReply::Dns {
             answer: None,
@@ -554,6 +756,8 @@ fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn:
         ApiRequest::Write(cmd) => authorize_write(s, &a, cmd),
         // No request token: the resolver reads with the server's DNS token.
         ApiRequest::Dns { .. } => Ok(()),
+        // Answered in `serve_api`: the router's handlers check the token.
+        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) => Ok(()),
     }
 }
 
@@ -579,6 +783,14 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
         Command::AclPolicySet { .. }
         | Command::AclTokenSet { .. }
         | Command::AclTokenDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
+        // A service's config entries, as `/v1/config` checks them.
+        Command::ConfigSet { entry, .. } => {
+            let name = entry.get("Name").and_then(|n| n.as_str()).unwrap_or("");
+            a.require(a.service_write(name), "service:write", name)
+        }
+        Command::ConfigDelete { name, .. } => {
+            a.require(a.service_write(name), "service:write", name)
+        }
         _ => Err(Error::BadRequest(
             "a command the simulation's API does not take".into(),
         )),
@@ -666,6 +878,9 @@ async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
         ApiRequest::Get { key, consistent } => read(s, key, consistent, false).await,
         ApiRequest::StaleGet { key } => read(s, key, false, true).await,
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
+        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) => {
+            error_reply(&req, "answered before".into())
+        }
         // Answered in `serve_api`, never here.
         ApiRequest::Dns { .. } => ApiReply::Dns {
             answer: None,

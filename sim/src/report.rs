@@ -78,6 +78,8 @@ pub struct Report {
     /// Broken guarantees; empty when the run passed.
     /// Checker (i)'s timings, on the seeds that run it.
     pub rejoin: crate::rejoin::RejoinStats,
+    /// The federation scenario's own (`federation`): set on its runs.
+    pub federation: Option<crate::federation::FedStats>,
     pub failures: Vec<String>,
 }
 
@@ -98,6 +100,12 @@ impl Report {
         } else {
             ""
         };
+        if self.federation.is_some() {
+            return format!(
+                "cargo run -p sim --release{features} -- --federation --seed {}",
+                self.seed
+            );
+        }
         format!(
             "cargo run -p sim --release{features} -- --servers {} --seed {}",
             self.servers, self.seed

@@ -248,6 +248,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                     snapshot_threshold: threshold,
                     acl: acl_on,
                     dns_token,
+                    federation: None,
                 };
                 run_server(boot, disk, slot, truth).await
             }
@@ -336,7 +337,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let delete_at = scenario.warmup + Duration::from_millis(r.gen_range(1000..8000));
         let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
         sim.client("admin", async move {
-            let dns_writes: acl::DnsWrites = |t| (crate::dns::setup(t), crate::dns::narrow());
+            let dns_writes: acl::ExtraWrites = |t| (crate::dns::setup(t), crate::dns::narrow());
             acl::admin(a, to, delete_at, workload_end, log, dns_writes).await
         });
         let (to, log, a) = (ips.clone(), acl_log.clone(), access.clone());
@@ -601,7 +602,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
 }
 
 /// Crashes server `i` (its process ends).
-fn crash_host(
+pub(crate) fn crash_host(
     sim: &mut turmoil::Sim, i: usize, names: &[String], hosts: &[String], slots: &[Slot],
 ) {
     // Dropping the host's tasks closes its sockets, in an order set by
@@ -787,7 +788,7 @@ fn heal(sim: &mut turmoil::Sim, names: &[String]) {
 
 /// Steps until every server has applied the same index as the leader's
 /// last log entry, or `limit` passes.
-fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bool {
+pub(crate) fn wait_converged(sim: &mut turmoil::Sim, slots: &[Slot], limit: Duration) -> bool {
     let deadline = sim.elapsed() + limit;
     while sim.elapsed() < deadline {
         let servers: Vec<Arc<Server>> = slots

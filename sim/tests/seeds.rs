@@ -133,6 +133,55 @@ mod clean {
     fn five_servers() {
         run_many(5);
     }
+
+    /// Seeds of the federation scenario: `SIM_FED_SEEDS`, else 10 in a
+    /// release build (a few seconds each) and 2 in a debug build.
+    fn federation_seeds() -> u64 {
+        std::env::var("SIM_FED_SEEDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if cfg!(debug_assertions) { 2 } else { 6 })
+    }
+
+    #[test]
+    fn federation() {
+        let _serial = serial();
+        let mut failed = Vec::new();
+        let (mut acked, mut remote, mut config) = ([0, 0], [0, 0], 0);
+        let (mut acl, mut slowest) = ((0, 0, 0), std::time::Duration::ZERO);
+        for seed in 0..federation_seeds() {
+            let r = sim::federation::run(seed);
+            let f = r.federation.clone().unwrap_or_default();
+            for d in 0..2 {
+                acked[d] += f.acked[d];
+                remote[d] += f.remote_reads[d];
+            }
+            config += f.config_writes;
+            acl.0 += f.acl.accepted_before;
+            acl.1 += f.acl.refused_after;
+            acl.2 += f.acl.anonymous_refused;
+            slowest = slowest.max(f.converged_after);
+            if !r.passed() {
+                failed.push(r);
+            }
+        }
+        println!(
+            "federation, {} seeds: acknowledged writes {acked:?} (dc1, dc2), ?dc= reads answered {remote:?} (of dc2 through dc1, of dc1 through dc2), {config} config entry writes; replicated objects held by every secondary server at most {slowest:?} after the workload",
+            federation_seeds()
+        );
+        println!(
+            "  ACLs in dc2 (checker f): the token deleted in dc1 accepted {} times before the secondary applied its delete and refused {} times after, {} anonymous requests refused",
+            acl.0, acl.1, acl.2
+        );
+        for r in &failed {
+            println!("seed {} failed:", r.seed);
+            for f in &r.failures {
+                println!("  {f}");
+            }
+            println!("  reproduce: {}", r.repro());
+        }
+        assert!(failed.is_empty(), "{} seeds failed", failed.len());
+    }
 }
 
 #[test]
@@ -145,6 +194,18 @@ fn a_seed_replays_identically() {
     assert_eq!(a.ops, b.ops);
     let c = run(&scenario, 8);
     assert_ne!(a.trace_hash, c.trace_hash, "seeds 7 and 8 ran the same");
+}
+
+#[test]
+fn a_federation_seed_replays_identically() {
+    let _serial = serial();
+    let a = sim::federation::run(5);
+    let b = sim::federation::run(5);
+    assert_eq!(
+        a.trace_hash, b.trace_hash,
+        "federation seed 5 ran differently twice"
+    );
+    assert_eq!(a.ops, b.ops);
 }
 
 /// With a planted bug (a `bug-*` feature): the checkers must catch it.

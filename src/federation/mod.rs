@@ -33,7 +33,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+// tokio's clock, not std's: contact times and round trips are then the
+// simulation's (turmoil pauses and steps tokio's time), as the Raft
+// transport's timeouts are; in a process it reads the same monotonic clock.
+use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;

@@ -1,0 +1,746 @@
+//! The federation scenario: two datacenters of three servers each, `dc1`
+//! the primary, `dc2` joined to it by `--join-wan`, every server built as a
+//! federated one is (`process::assemble_federated`: WAN greetings over the
+//! Raft transport, the primary's federation states and the secondary's
+//! replication as leader duties, other datacenters answered by the HTTP
+//! router in process), with ACLs on (default deny) in both.
+//!
+//! Faults, at times drawn from the seed: every link between the two
+//! datacenters cut and then healed (a WAN partition), the secondary's
+//! leader crashed and restarted from its stored state, and a primary
+//! server likewise.
+//!
+//! Clients: the KV/catalog workload in each datacenter; a reader of each
+//! datacenter's keys through the other's servers (`?dc=`, default and
+//! `?consistent`); the ACL admin in the primary (the workload's policy and
+//! tokens, a doomed token deleted mid-run, a policy changed after it); the
+//! doomed token's user on the secondary's servers; a writer of config
+//! entries in the primary (set and deleted throughout).
+//!
+//! Checkers:
+//! 1. per datacenter, the history checkers of the other scenarios
+//!    (`checks::check_history`: no acknowledged write lost, writes and
+//!    `?consistent` reads linearizable), and its servers' states equal;
+//! 2. after the heal, every secondary server holds the primary's ACL
+//!    policies, roles and global tokens and its config entries;
+//! 3. checker (f) (`acl::check`) on the secondary: no `dc2` server accepts
+//!    the token deleted in the primary once it has applied the delete its
+//!    replication brought (the secondary's own apply of it, the truth);
+//! 4. the `?dc=` reads are in the other datacenter's history, so checker 1
+//!    holds them linearizable with that datacenter's writes.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::server::Server;
+use cairn::state::{Command, Response, State};
+use cairn::structs::acl::AclPolicy;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::acl::{self, Access};
+use crate::checks;
+use crate::linearizability::{Input, Output};
+use crate::node::{API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, now_us};
+use crate::report::Report;
+use crate::run::{crash_host, state_hash, wait_converged};
+use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
+
+/// The datacenters, the primary first.
+pub const DCS: [&str; 2] = ["dc1", "dc2"];
+const PRIMARY: &str = "dc1";
+/// Servers per datacenter.
+const SERVERS: usize = 3;
+/// Every fault has ended by then.
+const HEAL_AT: Duration = Duration::from_secs(15);
+/// How long the secondary may take, after the heal and its own
+/// convergence, to hold what the primary holds.
+const REPLICATION_LIMIT: Duration = Duration::from_secs(30);
+/// Progress each seed must show for its checks to mean something.
+const MIN_ACKED_WRITES: usize = 60;
+const MIN_REMOTE_READS: usize = 10;
+
+/// A policy the admin creates with the tokens and changes after the
+/// delete: replication must bring the change too.
+const FED_POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000f0";
+
+/// The services whose `service-defaults` the config writer sets and
+/// deletes.
+const SERVICES: [&str; 4] = ["api", "web", "db", "cache"];
+const PROTOCOLS: [&str; 3] = ["tcp", "http", "grpc"];
+
+/// What the federation checkers saw in one run.
+#[derive(Debug, Clone, Default)]
+pub struct FedStats {
+    /// Acknowledged writes per datacenter.
+    pub acked: [usize; 2],
+    /// `?dc=` reads answered: of dc2's keys through dc1, of dc1's through dc2.
+    pub remote_reads: [usize; 2],
+    /// Config entry writes acknowledged by the primary.
+    pub config_writes: usize,
+    /// What the secondary held at the end (checker 2): policies, global
+    /// tokens, config entries.
+    pub replicated: (usize, usize, usize),
+    /// Simulated time from the end of the workload until every secondary
+    /// server held the primary's objects.
+    pub converged_after: Duration,
+    /// Checker (f) on the secondary.
+    pub acl: acl::AclStats,
+}
+
+fn server_name(dc: usize, i: usize) -> String {
+    format!("{}-s{}", DCS[dc], i + 1)
+}
+
+/// The replicated objects a server holds, comparable across datacenters:
+/// indexes (each datacenter's own) and secrets (never replicated) left out.
+#[derive(Debug, PartialEq, Eq)]
+struct Replicated {
+    policies: BTreeMap<String, String>,
+    roles: BTreeMap<String, String>,
+    tokens: BTreeMap<String, String>,
+    config: BTreeMap<String, String>,
+}
+
+fn replicated(st: &State) -> Replicated {
+    let policies = st
+        .acl_policies
+        .iter()
+        .map(|(id, p)| {
+            let mut p = (**p).clone();
+            (p.create_index, p.modify_index) = (0, 0);
+            (id.clone(), format!("{p:?}"))
+        })
+        .collect();
+    let roles = st
+        .acl_roles
+        .iter()
+        .map(|(id, r)| {
+            let mut r = (**r).clone();
+            (r.create_index, r.modify_index) = (0, 0);
+            (id.clone(), format!("{r:?}"))
+        })
+        .collect();
+    let tokens = st
+        .acl_tokens
+        .iter()
+        .filter(|(_, t)| !t.local)
+        .map(|(id, t)| {
+            let mut t = (**t).clone();
+            (t.create_index, t.modify_index) = (0, 0);
+            t.secret_id.clear();
+            (id.clone(), format!("{t:?}"))
+        })
+        .collect();
+    let config = st
+        .config
+        .iter()
+        .map(|((kind, name), e)| {
+            let mut e = (**e).clone();
+            e.set_indexes(0, 0);
+            (format!("{}/{name}", kind.as_str()), format!("{e:?}"))
+        })
+        .collect();
+    Replicated {
+        policies,
+        roles,
+        tokens,
+        config,
+    }
+}
+
+/// What differs between the primary's objects and a secondary server's,
+/// said briefly.
+fn differences(primary: &Replicated, secondary: &Replicated) -> Vec<String> {
+    fn diff(what: &str, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
+        let mut out = Vec::new();
+        for (k, v) in a {
+            match b.get(k) {
+                None => out.push(format!("{what} {k} missing")),
+                Some(w) if w != v => out.push(format!("{what} {k} differs")),
+                Some(_) => {}
+            }
+        }
+        for k in b.keys().filter(|k| !a.contains_key(*k)) {
+            out.push(format!("{what} {k} not in the primary"));
+        }
+        out
+    }
+    let mut out = diff("policy", &primary.policies, &secondary.policies);
+    out.extend(diff("role", &primary.roles, &secondary.roles));
+    out.extend(diff("token", &primary.tokens, &secondary.tokens));
+    out.extend(diff("config entry", &primary.config, &secondary.config));
+    out
+}
+
+/// The servers of datacenter `d` that run.
+fn running(slots: &[Slot]) -> Vec<Arc<Server>> {
+    slots
+        .iter()
+        .filter_map(|s| s.lock().unwrap().clone())
+        .collect()
+}
+
+/// Checker 2's question: what each secondary server still lacks of the
+/// primary's replicated objects (empty: converged).
+fn replication_gaps(slots: &[Vec<Slot>]) -> Vec<String> {
+    let primary = running(&slots[0]);
+    let Some(leader) = primary
+        .iter()
+        .find(|s| s.cluster().is_leader())
+        .or(primary.first())
+    else {
+        return vec!["no primary server runs".into()];
+    };
+    let want = replicated(&leader.state());
+    let mut out = Vec::new();
+    for (i, slot) in slots[1].iter().enumerate() {
+        let Some(s) = slot.lock().unwrap().clone() else {
+            out.push(format!("{} not running", server_name(1, i)));
+            continue;
+        };
+        for d in differences(&want, &replicated(&s.state())) {
+            out.push(format!("{}: {d}", server_name(1, i)));
+        }
+    }
+    out
+}
+
+/// The admin's writes besides the tokens: a policy replication must bring,
+/// then its change.
+fn fed_policy(rules: &str) -> Command {
+    Command::AclPolicySet {
+        policy: Box::new(AclPolicy {
+            id: FED_POLICY_ID.into(),
+            name: "sim-federated".into(),
+            rules: rules.into(),
+            ..Default::default()
+        }),
+    }
+}
+
+fn extra_writes(_: &acl::Tokens) -> (Vec<Command>, Command) {
+    (
+        vec![fed_policy(r#"service_prefix "" { policy = "read" }"#)],
+        fed_policy(r#"service_prefix "" { policy = "write" }"#),
+    )
+}
+
+/// Sets and deletes `service-defaults` entries in the primary until
+/// `until`, on its servers (the management token), counting what was
+/// acknowledged.
+async fn config_writer(
+    seed: u64, servers: Vec<IpAddr>, until: Duration, acked: Arc<Mutex<usize>>,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xC0_F1_6E);
+    let mut target = 0;
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        let name = SERVICES[rng.gen_range(0..SERVICES.len())];
+        let cmd = if rng.gen_ratio(1, 4) {
+            Command::ConfigDelete {
+                kind: "service-defaults".into(),
+                name: name.into(),
+                cas: None,
+            }
+        } else {
+            let protocol = PROTOCOLS[rng.gen_range(0..PROTOCOLS.len())];
+            Command::ConfigSet {
+                entry: serde_json::json!({
+                    "Kind": "service-defaults", "Name": name, "Protocol": protocol,
+                }),
+                cas: None,
+            }
+        };
+        let addr = SocketAddr::new(servers[target], API_PORT);
+        let req = ApiRequest::Write(Box::new(cmd));
+        match call(addr, &req, Some(acl::MANAGEMENT), Duration::from_secs(2)).await {
+            Ok(ApiReply::Write(Ok(Response::Ok | Response::Bool(true)))) => {
+                *acked.lock().unwrap() += 1
+            }
+            _ => target = (target + 1) % servers.len(),
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..600))).await;
+    }
+    Ok(())
+}
+
+/// Reads the keys of datacenter `dc` through the servers of another
+/// (`?dc=`), default and `?consistent`, until `until`: each read goes
+/// into `dc`'s history, as that datacenter's clients' own reads.
+async fn remote_reader(
+    id: u64, seed: u64, dc: &'static str, servers: Vec<IpAddr>, until: Duration, history: History,
+    access: Access,
+) -> turmoil::Result {
+    let token = access.workload().await;
+    let mut rng = StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x51_7C_C1_B7));
+    while turmoil::sim_elapsed().unwrap_or_default() < until {
+        let key = KEYS[rng.gen_range(0..KEYS.len())];
+        let consistent = rng.gen_bool(0.5);
+        let asked = rng.gen_range(0..servers.len());
+        let req = ApiRequest::RemoteGet {
+            dc: dc.into(),
+            key: key.into(),
+            consistent,
+        };
+        let started = now_us();
+        let reply = call(
+            SocketAddr::new(servers[asked], API_PORT),
+            &req,
+            token.as_deref(),
+            CLIENT_TIMEOUT,
+        )
+        .await;
+        let ended = now_us();
+        let output = match reply {
+            Ok(ApiReply::Get(Ok(entry))) => {
+                Some(Output::Value(entry.and_then(|e| {
+                    std::str::from_utf8(&e.value).ok()?.parse().ok()
+                })))
+            }
+            other => {
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    eprintln!("{} ms: ?dc={dc} read: {other:?}", ended / 1000);
+                }
+                None
+            }
+        };
+        history.lock().unwrap().push(Record {
+            client: id,
+            kind: Kind::Kv {
+                key: key.into(),
+                input: Input::Get,
+                consistent,
+            },
+            call: started,
+            ret: output.map(|_| ended),
+            output,
+            server: asked,
+        });
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..60))).await;
+    }
+    Ok(())
+}
+
+/// A fault of the scenario, at its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Step {
+    CutWan,
+    HealWan,
+    /// Crash the leader of the datacenter (else a server drawn).
+    CrashLeader(usize),
+    /// Crash a server drawn of the datacenter.
+    Crash(usize),
+    /// Restart what the crash of that datacenter stopped.
+    Restart(usize),
+}
+
+/// When each fault happens: drawn from the seed, all over by `HEAL_AT`.
+fn schedule(rng: &mut StdRng) -> Vec<(Duration, Step)> {
+    let ms = Duration::from_millis;
+    let cut = rng.gen_range(4000..9000);
+    let secondary = rng.gen_range(4000..11000);
+    let primary = rng.gen_range(5000..12000);
+    let mut out = vec![
+        (ms(cut), Step::CutWan),
+        (ms(cut + rng.gen_range(2000..5000)), Step::HealWan),
+        (ms(secondary), Step::CrashLeader(1)),
+        (ms(secondary + rng.gen_range(1000..3000)), Step::Restart(1)),
+        (ms(primary), Step::Crash(0)),
+        (ms(primary + rng.gen_range(1000..3000)), Step::Restart(0)),
+    ];
+    out.sort_by_key(|(t, _)| *t);
+    out
+}
+
+/// Runs one seed of the federation scenario.
+pub fn run(seed: u64) -> Report {
+    let mut report = Report {
+        seed,
+        servers: SERVERS * DCS.len(),
+        federation: Some(FedStats::default()),
+        ..Default::default()
+    };
+    let mut stats = FedStats::default();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xFED_E2A7E);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .simulation_duration(Duration::from_secs(600))
+        .build();
+    cairn::raft::runtime::seed_rng(seed);
+
+    let names: Vec<Vec<String>> = (0..DCS.len())
+        .map(|d| (0..SERVERS).map(|i| server_name(d, i)).collect())
+        .collect();
+    let slots: Vec<Vec<Slot>> = names
+        .iter()
+        .map(|n| n.iter().map(|_| Arc::new(Mutex::new(None))).collect())
+        .collect();
+    let truths: Vec<Truth> = DCS.iter().map(|_| Truth::default()).collect();
+    // ACLs on in every seed: replication's ACL half and checker (f) need it.
+    let access = Access::new(seed, true);
+    for d in 0..DCS.len() {
+        for i in 0..SERVERS {
+            let (slot, disk, truth) = (slots[d][i].clone(), Disk::default(), truths[d].clone());
+            let (host, names) = (names[d][i].clone(), names.clone());
+            let lives = Arc::new(Mutex::new(0u64));
+            sim.host(host.as_str(), move || {
+                let (slot, disk, names, truth) =
+                    (slot.clone(), disk.clone(), names.clone(), truth.clone());
+                let life = {
+                    let mut l = lives.lock().unwrap();
+                    *l += 1;
+                    *l
+                };
+                let mut t =
+                    StdRng::seed_from_u64(seed ^ ((d as u64) << 40) ^ ((i as u64) << 32) ^ life);
+                let election_timeout = t.gen_range(200..400);
+                async move {
+                    let ip = turmoil::lookup(names[d][i].as_str());
+                    let peers: Vec<IpAddr> = names[d]
+                        .iter()
+                        .filter(|m| **m != names[d][i])
+                        .map(|m| turmoil::lookup(m.as_str()))
+                        .collect();
+                    // The secondary joins the primary (`--join-wan`); the
+                    // primary learns of it from its greetings, and a
+                    // restarted primary server from its federation states.
+                    let join_wan = if DCS[d] == PRIMARY {
+                        Vec::new()
+                    } else {
+                        names[0]
+                            .iter()
+                            .map(|m| turmoil::lookup(m.as_str()))
+                            .collect()
+                    };
+                    let boot = Boot {
+                        id: i as u64 + 1,
+                        name: names[d][i].clone(),
+                        ip,
+                        peers,
+                        expect: SERVERS,
+                        election_timeout,
+                        snapshot_threshold: 100,
+                        acl: true,
+                        dns_token: None,
+                        federation: Some(FedBoot {
+                            datacenter: DCS[d].into(),
+                            primary: PRIMARY.into(),
+                            join_wan,
+                        }),
+                    };
+                    crate::node::run_server(boot, disk, slot, truth).await
+                }
+            });
+        }
+    }
+    let ips: Vec<Vec<IpAddr>> = names
+        .iter()
+        .map(|n| n.iter().map(|h| sim.lookup(h.as_str())).collect())
+        .collect();
+    let histories: Vec<History> = DCS.iter().map(|_| History::default()).collect();
+    let workload_end = HEAL_AT + CLIENT_TIMEOUT + Duration::from_secs(2);
+    let mut clients: Vec<String> = Vec::new();
+    for d in 0..DCS.len() {
+        // Two writers and a reader per datacenter.
+        for c in 0..3u64 {
+            let name = format!("{}-c{}", DCS[d], c + 1);
+            let (ips, history, a) = (ips[d].clone(), histories[d].clone(), access.clone());
+            let id = d as u64 * 10 + c + 1;
+            sim.client(name.as_str(), async move {
+                workload::client(id, seed, ips, workload_end, history, c == 2, a).await
+            });
+            clients.push(name);
+        }
+        // The other datacenter's keys, through this one's servers.
+        let other = 1 - d;
+        let name = format!("{}-remote", DCS[d]);
+        let (ips_d, history, a) = (ips[d].clone(), histories[other].clone(), access.clone());
+        let id = 100 + d as u64;
+        sim.client(name.as_str(), async move {
+            remote_reader(id, seed, DCS[other], ips_d, workload_end, history, a).await
+        });
+        clients.push(name);
+        let name = format!("{}-checker", DCS[d]);
+        let (ips_d, history, a) = (ips[d].clone(), histories[d].clone(), access.clone());
+        sim.client(name.as_str(), async move {
+            tokio::time::sleep(workload_end).await;
+            workload::final_reads(ips_d, history, a).await
+        });
+        clients.push(name);
+    }
+    let acl_log: acl::AclLog = Arc::default();
+    {
+        let delete_at = Duration::from_millis(rng.gen_range(7000..13000));
+        let (to, log, a) = (ips[0].clone(), acl_log.clone(), access.clone());
+        sim.client("admin", async move {
+            acl::admin(a, to, delete_at, workload_end, log, extra_writes).await
+        });
+        let (to, log, a) = (ips[1].clone(), acl_log.clone(), access.clone());
+        sim.client("user", async move {
+            acl::user(a, seed, to, workload_end + acl::USER_AFTER, log).await
+        });
+        let config_acked: Arc<Mutex<usize>> = Arc::default();
+        let (to, acked) = (ips[0].clone(), config_acked.clone());
+        sim.client("config", async move {
+            config_writer(seed, to, workload_end, acked).await
+        });
+        clients.extend(["admin", "user", "config"].map(String::from));
+        let mut trace = std::hash::DefaultHasher::new();
+        run_faults(
+            &mut sim,
+            &mut rng,
+            &names,
+            &slots,
+            &clients,
+            &mut trace,
+            &mut report,
+        );
+        if !report.failures.is_empty() {
+            return report;
+        }
+        stats.config_writes = *config_acked.lock().unwrap();
+        let run = Finished {
+            names: &names,
+            slots: &slots,
+            truths: &truths,
+            histories: &histories,
+            acl_log: &acl_log,
+            access: &access,
+        };
+        finish(sim, run, trace, stats, &mut report);
+    }
+    report
+}
+
+/// Steps the simulation to the end of the workload, injecting the
+/// schedule's faults.
+fn run_faults(
+    sim: &mut turmoil::Sim, rng: &mut StdRng, names: &[Vec<String>], slots: &[Vec<Slot>],
+    clients: &[String], trace: &mut std::hash::DefaultHasher, report: &mut Report,
+) {
+    let mut hosts: Vec<String> = names.concat();
+    hosts.extend(clients.iter().cloned());
+    let mut steps = schedule(rng).into_iter().peekable();
+    // Per datacenter, the server its crash stopped.
+    let mut down: [Option<usize>; 2] = [None, None];
+    let mut wan_cut = false;
+    let trace_on = std::env::var_os("SIM_TRACE").is_some();
+    loop {
+        let now = sim.elapsed();
+        while let Some(&(at, step)) = steps.peek() {
+            if at > now {
+                break;
+            }
+            steps.next();
+            let what = match step {
+                Step::CutWan | Step::HealWan => {
+                    wan_cut = step == Step::CutWan;
+                    for a in &names[0] {
+                        for b in &names[1] {
+                            if step == Step::CutWan {
+                                sim.partition(a.as_str(), b.as_str());
+                            } else {
+                                sim.repair(a.as_str(), b.as_str());
+                            }
+                        }
+                    }
+                    *report
+                        .faults
+                        .entry(crate::report::Fault::Partition)
+                        .or_default() += usize::from(step == Step::CutWan);
+                    String::new()
+                }
+                Step::CrashLeader(d) | Step::Crash(d) => {
+                    let leader = slots[d].iter().position(|s| {
+                        s.lock()
+                            .unwrap()
+                            .as_ref()
+                            .is_some_and(|s| s.cluster().is_leader())
+                    });
+                    let drawn = rng.gen_range(0..SERVERS);
+                    let victim = match step {
+                        Step::CrashLeader(_) => leader.unwrap_or(drawn),
+                        _ => drawn,
+                    };
+                    crash_host(sim, victim, &names[d], &hosts, &slots[d]);
+                    // The crash repaired its links: the WAN cut stays.
+                    if wan_cut {
+                        for other in &names[1 - d] {
+                            sim.partition(names[d][victim].as_str(), other.as_str());
+                        }
+                    }
+                    down[d] = Some(victim);
+                    *report
+                        .faults
+                        .entry(crate::report::Fault::CrashRestart)
+                        .or_default() += 1;
+                    names[d][victim].clone()
+                }
+                Step::Restart(d) => match down[d].take() {
+                    Some(i) => {
+                        sim.bounce(names[d][i].as_str());
+                        names[d][i].clone()
+                    }
+                    None => String::new(),
+                },
+            };
+            (now.as_millis() as u64, step, &what).hash(trace);
+            if trace_on {
+                eprintln!("{} ms: {step:?} {what}", now.as_millis());
+            }
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                report.failures.push(format!("simulation error: {e}"));
+                return;
+            }
+        }
+    }
+}
+
+/// What a finished run hands its checkers.
+struct Finished<'a> {
+    names: &'a [Vec<String>],
+    slots: &'a [Vec<Slot>],
+    truths: &'a [Truth],
+    histories: &'a [History],
+    acl_log: &'a acl::AclLog,
+    access: &'a Access,
+}
+
+/// After the workload: convergence, then the checkers.
+fn finish(
+    mut sim: turmoil::Sim, run: Finished, mut trace: std::hash::DefaultHasher, mut stats: FedStats,
+    report: &mut Report,
+) {
+    let Finished {
+        names,
+        slots,
+        truths,
+        histories,
+        acl_log,
+        access,
+    } = run;
+    // Each datacenter's servers agree, as in the other scenarios.
+    for d in 0..DCS.len() {
+        let converged = wait_converged(&mut sim, &slots[d], Duration::from_secs(30));
+        let servers = running(&slots[d]);
+        let hashes: Vec<u64> = servers.iter().map(|s| state_hash(&s.state())).collect();
+        hashes.hash(&mut trace);
+        if servers.len() != names[d].len() {
+            report.failures.push(format!(
+                "{}: only {} of {} servers running at the end",
+                DCS[d],
+                servers.len(),
+                names[d].len()
+            ));
+        }
+        if !converged || hashes.windows(2).any(|w| w[0] != w[1]) {
+            let indexes: Vec<u64> = servers.iter().map(|s| s.state().index).collect();
+            report.failures.push(format!(
+                "{}: servers differ after heal: applied indexes {indexes:?}",
+                DCS[d]
+            ));
+        }
+    }
+    // Checker 2: the secondary holds what the primary holds.
+    let started = sim.elapsed();
+    let deadline = started + REPLICATION_LIMIT;
+    loop {
+        let gaps = replication_gaps(slots);
+        if gaps.is_empty() {
+            stats.converged_after = sim.elapsed() - started;
+            break;
+        }
+        if sim.elapsed() >= deadline {
+            let shown: Vec<String> = gaps.iter().take(6).cloned().collect();
+            report.failures.push(format!(
+                "replication: the secondary does not hold the primary's objects {} s after the heal ({} differences): {shown:?}",
+                REPLICATION_LIMIT.as_secs(),
+                gaps.len()
+            ));
+            break;
+        }
+        if sim.step().is_err() {
+            break;
+        }
+    }
+    if let Some(s) = running(&slots[1]).first() {
+        let r = replicated(&s.state());
+        stats.replicated = (r.policies.len(), r.tokens.len(), r.config.len());
+    }
+    report.sim_time = sim.elapsed();
+
+    // Checkers 1 and 4: each datacenter's history, its `?dc=` reads from
+    // the other included.
+    for d in 0..DCS.len() {
+        let history = histories[d].lock().unwrap().clone();
+        for r in &history {
+            r.hash(&mut trace);
+        }
+        stats.remote_reads[1 - d] = history
+            .iter()
+            .filter(|r| r.client == 100 + (1 - d) as u64 && r.output.is_some())
+            .count();
+        let servers = running(&slots[d]);
+        let Some(s) = servers.first() else { continue };
+        let mut r = Report::default();
+        checks::check_history(&history, &s.state(), &mut r);
+        stats.acked[d] = r.acked_writes;
+        report.ops += r.ops;
+        report.acked_writes += r.acked_writes;
+        report.unknown_writes += r.unknown_writes;
+        report.reads += r.reads;
+        report.keys_checked += r.keys_checked;
+        report.stale_default_read_keys += r.stale_default_read_keys;
+        report
+            .failures
+            .extend(r.failures.into_iter().map(|f| format!("{}: {f}", DCS[d])));
+        if r.acked_writes < MIN_ACKED_WRITES {
+            report.failures.push(format!(
+                "{}: no progress: {} acknowledged writes (at least {MIN_ACKED_WRITES} expected)",
+                DCS[d], r.acked_writes
+            ));
+        }
+    }
+    for (d, n) in stats.remote_reads.iter().enumerate() {
+        if *n < MIN_REMOTE_READS {
+            report.failures.push(format!(
+                "no progress: {n} ?dc={} reads answered through {} (at least {MIN_REMOTE_READS} expected)",
+                DCS[1 - d],
+                DCS[d]
+            ));
+        }
+    }
+    // Checker 3: checker (f) on the secondary, against its own applies.
+    if let Some(tokens) = access.tokens() {
+        let log = acl_log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        let a = acl::check(tokens, &log, &truths[1].lock().unwrap());
+        report
+            .failures
+            .extend(a.failures.iter().map(|f| format!("dc2: {f}")));
+        stats.acl = a;
+    }
+    for (d, t) in truths.iter().enumerate() {
+        for c in &t.lock().unwrap().conflicts {
+            report.failures.push(format!("{}: {c}", DCS[d]));
+        }
+    }
+    if stats.config_writes == 0 {
+        report
+            .failures
+            .push("no progress: no config entry write acknowledged".into());
+    }
+    stats.converged_after.as_millis().hash(&mut trace);
+    report.trace_hash = trace.finish();
+    report.federation = Some(stats);
+}
