@@ -45,7 +45,7 @@ use crate::acl::{self, Access};
 use crate::checks;
 use crate::linearizability::{Input, Output};
 use crate::node::{API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, now_us};
-use crate::report::Report;
+use crate::report::{FedStats, Report};
 use crate::run::{crash_host, state_hash, wait_converged};
 use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
 
@@ -71,25 +71,6 @@ const FED_POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000f0";
 /// deletes.
 const SERVICES: [&str; 4] = ["api", "web", "db", "cache"];
 const PROTOCOLS: [&str; 3] = ["tcp", "http", "grpc"];
-
-/// What the federation checkers saw in one run.
-#[derive(Debug, Clone, Default)]
-pub struct FedStats {
-    /// Acknowledged writes per datacenter.
-    pub acked: [usize; 2],
-    /// `?dc=` reads answered: of dc2's keys through dc1, of dc1's through dc2.
-    pub remote_reads: [usize; 2],
-    /// Config entry writes acknowledged by the primary.
-    pub config_writes: usize,
-    /// What the secondary held at the end (checker 2): policies, global
-    /// tokens, config entries.
-    pub replicated: (usize, usize, usize),
-    /// Simulated time from the end of the workload until every secondary
-    /// server held the primary's objects.
-    pub converged_after: Duration,
-    /// Checker (f) on the secondary.
-    pub acl: acl::AclStats,
-}
 
 fn server_name(dc: usize, i: usize) -> String {
     format!("{}-s{}", DCS[dc], i + 1)

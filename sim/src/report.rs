@@ -79,7 +79,7 @@ pub struct Report {
     /// Checker (i)'s timings, on the seeds that run it.
     pub rejoin: crate::rejoin::RejoinStats,
     /// The federation scenario's own (`federation`): set on its runs.
-    pub federation: Option<crate::federation::FedStats>,
+    pub federation: Option<FedStats>,
     pub failures: Vec<String>,
 }
 
@@ -111,4 +111,23 @@ impl Report {
             self.servers, self.seed
         )
     }
+}
+
+/// What the federation checkers saw in one run.
+#[derive(Debug, Clone, Default)]
+pub struct FedStats {
+    /// Acknowledged writes per datacenter.
+    pub acked: [usize; 2],
+    /// `?dc=` reads answered: of dc2's keys through dc1, of dc1's through dc2.
+    pub remote_reads: [usize; 2],
+    /// Config entry writes acknowledged by the primary.
+    pub config_writes: usize,
+    /// What the secondary held at the end (checker 2): policies, global
+    /// tokens, config entries.
+    pub replicated: (usize, usize, usize),
+    /// Simulated time from the end of the workload until every secondary
+    /// server held the primary's objects.
+    pub converged_after: Duration,
+    /// Checker (f) on the secondary.
+    pub acl: AclStats,
 }

@@ -152,14 +152,8 @@ pub fn router(agent: App) -> Router {
             .route_layer(middleware::from_fn_with_state(agent.clone(), resolve_token))
             // Read from views, else forwarded: the server that answers
             // checks the token (`health_view`).
-            .route(
-                "/v1/health/service/{*name}",
-                get(super::health_view::instances::<false>),
-            )
-            .route(
-                "/v1/health/connect/{*name}",
-                get(super::health_view::instances::<true>),
-            )
+            .route("/v1/health/service/{*name}", get(instances::<false>))
+            .route("/v1/health/connect/{*name}", get(instances::<true>))
             .fallback(forward)
             .with_state(agent),
     )
@@ -671,6 +665,23 @@ fn near_this_agent(path: &str, node: &str) -> String {
         })
         .collect();
     format!("{route}?{}", query.join("&"))
+}
+
+/// `GET /v1/health/service/:s` (`CONNECT` false) and
+/// `/v1/health/connect/:s` (true) on a client agent: from a view when it
+/// can, else forwarded.
+pub(super) async fn instances<const CONNECT: bool>(
+    State(a): State<App>, Path(name): Path<String>, req: Request,
+) -> Response {
+    // Read off the request first: its body is not `Sync`, so the request
+    // is not held across the wait.
+    let query = req.uri().query().map(String::from);
+    let token = token_of(req.headers(), query.as_deref()).or_else(|| a.default_token());
+    match super::health_view::from_view(&a, CONNECT, &name, query.as_deref(), token).await {
+        Some(Ok(resp)) => resp,
+        Some(Err(e)) => e.into_response(),
+        None => forward(State(a), req).await,
+    }
 }
 
 /// Any other request: to a server, and its answer back as it streams.

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -39,7 +38,6 @@ use serde::Deserialize;
 use super::Agent;
 use super::servers::{STREAM_SUBSCRIPTIONS, VIEW_READS};
 use crate::request::QueryOptions;
-use crate::request::authz::token_of;
 use crate::state::catalog::Instance;
 use crate::stream::Topic;
 use crate::stream::view::{Answer, Materializer, Publish, Selection, View, ViewSet, shown_nodes};
@@ -104,25 +102,8 @@ impl HealthViews {
     }
 }
 
-/// `GET /v1/health/service/:s` (`CONNECT` false) and
-/// `/v1/health/connect/:s` (true) on a client agent: from a view when it
-/// can, else forwarded.
-pub(super) async fn instances<const CONNECT: bool>(
-    State(a): State<Arc<Agent>>, Path(name): Path<String>, req: Request,
-) -> Response {
-    // Read off the request first: its body is not `Sync`, so the request
-    // is not held across the wait.
-    let query = req.uri().query().map(String::from);
-    let token = token_of(req.headers(), query.as_deref()).or_else(|| a.default_token());
-    match from_view(&a, CONNECT, &name, query.as_deref(), token).await {
-        Some(Ok(resp)) => resp,
-        Some(Err(e)) => e.into_response(),
-        None => super::api::forward(State(a), req).await,
-    }
-}
-
 /// The read answered from its view; none: forward it.
-async fn from_view(
+pub(super) async fn from_view(
     a: &Arc<Agent>, connect: bool, name: &str, q: Option<&str>, token: Option<String>,
 ) -> Option<crate::error::Result<Response>> {
     if !a.config.streaming_backend {

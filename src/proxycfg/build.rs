@@ -392,7 +392,9 @@ fn transparent(
         }
         // The proxy's own mode (as Consul's inferred upstreams take it).
         let mode = &proxy.proxy.mesh_gateway.mode;
-        let entry = upstream(state, datacenter, datacenter, &name, mode, true, shared, deps);
+        let entry = upstream(
+            state, datacenter, datacenter, &name, mode, true, shared, deps,
+        );
         upstreams.insert(name.clone(), entry);
         inferred.insert(name);
     }

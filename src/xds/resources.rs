@@ -742,3 +742,13 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
 pub(crate) fn is_http(protocol: &str) -> bool {
     matches!(protocol, "http" | "http2" | "grpc")
 }
+
+/// Consul's upstream ID: the name, with `?dc=` when it names another
+/// datacenter.
+pub(super) fn upstream_id(name: &str, dc: &str) -> String {
+    if dc.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}?dc={dc}")
+    }
+}

@@ -19,7 +19,7 @@ use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, common_tls, every_type,
     has_tls, hcm_base, http_filter, http2_upstream, identity, is_http, lb_endpoint,
     load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
-    tcp_filter, to_cluster, transport_socket, typed,
+    tcp_filter, to_cluster, transport_socket, typed, upstream_id,
 };
 use crate::proxycfg::Snapshot;
 
@@ -114,16 +114,6 @@ pub fn generate(snap: &Snapshot) -> Resources {
         super::transparent::generate(snap, tp, &id, &mut out);
     }
     out
-}
-
-/// Consul's upstream ID: the name, with `?dc=` when it names another
-/// datacenter.
-pub(super) fn upstream_id(name: &str, dc: &str) -> String {
-    if dc.is_empty() {
-        name.to_string()
-    } else {
-        format!("{name}?dc={dc}")
-    }
 }
 
 /// The inbound side: the proxy's own port, mTLS with the leaf (client

@@ -46,7 +46,7 @@ pub fn generate(snap: &Snapshot, tp: &TransparentSnapshot, id: &Identity, out: &
             .find(|u| &u.destination_name == name)
             .map_or_else(
                 || name.clone(),
-                |u| super::sidecar::upstream_id(name, &u.datacenter),
+                |u| super::resources::upstream_id(name, &u.datacenter),
             );
         if tp.inferred.contains(name) {
             add_clusters(us, id, out);
