@@ -122,4 +122,24 @@ impl World {
         self.publisher.publish(vec![(set, Arc::new(st))]);
         resp
     }
+
+    /// Registers `svc` on `node` (at `addr`) with one passing check.
+    pub fn register_passing(&mut self, node: &str, addr: &str, svc: crate::structs::NodeService) {
+        let check = crate::structs::HealthCheck {
+            check_id: format!("{}-check", svc.id),
+            name: "check".into(),
+            status: "passing".parse().unwrap(),
+            service_id: svc.id.clone(),
+            ..Default::default()
+        };
+        self.apply(Command::Register(Box::new(
+            crate::structs::RegisterRequest {
+                node: node.into(),
+                address: addr.into(),
+                service: Some(svc),
+                checks: vec![check],
+                ..Default::default()
+            },
+        )));
+    }
 }

@@ -20,23 +20,10 @@ use super::*;
 use crate::proxycfg::{Shared, build};
 use crate::state::Command;
 use crate::structs::connect::{CaRoot, CaRoots, Intention, IssuedCert};
-use crate::structs::{HealthCheck, NodeService, RegisterRequest, Upstream};
+use crate::structs::{NodeService, Upstream};
 
 fn register(w: &mut crate::testing::World, node: &str, addr: &str, svc: NodeService) {
-    let check = HealthCheck {
-        check_id: format!("{}-check", svc.id),
-        name: "check".into(),
-        status: "passing".parse().unwrap(),
-        service_id: svc.id.clone(),
-        ..Default::default()
-    };
-    w.apply(Command::Register(Box::new(RegisterRequest {
-        node: node.into(),
-        address: addr.into(),
-        service: Some(svc),
-        checks: vec![check],
-        ..Default::default()
-    })));
+    w.register_passing(node, addr, svc);
 }
 
 fn sidecar(id: &str, dest: &str, port: i64, upstream: Option<&str>) -> NodeService {

@@ -210,24 +210,11 @@ mod tests {
     use super::*;
     use crate::proxycfg::{Shared, build};
     use crate::state::Command;
-    use crate::structs::{HealthCheck, NodeService, RegisterRequest};
+    use crate::structs::NodeService;
     use crate::testing::World;
 
     fn register(w: &mut World, node: &str, addr: &str, svc: NodeService) {
-        let check = HealthCheck {
-            check_id: format!("{}-check", svc.id),
-            name: "check".into(),
-            status: "passing".parse().unwrap(),
-            service_id: svc.id.clone(),
-            ..Default::default()
-        };
-        w.apply(Command::Register(Box::new(RegisterRequest {
-            node: node.into(),
-            address: addr.into(),
-            service: Some(svc),
-            checks: vec![check],
-            ..Default::default()
-        })));
+        w.register_passing(node, addr, svc);
     }
 
     /// `name` and its sidecar on `node`; web's sidecar is a transparent
