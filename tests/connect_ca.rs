@@ -7,31 +7,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Server;
 use common::agent::Agent;
+use common::pki::{verifies, write};
 use serde_json::Value;
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_string_lossy().into_owned()
-}
-
-/// `openssl verify -CAfile ca [-untrusted chain] cert`: whether it said OK.
-fn verifies(ca: &str, untrusted: Option<&str>, cert: &str) -> bool {
-    let mut cmd = Command::new("openssl");
-    cmd.args(["verify", "-CAfile", ca]);
-    if let Some(u) = untrusted {
-        cmd.args(["-untrusted", u]);
-    }
-    let out = cmd.arg(cert).output().expect("openssl runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    out.status.success() && stdout.trim_end().ends_with(": OK")
-}
 
 /// The certificate's subject alternative names, as openssl prints each
 /// (`URI:spiffe://...`, `DNS:...`).

@@ -14,30 +14,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::acl::{ROOT, acl_started, with};
+use common::pki::{verifies, write};
 use common::{Server, eventually};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 const SIGN_INTERMEDIATE: &str = "/v1/internal/connect/ca/sign-intermediate";
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_string_lossy().into_owned()
-}
-
-/// `openssl verify -CAfile ca [-untrusted chain] cert`: whether it said OK.
-fn verifies(ca: &str, untrusted: Option<&str>, cert: &str) -> bool {
-    let mut cmd = Command::new("openssl");
-    cmd.args(["verify", "-CAfile", ca]);
-    if let Some(u) = untrusted {
-        cmd.args(["-untrusted", u]);
-    }
-    let out = cmd.arg(cert).output().expect("openssl runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    out.status.success() && stdout.trim_end().ends_with(": OK")
-}
 
 /// The PEM blocks of a chain, in order.
 fn pem_blocks(pem: &str) -> Vec<String> {

@@ -50,6 +50,7 @@ pub mod acl;
 pub mod agent;
 pub mod asynch;
 pub mod dns;
+pub mod pki;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
