@@ -15,7 +15,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::acl::{ROOT, deny_server, token_with_rules, with};
+use common::acl::{ROOT, as_root, deny_server, token_with_rules, with};
 use common::agent::Agent;
 use common::{Resp, Server, cluster, eventually};
 use serde_json::{Value, json};
@@ -32,14 +32,7 @@ fn register(s: &Server, node: &str, id: &str, tag: &str, status: &str) {
         "Service": {"ID": id, "Service": "web", "Port": 80, "Tags": [tag]},
         "Check": {"CheckID": format!("{id}-check"), "Name": "up", "Status": status, "ServiceID": id},
     });
-    let r = with(
-        s.http_addr,
-        "PUT",
-        "/v1/catalog/register",
-        Some(&body.to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "register {id}: {}", r.body);
+    as_root(s.http_addr, "PUT", "/v1/catalog/register", &body);
 }
 
 /// The service IDs of a health answer, in its order.

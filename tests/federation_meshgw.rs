@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::acl::{ROOT, deny_server, token_with_rules, with};
+use common::acl::{ROOT, as_root, deny_server, token_with_rules, with};
 use common::{Server, eventually};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{Node, address, socket_address};
@@ -384,14 +384,7 @@ fn mesh_gateways_are_read_as_health_rows_are() {
                                   "Kind": "mesh-gateway", "Port": 8443},
                       "Check": {"CheckID": "alive", "Name": "alive",
                                 "ServiceID": "mesh-gateway", "Status": "passing"}});
-    let r = with(
-        s.http_addr,
-        "PUT",
-        "/v1/catalog/register",
-        Some(&body.to_string()),
-        ROOT,
-    );
-    assert_eq!(r.status, 200, "{}", r.body);
+    as_root(s.http_addr, "PUT", "/v1/catalog/register", &body);
     let read = |token: Option<&str>, query: &str| {
         let path = format!("/v1/internal/mesh-gateways{query}");
         match token {
