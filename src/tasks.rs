@@ -130,6 +130,30 @@ impl DutyTerm {
     }
 }
 
+/// CPU-heavy or blocking work `f` (a key made, a certificate signed) run off
+/// the async workers: on tokio's blocking pool in a multi-threaded runtime,
+/// in place in a runtime of one thread (the simulation's hosts, a
+/// `#[tokio::test]`). There a pool thread would let the runtime's clock
+/// (turmoil's simulated one) run on for as long as the work takes in real
+/// time, so a seed would replay differently on a loaded machine. A panic
+/// in `f` is an error either way.
+pub async fn off_workers<F, T>(f: F) -> Result<T, String>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(panic_text);
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| match e.try_into_panic() {
+            Ok(p) => panic_text(p),
+            Err(e) => e.to_string(),
+        })
+}
+
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -154,6 +178,34 @@ pub async fn fault(name: &'static str, task: impl Future<Output = ()>) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// In a runtime of one thread the work runs in place: the runtime's
+    /// clock (paused here, as turmoil's is simulated) does not run on
+    /// while it takes real time.
+    #[tokio::test(start_paused = true)]
+    async fn work_off_the_workers_runs_in_place_on_one_thread() {
+        let before = tokio::time::Instant::now();
+        let id = std::thread::current().id();
+        let ran_on = off_workers(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            std::thread::current().id()
+        })
+        .await
+        .unwrap();
+        assert_eq!(ran_on, id);
+        assert_eq!(tokio::time::Instant::now(), before);
+        let e = off_workers(|| panic!("boom")).await.unwrap_err();
+        assert_eq!(e, "boom");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn work_off_the_workers_runs_on_the_blocking_pool() {
+        let id = std::thread::current().id();
+        let ran_on = off_workers(|| std::thread::current().id()).await.unwrap();
+        assert_ne!(ran_on, id);
+        let e = off_workers(|| panic!("boom")).await.unwrap_err();
+        assert_eq!(e, "boom");
+    }
 
     #[tokio::test]
     async fn a_panicking_task_is_reported_by_name() {

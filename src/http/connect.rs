@@ -141,7 +141,7 @@ async fn put_config(
         // here (a new key type gets a new intermediate from the primary).
         let (cur, b) = (current.clone(), body.clone());
         let secondary = s.config().primary() != s.datacenter();
-        let next = tokio::task::spawn_blocking(move || match secondary {
+        let next = crate::tasks::off_workers(move || match secondary {
             true => ca::reconfigure_secondary(&cur, b),
             false => ca::reconfigure(&cur, b, &trust_domain),
         })
@@ -187,7 +187,7 @@ async fn leaf(
         // Signing may make a key (RSA: up to seconds): off the workers.
         let (s2, svc) = (s.clone(), service.clone());
         let cert =
-            tokio::task::spawn_blocking(move || s2.leaves().get(&state, s2.datacenter(), &svc))
+            crate::tasks::off_workers(move || s2.leaves().get(&state, s2.datacenter(), &svc))
                 .await
                 .map_err(|e| Error::Internal(format!("leaf: {e}")))??;
         let now = tokio::time::Instant::now();
@@ -267,7 +267,7 @@ async fn sign_intermediate(
     let root_id = ca.active().map(|r| r.root.id.clone()).unwrap_or_default();
     // An RSA signature is quick, but parsing and signing stay off the
     // workers as every CA operation here does.
-    let cert = tokio::task::spawn_blocking(move || {
+    let cert = crate::tasks::off_workers(move || {
         ca::sign_intermediate(&ca, &trust_domain, &from, &req.csr)
     })
     .await

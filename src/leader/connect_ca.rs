@@ -204,7 +204,7 @@ async fn new_intermediate(
     };
     let td = primary.trust_domain.clone();
     // An RSA key takes up to seconds: off the async workers.
-    let (key_pem, csr_pem) = tokio::task::spawn_blocking(move || {
+    let (key_pem, csr_pem) = crate::tasks::off_workers(move || {
         ca::intermediate_csr(&td, &provider.key_type, provider.key_bits)
     })
     .await
@@ -238,7 +238,7 @@ async fn new_intermediate(
         key_pem,
     };
     let checked = int.clone();
-    tokio::task::spawn_blocking(move || {
+    crate::tasks::off_workers(move || {
         ca::check_intermediate(&active.root_cert, &checked.cert_pem, &checked.key_pem, &td)
     })
     .await
