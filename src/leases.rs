@@ -4,7 +4,9 @@
 //! the catalog; `leader::revoke` empties them.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock, which the simulation drives.
+use tokio::time::Instant;
 
 /// The leader's leases: node → last heartbeat.
 #[derive(Debug, Default)]

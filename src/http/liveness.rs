@@ -21,7 +21,7 @@
 //! heartbeat and no Raft write. The agents' side is `crate::agent::liveness`.
 
 use crate::request::authz::Authz;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;

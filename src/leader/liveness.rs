@@ -4,7 +4,8 @@
 //! `http::liveness`; both share the `serfHealth` helpers here.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::server::Server;

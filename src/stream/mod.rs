@@ -18,7 +18,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock, which the simulation drives: a snapshot's sharing window
+// must not depend on how fast the machine runs a seed.
+use tokio::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 

@@ -21,7 +21,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use imbl::OrdMap;
 use tokio::sync::watch;
