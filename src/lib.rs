@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod process;
 pub mod proxycfg;
 pub mod raft;
+pub mod random;
 pub mod request;
 pub mod server;
 pub mod session_ttl;

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "tasks",
         "monitor",
         "coordinate",
+        "random",
     ],
     &["error", "config_file"],
     &["structs"],

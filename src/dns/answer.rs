@@ -426,7 +426,7 @@ fn service_answer(
     if found.is_empty() {
         return Answer::not_found();
     }
-    found.shuffle(&mut rand::thread_rng());
+    found.shuffle(&mut crate::random::rng());
     let entries: Vec<Entry> = found
         .iter()
         .filter_map(|i| instance_entry(cfg, dc, qname, qtype, i, cfg.service_ttl))

@@ -293,7 +293,7 @@ fn run_here(s: &Server, q: &PreparedQuery, connect: bool, authz: &Authorizer) ->
             i
         })
         .collect();
-    nodes.shuffle(&mut rand::thread_rng());
+    nodes.shuffle(&mut crate::random::rng());
     Executed {
         service: q.service.service.clone(),
         nodes,

@@ -8,7 +8,6 @@
 //! draws on that thread are a pure function of the seed and of the (seeded)
 //! order in which tasks run, so a seed replays the same run.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::time::Duration;
@@ -18,27 +17,10 @@ use openraft_rt_tokio::TokioRuntime;
 use rand010::SeedableRng;
 use rand010::rngs::SmallRng;
 
-thread_local! {
-    /// The next seed for `thread_rng` on this thread; `None` until the
-    /// simulation seeds it (or the first draw takes one from the OS).
-    static NEXT_SEED: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-/// Makes openraft's random draws on this thread follow `seed`.
+/// Makes openraft's random draws on this thread follow `seed`
+/// (`crate::random::seed`, which the other seeded draws follow too).
 pub fn seed_rng(seed: u64) {
-    NEXT_SEED.with(|s| s.set(Some(seed)));
-}
-
-/// SplitMix64: each draw gets a fresh, well-mixed seed.
-fn next_seed() -> u64 {
-    NEXT_SEED.with(|s| {
-        let seed = s.get().unwrap_or_else(rand::random);
-        let z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        s.set(Some(z));
-        let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    })
+    crate::random::seed(seed);
 }
 
 /// tokio, with [`seed_rng`]'s random source.
@@ -123,7 +105,7 @@ impl AsyncRuntime for Runtime {
     }
 
     fn thread_rng() -> Self::ThreadLocalRng {
-        SmallRng::seed_from_u64(next_seed())
+        SmallRng::seed_from_u64(crate::random::next_seed())
     }
 
     type Mpsc = <TokioRuntime as AsyncRuntime>::Mpsc;

@@ -194,7 +194,7 @@ impl QueryOptions {
     /// to 1/16 as Consul does, so watchers do not all return at once.
     pub fn deadline(&self) -> tokio::time::Instant {
         let jitter = self.wait.as_millis() as u64 / 16;
-        let wait = self.wait + Duration::from_millis(rand::thread_rng().gen_range(0..=jitter));
+        let wait = self.wait + Duration::from_millis(crate::random::rng().gen_range(0..=jitter));
         tokio::time::Instant::now() + wait
     }
 }
