@@ -667,6 +667,11 @@ fn finish(
         for r in &history {
             r.hash(&mut trace);
         }
+        if std::env::var_os("SIM_TRACE").is_some() {
+            for r in &history {
+                eprintln!("{}: {r:?}", DCS[d]);
+            }
+        }
         stats.remote_reads[1 - d] = history
             .iter()
             .filter(|r| r.client == 100 + (1 - d) as u64 && r.output.is_some())

@@ -12,7 +12,26 @@ fn arg(args: &[String], name: &str) -> Option<u64> {
     args.get(i + 1)?.parse().ok()
 }
 
+/// Log lines stamped with simulated time, so two runs of a seed can be
+/// compared line by line (`SIM_LOG=debug`, a `RUST_LOG`-style filter).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let t = turmoil::sim_elapsed().unwrap_or_default();
+        write!(w, "{:>10.3}ms", t.as_secs_f64() * 1000.0)
+    }
+}
+
 fn main() {
+    if let Ok(filter) = std::env::var("SIM_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(SimTime)
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().collect();
     let seeds = arg(&args, "--seeds").unwrap_or(50);
     let first = arg(&args, "--first").unwrap_or(0);
