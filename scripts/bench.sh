@@ -10,9 +10,12 @@
 #   BENCH_PARTS="compare alone burst many memory acl xds ui federation"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #   BENCH_GRPC_CLIENTS=N  proxyless gRPC clients (SotW streams) in the xds part (default 1000)
+#   BENCH_PARTS=scale  issue 39's scenario (not in the default list yet):
+#     BENCH_SCALE_AGENTS=N (default 10000; 1000 with BENCH_QUICK), BENCH_SCALE_WATCHERS=N,
+#     BENCH_SCALE_STREAMS=N (default 2000 each), BENCH_SCALE_ARGS="..." (more cairn-load scale flags)
 #
 #   BENCH_PORT_BASE=B  ports used (default 27000): cairn HTTP B+500.., Raft
-#                    B+300.., DNS B+600.., gRPC B+510, etcd client B+790.., peer B+800..
+#                    B+300.., DNS B+600.., gRPC B+510 (the scale part's B+520..), etcd client B+790.., peer B+800..
 #
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
@@ -40,6 +43,8 @@ cd_() { echo "127.0.0.1:$((B + 600 + $1))"; } # cairn DNS
 eh() { echo "127.0.0.1:$((B + 790 + $1))"; } # etcd client
 ep() { echo "127.0.0.1:$((B + 800 + $1))"; } # etcd peer
 cg() { echo "127.0.0.1:$((B + 510))"; } # cairn gRPC (the xds part's one server)
+cgs() { echo "127.0.0.1:$((B + 520 + $1))"; } # cairn gRPC of server i (the scale part)
+GRPC_ON=0 # whether start_cairn_server gives each server its gRPC port
 
 [ -x "$BIN" ] && [ -x "$LOAD" ] || cargo build --release
 if [ "${BENCH_SKIP_ETCD:-0}" != 1 ] && ! { command -v etcd && command -v etcdctl; } >/dev/null; then
@@ -71,7 +76,7 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $( (for i in 0 1 2 3; do ch $i; cr $i; cd_ $i; eh $i; ep $i; done; cg) | cut -d: -f2); do
+for p in $( (for i in 0 1 2 3; do ch $i; cr $i; cd_ $i; eh $i; ep $i; cgs $i; done; cg) | cut -d: -f2); do
   port_free "$p" || { echo "port $p is in use: stop what holds it first" >&2; exit 1; }
 done
 
@@ -88,7 +93,8 @@ JOINS=(--join "$(cr 0)" --join "$(cr 1)" --join "$(cr 2)")
 start_cairn_server() { # i extra-args...
   local i=$1; shift
   "$BIN" server --node "s$i" --data-dir "$OUT/cairn/s$i" \
-    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" --dns-addr "$(cd_ "$i")" --grpc-addr "" "$@" \
+    --http-addr "$(ch "$i")" --raft-addr "$(cr "$i")" --dns-addr "$(cd_ "$i")" \
+    --grpc-addr "$([ "$GRPC_ON" = 1 ] && cgs "$i")" "$@" \
     2>>"$OUT/cairn-s$i.log" &
   PIDS[s$i]=$!
 }
@@ -567,6 +573,64 @@ stop_all
 rm -rf "$OUT/cairn"
 fi
 
+# ------------------------------------------------------------------ scale
+# Issue 39's scenario: three servers (Raft with fsync, each with its gRPC
+# port) and `cairn-load scale` on top: SCALE_AGENTS client agents holding
+# their leases with 10 instances each, SCALE_WATCHERS blocking health
+# watchers, SCALE_STREAMS Delta ADS sidecars, 50 instance changes a second.
+# The tool kills and restarts a follower and then SIGKILLs the leader
+# itself (it reads their command lines from /proc and stops the server it
+# restarted); what is left is stopped here.
+SCALE="$OUT/scale.md"
+snote() { printf '| %s | %s |\n' "$1" "$2" >>"$SCALE"; echo "  $1: $2"; }
+if [ "$QUICK" = 1 ]; then DEF_AGENTS=1000; else DEF_AGENTS=10000; fi
+SCALE_AGENTS=${BENCH_SCALE_AGENTS:-$DEF_AGENTS}
+SCALE_WATCHERS=${BENCH_SCALE_WATCHERS:-2000}
+SCALE_STREAMS=${BENCH_SCALE_STREAMS:-2000}
+if [[ " $PARTS " == *" scale "* ]]; then
+echo "scale: $SCALE_AGENTS agents × 10 instances, $SCALE_WATCHERS watchers, $SCALE_STREAMS ADS streams, churn 50/s (3 servers)"
+: >"$SCALE"
+GRPC_ON=1
+start_cairn
+GRPC_ON=0
+l=$(load1)
+t0=$(date +%s)
+# shellcheck disable=SC2086 # BENCH_SCALE_ARGS is a list of flags
+if out=$("$LOAD" scale --addrs "$CAIRN_HTTP" --grpc "$(cgs 0),$(cgs 1),$(cgs 2)" \
+  --pids "${PIDS[s0]},${PIDS[s1]},${PIDS[s2]}" --agents "$SCALE_AGENTS" \
+  --watchers "$SCALE_WATCHERS" --streams "$SCALE_STREAMS" ${BENCH_SCALE_ARGS:-} 2>>"$LOG"); then
+  r=$(grep '^row=setup' <<<"$out" || true)
+  snote "setup: $(field agents "$r") agents, $(field instances "$r") instances of $(field services "$r") services, $(field sidecars "$r") sidecars" \
+    "registered in $(field register_secs "$r") s; $(field watchers "$r") watchers answered in $(field watchers_secs "$r") s; every stream complete in $(field streams_secs "$r") s — load $l"
+  r=$(grep '^row=steady' <<<"$out" || true)
+  snote "steady state ($(field secs "$r") s, churn $(field churn_s "$r")/s): CPU of the $(field cores "$r") cores, leader / followers" \
+    "$(field leader_cpu_pct "$r") % / $(field follower_cpu_pct "$r") %; RSS $(field leader_rss_mib "$r") / $(field follower_rss_mib "$r") MiB"
+  snote "steady state: heartbeats ($(field heartbeats_s "$r")/s), from when each was due" \
+    "p50 $(field heartbeat_p50_ms "$r") ms, p99 $(field heartbeat_p99_ms "$r") ms; $(field answers_s "$r") watcher answers/s, $(field pushes_s "$r") xDS pushes/s; errors: $(field heartbeat_errors "$r") heartbeats, $(field churn_errors "$r") churn, $(field watch_errors "$r") watches"
+  snote "steady state: the load tool's own CPU" "$(field tool_cpu_pct "$r") % of the cores"
+  r=$(grep '^row=critical' <<<"$out" || true)
+  snote "one instance's check critical → its watchers answered and streams with it upstream updated ($(field runs "$r") runs: $(field watchers "$r") watchers, $(field streams "$r") streams; target p99 < 1 s)" \
+    "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms (watchers p99 $(field watch_p99_ms "$r") ms, streams p99 $(field stream_p99_ms "$r") ms; $(field timeouts "$r") runs timed out)"
+  while read -r r; do
+    snote "proxy-defaults protocol → $(field protocol "$r"): all $(field streams "$r") streams updated (target p99 < 2 s)" \
+      "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms$([ "$(field timeout "$r")" = 1 ] && echo ' (timed out)')"
+  done < <(grep '^row=global' <<<"$out" || true)
+  r=$(grep '^row=restart' <<<"$out" || true)
+  snote "a follower SIGKILLed and restarted under the load → serving" \
+    "/v1/status/leader after $(field leader_secs "$r") s, a ?stale read at the leader's index after $(field stale_secs "$r") s"
+  r=$(grep '^row=leader_kill' <<<"$out" || true)
+  snote "the leader SIGKILLed under the load" \
+    "writes commit again after $(field write_secs "$r") s; every watcher's query held by the new leader after $(field held_secs "$r") s ($(field reissued "$r") of $(field of "$r") lost theirs and were answered again: p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms; the others carried over by their follower)"
+  r=$(grep '^row=tool' <<<"$out" || true)
+  snote "the load tool over the whole run ($(field secs "$r") s)" "$(field cpu_pct "$r") % of the cores"
+else
+  snote "scale scenario ($SCALE_AGENTS agents)" "failed (see $LOG)"
+fi
+echo "  scale part took $(($(date +%s) - t0)) s"
+stop_all
+rm -rf "$OUT/cairn"
+fi
+
 # ------------------------------------------------------------------ report
 echo
 echo "## cairn vs etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') ($(date -u +%F), $(nproc) cores, ${SECS}s per row; writes and reads at each system's leader, one keep-alive connection per client)"
@@ -609,6 +673,14 @@ if [ -s "$OUT/ui.md" ]; then
   echo "| measure | result |"
   echo "| --- | --- |"
   cat "$OUT/ui.md"
+fi
+if [ -s "$OUT/scale.md" ]; then
+  echo
+  echo "## scale ($SCALE_AGENTS agents × 10 instances, $SCALE_WATCHERS watchers, $SCALE_STREAMS Delta ADS streams, 3 servers)"
+  echo
+  echo "| measure | result |"
+  echo "| --- | --- |"
+  cat "$OUT/scale.md"
 fi
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"

@@ -6,7 +6,10 @@
 //! of each system, found first. Every loop is bounded in time and in count.
 //!
 //! Each measuring command prints one line on stdout for the bench script
-//! (`key=value` pairs) and a human summary on stderr.
+//! (`key=value` pairs) and a human summary on stderr. `scale` (issue 39's
+//! scenario, `scale.rs`) is the exception: it runs many kinds of clients at
+//! once, its ADS streams through `ads.rs` (shared with
+//! `examples/xds_bench.rs`), and prints one `row=NAME` line per row.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +26,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
+mod ads;
 mod rows;
+mod scale;
 
 #[derive(Parser)]
 #[command(name = "cairn-load", about = "Load generator for cairn and etcd")]
@@ -193,6 +198,9 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         start: u64,
     },
+    /// Issue 39's scenario: agents, watchers, ADS streams and churn at once
+    /// against three servers (see `scale.rs`).
+    Scale(scale::Args),
     /// Polls `path` on `addr` until it answers 200; prints the seconds taken.
     Wait {
         #[arg(long)]
@@ -1010,6 +1018,7 @@ fn main() -> Result<()> {
                 path,
                 timeout,
             } => cmd_wait(addr, path, timeout).await,
+            Cmd::Scale(args) => scale::cmd_scale(args).await,
             Cmd::Burst {
                 common,
                 burst_clients,
