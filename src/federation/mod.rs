@@ -259,6 +259,12 @@ impl Federation {
         self.primary != self.datacenter
     }
 
+    /// The other datacenters' names, followed: a datacenter newly known
+    /// (the primary's first answer) wakes replication waiting on a failure.
+    pub fn watch_others(&self) -> tokio::sync::watch::Receiver<Vec<String>> {
+        self.others.subscribe()
+    }
+
     /// Whether any other datacenter is known.
     pub fn knows_others(&self) -> bool {
         !self.known.lock().is_empty()
