@@ -886,6 +886,7 @@ fn main() -> anyhow::Result<()> {
                     https_addr: a.listen.https_addr,
                     verify_incoming: a.listen.tls_verify_incoming,
                     http_off: plain.is_none(),
+                    domain: cairn::tls::tls_domain(&a.dns.domain.to_string()),
                 })),
                 None => {
                     // A CA alone means nothing to a server: it needs its

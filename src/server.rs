@@ -85,6 +85,9 @@ pub struct ServerTls {
     /// No plain HTTP listener (`--http-addr ""`): `http_addr` is then the
     /// HTTPS address, and the server is reached over HTTPS only.
     pub http_off: bool,
+    /// The domain of servers' certificate names, `server.<dc>.<domain>`
+    /// (`--domain`, without its final dot).
+    pub domain: String,
 }
 
 /// Take a snapshot (and compact the log) after this many entries, unless
@@ -513,11 +516,15 @@ impl Server {
                 let parts = parts.transport(|connector, listener| {
                     let connector: Arc<dyn Connect> = Arc::new(TlsConnect::new(
                         connector,
-                        tls.files.client()?,
+                        &tls.files,
                         &config.datacenter,
+                        &tls.domain,
                     )?);
-                    let server = tls.files.raft_server(&config.datacenter)?;
-                    Ok((connector, TlsAccept::new(listener, server)))
+                    let server = tls.files.raft_server(&tls.domain)?;
+                    Ok((
+                        connector,
+                        TlsAccept::new(listener, server, &config.datacenter, &tls.domain),
+                    ))
                 })?;
                 Self::assemble(config, parts).await
             }

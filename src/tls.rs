@@ -109,10 +109,91 @@ pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>> {
     Ok(Arc::new(roots))
 }
 
-/// The name a server's certificate must carry: `server.<dc>.consul`
-/// (Consul's `verify_server_hostname`).
-pub fn server_name(datacenter: &str) -> String {
-    format!("server.{datacenter}.consul")
+/// The name a server's certificate must carry: `server.<dc>.<domain>`
+/// (Consul's `verify_server_hostname`): a server dialing another checks it
+/// for the datacenter it dials, its own or another one's.
+pub fn server_name(datacenter: &str, domain: &str) -> String {
+    format!("server.{datacenter}.{domain}")
+}
+
+/// The TLS domain of a DNS domain (`--domain`, `consul.`): no trailing
+/// dot, lower case, as certificates spell names.
+pub fn tls_domain(dns_domain: &str) -> String {
+    dns_domain.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The datacenters a certificate names its holder a server of: each DNS
+/// SAN `server.<dc>.<domain>` (`dc` one label). Only read, not verified:
+/// the verifiers below check each name against the CA before a peer is
+/// believed.
+pub fn server_datacenters(cert: &CertificateDer<'_>, domain: &str) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    let suffix = format!(".{}", domain.to_ascii_lowercase());
+    let mut out: Vec<String> = san
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::DNSName(d) => {
+                let d = d.to_ascii_lowercase();
+                let dc = d.strip_prefix("server.")?.strip_suffix(suffix.as_str())?;
+                (!dc.is_empty() && !dc.contains('.')).then(|| dc.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What a server's certificate proved in a handshake on the Raft port:
+/// the datacenters it is a server of (every one checked against the CA).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certified {
+    pub datacenters: Vec<String>,
+    /// One of them is this server's own.
+    pub local: bool,
+}
+
+impl Certified {
+    pub fn of(cert: &CertificateDer<'_>, local_dc: &str, domain: &str) -> Certified {
+        let datacenters = server_datacenters(cert, domain);
+        let local = datacenters.iter().any(|d| d == local_dc);
+        Certified { datacenters, local }
+    }
+
+    /// Whether it names a server of `dc`.
+    pub fn serves(&self, dc: &str) -> bool {
+        self.datacenters.iter().any(|d| d == dc)
+    }
+}
+
+/// Verifies a peer's chain with `verifier` for each server name its
+/// leaf claims: at least one, and every one (a name the CA may not vouch
+/// for, by its name constraints, refuses the certificate).
+fn verify_server_names(
+    verifier: &WebPkiServerVerifier, end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>], domain: &str, now: UnixTime,
+) -> std::result::Result<(), rustls::Error> {
+    let dcs = server_datacenters(end_entity, domain);
+    if dcs.is_empty() {
+        return Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName,
+        ));
+    }
+    for dc in dcs {
+        let name = ServerName::try_from(server_name(&dc, domain)).map_err(|_| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
+        })?;
+        verifier.verify_server_cert(end_entity, intermediates, &name, &[], now)?;
+    }
+    Ok(())
 }
 
 /// A server's (or agent's) TLS files, loaded: the CA it trusts and its own
@@ -175,9 +256,13 @@ impl Tls {
     }
 
     /// The Raft port's config: the peer must present a certificate signed
-    /// by the CA for `server.<dc>.consul`.
-    pub fn raft_server(&self, datacenter: &str) -> Result<Arc<ServerConfig>> {
-        let verifier = PeerServerVerifier::new(self.roots.clone(), datacenter)?;
+    /// by the CA for `server.<dc>.<domain>`, for any datacenter: servers of
+    /// other datacenters greet this one on the same port. Which datacenter
+    /// it proved is the frames' business (`raft::secure`, `Certified`):
+    /// Raft's own only from this one's, a datacenter's greeting only from
+    /// its servers.
+    pub fn raft_server(&self, domain: &str) -> Result<Arc<ServerConfig>> {
+        let verifier = PeerServerVerifier::new(self.roots.clone(), domain)?;
         let c = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(Arc::new(verifier))
@@ -192,6 +277,24 @@ impl Tls {
         Ok(ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?)
+    }
+
+    /// The Raft transport's client config for a server whose datacenter is
+    /// not known yet (a `--join-wan` address): any `server.<dc>.<domain>`
+    /// of the CA; the datacenter it proved must then be the one it says
+    /// it is (`Certified`, checked by `federation`).
+    pub fn client_any_server(&self, domain: &str) -> Result<ClientConfig> {
+        let verifier = AnyServerVerifier {
+            inner: WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+                .build()
+                .map_err(|e| TlsError::Invalid(e.to_string()))?,
+            domain: domain.to_string(),
+        };
+        Ok(ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())?)
     }
 }
@@ -326,21 +429,39 @@ impl ServerCertVerifier for NoVerify {
     handshake_signatures!();
 }
 
+/// A server of any datacenter, dialed before its datacenter is known.
+#[derive(Debug)]
+struct AnyServerVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    domain: String,
+}
+
+impl ServerCertVerifier for AnyServerVerifier {
+    fn verify_server_cert(
+        &self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>, _ocsp: &[u8], now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        verify_server_names(&self.inner, end_entity, intermediates, &self.domain, now)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    handshake_signatures!();
+}
+
 /// The Raft port's check of a connecting peer: a client certificate
 /// signed by the CA (mandatory) that is also valid as the certificate of
-/// `server.<dc>.consul`, so a client agent's certificate from the same CA
-/// cannot join either.
+/// `server.<dc>.<domain>` for some datacenter, so a client agent's
+/// certificate from the same CA cannot join or greet.
 #[derive(Debug)]
 struct PeerServerVerifier {
     client: Arc<dyn ClientCertVerifier>,
     server: Arc<WebPkiServerVerifier>,
-    name: ServerName<'static>,
+    domain: String,
 }
 
 impl PeerServerVerifier {
-    fn new(roots: Arc<RootCertStore>, datacenter: &str) -> Result<Self> {
+    fn new(roots: Arc<RootCertStore>, domain: &str) -> Result<Self> {
         let invalid = |e: rustls::server::VerifierBuilderError| TlsError::Invalid(e.to_string());
-        let name = server_name(datacenter);
         Ok(PeerServerVerifier {
             client: WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
                 .build()
@@ -348,8 +469,7 @@ impl PeerServerVerifier {
             server: WebPkiServerVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| TlsError::Invalid(e.to_string()))?,
-            name: ServerName::try_from(name.clone())
-                .map_err(|e| TlsError::Invalid(format!("{name}: {e}")))?,
+            domain: domain.to_string(),
         })
     }
 }
@@ -364,8 +484,7 @@ impl ClientCertVerifier for PeerServerVerifier {
     ) -> std::result::Result<ClientCertVerified, rustls::Error> {
         self.client
             .verify_client_cert(end_entity, intermediates, now)?;
-        self.server
-            .verify_server_cert(end_entity, intermediates, &self.name, &[], now)?;
+        verify_server_names(&self.server, end_entity, intermediates, &self.domain, now)?;
         Ok(ClientCertVerified::assertion())
     }
 
@@ -599,7 +718,7 @@ mod tests {
         let server = server_cert(dir.path(), &ca, CertKind::Server);
         let client = server_cert(dir.path(), &ca, CertKind::Client);
         let stranger = server_cert(other.path(), &ca2, CertKind::Server);
-        let v = PeerServerVerifier::new(load_roots(&ca.0).unwrap(), "dc1").unwrap();
+        let v = PeerServerVerifier::new(load_roots(&ca.0).unwrap(), "consul").unwrap();
         let check = |p: &Path| {
             let c = load_certs(p).unwrap();
             v.verify_client_cert(&c[0], &c[1..], UnixTime::now())
@@ -607,8 +726,37 @@ mod tests {
         assert!(check(&server.0).is_ok());
         assert!(check(&client.0).is_err());
         assert!(check(&stranger.0).is_err());
-        let dc2 = PeerServerVerifier::new(load_roots(&ca.0).unwrap(), "dc2").unwrap();
+        // Any datacenter's server gets in; what it proved is read after.
         let c = load_certs(&server.0).unwrap();
-        assert!(dc2.verify_client_cert(&c[0], &[], UnixTime::now()).is_err());
+        let proved = Certified::of(&c[0], "dc2", "consul");
+        assert_eq!(proved.datacenters, ["dc1"]);
+        assert!(!proved.local && proved.serves("dc1") && !proved.serves("dc2"));
+        assert!(Certified::of(&c[0], "dc1", "consul").local);
+        // Another domain's servers are not ours.
+        let other_domain = PeerServerVerifier::new(load_roots(&ca.0).unwrap(), "example").unwrap();
+        assert!(
+            other_domain
+                .verify_client_cert(&c[0], &[], UnixTime::now())
+                .is_err()
+        );
+        assert!(server_datacenters(&c[0], "example").is_empty());
+        // A client dials a server of any datacenter the same way.
+        let any = AnyServerVerifier {
+            inner: WebPkiServerVerifier::builder_with_provider(
+                load_roots(&ca.0).unwrap(),
+                provider(),
+            )
+            .build()
+            .unwrap(),
+            domain: "consul".into(),
+        };
+        let name = ServerName::try_from("server.dc9.consul").unwrap();
+        let dial = |p: &Path| {
+            let c = load_certs(p).unwrap();
+            any.verify_server_cert(&c[0], &c[1..], &name, &[], UnixTime::now())
+        };
+        assert!(dial(&server.0).is_ok());
+        assert!(dial(&client.0).is_err());
+        assert!(dial(&stranger.0).is_err());
     }
 }

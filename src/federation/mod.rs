@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
-use crate::raft::network::{Conn, Reply, Request, TOO_LARGE_PREFIX};
+use crate::raft::network::{Conn, Dial, Reply, Request, TOO_LARGE_PREFIX};
 use crate::raft::wan::{
     Wan, WanDatacenter, WanFuture, WanHello, WanRequest, WanResponse, WanServer,
 };
@@ -259,6 +259,12 @@ impl Federation {
         self.primary != self.datacenter
     }
 
+    /// The other datacenters' names, followed: a datacenter newly known
+    /// (the primary's first answer) wakes replication waiting on a failure.
+    pub fn watch_others(&self) -> tokio::sync::watch::Receiver<Vec<String>> {
+        self.others.subscribe()
+    }
+
     /// Whether any other datacenter is known.
     pub fn knows_others(&self) -> bool {
         !self.known.lock().is_empty()
@@ -329,7 +335,7 @@ impl Federation {
     /// One greeting to one server of each known datacenter, and to each
     /// `--join-wan` address no known server has, all at once.
     async fn round(self: &Arc<Self>) {
-        let mut targets: Vec<String> = Vec::new();
+        let mut targets: Vec<(String, Dial)> = Vec::new();
         {
             let known = self.known.lock();
             let mut turn = self.turn.lock();
@@ -340,28 +346,44 @@ impl Federation {
                 let t = turn.entry(dc.clone()).or_default();
                 *t = t.wrapping_add(1);
                 let addr = servers.keys().nth(*t % servers.len()).expect("non-empty");
-                targets.push(addr.clone());
+                targets.push((addr.clone(), Dial::Datacenter(dc.clone())));
             }
             for addr in &self.join_wan {
                 if !known.values().any(|s| s.contains_key(addr)) {
-                    targets.push(addr.clone());
+                    targets.push((addr.clone(), Dial::AnyDatacenter));
                 }
             }
         }
-        let greet = targets.into_iter().map(|addr| {
+        let greet = targets.into_iter().map(|(addr, dial)| {
             let me = self.clone();
-            async move { me.greet(&addr).await }
+            async move { me.greet(&addr, dial).await }
         });
         futures_util::future::join_all(greet).await;
     }
 
-    async fn greet(&self, addr: &str) {
-        let mut conn = Conn::new(self.server.cluster().connector(), addr.to_string());
+    /// Greets the server at `addr`, of the datacenter `dial` names if it
+    /// is known.
+    async fn greet(&self, addr: &str, dial: Dial) {
+        let mut conn = Conn::to(self.server.cluster().connector(), addr, dial);
         let started = Instant::now();
         match conn
             .call(&Request::WanHello(self.hello()), HELLO_TIMEOUT)
             .await
         {
+            // With TLS, the answer speaks for the datacenter the server's
+            // certificate proved, or for none (a `--join-wan` address was
+            // dialed taking any server's certificate).
+            Ok(Reply::WanHello(Ok(h)))
+                if conn.certified().is_some_and(|c| !c.serves(&h.datacenter)) =>
+            {
+                crate::metrics::RAFT_FRAMES_REFUSED.inc();
+                tracing::warn!(
+                    %addr,
+                    datacenter = %h.datacenter,
+                    certified = ?conn.certified().map(|c| c.datacenters),
+                    "wan greeting's answer refused: its certificate is for another datacenter"
+                );
+            }
             Ok(Reply::WanHello(Ok(h))) => {
                 let rtt = started.elapsed();
                 if let Err(e) = self.learn(&h, Some(rtt)) {
@@ -638,7 +660,11 @@ impl Federation {
         let frame = Request::WanRequest(req);
         let mut last = String::new();
         for (_, addr) in servers {
-            let mut conn = Conn::new(self.server.cluster().connector(), addr.clone());
+            let mut conn = Conn::to(
+                self.server.cluster().connector(),
+                addr.clone(),
+                Dial::Datacenter(dc.to_string()),
+            );
             crate::metrics::WAN_FORWARDED.inc();
             match conn.call(&frame, timeout).await {
                 Ok(Reply::WanRequest(Ok(r))) => return Ok(r),

@@ -1,6 +1,11 @@
 //! On taking office: drop a snapshot restore left half-staged (its proposer
 //! lost office or crashed: nobody will commit it), then give the cluster its
-//! id and its Connect CA's first root, once.
+//! id and, in a primary (or lone) datacenter, its Connect CA's first root,
+//! once. A secondary makes no root: its CA is the primary's roots with an
+//! intermediate the primary signs (`leader::connect_ca`), and until that
+//! is written it signs nothing (the CA endpoints answer "not initialized
+//! yet", as Consul's secondary waits for the primary's roots), so no leaf
+//! ever chains to a root the rest of the federation does not know.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +35,9 @@ pub async fn establish(s: Arc<Server>) {
             tracing::warn!(error = %e, "could not record the cluster id");
             tokio::time::sleep(RETRY).await;
         }
+    }
+    if s.config().primary() != s.datacenter() {
+        return;
     }
     // The Connect CA's first root, once the cluster has its id (the trust
     // domain is made from it).

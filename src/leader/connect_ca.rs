@@ -50,7 +50,11 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
     // Block past this index; None: a plain read.
     let mut after: Option<u64> = None;
     let mut pause = RETRY_MIN;
+    // A datacenter newly known (the primary's first answer) ends a failed
+    // pull's pause, as replication's (`replication::run`).
+    let mut others = fed.watch_others();
     loop {
+        others.borrow_and_update();
         // Subscribed before the state is read: a configuration PUT after
         // it wakes the wait below.
         let mut local = s.watches().subscribe(&keys::CONNECT_CA);
@@ -93,8 +97,10 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
                 }
                 Err(e) => {
                     failed(&fed, e);
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => pause = (pause * 2).min(RETRY_MAX),
+                        Ok(()) = others.changed() => pause = RETRY_MIN,
+                    }
                     after = None;
                 }
             },

@@ -11,7 +11,8 @@
 //! the replicated state here, so a new leader resumes where the state is
 //! (after a leader change, a partition or a restart) and writes only what
 //! changed meanwhile. A failure is kept for `/v1/acl/replication`, then
-//! retried with a growing pause; meanwhile the secondary keeps serving from
+//! retried with a growing pause, or at once when a datacenter becomes
+//! known (the primary's first answer to this server's greeting); meanwhile the secondary keeps serving from
 //! what it has (Consul's `extend-cache`: tokens resolve from replicated
 //! state, never from the primary).
 //!
@@ -66,7 +67,11 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
     // it is never applied (it would undo newer changes).
     let mut applied = 0;
     let mut pause = RETRY_MIN;
+    let mut others = fed.watch_others();
     loop {
+        // What is known now: a datacenter learnt during the pull below
+        // still wakes its failure's pause.
+        others.borrow_and_update();
         // Read for each pull: `PUT /v1/agent/token/replication` on this
         // server changes it (as Consul's), else `--acl-replication-token`.
         let token = s
@@ -90,8 +95,16 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
                     r.last_error_message = e;
                 });
                 after = None;
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
+                // A pull that failed for want of the primary (`No path`:
+                // not greeted yet, at the start) is tried again as soon as
+                // a datacenter is newly known, not after a pause grown
+                // meanwhile: that pause once made the first objects made
+                // in the primary wait seconds. Datacenters are never
+                // forgotten, so a partition does not wake it.
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => pause = (pause * 2).min(RETRY_MAX),
+                    Ok(()) = others.changed() => pause = RETRY_MIN,
+                }
             }
         }
     }

@@ -158,8 +158,9 @@ pub enum Reply {
     WanRequest(Result<super::wan::WanResponse, String>),
 }
 
-/// A byte stream between two servers.
-pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {}
+/// A byte stream between two servers (`Any`: a TLS stream is found by
+/// its type, `secure::certified`).
+pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + Sync + std::any::Any {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static> PeerStream for T {}
 
 /// A boxed stream: one type for every transport, so `Conn`, `Network` and
@@ -169,9 +170,27 @@ pub type BoxStream = Box<dyn PeerStream>;
 /// A stream being opened (what `Connect::connect` returns).
 pub type Connecting<'a> = Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>>;
 
+/// Whom a stream is opened to: a server of this datacenter (Raft,
+/// formation), of a named other one, or of one not known yet (a
+/// `--join-wan` address: `federation` checks that the datacenter its
+/// certificate proved is the one it says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dial {
+    Local,
+    Datacenter(String),
+    AnyDatacenter,
+}
+
 /// Opens a stream to a peer's Raft address.
 pub trait Connect: Send + Sync + 'static {
     fn connect<'a>(&'a self, addr: &'a str) -> Connecting<'a>;
+
+    /// A stream to a server of `dial`: a transport that proves who peers
+    /// are (TLS) checks it; the others connect the same way.
+    fn connect_to<'a>(&'a self, addr: &'a str, dial: &'a Dial) -> Connecting<'a> {
+        let _ = dial;
+        self.connect(addr)
+    }
 }
 
 /// Accepts streams on this server's Raft address, with the peer's IP.
@@ -311,6 +330,7 @@ async fn exchange_greetings(s: &mut BoxStream, peer: &str) -> Result<(), String>
 pub struct Conn {
     addr: String,
     connector: Arc<dyn Connect>,
+    dial: Dial,
     stream: Option<BoxStream>,
     /// The largest frame the peer takes: ours until it answers `TooLarge`
     /// with its own.
@@ -339,14 +359,26 @@ fn is_too_large(e: &io::Error) -> bool {
 
 impl Conn {
     pub fn new(connector: Arc<dyn Connect>, addr: impl Into<String>) -> Self {
+        Self::to(connector, addr, Dial::Local)
+    }
+
+    /// A connection to a server of `dial` (another datacenter's).
+    pub fn to(connector: Arc<dyn Connect>, addr: impl Into<String>, dial: Dial) -> Self {
         Conn {
             addr: addr.into(),
             connector,
+            dial,
             stream: None,
             peer_max_frame: MAX_FRAME,
             append_cap: usize::MAX,
             mid_call: false,
         }
+    }
+
+    /// What the peer of the open stream proved with its certificate
+    /// (`None`: no stream, or a transport without certificates).
+    pub fn certified(&self) -> Option<crate::tls::Certified> {
+        self.stream.as_ref().and_then(super::secure::certified)
     }
 
     /// Sends one request and waits for its answer, within `timeout`. A
@@ -373,7 +405,7 @@ impl Conn {
         let r = tokio::time::timeout(timeout, async {
             let fresh = self.stream.is_none();
             if fresh {
-                self.stream = Some(self.connector.connect(&self.addr).await?);
+                self.stream = Some(self.connector.connect_to(&self.addr, &self.dial).await?);
             }
             let s = self.stream.as_mut().expect("connected above");
             if fresh {
@@ -780,6 +812,8 @@ impl<F: Formation> Peer<F> {
             Ok(Err(reason)) => return self.closed(Close::Refused(reason)),
             Ok(Ok(())) => {}
         }
+        // Through the TLS handshake by now (the greeting was read).
+        let certified = super::secure::certified(&stream);
         let why = loop {
             let idle = if first {
                 self.limits.first_frame
@@ -834,7 +868,7 @@ impl<F: Formation> Peer<F> {
                 Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
             };
             drop(body);
-            let reply = match self.handle(req, &mut receiving).await {
+            let reply = match self.handle(req, certified.as_ref(), &mut receiving).await {
                 Ok(r) => r,
                 Err(reason) => break Close::Refused(reason),
             };
@@ -858,9 +892,37 @@ impl<F: Formation> Peer<F> {
 
     /// Answers one request; `Err` closes the connection.
     async fn handle(
-        &self, req: Request, receiving: &mut Option<Receiving>,
+        &self, req: Request, certified: Option<&crate::tls::Certified>,
+        receiving: &mut Option<Receiving>,
     ) -> Result<Reply, String> {
         let raft = &self.raft;
+        // With TLS, a server's certificate says which datacenter it serves:
+        // Raft and formation only from this one's, a greeting or request
+        // only from the datacenter it claims (a server of dc2 cannot speak
+        // for dc3, nor vote here).
+        match (&req, certified) {
+            (_, None) => {}
+            (Request::WanHello(h), Some(c)) if !c.serves(&h.datacenter) => {
+                return Err(format!(
+                    "greeting from datacenter {:?} with a certificate for {:?}",
+                    h.datacenter, c.datacenters
+                ));
+            }
+            (Request::WanRequest(r), Some(c)) if !c.serves(&r.from) => {
+                return Err(format!(
+                    "request from datacenter {:?} with a certificate for {:?}",
+                    r.from, c.datacenters
+                ));
+            }
+            (Request::WanHello(_) | Request::WanRequest(_), Some(_)) => {}
+            (_, Some(c)) if !c.local => {
+                return Err(format!(
+                    "raft message from a server of {:?}, not of this datacenter",
+                    c.datacenters
+                ));
+            }
+            _ => {}
+        }
         Ok(match req {
             Request::Append(r) => {
                 self.member_or_awaited(&r.vote)?;
