@@ -33,8 +33,14 @@ pub fn build(
     let service = crate::merge::merge_node_service(state, registered);
     deps.insert(keys::CONNECT_CA);
     let roots = shared.roots(state);
-    let leaf = shared.leaf(state, datacenter, &name);
     let entry = |k: Kind| state.config.get(&(k, name.clone())).map(|e| &**e);
+    let leaf = match (&registered.kind, entry(Kind::IngressGateway)) {
+        (ServiceKind::IngressGateway, Some(ConfigEntry::IngressGateway(e))) => {
+            let sans = ingress_dns_sans(e, &gateway_services(state, &name), datacenter, shared);
+            shared.leaf_with_dns(state, datacenter, &name, &sans)
+        }
+        _ => shared.leaf(state, datacenter, &name),
+    };
 
     let mut upstreams = BTreeMap::new();
     let mut gw = GatewaySnapshot {
@@ -146,4 +152,40 @@ pub fn build(
         transparent: None,
     };
     Some((snapshot, deps))
+}
+
+/// The DNS names an ingress gateway's leaf carries when it serves TLS with
+/// the built-in CA (on the gateway or on any listener), as Consul's
+/// `generateIngressDNSSANs`: the wildcard of `<service>.ingress.<domain>`
+/// (and with the datacenter) once any service is linked, and every
+/// linked service's `Hosts`, so that a client checking the name accepts it
+/// on every host the listeners serve.
+fn ingress_dns_sans(
+    e: &crate::structs::config_entry::IngressGatewayConfigEntry,
+    services: &[crate::structs::config_entry::GatewayService], datacenter: &str, shared: &Shared,
+) -> Vec<String> {
+    let tls = e.tls.enabled
+        || e.listeners
+            .iter()
+            .any(|l| l.tls.as_ref().is_some_and(|t| t.enabled));
+    if !tls || services.is_empty() {
+        return Vec::new();
+    }
+    let domain = if shared.dns_domain.is_empty() {
+        "consul"
+    } else {
+        &shared.dns_domain
+    };
+    let mut sans = vec![
+        format!("*.ingress.{domain}"),
+        format!("*.ingress.{datacenter}.{domain}"),
+    ];
+    let hosts: BTreeSet<&str> = services
+        .iter()
+        .flat_map(|g| g.hosts.iter().map(String::as_str))
+        // `*` (allowed on a listener without TLS) is no DNS name.
+        .filter(|h| *h != crate::structs::config_entry::WILDCARD)
+        .collect();
+    sans.extend(hosts.into_iter().map(str::to_string));
+    sans
 }
