@@ -97,7 +97,7 @@ fn validate_tls_params(min: &str, max: &str, suites: &[String]) -> std::result::
         && lo > hi
     {
         return Err(format!(
-            "configuring a TLSMinVersion ({min}) higher than TLSMaxVersion ({max}) is not allowed"
+            "configuring max version {max} less than the configured min version {min} is invalid"
         ));
     }
     if !suites.is_empty() {
@@ -544,6 +544,36 @@ mod tests {
                 "TLS": {"Incoming": {"TLSMinVersion": "TLSv9"}}})),
             "error in incoming TLS configuration: no matching TLS version found for TLSv9"
         );
+        let mesh_tls = |dir: &str, v: serde_json::Value| {
+            refused(json!({"Kind": "mesh", "Name": "mesh", "TLS": {dir: v}}))
+        };
+        assert_eq!(
+            mesh_tls(
+                "Outgoing",
+                json!({"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_1"})
+            ),
+            "error in outgoing TLS configuration: configuring max version TLSv1_1 less than the configured min version TLSv1_2 is invalid"
+        );
+        assert_eq!(
+            mesh_tls(
+                "Incoming",
+                json!({"TLSMinVersion": "TLSv1_3",
+                "CipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]})
+            ),
+            "error in incoming TLS configuration: configuring CipherSuites is only applicable to connections negotiated with TLS 1.2 or earlier, TLSMinVersion is set to TLSv1_3"
+        );
+        assert_eq!(
+            mesh_tls(
+                "Incoming",
+                json!({"CipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]})
+            ),
+            "error in incoming TLS configuration: unsupported cipher suite: TLS_RSA_WITH_RC4_128_SHA"
+        );
+        decode_and_validate(&json!({"Kind": "mesh", "Name": "mesh", "TLS": {
+            "Incoming": {"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_3",
+                         "CipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]},
+            "Outgoing": {"TLSMaxVersion": "TLS_AUTO"}}}))
+        .unwrap();
         assert_eq!(
             refused(json!({"Kind": "exported-services", "Name": "default",
                 "Services": [{"Name": "web", "Consumers": [{"Peer": "a", "Partition": "b"}]}]})),

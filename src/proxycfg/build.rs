@@ -374,8 +374,22 @@ pub fn sidecar(
         intentions_default_allow: !shared.deny_by_default,
         gateway: None,
         transparent,
+        mesh_tls: mesh_tls(state, &mut deps),
     };
     Some((snapshot, deps))
+}
+
+/// The mesh entry's TLS settings (watched: a change rebuilds the proxy).
+pub(super) fn mesh_tls(
+    state: &State, deps: &mut BTreeSet<Dep>,
+) -> Option<Arc<crate::structs::config_entry::MeshTlsConfig>> {
+    use crate::structs::config_entry::MESH_CONFIG_NAME;
+    deps.insert(keys::config(Kind::Mesh.as_str(), MESH_CONFIG_NAME));
+    let tls = state
+        .get(Kind::Mesh, MESH_CONFIG_NAME)
+        .and_then(|e| e.as_mesh())
+        .and_then(|m| m.tls.clone())?;
+    Some(Arc::new(tls))
 }
 
 /// Envoy's outbound port for a transparent proxy, as Consul's default.
@@ -461,6 +475,7 @@ pub fn build_proxyless(
         intentions_default_allow: true,
         gateway: None,
         transparent: None,
+        mesh_tls: None,
     };
     Some((snapshot, deps))
 }

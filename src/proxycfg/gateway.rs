@@ -150,6 +150,15 @@ pub fn build(
         intentions_default_allow: !shared.deny_by_default,
         gateway: Some(Arc::new(gw)),
         transparent: None,
+        // Consul applies the mesh's `Incoming` to terminating gateways and
+        // its `Outgoing` to ingress gateways (a mesh gateway passes TLS
+        // through untouched).
+        mesh_tls: match registered.kind {
+            ServiceKind::IngressGateway | ServiceKind::TerminatingGateway => {
+                super::build::mesh_tls(state, &mut deps)
+            }
+            _ => None,
+        },
     };
     Some((snapshot, deps))
 }

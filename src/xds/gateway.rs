@@ -435,38 +435,9 @@ fn apply_limits(
     }
 }
 
-/// A gateway's TLS versions (Consul's `TLSv1_2` names) and cipher suites
-/// as Envoy's parameters; unset ones are Envoy's defaults.
+/// A gateway's TLS versions and cipher suites as Envoy's parameters.
 fn tls_params(t: &GatewayTlsConfig) -> tls::TlsParameters {
-    use tls::tls_parameters::TlsProtocol;
-    let version = |v: &str| match v {
-        "TLSv1_0" => TlsProtocol::TlSv10,
-        "TLSv1_1" => TlsProtocol::TlSv11,
-        "TLSv1_2" => TlsProtocol::TlSv12,
-        "TLSv1_3" => TlsProtocol::TlSv13,
-        _ => TlsProtocol::TlsAuto,
-    } as i32;
-    tls::TlsParameters {
-        tls_minimum_protocol_version: version(&t.tls_min_version),
-        tls_maximum_protocol_version: version(&t.tls_max_version),
-        // Envoy (BoringSSL) names suites in OpenSSL's words.
-        cipher_suites: t.cipher_suites.iter().map(|c| openssl_suite(c)).collect(),
-        ..Default::default()
-    }
-}
-
-/// A cipher suite's IANA name (Consul's) in OpenSSL's words (Envoy's).
-fn openssl_suite(iana: &str) -> String {
-    iana.trim_start_matches("TLS_")
-        .replace("_WITH_", "_")
-        .replace("ECDHE_ECDSA_", "ECDHE-ECDSA-")
-        .replace("ECDHE_RSA_", "ECDHE-RSA-")
-        .replace("RSA_AES", "AES")
-        .replace("AES_128_GCM_SHA256", "AES128-GCM-SHA256")
-        .replace("AES_256_GCM_SHA384", "AES256-GCM-SHA384")
-        .replace("AES_128_CBC_SHA", "AES128-SHA")
-        .replace("AES_256_CBC_SHA", "AES256-SHA")
-        .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
+    super::resources::tls_params(&t.tls_min_version, &t.tls_max_version, &t.cipher_suites)
 }
 
 fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
@@ -623,7 +594,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         };
         let transport = has_tls(&id).then(|| {
             transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(common_tls(&id, Vec::new())),
+                common_tls_context: Some(common_tls(&id, Vec::new(), &id.incoming)),
                 require_client_certificate: Some(BoolValue { value: true }),
                 ..Default::default()
             })
@@ -995,7 +966,11 @@ mod tests {
             ),
             ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
         ] {
-            assert_eq!(openssl_suite(iana), openssl, "{iana}");
+            assert_eq!(
+                super::super::resources::openssl_suite(iana),
+                openssl,
+                "{iana}"
+            );
         }
     }
 
