@@ -15,10 +15,11 @@ use serde_json::json;
 use super::build::{Shared, upstream};
 use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot, healthy};
 use super::{Dep, ProxyKey};
+use crate::discovery_chain::EntryLookup;
 use crate::state::catalog::service_instances;
 use crate::state::gateways::{gateway_services, read_keys};
 use crate::state::{State, keys};
-use crate::structs::config_entry::{ConfigEntry, Kind};
+use crate::structs::config_entry::{ConfigEntry, Kind, PROXY_CONFIG_GLOBAL};
 use crate::structs::{NodeService, ServiceKind};
 
 /// The snapshot of gateway `registered` (at `key`).
@@ -91,6 +92,19 @@ pub fn build(
                     let svc = &g.service.name;
                     deps.insert(keys::service(svc));
                     deps.insert(keys::config(ixn, svc));
+                    deps.insert(keys::config(Kind::ServiceDefaults.as_str(), svc));
+                    deps.insert(keys::config(
+                        Kind::ProxyDefaults.as_str(),
+                        PROXY_CONFIG_GLOBAL,
+                    ));
+                    let protocol = crate::discovery_chain::service_protocol(
+                        state
+                            .get(Kind::ServiceDefaults, svc)
+                            .and_then(|e| e.as_service_defaults()),
+                        state
+                            .get(Kind::ProxyDefaults, PROXY_CONFIG_GLOBAL)
+                            .and_then(|e| e.as_proxy_defaults()),
+                    );
                     // The linked service's own instances (not sidecars):
                     // it is outside the mesh.
                     let instances: Vec<_> = service_instances(state, svc, false)
@@ -104,6 +118,7 @@ pub fn build(
                             instances: Arc::new(instances),
                             intentions: shared.intentions(state, svc),
                             leaf: shared.leaf(state, datacenter, svc),
+                            protocol,
                         },
                     );
                 }

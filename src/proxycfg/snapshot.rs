@@ -194,6 +194,9 @@ pub struct LinkedService {
     /// Its leaf: the gateway presents it to the mesh as the service.
     #[serde(skip)]
     pub leaf: Option<Arc<IssuedCert>>,
+    /// The protocol it speaks (its service-defaults', else
+    /// proxy-defaults', else tcp): http-like ones get L7 intentions.
+    pub protocol: String,
 }
 
 /// As Consul serves endpoints: never critical (or in maintenance); with

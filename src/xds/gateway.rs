@@ -32,8 +32,9 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, http_filter, identity, inline, is_http, lb_endpoint, load_assignment, put,
-    route_config, secs, socket, start_cluster, target_cluster, tcp_filter, transport_socket,
+    has_tls, hcm_base, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint,
+    load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
+    tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
@@ -42,6 +43,7 @@ use crate::structs::config_entry::{
     GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
     IngressListener, IngressService, IngressServiceConfig, WILDCARD,
 };
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
@@ -577,6 +579,10 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         if !g.ca_file.is_empty() {
             c.transport_socket = transport_socket(origination_tls(g));
         }
+        let http = is_http(&linked.protocol);
+        if matches!(linked.protocol.as_str(), "http2" | "grpc") {
+            http2_upstream(&mut c);
+        }
         put(out, CLUSTER, sni.clone(), Resource::of(c));
 
         // The chain: the service's leaf to the mesh, its intentions.
@@ -604,15 +610,76 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 server_names: vec![sni.clone()],
                 ..Default::default()
             }),
-            filters: vec![
-                super::rbac::network_filter(&view),
-                tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
-            ],
+            filters: if http {
+                // L7: the intentions' HTTP RBAC (paths, methods, headers)
+                // ahead of the router, as a sidecar's public listener.
+                put(
+                    out,
+                    ROUTE,
+                    sni.clone(),
+                    Resource::of(terminating_routes(&sni, svc, auto_host_rewrite(gw, svc))),
+                );
+                let stat = format!("terminating_gateway.{svc}");
+                let mut m = hcm_base(&stat);
+                m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+                    hcm::Rds {
+                        config_source: ads(),
+                        route_config_name: sni.clone(),
+                    },
+                ));
+                m.http_filters.insert(0, super::rbac::http_filter(&view));
+                vec![typed("envoy.filters.network.http_connection_manager", m)]
+            } else {
+                vec![
+                    super::rbac::network_filter(&view),
+                    tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
+                ]
+            },
             transport_socket: transport.flatten(),
             ..Default::default()
         });
     }
     sni_listener(snap, chains, out);
+}
+
+/// An http linked service's routes (named by its SNI, as its cluster):
+/// everything to its cluster, the Host header rewritten to the upstream's
+/// host name unless the entry says not to (Consul's default).
+fn terminating_routes(sni: &str, svc: &str, rewrite: bool) -> route::RouteConfiguration {
+    let mut action = to_cluster(sni);
+    if rewrite {
+        action.host_rewrite_specifier = Some(
+            route::route_action::HostRewriteSpecifier::AutoHostRewrite(BoolValue { value: true }),
+        );
+    }
+    route::RouteConfiguration {
+        name: sni.to_string(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: svc.to_string(),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                r#match: Some(prefix_match("/")),
+                action: Some(route::route::Action::Route(action)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The entry's line for `svc` (else its `*`) leaves the Host header alone
+/// only with `DisableAutoHostRewrite`.
+fn auto_host_rewrite(gw: &GatewaySnapshot, svc: &str) -> bool {
+    let Some(e) = &gw.terminating else {
+        return true;
+    };
+    let line = e
+        .services
+        .iter()
+        .find(|s| s.name == svc)
+        .or_else(|| e.services.iter().find(|s| s.name == WILDCARD));
+    !line.is_some_and(|s| s.disable_auto_host_rewrite)
 }
 
 /// Instances as the endpoints of cluster `name`, at their own address
@@ -1233,6 +1300,115 @@ mod tests {
         let ctx = downstream(&tcp.filter_chains[0]).unwrap();
         assert_eq!(sds_of(&ctx), pair("tcp-cert", "tcp-sds"));
         assert!(ctx.common_tls_context.unwrap().alpn_protocols.is_empty());
+    }
+
+    /// A linked service that speaks http gets an HTTP filter chain at the
+    /// terminating gateway: the intentions' L7 permissions as the HTTP
+    /// RBAC filter ahead of the router, its routes to its cluster; a tcp
+    /// one keeps the network RBAC and the tcp proxy.
+    #[test]
+    fn a_terminating_gateway_enforces_l7_intentions_on_http_services() {
+        use envoy_types::pb::envoy::config::rbac::v3 as rbac;
+        use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+            HttpConnectionManager, http_filter,
+        };
+        let mut w = crate::testing::World::new();
+        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
+        w.apply(Command::CaSet {
+            ca: Box::new(ca),
+            cas: None,
+        });
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "service-defaults", "Name": "billing", "Protocol": "http"}),
+        );
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "service-intentions", "Name": "billing", "Sources": [
+                {"Name": "web", "Permissions": [
+                    {"Action": "allow", "HTTP": {"PathPrefix": "/v1", "Methods": ["GET"]}},
+                    {"Action": "deny", "HTTP": {"PathPrefix": "/"}}]}]}),
+        );
+        register(&mut w, "n9", "10.0.0.9", svc("", "billing", 443));
+        register(&mut w, "n9", "10.0.0.9", svc("", "ledger", 5433));
+        register(
+            &mut w,
+            "gw",
+            "10.0.9.9",
+            svc("terminating-gateway", "tg", 8444),
+        );
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "terminating-gateway", "Name": "tg", "Services": [
+                {"Name": "billing"}, {"Name": "ledger", "DisableAutoHostRewrite": true}]}),
+        );
+        let out = generated(&w, "gw", "tg");
+        let td = format!("{}.consul", w.store.state().cluster_id);
+        let sni = |s: &str| format!("{s}.default.dc1.internal.{td}");
+        let l = Listener::decode(&*out[LISTENER]["default:0.0.0.0:8444"].any.value).unwrap();
+        let chain = |s: &str| {
+            l.filter_chains
+                .iter()
+                .find(|fc| fc.filter_chain_match.as_ref().unwrap().server_names == [sni(s)])
+                .unwrap_or_else(|| panic!("no chain for {s}"))
+        };
+        let billing = chain("billing");
+        assert_eq!(billing.filters.len(), 1);
+        assert_eq!(
+            billing.filters[0].name,
+            "envoy.filters.network.http_connection_manager"
+        );
+        assert_eq!(rds_name(billing), sni("billing"));
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &billing.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        let hcm = HttpConnectionManager::decode(&*any.value).unwrap();
+        let names: Vec<_> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["envoy.filters.http.rbac", "envoy.filters.http.router"]
+        );
+        let Some(http_filter::ConfigType::TypedConfig(any)) = &hcm.http_filters[0].config_type
+        else {
+            panic!("no RBAC config");
+        };
+        let rules = HttpRbac::decode(&*any.value).unwrap().rules.unwrap();
+        // Default allow: the deny permission ("/" but not "GET /v1").
+        assert_eq!(rules.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(
+            rules.policies.keys().collect::<Vec<_>>(),
+            ["consul-intentions-layer7-0"]
+        );
+        let rc =
+            route::RouteConfiguration::decode(&*out[ROUTE][&sni("billing")].any.value).unwrap();
+        let Some(route::route::Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+            panic!("no route action");
+        };
+        assert_eq!(
+            a.cluster_specifier,
+            Some(route::route_action::ClusterSpecifier::Cluster(sni(
+                "billing"
+            )))
+        );
+        assert!(matches!(
+            a.host_rewrite_specifier,
+            Some(route::route_action::HostRewriteSpecifier::AutoHostRewrite(
+                BoolValue { value: true }
+            ))
+        ));
+        // ledger speaks tcp: L4 as before, and no routes of its own.
+        let ledger = chain("ledger");
+        let names: Vec<_> = ledger.filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "envoy.filters.network.rbac",
+                "envoy.filters.network.tcp_proxy"
+            ]
+        );
+        assert!(!out[ROUTE].contains_key(&sni("ledger")));
     }
 
     #[test]
