@@ -118,6 +118,7 @@ impl Snapshot {
             && self.intentions_default_allow == other.intentions_default_allow
             && self.gateway == other.gateway
             && self.transparent == other.transparent
+            && self.mesh_tls == other.mesh_tls
     }
 }
 

@@ -270,11 +270,16 @@ mod tests {
         };
         w.register_passing("n1", "10.0.0.1", proxy("web", 21000, Some("db")));
         w.register_passing("n2", "10.0.0.2", proxy("db", 21001, None));
-        let generated = |w: &crate::testing::World| {
+        // One `Shared`, as the manager's: the leaf is signed once.
+        let shared = std::cell::RefCell::new(Shared::default());
+        let snapshot = |w: &crate::testing::World| {
             let key = ("n1".to_string(), "web-proxy".to_string());
-            let (snap, _) = build(&w.store.state(), "dc1", &key, &mut Shared::default()).unwrap();
-            generate(&snap)
+            build(&w.store.state(), "dc1", &key, &mut shared.borrow_mut())
+                .unwrap()
+                .0
         };
+        let generated = |w: &crate::testing::World| generate(&snapshot(w));
+        let before = snapshot(&w);
         let params = |out: &super::super::resources::Resources| {
             let l = listener::Listener::decode(
                 &*out[LISTENER]["public_listener:0.0.0.0:21000"].any.value,
@@ -305,6 +310,8 @@ mod tests {
         .unwrap()
         .to_json();
         w.apply(Command::ConfigSet { entry, cas: None });
+        // A proxy already served gets the change: its snapshot differs.
+        assert!(!before.same_content(&snapshot(&w)));
         let (down, up) = params(&generated(&w));
         assert_eq!(
             down.tls_minimum_protocol_version,
