@@ -237,7 +237,10 @@ fn every_record_shape_through_dig() {
 
     // web's virtual IP (it has a sidecar), as its chain carries it.
     let chain = s.get_json("/v1/discovery-chain/web");
-    let vip = chain["Chain"]["AutoVirtualIPs"][0].as_str().unwrap().to_string();
+    let vip = chain["Chain"]["AutoVirtualIPs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(dig(d, &["web.virtual.consul"]).data(), set(&[&vip]));
 
     // Unknown names: NXDOMAIN with the SOA.
