@@ -236,6 +236,10 @@ pub async fn server(
             federation: federation.clone(),
             token: config.agent_tokens.own().map(str::to_string),
         }));
+    if let Some(d) = &dns {
+        // An ingress gateway's leaf names `*.ingress.<domain>`.
+        server.proxycfg().set_dns_domain(&d.domain.to_ascii());
+    }
     if let (Some(l), Some(d)) = (dns_listeners, dns) {
         let catalog = Arc::new(crate::dns::StateCatalog {
             store: server.store().clone(),

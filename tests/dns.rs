@@ -235,12 +235,20 @@ fn every_record_shape_through_dig() {
     assert_eq!(c.srv(), [(21000, "n1.node.dc1.consul.".to_string())].into());
     assert_eq!(dig(d, &["web.connect.consul"]).data(), set(&["10.0.0.1"]));
 
-    // Unknown names: NXDOMAIN with the SOA; virtual IPs are not served.
+    // web's virtual IP (it has a sidecar), as its chain carries it.
+    let chain = s.get_json("/v1/discovery-chain/web");
+    let vip = chain["Chain"]["AutoVirtualIPs"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(dig(d, &["web.virtual.consul"]).data(), set(&[&vip]));
+
+    // Unknown names: NXDOMAIN with the SOA.
     for name in [
         "nope.service.consul",
         "nope.node.consul",
         "web.service.dc9.consul",
-        "web.virtual.consul",
+        "web.ingress.consul",
         "what.consul",
     ] {
         let n = dig(d, &[name]);

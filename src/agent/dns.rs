@@ -96,6 +96,32 @@ impl Catalog for AgentCatalog {
         }
     }
 
+    /// The service's compiled chain carries its virtual IP
+    /// (`AutoVirtualIPs`, filled from the servers' table): read from a
+    /// server's `/v1/discovery-chain/:s`; the answer checks the DNS
+    /// token's `service:read` (`dns::answer`).
+    async fn virtual_ip(&self, service: &str) -> Result<Option<std::net::Ipv4Addr>, LookupError> {
+        #[derive(Deserialize)]
+        struct Chain {
+            #[serde(rename = "AutoVirtualIPs", default)]
+            auto_virtual_ips: Vec<String>,
+        }
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(rename = "Chain")]
+            chain: Chain,
+        }
+        let path = format!("/v1/discovery-chain/{}?stale", enc(service));
+        match self.0.servers.get::<Answer>(&path, TIMEOUT).await {
+            Ok((a, _)) => Ok(a
+                .chain
+                .auto_virtual_ips
+                .first()
+                .and_then(|ip| ip.parse().ok())),
+            Err(e) => none_if_refused(e).map(|()| None),
+        }
+    }
+
     /// Executed by a server (with `?dc=` it forwards); the instances cut
     /// to what the DNS token may read, as the other lookups are.
     async fn prepared_query(

@@ -97,7 +97,7 @@ fn validate_tls_params(min: &str, max: &str, suites: &[String]) -> std::result::
         && lo > hi
     {
         return Err(format!(
-            "configuring a TLSMinVersion ({min}) higher than TLSMaxVersion ({max}) is not allowed"
+            "configuring max version {max} less than the configured min version {min} is invalid"
         ));
     }
     if !suites.is_empty() {
@@ -175,7 +175,6 @@ pub fn validate_ingress(e: &IngressGatewayConfigEntry) -> Result {
         if let Some(tls) = &l.tls {
             validate_gateway_tls(tls).map_err(invalid)?;
         }
-        validate_listener_sds(l)?;
         if l.services.is_empty() {
             return Err(invalid(format!(
                 "No service declared for listener with port {port}"
@@ -248,50 +247,53 @@ pub fn validate_ingress(e: &IngressGatewayConfigEntry) -> Result {
     Ok(())
 }
 
-fn validate_listener_sds(l: &IngressListener) -> Result {
-    let Some(sds) = l.tls.as_ref().and_then(|t| t.sds.as_ref()) else {
-        return Ok(());
-    };
+/// The SDS settings of one service on one listener, with what it
+/// inherits from the listener and the gateway (Consul's
+/// `validateServiceSDS`): a certificate needs a cluster at its level or
+/// above, a cluster alone at the gateway needs the listener's
+/// certificate, a listener's cluster its own certificate, and a service's
+/// certificate at least one host to match by SNI.
+fn validate_service_sds(
+    e: &IngressGatewayConfigEntry, l: &IngressListener, s: &IngressService,
+) -> Result {
     let port = l.port;
-    if sds.cluster_name.is_empty() && !sds.cert_resource.is_empty() {
-        return Err(invalid(format!(
-            "TLS.SDS.ClusterName is required if CertResource is set (listener on port {port})"
-        )));
+    let set = |sds: Option<&GatewayTlsSdsConfig>| {
+        sds.map_or((false, false), |s| {
+            (!s.cluster_name.is_empty(), !s.cert_resource.is_empty())
+        })
+    };
+    let (gw_cluster, gw_cert) = set(e.tls.sds.as_ref());
+    if !gw_cluster && gw_cert {
+        return Err(invalid(
+            "TLS.SDS.ClusterName is required if CertResource is set",
+        ));
     }
-    if !sds.cluster_name.is_empty() && sds.cert_resource.is_empty() {
+    let (lis_cluster, lis_cert) = set(l.tls.as_ref().and_then(|t| t.sds.as_ref()));
+    if gw_cluster && !gw_cert && !lis_cert {
         return Err(invalid(format!(
             "TLS.SDS.CertResource is required if ClusterName is set for gateway (listener on port {port})"
         )));
     }
-    Ok(())
-}
-
-/// A service's own SDS certificate: a cluster named at some level, and
-/// hosts to serve it for.
-fn validate_service_sds(
-    e: &IngressGatewayConfigEntry, l: &IngressListener, s: &IngressService,
-) -> Result {
-    let Some(sds) = s.tls.as_ref().and_then(|t| t.sds.as_ref()) else {
-        return Ok(());
-    };
-    let port = l.port;
-    let cluster = [
-        Some(sds),
-        l.tls.as_ref().and_then(|t| t.sds.as_ref()),
-        e.tls.sds.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .any(|s| !s.cluster_name.is_empty());
-    if !sds.cert_resource.is_empty() && !cluster {
+    if lis_cluster && !lis_cert {
         return Err(invalid(format!(
-            "TLS.SDS.ClusterName is required if CertResource is set (service {:?} on listener on port {port})",
+            "TLS.SDS.CertResource is required if ClusterName is set for listener (listener on port {port})"
+        )));
+    }
+    if lis_cert && !lis_cluster && !gw_cluster {
+        return Err(invalid(format!(
+            "TLS.SDS.ClusterName is required if CertResource is set (listener on port {port})"
+        )));
+    }
+    let (svc_cluster, svc_cert) = set(s.tls.as_ref().and_then(|t| t.sds.as_ref()));
+    if svc_cert && s.hosts.is_empty() {
+        return Err(invalid(format!(
+            "A service specifying TLS.SDS.CertResource must have at least one item in Hosts (service {:?} on listener on port {port})",
             s.name
         )));
     }
-    if !sds.cert_resource.is_empty() && s.hosts.is_empty() {
+    if svc_cert && !svc_cluster && !lis_cluster && !gw_cluster {
         return Err(invalid(format!(
-            "A service specifying TLS.SDS.CertResource must have at least one item in Hosts (service {:?} on listener on port {port})",
+            "TLS.SDS.ClusterName is required if CertResource is set (service {:?} on listener on port {port})",
             s.name
         )));
     }
@@ -440,6 +442,84 @@ mod tests {
         assert_eq!(ok.to_json()["Listeners"][0]["Protocol"], "http");
     }
 
+    /// SDS at the gateway, listener and service levels, with Consul's
+    /// words for each missing half; a tcp listener's SDS certificate is
+    /// fine, a service's own needs hosts (which tcp refuses).
+    #[test]
+    fn ingress_sds_needs_both_halves_at_some_level() {
+        let ig = |tls: serde_json::Value, listener: serde_json::Value| json!({"Kind": "ingress-gateway", "Name": "ig", "TLS": tls, "Listeners": [listener]});
+        let http = |ltls: serde_json::Value, svc: serde_json::Value| json!({"Port": 8443, "Protocol": "http", "TLS": ltls, "Services": [svc]});
+        let web = json!({"Name": "web", "Hosts": ["web.example.com"]});
+        assert_eq!(
+            refused(ig(
+                json!({"SDS": {"CertResource": "c"}}),
+                http(json!(null), web.clone())
+            )),
+            "TLS.SDS.ClusterName is required if CertResource is set"
+        );
+        assert_eq!(
+            refused(ig(
+                json!({"SDS": {"ClusterName": "sds"}}),
+                http(json!(null), web.clone())
+            )),
+            "TLS.SDS.CertResource is required if ClusterName is set for gateway (listener on port 8443)"
+        );
+        assert_eq!(
+            refused(ig(
+                json!({}),
+                http(json!({"SDS": {"ClusterName": "sds"}}), web.clone())
+            )),
+            "TLS.SDS.CertResource is required if ClusterName is set for listener (listener on port 8443)"
+        );
+        assert_eq!(
+            refused(ig(
+                json!({}),
+                http(json!({"SDS": {"CertResource": "c"}}), web.clone())
+            )),
+            "TLS.SDS.ClusterName is required if CertResource is set (listener on port 8443)"
+        );
+        assert_eq!(
+            refused(ig(
+                json!({}),
+                http(
+                    json!(null),
+                    json!({"Name": "web", "Hosts": ["web.example.com"], "TLS": {"SDS": {"CertResource": "w"}}})
+                )
+            )),
+            "TLS.SDS.ClusterName is required if CertResource is set (service \"web\" on listener on port 8443)"
+        );
+        assert_eq!(
+            refused(ig(
+                json!({"SDS": {"ClusterName": "sds", "CertResource": "c"}}),
+                http(
+                    json!(null),
+                    json!({"Name": "web", "TLS": {"SDS": {"CertResource": "w"}}})
+                )
+            )),
+            "A service specifying TLS.SDS.CertResource must have at least one item in Hosts (service \"web\" on listener on port 8443)"
+        );
+        // The gateway's cluster with the listener's certificate; a
+        // service's certificate from the gateway's cluster.
+        decode_and_validate(&ig(json!({"SDS": {"ClusterName": "sds"}}), http(
+            json!({"SDS": {"CertResource": "c"}}),
+            json!({"Name": "web", "Hosts": ["web.example.com"], "TLS": {"SDS": {"CertResource": "w"}}}))))
+        .unwrap();
+        // A tcp listener may serve an SDS certificate; a service's own
+        // needs hosts, which tcp refuses.
+        let tcp = |svc: serde_json::Value| {
+            json!({"Port": 9443, "Protocol": "tcp",
+            "TLS": {"SDS": {"ClusterName": "sds", "CertResource": "db"}}, "Services": [svc]})
+        };
+        decode_and_validate(&ig(json!({}), tcp(json!({"Name": "db"})))).unwrap();
+        assert_eq!(
+            refused(ig(
+                json!({}),
+                tcp(json!({"Name": "db", "TLS": {"SDS": {"CertResource": "x"}}}))
+            )),
+            "A service specifying TLS.SDS.CertResource must have at least one item in Hosts (service \"db\" on listener on port 9443)"
+        );
+    }
+
     #[test]
     fn terminating_needs_cert_and_key_and_ca_together() {
         let tg = |svc: serde_json::Value| json!({"Kind": "terminating-gateway", "Name": "tg", "Services": [svc]});
@@ -464,6 +544,36 @@ mod tests {
                 "TLS": {"Incoming": {"TLSMinVersion": "TLSv9"}}})),
             "error in incoming TLS configuration: no matching TLS version found for TLSv9"
         );
+        let mesh_tls = |dir: &str, v: serde_json::Value| {
+            refused(json!({"Kind": "mesh", "Name": "mesh", "TLS": {dir: v}}))
+        };
+        assert_eq!(
+            mesh_tls(
+                "Outgoing",
+                json!({"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_1"})
+            ),
+            "error in outgoing TLS configuration: configuring max version TLSv1_1 less than the configured min version TLSv1_2 is invalid"
+        );
+        assert_eq!(
+            mesh_tls(
+                "Incoming",
+                json!({"TLSMinVersion": "TLSv1_3",
+                "CipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]})
+            ),
+            "error in incoming TLS configuration: configuring CipherSuites is only applicable to connections negotiated with TLS 1.2 or earlier, TLSMinVersion is set to TLSv1_3"
+        );
+        assert_eq!(
+            mesh_tls(
+                "Incoming",
+                json!({"CipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]})
+            ),
+            "error in incoming TLS configuration: unsupported cipher suite: TLS_RSA_WITH_RC4_128_SHA"
+        );
+        decode_and_validate(&json!({"Kind": "mesh", "Name": "mesh", "TLS": {
+            "Incoming": {"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_3",
+                         "CipherSuites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]},
+            "Outgoing": {"TLSMaxVersion": "TLS_AUTO"}}}))
+        .unwrap();
         assert_eq!(
             refused(json!({"Kind": "exported-services", "Name": "default",
                 "Services": [{"Name": "web", "Consumers": [{"Peer": "a", "Partition": "b"}]}]})),

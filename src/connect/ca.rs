@@ -469,6 +469,9 @@ pub struct Csr {
     params: CertificateSigningRequestParams,
     uri: String,
     pub service: String,
+    /// DNS names the leaf carries besides Consul's own (an ingress
+    /// gateway's hosts): set by the server for its own leaves only.
+    dns: Vec<String>,
 }
 
 pub fn parse_csr(csr_pem: &str, trust_domain: &str, dc: &str) -> Result<Csr> {
@@ -500,6 +503,7 @@ pub fn parse_csr(csr_pem: &str, trust_domain: &str, dc: &str) -> Result<Csr> {
         uri: uri.clone(),
         params: csr,
         service,
+        dns: Vec::new(),
     })
 }
 
@@ -509,6 +513,7 @@ pub fn sign_csr(ca: &CaState, trust_domain: &str, csr: Csr) -> Result<IssuedCert
         params: csr,
         uri,
         service,
+        dns,
     } = csr;
     let active = ca
         .active()
@@ -526,6 +531,13 @@ pub fn sign_csr(ca: &CaState, trust_domain: &str, csr: Csr) -> Result<IssuedCert
         SanType::URI(uri.clone().try_into().map_err(crypto)?),
         SanType::DnsName(cn.try_into().map_err(crypto)?),
     ];
+    for name in dns {
+        let san = name
+            .clone()
+            .try_into()
+            .map_err(|e| Error::bad(format!("invalid DNS SAN {name:?}: {e}")))?;
+        params.subject_alt_names.push(SanType::DnsName(san));
+    }
     params.serial_number = Some(SerialNumber::from_slice(&serial.to_be_bytes()));
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![
@@ -575,9 +587,19 @@ fn csr_not_after(now: OffsetDateTime, ttl: std::time::Duration) -> OffsetDateTim
 /// A leaf for `service` signed directly (a server's own leaves): key and
 /// CSR made here, the key returned with the certificate.
 pub fn sign_local(ca: &CaState, trust_domain: &str, dc: &str, service: &str) -> Result<IssuedCert> {
+    sign_local_with_dns(ca, trust_domain, dc, service, &[])
+}
+
+/// `sign_local` with more DNS SANs (Consul's leaf request `DNSSAN`: an
+/// ingress gateway's hosts, so that its TLS listeners verify by name).
+pub fn sign_local_with_dns(
+    ca: &CaState, trust_domain: &str, dc: &str, service: &str, dns: &[String],
+) -> Result<IssuedCert> {
     let p = provider_of(ca);
     let (key, csr) = new_csr(trust_domain, dc, service, &p.key_type, p.key_bits)?;
-    let mut cert = sign_csr(ca, trust_domain, parse_csr(&csr, trust_domain, dc)?)?;
+    let mut csr = parse_csr(&csr, trust_domain, dc)?;
+    csr.dns = dns.to_vec();
+    let mut cert = sign_csr(ca, trust_domain, csr)?;
     cert.private_key_pem = key;
     Ok(cert)
 }

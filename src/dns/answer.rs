@@ -40,6 +40,12 @@ enum Lookup {
     Node(String),
     /// `<name>.query.consul`: a prepared query, executed.
     Query(String),
+    /// `<service>.virtual.consul`: the service's virtual IP.
+    Virtual(String),
+    /// `<service>.virtual.<peer>.consul`: a peer's service (Consul reads
+    /// the label as a peer's name, never a datacenter's: virtual IPs are
+    /// a datacenter's own); cairn has no peers, so nothing.
+    VirtualOfPeer,
     /// `<hex-ip>.addr.<dc>.consul`, the name of an SRV target that is a
     /// service address.
     Addr(IpAddr),
@@ -80,6 +86,12 @@ fn parse(qname: &Name, domain: &Name, dc: &str) -> Lookup {
         _ => return Lookup::Missing,
     };
     let found = parse_kind(&kind, rest);
+    if kind == "virtual" && labels.len() == rest.len() + 2 {
+        return match found {
+            Lookup::Virtual(_) => Lookup::VirtualOfPeer,
+            other => other,
+        };
+    }
     match (elsewhere, found) {
         (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
             Lookup::Elsewhere(dc, Box::new(l))
@@ -118,8 +130,8 @@ fn parse_kind(kind: &str, rest: &[String]) -> Lookup {
         ("node", [name]) => Lookup::Node(name.clone()),
         ("query", [name]) => Lookup::Query(name.clone()),
         ("addr", [hex]) => parse_hex_ip(hex).map_or(Lookup::Missing, Lookup::Addr),
-        // `virtual` (transparent proxy's virtual IPs) and ingress
-        // gateways: cairn has none of them to answer with.
+        ("virtual", [name]) => Lookup::Virtual(name.clone()),
+        // Ingress gateways' names: cairn does not answer them.
         _ => Lookup::Missing,
     }
 }
@@ -353,7 +365,47 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
             }
         }
         Lookup::Query(name) => prepared_query(cfg, catalog, qname, qtype, None, &name, &dc).await,
+        Lookup::Virtual(name) => virtual_ip(cfg, catalog, qname, qtype, &name).await,
+        // As Consul: no virtual IP is an empty answer, not a missing name.
+        Lookup::VirtualOfPeer => Answer::records(Vec::new()),
         Lookup::Elsewhere(other, l) => elsewhere(cfg, catalog, qname, qtype, &other, *l).await,
+    }
+}
+
+/// `<service>.virtual.consul`: the virtual IP the servers assigned the
+/// service, as an A record with the node TTL (Consul's); none (or a
+/// service the DNS token may not read) is an empty answer, as Consul's.
+async fn virtual_ip<C: Catalog>(
+    cfg: &DnsConfig, catalog: &C, qname: &Name, qtype: RecordType, name: &str,
+) -> Answer {
+    let authz = match catalog.authorizer().await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "DNS virtual IP lookup failed");
+            return Answer::code(ResponseCode::ServFail);
+        }
+    };
+    let mut found = catalog
+        .virtual_ip(name)
+        .await
+        .map(|ip| (name.to_string(), ip));
+    let lower = name.to_ascii_lowercase();
+    if matches!(found, Ok((_, None))) && lower != name {
+        found = catalog
+            .virtual_ip(&lower)
+            .await
+            .map(|ip| (lower.clone(), ip));
+    }
+    match found {
+        Err(e) => {
+            tracing::warn!(error = %e, "DNS virtual IP lookup failed");
+            Answer::code(ResponseCode::ServFail)
+        }
+        Ok((svc, Some(ip))) if authz.service_read(&svc) => Answer::records(vec![Entry {
+            answers: address_records(qname, &ip.to_string(), qtype, cfg.node_ttl),
+            additionals: Vec::new(),
+        }]),
+        Ok(_) => Answer::records(Vec::new()),
     }
 }
 
@@ -761,8 +813,12 @@ mod tests {
             Lookup::Elsewhere("dc2".into(), Box::new(Lookup::Query("q".into())))
         );
         assert_eq!(p("a.b.query.consul."), Lookup::Missing);
-        assert_eq!(p("web.virtual.dc2.consul."), Lookup::Missing);
-        assert_eq!(p("web.virtual.consul."), Lookup::Missing);
+        assert_eq!(p("web.virtual.consul."), Lookup::Virtual("web".into()));
+        // The label after `virtual` names a peer, even this datacenter's
+        // name (as Consul reads it).
+        assert_eq!(p("web.virtual.dc2.consul."), Lookup::VirtualOfPeer);
+        assert_eq!(p("web.virtual.dc1.consul."), Lookup::VirtualOfPeer);
+        assert_eq!(p("web.ingress.consul."), Lookup::Missing);
         assert_eq!(p("a.b.c.service.consul."), Lookup::Missing);
         assert_eq!(p("nothing.consul."), Lookup::Missing);
         assert_eq!(p("consul."), Lookup::Apex);
@@ -890,7 +946,7 @@ mod tests {
             "nope.service.consul.",
             "web.service.consul.",
             "x.node.consul.",
-            "web.virtual.consul.",
+            "web.ingress.consul.",
         ] {
             let m = ask(&cfg(), &fake, name, RecordType::A, true);
             assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{name}");
@@ -905,6 +961,70 @@ mod tests {
         assert!(m.answers.is_empty() && m.authorities.len() == 1);
         let m = ask(&cfg(), &fake, "example.com.", RecordType::A, true);
         assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+    }
+
+    /// A catalog with virtual IPs, read with a token's rights.
+    struct Vips(Vec<(&'static str, Ipv4Addr)>, Arc<Authorizer>);
+
+    impl Catalog for Vips {
+        fn datacenter(&self) -> String {
+            "dc1".into()
+        }
+        async fn instances(&self, _: &str, _: bool) -> Result<Vec<Instance>, LookupError> {
+            Ok(Vec::new())
+        }
+        async fn node(&self, _: &str) -> Result<Option<Arc<Node>>, LookupError> {
+            Ok(None)
+        }
+        async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {
+            Ok(self.1.clone())
+        }
+        async fn virtual_ip(&self, service: &str) -> Result<Option<Ipv4Addr>, LookupError> {
+            Ok(self
+                .0
+                .iter()
+                .find(|(s, _)| *s == service)
+                .map(|(_, ip)| *ip))
+        }
+    }
+
+    /// `<service>.virtual.consul` is the service's virtual IP (an A record
+    /// with the node TTL, the name tried in lower case too); no IP, a
+    /// peer's name, another type or a service the token may not read is
+    /// an empty NOERROR, as Consul answers.
+    #[test]
+    fn virtual_names_answer_the_services_virtual_ip() {
+        let vips = vec![
+            ("billing", Ipv4Addr::new(240, 0, 0, 1)),
+            ("secret", Ipv4Addr::new(240, 0, 0, 2)),
+        ];
+        let rules = crate::acl::parse_rules("service \"billing\" { policy = \"read\" }").unwrap();
+        let authz = Authorizer::new("t", &[&rules], crate::acl::DefaultPolicy::Deny);
+        let catalog = Vips(vips, Arc::new(authz));
+        let mut c = cfg();
+        c.node_ttl = 7;
+        for name in ["billing.virtual.consul.", "Billing.virtual.consul."] {
+            let m = ask(&c, &catalog, name, RecordType::A, true);
+            assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+            let got: Vec<_> = m
+                .answers
+                .iter()
+                .map(|r| (r.data.to_string(), r.ttl))
+                .collect();
+            assert_eq!(got, [("240.0.0.1".to_string(), 7)], "{name}");
+        }
+        for (name, qtype) in [
+            ("nope.virtual.consul.", RecordType::A),
+            ("secret.virtual.consul.", RecordType::A),
+            ("billing.virtual.dc1.consul.", RecordType::A),
+            ("billing.virtual.peer1.consul.", RecordType::A),
+            ("billing.virtual.consul.", RecordType::AAAA),
+        ] {
+            let m = ask(&c, &catalog, name, qtype, true);
+            assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+            assert!(m.answers.is_empty(), "{name}: {:?}", m.answers);
+            assert_eq!(m.authorities.len(), 1, "{name}");
+        }
     }
 
     #[test]

@@ -108,6 +108,15 @@ pub trait Catalog: Send + Sync + 'static {
     /// that follows ACL changes, never kept from one query to the next.
     fn authorizer(&self) -> impl Future<Output = Result<Arc<Authorizer>, LookupError>> + Send;
 
+    /// The virtual IP the servers assigned `service` (transparent proxy,
+    /// terminating gateways' services); `None`: it has none.
+    fn virtual_ip(
+        &self, service: &str,
+    ) -> impl Future<Output = Result<Option<std::net::Ipv4Addr>, LookupError>> + Send {
+        let _ = service;
+        async { Ok(None) }
+    }
+
     /// `service`'s instances in datacenter `dc`, as that datacenter
     /// answers the DNS token; `None`: no path to `dc`.
     fn remote_instances(
@@ -242,6 +251,10 @@ impl Catalog for StateCatalog {
 
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, LookupError> {
         Ok(self.store.state().nodes.get(name).cloned())
+    }
+
+    async fn virtual_ip(&self, service: &str) -> Result<Option<std::net::Ipv4Addr>, LookupError> {
+        Ok(crate::state::virtual_ip::of(&self.store.state(), service).map(|v| v.ip))
     }
 
     async fn authorizer(&self) -> Result<Arc<Authorizer>, LookupError> {

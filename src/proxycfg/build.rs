@@ -56,13 +56,17 @@ pub struct Shared {
     local_gateways: Option<Stamped<Endpoints>>,
     /// The roots as of the CA's index, shared by every snapshot.
     roots: Option<(u64, Arc<CaRoots>)>,
-    /// service → (active root id, its leaf): signed here, on the server
-    /// (the key never enters Raft), renewed on rotation or when due.
-    leaves: HashMap<String, (String, Arc<IssuedCert>)>,
+    /// (service, extra DNS SANs) → (active root id, its leaf): signed
+    /// here, on the server (the key never enters Raft), renewed on
+    /// rotation or when due.
+    leaves: HashMap<(String, Vec<String>), (String, Arc<IssuedCert>)>,
     /// destination → (its intentions' index, intentions in evaluation order).
     intentions: HashMap<String, (u64, Arc<Vec<Intention>>)>,
     /// No intention matched: deny (ACLs on with default deny, as Consul's).
     pub deny_by_default: bool,
+    /// The DNS domain (`--domain`, no trailing dot; `consul` when unset):
+    /// an ingress gateway's leaf names `*.ingress.<domain>`.
+    pub dns_domain: String,
     /// Other datacenters' endpoints (`None`: other datacenters' targets get
     /// none).
     pub(super) remote: Option<Arc<super::remote::Remotes>>,
@@ -74,6 +78,7 @@ impl Shared {
     pub fn reset(&mut self) {
         *self = Shared {
             deny_by_default: self.deny_by_default,
+            dns_domain: std::mem::take(&mut self.dns_domain),
             remote: self.remote.take(),
             ..Shared::default()
         };
@@ -112,20 +117,28 @@ impl Shared {
     pub(super) fn leaf(
         &mut self, state: &State, dc: &str, service: &str,
     ) -> Option<Arc<IssuedCert>> {
+        self.leaf_with_dns(state, dc, service, &[])
+    }
+
+    /// The leaf of `service` that also names `dns` (an ingress gateway's
+    /// hosts): a leaf of its own, signed again when the names change.
+    pub(super) fn leaf_with_dns(
+        &mut self, state: &State, dc: &str, service: &str, dns: &[String],
+    ) -> Option<Arc<IssuedCert>> {
         let ca = state.connect_ca.as_ref()?;
         let active = ca.active()?.root.id.clone();
-        if let Some((root, leaf)) = self.leaves.get(service)
+        let key = (service.to_string(), dns.to_vec());
+        if let Some((root, leaf)) = self.leaves.get(&key)
             && *root == active
             && crate::connect::ca::renew_at(leaf) > time::OffsetDateTime::now_utc()
         {
             return Some(leaf.clone());
         }
         let trust_domain = format!("{}.consul", state.cluster_id);
-        match crate::connect::ca::sign_local(ca, &trust_domain, dc, service) {
+        match crate::connect::ca::sign_local_with_dns(ca, &trust_domain, dc, service, dns) {
             Ok(leaf) => {
                 let leaf = Arc::new(leaf);
-                self.leaves
-                    .insert(service.to_string(), (active, leaf.clone()));
+                self.leaves.insert(key, (active, leaf.clone()));
                 Some(leaf)
             }
             Err(e) => {
@@ -361,8 +374,22 @@ pub fn sidecar(
         intentions_default_allow: !shared.deny_by_default,
         gateway: None,
         transparent,
+        mesh_tls: mesh_tls(state, &mut deps),
     };
     Some((snapshot, deps))
+}
+
+/// The mesh entry's TLS settings (watched: a change rebuilds the proxy).
+pub(super) fn mesh_tls(
+    state: &State, deps: &mut BTreeSet<Dep>,
+) -> Option<Arc<crate::structs::config_entry::MeshTlsConfig>> {
+    use crate::structs::config_entry::MESH_CONFIG_NAME;
+    deps.insert(keys::config(Kind::Mesh.as_str(), MESH_CONFIG_NAME));
+    let tls = state
+        .get(Kind::Mesh, MESH_CONFIG_NAME)
+        .and_then(|e| e.as_mesh())
+        .and_then(|m| m.tls.clone())?;
+    Some(Arc::new(tls))
 }
 
 /// Envoy's outbound port for a transparent proxy, as Consul's default.
@@ -448,6 +475,7 @@ pub fn build_proxyless(
         intentions_default_allow: true,
         gateway: None,
         transparent: None,
+        mesh_tls: None,
     };
     Some((snapshot, deps))
 }

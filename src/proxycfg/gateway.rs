@@ -15,10 +15,11 @@ use serde_json::json;
 use super::build::{Shared, upstream};
 use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot, healthy};
 use super::{Dep, ProxyKey};
+use crate::discovery_chain::EntryLookup;
 use crate::state::catalog::service_instances;
 use crate::state::gateways::{gateway_services, read_keys};
 use crate::state::{State, keys};
-use crate::structs::config_entry::{ConfigEntry, Kind};
+use crate::structs::config_entry::{ConfigEntry, Kind, PROXY_CONFIG_GLOBAL};
 use crate::structs::{NodeService, ServiceKind};
 
 /// The snapshot of gateway `registered` (at `key`).
@@ -33,8 +34,14 @@ pub fn build(
     let service = crate::merge::merge_node_service(state, registered);
     deps.insert(keys::CONNECT_CA);
     let roots = shared.roots(state);
-    let leaf = shared.leaf(state, datacenter, &name);
     let entry = |k: Kind| state.config.get(&(k, name.clone())).map(|e| &**e);
+    let leaf = match (&registered.kind, entry(Kind::IngressGateway)) {
+        (ServiceKind::IngressGateway, Some(ConfigEntry::IngressGateway(e))) => {
+            let sans = ingress_dns_sans(e, &gateway_services(state, &name), datacenter, shared);
+            shared.leaf_with_dns(state, datacenter, &name, &sans)
+        }
+        _ => shared.leaf(state, datacenter, &name),
+    };
 
     let mut upstreams = BTreeMap::new();
     let mut gw = GatewaySnapshot {
@@ -85,6 +92,19 @@ pub fn build(
                     let svc = &g.service.name;
                     deps.insert(keys::service(svc));
                     deps.insert(keys::config(ixn, svc));
+                    deps.insert(keys::config(Kind::ServiceDefaults.as_str(), svc));
+                    deps.insert(keys::config(
+                        Kind::ProxyDefaults.as_str(),
+                        PROXY_CONFIG_GLOBAL,
+                    ));
+                    let protocol = crate::discovery_chain::service_protocol(
+                        state
+                            .get(Kind::ServiceDefaults, svc)
+                            .and_then(|e| e.as_service_defaults()),
+                        state
+                            .get(Kind::ProxyDefaults, PROXY_CONFIG_GLOBAL)
+                            .and_then(|e| e.as_proxy_defaults()),
+                    );
                     // The linked service's own instances (not sidecars):
                     // it is outside the mesh.
                     let instances: Vec<_> = service_instances(state, svc, false)
@@ -98,6 +118,7 @@ pub fn build(
                             instances: Arc::new(instances),
                             intentions: shared.intentions(state, svc),
                             leaf: shared.leaf(state, datacenter, svc),
+                            protocol,
                         },
                     );
                 }
@@ -144,6 +165,51 @@ pub fn build(
         intentions_default_allow: !shared.deny_by_default,
         gateway: Some(Arc::new(gw)),
         transparent: None,
+        // Consul applies the mesh's `Incoming` to terminating gateways and
+        // its `Outgoing` to ingress gateways (a mesh gateway passes TLS
+        // through untouched).
+        mesh_tls: match registered.kind {
+            ServiceKind::IngressGateway | ServiceKind::TerminatingGateway => {
+                super::build::mesh_tls(state, &mut deps)
+            }
+            _ => None,
+        },
     };
     Some((snapshot, deps))
+}
+
+/// The DNS names an ingress gateway's leaf carries when it serves TLS with
+/// the built-in CA (on the gateway or on any listener), as Consul's
+/// `generateIngressDNSSANs`: the wildcard of `<service>.ingress.<domain>`
+/// (and with the datacenter) once any service is linked, and every
+/// linked service's `Hosts`, so that a client checking the name accepts it
+/// on every host the listeners serve.
+fn ingress_dns_sans(
+    e: &crate::structs::config_entry::IngressGatewayConfigEntry,
+    services: &[crate::structs::config_entry::GatewayService], datacenter: &str, shared: &Shared,
+) -> Vec<String> {
+    let tls = e.tls.enabled
+        || e.listeners
+            .iter()
+            .any(|l| l.tls.as_ref().is_some_and(|t| t.enabled));
+    if !tls || services.is_empty() {
+        return Vec::new();
+    }
+    let domain = if shared.dns_domain.is_empty() {
+        "consul"
+    } else {
+        &shared.dns_domain
+    };
+    let mut sans = vec![
+        format!("*.ingress.{domain}"),
+        format!("*.ingress.{datacenter}.{domain}"),
+    ];
+    let hosts: BTreeSet<&str> = services
+        .iter()
+        .flat_map(|g| g.hosts.iter().map(String::as_str))
+        // `*` (allowed on a listener without TLS) is no DNS name.
+        .filter(|h| *h != crate::structs::config_entry::WILDCARD)
+        .collect();
+    sans.extend(hosts.into_iter().map(str::to_string));
+    sans
 }

@@ -505,6 +505,19 @@ impl Manager {
         }
     }
 
+    /// The DNS domain (`--domain`) an ingress gateway's leaf names its
+    /// `*.ingress.<domain>` hosts in; `consul` until set.
+    pub fn set_dns_domain(&self, domain: &str) {
+        let domain = domain.trim_end_matches('.').to_string();
+        let mut shared = self.inner.shared.lock();
+        if shared.dns_domain != domain {
+            shared.dns_domain = domain;
+            drop(shared);
+            let all: Vec<ProxyKey> = self.inner.proxies.lock().keys().cloned().collect();
+            self.inner.mark(all);
+        }
+    }
+
     /// Hands in how other datacenters are read (process assembly: the WAN
     /// federation). Until then, and without it, chain targets in other
     /// datacenters get no endpoints. Proxies already built are rebuilt.

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::discovery_chain::CompiledDiscoveryChain;
 use crate::state::catalog::Instance;
 use crate::structs::config_entry::{
-    GatewayService, IngressGatewayConfigEntry, TerminatingGatewayConfigEntry,
+    GatewayService, IngressGatewayConfigEntry, MeshTlsConfig, TerminatingGatewayConfigEntry,
 };
 use crate::structs::connect::{CaRoots, Intention, IssuedCert};
 use crate::structs::{HealthCheck, HealthStatus, NodeService};
@@ -49,6 +49,11 @@ pub struct Snapshot {
     /// A transparent proxy's own part (`None`: not transparent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transparent: Option<Arc<TransparentSnapshot>>,
+    /// The mesh entry's `TLS` (its `Incoming` for the mTLS a sidecar or
+    /// terminating gateway accepts, its `Outgoing` for what a sidecar or
+    /// ingress gateway dials with); `None` without one.
+    #[serde(rename = "MeshTLS", skip_serializing_if = "Option::is_none")]
+    pub mesh_tls: Option<Arc<MeshTlsConfig>>,
 }
 
 /// What a transparent proxy (`Mode: transparent`) adds to a sidecar's
@@ -113,6 +118,7 @@ impl Snapshot {
             && self.intentions_default_allow == other.intentions_default_allow
             && self.gateway == other.gateway
             && self.transparent == other.transparent
+            && self.mesh_tls == other.mesh_tls
     }
 }
 
@@ -189,6 +195,9 @@ pub struct LinkedService {
     /// Its leaf: the gateway presents it to the mesh as the service.
     #[serde(skip)]
     pub leaf: Option<Arc<IssuedCert>>,
+    /// The protocol it speaks (its service-defaults', else
+    /// proxy-defaults', else tcp): http-like ones get L7 intentions.
+    pub protocol: String,
 }
 
 /// As Consul serves endpoints: never critical (or in maintenance); with

@@ -196,6 +196,9 @@ impl Tx<'_> {
         super::config::index(self.state, &after);
         self.touch(keys::config(key.0.as_str(), &key.1));
         self.touch(keys::config_kind(key.0.as_str()));
+        if key.0 == Kind::TerminatingGateway {
+            self.terminating_links_changed(before.as_deref(), Some(&after));
+        }
         self.record(
             Table::Config,
             pair_key(key.0.as_str(), &key.1),
@@ -209,6 +212,9 @@ impl Tx<'_> {
             super::config::unindex(self.state, &before);
             self.touch(keys::config(kind.as_str(), name));
             self.touch(keys::config_kind(kind.as_str()));
+            if kind == Kind::TerminatingGateway {
+                self.terminating_links_changed(Some(&before), None);
+            }
             self.record(
                 Table::Config,
                 pair_key(kind.as_str(), name),

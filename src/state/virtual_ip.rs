@@ -7,7 +7,9 @@
 //! manual IPs (`Command::VirtualIpsSet`). One meta row per service
 //! (`vip/<service>`), in the snapshot trailer; changes touch its
 //! `vip/<service>` watch key, which compiled chains (`AutoVirtualIPs`)
-//! read.
+//! read. A service a terminating gateway's entry links by name gets one
+//! too (as Consul's terminating gateways' virtual IPs), kept while any
+//! entry links it or a connect-capable instance exists.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tx::Tx;
 use super::{Response, Row, State, Table, keys};
+use crate::structs::config_entry::{ConfigEntry, Kind, WILDCARD};
 
 pub use crate::structs::TAGGED_VIRTUAL_IP as TAGGED_ADDRESS;
 
@@ -116,9 +119,11 @@ impl Tx<'_> {
     }
 
     /// Frees `service`'s virtual IPs once no connect-capable instance of
-    /// it is left.
+    /// it is left and no terminating gateway links it.
     pub(super) fn release_virtual_ip(&mut self, service: &str) {
-        if self.state.connect_names.contains_key(service) {
+        if self.state.connect_names.contains_key(service)
+            || linked_by_terminating_gateway(self.state, service)
+        {
             return;
         }
         if let Some(before) = self.state.virtual_ips.remove(service) {
@@ -132,6 +137,50 @@ impl Tx<'_> {
             );
         }
     }
+}
+
+impl Tx<'_> {
+    /// A terminating gateway's entry written (`after`) or deleted: the
+    /// services it now links by name get virtual IPs, those it no longer
+    /// links lose theirs unless something else keeps them. A `*` link
+    /// follows the catalog and gets none (Consul assigns them per named
+    /// service of the entry).
+    pub(super) fn terminating_links_changed(
+        &mut self, before: Option<&ConfigEntry>, after: Option<&ConfigEntry>,
+    ) {
+        let names = |e: Option<&ConfigEntry>| -> Vec<String> {
+            match e {
+                Some(ConfigEntry::TerminatingGateway(t)) => t
+                    .services
+                    .iter()
+                    .filter(|s| s.name != WILDCARD)
+                    .map(|s| s.name.clone())
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let now = names(after);
+        for svc in &now {
+            self.ensure_virtual_ip(svc);
+        }
+        for svc in names(before) {
+            if !now.contains(&svc) {
+                self.release_virtual_ip(&svc);
+            }
+        }
+    }
+}
+
+/// Some terminating gateway's entry links `service` by name.
+fn linked_by_terminating_gateway(state: &State, service: &str) -> bool {
+    state
+        .config
+        .range((Kind::TerminatingGateway, String::new())..)
+        .take_while(|((k, _), _)| *k == Kind::TerminatingGateway)
+        .any(|(_, e)| match &**e {
+            ConfigEntry::TerminatingGateway(t) => t.services.iter().any(|s| s.name == service),
+            _ => false,
+        })
 }
 
 /// What `Command::VirtualIpsSet` answers (Consul's
@@ -279,6 +328,63 @@ mod tests {
         );
         assert_eq!(ip(&st, "db").as_deref(), Some("240.0.0.2"));
         assert_eq!(ip(&st, "web").as_deref(), Some("240.0.0.1"), "stable");
+    }
+
+    /// A terminating gateway's entry gives the services it names virtual
+    /// IPs in the apply that writes it (not `*`); a service it stops
+    /// linking loses its IP unless a connect instance or another
+    /// gateway's entry keeps it; deleting the entry frees the rest.
+    #[test]
+    fn services_linked_to_a_terminating_gateway_get_virtual_ips() {
+        let tg = |name: &str, services: &[&str]| Command::ConfigSet {
+            entry: serde_json::json!({"Kind": "terminating-gateway", "Name": name,
+                "Services": services.iter().map(|s| serde_json::json!({"Name": s}))
+                    .collect::<Vec<_>>()}),
+            cas: None,
+        };
+        let mut st = State::default();
+        apply_command(&mut st, 2, &tg("tg", &["billing", "ledger", "*"]));
+        assert_eq!(ip(&st, "billing").as_deref(), Some("240.0.0.1"));
+        assert_eq!(ip(&st, "ledger").as_deref(), Some("240.0.0.2"));
+        assert_eq!(ip(&st, "*"), None, "a wildcard link is no service");
+        assert_eq!(st.index_of([&keys::virtual_ip("billing")]), 2);
+        apply_command(&mut st, 3, &tg("tg2", &["ledger"]));
+        apply_command(
+            &mut st,
+            4,
+            &register(
+                "n1",
+                "billing-proxy",
+                "billing-sidecar-proxy",
+                Some("billing"),
+            ),
+        );
+        apply_command(&mut st, 5, &tg("tg", &["audit"]));
+        assert_eq!(ip(&st, "audit").as_deref(), Some("240.0.0.3"));
+        assert_eq!(
+            ip(&st, "billing").as_deref(),
+            Some("240.0.0.1"),
+            "kept by its connect instance"
+        );
+        assert_eq!(
+            ip(&st, "ledger").as_deref(),
+            Some("240.0.0.2"),
+            "kept by tg2's entry"
+        );
+        apply_command(
+            &mut st,
+            6,
+            &Command::ConfigDelete {
+                kind: "terminating-gateway".into(),
+                name: "tg2".into(),
+                cas: None,
+            },
+        );
+        assert_eq!(ip(&st, "ledger"), None);
+        assert_eq!(ip(&st, "audit").as_deref(), Some("240.0.0.3"));
+        // The last connect instance gone, billing is linked by nothing.
+        apply_command(&mut st, 7, &deregister("n1", "billing-proxy"));
+        assert_eq!(ip(&st, "billing"), None);
     }
 
     /// Manual IPs: refused for a service without VIPs (nothing written),

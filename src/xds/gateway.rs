@@ -32,15 +32,18 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, http_filter, identity, inline, is_http, lb_endpoint, load_assignment, put,
-    route_config, secs, socket, start_cluster, target_cluster, tcp_filter, transport_socket,
+    has_tls, hcm_base, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint,
+    load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
+    tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
 use crate::state::catalog::Instance;
 use crate::structs::config_entry::{
-    GatewayTlsConfig, HttpHeaderModifiers, IngressService, IngressServiceConfig, WILDCARD,
+    GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
+    IngressListener, IngressService, IngressServiceConfig, WILDCARD,
 };
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
@@ -107,7 +110,7 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     let mut served = std::collections::BTreeSet::new();
     for l in &entry.listeners {
         let port = u32::try_from(l.port).unwrap_or(0);
-        let tls_on = entry.tls.enabled || l.tls.as_ref().is_some_and(|t| t.enabled);
+        let tls = listener_tls(entry, l);
         // The linked services of this listener whose chain compiled with
         // the listener's protocol (a `*` also reaches services of others:
         // those are left out, as Consul leaves them).
@@ -123,39 +126,29 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             .collect();
         served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
         let name = format!("{}:{bind}:{port}", l.protocol);
-        let filter = if is_http(&l.protocol) {
-            let route_name = port.to_string();
-            let rc = ingress_routes(&route_name, l, &linked);
-            put(out, ROUTE, route_name.clone(), Resource::of(rc));
-            http_filter(&format!("ingress_upstream_{port}"), &route_name)
+        let mut listener_filters = Vec::new();
+        let filter_chains = if is_http(&l.protocol) {
+            http_ingress_chains(l, &linked, &tls, &id, out, &mut listener_filters)
         } else {
             let Some((svc, chain)) = linked.first() else {
                 continue; // its service's chain does not compile: no listener
             };
             let cluster = start_cluster(chain).unwrap_or_default();
-            tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)
-        };
-        let transport = (tls_on && has_tls(&id)).then(|| {
-            // The listener's TLS settings, else the entry's.
-            let params = l.tls.as_ref().filter(|t| t.enabled).unwrap_or(&entry.tls);
-            transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(tls::CommonTlsContext {
-                    tls_params: Some(tls_params(params)),
-                    tls_certificates: leaf_certificates(&id),
-                    ..Default::default()
-                }),
+            vec![listener::FilterChain {
+                filters: vec![tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)],
+                transport_socket: downstream_tls(&tls, &id, &l.protocol),
                 ..Default::default()
-            })
-        });
+            }]
+        };
+        if filter_chains.is_empty() {
+            continue;
+        }
         let listener = listener::Listener {
             name: name.clone(),
             address: Some(socket(&bind, port)),
             traffic_direction: core::TrafficDirection::Outbound as i32,
-            filter_chains: vec![listener::FilterChain {
-                filters: vec![filter],
-                transport_socket: transport.flatten(),
-                ..Default::default()
-            }],
+            listener_filters,
+            filter_chains,
             ..Default::default()
         };
         put(out, LISTENER, name, Resource::of(listener));
@@ -181,6 +174,206 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             let cla = load_assignment(chain, us, &target.id);
             put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
         }
+    }
+}
+
+/// An http-like listener's filter chains and their routes: one chain per
+/// service with a certificate of its own over SDS, matched by its hosts
+/// (SNI) and routed by a route configuration of its own
+/// (`<port>_<service>`), and one for the other services, routed by
+/// `<port>`, with the listener's TLS (Consul's
+/// `makeSDSOverrideFilterChains`).
+fn http_ingress_chains(
+    l: &IngressListener, linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
+    tls: &ListenerTls, id: &Identity, out: &mut Resources,
+    listener_filters: &mut Vec<listener::ListenerFilter>,
+) -> Vec<listener::FilterChain> {
+    let port = u32::try_from(l.port).unwrap_or(0);
+    let mut chains = Vec::new();
+    let mut shared = Vec::new();
+    for &(svc, chain) in linked {
+        let own = l.services.iter().find(|s| s.name == svc);
+        let Some((s, cert)) = own.and_then(|s| Some((s, service_sds(l, s, tls)?))) else {
+            shared.push((svc, chain));
+            continue;
+        };
+        let route_name = format!("{port}_{svc}");
+        let rc = ingress_routes(&route_name, l, &[(svc, chain)]);
+        put(out, ROUTE, route_name.clone(), Resource::of(rc));
+        chains.push(listener::FilterChain {
+            filter_chain_match: Some(listener::FilterChainMatch {
+                server_names: s.hosts.clone(),
+                ..Default::default()
+            }),
+            filters: vec![http_filter(
+                &format!("ingress_upstream_{port}"),
+                &route_name,
+            )],
+            transport_socket: transport_socket(tls::DownstreamTlsContext {
+                common_tls_context: Some(tls::CommonTlsContext {
+                    tls_params: Some(tls_params(&tls.params)),
+                    tls_certificate_sds_secret_configs: vec![sds_secret(&cert)],
+                    alpn_protocols: alpn(&l.protocol),
+                    ..Default::default()
+                }),
+                require_client_certificate: Some(BoolValue { value: false }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    if !chains.is_empty() {
+        // The SNI must be read before a chain is picked.
+        listener_filters.push(tls_inspector());
+    }
+    if !shared.is_empty() || chains.is_empty() {
+        let route_name = port.to_string();
+        let rc = ingress_routes(&route_name, l, &shared);
+        put(out, ROUTE, route_name.clone(), Resource::of(rc));
+        chains.push(listener::FilterChain {
+            filters: vec![http_filter(
+                &format!("ingress_upstream_{port}"),
+                &route_name,
+            )],
+            transport_socket: downstream_tls(tls, id, &l.protocol),
+            ..Default::default()
+        });
+    }
+    chains
+}
+
+/// A listener's TLS as Consul resolves it (`resolveListenerTLSConfig`):
+/// the gateway's SDS with the listener's fields over it, the gateway's
+/// versions and cipher suites with the listener's set ones over them, and
+/// the built-in CA's leaf when TLS is enabled at either level.
+struct ListenerTls {
+    sds: Option<GatewayTlsSdsConfig>,
+    params: GatewayTlsConfig,
+    connect: bool,
+}
+
+fn listener_tls(entry: &IngressGatewayConfigEntry, l: &IngressListener) -> ListenerTls {
+    let mut sds = entry.tls.sds.clone().unwrap_or_default();
+    let mut params = GatewayTlsConfig {
+        tls_min_version: entry.tls.tls_min_version.clone(),
+        tls_max_version: entry.tls.tls_max_version.clone(),
+        cipher_suites: entry.tls.cipher_suites.clone(),
+        ..Default::default()
+    };
+    if let Some(t) = &l.tls {
+        if let Some(own) = &t.sds {
+            if !own.cluster_name.is_empty() {
+                sds.cluster_name = own.cluster_name.clone();
+            }
+            if !own.cert_resource.is_empty() {
+                sds.cert_resource = own.cert_resource.clone();
+            }
+        }
+        if !t.tls_min_version.is_empty() {
+            params.tls_min_version = t.tls_min_version.clone();
+        }
+        if !t.tls_max_version.is_empty() {
+            params.tls_max_version = t.tls_max_version.clone();
+        }
+        if !t.cipher_suites.is_empty() {
+            params.cipher_suites = t.cipher_suites.clone();
+        }
+    }
+    ListenerTls {
+        // Validation lets only both fields or neither through.
+        sds: (!sds.cluster_name.is_empty() && !sds.cert_resource.is_empty()).then_some(sds),
+        params,
+        connect: entry.tls.enabled || l.tls.as_ref().is_some_and(|t| t.enabled),
+    }
+}
+
+/// A service's own certificate over SDS: its `CertResource`, from its
+/// cluster, else the listener's, else the gateway's (the most specific
+/// wins); `None` when it names no certificate.
+fn service_sds(
+    l: &IngressListener, s: &IngressService, tls: &ListenerTls,
+) -> Option<GatewayTlsSdsConfig> {
+    let own = s.tls.as_ref()?.sds.as_ref()?;
+    if own.cert_resource.is_empty() || s.hosts.is_empty() {
+        return None;
+    }
+    let cluster = [
+        Some(own.cluster_name.as_str()),
+        l.tls
+            .as_ref()
+            .and_then(|t| t.sds.as_ref())
+            .map(|s| s.cluster_name.as_str()),
+        tls.sds.as_ref().map(|s| s.cluster_name.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|c| !c.is_empty())?;
+    Some(GatewayTlsSdsConfig {
+        cluster_name: cluster.to_string(),
+        cert_resource: own.cert_resource.clone(),
+    })
+}
+
+/// The listener's downstream TLS: the certificate over SDS when one is
+/// configured, else the gateway's leaf when TLS is enabled, else none.
+/// Clients are not asked for certificates (they are outside the mesh).
+fn downstream_tls(t: &ListenerTls, id: &Identity, protocol: &str) -> Option<core::TransportSocket> {
+    let mut common = tls::CommonTlsContext {
+        tls_params: Some(tls_params(&t.params)),
+        alpn_protocols: alpn(protocol),
+        ..Default::default()
+    };
+    if let Some(sds) = &t.sds {
+        common.tls_certificate_sds_secret_configs = vec![sds_secret(sds)];
+    } else if t.connect && has_tls(id) {
+        common.tls_certificates = leaf_certificates(id);
+    } else {
+        return None;
+    }
+    transport_socket(tls::DownstreamTlsContext {
+        common_tls_context: Some(common),
+        require_client_certificate: Some(BoolValue { value: false }),
+        ..Default::default()
+    })
+}
+
+/// The ALPN a TLS listener offers for its protocol (as Consul's).
+fn alpn(protocol: &str) -> Vec<String> {
+    match protocol {
+        "http2" | "grpc" => vec!["h2".into(), "http/1.1".into()],
+        "http" => vec!["http/1.1".into()],
+        _ => Vec::new(),
+    }
+}
+
+/// A certificate Envoy fetches by SDS from the cluster the gateway's
+/// bootstrap defines, over gRPC (Consul's shape).
+fn sds_secret(sds: &GatewayTlsSdsConfig) -> tls::SdsSecretConfig {
+    tls::SdsSecretConfig {
+        name: sds.cert_resource.clone(),
+        sds_config: Some(core::ConfigSource {
+            config_source_specifier: Some(
+                core::config_source::ConfigSourceSpecifier::ApiConfigSource(
+                    core::ApiConfigSource {
+                        api_type: core::api_config_source::ApiType::Grpc as i32,
+                        transport_api_version: core::ApiVersion::V3 as i32,
+                        grpc_services: vec![core::GrpcService {
+                            target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(
+                                core::grpc_service::EnvoyGrpc {
+                                    cluster_name: sds.cluster_name.clone(),
+                                    ..Default::default()
+                                },
+                            )),
+                            timeout: secs(5),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                ),
+            ),
+            resource_api_version: core::ApiVersion::V3 as i32,
+            ..Default::default()
+        }),
     }
 }
 
@@ -244,38 +437,9 @@ fn apply_limits(
     }
 }
 
-/// A gateway's TLS versions (Consul's `TLSv1_2` names) and cipher suites
-/// as Envoy's parameters; unset ones are Envoy's defaults.
+/// A gateway's TLS versions and cipher suites as Envoy's parameters.
 fn tls_params(t: &GatewayTlsConfig) -> tls::TlsParameters {
-    use tls::tls_parameters::TlsProtocol;
-    let version = |v: &str| match v {
-        "TLSv1_0" => TlsProtocol::TlSv10,
-        "TLSv1_1" => TlsProtocol::TlSv11,
-        "TLSv1_2" => TlsProtocol::TlSv12,
-        "TLSv1_3" => TlsProtocol::TlSv13,
-        _ => TlsProtocol::TlsAuto,
-    } as i32;
-    tls::TlsParameters {
-        tls_minimum_protocol_version: version(&t.tls_min_version),
-        tls_maximum_protocol_version: version(&t.tls_max_version),
-        // Envoy (BoringSSL) names suites in OpenSSL's words.
-        cipher_suites: t.cipher_suites.iter().map(|c| openssl_suite(c)).collect(),
-        ..Default::default()
-    }
-}
-
-/// A cipher suite's IANA name (Consul's) in OpenSSL's words (Envoy's).
-fn openssl_suite(iana: &str) -> String {
-    iana.trim_start_matches("TLS_")
-        .replace("_WITH_", "_")
-        .replace("ECDHE_ECDSA_", "ECDHE-ECDSA-")
-        .replace("ECDHE_RSA_", "ECDHE-RSA-")
-        .replace("RSA_AES", "AES")
-        .replace("AES_128_GCM_SHA256", "AES128-GCM-SHA256")
-        .replace("AES_256_GCM_SHA384", "AES256-GCM-SHA384")
-        .replace("AES_128_CBC_SHA", "AES128-SHA")
-        .replace("AES_256_CBC_SHA", "AES256-SHA")
-        .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
+    super::resources::tls_params(&t.tls_min_version, &t.tls_max_version, &t.cipher_suites)
 }
 
 fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
@@ -307,7 +471,7 @@ fn ingress_domains(svc: &str, hosts: &[String], port: u32) -> Vec<String> {
 /// An http-like listener's routes: one virtual host per linked service,
 /// its routes those of the service's chain, with the entry's header edits.
 fn ingress_routes(
-    name: &str, l: &crate::structs::config_entry::IngressListener,
+    name: &str, l: &IngressListener,
     linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
 ) -> route::RouteConfiguration {
     let port = u32::try_from(l.port).unwrap_or(0);
@@ -415,6 +579,10 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         if !g.ca_file.is_empty() {
             c.transport_socket = transport_socket(origination_tls(g));
         }
+        let http = is_http(&linked.protocol);
+        if matches!(linked.protocol.as_str(), "http2" | "grpc") {
+            http2_upstream(&mut c);
+        }
         put(out, CLUSTER, sni.clone(), Resource::of(c));
 
         // The chain: the service's leaf to the mesh, its intentions.
@@ -432,7 +600,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         };
         let transport = has_tls(&id).then(|| {
             transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(common_tls(&id, Vec::new())),
+                common_tls_context: Some(common_tls(&id, Vec::new(), &id.incoming)),
                 require_client_certificate: Some(BoolValue { value: true }),
                 ..Default::default()
             })
@@ -442,15 +610,76 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 server_names: vec![sni.clone()],
                 ..Default::default()
             }),
-            filters: vec![
-                super::rbac::network_filter(&view),
-                tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
-            ],
+            filters: if http {
+                // L7: the intentions' HTTP RBAC (paths, methods, headers)
+                // ahead of the router, as a sidecar's public listener.
+                put(
+                    out,
+                    ROUTE,
+                    sni.clone(),
+                    Resource::of(terminating_routes(&sni, svc, auto_host_rewrite(gw, svc))),
+                );
+                let stat = format!("terminating_gateway.{svc}");
+                let mut m = hcm_base(&stat);
+                m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+                    hcm::Rds {
+                        config_source: ads(),
+                        route_config_name: sni.clone(),
+                    },
+                ));
+                m.http_filters.insert(0, super::rbac::http_filter(&view));
+                vec![typed("envoy.filters.network.http_connection_manager", m)]
+            } else {
+                vec![
+                    super::rbac::network_filter(&view),
+                    tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
+                ]
+            },
             transport_socket: transport.flatten(),
             ..Default::default()
         });
     }
     sni_listener(snap, chains, out);
+}
+
+/// An http linked service's routes (named by its SNI, as its cluster):
+/// everything to its cluster, the Host header rewritten to the upstream's
+/// host name unless the entry says not to (Consul's default).
+fn terminating_routes(sni: &str, svc: &str, rewrite: bool) -> route::RouteConfiguration {
+    let mut action = to_cluster(sni);
+    if rewrite {
+        action.host_rewrite_specifier = Some(
+            route::route_action::HostRewriteSpecifier::AutoHostRewrite(BoolValue { value: true }),
+        );
+    }
+    route::RouteConfiguration {
+        name: sni.to_string(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: svc.to_string(),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                r#match: Some(prefix_match("/")),
+                action: Some(route::route::Action::Route(action)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The entry's line for `svc` (else its `*`) leaves the Host header alone
+/// only with `DisableAutoHostRewrite`.
+fn auto_host_rewrite(gw: &GatewaySnapshot, svc: &str) -> bool {
+    let Some(e) = &gw.terminating else {
+        return true;
+    };
+    let line = e
+        .services
+        .iter()
+        .find(|s| s.name == svc)
+        .or_else(|| e.services.iter().find(|s| s.name == WILDCARD));
+    !line.is_some_and(|s| s.disable_auto_host_rewrite)
 }
 
 /// Instances as the endpoints of cluster `name`, at their own address
@@ -804,8 +1033,382 @@ mod tests {
             ),
             ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
         ] {
-            assert_eq!(openssl_suite(iana), openssl, "{iana}");
+            assert_eq!(
+                super::super::resources::openssl_suite(iana),
+                openssl,
+                "{iana}"
+            );
         }
+    }
+
+    fn config(w: &mut crate::testing::World, entry: serde_json::Value) {
+        let entry = crate::config_check::decode_and_validate(&entry)
+            .expect("a valid entry")
+            .to_json();
+        w.apply(Command::ConfigSet { entry, cas: None });
+    }
+
+    /// web, api and db (http) and cache (tcp), each with a sidecar; the
+    /// built-in CA; an ingress gateway `ig` with `entry`.
+    fn ingress_world(entry: serde_json::Value) -> crate::testing::World {
+        let mut w = crate::testing::World::new();
+        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
+        w.apply(Command::CaSet {
+            ca: Box::new(ca),
+            cas: None,
+        });
+        for (name, port) in [
+            ("web", 21000),
+            ("api", 21001),
+            ("db", 21002),
+            ("cache", 21003),
+        ] {
+            if name != "cache" {
+                config(
+                    &mut w,
+                    serde_json::json!({"Kind": "service-defaults", "Name": name, "Protocol": "http"}),
+                );
+            }
+            let mut proxy = svc("connect-proxy", &format!("{name}-proxy"), port);
+            proxy.service = format!("{name}-sidecar-proxy");
+            proxy.proxy.destination_service_name = name.into();
+            register(&mut w, "n1", "10.0.0.1", proxy);
+        }
+        register(&mut w, "gw", "10.0.9.9", svc("ingress-gateway", "ig", 8443));
+        config(&mut w, entry);
+        w
+    }
+
+    fn downstream(fc: &listener::FilterChain) -> Option<tls::DownstreamTlsContext> {
+        let ts = fc.transport_socket.as_ref()?;
+        let Some(core::transport_socket::ConfigType::TypedConfig(any)) = &ts.config_type else {
+            panic!("no typed config");
+        };
+        Some(tls::DownstreamTlsContext::decode(&*any.value).unwrap())
+    }
+
+    fn rds_name(fc: &listener::FilterChain) -> String {
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+            HttpConnectionManager, http_connection_manager::RouteSpecifier,
+        };
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &fc.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        match HttpConnectionManager::decode(&*any.value)
+            .unwrap()
+            .route_specifier
+        {
+            Some(RouteSpecifier::Rds(r)) => r.route_config_name,
+            other => panic!("not RDS: {other:?}"),
+        }
+    }
+
+    /// (secret name, SDS cluster) of a context's SDS certificates.
+    fn sds_of(ctx: &tls::DownstreamTlsContext) -> Vec<(String, String)> {
+        ctx.common_tls_context
+            .as_ref()
+            .unwrap()
+            .tls_certificate_sds_secret_configs
+            .iter()
+            .map(|s| {
+                let Some(core::config_source::ConfigSourceSpecifier::ApiConfigSource(api)) =
+                    &s.sds_config.as_ref().unwrap().config_source_specifier
+                else {
+                    panic!("not an API config source: {s:?}");
+                };
+                let Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(g)) =
+                    &api.grpc_services[0].target_specifier
+                else {
+                    panic!("not Envoy gRPC");
+                };
+                (s.name.clone(), g.cluster_name.clone())
+            })
+            .collect()
+    }
+
+    fn dns_sans(pem: &str) -> Vec<String> {
+        let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let cert = p.parse_x509().unwrap();
+        let san = cert.subject_alternative_name().unwrap().unwrap();
+        san.value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// With TLS enabled and the built-in CA, the gateway's leaf names the
+    /// hosts its listeners serve (`*.ingress.<domain>` for the default
+    /// `<svc>.ingress.*` hosts, and every service's `Hosts`) and its
+    /// listener presents it; without TLS, the leaf names none of them.
+    #[test]
+    fn an_ingress_gateways_leaf_names_every_host_it_serves() {
+        let entry = |tls: bool| {
+            serde_json::json!({"Kind": "ingress-gateway", "Name": "ig",
+                "TLS": {"Enabled": tls},
+                "Listeners": [{"Port": 8080, "Protocol": "http", "Services": [
+                    {"Name": "web", "Hosts": ["web.example.com", "www.example.com"]},
+                    {"Name": "api"}]}]})
+        };
+        let w = ingress_world(entry(true));
+        let state = w.store.state();
+        let key = ("gw".to_string(), "ig".to_string());
+        let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).unwrap();
+        let leaf = snap.leaf.as_ref().expect("a leaf");
+        let sans = dns_sans(&leaf.cert_pem);
+        for want in [
+            "*.ingress.consul",
+            "*.ingress.dc1.consul",
+            "web.example.com",
+            "www.example.com",
+        ] {
+            assert!(sans.iter().any(|s| s == want), "{want} not in {sans:?}");
+        }
+        let out = super::generate(&snap, snap.gateway.as_ref().unwrap());
+        let l = Listener::decode(&*out[LISTENER]["http:0.0.0.0:8080"].any.value).unwrap();
+        let ctx = downstream(&l.filter_chains[0]).expect("TLS");
+        let common = ctx.common_tls_context.unwrap();
+        assert_eq!(
+            common.tls_certificates[0].certificate_chain,
+            inline(&leaf.cert_pem)
+        );
+        assert_eq!(common.alpn_protocols, ["http/1.1"]);
+        assert_eq!(
+            ctx.require_client_certificate,
+            Some(BoolValue { value: false })
+        );
+
+        // The domain handed in is the one named.
+        let mut shared = Shared::default();
+        shared.dns_domain = "example.internal".into();
+        let (snap, _) = build(&state, "dc1", &key, &mut shared).unwrap();
+        let sans = dns_sans(&snap.leaf.as_ref().unwrap().cert_pem);
+        assert!(
+            sans.iter().any(|s| s == "*.ingress.dc1.example.internal"),
+            "{sans:?}"
+        );
+
+        let w = ingress_world(entry(false));
+        let state = w.store.state();
+        let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).unwrap();
+        let sans = dns_sans(&snap.leaf.as_ref().unwrap().cert_pem);
+        assert!(
+            !sans
+                .iter()
+                .any(|s| s.contains("ingress") || s.contains("example")),
+            "{sans:?}"
+        );
+        let out = super::generate(&snap, snap.gateway.as_ref().unwrap());
+        let l = Listener::decode(&*out[LISTENER]["http:0.0.0.0:8080"].any.value).unwrap();
+        assert!(l.filter_chains[0].transport_socket.is_none());
+    }
+
+    /// SDS replaces the leaf: the listener's certificate (the gateway's
+    /// cluster, the listener's resource) on the default chain, and a
+    /// service with a certificate of its own gets a chain matched by its
+    /// hosts (SNI, read by the TLS inspector) with routes of its own.
+    #[test]
+    fn sds_certificates_are_named_per_listener_and_per_service() {
+        let w = ingress_world(serde_json::json!({"Kind": "ingress-gateway", "Name": "ig",
+            "TLS": {"SDS": {"ClusterName": "sds-cluster"}, "TLSMinVersion": "TLSv1_2"},
+            "Listeners": [
+                {"Port": 8443, "Protocol": "http",
+                 "TLS": {"SDS": {"CertResource": "default-cert"}},
+                 "Services": [
+                    {"Name": "web", "Hosts": ["web.example.com"],
+                     "TLS": {"SDS": {"ClusterName": "web-sds", "CertResource": "web-cert"}}},
+                    {"Name": "api", "Hosts": ["api.example.com"],
+                     "TLS": {"SDS": {"CertResource": "api-cert"}}},
+                    {"Name": "db", "Hosts": ["db.example.com"]}]},
+                {"Port": 9443, "Protocol": "tcp",
+                 "TLS": {"SDS": {"ClusterName": "tcp-sds", "CertResource": "tcp-cert"}},
+                 "Services": [{"Name": "cache"}]}]}));
+        let out = generated(&w, "gw", "ig");
+        let l = Listener::decode(&*out[LISTENER]["http:0.0.0.0:8443"].any.value).unwrap();
+        assert_eq!(
+            l.listener_filters[0].name,
+            "envoy.filters.listener.tls_inspector"
+        );
+        let chains: Vec<_> = l
+            .filter_chains
+            .iter()
+            .map(|fc| {
+                let ctx = downstream(fc).expect("TLS on every chain");
+                assert!(
+                    ctx.common_tls_context
+                        .as_ref()
+                        .unwrap()
+                        .tls_certificates
+                        .is_empty(),
+                    "no inline leaf with SDS"
+                );
+                (
+                    fc.filter_chain_match
+                        .as_ref()
+                        .map(|m| m.server_names.clone())
+                        .unwrap_or_default(),
+                    rds_name(fc),
+                    sds_of(&ctx),
+                )
+            })
+            .collect();
+        let pair = |a: &str, b: &str| vec![(a.to_string(), b.to_string())];
+        assert_eq!(
+            chains,
+            vec![
+                // The most specific cluster wins: the service's own, else
+                // the listener's or the gateway's.
+                (
+                    vec!["api.example.com".to_string()],
+                    "8443_api".to_string(),
+                    pair("api-cert", "sds-cluster")
+                ),
+                (
+                    vec!["web.example.com".to_string()],
+                    "8443_web".to_string(),
+                    pair("web-cert", "web-sds")
+                ),
+                (
+                    vec![],
+                    "8443".to_string(),
+                    pair("default-cert", "sds-cluster")
+                ),
+            ]
+        );
+        let hosts = |name: &str| {
+            let rc = route::RouteConfiguration::decode(&*out[ROUTE][name].any.value).unwrap();
+            rc.virtual_hosts
+                .iter()
+                .map(|v| (v.name.clone(), v.domains.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            hosts("8443_web"),
+            [("web".into(), vec!["web.example.com".into()])]
+        );
+        assert_eq!(
+            hosts("8443"),
+            [("db".into(), vec!["db.example.com".into()])]
+        );
+        // The tcp listener's own certificate, no SNI to read.
+        let tcp = Listener::decode(&*out[LISTENER]["tcp:0.0.0.0:9443"].any.value).unwrap();
+        assert!(tcp.listener_filters.is_empty());
+        let ctx = downstream(&tcp.filter_chains[0]).unwrap();
+        assert_eq!(sds_of(&ctx), pair("tcp-cert", "tcp-sds"));
+        assert!(ctx.common_tls_context.unwrap().alpn_protocols.is_empty());
+    }
+
+    /// A linked service that speaks http gets an HTTP filter chain at the
+    /// terminating gateway: the intentions' L7 permissions as the HTTP
+    /// RBAC filter ahead of the router, its routes to its cluster; a tcp
+    /// one keeps the network RBAC and the tcp proxy.
+    #[test]
+    fn a_terminating_gateway_enforces_l7_intentions_on_http_services() {
+        use envoy_types::pb::envoy::config::rbac::v3 as rbac;
+        use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+            HttpConnectionManager, http_filter,
+        };
+        let mut w = crate::testing::World::new();
+        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
+        w.apply(Command::CaSet {
+            ca: Box::new(ca),
+            cas: None,
+        });
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "service-defaults", "Name": "billing", "Protocol": "http"}),
+        );
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "service-intentions", "Name": "billing", "Sources": [
+                {"Name": "web", "Permissions": [
+                    {"Action": "allow", "HTTP": {"PathPrefix": "/v1", "Methods": ["GET"]}},
+                    {"Action": "deny", "HTTP": {"PathPrefix": "/"}}]}]}),
+        );
+        register(&mut w, "n9", "10.0.0.9", svc("", "billing", 443));
+        register(&mut w, "n9", "10.0.0.9", svc("", "ledger", 5433));
+        register(
+            &mut w,
+            "gw",
+            "10.0.9.9",
+            svc("terminating-gateway", "tg", 8444),
+        );
+        config(
+            &mut w,
+            serde_json::json!({"Kind": "terminating-gateway", "Name": "tg", "Services": [
+                {"Name": "billing"}, {"Name": "ledger", "DisableAutoHostRewrite": true}]}),
+        );
+        let out = generated(&w, "gw", "tg");
+        let td = format!("{}.consul", w.store.state().cluster_id);
+        let sni = |s: &str| format!("{s}.default.dc1.internal.{td}");
+        let l = Listener::decode(&*out[LISTENER]["default:0.0.0.0:8444"].any.value).unwrap();
+        let chain = |s: &str| {
+            l.filter_chains
+                .iter()
+                .find(|fc| fc.filter_chain_match.as_ref().unwrap().server_names == [sni(s)])
+                .unwrap_or_else(|| panic!("no chain for {s}"))
+        };
+        let billing = chain("billing");
+        assert_eq!(billing.filters.len(), 1);
+        assert_eq!(
+            billing.filters[0].name,
+            "envoy.filters.network.http_connection_manager"
+        );
+        assert_eq!(rds_name(billing), sni("billing"));
+        let Some(listener::filter::ConfigType::TypedConfig(any)) = &billing.filters[0].config_type
+        else {
+            panic!("no typed config");
+        };
+        let hcm = HttpConnectionManager::decode(&*any.value).unwrap();
+        let names: Vec<_> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["envoy.filters.http.rbac", "envoy.filters.http.router"]
+        );
+        let Some(http_filter::ConfigType::TypedConfig(any)) = &hcm.http_filters[0].config_type
+        else {
+            panic!("no RBAC config");
+        };
+        let rules = HttpRbac::decode(&*any.value).unwrap().rules.unwrap();
+        // Default allow: the deny permission ("/" but not "GET /v1").
+        assert_eq!(rules.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(
+            rules.policies.keys().collect::<Vec<_>>(),
+            ["consul-intentions-layer7-0"]
+        );
+        let rc =
+            route::RouteConfiguration::decode(&*out[ROUTE][&sni("billing")].any.value).unwrap();
+        let Some(route::route::Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+            panic!("no route action");
+        };
+        assert_eq!(
+            a.cluster_specifier,
+            Some(route::route_action::ClusterSpecifier::Cluster(sni(
+                "billing"
+            )))
+        );
+        assert!(matches!(
+            a.host_rewrite_specifier,
+            Some(route::route_action::HostRewriteSpecifier::AutoHostRewrite(
+                BoolValue { value: true }
+            ))
+        ));
+        // ledger speaks tcp: L4 as before, and no routes of its own.
+        let ledger = chain("ledger");
+        let names: Vec<_> = ledger.filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "envoy.filters.network.rbac",
+                "envoy.filters.network.tcp_proxy"
+            ]
+        );
+        assert!(!out[ROUTE].contains_key(&sni("ledger")));
     }
 
     #[test]

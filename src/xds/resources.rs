@@ -73,6 +73,10 @@ pub struct Identity {
     pub roots_pem: String,
     pub leaf: Option<(String, String)>,
     pub trust_domain: String,
+    /// The mesh entry's `TLS.Incoming`: the mTLS the proxy accepts.
+    pub incoming: tls::TlsParameters,
+    /// The mesh entry's `TLS.Outgoing`: the mTLS the proxy dials with.
+    pub outgoing: tls::TlsParameters,
 }
 
 /// The mesh identity a snapshot carries: every CA root (the active one and
@@ -98,6 +102,11 @@ pub fn identity(snap: &Snapshot) -> Identity {
         roots_pem.push_str(root.root_cert.trim_end());
         roots_pem.push('\n');
     }
+    let mesh = snap.mesh_tls.as_deref();
+    let params = |d: Option<&crate::structs::config_entry::MeshDirectionalTlsConfig>| {
+        d.map(|d| tls_params(&d.tls_min_version, &d.tls_max_version, &d.cipher_suites))
+            .unwrap_or_default()
+    };
     Identity {
         roots_pem,
         leaf: snap
@@ -105,7 +114,43 @@ pub fn identity(snap: &Snapshot) -> Identity {
             .as_ref()
             .map(|l| (l.cert_pem.clone(), l.private_key_pem.clone())),
         trust_domain,
+        incoming: params(mesh.and_then(|m| m.incoming.as_ref())),
+        outgoing: params(mesh.and_then(|m| m.outgoing.as_ref())),
     }
+}
+
+/// TLS versions (Consul's `TLSv1_2` names) and cipher suites as Envoy's
+/// parameters; unset ones are Envoy's defaults.
+pub(crate) fn tls_params(min: &str, max: &str, suites: &[String]) -> tls::TlsParameters {
+    use tls::tls_parameters::TlsProtocol;
+    let version = |v: &str| match v {
+        "TLSv1_0" => TlsProtocol::TlSv10,
+        "TLSv1_1" => TlsProtocol::TlSv11,
+        "TLSv1_2" => TlsProtocol::TlSv12,
+        "TLSv1_3" => TlsProtocol::TlSv13,
+        _ => TlsProtocol::TlsAuto,
+    } as i32;
+    tls::TlsParameters {
+        tls_minimum_protocol_version: version(min),
+        tls_maximum_protocol_version: version(max),
+        // Envoy (BoringSSL) names suites in OpenSSL's words.
+        cipher_suites: suites.iter().map(|c| openssl_suite(c)).collect(),
+        ..Default::default()
+    }
+}
+
+/// A cipher suite's IANA name (Consul's) in OpenSSL's words (Envoy's).
+pub(crate) fn openssl_suite(iana: &str) -> String {
+    iana.trim_start_matches("TLS_")
+        .replace("_WITH_", "_")
+        .replace("ECDHE_ECDSA_", "ECDHE-ECDSA-")
+        .replace("ECDHE_RSA_", "ECDHE-RSA-")
+        .replace("RSA_AES", "AES")
+        .replace("AES_128_GCM_SHA256", "AES128-GCM-SHA256")
+        .replace("AES_256_GCM_SHA384", "AES256-GCM-SHA384")
+        .replace("AES_128_CBC_SHA", "AES128-SHA")
+        .replace("AES_256_CBC_SHA", "AES256-SHA")
+        .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
 }
 
 /// Every type, each with no resource yet.
@@ -169,8 +214,11 @@ pub(crate) fn transport_socket<T: Message + Name>(ctx: T) -> Option<core::Transp
 }
 
 /// The leaf as this proxy's certificate and the roots as what the peer's
-/// must chain to.
-pub(crate) fn common_tls(id: &Identity, sans: Vec<String>) -> tls::CommonTlsContext {
+/// must chain to, with `params` (the mesh entry's settings for the
+/// direction: `id.incoming` or `id.outgoing`).
+pub(crate) fn common_tls(
+    id: &Identity, sans: Vec<String>, params: &tls::TlsParameters,
+) -> tls::CommonTlsContext {
     let validation = tls::CertificateValidationContext {
         trusted_ca: inline(&id.roots_pem),
         match_typed_subject_alt_names: sans
@@ -184,7 +232,7 @@ pub(crate) fn common_tls(id: &Identity, sans: Vec<String>) -> tls::CommonTlsCont
         ..Default::default()
     };
     tls::CommonTlsContext {
-        tls_params: Some(tls::TlsParameters::default()),
+        tls_params: Some(params.clone()),
         tls_certificates: id
             .leaf
             .iter()
@@ -420,7 +468,7 @@ pub(crate) fn target_cluster(
             })
             .collect();
         c.transport_socket = transport_socket(tls::UpstreamTlsContext {
-            common_tls_context: Some(common_tls(id, sans)),
+            common_tls_context: Some(common_tls(id, sans, &id.outgoing)),
             sni: target.sni.clone(),
             ..Default::default()
         });

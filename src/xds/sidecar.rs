@@ -166,7 +166,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     filters.push(filter);
     let transport = has_tls(id).then(|| {
         transport_socket(tls::DownstreamTlsContext {
-            common_tls_context: Some(common_tls(id, Vec::new())),
+            common_tls_context: Some(common_tls(id, Vec::new(), &id.incoming)),
             require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
                 value: true,
             }),
@@ -215,5 +215,115 @@ fn local_app(addr: &str, port: u32) -> cluster::Cluster {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    use prost::Message;
+
+    use super::*;
+    use crate::proxycfg::{Shared, build};
+    use crate::state::Command;
+    use crate::structs::{NodeService, Upstream};
+    use tls::tls_parameters::TlsProtocol;
+
+    fn tls_params_of<T: Message + Default>(ts: &Option<core::TransportSocket>) -> T {
+        let Some(ConfigType::TypedConfig(any)) = ts.as_ref().and_then(|t| t.config_type.clone())
+        else {
+            panic!("no TLS")
+        };
+        T::decode(&*any.value).unwrap()
+    }
+
+    /// The mesh entry's `TLS.Incoming` shapes the public listener's mTLS,
+    /// its `TLS.Outgoing` every upstream cluster's; without the entry,
+    /// Envoy's defaults.
+    #[test]
+    fn the_mesh_entrys_tls_reaches_the_public_listener_and_the_upstreams() {
+        let mut w = crate::testing::World::new();
+        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
+        w.apply(Command::CaSet {
+            ca: Box::new(ca),
+            cas: None,
+        });
+        let proxy = |dest: &str, port: i64, up: Option<&str>| {
+            let mut s = NodeService {
+                kind: "connect-proxy".into(),
+                id: format!("{dest}-proxy"),
+                service: format!("{dest}-sidecar-proxy"),
+                port,
+                ..Default::default()
+            };
+            s.proxy.destination_service_name = dest.into();
+            s.proxy.local_service_port = 8080;
+            s.proxy.upstreams = up
+                .map(|u| Upstream {
+                    destination_name: u.into(),
+                    local_bind_port: 9191,
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect();
+            s
+        };
+        w.register_passing("n1", "10.0.0.1", proxy("web", 21000, Some("db")));
+        w.register_passing("n2", "10.0.0.2", proxy("db", 21001, None));
+        // One `Shared`, as the manager's: the leaf is signed once.
+        let shared = std::cell::RefCell::new(Shared::default());
+        let snapshot = |w: &crate::testing::World| {
+            let key = ("n1".to_string(), "web-proxy".to_string());
+            build(&w.store.state(), "dc1", &key, &mut shared.borrow_mut())
+                .unwrap()
+                .0
+        };
+        let generated = |w: &crate::testing::World| generate(&snapshot(w));
+        let before = snapshot(&w);
+        let params = |out: &super::super::resources::Resources| {
+            let l = listener::Listener::decode(
+                &*out[LISTENER]["public_listener:0.0.0.0:21000"].any.value,
+            )
+            .unwrap();
+            let down: tls::DownstreamTlsContext =
+                tls_params_of(&l.filter_chains[0].transport_socket);
+            let (_, c) = out[CLUSTER]
+                .iter()
+                .find(|(n, _)| n.starts_with("db.default.dc1.internal."))
+                .expect("db's cluster");
+            let c = cluster::Cluster::decode(&*c.any.value).unwrap();
+            let up: tls::UpstreamTlsContext = tls_params_of(&c.transport_socket);
+            (
+                down.common_tls_context.unwrap().tls_params.unwrap(),
+                up.common_tls_context.unwrap().tls_params.unwrap(),
+            )
+        };
+        let (down, up) = params(&generated(&w));
+        assert_eq!(down, tls::TlsParameters::default());
+        assert_eq!(up, tls::TlsParameters::default());
+
+        let entry = crate::config_check::decode_and_validate(&serde_json::json!({
+            "Kind": "mesh", "Name": "mesh", "TLS": {
+                "Incoming": {"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_2",
+                             "CipherSuites": ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]},
+                "Outgoing": {"TLSMinVersion": "TLSv1_3"}}}))
+        .unwrap()
+        .to_json();
+        w.apply(Command::ConfigSet { entry, cas: None });
+        // A proxy already served gets the change: its snapshot differs.
+        assert!(!before.same_content(&snapshot(&w)));
+        let (down, up) = params(&generated(&w));
+        assert_eq!(
+            down.tls_minimum_protocol_version,
+            TlsProtocol::TlSv12 as i32
+        );
+        assert_eq!(
+            down.tls_maximum_protocol_version,
+            TlsProtocol::TlSv12 as i32
+        );
+        assert_eq!(down.cipher_suites, ["ECDHE-ECDSA-AES256-GCM-SHA384"]);
+        assert_eq!(up.tls_minimum_protocol_version, TlsProtocol::TlSv13 as i32);
+        assert_eq!(up.tls_maximum_protocol_version, TlsProtocol::TlsAuto as i32);
+        assert!(up.cipher_suites.is_empty());
     }
 }
