@@ -348,7 +348,10 @@ fn schedule(rng: &mut StdRng, dcs: usize) -> Vec<(Duration, Step)> {
         (ms(cut), Step::CutWan(apart)),
         (ms(cut + rng.gen_range(2000..5000)), Step::HealWan),
         (ms(secondary), Step::CrashLeader(crashed)),
-        (ms(secondary + rng.gen_range(1000..3000)), Step::Restart(crashed)),
+        (
+            ms(secondary + rng.gen_range(1000..3000)),
+            Step::Restart(crashed),
+        ),
         (ms(primary), Step::Crash(0)),
         (ms(primary + rng.gen_range(1000..3000)), Step::Restart(0)),
     ];

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::state::{Command, Response};
-use cairn::structs::query::{PreparedQuery, QueryFailover, ServiceQuery};
 use cairn::structs::health::HealthStatus;
+use cairn::structs::query::{PreparedQuery, QueryFailover, ServiceQuery};
 use cairn::structs::{HealthCheck, NodeService, RegisterRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -174,7 +174,8 @@ pub async fn creator(
 ) -> turmoil::Result {
     let token = access.workload().await;
     let q = definition(seed, &dcs);
-    q.validate().map_err(|e| format!("the query is invalid: {e}"))?;
+    q.validate()
+        .map_err(|e| format!("the query is invalid: {e}"))?;
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let req = ApiRequest::Write(Box::new(Command::QuerySet {
