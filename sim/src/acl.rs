@@ -36,12 +36,14 @@ use rand::{Rng, SeedableRng};
 pub use crate::node::MANAGEMENT;
 use crate::node::{API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, now_us};
 
-/// What the workload's clients do: KV, catalog, sessions and their locks.
+/// What the workload's clients do: KV, catalog, sessions and their locks,
+/// and the federation scenario's prepared query.
 pub const WORKLOAD_RULES: &str = r#"
 key_prefix "" { policy = "write" }
 node_prefix "" { policy = "write" }
 service_prefix "" { policy = "write" }
 session_prefix "" { policy = "write" }
+query_prefix "" { policy = "write" }
 "#;
 
 const POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b0";

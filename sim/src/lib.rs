@@ -36,29 +36,35 @@
 //!   follower stopped past autopilot's dead bound is removed, and once
 //!   restarted from its disk is a voter again without deposing the leader.
 //!
-//! - `federation`: the federation scenario, two datacenters of three
-//!   servers (`process::assemble_federated`: WAN federation over the Raft
-//!   transport, replication from the primary as a leader duty) under a
-//!   WAN partition, the secondary's leader's crash and a primary server's
-//!   restart; checked per datacenter as above (the other datacenter's
-//!   `?dc=` reads of its keys in its history), for the replicated ACLs and
-//!   config entries of every secondary server after the heal, and with
-//!   checker (f) on the secondary for the token deleted in the primary.
+//! - `federation`: the federation scenario, two or three datacenters of
+//!   three servers (`process::assemble_federated`: WAN federation over the
+//!   Raft transport, replication from the primary as a leader duty) under
+//!   WAN partitions, a secondary's leader's crash and a primary server's
+//!   restart; checked per datacenter as above (another datacenter's `?dc=`
+//!   reads of its keys in its history), for the replicated ACLs and config
+//!   entries of every secondary server after the heal, with checker (f) on
+//!   each secondary for the token deleted in the primary, and with checker
+//!   5 (`federation::query`): a prepared query failing over between the
+//!   datacenters never answers an instance whose check was not passing at
+//!   its datacenter's index the answer reflects.
 //!
 //! Commands:
 //! - `cargo test -p sim --release`: 50 seeds each of 3 and 5 servers,
-//!   6 of the federation scenario, determinism of a seed, the checker's
-//!   own tests (`SIM_SEEDS=N`, `SIM_FED_SEEDS=N` to change; a debug build
-//!   runs 6 and 2 seeds).
+//!   6 of the federation scenario (the first 2 also with three
+//!   datacenters), determinism of a seed, the checker's own tests
+//!   (`SIM_SEEDS=N`, `SIM_FED_SEEDS=N`, `SIM_FED3_SEEDS=N` to change; a
+//!   debug build runs 6, 2 and 1 seeds).
 //! - `cargo run -p sim --release -- --federation --seeds N`: N seeds of the
-//!   federation scenario (`--seed X` replays one).
+//!   federation scenario, with two and with three datacenters
+//!   (`--datacenters N` for one; `--seed X` replays one).
 //! - `cargo run -p sim --release -- --seeds N` (`make sim SEEDS=N`): N
 //!   seeds of both scenarios; a failing seed prints the command replaying it
 //!   (`--servers S --seed X`; `SIM_TRACE=1` prints leaders and operations).
 //! - `cargo test -p sim --release --features bug-ack-before-commit` (or
 //!   `bug-stale-read`, `bug-stream-back-in-time`; `make sim-bugs` runs all
 //!   three): builds cairn with a deliberate bug and expects the simulation
-//!   to catch it within 40 seeds.
+//!   to catch it within 40 seeds; `--features bug-failover-ignores-health`:
+//!   checker 5 within 4 seeds of the federation scenario.
 //!
 //! Determinism needs `--cfg tokio_unstable` (set in `.cargo/config.toml`):
 //! with it turmoil seeds each host's tokio runtime, whose RNG decides which

@@ -1,7 +1,8 @@
 //! `cargo run -p sim --release -- --seeds N`: runs N seeds of the 3- and
 //! 5-server scenarios and prints, for any failing seed, the one command that
 //! replays it (`--servers S --seed X`); `--federation` runs the seeds of
-//! the two-datacenter scenario instead.
+//! the federation scenario instead, each with two and with three
+//! datacenters (`--datacenters N`: only N).
 
 use std::time::Instant;
 
@@ -47,7 +48,11 @@ fn main() {
         None => (first..first + seeds).collect(),
     };
     if args.iter().any(|a| a == "--federation") {
-        return federation(&range, verbose);
+        let dcs: Vec<usize> = match arg(&args, "--datacenters") {
+            Some(n) => vec![n as usize],
+            None => vec![2, 3],
+        };
+        return federation(&range, &dcs, verbose);
     }
     let started = Instant::now();
     let mut failed = Vec::new();
@@ -130,16 +135,19 @@ fn main() {
     }
 }
 
-/// `--federation`: the seeds of the two-datacenter scenario.
-fn federation(seeds: &[u64], verbose: bool) {
+/// `--federation`: the seeds of the federation scenario, with each number
+/// of datacenters in `dcs`.
+fn federation(seeds: &[u64], dcs: &[usize], verbose: bool) {
     let started = Instant::now();
     let mut failed = 0;
-    for &seed in seeds {
+    let mut runs = 0;
+    for (&n, &seed) in dcs.iter().flat_map(|n| seeds.iter().map(move |s| (n, s))) {
         let t = Instant::now();
-        let r = sim::federation::run(seed);
+        let r = sim::federation::run_with(seed, n);
+        runs += 1;
         if verbose || !r.passed() {
             println!(
-                "federation seed={seed} {} in {:.1?}: {} ops ({} acked writes), faults {:?}, {:?}, trace {:016x}",
+                "federation datacenters={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes), faults {:?}, {:?}, trace {:016x}",
                 if r.passed() { "ok" } else { "FAILED" },
                 t.elapsed(),
                 r.ops,
@@ -159,7 +167,7 @@ fn federation(seeds: &[u64], verbose: bool) {
     }
     println!(
         "federation: {} passed, {failed} failed in {:.1?}",
-        seeds.len() - failed,
+        runs - failed,
         started.elapsed()
     );
     if failed > 0 {

@@ -166,6 +166,10 @@ pub struct Committed {
     /// rules, `Some("")` for any other row, `None` once removed. The DNS
     /// checker's ground truth of what its token could read at an index.
     pub acl_rows: BTreeMap<String, BTreeMap<u64, Option<String>>>,
+    /// Per health check (`<node>/<check id>`), the indexes that changed
+    /// it and its status after each (`None`: removed). Checker 5's ground
+    /// truth of what a prepared query could return at an index.
+    pub checks: BTreeMap<String, BTreeMap<u64, Option<String>>>,
     /// Indexes two servers applied differently.
     pub conflicts: Vec<String>,
 }
@@ -174,6 +178,7 @@ pub type Truth = Arc<Mutex<Committed>>;
 
 fn record(truth: &Truth, server: &str, set: &ChangeSet) {
     record_acl(truth, server, set);
+    record_checks(truth, set);
     let changes: BTreeMap<String, Option<String>> = set
         .changes
         .iter()
@@ -202,6 +207,27 @@ fn record(truth: &Truth, server: &str, set: &ChangeSet) {
         None => {
             t.kv.insert(set.index, changes);
         }
+    }
+}
+
+/// The health checks `set` changed, each with its status after `set.index`.
+fn record_checks(truth: &Truth, set: &ChangeSet) {
+    for c in set.changes.iter().filter(|c| c.table == Table::Checks) {
+        let (key, after) = match (&c.after, &c.before) {
+            (Some(Row::Check(h)), _) => (
+                format!("{}/{}", h.node, h.check_id),
+                Some(h.status.as_str().to_string()),
+            ),
+            (None, Some(Row::Check(h))) => (format!("{}/{}", h.node, h.check_id), None),
+            _ => continue,
+        };
+        truth
+            .lock()
+            .unwrap()
+            .checks
+            .entry(key)
+            .or_default()
+            .insert(set.index, after);
     }
 }
 
@@ -431,6 +457,85 @@ async fn remote_get(
     })
 }
 
+/// A prepared query's execute asked of this server's router in process
+/// with the caller's token. A local, non-`?stale` one is answered by the
+/// leader: passed to it over the simulated API (as `handle` does), which
+/// then asks its router with `?stale`, so that the router's own
+/// forwarding (real sockets, not turmoil's) is never reached; execute
+/// reads the same state either way.
+async fn execute(
+    s: &Arc<Server>, w: &Wan, req: &ApiRequest, token: Option<String>, forwarded: bool,
+) -> ApiReply {
+    let ApiRequest::Execute { query, dc, stale } = req else {
+        return error_reply(req, "not an execute".into());
+    };
+    while !forwarded && !*stale && dc.is_none() && !s.cluster().is_leader() {
+        match s.await_leader().await {
+            Ok((id, _)) if id == s.cluster().id => break,
+            Ok((id, leader)) => {
+                let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
+                    return error_reply(req, "bad leader address".into());
+                };
+                let sent = async {
+                    call_checked(addr, req, token.as_deref(), true, FORWARD_TIMEOUT)
+                        .await
+                        .map_err(|e| Error::Internal(e.to_string()))
+                };
+                match s.while_leads(id, sent).await {
+                    Ok(a) => return a.reply,
+                    Err(Error::LeadershipLost) => {}
+                    Err(e) => return error_reply(req, e.to_string()),
+                }
+            }
+            Err(e) => return error_reply(req, e.to_string()),
+        }
+    }
+    let mut path = format!("/v1/query/{query}/execute");
+    match dc {
+        Some(dc) => {
+            path.push_str("?dc=");
+            path.push_str(dc);
+            if *stale {
+                path.push_str("&stale");
+            }
+        }
+        None => path.push_str("?stale"),
+    }
+    let answer = match w.local.get(dc.as_deref().unwrap_or(""), path, token).await {
+        Ok(Some((200, body))) => serde_json::from_slice::<cairn::http::query::Executed>(&body)
+            .map(|e| {
+                let mut instances: Vec<(String, String, String)> = e
+                    .nodes
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.node.node.clone(),
+                            i.node.datacenter.clone(),
+                            i.service.id.clone(),
+                        )
+                    })
+                    .collect();
+                // Execute shuffles them with an unseeded RNG: sorted, the
+                // answer is the same in two runs of a seed.
+                instances.sort();
+                QueryAnswer {
+                    datacenter: e.datacenter,
+                    failovers: e.failovers,
+                    index: e.index,
+                    instances,
+                }
+            })
+            .map_err(|e| e.to_string()),
+        Ok(Some((status, body))) => Err(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        )),
+        Ok(None) => Err("No path to datacenter".into()),
+        Err(e) => Err(e),
+    };
+    ApiReply::Query(answer)
+}
+
 /// A client request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ApiRequest {
@@ -474,6 +579,28 @@ pub enum ApiRequest {
     /// A request from another datacenter, passed by a server of this one
     /// to its leader (federated servers only; always `forwarded`).
     Wan(WanRequest),
+    /// `GET /v1/query/:query/execute` (`?dc=`, `?stale` when set),
+    /// answered through the HTTP router in process (federated servers
+    /// only): by the leader unless `stale` or `dc` is set, as
+    /// `forward_to_leader` decides.
+    Execute {
+        query: String,
+        dc: Option<String>,
+        stale: bool,
+    },
+}
+
+/// A prepared query's execute, as checker 5 needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    /// The datacenter whose instances these are (`Datacenter`).
+    pub datacenter: String,
+    pub failovers: u32,
+    /// The index of that datacenter the answer reflects (`Index`, as
+    /// `X-Consul-Index`).
+    pub index: u64,
+    /// Per instance: its node, the node's datacenter, the service ID.
+    pub instances: Vec<(String, String, String)>,
 }
 
 /// One stream item: an event (`value`: the entry's JSON; `None` for a
@@ -511,6 +638,8 @@ pub enum ApiReply {
     Stream(Vec<StreamItem>),
     /// The leader's answer to a `Wan` request.
     Wan(WanResponse),
+    /// A prepared query's execute.
+    Query(Result<QueryAnswer, String>),
     /// A DNS answer (none: the resolver sent nothing back), with the
     /// index the server had applied before and after it resolved it.
     Dns {
@@ -637,7 +766,18 @@ async fn serve_api(
             )
             .await;
         }
-        (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. }, _) => {
+        (ApiRequest::Execute { .. }, Some(w)) => {
+            let reply = execute(&server, w, &env.req, env.token.clone(), env.forwarded).await;
+            return write_msg(
+                &mut stream,
+                &Answer {
+                    reply,
+                    checked: None,
+                },
+            )
+            .await;
+        }
+        (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. } | ApiRequest::Execute { .. }, _) => {
             let reply = error_reply(&env.req, "not federated".into());
             return write_msg(
                 &mut stream,
@@ -731,6 +871,7 @@ fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
             before: 0,
             after: 0,
         },
+        ApiRequest::Execute { .. } => ApiReply::Query(Err(e)),
     }
 }
 
@@ -757,7 +898,7 @@ fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn:
         // No request token: the resolver reads with the server's DNS token.
         ApiRequest::Dns { .. } => Ok(()),
         // Answered in `serve_api`: the router's handlers check the token.
-        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) => Ok(()),
+        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) | ApiRequest::Execute { .. } => Ok(()),
     }
 }
 
@@ -791,6 +932,11 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
         Command::ConfigDelete { name, .. } => {
             a.require(a.service_write(name), "service:write", name)
         }
+        // As `/v1/query`'s create: `query:write` on its name's prefix.
+        Command::QuerySet { query, .. } => match query.acl_prefix() {
+            Some(prefix) => a.require(a.query_write(prefix), "query:write", prefix),
+            None => Ok(()),
+        },
         _ => Err(Error::BadRequest(
             "a command the simulation's API does not take".into(),
         )),
@@ -878,7 +1024,7 @@ async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
         ApiRequest::Get { key, consistent } => read(s, key, consistent, false).await,
         ApiRequest::StaleGet { key } => read(s, key, false, true).await,
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
-        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) => {
+        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) | ApiRequest::Execute { .. } => {
             error_reply(&req, "answered before".into())
         }
         // Answered in `serve_api`, never here.

@@ -97,13 +97,15 @@ impl Report {
             " --features bug-stale-read"
         } else if cfg!(feature = "bug-stream-back-in-time") {
             " --features bug-stream-back-in-time"
+        } else if cfg!(feature = "bug-failover-ignores-health") {
+            " --features bug-failover-ignores-health"
         } else {
             ""
         };
-        if self.federation.is_some() {
+        if let Some(f) = &self.federation {
             return format!(
-                "cargo run -p sim --release{features} -- --federation --seed {}",
-                self.seed
+                "cargo run -p sim --release{features} -- --federation --datacenters {} --seed {}",
+                f.datacenters, self.seed
             );
         }
         format!(
@@ -116,18 +118,23 @@ impl Report {
 /// What the federation checkers saw in one run.
 #[derive(Debug, Clone, Default)]
 pub struct FedStats {
+    /// How many datacenters ran (two or three).
+    pub datacenters: usize,
     /// Acknowledged writes per datacenter.
-    pub acked: [usize; 2],
-    /// `?dc=` reads answered: of dc2's keys through dc1, of dc1's through dc2.
-    pub remote_reads: [usize; 2],
+    pub acked: Vec<usize>,
+    /// `?dc=` reads answered through each datacenter (of the next one's
+    /// keys: dc2's through dc1, ..., dc1's through the last).
+    pub remote_reads: Vec<usize>,
     /// Config entry writes acknowledged by the primary.
     pub config_writes: usize,
-    /// What the secondary held at the end (checker 2): policies, global
-    /// tokens, config entries.
+    /// What the first secondary held at the end (checker 2): policies,
+    /// global tokens, config entries.
     pub replicated: (usize, usize, usize),
     /// Simulated time from the end of the workload until every secondary
     /// server held the primary's objects.
     pub converged_after: Duration,
-    /// Checker (f) on the secondary.
+    /// Checker (f) on the secondaries, their counts summed.
     pub acl: AclStats,
+    /// Checker 5: the prepared query's executes.
+    pub query: crate::federation::QueryStats,
 }

@@ -24,7 +24,8 @@ fn serial() -> MutexGuard<'static, ()> {
 #[cfg(not(any(
     feature = "bug-ack-before-commit",
     feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
+    feature = "bug-stream-back-in-time",
+    feature = "bug-failover-ignores-health"
 )))]
 mod clean {
     use super::*;
@@ -134,25 +135,32 @@ mod clean {
         run_many(5);
     }
 
-    /// Seeds of the federation scenario: `SIM_FED_SEEDS`, else 10 in a
-    /// release build (a few seconds each) and 2 in a debug build.
-    fn federation_seeds() -> u64 {
-        std::env::var("SIM_FED_SEEDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(if cfg!(debug_assertions) { 2 } else { 6 })
+    /// Seeds of the federation scenario: `SIM_FED_SEEDS`, else 6 in a
+    /// release build (a few seconds each) and 2 in a debug build; the
+    /// first `SIM_FED3_SEEDS` of them (else 2, and 1 in a debug build)
+    /// run with three datacenters too.
+    fn federation_seeds() -> (u64, u64) {
+        let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse().ok());
+        let debug = cfg!(debug_assertions);
+        (
+            var("SIM_FED_SEEDS").unwrap_or(if debug { 2 } else { 6 }),
+            var("SIM_FED3_SEEDS").unwrap_or(if debug { 1 } else { 2 }),
+        )
     }
 
     #[test]
     fn federation() {
         let _serial = serial();
         let mut failed = Vec::new();
-        let (mut acked, mut remote, mut config) = ([0, 0], [0, 0], 0);
+        let (two, three) = federation_seeds();
+        let runs = (0..two).map(|s| (2, s)).chain((0..three).map(|s| (3, s)));
+        let (mut acked, mut remote, mut config) = (vec![0; 3], vec![0; 3], 0);
         let (mut acl, mut slowest) = ((0, 0, 0), std::time::Duration::ZERO);
-        for seed in 0..federation_seeds() {
-            let r = sim::federation::run(seed);
+        let mut query = sim::federation::QueryStats::default();
+        for (dcs, seed) in runs {
+            let r = sim::federation::run_with(seed, dcs);
             let f = r.federation.clone().unwrap_or_default();
-            for d in 0..2 {
+            for d in 0..f.acked.len() {
                 acked[d] += f.acked[d];
                 remote[d] += f.remote_reads[d];
             }
@@ -160,18 +168,31 @@ mod clean {
             acl.0 += f.acl.accepted_before;
             acl.1 += f.acl.refused_after;
             acl.2 += f.acl.anonymous_refused;
+            query.answers += f.query.answers;
+            query.failed_over += f.query.failed_over;
+            query.empty += f.query.empty;
+            query.instances += f.query.instances;
+            query.unanswered += f.query.unanswered;
             slowest = slowest.max(f.converged_after);
             if !r.passed() {
                 failed.push(r);
             }
         }
         println!(
-            "federation, {} seeds: acknowledged writes {acked:?} (dc1, dc2), ?dc= reads answered {remote:?} (of dc2 through dc1, of dc1 through dc2), {config} config entry writes; replicated objects held by every secondary server at most {slowest:?} after the workload",
-            federation_seeds()
+            "federation, {two} seeds of two datacenters and {three} of three: acknowledged writes {acked:?} (dc1, dc2, dc3), ?dc= reads answered {remote:?} (through dc1, dc2, dc3, of the next one's keys), {config} config entry writes; replicated objects held by every secondary server at most {slowest:?} after the workload"
         );
         println!(
-            "  ACLs in dc2 (checker f): the token deleted in dc1 accepted {} times before the secondary applied its delete and refused {} times after, {} anonymous requests refused",
+            "  ACLs in the secondaries (checker f): the token deleted in dc1 accepted {} times before a secondary applied its delete and refused {} times after, {} anonymous requests refused",
             acl.0, acl.1, acl.2
+        );
+        println!(
+            "  prepared query (checker 5): {} answers checked ({} instances), {} with another datacenter's instances (failed over), {} empty, {} executes unanswered",
+            query.answers, query.instances, query.failed_over, query.empty, query.unanswered
+        );
+        // The failover ran: checker 5 held answers of other datacenters.
+        assert!(
+            query.failed_over > 0,
+            "no execute failed over to another datacenter"
         );
         for r in &failed {
             println!("seed {} failed:", r.seed);
@@ -199,13 +220,50 @@ fn a_seed_replays_identically() {
 #[test]
 fn a_federation_seed_replays_identically() {
     let _serial = serial();
-    let a = sim::federation::run(5);
-    let b = sim::federation::run(5);
-    assert_eq!(
-        a.trace_hash, b.trace_hash,
-        "federation seed 5 ran differently twice"
-    );
-    assert_eq!(a.ops, b.ops);
+    for dcs in [2, 3] {
+        let a = sim::federation::run_with(5, dcs);
+        let b = sim::federation::run_with(5, dcs);
+        assert_eq!(
+            a.trace_hash, b.trace_hash,
+            "federation seed 5 with {dcs} datacenters ran differently twice"
+        );
+        assert_eq!(a.ops, b.ops);
+    }
+}
+
+/// With the failover's datacenter ignoring health: checker 5 must catch
+/// it, with two datacenters and with three.
+#[cfg(feature = "bug-failover-ignores-health")]
+mod planted_failover {
+    use super::*;
+
+    /// Within this many seeds the injected bug must be caught.
+    const BUG_SEEDS: u64 = 4;
+
+    /// Checker 5's finding (not a want of progress).
+    fn is_caught(f: &str) -> bool {
+        f.starts_with("prepared query") && f.contains("where its check was")
+    }
+
+    #[test]
+    fn catches_the_injected_bug() {
+        let _serial = serial();
+        for dcs in [2, 3] {
+            let caught = (0..BUG_SEEDS)
+                .map(|s| sim::federation::run_with(s, dcs))
+                .find(|r| r.failures.iter().any(|f| is_caught(f)));
+            let r = caught.unwrap_or_else(|| {
+                panic!("{dcs} datacenters: the injected bug went unnoticed for {BUG_SEEDS} seeds")
+            });
+            let found = r.failures.iter().find(|f| is_caught(f));
+            println!(
+                "{dcs} datacenters: caught at seed {}: {}\n  reproduce: {}",
+                r.seed,
+                found.unwrap(),
+                r.repro()
+            );
+        }
+    }
 }
 
 /// With a planted bug (a `bug-*` feature): the checkers must catch it.

@@ -1,21 +1,26 @@
-//! The federation scenario: two datacenters of three servers each, `dc1`
-//! the primary, `dc2` joined to it by `--join-wan`, every server built as a
+//! The federation scenario: two or three datacenters of three servers
+//! each, `dc1` the primary, the others joined to it by `--join-wan`
+//! (`run` and `run_with`), every server built as a
 //! federated one is (`process::assemble_federated`: WAN greetings over the
 //! Raft transport, the primary's federation states and the secondary's
 //! replication as leader duties, other datacenters answered by the HTTP
-//! router in process), with ACLs on (default deny) in both.
+//! router in process), with ACLs on (default deny) in every one.
 //!
-//! Faults, at times drawn from the seed: every link between the two
-//! datacenters cut and then healed (a WAN partition), the secondary's
-//! leader crashed and restarted from its stored state, and a primary
-//! server likewise.
+//! Faults, at times drawn from the seed: the links between datacenters
+//! cut and then healed (a WAN partition: every datacenter cut off from
+//! every other, or, of three, one cut off from the other two), a
+//! secondary's leader crashed and restarted from its stored state, and a
+//! primary server likewise.
 //!
 //! Clients: the KV/catalog workload in each datacenter; a reader of each
-//! datacenter's keys through the other's servers (`?dc=`, default and
+//! datacenter's keys through the next one's servers (`?dc=`, default and
 //! `?consistent`); the ACL admin in the primary (the workload's policy and
 //! tokens, a doomed token deleted mid-run, a policy changed after it); the
-//! doomed token's user on the secondary's servers; a writer of config
-//! entries in the primary (set and deleted throughout).
+//! doomed token's user on each secondary's servers; a writer of config
+//! entries in the primary (set and deleted throughout); and checker 5's
+//! (`query`): a flipper of a service's checks in each datacenter, the
+//! creator of a prepared query in the primary failing over to the others,
+//! and an executor of it through each datacenter.
 //!
 //! Checkers:
 //! 1. per datacenter, the history checkers of the other scenarios
@@ -23,11 +28,18 @@
 //!    `?consistent` reads linearizable), and its servers' states equal;
 //! 2. after the heal, every secondary server holds the primary's ACL
 //!    policies, roles and global tokens and its config entries;
-//! 3. checker (f) (`acl::check`) on the secondary: no `dc2` server accepts
-//!    the token deleted in the primary once it has applied the delete its
-//!    replication brought (the secondary's own apply of it, the truth);
+//! 3. checker (f) (`acl::check`) on each secondary: none of its servers
+//!    accepts the token deleted in the primary once it has applied the
+//!    delete its replication brought (its own apply of it, the truth);
 //! 4. the `?dc=` reads are in the other datacenter's history, so checker 1
-//!    holds them linearizable with that datacenter's writes.
+//!    holds them linearizable with that datacenter's writes;
+//! 5. (`query::check`) no execute of the prepared query, through any
+//!    datacenter, returns a datacenter's instance whose check was not
+//!    passing at the index of that datacenter the answer reflects.
+
+mod query;
+
+pub use query::QueryStats;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -49,8 +61,8 @@ use crate::report::{FedStats, Report};
 use crate::run::{crash_host, state_hash, wait_converged};
 use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
 
-/// The datacenters, the primary first.
-pub const DCS: [&str; 2] = ["dc1", "dc2"];
+/// The datacenters, the primary first (a run has the first two or all).
+pub const DCS: [&str; 3] = ["dc1", "dc2", "dc3"];
 const PRIMARY: &str = "dc1";
 /// Servers per datacenter.
 const SERVERS: usize = 3;
@@ -178,13 +190,15 @@ fn replication_gaps(slots: &[Vec<Slot>]) -> Vec<String> {
     };
     let want = replicated(&leader.state());
     let mut out = Vec::new();
-    for (i, slot) in slots[1].iter().enumerate() {
-        let Some(s) = slot.lock().unwrap().clone() else {
-            out.push(format!("{} not running", server_name(1, i)));
-            continue;
-        };
-        for d in differences(&want, &replicated(&s.state())) {
-            out.push(format!("{}: {d}", server_name(1, i)));
+    for (d, secondary) in slots.iter().enumerate().skip(1) {
+        for (i, slot) in secondary.iter().enumerate() {
+            let Some(s) = slot.lock().unwrap().clone() else {
+                out.push(format!("{} not running", server_name(d, i)));
+                continue;
+            };
+            for diff in differences(&want, &replicated(&s.state())) {
+                out.push(format!("{}: {diff}", server_name(d, i)));
+            }
         }
     }
     out
@@ -308,7 +322,9 @@ async fn remote_reader(
 /// A fault of the scenario, at its time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Step {
-    CutWan,
+    /// Cut every datacenter off from every other (`None`), or one from the
+    /// others.
+    CutWan(Option<usize>),
     HealWan,
     /// Crash the leader of the datacenter (else a server drawn).
     CrashLeader(usize),
@@ -318,17 +334,24 @@ enum Step {
     Restart(usize),
 }
 
-/// When each fault happens: drawn from the seed, all over by `HEAL_AT`.
-fn schedule(rng: &mut StdRng) -> Vec<(Duration, Step)> {
+/// When each fault happens (of `dcs` datacenters): drawn from the seed,
+/// all over by `HEAL_AT`.
+fn schedule(rng: &mut StdRng, dcs: usize) -> Vec<(Duration, Step)> {
     let ms = Duration::from_millis;
     let cut = rng.gen_range(4000..9000);
     let secondary = rng.gen_range(4000..11000);
     let primary = rng.gen_range(5000..12000);
+    // Of three: all apart, or one (the primary too) cut off.
+    let apart = (dcs > 2 && rng.gen_bool(0.5)).then(|| rng.gen_range(0..dcs));
+    let crashed = rng.gen_range(1..dcs);
     let mut out = vec![
-        (ms(cut), Step::CutWan),
+        (ms(cut), Step::CutWan(apart)),
         (ms(cut + rng.gen_range(2000..5000)), Step::HealWan),
-        (ms(secondary), Step::CrashLeader(1)),
-        (ms(secondary + rng.gen_range(1000..3000)), Step::Restart(1)),
+        (ms(secondary), Step::CrashLeader(crashed)),
+        (
+            ms(secondary + rng.gen_range(1000..3000)),
+            Step::Restart(crashed),
+        ),
         (ms(primary), Step::Crash(0)),
         (ms(primary + rng.gen_range(1000..3000)), Step::Restart(0)),
     ];
@@ -336,16 +359,33 @@ fn schedule(rng: &mut StdRng) -> Vec<(Duration, Step)> {
     out
 }
 
-/// Runs one seed of the federation scenario.
+/// Runs one seed of the federation scenario, two datacenters.
 pub fn run(seed: u64) -> Report {
+    run_with(seed, 2)
+}
+
+/// Runs one seed of the federation scenario with `dcs` datacenters (two
+/// or three).
+pub fn run_with(seed: u64, dcs: usize) -> Report {
+    assert!((2..=DCS.len()).contains(&dcs), "two or three datacenters");
+    let n = dcs;
+    let dcs: Vec<&'static str> = DCS[..n].to_vec();
     let mut report = Report {
         seed,
-        servers: SERVERS * DCS.len(),
-        federation: Some(FedStats::default()),
+        servers: SERVERS * n,
+        federation: Some(FedStats {
+            datacenters: n,
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    let mut stats = FedStats::default();
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xFED_E2A7E);
+    let mut stats = FedStats {
+        datacenters: n,
+        acked: vec![0; n],
+        remote_reads: vec![0; n],
+        ..Default::default()
+    };
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xFED_E2A7E ^ ((n as u64) << 48));
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(1))
@@ -355,17 +395,17 @@ pub fn run(seed: u64) -> Report {
         .build();
     cairn::raft::runtime::seed_rng(seed);
 
-    let names: Vec<Vec<String>> = (0..DCS.len())
+    let names: Vec<Vec<String>> = (0..n)
         .map(|d| (0..SERVERS).map(|i| server_name(d, i)).collect())
         .collect();
     let slots: Vec<Vec<Slot>> = names
         .iter()
         .map(|n| n.iter().map(|_| Arc::new(Mutex::new(None))).collect())
         .collect();
-    let truths: Vec<Truth> = DCS.iter().map(|_| Truth::default()).collect();
+    let truths: Vec<Truth> = dcs.iter().map(|_| Truth::default()).collect();
     // ACLs on in every seed: replication's ACL half and checker (f) need it.
     let access = Access::new(seed, true);
-    for d in 0..DCS.len() {
+    for d in 0..n {
         for i in 0..SERVERS {
             let (slot, disk, truth) = (slots[d][i].clone(), Disk::default(), truths[d].clone());
             let (host, names) = (names[d][i].clone(), names.clone());
@@ -424,10 +464,11 @@ pub fn run(seed: u64) -> Report {
         .iter()
         .map(|n| n.iter().map(|h| sim.lookup(h.as_str())).collect())
         .collect();
-    let histories: Vec<History> = DCS.iter().map(|_| History::default()).collect();
+    let histories: Vec<History> = dcs.iter().map(|_| History::default()).collect();
     let workload_end = HEAL_AT + CLIENT_TIMEOUT + Duration::from_secs(2);
     let mut clients: Vec<String> = Vec::new();
-    for d in 0..DCS.len() {
+    let queries: query::QueryLog = Arc::default();
+    for d in 0..n {
         // Two writers and a reader per datacenter.
         for c in 0..3u64 {
             let name = format!("{}-c{}", DCS[d], c + 1);
@@ -438,8 +479,8 @@ pub fn run(seed: u64) -> Report {
             });
             clients.push(name);
         }
-        // The other datacenter's keys, through this one's servers.
-        let other = 1 - d;
+        // The next datacenter's keys, through this one's servers.
+        let other = (d + 1) % n;
         let name = format!("{}-remote", DCS[d]);
         let (ips_d, history, a) = (ips[d].clone(), histories[other].clone(), access.clone());
         let id = 100 + d as u64;
@@ -454,24 +495,52 @@ pub fn run(seed: u64) -> Report {
             workload::final_reads(ips_d, history, a).await
         });
         clients.push(name);
+        // Checker 5's: this datacenter's instances flipped, the query
+        // executed through it.
+        let name = format!("{}-flipper", DCS[d]);
+        let (ips_d, a) = (ips[d].clone(), access.clone());
+        sim.client(name.as_str(), async move {
+            query::flipper(seed, d, DCS[d], ips_d, workload_end, a).await
+        });
+        clients.push(name);
+        let name = format!("{}-executor", DCS[d]);
+        let (ips_d, a, log) = (ips[d].clone(), access.clone(), queries.clone());
+        sim.client(name.as_str(), async move {
+            query::executor(seed, d, PRIMARY, ips_d, workload_end, a, log).await
+        });
+        clients.push(name);
+    }
+    {
+        let (to, a, log, dcs) = (ips[0].clone(), access.clone(), queries.clone(), dcs.clone());
+        sim.client("query-creator", async move {
+            query::creator(seed, dcs, to, workload_end, a, log).await
+        });
+        clients.push("query-creator".into());
     }
     let acl_log: acl::AclLog = Arc::default();
+    // Per secondary, its user's requests (`user_logs[d - 1]`).
+    let user_logs: Vec<acl::AclLog> = (1..n).map(|_| acl::AclLog::default()).collect();
     {
         let delete_at = Duration::from_millis(rng.gen_range(7000..13000));
         let (to, log, a) = (ips[0].clone(), acl_log.clone(), access.clone());
         sim.client("admin", async move {
             acl::admin(a, to, delete_at, workload_end, log, extra_writes).await
         });
-        let (to, log, a) = (ips[1].clone(), acl_log.clone(), access.clone());
-        sim.client("user", async move {
-            acl::user(a, seed, to, workload_end + acl::USER_AFTER, log).await
-        });
+        for d in 1..n {
+            let (to, log, a) = (ips[d].clone(), user_logs[d - 1].clone(), access.clone());
+            let name = format!("{}-user", DCS[d]);
+            sim.client(name.as_str(), async move {
+                let seed = seed ^ ((d as u64) << 36);
+                acl::user(a, seed, to, workload_end + acl::USER_AFTER, log).await
+            });
+            clients.push(name);
+        }
         let config_acked: Arc<Mutex<usize>> = Arc::default();
         let (to, acked) = (ips[0].clone(), config_acked.clone());
         sim.client("config", async move {
             config_writer(seed, to, workload_end, acked).await
         });
-        clients.extend(["admin", "user", "config"].map(String::from));
+        clients.extend(["admin", "config"].map(String::from));
         let mut trace = std::hash::DefaultHasher::new();
         run_faults(
             &mut sim,
@@ -492,6 +561,8 @@ pub fn run(seed: u64) -> Report {
             truths: &truths,
             histories: &histories,
             acl_log: &acl_log,
+            user_logs: &user_logs,
+            queries: &queries,
             access: &access,
         };
         finish(sim, run, trace, stats, &mut report);
@@ -507,10 +578,12 @@ fn run_faults(
 ) {
     let mut hosts: Vec<String> = names.concat();
     hosts.extend(clients.iter().cloned());
-    let mut steps = schedule(rng).into_iter().peekable();
+    let n = names.len();
+    let mut steps = schedule(rng, n).into_iter().peekable();
     // Per datacenter, the server its crash stopped.
-    let mut down: [Option<usize>; 2] = [None, None];
-    let mut wan_cut = false;
+    let mut down: Vec<Option<usize>> = vec![None; n];
+    // Whether the links between two datacenters are cut.
+    let mut cut = vec![vec![false; n]; n];
     let trace_on = std::env::var_os("SIM_TRACE").is_some();
     loop {
         let now = sim.elapsed();
@@ -520,21 +593,39 @@ fn run_faults(
             }
             steps.next();
             let what = match step {
-                Step::CutWan | Step::HealWan => {
-                    wan_cut = step == Step::CutWan;
-                    for a in &names[0] {
-                        for b in &names[1] {
-                            if step == Step::CutWan {
-                                sim.partition(a.as_str(), b.as_str());
-                            } else {
-                                sim.repair(a.as_str(), b.as_str());
+                Step::CutWan(apart) => {
+                    for d in 0..n {
+                        for e in d + 1..n {
+                            if apart.is_none_or(|x| x == d || x == e) {
+                                cut[d][e] = true;
+                                cut[e][d] = true;
+                                for a in &names[d] {
+                                    for b in &names[e] {
+                                        sim.partition(a.as_str(), b.as_str());
+                                    }
+                                }
                             }
                         }
                     }
                     *report
                         .faults
                         .entry(crate::report::Fault::Partition)
-                        .or_default() += usize::from(step == Step::CutWan);
+                        .or_default() += 1;
+                    apart.map(|x| DCS[x].to_string()).unwrap_or_default()
+                }
+                Step::HealWan => {
+                    for d in 0..n {
+                        for e in d + 1..n {
+                            if cut[d][e] {
+                                (cut[d][e], cut[e][d]) = (false, false);
+                                for a in &names[d] {
+                                    for b in &names[e] {
+                                        sim.repair(a.as_str(), b.as_str());
+                                    }
+                                }
+                            }
+                        }
+                    }
                     String::new()
                 }
                 Step::CrashLeader(d) | Step::Crash(d) => {
@@ -551,8 +642,8 @@ fn run_faults(
                     };
                     crash_host(sim, victim, &names[d], &hosts, &slots[d]);
                     // The crash repaired its links: the WAN cut stays.
-                    if wan_cut {
-                        for other in &names[1 - d] {
+                    for e in (0..n).filter(|e| cut[d][*e]) {
+                        for other in &names[e] {
                             sim.partition(names[d][victim].as_str(), other.as_str());
                         }
                     }
@@ -594,6 +685,8 @@ struct Finished<'a> {
     truths: &'a [Truth],
     histories: &'a [History],
     acl_log: &'a acl::AclLog,
+    user_logs: &'a [acl::AclLog],
+    queries: &'a query::QueryLog,
     access: &'a Access,
 }
 
@@ -608,10 +701,13 @@ fn finish(
         truths,
         histories,
         acl_log,
+        user_logs,
+        queries,
         access,
     } = run;
+    let n = names.len();
     // Each datacenter's servers agree, as in the other scenarios.
-    for d in 0..DCS.len() {
+    for d in 0..n {
         let converged = wait_converged(&mut sim, &slots[d], Duration::from_secs(30));
         let servers = running(&slots[d]);
         let hashes: Vec<u64> = servers.iter().map(|s| state_hash(&s.state())).collect();
@@ -632,7 +728,7 @@ fn finish(
             ));
         }
     }
-    // Checker 2: the secondary holds what the primary holds.
+    // Checker 2: every secondary holds what the primary holds.
     let started = sim.elapsed();
     let deadline = started + REPLICATION_LIMIT;
     loop {
@@ -644,7 +740,7 @@ fn finish(
         if sim.elapsed() >= deadline {
             let shown: Vec<String> = gaps.iter().take(6).cloned().collect();
             report.failures.push(format!(
-                "replication: the secondary does not hold the primary's objects {} s after the heal ({} differences): {shown:?}",
+                "replication: the secondaries do not hold the primary's objects {} s after the heal ({} differences): {shown:?}",
                 REPLICATION_LIMIT.as_secs(),
                 gaps.len()
             ));
@@ -661,8 +757,8 @@ fn finish(
     report.sim_time = sim.elapsed();
 
     // Checkers 1 and 4: each datacenter's history, its `?dc=` reads from
-    // the other included.
-    for d in 0..DCS.len() {
+    // the previous one included.
+    for d in 0..n {
         let history = histories[d].lock().unwrap().clone();
         for r in &history {
             r.hash(&mut trace);
@@ -672,9 +768,10 @@ fn finish(
                 eprintln!("{}: {r:?}", DCS[d]);
             }
         }
-        stats.remote_reads[1 - d] = history
+        let reader = (d + n - 1) % n;
+        stats.remote_reads[reader] = history
             .iter()
-            .filter(|r| r.client == 100 + (1 - d) as u64 && r.output.is_some())
+            .filter(|r| r.client == 100 + reader as u64 && r.output.is_some())
             .count();
         let servers = running(&slots[d]);
         let Some(s) = servers.first() else { continue };
@@ -697,24 +794,44 @@ fn finish(
             ));
         }
     }
-    for (d, n) in stats.remote_reads.iter().enumerate() {
-        if *n < MIN_REMOTE_READS {
+    for (d, reads) in stats.remote_reads.iter().enumerate() {
+        if *reads < MIN_REMOTE_READS {
             report.failures.push(format!(
-                "no progress: {n} ?dc={} reads answered through {} (at least {MIN_REMOTE_READS} expected)",
-                DCS[1 - d],
+                "no progress: {reads} ?dc={} reads answered through {} (at least {MIN_REMOTE_READS} expected)",
+                DCS[(d + 1) % n],
                 DCS[d]
             ));
         }
     }
-    // Checker 3: checker (f) on the secondary, against its own applies.
+    // Checker 3: checker (f) on each secondary, against its own applies:
+    // the admin's record with that secondary's user's requests.
     if let Some(tokens) = access.tokens() {
-        let log = acl_log.lock().unwrap().clone();
-        log.hash(&mut trace);
-        let a = acl::check(tokens, &log, &truths[1].lock().unwrap());
+        let admin = acl_log.lock().unwrap().clone();
+        admin.hash(&mut trace);
+        for d in 1..n {
+            let mut log = admin.clone();
+            log.uses = user_logs[d - 1].lock().unwrap().uses.clone();
+            log.uses.hash(&mut trace);
+            let a = acl::check(tokens, &log, &truths[d].lock().unwrap());
+            report
+                .failures
+                .extend(a.failures.iter().map(|f| format!("{}: {f}", DCS[d])));
+            stats.acl.accepted_before += a.accepted_before;
+            stats.acl.refused_after += a.refused_after;
+            stats.acl.anonymous_refused += a.anonymous_refused;
+            stats.acl.delete_index = a.delete_index;
+        }
+    }
+    // Checker 5: the prepared query's answers, against each datacenter's
+    // applies.
+    {
+        let log = queries.lock().unwrap();
+        log.executions.hash(&mut trace);
+        let (q, failures) = query::check(&DCS[..n], &log, truths);
         report
             .failures
-            .extend(a.failures.iter().map(|f| format!("dc2: {f}")));
-        stats.acl = a;
+            .extend(failures.into_iter().map(|f| format!("prepared query: {f}")));
+        stats.query = q;
     }
     for (d, t) in truths.iter().enumerate() {
         for c in &t.lock().unwrap().conflicts {
