@@ -59,7 +59,7 @@ pub fn query_id(seed: u64) -> String {
 /// primary to every other datacenter.
 fn definition(seed: u64, dcs: &[&str]) -> PreparedQuery {
     let others: Vec<String> = dcs[1..].iter().map(|d| d.to_string()).collect();
-    let failover = if seed % 2 == 0 {
+    let failover = if seed.is_multiple_of(2) {
         QueryFailover {
             nearest_n: others.len() as i64,
             ..Default::default()
