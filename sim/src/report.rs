@@ -136,5 +136,17 @@ pub struct FedStats {
     /// Checker (f) on the secondaries, their counts summed.
     pub acl: AclStats,
     /// Checker 5: the prepared query's executes.
-    pub query: crate::federation::QueryStats,
+    pub query: QueryStats,
+}
+
+/// What checker 5 saw in one run.
+#[derive(Debug, Clone, Default)]
+pub struct QueryStats {
+    pub answers: usize,
+    /// Answers with another datacenter's instances than the primary's.
+    pub failed_over: usize,
+    /// Answers with no instance at all.
+    pub empty: usize,
+    pub instances: usize,
+    pub unanswered: usize,
 }

@@ -39,8 +39,6 @@
 
 mod query;
 
-pub use query::QueryStats;
-
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};

@@ -35,6 +35,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::acl::Access;
 use crate::node::{API_PORT, ApiReply, ApiRequest, QueryAnswer, Truth, call, now_us};
+use crate::report::QueryStats;
 use crate::workload::CLIENT_TIMEOUT;
 
 /// The service (and the query's name).
@@ -104,18 +105,6 @@ pub struct QueryRecord {
 }
 
 pub type QueryLog = Arc<Mutex<QueryRecord>>;
-
-/// What checker 5 saw in one run.
-#[derive(Debug, Clone, Default)]
-pub struct QueryStats {
-    pub answers: usize,
-    /// Answers with another datacenter's instances than the primary's.
-    pub failed_over: usize,
-    /// Answers with no instance at all.
-    pub empty: usize,
-    pub instances: usize,
-    pub unanswered: usize,
-}
 
 /// Sets the checks of datacenter `d`'s instances until `until`.
 pub async fn flipper(
