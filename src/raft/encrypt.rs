@@ -49,7 +49,7 @@ use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::{hkdf, hmac, rand::SecureRandom};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use super::network::{Accept, BoxStream, Connect, Connecting};
+use super::stream::{Accept, BoxStream, Connect, Connecting};
 
 /// The key's length in bytes (Consul's gossip keys are 32 bytes too).
 pub const KEY_LEN: usize = 32;

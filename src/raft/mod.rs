@@ -14,6 +14,7 @@ pub mod runtime;
 pub mod secure;
 pub mod snapshot_file;
 pub mod state_machine;
+pub mod stream;
 pub mod wan;
 
 use openraft::OptionalSend;

@@ -30,7 +30,7 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::network::{Accept, BoxStream, Connect, Connecting, Dial};
+use super::stream::{Accept, BoxStream, Connect, Connecting, Dial};
 use crate::tls::{Certified, TlsError, server_name};
 
 /// Opens TLS streams to peers over another `Connect`.
