@@ -156,7 +156,7 @@ mod clean {
         let runs = (0..two).map(|s| (2, s)).chain((0..three).map(|s| (3, s)));
         let (mut acked, mut remote, mut config) = (vec![0; 3], vec![0; 3], 0);
         let (mut acl, mut slowest) = ((0, 0, 0), std::time::Duration::ZERO);
-        let mut query = sim::federation::QueryStats::default();
+        let mut query = sim::report::QueryStats::default();
         for (dcs, seed) in runs {
             let r = sim::federation::run_with(seed, dcs);
             let f = r.federation.clone().unwrap_or_default();
