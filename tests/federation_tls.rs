@@ -7,78 +7,33 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{Server, bin, eventually};
+use common::pki::Pki;
+use common::{Server, eventually};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A CA (`cairn tls ca create`) in its own directory.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        cairn_tls(dir.path(), &["ca", "create"]);
-        Pki { dir }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.path().join("consul-agent-ca.pem")
-    }
-
-    /// A new certificate of `kind` (`-server`/`-client`) for `dc`, checked
-    /// by openssl against the CA: its file and key.
-    fn cert(&self, kind: &str, dc: &str) -> (PathBuf, PathBuf) {
-        let out = cairn_tls(self.dir.path(), &["cert", "create", kind, "-dc", dc]);
-        let saved: Vec<PathBuf> = out
-            .lines()
-            .filter_map(|l| l.strip_prefix("==> Saved "))
-            .map(|f| self.dir.path().join(f))
-            .collect();
-        assert_eq!(saved.len(), 2, "{out}");
-        let (ca, cert) = (self.ca(), saved[0].clone());
-        assert!(
-            common::pki::verifies(&ca.to_string_lossy(), None, &cert.to_string_lossy()),
-            "openssl does not verify {cert:?}"
-        );
-        (cert, saved[1].clone())
-    }
-
-    /// A server of `dc` holding `cert`.
-    fn server(&self, node: &str, dc: &str, cert: &(PathBuf, PathBuf)) -> common::ServerBuilder {
-        Server::builder()
-            .node(node)
-            .datacenter(dc)
-            .primary("dc1")
-            .arg("--tls-ca-file")
-            .arg(&self.ca().display().to_string())
-            .arg("--tls-cert-file")
-            .arg(&cert.0.display().to_string())
-            .arg("--tls-key-file")
-            .arg(&cert.1.display().to_string())
-    }
-}
-
-/// Runs `cairn tls …` in `dir`; panics unless it succeeds.
-fn cairn_tls(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(bin())
-        .arg("tls")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cairn tls");
+/// A new certificate of `kind` (`-server`/`-client`) for `dc`, checked by
+/// openssl against the CA: its file and key.
+fn cert(pki: &Pki, kind: &str, dc: &str) -> (PathBuf, PathBuf) {
+    let cert = pki.cert(&[kind, "-dc", dc]);
     assert!(
-        out.status.success(),
-        "cairn tls {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        common::pki::verifies(&pki.ca().to_string_lossy(), None, &cert.0.to_string_lossy()),
+        "openssl does not verify {:?}",
+        cert.0
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    cert
+}
+
+/// A server of `dc` holding `cert`.
+fn server(pki: &Pki, node: &str, dc: &str, cert: &(PathBuf, PathBuf)) -> common::ServerBuilder {
+    let mut b = Server::builder().node(node).datacenter(dc).primary("dc1");
+    for f in pki.flags(cert) {
+        b = b.arg(&f);
+    }
+    b
 }
 
 fn datacenters(s: &Server) -> Vec<String> {
@@ -90,9 +45,8 @@ fn datacenters(s: &Server) -> Vec<String> {
 #[test]
 fn two_datacenters_federate_over_mutual_tls() {
     let pki = Pki::new();
-    let dc1 = pki.server("a0", "dc1", &pki.cert("-server", "dc1")).start();
-    let dc2 = pki
-        .server("b0", "dc2", &pki.cert("-server", "dc2"))
+    let dc1 = server(&pki, "a0", "dc1", &cert(&pki, "-server", "dc1")).start();
+    let dc2 = server(&pki, "b0", "dc2", &cert(&pki, "-server", "dc2"))
         .join_wan(dc1.raft_addr)
         .start();
     eventually(WAIT, "both datacenters listed on both", || {
@@ -131,13 +85,11 @@ fn two_datacenters_federate_over_mutual_tls() {
 #[test]
 fn a_server_of_another_datacenters_certificate_or_a_client_is_refused() {
     let pki = Pki::new();
-    let impostor = pki.server("x0", "dc2", &pki.cert("-server", "dc1")).start();
-    let dc1 = pki
-        .server("a0", "dc1", &pki.cert("-server", "dc1"))
+    let impostor = server(&pki, "x0", "dc2", &cert(&pki, "-server", "dc1")).start();
+    let dc1 = server(&pki, "a0", "dc1", &cert(&pki, "-server", "dc1"))
         .join_wan(impostor.raft_addr)
         .start();
-    let client = pki
-        .server("y0", "dc3", &pki.cert("-client", "dc3"))
+    let client = server(&pki, "y0", "dc3", &cert(&pki, "-client", "dc3"))
         .join_wan(dc1.raft_addr)
         .start();
 

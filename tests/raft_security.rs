@@ -310,40 +310,13 @@ fn an_unprotected_raft_port_beyond_loopback_refuses_to_start() {
     assert!(led, "--insecure-raft did not start (exit: {exited:?})");
 }
 
-/// Runs `cairn tls …` in `dir`; panics unless it succeeds.
-fn cairn_tls(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new(bin())
-        .arg("tls")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "cairn tls {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn tls_and_a_key_together_form_a_cluster() {
-    let pki = tempfile::tempdir().unwrap();
-    cairn_tls(pki.path(), &["ca", "create"]);
-    let out = cairn_tls(pki.path(), &["cert", "create", "-server"]);
-    let saved: Vec<String> = out
-        .lines()
-        .filter_map(|l| l.strip_prefix("==> Saved "))
-        .map(|f| pki.path().join(f).display().to_string())
-        .collect();
-    let ca = pki.path().join("consul-agent-ca.pem").display().to_string();
+    let pki = common::pki::Pki::new();
     let key = keygen();
-    let flags = [
-        "--encrypt",
-        &key,
-        "--tls-ca-file",
-        &ca,
-        "--tls-cert-file",
-        &saved[0],
-        "--tls-key-file",
-        &saved[1],
-    ];
+    let mut flags = vec!["--encrypt".to_string(), key];
+    flags.extend(pki.flags(&pki.cert(&["-server"])));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let procs = cluster(3, &flags);
     for p in &procs {
         p.wait_for_leader(Duration::from_secs(30));

@@ -9,73 +9,13 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::agent::Agent;
+use common::pki::{Pki, cairn_tls};
 use common::{Server, bin, eventually, free_port};
-
-/// Runs `cairn tls …` in `dir`; panics unless it succeeds.
-fn cairn_tls(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(bin())
-        .arg("tls")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cairn tls");
-    assert!(
-        out.status.success(),
-        "cairn tls {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A CA in its own directory, and certificates made by it.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = tempfile::tempdir().unwrap();
-        cairn_tls(dir.path(), &["ca", "create"]);
-        Pki { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.path("consul-agent-ca.pem")
-    }
-
-    /// A new certificate (`-server` or `-client`): its file and key.
-    fn cert(&self, kind: &str) -> (PathBuf, PathBuf) {
-        let out = cairn_tls(self.dir.path(), &["cert", "create", kind]);
-        let saved: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.strip_prefix("==> Saved "))
-            .collect();
-        assert_eq!(saved.len(), 2, "{out}");
-        (self.path(saved[0]), self.path(saved[1]))
-    }
-
-    /// The three TLS flags for a certificate of this CA.
-    fn flags(&self, cert: &(PathBuf, PathBuf)) -> Vec<String> {
-        vec![
-            "--tls-ca-file".into(),
-            self.ca().display().to_string(),
-            "--tls-cert-file".into(),
-            cert.0.display().to_string(),
-            "--tls-key-file".into(),
-            cert.1.display().to_string(),
-        ]
-    }
-}
 
 /// `curl -sS` with `args`: exit code, HTTP status (0 if none) and body.
 fn curl(args: &[&str]) -> (i32, u16, String) {
@@ -153,9 +93,9 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 fn tls_commands_write_consul_named_files_with_its_sans() {
     let pki = Pki::new();
     assert!(pki.path("consul-agent-ca-key.pem").exists());
-    let s0 = pki.cert("-server");
-    let s1 = pki.cert("-server");
-    let c0 = pki.cert("-client");
+    let s0 = pki.cert(&["-server"]);
+    let s1 = pki.cert(&["-server"]);
+    let c0 = pki.cert(&["-client"]);
     assert!(s0.0.ends_with("dc1-server-consul-0.pem"), "{s0:?}");
     assert!(s0.1.ends_with("dc1-server-consul-0-key.pem"), "{s0:?}");
     assert!(s1.0.ends_with("dc1-server-consul-1.pem"), "{s1:?}");
@@ -240,7 +180,7 @@ fn mutual_tls_cluster_forms_and_refuses_outsiders() {
                     b = b.join(format!("127.0.0.1:{r}"));
                 }
             }
-            with_flags(b, &pki.flags(&pki.cert("-server"))).start()
+            with_flags(b, &pki.flags(&pki.cert(&["-server"]))).start()
         })
         .collect();
     let leader = eventually(Duration::from_secs(30), "a leader on every server", || {
@@ -282,7 +222,7 @@ fn mutual_tls_cluster_forms_and_refuses_outsiders() {
             .count()
     };
     let before = refusals(&servers[0]);
-    let (ocert, okey) = other.cert("-server");
+    let (ocert, okey) = other.cert(&["-server"]);
     let outsider = Server::builder()
         .node("intruder")
         .join(servers[0].raft_addr)
@@ -346,14 +286,14 @@ fn https_verify_incoming_needs_a_client_certificate() {
     let https_port = free_port();
     let server = with_flags(
         Server::builder().dev().node("tls-dev"),
-        &pki.flags(&pki.cert("-server")),
+        &pki.flags(&pki.cert(&["-server"])),
     )
     .arg("--https-addr")
     .arg(&format!("127.0.0.1:{https_port}"))
     .arg("--tls-verify-incoming")
     .start();
     let url = format!("https://127.0.0.1:{https_port}/v1/status/leader");
-    let (client_cert, client_key) = pki.cert("-client");
+    let (client_cert, client_key) = pki.cert(&["-client"]);
     let (cert, key) = (
         client_cert.display().to_string(),
         client_key.display().to_string(),
@@ -369,7 +309,7 @@ fn https_verify_incoming_needs_a_client_certificate() {
     assert_ne!(code, 0, "an unknown CA must fail");
     // Another CA's client certificate is refused too.
     let other = Pki::new();
-    let (ocert, okey) = other.cert("-client");
+    let (ocert, okey) = other.cert(&["-client"]);
     let (_, status, _) = curl(&[
         "--cacert",
         &ca,
@@ -420,7 +360,7 @@ fn https_verify_incoming_needs_a_client_certificate() {
 fn a_stalled_https_handshake_is_closed() {
     let pki = Pki::new();
     let https_port = free_port();
-    let _server = with_flags(Server::builder().dev(), &pki.flags(&pki.cert("-server")))
+    let _server = with_flags(Server::builder().dev(), &pki.flags(&pki.cert(&["-server"])))
         .arg("--https-addr")
         .arg(&format!("127.0.0.1:{https_port}"))
         .arg("--http-read-header-timeout")
@@ -456,7 +396,7 @@ fn https_only_leaves_no_plain_port() {
     let ca = pki.ca();
     let server = with_flags(
         Server::builder().dev().node("only-https").https_only(),
-        &pki.flags(&pki.cert("-server")),
+        &pki.flags(&pki.cert(&["-server"])),
     )
     .start();
     eventually(Duration::from_secs(30), "a leader", || {
@@ -513,7 +453,7 @@ fn agent_over_https_with_https_checks() {
     let https_port = free_port();
     let server = with_flags(
         Server::builder().dev().node("tls-server"),
-        &pki.flags(&pki.cert("-server")),
+        &pki.flags(&pki.cert(&["-server"])),
     )
     .arg("--https-addr")
     .arg(&format!("127.0.0.1:{https_port}"))
@@ -523,7 +463,7 @@ fn agent_over_https_with_https_checks() {
     let mut b = Agent::builder("tls-agent", &format!("https://127.0.0.1:{https_port}"))
         .arg("--https-addr")
         .arg(format!("127.0.0.1:{agent_https}"));
-    for f in pki.flags(&pki.cert("-client")) {
+    for f in pki.flags(&pki.cert(&["-client"])) {
         b = b.arg(f);
     }
     let agent = b.start();
