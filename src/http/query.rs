@@ -458,16 +458,20 @@ async fn execute_remote(
             "Permission denied: only another datacenter's servers may run a query here".into(),
         ));
     }
-    #[allow(unused_mut)]
-    let mut req: RemoteRequest = decode_json(&body)?;
+    let req: RemoteRequest = decode_json(&body)?;
     req.query.validate().map_err(Error::BadRequest)?;
     // Planted for the simulation's checker 5: every check ignored.
     #[cfg(feature = "bug-failover-ignores-health")]
-    {
-        let st = s.state();
-        req.query.service.ignore_check_ids =
-            st.checks.values().map(|c| c.check_id.clone()).collect();
-    }
+    let req = {
+        let mut req = req;
+        req.query.service.ignore_check_ids = s
+            .state()
+            .checks
+            .values()
+            .map(|c| c.check_id.clone())
+            .collect();
+        req
+    };
     let authz = executor(&s, &a, &req.query)?;
     let mut out = run_here(&s, &req.query, req.connect, &authz);
     if req.limit > 0 {

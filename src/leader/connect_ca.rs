@@ -31,9 +31,6 @@ use crate::structs::connect::{CaRoots, SignedIntermediate};
 const WAIT: Duration = Duration::from_secs(60);
 /// A plain read's or a signing's time limit.
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// The pause after a failure: doubled each time, up to the second.
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(8);
 /// CAS losses in a row (a configuration PUT racing) before a pause.
 const CAS_TRIES: usize = 5;
 
@@ -49,12 +46,9 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
     let mut roots: Option<(u64, CaRoots)> = None;
     // Block past this index; None: a plain read.
     let mut after: Option<u64> = None;
-    let mut pause = RETRY_MIN;
-    // A datacenter newly known (the primary's first answer) ends a failed
-    // pull's pause, as replication's (`replication::run`).
-    let mut others = fed.watch_others();
+    let mut backoff = super::replication::Backoff::new(&fed);
     loop {
-        others.borrow_and_update();
+        backoff.attempt();
         // Subscribed before the state is read: a configuration PUT after
         // it wakes the wait below.
         let mut local = s.watches().subscribe(&keys::CONNECT_CA);
@@ -63,7 +57,7 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
             match reconcile(&s, &fed, primary).await {
                 Ok(at) => {
                     renew = Some(at);
-                    pause = RETRY_MIN;
+                    backoff.succeeded();
                     fed.replication().update(Replicated::Ca, |r| {
                         r.index = *index;
                         r.last_success = Some(SystemTime::now());
@@ -71,8 +65,7 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
                 }
                 Err(e) => {
                     failed(&fed, e);
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
+                    backoff.failed().await;
                     after = None;
                     continue;
                 }
@@ -97,10 +90,7 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>) {
                 }
                 Err(e) => {
                     failed(&fed, e);
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => pause = (pause * 2).min(RETRY_MAX),
-                        Ok(()) = others.changed() => pause = RETRY_MIN,
-                    }
+                    backoff.failed().await;
                     after = None;
                 }
             },

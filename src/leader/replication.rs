@@ -11,9 +11,9 @@
 //! the replicated state here, so a new leader resumes where the state is
 //! (after a leader change, a partition or a restart) and writes only what
 //! changed meanwhile. A failure is kept for `/v1/acl/replication`, then
-//! retried with a growing pause, or at once when a datacenter becomes
-//! known (the primary's first answer to this server's greeting); meanwhile the secondary keeps serving from
-//! what it has (Consul's `extend-cache`: tokens resolve from replicated
+//! retried with a growing pause (`Backoff`), or at once when a datacenter
+//! becomes known (the primary's first answer to this server's greeting);
+//! meanwhile the secondary keeps serving from what it has (Consul's `extend-cache`: tokens resolve from replicated
 //! state, never from the primary).
 //!
 //! The differences go as few `Command::AclReplicate`/`ConfigReplicate`
@@ -46,6 +46,46 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The pause after a failure: doubled each time, up to the second.
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(8);
+
+/// The pause between a secondary's failed pulls from the primary (this
+/// module's and `connect_ca`'s): doubled after each failure, back to the
+/// least after a success, and cut short as soon as a datacenter is newly
+/// known. A pull that failed for want of the primary (`No path`: not
+/// greeted yet, at the start) is so tried again at once, not after a pause
+/// grown meanwhile: that pause once made the first objects made in the
+/// primary wait seconds. Datacenters are never forgotten, so a partition
+/// does not wake it.
+pub(super) struct Backoff {
+    pause: Duration,
+    others: tokio::sync::watch::Receiver<Vec<String>>,
+}
+
+impl Backoff {
+    pub(super) fn new(fed: &Federation) -> Self {
+        Backoff {
+            pause: RETRY_MIN,
+            others: fed.watch_others(),
+        }
+    }
+
+    /// Before each pull: the datacenters known now; one learnt while the
+    /// pull runs still cuts its failure's pause short.
+    pub(super) fn attempt(&mut self) {
+        self.others.borrow_and_update();
+    }
+
+    pub(super) fn succeeded(&mut self) {
+        self.pause = RETRY_MIN;
+    }
+
+    /// Waits out the pause after a failure.
+    pub(super) async fn failed(&mut self) {
+        tokio::select! {
+            _ = tokio::time::sleep(self.pause) => self.pause = (self.pause * 2).min(RETRY_MAX),
+            Ok(()) = self.others.changed() => self.pause = RETRY_MIN,
+        }
+    }
+}
 /// One write of replicated objects: at most this many, and about this
 /// many bytes of them (far under `server::MAX_COMMAND_BYTES`).
 const BATCH_OBJECTS: usize = 256;
@@ -66,12 +106,9 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
     // The primary's index of what this term applied: an answer older than
     // it is never applied (it would undo newer changes).
     let mut applied = 0;
-    let mut pause = RETRY_MIN;
-    let mut others = fed.watch_others();
+    let mut backoff = Backoff::new(&fed);
     loop {
-        // What is known now: a datacenter learnt during the pull below
-        // still wakes its failure's pause.
-        others.borrow_and_update();
+        backoff.attempt();
         // Read for each pull: `PUT /v1/agent/token/replication` on this
         // server changes it (as Consul's), else `--acl-replication-token`.
         let token = s
@@ -86,7 +123,7 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
                     r.last_success = Some(SystemTime::now());
                 });
                 after = Some(index);
-                pause = RETRY_MIN;
+                backoff.succeeded();
             }
             Err(e) => {
                 tracing::warn!(what = what.name(), error = %e, "replication from the primary failed");
@@ -95,16 +132,7 @@ pub async fn run(s: Arc<Server>, federation: Option<Arc<Federation>>, what: Repl
                     r.last_error_message = e;
                 });
                 after = None;
-                // A pull that failed for want of the primary (`No path`:
-                // not greeted yet, at the start) is tried again as soon as
-                // a datacenter is newly known, not after a pause grown
-                // meanwhile: that pause once made the first objects made
-                // in the primary wait seconds. Datacenters are never
-                // forgotten, so a partition does not wake it.
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => pause = (pause * 2).min(RETRY_MAX),
-                    Ok(()) = others.changed() => pause = RETRY_MIN,
-                }
+                backoff.failed().await;
             }
         }
     }
