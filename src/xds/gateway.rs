@@ -32,8 +32,8 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, hcm_base, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint,
-    load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
+    has_tls, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint, load_assignment,
+    prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster, target_cluster,
     tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
@@ -43,7 +43,6 @@ use crate::structs::config_entry::{
     GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
     IngressListener, IngressService, IngressServiceConfig, WILDCARD,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
@@ -605,36 +604,24 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 ..Default::default()
             })
         });
+        let stat = format!("terminating_gateway.{svc}");
+        let filters = if http {
+            // L7: the intentions' HTTP RBAC (paths, methods, headers)
+            // ahead of the router, as a sidecar's public listener.
+            let routes = terminating_routes(&sni, svc, auto_host_rewrite(gw, svc));
+            put(out, ROUTE, sni.clone(), Resource::of(routes));
+            let mut m = rds_hcm(&stat, &sni);
+            m.http_filters.insert(0, super::rbac::http_filter(&view));
+            vec![typed("envoy.filters.network.http_connection_manager", m)]
+        } else {
+            vec![super::rbac::network_filter(&view), tcp_filter(&stat, &sni)]
+        };
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: vec![sni.clone()],
                 ..Default::default()
             }),
-            filters: if http {
-                // L7: the intentions' HTTP RBAC (paths, methods, headers)
-                // ahead of the router, as a sidecar's public listener.
-                put(
-                    out,
-                    ROUTE,
-                    sni.clone(),
-                    Resource::of(terminating_routes(&sni, svc, auto_host_rewrite(gw, svc))),
-                );
-                let stat = format!("terminating_gateway.{svc}");
-                let mut m = hcm_base(&stat);
-                m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
-                    hcm::Rds {
-                        config_source: ads(),
-                        route_config_name: sni.clone(),
-                    },
-                ));
-                m.http_filters.insert(0, super::rbac::http_filter(&view));
-                vec![typed("envoy.filters.network.http_connection_manager", m)]
-            } else {
-                vec![
-                    super::rbac::network_filter(&view),
-                    tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
-                ]
-            },
+            filters,
             transport_socket: transport.flatten(),
             ..Default::default()
         });

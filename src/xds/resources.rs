@@ -329,6 +329,14 @@ pub(crate) fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
 
 /// An upstream's HTTP connection manager, its routes by RDS over ADS.
 pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
+    typed(
+        "envoy.filters.network.http_connection_manager",
+        rds_hcm(stat, route),
+    )
+}
+
+/// An HTTP connection manager whose routes are `route`, by RDS over ADS.
+pub(crate) fn rds_hcm(stat: &str, route: &str) -> hcm::HttpConnectionManager {
     let mut m = hcm_base(stat);
     m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
         hcm::Rds {
@@ -336,7 +344,7 @@ pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
             route_config_name: route.to_string(),
         },
     ));
-    typed("envoy.filters.network.http_connection_manager", m)
+    m
 }
 
 pub(crate) fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {
