@@ -125,9 +125,8 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             .collect();
         served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
         let name = format!("{}:{bind}:{port}", l.protocol);
-        let mut listener_filters = Vec::new();
         let filter_chains = if is_http(&l.protocol) {
-            http_ingress_chains(l, &linked, &tls, &id, out, &mut listener_filters)
+            http_ingress_chains(l, port, &linked, &tls, &id, out)
         } else {
             let Some((svc, chain)) = linked.first() else {
                 continue; // its service's chain does not compile: no listener
@@ -139,9 +138,12 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 ..Default::default()
             }]
         };
-        if filter_chains.is_empty() {
-            continue;
-        }
+        // A chain picked by SNI needs the SNI read first.
+        let listener_filters = if filter_chains.iter().any(|c| c.filter_chain_match.is_some()) {
+            vec![tls_inspector()]
+        } else {
+            Vec::new()
+        };
         let listener = listener::Listener {
             name: name.clone(),
             address: Some(socket(&bind, port)),
@@ -183,11 +185,18 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
 /// `<port>`, with the listener's TLS (Consul's
 /// `makeSDSOverrideFilterChains`).
 fn http_ingress_chains(
-    l: &IngressListener, linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
-    tls: &ListenerTls, id: &Identity, out: &mut Resources,
-    listener_filters: &mut Vec<listener::ListenerFilter>,
+    l: &IngressListener, port: u32,
+    linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)], tls: &ListenerTls,
+    id: &Identity, out: &mut Resources,
 ) -> Vec<listener::FilterChain> {
-    let port = u32::try_from(l.port).unwrap_or(0);
+    // The routes of `services` under `route_name`, and the filter that
+    // reads them.
+    let mut routed = |route_name: String, services: &[_]| {
+        let rc = ingress_routes(&route_name, l, services);
+        let filter = http_filter(&format!("ingress_upstream_{port}"), &route_name);
+        put(out, ROUTE, route_name, Resource::of(rc));
+        filter
+    };
     let mut chains = Vec::new();
     let mut shared = Vec::new();
     for &(svc, chain) in linked {
@@ -196,44 +205,21 @@ fn http_ingress_chains(
             shared.push((svc, chain));
             continue;
         };
-        let route_name = format!("{port}_{svc}");
-        let rc = ingress_routes(&route_name, l, &[(svc, chain)]);
-        put(out, ROUTE, route_name.clone(), Resource::of(rc));
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: s.hosts.clone(),
                 ..Default::default()
             }),
-            filters: vec![http_filter(
-                &format!("ingress_upstream_{port}"),
-                &route_name,
-            )],
-            transport_socket: transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(tls::CommonTlsContext {
-                    tls_params: Some(tls_params(&tls.params)),
-                    tls_certificate_sds_secret_configs: vec![sds_secret(&cert)],
-                    alpn_protocols: alpn(&l.protocol),
-                    ..Default::default()
-                }),
-                require_client_certificate: Some(BoolValue { value: false }),
-                ..Default::default()
+            filters: vec![routed(format!("{port}_{svc}"), &[(svc, chain)])],
+            transport_socket: serve_tls(tls, &l.protocol, |c| {
+                c.tls_certificate_sds_secret_configs = vec![sds_secret(&cert)];
             }),
             ..Default::default()
         });
     }
-    if !chains.is_empty() {
-        // The SNI must be read before a chain is picked.
-        listener_filters.push(tls_inspector());
-    }
     if !shared.is_empty() || chains.is_empty() {
-        let route_name = port.to_string();
-        let rc = ingress_routes(&route_name, l, &shared);
-        put(out, ROUTE, route_name.clone(), Resource::of(rc));
         chains.push(listener::FilterChain {
-            filters: vec![http_filter(
-                &format!("ingress_upstream_{port}"),
-                &route_name,
-            )],
+            filters: vec![routed(port.to_string(), &shared)],
             transport_socket: downstream_tls(tls, id, &l.protocol),
             ..Default::default()
         });
@@ -315,20 +301,30 @@ fn service_sds(
 
 /// The listener's downstream TLS: the certificate over SDS when one is
 /// configured, else the gateway's leaf when TLS is enabled, else none.
-/// Clients are not asked for certificates (they are outside the mesh).
 fn downstream_tls(t: &ListenerTls, id: &Identity, protocol: &str) -> Option<core::TransportSocket> {
+    match &t.sds {
+        Some(sds) => serve_tls(t, protocol, |c| {
+            c.tls_certificate_sds_secret_configs = vec![sds_secret(sds)];
+        }),
+        None if t.connect && has_tls(id) => serve_tls(t, protocol, |c| {
+            c.tls_certificates = leaf_certificates(id);
+        }),
+        None => None,
+    }
+}
+
+/// TLS for clients outside the mesh (not asked for certificates): the
+/// listener's versions and cipher suites, ALPN for its protocol, and the
+/// certificate `cert` puts in.
+fn serve_tls(
+    t: &ListenerTls, protocol: &str, cert: impl FnOnce(&mut tls::CommonTlsContext),
+) -> Option<core::TransportSocket> {
     let mut common = tls::CommonTlsContext {
         tls_params: Some(tls_params(&t.params)),
         alpn_protocols: alpn(protocol),
         ..Default::default()
     };
-    if let Some(sds) = &t.sds {
-        common.tls_certificate_sds_secret_configs = vec![sds_secret(sds)];
-    } else if t.connect && has_tls(id) {
-        common.tls_certificates = leaf_certificates(id);
-    } else {
-        return None;
-    }
+    cert(&mut common);
     transport_socket(tls::DownstreamTlsContext {
         common_tls_context: Some(common),
         require_client_certificate: Some(BoolValue { value: false }),
