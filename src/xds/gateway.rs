@@ -1024,6 +1024,20 @@ mod tests {
         }
     }
 
+    /// A suite repeated (validation lets any number through) is named
+    /// once, in the order first given.
+    #[test]
+    fn repeated_cipher_suites_are_named_once() {
+        let mut suites = vec!["TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA".to_string(); 10_000];
+        suites.push("TLS_RSA_WITH_AES_128_GCM_SHA256".into());
+        suites.push("TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA".into());
+        let p = super::super::resources::tls_params("TLSv1_2", "", &suites);
+        assert_eq!(
+            p.cipher_suites,
+            ["ECDHE-RSA-AES256-SHA", "AES128-GCM-SHA256"]
+        );
+    }
+
     fn config(w: &mut crate::testing::World, entry: serde_json::Value) {
         let entry = crate::config_check::decode_and_validate(&entry)
             .expect("a valid entry")

@@ -130,11 +130,20 @@ pub(crate) fn tls_params(min: &str, max: &str, suites: &[String]) -> tls::TlsPar
         "TLSv1_3" => TlsProtocol::TlSv13,
         _ => TlsProtocol::TlsAuto,
     } as i32;
+    // Each suite once: a list repeating the few valid ones (an entry may
+    // hold thousands) costs every proxy's build one pass, not a resource
+    // of that size.
+    let mut distinct: Vec<&str> = Vec::new();
+    for c in suites {
+        if !distinct.contains(&c.as_str()) {
+            distinct.push(c);
+        }
+    }
     tls::TlsParameters {
         tls_minimum_protocol_version: version(min),
         tls_maximum_protocol_version: version(max),
         // Envoy (BoringSSL) names suites in OpenSSL's words.
-        cipher_suites: suites.iter().map(|c| openssl_suite(c)).collect(),
+        cipher_suites: distinct.into_iter().map(openssl_suite).collect(),
         ..Default::default()
     }
 }
