@@ -72,29 +72,20 @@ fn parse(qname: &Name, domain: &Name, dc: &str) -> Lookup {
         "service", "connect", "node", "addr", "virtual", "query", "ingress",
     ];
     let is_kind = |l: &str| KINDS.contains(&l.to_ascii_lowercase().as_str());
-    let mut elsewhere = None;
-    let (kind, rest) = match labels.as_slice() {
-        [rest @ .., k] if is_kind(k) => (k.to_ascii_lowercase(), rest),
-        [rest @ .., k, d] if is_kind(k) => {
-            if !d.eq_ignore_ascii_case(dc) {
-                // Another datacenter: asked there (datacenter names are
-                // matched as the federation spells them, lower case).
-                elsewhere = Some(d.to_ascii_lowercase());
-            }
-            (k.to_ascii_lowercase(), rest)
-        }
+    // The label after the kind, if any: a datacenter (a peer after
+    // `virtual`).
+    let (kind, rest, after) = match labels.as_slice() {
+        [rest @ .., k] if is_kind(k) => (k, rest, None),
+        [rest @ .., k, d] if is_kind(k) => (k, rest, Some(d)),
         _ => return Lookup::Missing,
     };
-    let found = parse_kind(&kind, rest);
-    if kind == "virtual" && labels.len() == rest.len() + 2 {
-        return match found {
-            Lookup::Virtual(_) => Lookup::VirtualOfPeer,
-            other => other,
-        };
-    }
-    match (elsewhere, found) {
-        (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
-            Lookup::Elsewhere(dc, Box::new(l))
+    match (after, parse_kind(&kind.to_ascii_lowercase(), rest)) {
+        (Some(_), Lookup::Virtual(_)) => Lookup::VirtualOfPeer,
+        (Some(d), l) if d.eq_ignore_ascii_case(dc) => l,
+        // Another datacenter: asked there (datacenter names are matched
+        // as the federation spells them, lower case).
+        (Some(d), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
+            Lookup::Elsewhere(d.to_ascii_lowercase(), Box::new(l))
         }
         (Some(_), l @ Lookup::Addr(_)) | (None, l) => l,
         (Some(_), _) => Lookup::Missing,
