@@ -325,9 +325,13 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
         }]),
         Lookup::Node(name) => {
             let found = match catalog.authorizer().await {
-                Ok(authz) => node_any_case(catalog, &name)
-                    .await
-                    .map(|n| n.filter(|n| authz.node_read(&n.node))),
+                Ok(authz) => any_case(
+                    &name,
+                    Option::is_none,
+                    |n| async move { catalog.node(&n).await },
+                )
+                .await
+                .map(|(_, n)| n.filter(|n| authz.node_read(&n.node))),
                 Err(e) => Err(e),
             };
             match found {
@@ -342,9 +346,11 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
         }
         Lookup::Service { name, tag, connect } => {
             let found = match catalog.authorizer().await {
-                Ok(authz) => instances_any_case(catalog, &name, connect)
-                    .await
-                    .map(|(name, found)| readable(&authz, &name, found)),
+                Ok(authz) => any_case(&name, Vec::is_empty, |n| async move {
+                    catalog.instances(&n, connect).await
+                })
+                .await
+                .map(|(name, found)| readable(&authz, &name, found)),
                 Err(e) => Err(e),
             };
             match found {
@@ -376,17 +382,10 @@ async fn virtual_ip<C: Catalog>(
             return Answer::code(ResponseCode::ServFail);
         }
     };
-    let mut found = catalog
-        .virtual_ip(name)
-        .await
-        .map(|ip| (name.to_string(), ip));
-    let lower = name.to_ascii_lowercase();
-    if matches!(found, Ok((_, None))) && lower != name {
-        found = catalog
-            .virtual_ip(&lower)
-            .await
-            .map(|ip| (lower.clone(), ip));
-    }
+    let found = any_case(name, Option::is_none, |n| async move {
+        catalog.virtual_ip(&n).await
+    })
+    .await;
     match found {
         Err(e) => {
             tracing::warn!(error = %e, "DNS virtual IP lookup failed");
@@ -423,12 +422,13 @@ async fn elsewhere<C: Catalog>(
 ) -> Answer {
     match l {
         Lookup::Node(name) => {
-            let mut found = catalog.remote_node(dc, &name).await;
-            let lower = name.to_ascii_lowercase();
-            if matches!(found, Ok(Some(None))) && lower != name {
-                found = catalog.remote_node(dc, &lower).await;
-            }
-            match found {
+            let found = any_case(
+                &name,
+                |f: &Option<Option<Arc<Node>>>| matches!(f, Some(None)),
+                |n| async move { catalog.remote_node(dc, &n).await },
+            )
+            .await;
+            match found.map(|(_, f)| f) {
                 Err(e) => {
                     tracing::warn!(error = %e, dc, "DNS node lookup in another datacenter failed");
                     Answer::code(ResponseCode::ServFail)
@@ -439,12 +439,13 @@ async fn elsewhere<C: Catalog>(
             }
         }
         Lookup::Service { name, tag, connect } => {
-            let mut found = catalog.remote_instances(dc, &name, connect).await;
-            let lower = name.to_ascii_lowercase();
-            if matches!(&found, Ok(Some(f)) if f.is_empty()) && lower != name {
-                found = catalog.remote_instances(dc, &lower, connect).await;
-            }
-            match found {
+            let found = any_case(
+                &name,
+                |f: &Option<Vec<Instance>>| f.as_ref().is_some_and(Vec::is_empty),
+                |n| async move { catalog.remote_instances(dc, &n, connect).await },
+            )
+            .await;
+            match found.map(|(_, f)| f) {
                 Err(e) => {
                     tracing::warn!(error = %e, dc, "DNS service lookup in another datacenter failed");
                     Answer::code(ResponseCode::ServFail)
@@ -530,31 +531,23 @@ fn readable(authz: &Authorizer, service: &str, mut found: Vec<Instance>) -> Vec<
     found
 }
 
-/// DNS names match in any case, the catalog's names exactly: a name not
-/// found as asked is looked up again in lower case (resolvers may send
+/// DNS names match in any case, the catalog's names exactly: a name
+/// `missing` as asked is looked up again in lower case (resolvers may send
 /// names in mixed case, and DNS-friendly names are lower case). With the
-/// name the instances were found under.
-async fn instances_any_case<C: Catalog>(
-    catalog: &C, name: &str, connect: bool,
-) -> Result<(String, Vec<Instance>), super::LookupError> {
-    let found = catalog.instances(name, connect).await?;
+/// name it was found under.
+async fn any_case<T, F>(
+    name: &str, missing: impl Fn(&T) -> bool, find: impl Fn(String) -> F,
+) -> Result<(String, T), super::LookupError>
+where
+    F: std::future::Future<Output = Result<T, super::LookupError>>,
+{
+    let found = find(name.to_string()).await?;
     let lower = name.to_ascii_lowercase();
-    if found.is_empty() && lower != name {
-        let found = catalog.instances(&lower, connect).await?;
+    if missing(&found) && lower != name {
+        let found = find(lower.clone()).await?;
         return Ok((lower, found));
     }
     Ok((name.to_string(), found))
-}
-
-async fn node_any_case<C: Catalog>(
-    catalog: &C, name: &str,
-) -> Result<Option<Arc<Node>>, super::LookupError> {
-    let found = catalog.node(name).await?;
-    let lower = name.to_ascii_lowercase();
-    if found.is_none() && lower != name {
-        return catalog.node(&lower).await;
-    }
-    Ok(found)
 }
 
 fn node_entry(cfg: &DnsConfig, qname: &Name, qtype: RecordType, node: &Arc<Node>) -> Entry {
