@@ -1009,6 +1009,14 @@ mod tests {
             assert!(m.answers.is_empty(), "{name}: {:?}", m.answers);
             assert_eq!(m.authorities.len(), 1, "{name}");
         }
+        // The anonymous token under default deny is told no IP at all.
+        let anonymous = Authorizer::new("anonymous", &[], crate::acl::DefaultPolicy::Deny);
+        let catalog = Vips(catalog.0, Arc::new(anonymous));
+        for name in ["billing.virtual.consul.", "secret.virtual.consul."] {
+            let m = ask(&c, &catalog, name, RecordType::A, true);
+            assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+            assert!(m.answers.is_empty(), "{name}: {:?}", m.answers);
+        }
     }
 
     #[test]
