@@ -1048,12 +1048,7 @@ mod tests {
     /// web, api and db (http) and cache (tcp), each with a sidecar; the
     /// built-in CA; an ingress gateway `ig` with `entry`.
     fn ingress_world(entry: serde_json::Value) -> crate::testing::World {
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         for (name, port) in [
             ("web", 21000),
             ("api", 21001),
@@ -1310,12 +1305,7 @@ mod tests {
         use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
             HttpConnectionManager, http_filter,
         };
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         config(
             &mut w,
             serde_json::json!({"Kind": "service-defaults", "Name": "billing", "Protocol": "http"}),

@@ -242,12 +242,7 @@ mod tests {
     /// Envoy's defaults.
     #[test]
     fn the_mesh_entrys_tls_reaches_the_public_listener_and_the_upstreams() {
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         let proxy = |dest: &str, port: i64, up: Option<&str>| {
             let mut s = NodeService {
                 kind: "connect-proxy".into(),
