@@ -171,7 +171,7 @@ pub fn build(
         // through untouched).
         mesh_tls: match registered.kind {
             ServiceKind::IngressGateway | ServiceKind::TerminatingGateway => {
-                super::build::mesh_tls(state, &mut deps)
+                shared.mesh_tls(state, &mut deps)
             }
             _ => None,
         },

@@ -306,7 +306,14 @@ mod tests {
         .to_json();
         w.apply(Command::ConfigSet { entry, cas: None });
         // A proxy already served gets the change: its snapshot differs.
-        assert!(!before.same_content(&snapshot(&w)));
+        let after = snapshot(&w);
+        assert!(!before.same_content(&after));
+        // Read once per change: every build shares it.
+        let shared_tls = |s: &crate::proxycfg::Snapshot| s.mesh_tls.clone().expect("mesh TLS");
+        assert!(std::sync::Arc::ptr_eq(
+            &shared_tls(&after),
+            &shared_tls(&snapshot(&w))
+        ));
         let (down, up) = params(&generated(&w));
         assert_eq!(
             down.tls_minimum_protocol_version,
