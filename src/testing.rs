@@ -112,6 +112,18 @@ impl World {
         }
     }
 
+    /// A world with the built-in CA set up, as a leader's first term
+    /// leaves it: proxies get leaves and roots.
+    pub fn with_ca() -> World {
+        let mut w = World::new();
+        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
+        w.apply(Command::CaSet {
+            ca: Box::new(ca),
+            cas: None,
+        });
+        w
+    }
+
     pub fn apply(&mut self, cmd: Command) -> Response {
         self.index += 1;
         let mut st = (*self.store.state()).clone();

@@ -638,3 +638,74 @@ fn haproxy_follows_the_catalog_through_dns() {
     assert!(proc.0.try_wait().unwrap().is_none());
     assert_eq!(proc.0.id(), pid);
 }
+
+/// `<service>.virtual.consul` under ACLs (default deny), on a server and
+/// through client agents: a caller without `service:read` on the service
+/// (the anonymous token, or a token reading only another service) gets
+/// the empty NOERROR of a service without a virtual IP, so nothing tells
+/// the IP or that the service exists; a token with it gets the IP. A
+/// name as long as a label may be is just not found.
+#[test]
+fn virtual_names_answer_only_who_may_read_the_service() {
+    use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
+    use hickory_proto::rr::RecordType;
+    let q = |addr: SocketAddr, name: &str| {
+        let (code, records) = common::dns::ask(addr, name, RecordType::A);
+        (common::dns::status(code), common::dns::addresses(&records))
+    };
+    let s = acl_started(Server::builder().dev(), "deny");
+    // A terminating gateway's link gives billing a virtual IP.
+    as_root(
+        s.http_addr,
+        "PUT",
+        "/v1/config",
+        &serde_json::json!({"Kind": "terminating-gateway", "Name": "tg",
+            "Services": [{"Name": "billing"}]}),
+    );
+    let chain = with(
+        s.http_addr,
+        "GET",
+        "/v1/discovery-chain/billing",
+        None,
+        ROOT,
+    )
+    .json();
+    let vip = chain["Chain"]["AutoVirtualIPs"][0]
+        .as_str()
+        .expect("billing's virtual IP")
+        .to_string();
+    let empty = ("NOERROR".to_string(), Vec::<String>::new());
+    // The server answers with the anonymous token.
+    assert_eq!(q(s.dns_addr, "billing.virtual.consul"), empty);
+    let long = format!("{}.virtual.consul", "b".repeat(63));
+    assert_eq!(q(s.dns_addr, &long), empty);
+
+    let (_, short) = token_with_rules(
+        s.http_addr,
+        "other",
+        "service \"other\" { policy = \"read\" }",
+    );
+    let (_, reader) = token_with_rules(
+        s.http_addr,
+        "billing",
+        "service \"billing\" { policy = \"read\" }",
+    );
+    let agent = |node: &str, token: &str| {
+        Agent::builder(node, &s.url)
+            .arg("--acl-agent-token")
+            .arg(ROOT)
+            .arg("--acl-token")
+            .arg(token)
+            .start()
+    };
+    let mut one_short = agent("vip-agent-1", &short);
+    let mut may_read = agent("vip-agent-2", &reader);
+    assert_eq!(q(one_short.dns_addr, "billing.virtual.consul"), empty);
+    assert_eq!(
+        q(may_read.dns_addr, "billing.virtual.consul"),
+        ("NOERROR".to_string(), vec![vip])
+    );
+    assert_eq!(q(may_read.dns_addr, "nope.virtual.consul"), empty);
+    one_short.stop();
+    may_read.stop();
+}

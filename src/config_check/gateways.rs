@@ -520,6 +520,39 @@ mod tests {
         );
     }
 
+    /// Hostile TLS settings cost one pass and are refused whole in
+    /// Consul's words: a bad suite at the end of a long list is named, at
+    /// the gateway, on a listener and in the mesh entry; an SDS cluster
+    /// of 1 MB without its certificate is refused without being echoed.
+    #[test]
+    fn huge_tls_settings_are_refused_in_consuls_words() {
+        let mut suites = vec!["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"; 50_000];
+        suites.push("TLS_NULL_WITH_NULL_NULL");
+        let bad = "unsupported cipher suite: TLS_NULL_WITH_NULL_NULL";
+        let listener = |tls: serde_json::Value| {
+            json!([{"Port": 8443, "Protocol": "http", "TLS": tls,
+                "Services": [{"Name": "web", "Hosts": ["web.example.com"]}]}])
+        };
+        let ig = |tls: serde_json::Value, listeners: serde_json::Value| json!({"Kind": "ingress-gateway", "Name": "ig", "TLS": tls, "Listeners": listeners});
+        let at_gateway = refused(ig(json!({"CipherSuites": suites}), listener(json!(null))));
+        assert!(at_gateway.ends_with(bad), "{at_gateway}");
+        let on_listener = refused(ig(json!({}), listener(json!({"CipherSuites": suites}))));
+        assert!(on_listener.ends_with(bad), "{on_listener}");
+        assert_eq!(
+            refused(json!({"Kind": "mesh", "Name": "mesh",
+                "TLS": {"Outgoing": {"CipherSuites": suites}}})),
+            format!("error in outgoing TLS configuration: {bad}")
+        );
+        let huge = "c".repeat(1 << 20);
+        assert_eq!(
+            refused(ig(
+                json!({}),
+                listener(json!({"SDS": {"ClusterName": huge}}))
+            )),
+            "TLS.SDS.CertResource is required if ClusterName is set for listener (listener on port 8443)"
+        );
+    }
+
     #[test]
     fn terminating_needs_cert_and_key_and_ca_together() {
         let tg = |svc: serde_json::Value| json!({"Kind": "terminating-gateway", "Name": "tg", "Services": [svc]});

@@ -72,29 +72,20 @@ fn parse(qname: &Name, domain: &Name, dc: &str) -> Lookup {
         "service", "connect", "node", "addr", "virtual", "query", "ingress",
     ];
     let is_kind = |l: &str| KINDS.contains(&l.to_ascii_lowercase().as_str());
-    let mut elsewhere = None;
-    let (kind, rest) = match labels.as_slice() {
-        [rest @ .., k] if is_kind(k) => (k.to_ascii_lowercase(), rest),
-        [rest @ .., k, d] if is_kind(k) => {
-            if !d.eq_ignore_ascii_case(dc) {
-                // Another datacenter: asked there (datacenter names are
-                // matched as the federation spells them, lower case).
-                elsewhere = Some(d.to_ascii_lowercase());
-            }
-            (k.to_ascii_lowercase(), rest)
-        }
+    // The label after the kind, if any: a datacenter (a peer after
+    // `virtual`).
+    let (kind, rest, after) = match labels.as_slice() {
+        [rest @ .., k] if is_kind(k) => (k, rest, None),
+        [rest @ .., k, d] if is_kind(k) => (k, rest, Some(d)),
         _ => return Lookup::Missing,
     };
-    let found = parse_kind(&kind, rest);
-    if kind == "virtual" && labels.len() == rest.len() + 2 {
-        return match found {
-            Lookup::Virtual(_) => Lookup::VirtualOfPeer,
-            other => other,
-        };
-    }
-    match (elsewhere, found) {
-        (Some(dc), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
-            Lookup::Elsewhere(dc, Box::new(l))
+    match (after, parse_kind(&kind.to_ascii_lowercase(), rest)) {
+        (Some(_), Lookup::Virtual(_)) => Lookup::VirtualOfPeer,
+        (Some(d), l) if d.eq_ignore_ascii_case(dc) => l,
+        // Another datacenter: asked there (datacenter names are matched
+        // as the federation spells them, lower case).
+        (Some(d), l @ (Lookup::Service { .. } | Lookup::Node(_) | Lookup::Query(_))) => {
+            Lookup::Elsewhere(d.to_ascii_lowercase(), Box::new(l))
         }
         (Some(_), l @ Lookup::Addr(_)) | (None, l) => l,
         (Some(_), _) => Lookup::Missing,
@@ -334,9 +325,13 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
         }]),
         Lookup::Node(name) => {
             let found = match catalog.authorizer().await {
-                Ok(authz) => node_any_case(catalog, &name)
-                    .await
-                    .map(|n| n.filter(|n| authz.node_read(&n.node))),
+                Ok(authz) => any_case(
+                    &name,
+                    Option::is_none,
+                    |n| async move { catalog.node(&n).await },
+                )
+                .await
+                .map(|(_, n)| n.filter(|n| authz.node_read(&n.node))),
                 Err(e) => Err(e),
             };
             match found {
@@ -351,9 +346,11 @@ async fn lookup<C: Catalog>(cfg: &DnsConfig, catalog: &C, req: &Message) -> Answ
         }
         Lookup::Service { name, tag, connect } => {
             let found = match catalog.authorizer().await {
-                Ok(authz) => instances_any_case(catalog, &name, connect)
-                    .await
-                    .map(|(name, found)| readable(&authz, &name, found)),
+                Ok(authz) => any_case(&name, Vec::is_empty, |n| async move {
+                    catalog.instances(&n, connect).await
+                })
+                .await
+                .map(|(name, found)| readable(&authz, &name, found)),
                 Err(e) => Err(e),
             };
             match found {
@@ -385,17 +382,10 @@ async fn virtual_ip<C: Catalog>(
             return Answer::code(ResponseCode::ServFail);
         }
     };
-    let mut found = catalog
-        .virtual_ip(name)
-        .await
-        .map(|ip| (name.to_string(), ip));
-    let lower = name.to_ascii_lowercase();
-    if matches!(found, Ok((_, None))) && lower != name {
-        found = catalog
-            .virtual_ip(&lower)
-            .await
-            .map(|ip| (lower.clone(), ip));
-    }
+    let found = any_case(name, Option::is_none, |n| async move {
+        catalog.virtual_ip(&n).await
+    })
+    .await;
     match found {
         Err(e) => {
             tracing::warn!(error = %e, "DNS virtual IP lookup failed");
@@ -432,12 +422,13 @@ async fn elsewhere<C: Catalog>(
 ) -> Answer {
     match l {
         Lookup::Node(name) => {
-            let mut found = catalog.remote_node(dc, &name).await;
-            let lower = name.to_ascii_lowercase();
-            if matches!(found, Ok(Some(None))) && lower != name {
-                found = catalog.remote_node(dc, &lower).await;
-            }
-            match found {
+            let found = any_case(
+                &name,
+                |f: &Option<Option<Arc<Node>>>| matches!(f, Some(None)),
+                |n| async move { catalog.remote_node(dc, &n).await },
+            )
+            .await;
+            match found.map(|(_, f)| f) {
                 Err(e) => {
                     tracing::warn!(error = %e, dc, "DNS node lookup in another datacenter failed");
                     Answer::code(ResponseCode::ServFail)
@@ -448,12 +439,13 @@ async fn elsewhere<C: Catalog>(
             }
         }
         Lookup::Service { name, tag, connect } => {
-            let mut found = catalog.remote_instances(dc, &name, connect).await;
-            let lower = name.to_ascii_lowercase();
-            if matches!(&found, Ok(Some(f)) if f.is_empty()) && lower != name {
-                found = catalog.remote_instances(dc, &lower, connect).await;
-            }
-            match found {
+            let found = any_case(
+                &name,
+                |f: &Option<Vec<Instance>>| f.as_ref().is_some_and(Vec::is_empty),
+                |n| async move { catalog.remote_instances(dc, &n, connect).await },
+            )
+            .await;
+            match found.map(|(_, f)| f) {
                 Err(e) => {
                     tracing::warn!(error = %e, dc, "DNS service lookup in another datacenter failed");
                     Answer::code(ResponseCode::ServFail)
@@ -539,31 +531,23 @@ fn readable(authz: &Authorizer, service: &str, mut found: Vec<Instance>) -> Vec<
     found
 }
 
-/// DNS names match in any case, the catalog's names exactly: a name not
-/// found as asked is looked up again in lower case (resolvers may send
+/// DNS names match in any case, the catalog's names exactly: a name
+/// `missing` as asked is looked up again in lower case (resolvers may send
 /// names in mixed case, and DNS-friendly names are lower case). With the
-/// name the instances were found under.
-async fn instances_any_case<C: Catalog>(
-    catalog: &C, name: &str, connect: bool,
-) -> Result<(String, Vec<Instance>), super::LookupError> {
-    let found = catalog.instances(name, connect).await?;
+/// name it was found under.
+async fn any_case<T, F>(
+    name: &str, missing: impl Fn(&T) -> bool, find: impl Fn(String) -> F,
+) -> Result<(String, T), super::LookupError>
+where
+    F: std::future::Future<Output = Result<T, super::LookupError>>,
+{
+    let found = find(name.to_string()).await?;
     let lower = name.to_ascii_lowercase();
-    if found.is_empty() && lower != name {
-        let found = catalog.instances(&lower, connect).await?;
+    if missing(&found) && lower != name {
+        let found = find(lower.clone()).await?;
         return Ok((lower, found));
     }
     Ok((name.to_string(), found))
-}
-
-async fn node_any_case<C: Catalog>(
-    catalog: &C, name: &str,
-) -> Result<Option<Arc<Node>>, super::LookupError> {
-    let found = catalog.node(name).await?;
-    let lower = name.to_ascii_lowercase();
-    if found.is_none() && lower != name {
-        return catalog.node(&lower).await;
-    }
-    Ok(found)
 }
 
 fn node_entry(cfg: &DnsConfig, qname: &Name, qtype: RecordType, node: &Arc<Node>) -> Entry {
@@ -1024,6 +1008,14 @@ mod tests {
             assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
             assert!(m.answers.is_empty(), "{name}: {:?}", m.answers);
             assert_eq!(m.authorities.len(), 1, "{name}");
+        }
+        // The anonymous token under default deny is told no IP at all.
+        let anonymous = Authorizer::new("anonymous", &[], crate::acl::DefaultPolicy::Deny);
+        let catalog = Vips(catalog.0, Arc::new(anonymous));
+        for name in ["billing.virtual.consul.", "secret.virtual.consul."] {
+            let m = ask(&c, &catalog, name, RecordType::A, true);
+            assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+            assert!(m.answers.is_empty(), "{name}: {:?}", m.answers);
         }
     }
 

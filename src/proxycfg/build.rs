@@ -22,7 +22,7 @@ use crate::filter::Filter;
 use crate::filter::schemas::HEALTH_SERVICE;
 use crate::state::catalog::{Instance, instances_of_kind, service_instances};
 use crate::state::{State, keys};
-use crate::structs::config_entry::Kind;
+use crate::structs::config_entry::{Kind, MESH_CONFIG_NAME, MeshTlsConfig};
 use crate::structs::connect::{CaRoots, Intention, IssuedCert};
 use crate::structs::{NodeService, ServiceKind};
 
@@ -56,6 +56,9 @@ pub struct Shared {
     local_gateways: Option<Stamped<Endpoints>>,
     /// The roots as of the CA's index, shared by every snapshot.
     roots: Option<(u64, Arc<CaRoots>)>,
+    /// The mesh entry's TLS as of its index, shared by every snapshot
+    /// (each proxy's build would otherwise copy the entry's lists).
+    mesh_tls: Option<(u64, Option<Arc<MeshTlsConfig>>)>,
     /// (service, extra DNS SANs) → (active root id, its leaf): signed
     /// here, on the server (the key never enters Raft), renewed on
     /// rotation or when due.
@@ -111,6 +114,28 @@ impl Shared {
         let roots = Arc::new(crate::state::connect::roots(state)?);
         self.roots = Some((at, roots.clone()));
         Some(roots)
+    }
+
+    /// The mesh entry's TLS settings (watched: a change rebuilds the
+    /// proxy), read again only when the entry changed.
+    pub(super) fn mesh_tls(
+        &mut self, state: &State, deps: &mut BTreeSet<Dep>,
+    ) -> Option<Arc<MeshTlsConfig>> {
+        let key = keys::config(Kind::Mesh.as_str(), MESH_CONFIG_NAME);
+        let at = state.index_of([&key]);
+        deps.insert(key);
+        if let Some((i, tls)) = &self.mesh_tls
+            && *i == at
+        {
+            return tls.clone();
+        }
+        let tls = state
+            .get(Kind::Mesh, MESH_CONFIG_NAME)
+            .and_then(|e| e.as_mesh())
+            .and_then(|m| m.tls.clone())
+            .map(Arc::new);
+        self.mesh_tls = Some((at, tls.clone()));
+        tls
     }
 
     /// The leaf of `service`, signed again after a rotation or once due.
@@ -374,22 +399,9 @@ pub fn sidecar(
         intentions_default_allow: !shared.deny_by_default,
         gateway: None,
         transparent,
-        mesh_tls: mesh_tls(state, &mut deps),
+        mesh_tls: shared.mesh_tls(state, &mut deps),
     };
     Some((snapshot, deps))
-}
-
-/// The mesh entry's TLS settings (watched: a change rebuilds the proxy).
-pub(super) fn mesh_tls(
-    state: &State, deps: &mut BTreeSet<Dep>,
-) -> Option<Arc<crate::structs::config_entry::MeshTlsConfig>> {
-    use crate::structs::config_entry::MESH_CONFIG_NAME;
-    deps.insert(keys::config(Kind::Mesh.as_str(), MESH_CONFIG_NAME));
-    let tls = state
-        .get(Kind::Mesh, MESH_CONFIG_NAME)
-        .and_then(|e| e.as_mesh())
-        .and_then(|m| m.tls.clone())?;
-    Some(Arc::new(tls))
 }
 
 /// Envoy's outbound port for a transparent proxy, as Consul's default.

@@ -35,13 +35,10 @@ pub fn build(
     deps.insert(keys::CONNECT_CA);
     let roots = shared.roots(state);
     let entry = |k: Kind| state.config.get(&(k, name.clone())).map(|e| &**e);
-    let leaf = match (&registered.kind, entry(Kind::IngressGateway)) {
-        (ServiceKind::IngressGateway, Some(ConfigEntry::IngressGateway(e))) => {
-            let sans = ingress_dns_sans(e, &gateway_services(state, &name), datacenter, shared);
-            shared.leaf_with_dns(state, datacenter, &name, &sans)
-        }
-        _ => shared.leaf(state, datacenter, &name),
-    };
+
+    // The DNS names its leaf carries besides its own (an ingress
+    // gateway's hosts, known once its linked services are read).
+    let mut dns_sans = Vec::new();
 
     let mut upstreams = BTreeMap::new();
     let mut gw = GatewaySnapshot {
@@ -61,6 +58,7 @@ pub fn build(
             if let Some(ConfigEntry::IngressGateway(e)) = entry(Kind::IngressGateway) {
                 gw.ingress = Some(e.clone());
                 gw.services = gateway_services(state, &name);
+                dns_sans = ingress_dns_sans(e, &gw.services, datacenter, shared);
                 for g in &gw.services {
                     if upstreams.contains_key(&g.service.name) {
                         continue;
@@ -88,22 +86,24 @@ pub fn build(
                 gw.services = gateway_services(state, &name);
                 let ixn = Kind::ServiceIntentions.as_str();
                 deps.insert(keys::config(ixn, "*"));
+                // A linked service's protocol falls back to proxy-defaults'.
+                deps.insert(keys::config(
+                    Kind::ProxyDefaults.as_str(),
+                    PROXY_CONFIG_GLOBAL,
+                ));
+                let proxy_defaults = state
+                    .get(Kind::ProxyDefaults, PROXY_CONFIG_GLOBAL)
+                    .and_then(|e| e.as_proxy_defaults());
                 for g in &gw.services {
                     let svc = &g.service.name;
                     deps.insert(keys::service(svc));
                     deps.insert(keys::config(ixn, svc));
                     deps.insert(keys::config(Kind::ServiceDefaults.as_str(), svc));
-                    deps.insert(keys::config(
-                        Kind::ProxyDefaults.as_str(),
-                        PROXY_CONFIG_GLOBAL,
-                    ));
                     let protocol = crate::discovery_chain::service_protocol(
                         state
                             .get(Kind::ServiceDefaults, svc)
                             .and_then(|e| e.as_service_defaults()),
-                        state
-                            .get(Kind::ProxyDefaults, PROXY_CONFIG_GLOBAL)
-                            .and_then(|e| e.as_proxy_defaults()),
+                        proxy_defaults,
                     );
                     // The linked service's own instances (not sidecars):
                     // it is outside the mesh.
@@ -153,6 +153,7 @@ pub fn build(
             }
         }
     }
+    let leaf = shared.leaf_with_dns(state, datacenter, &name, &dns_sans);
     let snapshot = Snapshot {
         proxy_id: json!({ "Node": key.0, "ServiceID": key.1 }),
         version: 0,
@@ -170,7 +171,7 @@ pub fn build(
         // through untouched).
         mesh_tls: match registered.kind {
             ServiceKind::IngressGateway | ServiceKind::TerminatingGateway => {
-                super::build::mesh_tls(state, &mut deps)
+                shared.mesh_tls(state, &mut deps)
             }
             _ => None,
         },

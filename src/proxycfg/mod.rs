@@ -508,7 +508,7 @@ impl Manager {
     /// The DNS domain (`--domain`) an ingress gateway's leaf names its
     /// `*.ingress.<domain>` hosts in; `consul` until set.
     pub fn set_dns_domain(&self, domain: &str) {
-        let domain = domain.trim_end_matches('.').to_string();
+        let domain = crate::tls::tls_domain(domain);
         let mut shared = self.inner.shared.lock();
         if shared.dns_domain != domain {
             shared.dns_domain = domain;

@@ -32,8 +32,8 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, hcm_base, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint,
-    load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
+    has_tls, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint, load_assignment,
+    prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster, target_cluster,
     tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
@@ -43,7 +43,6 @@ use crate::structs::config_entry::{
     GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
     IngressListener, IngressService, IngressServiceConfig, WILDCARD,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 
 /// Every resource of a gateway's snapshot.
 pub fn generate(snap: &Snapshot, gw: &GatewaySnapshot) -> Resources {
@@ -126,9 +125,8 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             .collect();
         served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
         let name = format!("{}:{bind}:{port}", l.protocol);
-        let mut listener_filters = Vec::new();
         let filter_chains = if is_http(&l.protocol) {
-            http_ingress_chains(l, &linked, &tls, &id, out, &mut listener_filters)
+            http_ingress_chains(l, port, &linked, &tls, &id, out)
         } else {
             let Some((svc, chain)) = linked.first() else {
                 continue; // its service's chain does not compile: no listener
@@ -140,9 +138,12 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 ..Default::default()
             }]
         };
-        if filter_chains.is_empty() {
-            continue;
-        }
+        // A chain picked by SNI needs the SNI read first.
+        let listener_filters = if filter_chains.iter().any(|c| c.filter_chain_match.is_some()) {
+            vec![tls_inspector()]
+        } else {
+            Vec::new()
+        };
         let listener = listener::Listener {
             name: name.clone(),
             address: Some(socket(&bind, port)),
@@ -184,11 +185,18 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
 /// `<port>`, with the listener's TLS (Consul's
 /// `makeSDSOverrideFilterChains`).
 fn http_ingress_chains(
-    l: &IngressListener, linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)],
-    tls: &ListenerTls, id: &Identity, out: &mut Resources,
-    listener_filters: &mut Vec<listener::ListenerFilter>,
+    l: &IngressListener, port: u32,
+    linked: &[(&str, &crate::discovery_chain::CompiledDiscoveryChain)], tls: &ListenerTls,
+    id: &Identity, out: &mut Resources,
 ) -> Vec<listener::FilterChain> {
-    let port = u32::try_from(l.port).unwrap_or(0);
+    // The routes of `services` under `route_name`, and the filter that
+    // reads them.
+    let mut routed = |route_name: String, services: &[_]| {
+        let rc = ingress_routes(&route_name, l, services);
+        let filter = http_filter(&format!("ingress_upstream_{port}"), &route_name);
+        put(out, ROUTE, route_name, Resource::of(rc));
+        filter
+    };
     let mut chains = Vec::new();
     let mut shared = Vec::new();
     for &(svc, chain) in linked {
@@ -197,44 +205,21 @@ fn http_ingress_chains(
             shared.push((svc, chain));
             continue;
         };
-        let route_name = format!("{port}_{svc}");
-        let rc = ingress_routes(&route_name, l, &[(svc, chain)]);
-        put(out, ROUTE, route_name.clone(), Resource::of(rc));
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: s.hosts.clone(),
                 ..Default::default()
             }),
-            filters: vec![http_filter(
-                &format!("ingress_upstream_{port}"),
-                &route_name,
-            )],
-            transport_socket: transport_socket(tls::DownstreamTlsContext {
-                common_tls_context: Some(tls::CommonTlsContext {
-                    tls_params: Some(tls_params(&tls.params)),
-                    tls_certificate_sds_secret_configs: vec![sds_secret(&cert)],
-                    alpn_protocols: alpn(&l.protocol),
-                    ..Default::default()
-                }),
-                require_client_certificate: Some(BoolValue { value: false }),
-                ..Default::default()
+            filters: vec![routed(format!("{port}_{svc}"), &[(svc, chain)])],
+            transport_socket: serve_tls(tls, &l.protocol, |c| {
+                c.tls_certificate_sds_secret_configs = vec![sds_secret(&cert)];
             }),
             ..Default::default()
         });
     }
-    if !chains.is_empty() {
-        // The SNI must be read before a chain is picked.
-        listener_filters.push(tls_inspector());
-    }
     if !shared.is_empty() || chains.is_empty() {
-        let route_name = port.to_string();
-        let rc = ingress_routes(&route_name, l, &shared);
-        put(out, ROUTE, route_name.clone(), Resource::of(rc));
         chains.push(listener::FilterChain {
-            filters: vec![http_filter(
-                &format!("ingress_upstream_{port}"),
-                &route_name,
-            )],
+            filters: vec![routed(port.to_string(), &shared)],
             transport_socket: downstream_tls(tls, id, &l.protocol),
             ..Default::default()
         });
@@ -316,20 +301,30 @@ fn service_sds(
 
 /// The listener's downstream TLS: the certificate over SDS when one is
 /// configured, else the gateway's leaf when TLS is enabled, else none.
-/// Clients are not asked for certificates (they are outside the mesh).
 fn downstream_tls(t: &ListenerTls, id: &Identity, protocol: &str) -> Option<core::TransportSocket> {
+    match &t.sds {
+        Some(sds) => serve_tls(t, protocol, |c| {
+            c.tls_certificate_sds_secret_configs = vec![sds_secret(sds)];
+        }),
+        None if t.connect && has_tls(id) => serve_tls(t, protocol, |c| {
+            c.tls_certificates = leaf_certificates(id);
+        }),
+        None => None,
+    }
+}
+
+/// TLS for clients outside the mesh (not asked for certificates): the
+/// listener's versions and cipher suites, ALPN for its protocol, and the
+/// certificate `cert` puts in.
+fn serve_tls(
+    t: &ListenerTls, protocol: &str, cert: impl FnOnce(&mut tls::CommonTlsContext),
+) -> Option<core::TransportSocket> {
     let mut common = tls::CommonTlsContext {
         tls_params: Some(tls_params(&t.params)),
         alpn_protocols: alpn(protocol),
         ..Default::default()
     };
-    if let Some(sds) = &t.sds {
-        common.tls_certificate_sds_secret_configs = vec![sds_secret(sds)];
-    } else if t.connect && has_tls(id) {
-        common.tls_certificates = leaf_certificates(id);
-    } else {
-        return None;
-    }
+    cert(&mut common);
     transport_socket(tls::DownstreamTlsContext {
         common_tls_context: Some(common),
         require_client_certificate: Some(BoolValue { value: false }),
@@ -605,36 +600,24 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
                 ..Default::default()
             })
         });
+        let stat = format!("terminating_gateway.{svc}");
+        let filters = if http {
+            // L7: the intentions' HTTP RBAC (paths, methods, headers)
+            // ahead of the router, as a sidecar's public listener.
+            let routes = terminating_routes(&sni, svc, auto_host_rewrite(gw, svc));
+            put(out, ROUTE, sni.clone(), Resource::of(routes));
+            let mut m = rds_hcm(&stat, &sni);
+            m.http_filters.insert(0, super::rbac::http_filter(&view));
+            vec![typed("envoy.filters.network.http_connection_manager", m)]
+        } else {
+            vec![super::rbac::network_filter(&view), tcp_filter(&stat, &sni)]
+        };
         chains.push(listener::FilterChain {
             filter_chain_match: Some(listener::FilterChainMatch {
                 server_names: vec![sni.clone()],
                 ..Default::default()
             }),
-            filters: if http {
-                // L7: the intentions' HTTP RBAC (paths, methods, headers)
-                // ahead of the router, as a sidecar's public listener.
-                put(
-                    out,
-                    ROUTE,
-                    sni.clone(),
-                    Resource::of(terminating_routes(&sni, svc, auto_host_rewrite(gw, svc))),
-                );
-                let stat = format!("terminating_gateway.{svc}");
-                let mut m = hcm_base(&stat);
-                m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
-                    hcm::Rds {
-                        config_source: ads(),
-                        route_config_name: sni.clone(),
-                    },
-                ));
-                m.http_filters.insert(0, super::rbac::http_filter(&view));
-                vec![typed("envoy.filters.network.http_connection_manager", m)]
-            } else {
-                vec![
-                    super::rbac::network_filter(&view),
-                    tcp_filter(&format!("terminating_gateway.{svc}"), &sni),
-                ]
-            },
+            filters,
             transport_socket: transport.flatten(),
             ..Default::default()
         });
@@ -1041,6 +1024,20 @@ mod tests {
         }
     }
 
+    /// A suite repeated (validation lets any number through) is named
+    /// once, in the order first given.
+    #[test]
+    fn repeated_cipher_suites_are_named_once() {
+        let mut suites = vec!["TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA".to_string(); 10_000];
+        suites.push("TLS_RSA_WITH_AES_128_GCM_SHA256".into());
+        suites.push("TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA".into());
+        let p = super::super::resources::tls_params("TLSv1_2", "", &suites);
+        assert_eq!(
+            p.cipher_suites,
+            ["ECDHE-RSA-AES256-SHA", "AES128-GCM-SHA256"]
+        );
+    }
+
     fn config(w: &mut crate::testing::World, entry: serde_json::Value) {
         let entry = crate::config_check::decode_and_validate(&entry)
             .expect("a valid entry")
@@ -1051,12 +1048,7 @@ mod tests {
     /// web, api and db (http) and cache (tcp), each with a sidecar; the
     /// built-in CA; an ingress gateway `ig` with `entry`.
     fn ingress_world(entry: serde_json::Value) -> crate::testing::World {
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         for (name, port) in [
             ("web", 21000),
             ("api", 21001),
@@ -1313,12 +1305,7 @@ mod tests {
         use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
             HttpConnectionManager, http_filter,
         };
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         config(
             &mut w,
             serde_json::json!({"Kind": "service-defaults", "Name": "billing", "Protocol": "http"}),

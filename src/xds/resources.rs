@@ -130,11 +130,20 @@ pub(crate) fn tls_params(min: &str, max: &str, suites: &[String]) -> tls::TlsPar
         "TLSv1_3" => TlsProtocol::TlSv13,
         _ => TlsProtocol::TlsAuto,
     } as i32;
+    // Each suite once: a list repeating the few valid ones (an entry may
+    // hold thousands) costs every proxy's build one pass, not a resource
+    // of that size.
+    let mut distinct: Vec<&str> = Vec::new();
+    for c in suites {
+        if !distinct.contains(&c.as_str()) {
+            distinct.push(c);
+        }
+    }
     tls::TlsParameters {
         tls_minimum_protocol_version: version(min),
         tls_maximum_protocol_version: version(max),
         // Envoy (BoringSSL) names suites in OpenSSL's words.
-        cipher_suites: suites.iter().map(|c| openssl_suite(c)).collect(),
+        cipher_suites: distinct.into_iter().map(openssl_suite).collect(),
         ..Default::default()
     }
 }
@@ -329,6 +338,14 @@ pub(crate) fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
 
 /// An upstream's HTTP connection manager, its routes by RDS over ADS.
 pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
+    typed(
+        "envoy.filters.network.http_connection_manager",
+        rds_hcm(stat, route),
+    )
+}
+
+/// An HTTP connection manager whose routes are `route`, by RDS over ADS.
+pub(crate) fn rds_hcm(stat: &str, route: &str) -> hcm::HttpConnectionManager {
     let mut m = hcm_base(stat);
     m.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::Rds(
         hcm::Rds {
@@ -336,7 +353,7 @@ pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
             route_config_name: route.to_string(),
         },
     ));
-    typed("envoy.filters.network.http_connection_manager", m)
+    m
 }
 
 pub(crate) fn lb_endpoint(addr: &str, port: u32) -> endpoint::LbEndpoint {

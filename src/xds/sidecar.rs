@@ -242,12 +242,7 @@ mod tests {
     /// Envoy's defaults.
     #[test]
     fn the_mesh_entrys_tls_reaches_the_public_listener_and_the_upstreams() {
-        let mut w = crate::testing::World::new();
-        let ca = crate::connect::ca::initial(&w.store.state().cluster_id).unwrap();
-        w.apply(Command::CaSet {
-            ca: Box::new(ca),
-            cas: None,
-        });
+        let mut w = crate::testing::World::with_ca();
         let proxy = |dest: &str, port: i64, up: Option<&str>| {
             let mut s = NodeService {
                 kind: "connect-proxy".into(),
@@ -311,7 +306,14 @@ mod tests {
         .to_json();
         w.apply(Command::ConfigSet { entry, cas: None });
         // A proxy already served gets the change: its snapshot differs.
-        assert!(!before.same_content(&snapshot(&w)));
+        let after = snapshot(&w);
+        assert!(!before.same_content(&after));
+        // Read once per change: every build shares it.
+        let shared_tls = |s: &crate::proxycfg::Snapshot| s.mesh_tls.clone().expect("mesh TLS");
+        assert!(std::sync::Arc::ptr_eq(
+            &shared_tls(&after),
+            &shared_tls(&snapshot(&w))
+        ));
         let (down, up) = params(&generated(&w));
         assert_eq!(
             down.tls_minimum_protocol_version,
