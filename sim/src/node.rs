@@ -700,24 +700,15 @@ async fn serve_api(
     mut stream: turmoil::net::TcpStream, server: Arc<Server>, wan: Option<Wan>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
-    match (&env.req, &wan) {
+    // The federated requests, answered here by the router in process.
+    let federated = match (&env.req, &wan) {
         // Sent by a server of this datacenter to its leader: answered only
         // while it leads (the router would pass it on over real sockets).
-        (ApiRequest::Wan(req), Some(w)) if env.forwarded => {
-            let reply = if server.cluster().is_leader() {
-                ApiReply::Wan((w.answer)(req.clone()).await)
-            } else {
-                error_reply(&env.req, "not the leader".into())
-            };
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
-        }
+        (ApiRequest::Wan(req), Some(w)) if env.forwarded => Some(if server.cluster().is_leader() {
+            ApiReply::Wan((w.answer)(req.clone()).await)
+        } else {
+            error_reply(&env.req, "not the leader".into())
+        }),
         (
             ApiRequest::RemoteGet {
                 dc,
@@ -725,40 +716,24 @@ async fn serve_api(
                 consistent,
             },
             Some(w),
-        ) => {
-            let reply = remote_get(w, dc, key, *consistent, env.token.clone()).await;
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
-        }
+        ) => Some(remote_get(w, dc, key, *consistent, env.token.clone()).await),
         (ApiRequest::Execute { .. }, Some(w)) => {
-            let reply = execute(&server, w, &env.req, env.token.clone(), env.forwarded).await;
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
+            Some(execute(&server, w, &env.req, env.token.clone(), env.forwarded).await)
         }
         (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. } | ApiRequest::Execute { .. }, _) => {
-            let reply = error_reply(&env.req, "not federated".into());
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
+            Some(error_reply(&env.req, "not federated".into()))
         }
-        _ => {}
+        _ => None,
+    };
+    if let Some(reply) = federated {
+        return write_msg(
+            &mut stream,
+            &Answer {
+                reply,
+                checked: None,
+            },
+        )
+        .await;
     }
     if let ApiRequest::Subscribe { index } = env.req {
         // Answered by this server (`/v1/internal/stream` is always local),
