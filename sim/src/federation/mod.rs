@@ -56,7 +56,7 @@ use crate::checks;
 use crate::linearizability::{Input, Output};
 use crate::node::{API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, now_us};
 use crate::report::{FedStats, Report};
-use crate::run::{crash_host, state_hash, wait_converged};
+use crate::run::{crash_host, new_sim, state_hash, wait_converged};
 use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
 
 /// The datacenters, the primary first (a run has the first two or all).
@@ -384,14 +384,7 @@ pub fn run_with(seed: u64, dcs: usize) -> Report {
         ..Default::default()
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0xFED_E2A7E ^ ((n as u64) << 48));
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
-        .tick_duration(Duration::from_millis(1))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(5))
-        .simulation_duration(Duration::from_secs(600))
-        .build();
-    cairn::raft::runtime::seed_rng(seed);
+    let mut sim = new_sim(seed);
 
     let names: Vec<Vec<String>> = (0..n)
         .map(|d| (0..SERVERS).map(|i| server_name(d, i)).collect())
