@@ -406,30 +406,14 @@ fn wan_handler(server: Arc<Server>, answer: Handler) -> Handler {
             };
             let read = matches!(req.method.as_str(), "GET" | "HEAD");
             let api = ApiRequest::Wan(req.clone());
-            loop {
-                match s.await_leader().await {
-                    Ok((id, _)) if id == s.cluster().id => return answer(req).await,
-                    Ok((id, leader)) => {
-                        let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
-                            return failed("bad leader address".into());
-                        };
-                        let sent = async {
-                            call_checked(addr, &api, None, true, FORWARD_TIMEOUT)
-                                .await
-                                .map_err(|e| Error::Internal(e.to_string()))
-                        };
-                        match s.while_leads(id, sent).await {
-                            Ok(Answer {
-                                reply: ApiReply::Wan(r),
-                                ..
-                            }) => return r,
-                            Ok(other) => return failed(format!("unexpected {other:?}")),
-                            Err(Error::LeadershipLost) if read => {}
-                            Err(e) => return failed(e.to_string()),
-                        }
-                    }
-                    Err(e) => return failed(e.to_string()),
-                }
+            match via_leader(&s, &api, None, read).await {
+                None => answer(req).await,
+                Some(Ok(Answer {
+                    reply: ApiReply::Wan(r),
+                    ..
+                })) => r,
+                Some(Ok(other)) => failed(format!("unexpected {other:?}")),
+                Some(Err(e)) => failed(e),
             }
         })
     })
@@ -469,25 +453,11 @@ async fn execute(
     let ApiRequest::Execute { query, dc, stale } = req else {
         return error_reply(req, "not an execute".into());
     };
-    while !forwarded && !*stale && dc.is_none() && !s.cluster().is_leader() {
-        match s.await_leader().await {
-            Ok((id, _)) if id == s.cluster().id => break,
-            Ok((id, leader)) => {
-                let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
-                    return error_reply(req, "bad leader address".into());
-                };
-                let sent = async {
-                    call_checked(addr, req, token.as_deref(), true, FORWARD_TIMEOUT)
-                        .await
-                        .map_err(|e| Error::Internal(e.to_string()))
-                };
-                match s.while_leads(id, sent).await {
-                    Ok(a) => return a.reply,
-                    Err(Error::LeadershipLost) => {}
-                    Err(e) => return error_reply(req, e.to_string()),
-                }
-            }
-            Err(e) => return error_reply(req, e.to_string()),
+    if !forwarded && !*stale && dc.is_none() {
+        match via_leader(s, req, token.as_deref(), true).await {
+            None => {}
+            Some(Ok(a)) => return a.reply,
+            Some(Err(e)) => return error_reply(req, e),
         }
     }
     let mut path = format!("/v1/query/{query}/execute");
@@ -730,24 +700,15 @@ async fn serve_api(
     mut stream: turmoil::net::TcpStream, server: Arc<Server>, wan: Option<Wan>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
-    match (&env.req, &wan) {
+    // The federated requests, answered here by the router in process.
+    let federated = match (&env.req, &wan) {
         // Sent by a server of this datacenter to its leader: answered only
         // while it leads (the router would pass it on over real sockets).
-        (ApiRequest::Wan(req), Some(w)) if env.forwarded => {
-            let reply = if server.cluster().is_leader() {
-                ApiReply::Wan((w.answer)(req.clone()).await)
-            } else {
-                error_reply(&env.req, "not the leader".into())
-            };
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
-        }
+        (ApiRequest::Wan(req), Some(w)) if env.forwarded => Some(if server.cluster().is_leader() {
+            ApiReply::Wan((w.answer)(req.clone()).await)
+        } else {
+            error_reply(&env.req, "not the leader".into())
+        }),
         (
             ApiRequest::RemoteGet {
                 dc,
@@ -755,40 +716,24 @@ async fn serve_api(
                 consistent,
             },
             Some(w),
-        ) => {
-            let reply = remote_get(w, dc, key, *consistent, env.token.clone()).await;
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
-        }
+        ) => Some(remote_get(w, dc, key, *consistent, env.token.clone()).await),
         (ApiRequest::Execute { .. }, Some(w)) => {
-            let reply = execute(&server, w, &env.req, env.token.clone(), env.forwarded).await;
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
+            Some(execute(&server, w, &env.req, env.token.clone(), env.forwarded).await)
         }
         (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. } | ApiRequest::Execute { .. }, _) => {
-            let reply = error_reply(&env.req, "not federated".into());
-            return write_msg(
-                &mut stream,
-                &Answer {
-                    reply,
-                    checked: None,
-                },
-            )
-            .await;
+            Some(error_reply(&env.req, "not federated".into()))
         }
-        _ => {}
+        _ => None,
+    };
+    if let Some(reply) = federated {
+        return write_msg(
+            &mut stream,
+            &Answer {
+                reply,
+                checked: None,
+            },
+        )
+        .await;
     }
     if let ApiRequest::Subscribe { index } = env.req {
         // Answered by this server (`/v1/internal/stream` is always local),
@@ -947,6 +892,38 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
 /// leader's own hold time on a write.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
 
+/// `req` passed to the leader over the simulated API, as
+/// `forward_to_leader` passes it (the router's own hop uses real sockets,
+/// not turmoil's), its answer ending with the leader's leadership
+/// (`Server::while_leads`). `None`: this server leads and answers itself.
+/// A leadership lost is asked again of the next leader when `retry` (a
+/// read); for a write it is an error (its outcome unknown).
+async fn via_leader(
+    s: &Arc<Server>, req: &ApiRequest, token: Option<&str>, retry: bool,
+) -> Option<Result<Answer, String>> {
+    while !s.cluster().is_leader() {
+        let (id, leader) = match s.await_leader().await {
+            Ok((id, _)) if id == s.cluster().id => break,
+            Ok(found) => found,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
+            return Some(Err("bad leader address".into()));
+        };
+        let sent = async {
+            call_checked(addr, req, token, true, FORWARD_TIMEOUT)
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))
+        };
+        match s.while_leads(id, sent).await {
+            Ok(a) => return Some(Ok(a)),
+            Err(Error::LeadershipLost) if retry => {}
+            Err(e) => return Some(Err(e.to_string())),
+        }
+    }
+    None
+}
+
 async fn handle(
     s: &Arc<Server>, req: ApiRequest, token: Option<String>, forwarded: bool,
 ) -> Answer {
@@ -958,25 +935,11 @@ async fn handle(
     // leader.
     let local = matches!(req, ApiRequest::StaleGet { .. });
     let read = matches!(req, ApiRequest::Get { .. });
-    while !forwarded && !local && !s.cluster().is_leader() {
-        match s.await_leader().await {
-            Ok((id, _)) if id == s.cluster().id => break,
-            Ok((id, leader)) => {
-                let Ok(addr) = leader.http_addr.parse::<SocketAddr>() else {
-                    return error_answer(&req, "bad leader address".into());
-                };
-                let sent = async {
-                    call_checked(addr, &req, token.as_deref(), true, FORWARD_TIMEOUT)
-                        .await
-                        .map_err(|e| Error::Internal(e.to_string()))
-                };
-                match s.while_leads(id, sent).await {
-                    Ok(a) => return a,
-                    Err(Error::LeadershipLost) if read => {}
-                    Err(e) => return error_answer(&req, e.to_string()),
-                }
-            }
-            Err(e) => return error_answer(&req, e.to_string()),
+    if !forwarded && !local {
+        match via_leader(s, &req, token.as_deref(), read).await {
+            None => {}
+            Some(Ok(a)) => return a,
+            Some(Err(e)) => return error_answer(&req, e),
         }
     }
     // The server that answers checks the token, before reading any state.

@@ -150,3 +150,14 @@ pub struct QueryStats {
     pub instances: usize,
     pub unanswered: usize,
 }
+
+impl QueryStats {
+    /// Adds another run's figures.
+    pub fn add(&mut self, o: &QueryStats) {
+        self.answers += o.answers;
+        self.failed_over += o.failed_over;
+        self.empty += o.empty;
+        self.instances += o.instances;
+        self.unanswered += o.unanswered;
+    }
+}

@@ -185,15 +185,10 @@ fn check_burst(
 }
 const MIN_STREAM_INDEXES: usize = 100;
 
-/// Runs one seed of a scenario.
-pub fn run(scenario: &Scenario, seed: u64) -> Report {
-    let mut report = Report {
-        seed,
-        servers: scenario.servers,
-        ..Default::default()
-    };
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut sim = turmoil::Builder::new()
+/// The simulated network of a seed (1 ms ticks, 1 to 5 ms per message),
+/// every scenario's.
+pub(crate) fn new_sim(seed: u64) -> turmoil::Sim<'static> {
+    let sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(1))
         .min_message_latency(Duration::from_millis(1))
@@ -203,6 +198,18 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // openraft's own random draws (the first tick's phase) come from this
     // thread's generator: seeded, they replay with the run.
     cairn::raft::runtime::seed_rng(seed);
+    sim
+}
+
+/// Runs one seed of a scenario.
+pub fn run(scenario: &Scenario, seed: u64) -> Report {
+    let mut report = Report {
+        seed,
+        servers: scenario.servers,
+        ..Default::default()
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut sim = new_sim(seed);
 
     let n = scenario.servers;
     let names: Vec<String> = (0..n).map(server_name).collect();

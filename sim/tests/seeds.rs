@@ -168,11 +168,7 @@ mod clean {
             acl.0 += f.acl.accepted_before;
             acl.1 += f.acl.refused_after;
             acl.2 += f.acl.anonymous_refused;
-            query.answers += f.query.answers;
-            query.failed_over += f.query.failed_over;
-            query.empty += f.query.empty;
-            query.instances += f.query.instances;
-            query.unanswered += f.query.unanswered;
+            query.add(&f.query);
             slowest = slowest.max(f.converged_after);
             if !r.passed() {
                 failed.push(r);

@@ -56,7 +56,7 @@ use crate::checks;
 use crate::linearizability::{Input, Output};
 use crate::node::{API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, now_us};
 use crate::report::{FedStats, Report};
-use crate::run::{crash_host, state_hash, wait_converged};
+use crate::run::{crash_host, new_sim, state_hash, wait_converged};
 use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
 
 /// The datacenters, the primary first (a run has the first two or all).
@@ -384,14 +384,7 @@ pub fn run_with(seed: u64, dcs: usize) -> Report {
         ..Default::default()
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0xFED_E2A7E ^ ((n as u64) << 48));
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
-        .tick_duration(Duration::from_millis(1))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(5))
-        .simulation_duration(Duration::from_secs(600))
-        .build();
-    cairn::raft::runtime::seed_rng(seed);
+    let mut sim = new_sim(seed);
 
     let names: Vec<Vec<String>> = (0..n)
         .map(|d| (0..SERVERS).map(|i| server_name(d, i)).collect())
@@ -568,6 +561,19 @@ pub fn run_with(seed: u64, dcs: usize) -> Report {
     report
 }
 
+/// Cuts (or repairs) every link between the servers `a` and `b`.
+fn wan_links(sim: &mut turmoil::Sim, a: &[String], b: &[String], cut: bool) {
+    for x in a {
+        for y in b {
+            if cut {
+                sim.partition(x.as_str(), y.as_str());
+            } else {
+                sim.repair(x.as_str(), y.as_str());
+            }
+        }
+    }
+}
+
 /// Steps the simulation to the end of the workload, injecting the
 /// schedule's faults.
 fn run_faults(
@@ -580,8 +586,8 @@ fn run_faults(
     let mut steps = schedule(rng, n).into_iter().peekable();
     // Per datacenter, the server its crash stopped.
     let mut down: Vec<Option<usize>> = vec![None; n];
-    // Whether the links between two datacenters are cut.
-    let mut cut = vec![vec![false; n]; n];
+    // The pairs of datacenters (lower first) whose links are cut.
+    let mut cut: Vec<(usize, usize)> = Vec::new();
     let trace_on = std::env::var_os("SIM_TRACE").is_some();
     loop {
         let now = sim.elapsed();
@@ -592,18 +598,10 @@ fn run_faults(
             steps.next();
             let what = match step {
                 Step::CutWan(apart) => {
-                    for d in 0..n {
-                        for e in d + 1..n {
-                            if apart.is_none_or(|x| x == d || x == e) {
-                                cut[d][e] = true;
-                                cut[e][d] = true;
-                                for a in &names[d] {
-                                    for b in &names[e] {
-                                        sim.partition(a.as_str(), b.as_str());
-                                    }
-                                }
-                            }
-                        }
+                    let pairs = (0..n).flat_map(|d| (d + 1..n).map(move |e| (d, e)));
+                    cut.extend(pairs.filter(|&(d, e)| apart.is_none_or(|x| x == d || x == e)));
+                    for &(d, e) in &cut {
+                        wan_links(sim, &names[d], &names[e], true);
                     }
                     *report
                         .faults
@@ -612,17 +610,8 @@ fn run_faults(
                     apart.map(|x| DCS[x].to_string()).unwrap_or_default()
                 }
                 Step::HealWan => {
-                    for d in 0..n {
-                        for e in d + 1..n {
-                            if cut[d][e] {
-                                (cut[d][e], cut[e][d]) = (false, false);
-                                for a in &names[d] {
-                                    for b in &names[e] {
-                                        sim.repair(a.as_str(), b.as_str());
-                                    }
-                                }
-                            }
-                        }
+                    for (d, e) in cut.drain(..) {
+                        wan_links(sim, &names[d], &names[e], false);
                     }
                     String::new()
                 }
@@ -640,10 +629,9 @@ fn run_faults(
                     };
                     crash_host(sim, victim, &names[d], &hosts, &slots[d]);
                     // The crash repaired its links: the WAN cut stays.
-                    for e in (0..n).filter(|e| cut[d][*e]) {
-                        for other in &names[e] {
-                            sim.partition(names[d][victim].as_str(), other.as_str());
-                        }
+                    for &(a, b) in cut.iter().filter(|&&(a, b)| a == d || b == d) {
+                        let other = if a == d { b } else { a };
+                        wan_links(sim, &names[d][victim..=victim], &names[other], true);
                     }
                     down[d] = Some(victim);
                     *report

@@ -165,12 +165,12 @@ pub async fn creator(
     let q = definition(seed, &dcs);
     q.validate()
         .map_err(|e| format!("the query is invalid: {e}"))?;
+    let req = ApiRequest::Write(Box::new(Command::QuerySet {
+        query: Box::new(q),
+        update: false,
+    }));
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
-        let req = ApiRequest::Write(Box::new(Command::QuerySet {
-            query: Box::new(q.clone()),
-            update: false,
-        }));
         let addr = SocketAddr::new(servers[target], API_PORT);
         match call(addr, &req, token.as_deref(), Duration::from_secs(2)).await {
             Ok(ApiReply::Write(Ok(Response::Ok | Response::Rejected(_)))) => {
@@ -225,18 +225,12 @@ pub async fn executor(
                 if std::env::var_os("SIM_TRACE").is_some() {
                     eprintln!("{} ms: execute through {d}: {other:?}", ret / 1000);
                 }
-                log.lock().unwrap().unavailable();
+                log.lock().unwrap().unanswered += 1;
             }
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(20..150))).await;
     }
     Ok(())
-}
-
-impl QueryRecord {
-    fn unavailable(&mut self) {
-        self.unanswered += 1;
-    }
 }
 
 /// Checker 5 on a finished run: every instance answered passing at the
