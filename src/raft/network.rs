@@ -208,8 +208,9 @@ async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Re
 const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// The Raft transport's wire version. Bump it with any change to how
 /// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands
-/// and the Connect CA's. 3: the WAN frames.
-pub const WIRE_VERSION: u32 = 3;
+/// and the Connect CA's. 3: the WAN frames. 4: `Command::VirtualIpsSet`
+/// and the virtual IPs in the snapshot's trailer.
+pub const WIRE_VERSION: u32 = 4;
 
 /// This server's greeting.
 pub fn greeting() -> [u8; 12] {
