@@ -11,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 /// Consul's defaults (serf `DefaultConfig`).
@@ -161,8 +162,10 @@ fn unit_vector_at(a: &[f64], b: &[f64]) -> (Vec<f64>, f64) {
     if mag > ZERO {
         return (d.iter().map(|x| x / mag).collect(), mag);
     }
+    // The simulation's seeded source, so a run that meets this replays.
+    let mut rng = crate::random::rng();
     for _ in 0..8 {
-        let r: Vec<f64> = (0..a.len()).map(|_| rand::random::<f64>() - 0.5).collect();
+        let r: Vec<f64> = (0..a.len()).map(|_| rng.gen_range(-0.5..0.5)).collect();
         let m = magnitude(&r);
         if m > ZERO {
             return (r.iter().map(|x| x / m).collect(), 0.0);
