@@ -61,7 +61,10 @@ impl World {
     async fn until(
         &self, key: &ProxyKey, what: &str, pred: impl Fn(&Snapshot) -> bool,
     ) -> Arc<Snapshot> {
-        let deadline = Instant::now() + Duration::from_secs(1);
+        // Generous: it bounds a failure only, and a loaded machine (CI's
+        // two cores) can take over a second to rebuild.
+        const WITHIN: Duration = Duration::from_secs(10);
+        let deadline = Instant::now() + WITHIN;
         loop {
             if let Some(rx) = self.manager.snapshot(key)
                 && let Some(s) = rx.borrow().clone()
@@ -75,7 +78,7 @@ impl World {
                     .snapshot(key)
                     .and_then(|rx| rx.borrow().clone());
                 panic!(
-                    "within 1s: {what}; have {:?}",
+                    "within {WITHIN:?}: {what}; have {:?}",
                     snap.map(|s| serde_json::to_string(&s.upstreams).unwrap())
                 );
             }
@@ -241,7 +244,7 @@ async fn deregistering_the_proxy_tears_down_its_watches() {
         service_id: "web-proxy".into(),
         ..Default::default()
     }));
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while w.manager.counts() != baseline {
         assert!(
             Instant::now() < deadline,
@@ -312,14 +315,17 @@ async fn a_proxyless_client_dials_instances_and_goes_with_its_handle() {
     let until = |rx: &mut watch::Receiver<Option<Arc<Snapshot>>>,
                  what: &str,
                  pred: &dyn Fn(&Snapshot) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(1);
+        // Generous: it bounds a failure only, and a loaded machine (CI's
+        // two cores) can take over a second to rebuild.
+        const WITHIN: Duration = Duration::from_secs(10);
+        let deadline = Instant::now() + WITHIN;
         loop {
             if let Some(s) = rx.borrow_and_update().clone()
                 && pred(&s)
             {
                 return s;
             }
-            assert!(Instant::now() < deadline, "within 1s: {what}");
+            assert!(Instant::now() < deadline, "within {WITHIN:?}: {what}");
             std::thread::sleep(Duration::from_millis(10));
         }
     };
@@ -350,7 +356,7 @@ async fn a_proxyless_client_dials_instances_and_goes_with_its_handle() {
     });
     let (proxies, _) = w.manager.counts();
     drop(handle);
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while w.manager.counts().0 != proxies - 1 {
         assert!(
             Instant::now() < deadline,
@@ -518,7 +524,7 @@ async fn a_target_in_another_datacenter_follows_its_instances_there() {
             ..Default::default()
         }));
     }
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while w.manager.remote_watchers() != 0 {
         assert!(Instant::now() < deadline, "the watcher still runs");
         tokio::time::sleep(Duration::from_millis(10)).await;
