@@ -10,7 +10,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, FILTERED, Opts, Watch, blocking, json_filtered, keep, meta_headers};
+use super::{App, Opts, Watch, blocking, json_filtered, keep, mark_filtered, meta_headers};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
@@ -47,8 +47,7 @@ async fn delete_root(s: State<App>, a: Authz, q: Opts) -> Result<Response> {
 fn not_found(s: &App, index: u64, filtered: bool) -> Response {
     let mut resp = (StatusCode::NOT_FOUND, meta_headers(s, index)).into_response();
     if filtered {
-        resp.headers_mut()
-            .insert(FILTERED, axum::http::HeaderValue::from_static("true"));
+        mark_filtered(&mut resp);
     }
     resp
 }
@@ -483,8 +482,7 @@ fn answer(a: &Authz, r: Applied) -> Result<Response> {
             let mut resp =
                 axum::Json(json!({ "Results": results, "Errors": null })).into_response();
             if filtered {
-                resp.headers_mut()
-                    .insert(FILTERED, axum::http::HeaderValue::from_static("true"));
+                mark_filtered(&mut resp);
             }
             Ok(resp)
         }

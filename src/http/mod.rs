@@ -43,7 +43,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::select_all;
 
 use crate::error::{Error, Result};
-use crate::request::authz::Authz;
+use crate::request::authz::{Authz, FILTERED_HEADER};
 use crate::request::{
     MAX_BODY, Params, QueryOptions, forward_timeout, panic_response, refuse_enterprise_tenancy,
     trace_request, wait_of, with_wait,
@@ -436,19 +436,22 @@ pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
     h
 }
 
-/// Set on a read whose answer lost rows the caller may not see (Consul's).
-pub const FILTERED: &str = "x-consul-results-filtered-by-acls";
-
 /// A JSON answer with the read headers, marked when ACLs dropped rows.
 pub fn json_filtered<T: serde::Serialize>(
     s: &Server, index: u64, value: &T, filtered: bool,
 ) -> Response {
     let mut resp = json_at(s, index, value);
     if filtered {
-        resp.headers_mut()
-            .insert(FILTERED, HeaderValue::from_static("true"));
+        mark_filtered(&mut resp);
     }
     resp
+}
+
+/// Marks an answer that lost rows the caller may not see (Consul's
+/// `X-Consul-Results-Filtered-By-ACLs`).
+pub fn mark_filtered(resp: &mut Response) {
+    resp.headers_mut()
+        .insert(FILTERED_HEADER, HeaderValue::from_static("true"));
 }
 
 /// Keeps the rows `allowed` passes; says whether any was dropped.

@@ -214,7 +214,7 @@ async fn pull(
         Replicated::Config => {
             // Deleting here what the token could not see there would be
             // wrong: nothing is applied until it sees everything.
-            if header(crate::structs::replication::FILTERED_HEADER) == Some("true") {
+            if header(crate::request::authz::FILTERED_HEADER) == Some("true") {
                 return Err(
                     "the replication token may not read every config entry of the \
                             primary (service:read and intention:read on all): nothing applied"

@@ -20,6 +20,9 @@ use crate::error::{Error, Result};
 /// Header names a token travels in.
 pub const TOKEN_HEADER: &str = "x-consul-token";
 
+/// Consul's mark on an answer that lost rows the caller may not see.
+pub const FILTERED_HEADER: &str = "x-consul-results-filtered-by-acls";
+
 /// Resolves a secret (none: anonymous) to its authorizer and the ACL
 /// generation it holds for (whatever number moves when a token, policy or
 /// role changes; 0 where nothing does); `Err` is the answer (Consul's 403

@@ -18,9 +18,6 @@ pub const CONFIG_PATH: &str = "/v1/internal/replication/config";
 /// the caller's identity headers into what it forwards).
 pub const REPLICATION_HEADER: &str = "x-cairn-replication";
 
-/// Consul's mark on an answer that lost rows to the caller's ACLs.
-pub const FILTERED_HEADER: &str = "x-consul-results-filtered-by-acls";
-
 /// What `ACL_PATH` answers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
