@@ -17,11 +17,6 @@ fn invalid(msg: impl Into<String>) -> ConfigEntryError {
 /// Protocols an ingress listener may have.
 const LISTENER_PROTOCOLS: [&str; 4] = ["tcp", "http", "http2", "grpc"];
 
-/// Protocols served with an HTTP connection manager.
-pub fn is_http_like(protocol: &str) -> bool {
-    matches!(protocol, "http" | "http2" | "grpc")
-}
-
 pub fn normalize_mesh(e: &mut MeshConfigEntry) -> Result {
     // As proxy-defaults: a delete names the one entry by kind alone.
     if e.name.is_empty() {

@@ -27,10 +27,6 @@ fn or_default<'s>(v: &'s str, default: &'s str) -> &'s str {
     if v.is_empty() { default } else { v }
 }
 
-pub(crate) fn is_http_like(protocol: &str) -> bool {
-    matches!(protocol, "http" | "http2" | "grpc")
-}
-
 /// Only the default namespace and partition hold entries.
 fn in_default_tenancy(namespace: &str, partition: &str) -> bool {
     matches!(namespace, "" | "default") && matches!(partition, "" | "default")

@@ -93,6 +93,12 @@ impl FromStr for Kind {
 /// Name of the only proxy-defaults entry.
 pub const PROXY_CONFIG_GLOBAL: &str = "global";
 
+/// Whether a protocol is one of the L7 ones (Consul's `IsProtocolHTTPLike`):
+/// routers, splitters, HTTP filters and L7 intentions apply only to these.
+pub fn is_http_like(protocol: &str) -> bool {
+    matches!(protocol, "http" | "http2" | "grpc")
+}
+
 /// One config entry of any served kind.
 // Entries are stored and passed whole; boxing the bigger kinds would only
 // add an indirection.

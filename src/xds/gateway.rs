@@ -32,13 +32,14 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, http_filter, http2_upstream, identity, inline, is_http, lb_endpoint, load_assignment,
+    has_tls, http_filter, http2_upstream, identity, inline, lb_endpoint, load_assignment,
     prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster, target_cluster,
     tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
 use crate::state::catalog::Instance;
+use crate::structs::config_entry::is_http_like;
 use crate::structs::config_entry::{
     GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
     IngressListener, IngressService, IngressServiceConfig, WILDCARD,
@@ -125,7 +126,7 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             .collect();
         served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
         let name = format!("{}:{bind}:{port}", l.protocol);
-        let filter_chains = if is_http(&l.protocol) {
+        let filter_chains = if is_http_like(&l.protocol) {
             http_ingress_chains(l, port, &linked, &tls, &id, out)
         } else {
             let Some((svc, chain)) = linked.first() else {
@@ -574,7 +575,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         if !g.ca_file.is_empty() {
             c.transport_socket = transport_socket(origination_tls(g));
         }
-        let http = is_http(&linked.protocol);
+        let http = is_http_like(&linked.protocol);
         if matches!(linked.protocol.as_str(), "http2" | "grpc") {
             http2_upstream(&mut c);
         }

@@ -803,11 +803,6 @@ fn route_match(m: Option<&ServiceRouteHttpMatch>) -> route::RouteMatch {
     }
 }
 
-/// Protocols served with an HTTP connection manager (L7).
-pub(crate) fn is_http(protocol: &str) -> bool {
-    matches!(protocol, "http" | "http2" | "grpc")
-}
-
 /// Consul's upstream ID: the name, with `?dc=` when it names another
 /// datacenter.
 pub(super) fn upstream_id(name: &str, dc: &str) -> String {

@@ -17,11 +17,12 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, common_tls, every_type,
-    has_tls, hcm_base, http_filter, http2_upstream, identity, is_http, lb_endpoint,
-    load_assignment, prefix_match, put, route_config, secs, socket, start_cluster, target_cluster,
-    tcp_filter, to_cluster, transport_socket, typed, upstream_id,
+    has_tls, hcm_base, http_filter, http2_upstream, identity, lb_endpoint, load_assignment,
+    prefix_match, put, route_config, secs, socket, start_cluster, target_cluster, tcp_filter,
+    to_cluster, transport_socket, typed, upstream_id,
 };
 use crate::proxycfg::Snapshot;
+use crate::structs::config_entry::is_http_like;
 
 /// Consul's name for the inbound cluster to the application.
 pub const LOCAL_APP: &str = "local_app";
@@ -86,7 +87,7 @@ pub fn generate(snap: &Snapshot) -> Resources {
             "upstream.{}.default.default.{}",
             chain.service_name, chain.datacenter
         );
-        let filter = if is_http(&chain.protocol) {
+        let filter = if is_http_like(&chain.protocol) {
             put(
                 &mut out,
                 ROUTE,
@@ -137,7 +138,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
         .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
-    let http = is_http(&protocol_of(snap));
+    let http = is_http_like(&protocol_of(snap));
     let mut filters = Vec::new();
     let filter = if http {
         let mut hcm = hcm_base("public_listener");

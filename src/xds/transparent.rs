@@ -18,10 +18,11 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, http_filter, is_http,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, http_filter,
     load_assignment, put, route_config, secs, socket, start_cluster, target_cluster, tcp_filter,
 };
 use crate::proxycfg::{Snapshot, TransparentSnapshot, UpstreamSnapshot};
+use crate::structs::config_entry::is_http_like;
 
 /// Consul's names.
 pub const OUTBOUND_LISTENER: &str = "outbound_listener";
@@ -62,7 +63,7 @@ pub fn generate(snap: &Snapshot, tp: &TransparentSnapshot, id: &Identity, out: &
             "upstream.{}.default.default.{}",
             chain.service_name, chain.datacenter
         );
-        let filter = if is_http(&chain.protocol) {
+        let filter = if is_http_like(&chain.protocol) {
             put(
                 out,
                 ROUTE,
