@@ -240,16 +240,20 @@ fn server() -> Server {
     policy(&s, "web-write", r#"service "web" { policy = "write" }"#);
     policy(&s, "db-read", r#"service "db" { policy = "read" }"#);
     // The proxy's snapshot lists db's sidecar (read as management).
-    eventually(Duration::from_secs(10), "db's endpoint in the snapshot", || {
-        let r = with(
-            s.http_addr,
-            "GET",
-            &format!("/v1/internal/proxycfg/{PROXY}?node=n1"),
-            None,
-            ROOT,
-        );
-        (r.status == 200 && r.body.contains("db-sidecar-proxy")).then_some(())
-    });
+    eventually(
+        Duration::from_secs(10),
+        "db's endpoint in the snapshot",
+        || {
+            let r = with(
+                s.http_addr,
+                "GET",
+                &format!("/v1/internal/proxycfg/{PROXY}?node=n1"),
+                None,
+                ROOT,
+            );
+            (r.status == 200 && r.body.contains("db-sidecar-proxy")).then_some(())
+        },
+    );
     s
 }
 
@@ -271,10 +275,14 @@ fn an_upstreams_endpoints_follow_the_proxys_read_on_it() {
         assert_eq!(envoy.db_endpoints(), Some(0));
 
         set_policies(&s, &accessor, &["web-write", "db-read"]);
-        envoy.until_db(1, "db's endpoint once read is granted").await;
+        envoy
+            .until_db(1, "db's endpoint once read is granted")
+            .await;
 
         set_policies(&s, &accessor, &["web-write"]);
-        envoy.until_db(0, "db's endpoint gone once read is taken").await;
+        envoy
+            .until_db(0, "db's endpoint gone once read is taken")
+            .await;
 
         // Granted through the policy's own rules, as well.
         let r = with(
@@ -286,14 +294,17 @@ fn an_upstreams_endpoints_follow_the_proxys_read_on_it() {
         );
         assert_eq!(r.status, 200, "{}", r.body);
         let id = r.json()["ID"].as_str().unwrap().to_string();
-        let rules = "service \"web\" { policy = \"write\" }\nservice_prefix \"d\" { policy = \"read\" }";
+        let rules =
+            "service \"web\" { policy = \"write\" }\nservice_prefix \"d\" { policy = \"read\" }";
         as_root(
             s.http_addr,
             "PUT",
             &format!("/v1/acl/policy/{id}"),
             &json!({ "Name": "web-write", "Rules": rules }),
         );
-        envoy.until_db(1, "db's endpoint once the policy reads db").await;
+        envoy
+            .until_db(1, "db's endpoint once the policy reads db")
+            .await;
     });
 }
 

@@ -642,3 +642,63 @@ fn a_local_token_gets_no_endpoints_in_another_datacenter() {
     let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
     assert_eq!(endpoints(&cla), [(0, 21001), (1, 22001)]);
 }
+
+/// A proxyless client dialing db, whose resolver fails over to db-backup:
+/// a token that reads db but not db-backup gets db's instances and an
+/// empty db-backup cluster (the failover locality gone), as the stream
+/// narrows its snapshot before `grpc::generate`.
+#[test]
+fn a_proxyless_clients_failover_target_it_may_not_read_has_no_endpoints() {
+    let mut w = crate::testing::World::new();
+    w.apply(Command::ConfigSet {
+        entry: serde_json::json!({
+            "Kind": "service-resolver", "Name": "db",
+            "Failover": {"*": {"Service": "db-backup"}}
+        }),
+        cas: None,
+    });
+    for (node, addr, id, port) in [
+        ("n1", "10.0.0.1", "web", 8080),
+        ("n2", "10.0.0.2", "db", 5432),
+        ("n3", "10.0.0.3", "db-backup", 5433),
+    ] {
+        let svc = NodeService {
+            id: id.into(),
+            service: id.into(),
+            port,
+            ..Default::default()
+        };
+        register(&mut w, node, addr, svc);
+    }
+    let key = ("n1".to_string(), "web".to_string());
+    let names = ["db".to_string()].into();
+    let (snap, _) = crate::proxycfg::build_proxyless(
+        &w.store.state(),
+        "dc1",
+        &key,
+        &names,
+        &mut Shared::default(),
+    )
+    .expect("a proxyless snapshot");
+    let ports = |r: &Resources, prefix: &str| -> Vec<(u32, u32)> {
+        let name = r[ENDPOINT]
+            .keys()
+            .find(|n| n.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} assignment"))
+            .clone();
+        endpoints(&decode(r, ENDPOINT, &name))
+    };
+    let all = grpc::generate(&snap);
+    assert_eq!(ports(&all, "db.default.dc1"), [(0, 5432), (1, 5433)]);
+
+    let token = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    let hidden = crate::proxycfg::hidden(&snap, Some(&token));
+    let r = grpc::generate(&snap.without(&hidden));
+    assert_eq!(ports(&r, "db.default.dc1"), [(0, 5432)]);
+    assert_eq!(ports(&r, "db-backup.default.dc1"), []);
+    assert_eq!(r[LISTENER], all[LISTENER], "the listener stays");
+}
