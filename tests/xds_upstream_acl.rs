@@ -5,7 +5,8 @@
 //! granting the read brings them on the live stream, and taking it away
 //! removes them, without the stream ending; a `Local` token reads this
 //! datacenter's as any token; anonymous is refused as before.
-//! (A `Local` token and another datacenter's target: `xds::tests`, unit.)
+//! A `Local` token gets no endpoints of a failover target in another
+//! datacenter (two datacenters), a global one does.
 
 mod common;
 
@@ -112,12 +113,13 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// web's sidecar's Delta stream, as Envoy holds it: every response
-/// ACKed; once the clusters come, db's cluster's endpoints subscribed.
+/// ACKed; as the clusters come, db's clusters' endpoints subscribed (its
+/// targets in each datacenter).
 struct Envoy {
     requests: mpsc::UnboundedSender<DeltaDiscoveryRequest>,
     responses: Streaming<DeltaDiscoveryResponse>,
-    /// db's cluster, once the clusters came.
-    db: Option<String>,
+    /// db's clusters, as the clusters came.
+    db: Vec<String>,
     /// The latest load assignment of each cluster.
     assignments: BTreeMap<String, ClusterLoadAssignment>,
 }
@@ -165,7 +167,7 @@ impl Envoy {
         Ok(Envoy {
             requests: tx,
             responses,
-            db: None,
+            db: Vec::new(),
             assignments: BTreeMap::new(),
         })
     }
@@ -182,12 +184,14 @@ impl Envoy {
             response_nonce: r.nonce.clone(),
             ..Default::default()
         };
-        if r.type_url == CDS && self.db.is_none() {
-            self.db = r
-                .resources
-                .iter()
-                .map(|res| res.name.clone())
-                .find(|n| n.starts_with("db.default.dc1.internal."));
+        let mut new = Vec::new();
+        if r.type_url == CDS {
+            for res in &r.resources {
+                if res.name.starts_with("db.") && !self.db.contains(&res.name) {
+                    self.db.push(res.name.clone());
+                    new.push(res.name.clone());
+                }
+            }
         }
         if r.type_url == EDS {
             for res in &r.resources {
@@ -197,33 +201,45 @@ impl Envoy {
             }
         }
         self.requests.send(ack.clone()).unwrap();
-        if r.type_url == CDS
-            && let Some(db) = &self.db
-            && !self.assignments.contains_key(db)
-        {
+        if !new.is_empty() {
             ack.type_url = EDS.into();
             ack.response_nonce.clear();
-            ack.resource_names_subscribe = vec![db.clone()];
+            ack.resource_names_subscribe = new;
             self.requests.send(ack).unwrap();
         }
         Ok(())
     }
 
-    /// db's endpoints as served (`None`: no assignment yet).
-    fn db_endpoints(&self) -> Option<usize> {
-        let cla = self.assignments.get(self.db.as_ref()?)?;
+    /// The endpoints served for db's target in `dc` (`None`: no assignment
+    /// yet), over every priority.
+    fn endpoints_in(&self, dc: &str) -> Option<usize> {
+        let prefix = format!("db.default.{dc}.internal.");
+        let name = self.db.iter().find(|n| n.starts_with(&prefix))?;
+        let cla = self.assignments.get(name)?;
         Some(cla.endpoints.iter().map(|l| l.lb_endpoints.len()).sum())
+    }
+
+    /// db's endpoints in dc1.
+    fn db_endpoints(&self) -> Option<usize> {
+        self.endpoints_in("dc1")
     }
 
     /// Steps the stream until db's endpoints number `n`, within 10 s; the
     /// stream must not end meanwhile.
     async fn until_db(&mut self, n: usize, what: &str) {
+        self.until(what, |e| e.db_endpoints() == Some(n)).await;
+    }
+
+    /// Steps the stream until `done`, within 10 s; the stream must not end
+    /// meanwhile.
+    async fn until(&mut self, what: &str, done: impl Fn(&Envoy) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.db_endpoints() != Some(n) {
+        while !done(self) {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}: db's endpoints are {:?}",
-                self.db_endpoints()
+                "timed out waiting for {what}: db's endpoints are {:?} in dc1, {:?} in dc2",
+                self.db_endpoints(),
+                self.endpoints_in("dc2"),
             );
             if let Err(status) = self.step(Duration::from_millis(200)).await {
                 panic!("the stream ended waiting for {what}: {status:?}");
@@ -325,5 +341,82 @@ fn a_local_token_reads_this_datacenters_endpoints_and_anonymous_is_refused() {
             .await
             .expect_err("anonymous was not refused");
         assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    });
+}
+
+/// dc1 (ACLs on, default deny) fails db over to dc2 (ACLs off: dc1's
+/// server reads it with its own token, what it serves is judged in dc1):
+/// a `Local` token reading every service gets dc1's db endpoint and dc2's
+/// cluster empty (dc2 does not know the token), no dc2 tier either; a
+/// global token with the same policies gets dc2's endpoint in both.
+#[test]
+fn a_local_token_gets_no_endpoints_in_another_datacenter() {
+    let dc1 = acl_started(
+        Server::builder()
+            .node("a0")
+            .bootstrap_expect(1)
+            .datacenter("dc1"),
+        "deny",
+    );
+    let dc2 = Server::builder()
+        .node("b0")
+        .bootstrap_expect(1)
+        .datacenter("dc2")
+        .primary("dc1")
+        .join_wan(dc1.raft_addr)
+        .start();
+    eventually(Duration::from_secs(30), "dc1 to know dc2", || {
+        let r = with(dc1.http_addr, "GET", "/v1/catalog/datacenters", None, ROOT);
+        (r.status == 200 && r.json() == json!(["dc1", "dc2"])).then_some(())
+    });
+    mesh(&dc1);
+    register(
+        &dc2,
+        json!({
+            "Node": "far", "Address": "10.2.0.2",
+            "Service": {
+                "Kind": "connect-proxy", "ID": "db-sidecar-proxy", "Service": "db-sidecar-proxy",
+                "Port": 22001, "Proxy": { "DestinationServiceName": "db" }
+            }
+        }),
+    );
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/config",
+        &json!({"Kind": "service-resolver", "Name": "db",
+                "Failover": {"*": {"Datacenters": ["dc2"]}}}),
+    );
+    policy(&dc1, "web-write", r#"service "web" { policy = "write" }"#);
+    policy(&dc1, "all-read", r#"service_prefix "" { policy = "read" }"#);
+    eventually(
+        Duration::from_secs(30),
+        "dc2's endpoint in the snapshot",
+        || {
+            let r = with(
+                dc1.http_addr,
+                "GET",
+                &format!("/v1/internal/proxycfg/{PROXY}?node=n1"),
+                None,
+                ROOT,
+            );
+            (r.status == 200 && r.body.contains("10.2.0.2")).then_some(())
+        },
+    );
+    let (_, local) = token(&dc1, &["web-write", "all-read"], true);
+    let (_, global) = token(&dc1, &["web-write", "all-read"], false);
+    runtime().block_on(async {
+        let mut envoy = Envoy::open(dc1.grpc_addr, Some(&local)).await.unwrap();
+        envoy
+            .until("dc1's endpoint alone for the Local token", |e| {
+                e.endpoints_in("dc1") == Some(1) && e.endpoints_in("dc2") == Some(0)
+            })
+            .await;
+        let mut envoy = Envoy::open(dc1.grpc_addr, Some(&global)).await.unwrap();
+        envoy
+            .until("dc2's endpoint for the global token", |e| {
+                e.endpoints_in("dc1") == Some(2) && e.endpoints_in("dc2") == Some(1)
+            })
+            .await;
     });
 }
