@@ -512,6 +512,19 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
     let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
     assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
 
+    // As a stream's token sees it: the gateways are kept only where it
+    // reads their service (else dc2's target has nowhere to go here).
+    let no_gateways = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &no_gateways), ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), []);
+    let reads_all = reader(r#"service_prefix "" { policy = "read" }"#, true);
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &reads_all), ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
+
     // No healthy instance of the target in dc2: nothing through gateways.
     let up = snap.upstreams.get_mut("db").unwrap();
     up.endpoints.insert(far.id.clone(), Arc::new(Vec::new()));
