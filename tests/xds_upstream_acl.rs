@@ -273,10 +273,24 @@ fn server() -> Server {
     s
 }
 
+/// `/v1/internal/proxycfg` of web's proxy, read with `secret`.
+fn debug_snapshot(s: &Server, secret: &str) -> String {
+    let r = with(
+        s.http_addr,
+        "GET",
+        &format!("/v1/internal/proxycfg/{PROXY}?node=n1"),
+        None,
+        secret,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+}
+
 /// Read on db is what brings db's endpoints to web's proxy, on the live
 /// stream both ways: none with `service:write` on web alone (the cluster
 /// is there, empty), they arrive when a policy grants `service:read db`,
-/// and go when it is taken away, the stream never ending.
+/// and go when it is taken away, the stream never ending; the debug read
+/// of the snapshot (`/v1/internal/proxycfg`) shows the same.
 #[test]
 fn an_upstreams_endpoints_follow_the_proxys_read_on_it() {
     let s = server();
@@ -290,10 +304,14 @@ fn an_upstreams_endpoints_follow_the_proxys_read_on_it() {
         }
         assert_eq!(envoy.db_endpoints(), Some(0));
 
+        // The debug read of the snapshot shows what the stream serves.
+        assert!(!debug_snapshot(&s, &secret).contains("db-sidecar-proxy"));
+
         set_policies(&s, &accessor, &["web-write", "db-read"]);
         envoy
             .until_db(1, "db's endpoint once read is granted")
             .await;
+        assert!(debug_snapshot(&s, &secret).contains("db-sidecar-proxy"));
 
         set_policies(&s, &accessor, &["web-write"]);
         envoy

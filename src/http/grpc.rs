@@ -309,33 +309,7 @@ impl crate::xds::Source for Catalog {
     }
 
     fn reader(&self, token: Option<&str>) -> Option<crate::proxycfg::Reader> {
-        let acl = self.0.acl();
-        if !acl.enabled() {
-            return None;
-        }
-        let st = self.0.state();
-        let datacenter = self.0.datacenter().to_string();
-        let Ok(authz) = acl.resolve(&st, token) else {
-            // Fails closed: reads nothing, anywhere.
-            let none = crate::acl::Authorizer::new("", &[], crate::acl::DefaultPolicy::Deny);
-            return Some(crate::proxycfg::Reader {
-                authz: Arc::new(none),
-                datacenter,
-                global: false,
-            });
-        };
-        // A `Local` token is unknown in other datacenters (the anonymous
-        // one, with no secret, is known everywhere).
-        let secret = token
-            .filter(|t| !t.is_empty())
-            .unwrap_or(crate::structs::acl::ANONYMOUS_SECRET);
-        let hash = crate::structs::acl::secret_hash(secret);
-        let global = crate::state::acl::token_by_secret_hash(&st, &hash).is_none_or(|t| !t.local);
-        Some(crate::proxycfg::Reader {
-            authz,
-            datacenter,
-            global,
-        })
+        super::proxycfg::reader(&self.0, token)
     }
 
     fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
