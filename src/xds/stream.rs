@@ -12,9 +12,9 @@
 //! changes and at the token's expiry; the shared snapshot is narrowed to
 //! the endpoints that token may read (`proxycfg::hidden`), again whenever
 //! an ACL changes; its resources are built on a blocking thread, one build
-//! at a time across the server. The proxy is
-//! found through a `Source` (the server's catalog and its proxycfg
-//! manager): this module reads no state itself.
+//! at a time across the server. The proxy is found through a `Source` (the
+//! server's catalog and its proxycfg manager): this module reads no state
+//! itself.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
