@@ -308,6 +308,10 @@ impl crate::xds::Source for Catalog {
             .is_ok_and(|a| a.service_read(service))
     }
 
+    fn reader(&self, token: Option<&str>) -> Option<crate::proxycfg::Reader> {
+        super::proxycfg::reader(&self.0, token)
+    }
+
     fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
         let secret = token.filter(|t| !t.is_empty() && self.0.acl().enabled())?;
         let st = self.0.state();

@@ -2,11 +2,15 @@
 //! server-side snapshot of one proxy, blocking until its version passes
 //! `index`. Any server answers from its own state.
 //!
-//! Who may have a proxy's config (`may_watch`) is decided here for the
-//! xDS streams too (`http::grpc`).
+//! Who may have a proxy's config (`may_watch`), and what of its endpoints
+//! the token sees (`reader`), is decided here for the xDS streams too
+//! (`http::grpc`).
 
 use crate::acl::Authorizer;
+use crate::proxycfg::{Reader, Snapshot};
 use crate::request::authz::Authz;
+use crate::structs::acl::{ANONYMOUS_SECRET, secret_hash};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -43,6 +47,36 @@ pub fn may_watch(
         None if a.acl_write() => Err(Refused::Unknown),
         _ => Err(Refused::Denied(a.deny("service:write", id).to_string())),
     }
+}
+
+/// The token as a proxy's config is narrowed for it (`proxycfg::visible`;
+/// `None`: ACLs off, nothing hidden): its authorizer, and whether other
+/// datacenters know it (not `Local`). A secret that no longer resolves
+/// reads nothing (its stream or read is refused at its next check anyway).
+pub fn reader(s: &App, token: Option<&str>) -> Option<Reader> {
+    let acl = s.acl();
+    if !acl.enabled() {
+        return None;
+    }
+    let st = s.state();
+    let datacenter = s.datacenter().to_string();
+    let Ok(authz) = acl.resolve(&st, token) else {
+        let none = Authorizer::new("", &[], crate::acl::DefaultPolicy::Deny);
+        return Some(Reader {
+            authz: Arc::new(none),
+            datacenter,
+            global: false,
+        });
+    };
+    // The anonymous token (no secret) is known everywhere.
+    let secret = token.filter(|t| !t.is_empty()).unwrap_or(ANONYMOUS_SECRET);
+    let global =
+        crate::state::acl::token_by_secret_hash(&st, &secret_hash(secret)).is_none_or(|t| !t.local);
+    Some(Reader {
+        authz,
+        datacenter,
+        global,
+    })
 }
 
 /// `may_watch` as the HTTP answer: 403, or 404 for an unknown proxy.
@@ -115,7 +149,7 @@ async fn snapshot(
             )));
         };
         if opts.index == 0 || snap.version > opts.index {
-            return Ok(json_at(&s, snap.version, &*snap));
+            return Ok(shown(&s, &a, &snap));
         }
         let parked = crate::metrics::BLOCKING_PARKED.hold();
         let changed = tokio::time::timeout_at(deadline, async {
@@ -136,7 +170,18 @@ async fn snapshot(
                     "Proxy {id:?} on node {node:?} was deregistered"
                 )));
             }
-            Err(_) => return Ok(json_at(&s, snap.version, &*snap)),
+            Err(_) => return Ok(shown(&s, &a, &snap)),
         }
+    }
+}
+
+/// The snapshot as the caller's token sees it (as its xDS stream would be
+/// served it: `proxycfg::visible`), at its version.
+fn shown(s: &App, a: &Authz, snap: &Snapshot) -> Response {
+    let hidden = crate::proxycfg::hidden(snap, reader(s, a.token()).as_ref());
+    if hidden.is_empty() {
+        json_at(s, snap.version, snap)
+    } else {
+        json_at(s, snap.version, &snap.without(&hidden))
     }
 }

@@ -17,6 +17,7 @@ mod remote;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod visible;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,6 +34,7 @@ pub use snapshot::{
     Endpoints, GatewaySnapshot, LinkedService, Snapshot, TransparentSnapshot, UpstreamSnapshot,
     ViaGateways, gateway_address,
 };
+pub use visible::{Hidden, Reader, hidden};
 
 use crate::state::{Store, keys};
 use crate::stream::{Item, Publisher, Topic};

@@ -9,10 +9,12 @@
 //! gRPC service (`server`) admits a stream and spawns its task.
 //!
 //! The stream's token is checked before any lookup, again whenever an ACL
-//! changes and at the token's expiry; its resources are built on a
-//! blocking thread, one build at a time across the server. The proxy is
-//! found through a `Source` (the server's catalog and its proxycfg
-//! manager): this module reads no state itself.
+//! changes and at the token's expiry; the shared snapshot is narrowed to
+//! the endpoints that token may read (`proxycfg::hidden`), again whenever
+//! an ACL changes; its resources are built on a blocking thread, one build
+//! at a time across the server. The proxy is found through a `Source` (the
+//! server's catalog and its proxycfg manager): this module reads no state
+//! itself.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tonic::{Status, Streaming};
 
 use super::resources::{LISTENER, Resources};
-use crate::proxycfg::{ProxyKey, Proxyless, Snapshot};
+use crate::proxycfg::{Hidden, ProxyKey, Proxyless, Reader, Snapshot};
 
 /// Where streams find their proxies.
 pub trait Source: Send + Sync + 'static {
@@ -58,6 +60,10 @@ pub trait Source: Send + Sync + 'static {
     fn proxyless(&self, instance: ProxyKey) -> crate::proxycfg::Proxyless;
     /// May the token read `service` (a proxyless client dials only those)?
     fn may_read(&self, token: Option<&str>, service: &str) -> bool;
+    /// The token as the narrowing of its snapshot reads it (`None`: ACLs
+    /// off, everything shown). A secret that no longer resolves reads
+    /// nothing (the stream is refused on its next check anyway).
+    fn reader(&self, token: Option<&str>) -> Option<Reader>;
 }
 
 /// What a stream's token is, for its slot.
@@ -228,8 +234,11 @@ pub(super) async fn serve<P: Protocol>(
     source.authorize(token, &id, target.destination(&current))?;
     let mut expires = source.expiry(token);
     let mut session = P::new();
+    // What of the current snapshot the token may not read, as served.
+    let mut hidden = Hidden::default();
     if let Some(s) = &current {
-        session.set_resources(build(s, target.generate()).await);
+        hidden = hidden_from(&*source, token, s);
+        session.set_resources(build(s, &hidden, target.generate()).await);
     }
     on_request(&id, &mut session, &first, limits)?;
     target.dial(&session, &*source, token);
@@ -265,7 +274,8 @@ pub(super) async fn serve<P: Protocol>(
                     Some(s) => {
                         // A sidecar's destination may have changed with it.
                         source.authorize(token, &id, target.destination(&next))?;
-                        session.set_resources(build(s, target.generate()).await);
+                        hidden = hidden_from(&*source, token, s);
+                        session.set_resources(build(s, &hidden, target.generate()).await);
                     }
                 }
                 current = next;
@@ -281,6 +291,14 @@ pub(super) async fn serve<P: Protocol>(
                 expires = source.expiry(token);
                 // A service no longer readable is no longer dialed.
                 target.dial(&session, &*source, token);
+                // Endpoints follow what the token may read now, both ways.
+                if let Some(s) = &current {
+                    let now = hidden_from(&*source, token, s);
+                    if now != hidden {
+                        hidden = now;
+                        session.set_resources(build(s, &hidden, target.generate()).await);
+                    }
+                }
             }
             () = until(expires) => {
                 // Expired: refused now (else its expiry was changed).
@@ -428,14 +446,31 @@ impl Target {
 /// on a blocking thread, they take one core and leave the rest to serve.
 static BUILDS: Semaphore = Semaphore::const_new(1);
 
-/// A snapshot's resources by `generate`, built off the async workers.
-async fn build(snapshot: &Arc<Snapshot>, generate: fn(&Snapshot) -> Resources) -> Resources {
+/// What of `snap` the stream's token may not read.
+fn hidden_from(source: &dyn Source, token: Option<&str>, snap: &Snapshot) -> Hidden {
+    crate::proxycfg::hidden(snap, source.reader(token).as_ref())
+}
+
+/// A snapshot's resources by `generate`, less what `hidden` names, built
+/// off the async workers (the narrowed copy too: only a stream whose token
+/// is short of something pays for one).
+async fn build(
+    snapshot: &Arc<Snapshot>, hidden: &Hidden, generate: fn(&Snapshot) -> Resources,
+) -> Resources {
     let _turn = BUILDS
         .acquire()
         .await
         .expect("the build semaphore is never closed");
     let snapshot = snapshot.clone();
-    match tokio::task::spawn_blocking(move || generate(&snapshot)).await {
+    let hidden = hidden.clone();
+    let job = move || {
+        if hidden.is_empty() {
+            generate(&snapshot)
+        } else {
+            generate(&snapshot.without(&hidden))
+        }
+    };
+    match tokio::task::spawn_blocking(job).await {
         Ok(r) => r,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }

@@ -512,6 +512,19 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
     let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
     assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
 
+    // As a stream's token sees it: the gateways are kept only where it
+    // reads their service (else dc2's target has nowhere to go here).
+    let no_gateways = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &no_gateways), ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), []);
+    let reads_all = reader(r#"service_prefix "" { policy = "read" }"#, true);
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &reads_all), ENDPOINT, &far.sni);
+    assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
+
     // No healthy instance of the target in dc2: nothing through gateways.
     let up = snap.upstreams.get_mut("db").unwrap();
     up.endpoints.insert(far.id.clone(), Arc::new(Vec::new()));
@@ -520,4 +533,185 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
     assert_eq!(addrs(&cla), []);
     let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
     assert_eq!(addrs(&cla), [(0, "10.0.0.2:21001".to_string())]);
+}
+
+/// A stream's token as the narrowing reads it: `rules` over default deny,
+/// in dc1; `global`: not `Local`.
+fn reader(rules: &str, global: bool) -> crate::proxycfg::Reader {
+    let rules = crate::acl::parse_rules(rules).unwrap();
+    crate::proxycfg::Reader {
+        authz: Arc::new(crate::acl::Authorizer::new(
+            "t",
+            &[&rules],
+            crate::acl::DefaultPolicy::Deny,
+        )),
+        datacenter: "dc1".into(),
+        global,
+    }
+}
+
+/// The resources of `snap` as a stream with `reader`'s token serves them.
+fn generate_for(snap: &crate::proxycfg::Snapshot, reader: &crate::proxycfg::Reader) -> Resources {
+    let hidden = crate::proxycfg::hidden(snap, Some(reader));
+    generate(&snap.without(&hidden))
+}
+
+/// web's proxy whose token may write web but not read db: db's cluster is
+/// served with no endpoints (Consul's health read, ACL-filtered, is empty;
+/// the cluster stays), everything else as for a token that reads db.
+#[test]
+fn an_upstream_the_token_may_not_read_keeps_its_cluster_with_no_endpoints() {
+    let snap = snapshot();
+    let web_only = reader(r#"service "web" { policy = "write" }"#, true);
+    let r = generate_for(&snap, &web_only);
+    let name = db_cluster(&r);
+    let _: Cluster = decode(&r, CLUSTER, &name);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
+    assert_eq!(endpoints(&cla), []);
+    assert_eq!(
+        r[LISTENER],
+        generate(&snap)[LISTENER],
+        "listeners unchanged"
+    );
+
+    let reads_db = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    assert!(crate::proxycfg::hidden(&snap, Some(&reads_db)).is_empty());
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &reads_db), ENDPOINT, &name);
+    assert_eq!(endpoints(&cla), [(0, 21001)]);
+    // ACLs off: nothing hidden.
+    assert!(crate::proxycfg::hidden(&snap, None).is_empty());
+}
+
+/// A failover to db-backup, a service the token may not read: the failover
+/// tier is empty (and its own cluster too), db's own endpoints stay.
+#[test]
+fn a_failover_target_the_token_may_not_read_has_no_endpoints() {
+    let snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "Failover": {"*": {"Service": "db-backup"}}
+    })]);
+    let token = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    let r = generate_for(&snap, &token);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    assert_eq!(endpoints(&cla), [(0, 21001)]);
+    let backup = r[ENDPOINT]
+        .keys()
+        .find(|n| n.starts_with("db-backup."))
+        .expect("db-backup's assignment")
+        .clone();
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &backup);
+    assert_eq!(endpoints(&cla), []);
+}
+
+/// A failover target in dc2: a `Local` token is unknown there, so the
+/// target gets no endpoints (its cluster stays) even though its rules read
+/// every service; a global token with the same rules gets dc2's.
+#[test]
+fn a_local_token_gets_no_endpoints_in_another_datacenter() {
+    let mut snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "Failover": {"*": {"Datacenters": ["dc2"]}}
+    })]);
+    let remote: crate::state::catalog::Instance = serde_json::from_value(serde_json::json!({
+        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
+        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
+        "Checks": []
+    }))
+    .unwrap();
+    let up = snap.upstreams.get_mut("db").unwrap();
+    let far = up
+        .chain
+        .clone()
+        .unwrap()
+        .targets
+        .values()
+        .find(|t| t.datacenter == "dc2")
+        .expect("a dc2 target")
+        .clone();
+    up.endpoints
+        .insert(far.id.clone(), Arc::new(vec![Arc::new(remote)]));
+    let rules = r#"service "web" { policy = "write" }
+                   service_prefix "" { policy = "read" }"#;
+
+    let r = generate_for(&snap, &reader(rules, false));
+    let _: Cluster = decode(&r, CLUSTER, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert_eq!(endpoints(&cla), []);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    assert_eq!(endpoints(&cla), [(0, 21001)], "dc1's own stay");
+
+    let global = reader(rules, true);
+    assert!(crate::proxycfg::hidden(&snap, Some(&global)).is_empty());
+    let r = generate_for(&snap, &global);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    assert_eq!(endpoints(&cla), [(0, 21001), (1, 22001)]);
+}
+
+/// A proxyless client dialing db, whose resolver fails over to db-backup:
+/// a token that reads db but not db-backup gets db's instances and an
+/// empty db-backup cluster (the failover locality gone), as the stream
+/// narrows its snapshot before `grpc::generate`.
+#[test]
+fn a_proxyless_clients_failover_target_it_may_not_read_has_no_endpoints() {
+    let mut w = crate::testing::World::new();
+    w.apply(Command::ConfigSet {
+        entry: serde_json::json!({
+            "Kind": "service-resolver", "Name": "db",
+            "Failover": {"*": {"Service": "db-backup"}}
+        }),
+        cas: None,
+    });
+    for (node, addr, id, port) in [
+        ("n1", "10.0.0.1", "web", 8080),
+        ("n2", "10.0.0.2", "db", 5432),
+        ("n3", "10.0.0.3", "db-backup", 5433),
+    ] {
+        let svc = NodeService {
+            id: id.into(),
+            service: id.into(),
+            port,
+            ..Default::default()
+        };
+        register(&mut w, node, addr, svc);
+    }
+    let key = ("n1".to_string(), "web".to_string());
+    let names = ["db".to_string()].into();
+    let (snap, _) = crate::proxycfg::build_proxyless(
+        &w.store.state(),
+        "dc1",
+        &key,
+        &names,
+        &mut Shared::default(),
+    )
+    .expect("a proxyless snapshot");
+    let ports = |r: &Resources, prefix: &str| -> Vec<(u32, u32)> {
+        let name = r[ENDPOINT]
+            .keys()
+            .find(|n| n.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} assignment"))
+            .clone();
+        endpoints(&decode(r, ENDPOINT, &name))
+    };
+    let all = grpc::generate(&snap);
+    assert_eq!(ports(&all, "db.default.dc1"), [(0, 5432), (1, 5433)]);
+
+    let token = reader(
+        r#"service "web" { policy = "write" }
+           service "db" { policy = "read" }"#,
+        true,
+    );
+    let hidden = crate::proxycfg::hidden(&snap, Some(&token));
+    let r = grpc::generate(&snap.without(&hidden));
+    assert_eq!(ports(&r, "db.default.dc1"), [(0, 5432)]);
+    assert_eq!(ports(&r, "db-backup.default.dc1"), []);
+    assert_eq!(r[LISTENER], all[LISTENER], "the listener stays");
 }
