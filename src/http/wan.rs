@@ -49,11 +49,55 @@ fn other_dc(s: &App, query: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
-/// `?dc=<another>`: the request goes to that datacenter and its answer
-/// comes back unchanged. A request that came from another datacenter is
-/// never sent on again (no loops): one naming a third is refused.
+/// The catalog's register and deregister, which name their datacenter in
+/// the body as well.
+fn names_dc_in_body(method: &Method, path: &str) -> bool {
+    *method == Method::PUT && matches!(path, "/v1/catalog/register" | "/v1/catalog/deregister")
+}
+
+/// A body's `Datacenter`, its key in any case (as Go decodes it: py-consul
+/// sends `datacenter`); none when the body does not decode (the handler
+/// refuses it in its words).
+fn body_dc(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let (_, dc) = v
+        .as_object()?
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("Datacenter"))?;
+    dc.as_str().filter(|dc| !dc.is_empty()).map(str::to_string)
+}
+
+/// The other datacenter a request is for: `?dc=`, or for a registration or
+/// deregistration its body's `Datacenter` first (Consul's handlers read the
+/// body's and fall back to `?dc=`), so a client that names it only in the
+/// body reaches that datacenter too.
+async fn target_dc(s: &App, req: Request) -> Result<(Option<String>, Request)> {
+    let from_query = other_dc(s, req.uri().query());
+    if !names_dc_in_body(req.method(), req.uri().path()) {
+        return Ok((from_query, req));
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
+    let dc = match body_dc(&body) {
+        Some(dc) if dc == s.datacenter() => None,
+        Some(dc) => Some(dc),
+        None => from_query,
+    };
+    Ok((dc, Request::from_parts(parts, Body::from(body))))
+}
+
+/// `?dc=<another>` (or a registration's body naming another): the request
+/// goes to that datacenter and its answer comes back unchanged. A request
+/// that came from another datacenter is never sent on again (no loops): one
+/// naming a third is refused.
 pub async fn to_datacenter(State(s): State<App>, req: Request, next: Next) -> Response {
-    let Some(dc) = other_dc(&s, req.uri().query()) else {
+    let (dc, req) = match target_dc(&s, req).await {
+        Ok(found) => found,
+        Err(e) => return e.into_response(),
+    };
+    let Some(dc) = dc else {
         return match to_primary(&s, req).await {
             Ok(Ok(r)) => r,
             Ok(Err(req)) => next.run(req).await,
