@@ -16,17 +16,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::acl::{ROOT, as_root, deny_server, token_with_rules, with};
-use common::{Server, eventually};
+use common::{Server, ads, eventually};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{Node, address, socket_address};
+use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use prost::Message;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -99,43 +97,14 @@ struct Proxy {
 
 impl Proxy {
     async fn open(addr: SocketAddr, id: &str, node: &str) -> Proxy {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
+        let node = ads::envoy_node(id, node);
+        let first = [CDS, LDS].map(|t| ads::first(&node, t, Vec::new()));
+        let ads::Delta {
+            requests: tx,
+            responses,
+        } = ads::open(addr, None, first.to_vec())
             .await
-            .expect("connect to the gRPC port");
-        let (tx, rx) = mpsc::unbounded_channel();
-        let outbound =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
-            );
-        let mut meta = Struct::default();
-        meta.fields.insert(
-            "node_name".into(),
-            PbValue {
-                kind: Some(Kind::StringValue(node.into())),
-            },
-        );
-        let node = Node {
-            id: id.into(),
-            cluster: id.into(),
-            metadata: Some(meta),
-            ..Default::default()
-        };
-        for t in [CDS, LDS] {
-            tx.send(DeltaDiscoveryRequest {
-                node: Some(node.clone()),
-                type_url: t.into(),
-                ..Default::default()
-            })
-            .unwrap();
-        }
-        let responses = AggregatedDiscoveryServiceClient::new(channel)
-            .delta_aggregated_resources(tonic::Request::new(outbound))
-            .await
-            .expect("the stream")
-            .into_inner();
+            .expect("the stream");
         Proxy {
             requests: tx,
             responses,

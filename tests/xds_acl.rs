@@ -14,13 +14,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
-use common::{Server, eventually};
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use common::{Server, ads, eventually};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tonic::{Code, Status, Streaming};
@@ -72,29 +69,10 @@ struct Stream {
 impl Stream {
     /// Opens a stream (its token in `x-consul-token`), sending nothing.
     async fn open(addr: SocketAddr, token: Option<&str>) -> Result<Stream, Status> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let outbound =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
-            );
-        let mut req = tonic::Request::new(outbound);
-        if let Some(t) = token {
-            req.metadata_mut()
-                .insert("x-consul-token", t.parse().unwrap());
-        }
-        let responses = AggregatedDiscoveryServiceClient::new(channel)
-            .delta_aggregated_resources(req)
-            .await?
-            .into_inner();
+        let d = ads::open(addr, token, Vec::new()).await?;
         Ok(Stream {
-            requests: tx,
-            responses,
+            requests: d.requests,
+            responses: d.responses,
         })
     }
 
@@ -104,26 +82,9 @@ impl Stream {
         addr: SocketAddr, token: Option<&str>, id: &str, names: Vec<String>,
     ) -> Result<Stream, Status> {
         let s = Stream::open(addr, token).await?;
-        let mut meta = Struct::default();
-        meta.fields.insert(
-            "node_name".into(),
-            PbValue {
-                kind: Some(Kind::StringValue("n1".into())),
-            },
-        );
         let type_url = if names.is_empty() { CDS } else { EDS };
         s.requests
-            .send(DeltaDiscoveryRequest {
-                node: Some(Node {
-                    id: id.into(),
-                    cluster: id.into(),
-                    metadata: Some(meta),
-                    ..Default::default()
-                }),
-                type_url: type_url.into(),
-                resource_names_subscribe: names,
-                ..Default::default()
-            })
+            .send(ads::first(&ads::envoy_node(id, "n1"), type_url, names))
             .unwrap();
         Ok(s)
     }

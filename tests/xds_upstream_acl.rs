@@ -15,14 +15,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::acl::{ROOT, acl_started, as_root, with};
-use common::{Server, eventually};
-use envoy_types::pb::envoy::config::core::v3::Node;
+use common::{Server, ads, eventually};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use prost::Message;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -126,47 +123,11 @@ struct Envoy {
 
 impl Envoy {
     async fn open(addr: SocketAddr, token: Option<&str>) -> Result<Envoy, Status> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let outbound =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
-            );
-        let mut req = tonic::Request::new(outbound);
-        if let Some(t) = token {
-            req.metadata_mut()
-                .insert("x-consul-token", t.parse().unwrap());
-        }
-        let mut meta = Struct::default();
-        meta.fields.insert(
-            "node_name".into(),
-            PbValue {
-                kind: Some(Kind::StringValue("n1".into())),
-            },
-        );
-        tx.send(DeltaDiscoveryRequest {
-            node: Some(Node {
-                id: PROXY.into(),
-                cluster: PROXY.into(),
-                metadata: Some(meta),
-                ..Default::default()
-            }),
-            type_url: CDS.into(),
-            ..Default::default()
-        })
-        .unwrap();
-        let responses = AggregatedDiscoveryServiceClient::new(channel)
-            .delta_aggregated_resources(req)
-            .await?
-            .into_inner();
+        let first = ads::first(&ads::envoy_node(PROXY, "n1"), CDS, Vec::new());
+        let d = ads::open(addr, token, vec![first]).await?;
         Ok(Envoy {
-            requests: tx,
-            responses,
+            requests: d.requests,
+            responses: d.responses,
             db: Vec::new(),
             assignments: BTreeMap::new(),
         })

@@ -47,6 +47,7 @@ macro_rules! http_helpers {
 }
 
 pub mod acl;
+pub mod ads;
 pub mod agent;
 pub mod asynch;
 pub mod dns;
