@@ -118,6 +118,39 @@ fn snapshot_with(entries: &[serde_json::Value]) -> crate::proxycfg::Snapshot {
     snap
 }
 
+/// A snapshot whose resolver fails db over to dc2, with dc2's one sidecar
+/// of db (10.9.0.1:22001) as its target's endpoints, as proxycfg's remote
+/// watch would have heard them; and that target.
+fn failing_over_to_dc2() -> (
+    crate::proxycfg::Snapshot,
+    crate::discovery_chain::DiscoveryTarget,
+) {
+    let mut snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "Failover": {"*": {"Datacenters": ["dc2"]}}
+    })]);
+    let remote: crate::state::catalog::Instance = serde_json::from_value(serde_json::json!({
+        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
+        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
+                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
+        "Checks": []
+    }))
+    .unwrap();
+    let up = snap.upstreams.get_mut("db").unwrap();
+    let far = up
+        .chain
+        .as_ref()
+        .unwrap()
+        .targets
+        .values()
+        .find(|t| t.datacenter == "dc2")
+        .expect("a dc2 target")
+        .clone();
+    up.endpoints
+        .insert(far.id.clone(), Arc::new(vec![Arc::new(remote)]));
+    (snap, far)
+}
+
 /// The (priority, port) of every endpoint of a load assignment.
 fn endpoints(cla: &ClusterLoadAssignment) -> Vec<(u32, u32)> {
     use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
@@ -339,27 +372,7 @@ fn grpc_targets_are_reached_over_http2() {
 /// target's next priority, and the local cluster accepts both identities.
 #[test]
 fn a_failover_to_another_datacenter_serves_its_instances() {
-    let mut snap = snapshot_with(&[serde_json::json!({
-        "Kind": "service-resolver", "Name": "db",
-        "Failover": {"*": {"Datacenters": ["dc2"]}}
-    })]);
-    let remote: crate::state::catalog::Instance = serde_json::from_value(serde_json::json!({
-        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
-        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
-                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
-        "Checks": []
-    }))
-    .unwrap();
-    let up = snap.upstreams.get_mut("db").unwrap();
-    let chain = up.chain.clone().unwrap();
-    let far = chain
-        .targets
-        .values()
-        .find(|t| t.datacenter == "dc2")
-        .expect("a dc2 target")
-        .clone();
-    up.endpoints
-        .insert(far.id.clone(), Arc::new(vec![Arc::new(remote)]));
+    let (snap, far) = failing_over_to_dc2();
     let r = generate(&snap);
 
     let sans = |c: &Cluster| -> Vec<String> {
@@ -616,29 +629,7 @@ fn a_failover_target_the_token_may_not_read_has_no_endpoints() {
 /// every service; a global token with the same rules gets dc2's.
 #[test]
 fn a_local_token_gets_no_endpoints_in_another_datacenter() {
-    let mut snap = snapshot_with(&[serde_json::json!({
-        "Kind": "service-resolver", "Name": "db",
-        "Failover": {"*": {"Datacenters": ["dc2"]}}
-    })]);
-    let remote: crate::state::catalog::Instance = serde_json::from_value(serde_json::json!({
-        "Node": {"Node": "far", "Address": "10.9.0.1", "Datacenter": "dc2"},
-        "Service": {"ID": "db-proxy", "Service": "db-sidecar-proxy", "Kind": "connect-proxy",
-                    "Port": 22001, "Proxy": {"DestinationServiceName": "db"}},
-        "Checks": []
-    }))
-    .unwrap();
-    let up = snap.upstreams.get_mut("db").unwrap();
-    let far = up
-        .chain
-        .clone()
-        .unwrap()
-        .targets
-        .values()
-        .find(|t| t.datacenter == "dc2")
-        .expect("a dc2 target")
-        .clone();
-    up.endpoints
-        .insert(far.id.clone(), Arc::new(vec![Arc::new(remote)]));
+    let (snap, far) = failing_over_to_dc2();
     let rules = r#"service "web" { policy = "write" }
                    service_prefix "" { policy = "read" }"#;
 
