@@ -700,8 +700,9 @@ async fn serve_api(
     mut stream: turmoil::net::TcpStream, server: Arc<Server>, wan: Option<Wan>,
 ) -> std::io::Result<()> {
     let env: Envelope = read_msg(&mut stream).await?;
-    // The federated requests, answered here by the router in process.
-    let federated = match (&env.req, &wan) {
+    // What is answered here whole: the federated requests (by the router in
+    // process) and DNS queries.
+    let whole = match (&env.req, &wan) {
         // Sent by a server of this datacenter to its leader: answered only
         // while it leads (the router would pass it on over real sockets).
         (ApiRequest::Wan(req), Some(w)) if env.forwarded => Some(if server.cluster().is_leader() {
@@ -723,9 +724,10 @@ async fn serve_api(
         (ApiRequest::Wan(_) | ApiRequest::RemoteGet { .. } | ApiRequest::Execute { .. }, _) => {
             Some(error_reply(&env.req, "not federated".into()))
         }
+        (ApiRequest::Dns { query }, _) => Some(dns(&server, query).await),
         _ => None,
     };
-    if let Some(reply) = federated {
+    if let Some(reply) = whole {
         return write_msg(
             &mut stream,
             &Answer {
@@ -760,17 +762,6 @@ async fn serve_api(
             let batch = items.into_iter().map(StreamItem::from).collect();
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
-    }
-    if let ApiRequest::Dns { query } = &env.req {
-        let reply = dns(&server, query).await;
-        return write_msg(
-            &mut stream,
-            &Answer {
-                reply,
-                checked: None,
-            },
-        )
-        .await;
     }
     let answer = handle(&server, env.req, env.token, env.forwarded).await;
     write_msg(&mut stream, &answer).await
