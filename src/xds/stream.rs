@@ -10,7 +10,7 @@
 //!
 //! The stream's token is checked before any lookup, again whenever an ACL
 //! changes and at the token's expiry; its resources are built on a
-//! blocking thread, one build at a time across the server. The proxy is
+//! blocking thread, one build at a time across the server (`build`). The proxy is
 //! found through a `Source` (the server's catalog and its proxycfg
 //! manager): this module reads no state itself.
 
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Status, Streaming};
 
 use super::resources::{LISTENER, Resources};
@@ -229,7 +229,7 @@ pub(super) async fn serve<P: Protocol>(
     let mut expires = source.expiry(token);
     let mut session = P::new();
     if let Some(s) = &current {
-        session.set_resources(build(s, target.generate()).await);
+        session.set_resources(build(s, target.generate()).await?);
     }
     on_request(&id, &mut session, &first, limits)?;
     target.dial(&session, &*source, token);
@@ -265,7 +265,7 @@ pub(super) async fn serve<P: Protocol>(
                     Some(s) => {
                         // A sidecar's destination may have changed with it.
                         source.authorize(token, &id, target.destination(&next))?;
-                        session.set_resources(build(s, target.generate()).await);
+                        session.set_resources(build(s, target.generate()).await?);
                     }
                 }
                 current = next;
@@ -421,23 +421,71 @@ impl Target {
     }
 }
 
-/// Resource builds running at once. A change every proxy sees (a
-/// `proxy-defaults` write) makes thousands of streams rebuild together; on
-/// the async workers they would queue every HTTP request behind them (KV
-/// writes' p99 rose past 300 ms with 10,000 streams). Built one at a time
-/// on a blocking thread, they take one core and leave the rest to serve.
-static BUILDS: Semaphore = Semaphore::const_new(1);
+/// Resource builds waiting, and whether the builder runs. A change every
+/// proxy sees (a `proxy-defaults` write) makes thousands of streams
+/// rebuild together; on the async workers they would queue every HTTP
+/// request behind them (KV writes' p99 rose past 300 ms with 10,000
+/// streams). One builder on a blocking thread takes them in turn, as many
+/// as are waiting each time it wakes (one thread hand-off per batch, not
+/// per stream), and leaves the rest of the server the other cores.
+struct Builds {
+    waiting: Vec<Build>,
+    running: bool,
+}
 
-/// A snapshot's resources by `generate`, built off the async workers.
-async fn build(snapshot: &Arc<Snapshot>, generate: fn(&Snapshot) -> Resources) -> Resources {
-    let _turn = BUILDS
-        .acquire()
-        .await
-        .expect("the build semaphore is never closed");
-    let snapshot = snapshot.clone();
-    match tokio::task::spawn_blocking(move || generate(&snapshot)).await {
-        Ok(r) => r,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+type Build = (
+    Arc<Snapshot>,
+    fn(&Snapshot) -> Resources,
+    oneshot::Sender<Resources>,
+);
+
+static BUILDS: parking_lot::Mutex<Builds> = parking_lot::const_mutex(Builds {
+    waiting: Vec::new(),
+    running: false,
+});
+
+/// A snapshot's resources by `generate`, built off the async workers. A
+/// build that panics (a bug on some input) ends its stream only.
+async fn build(
+    snapshot: &Arc<Snapshot>, generate: fn(&Snapshot) -> Resources,
+) -> Result<Resources, Status> {
+    let (tx, rx) = oneshot::channel();
+    let start = {
+        let mut builds = BUILDS.lock();
+        builds.waiting.push((snapshot.clone(), generate, tx));
+        !std::mem::replace(&mut builds.running, true)
+    };
+    if start {
+        tokio::task::spawn_blocking(run_builds);
+    }
+    rx.await
+        .map_err(|_| Status::internal("building this proxy's resources failed"))
+}
+
+/// The builder: every waiting build, until none is left.
+fn run_builds() {
+    loop {
+        let batch = {
+            let mut builds = BUILDS.lock();
+            if builds.waiting.is_empty() {
+                builds.running = false;
+                return;
+            }
+            std::mem::take(&mut builds.waiting)
+        };
+        for (snapshot, generate, tx) in batch {
+            let built =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| generate(&snapshot)));
+            match built {
+                Ok(r) => {
+                    let _ = tx.send(r); // the stream may have ended meanwhile
+                }
+                Err(_) => tracing::error!(
+                    proxy = %snapshot.service.id,
+                    "xds: building this proxy's resources panicked; its stream ends"
+                ),
+            }
+        }
     }
 }
 
