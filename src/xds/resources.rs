@@ -70,8 +70,9 @@ pub type Resources = BTreeMap<&'static str, BTreeMap<String, Resource>>;
 
 /// What the mesh's identity gives a proxy: the CA roots it trusts, its own
 /// leaf certificate and the trust domain. Without them (no CA yet) the
-/// listeners and clusters carry no TLS. Compared and hashed by content:
-/// what is built with it is shared by the proxies with the same one.
+/// listeners and clusters carry no TLS. Compared and hashed by content,
+/// every field (derived): it keys the clusters `super::share` hands every
+/// proxy with the same one, so whatever a TLS context reads belongs here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Identity {
     pub roots_pem: String,

@@ -12,7 +12,10 @@
 //! proxycfg's shared pieces (compiled chains, endpoint lists) by their
 //! `Arc`'s address (their content never changes; the key holds the `Arc`,
 //! so the address is not reused while the entry lives) and the mesh
-//! identity (roots, leaf) by its content. Entries unused for a whole
+//! identity by its content: roots, leaf, trust domain and the mesh entry's
+//! `TLS.Incoming`/`Outgoing` (an upstream cluster's `UpstreamTlsContext`
+//! carries `Outgoing`: without it in the key, a proxy would be served the
+//! cluster of the settings before a mesh entry change). Entries unused for a whole
 //! generation of the cache are dropped (`Generations`), so what a
 //! rebuilt chain or a renewed leaf leaves behind does not stay.
 
@@ -106,7 +109,8 @@ impl Hash for UpstreamKey {
     }
 }
 
-/// One chain target's cluster, as a proxy with mesh identity `id` dials it.
+/// One chain target's cluster, as a proxy with mesh identity `id` (its
+/// leaf, the roots and the mesh entry's TLS) dials it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ClusterKey {
     pub chain: ByPtr<CompiledDiscoveryChain>,
@@ -249,6 +253,7 @@ mod tests {
     use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
     use envoy_types::pb::envoy::config::listener::v3::Listener;
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::tls_parameters::TlsProtocol;
     use prost::Message;
 
     use super::*;
@@ -286,10 +291,8 @@ mod tests {
     }
 
     /// Two sidecars of web on two nodes (their own addresses, ports and
-    /// bind ports), one of api, all dialing db; built as the manager
-    /// builds them (one `Shared`: the same chain and endpoint lists), with
-    /// the leaf of their own service each.
-    fn mesh() -> [Snapshot; 3] {
+    /// bind ports), one of api, all dialing db, and db's.
+    fn world() -> crate::testing::World {
         let mut w = crate::testing::World::new();
         w.register_passing(
             "n1",
@@ -309,6 +312,13 @@ mod tests {
         let mut db = sidecar("db-proxy", "db", "10.0.0.4", 21003, 1);
         db.proxy.upstreams.clear();
         w.register_passing("n4", "10.0.0.4", db);
+        w
+    }
+
+    /// The three dialing sidecars' snapshots, built as the manager builds
+    /// them (one `Shared`: the same chain and endpoint lists), with the
+    /// leaf of their own service each.
+    fn built(w: &crate::testing::World, shared: &mut Shared) -> [Snapshot; 3] {
         let state = w.store.state();
         let roots = Arc::new(CaRoots {
             active_root_id: "r1".into(),
@@ -321,10 +331,9 @@ mod tests {
             }],
         });
         let (web, api) = (leaf("web"), leaf("api"));
-        let mut shared = Shared::default();
         let mut one = |node: &str, id: &str, leaf: &Arc<IssuedCert>| {
             let key = (node.to_string(), id.to_string());
-            let (mut snap, _) = build(&state, "dc1", &key, &mut shared).expect("a proxy");
+            let (mut snap, _) = build(&state, "dc1", &key, shared).expect("a proxy");
             snap.roots = Some(roots.clone());
             snap.leaf = Some(leaf.clone());
             snap
@@ -336,6 +345,10 @@ mod tests {
         ]
     }
 
+    fn mesh() -> [Snapshot; 3] {
+        built(&world(), &mut Shared::default())
+    }
+
     fn db_cluster(r: &Resources) -> &Resource {
         r[CLUSTER]
             .iter()
@@ -344,18 +357,30 @@ mod tests {
             .1
     }
 
-    /// The leaf certificate a cluster presents.
-    fn presented(r: &Resource) -> String {
+    /// A cluster's upstream TLS context.
+    fn upstream_tls(r: &Resource) -> UpstreamTlsContext {
         let c = Cluster::decode(&*r.any.value).unwrap();
         let Some(ConfigType::TypedConfig(any)) = c.transport_socket.unwrap().config_type else {
             panic!("no TLS");
         };
-        let tls = UpstreamTlsContext::decode(&*any.value).unwrap();
+        UpstreamTlsContext::decode(&*any.value).unwrap()
+    }
+
+    /// The leaf certificate a cluster presents.
+    fn presented(r: &Resource) -> String {
+        let tls = upstream_tls(r);
         let cert = &tls.common_tls_context.unwrap().tls_certificates[0];
         match cert.certificate_chain.as_ref().unwrap().specifier.as_ref() {
             Some(Specifier::InlineString(s)) => s.clone(),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The minimum TLS version a cluster dials with.
+    fn min_version(r: &Resource) -> TlsProtocol {
+        let tls = upstream_tls(r);
+        let params = tls.common_tls_context.unwrap().tls_params.unwrap();
+        TlsProtocol::try_from(params.tls_minimum_protocol_version).unwrap()
     }
 
     /// Every listener's name and the address:port it binds.
@@ -465,6 +490,59 @@ mod tests {
             after[ENDPOINT].values().next().unwrap().version,
             before[ENDPOINT].values().next().unwrap().version
         );
+    }
+
+    /// The mesh entry's `TLS.Outgoing` is in the upstream clusters
+    /// (`UpstreamTlsContext`): a change of it reaches every proxy sharing
+    /// one, and a snapshot from before the change (a stream not rebuilt
+    /// yet) keeps the cluster of its own settings, not the new one.
+    #[test]
+    fn a_mesh_tls_change_reaches_every_proxy_sharing_an_upstream_cluster() {
+        let mut w = world();
+        let mut shared = Shared::default();
+        let [web1, web2, api1] = built(&w, &mut shared);
+        let old = crate::xds::generate(&web1);
+        assert_eq!(min_version(db_cluster(&old)), TlsProtocol::TlsAuto);
+
+        let entry = crate::config_check::decode_and_validate(&serde_json::json!({
+            "Kind": "mesh", "Name": "mesh",
+            "TLS": {"Outgoing": {"TLSMinVersion": "TLSv1_2", "TLSMaxVersion": "TLSv1_2",
+                                 "CipherSuites": ["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]}}}))
+        .unwrap()
+        .to_json();
+        w.apply(crate::state::Command::ConfigSet { entry, cas: None });
+        let [new1, new2, new_api] = built(&w, &mut shared);
+        // Nothing else moved: the chain and endpoint lists are the same
+        // Arcs, so only the mesh TLS tells the clusters apart.
+        assert!(Arc::ptr_eq(
+            new1.upstreams["db"].chain.as_ref().unwrap(),
+            web1.upstreams["db"].chain.as_ref().unwrap()
+        ));
+        let (r1, r2) = (crate::xds::generate(&new1), crate::xds::generate(&new2));
+        for r in [&r1, &r2] {
+            assert_eq!(min_version(db_cluster(r)), TlsProtocol::TlSv12);
+            let params = upstream_tls(db_cluster(r))
+                .common_tls_context
+                .unwrap()
+                .tls_params
+                .unwrap();
+            assert_eq!(params.cipher_suites, ["ECDHE-ECDSA-AES256-GCM-SHA384"]);
+        }
+        assert!(Arc::ptr_eq(&db_cluster(&r1).any, &db_cluster(&r2).any));
+        assert_ne!(db_cluster(&r1).version, db_cluster(&old).version);
+        // The other service's sidecar: the new settings, its own leaf.
+        let api = crate::xds::generate(&new_api);
+        assert_eq!(min_version(db_cluster(&api)), TlsProtocol::TlSv12);
+        assert_eq!(presented(db_cluster(&api)), "LEAF-OF-api");
+        // Snapshots from before the change, generated after it (either
+        // order): their own, older settings.
+        for s in [&web2, &web1, &api1] {
+            assert_eq!(
+                min_version(db_cluster(&crate::xds::generate(s))),
+                TlsProtocol::TlsAuto
+            );
+        }
+        assert_eq!(crate::xds::generate(&web1), old);
     }
 
     static BUILT: AtomicUsize = AtomicUsize::new(0);
