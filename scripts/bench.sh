@@ -10,6 +10,7 @@
 #   BENCH_PARTS="compare alone burst many memory acl xds ui federation"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #   BENCH_GRPC_CLIENTS=N  proxyless gRPC clients (SotW streams) in the xds part (default 1000)
+#   BENCH_INGRESS_SERVICES=N  services of the ingress gateway in the xds part (default 1000)
 #   BENCH_PARTS=scale  issue 39's scenario (not in the default list yet):
 #     BENCH_SCALE_AGENTS=N (default 10000; 1000 with BENCH_QUICK), BENCH_SCALE_WATCHERS=N,
 #     BENCH_SCALE_STREAMS=N (default 2000 each), BENCH_SCALE_ARGS="..." (more cairn-load scale flags)
@@ -29,11 +30,13 @@ BIN=${CAIRN_BIN:-target/release/cairn}
 LOAD=${CAIRN_LOAD:-target/release/cairn-load}
 XDS_BENCH=${CAIRN_XDS_BENCH:-target/release/examples/xds_bench}
 GRPC_XDS_BENCH=${CAIRN_GRPC_XDS_BENCH:-target/release/examples/grpc_xds_bench}
+INGRESS_BENCH=${CAIRN_INGRESS_BENCH:-target/release/examples/ingress_bench}
 if [ "$QUICK" = 1 ]; then RSS_N=20000; BIG_N=100000; else RSS_N=100000; BIG_N=1000000; fi
 WATCHERS=${BENCH_WATCHERS:-10000}
 if [ "$QUICK" = 1 ]; then DEF_XDS=1000; else DEF_XDS=10000; fi
 XDS_STREAMS=${BENCH_XDS_STREAMS:-$DEF_XDS}
 GRPC_CLIENTS=${BENCH_GRPC_CLIENTS:-1000}
+INGRESS_SERVICES=${BENCH_INGRESS_SERVICES:-1000}
 SNAP_THRESHOLD=2048
 T_START=$(date +%s)
 B=${BENCH_PORT_BASE:-27000}
@@ -456,6 +459,28 @@ if out=$("$GRPC_XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --clients "$GRPC_CLIE
     "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms; passing again: p99 $(field back_p99_ms "$r") ms"
 else
   xnote "proxyless gRPC bench ($GRPC_CLIENTS clients)" "failed (see $LOG)"
+fi
+stop_all
+rm -rf "$OUT/cairn"
+# An ingress gateway serving INGRESS_SERVICES http services (issue 38's
+# row), on a server of its own: the sidecars above would rebuild with its
+# proxy-defaults write and be measured with it.
+[ -x "$INGRESS_BENCH" ] || cargo build --release --example ingress_bench
+"$BIN" server --node s0 --data-dir "$OUT/cairn/ingress" --bootstrap-expect 1 \
+  --http-addr "$(ch 0)" --raft-addr "$(cr 0)" --dns-addr "$(cd_ 0)" --grpc-addr "$(cg)" \
+  2>>"$OUT/cairn-ingress.log" &
+PIDS[s0]=$!
+"$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
+l=$(load1)
+if out=$("$INGRESS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --services "$INGRESS_SERVICES" 2>>"$LOG"); then
+  r=$(grep '^row=ingress ' <<<"$out" || true)
+  xnote "ingress gateway: its entry written, one http listener of $(field services "$r") services → its stream holds every cluster, endpoint, the listener and its routes" \
+    "$(field secs "$r") s (write acknowledged in $(field write_ms "$r") ms) — load $l"
+  r=$(grep '^row=ingress_update' <<<"$out" || true)
+  xnote "ingress gateway: the entry rewritten (every service's request headers) → its stream holds the new routes ($(field runs "$r") runs)" \
+    "max $(field max_ms "$r") ms (each: $(field each_ms "$r") ms)"
+else
+  xnote "ingress bench ($INGRESS_SERVICES services)" "failed (see $LOG)"
 fi
 stop_all
 rm -rf "$OUT/cairn"

@@ -9,7 +9,8 @@
 //! proxies watching what changed. Watches are derived from each rebuild, so
 //! they are started and cancelled as chains change; dropping a watch
 //! unregisters it. Rebuilds of dirty proxies are coalesced and run in
-//! batches on the blocking pool, so one global change cannot starve Raft.
+//! batches on the blocking pool (built and installed there), so one global
+//! change cannot starve Raft.
 
 mod build;
 mod gateway;
@@ -263,20 +264,31 @@ impl Inner {
                     .filter_map(|k| Some((k.clone(), all.get(k)?.clone())))
                     .collect()
             };
-            let built = tokio::task::spawn_blocking(move || {
-                let mut shared = shared.lock();
-                batch
-                    .into_iter()
-                    .filter_map(|k| {
-                        let dialing = proxyless.get(&k);
-                        build_one(&state, &dc, k, dialing, &mut shared)
-                    })
-                    .collect::<Vec<_>>()
+            // Installed on the blocking thread too: a batch's installs
+            // (watches registered, snapshots compared, streams woken) held
+            // an async worker for one long poll, and HTTP and Raft waited
+            // behind it during a change every proxy sees.
+            let inner = self.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                let built: Vec<_> = {
+                    let mut shared = shared.lock();
+                    batch
+                        .into_iter()
+                        .filter_map(|k| {
+                            let dialing = proxyless.get(&k);
+                            build_one(&state, &dc, k, dialing, &mut shared)
+                        })
+                        .collect()
+                };
+                for (key, result) in built {
+                    inner.install(key, result, built_at, remote_seen);
+                }
             })
-            .await
-            .unwrap_or_default();
-            for (key, result) in built {
-                self.install(key, result, built_at, remote_seen);
+            .await;
+            if let Err(e) = done
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic()); // as if it ran here
             }
             tokio::task::yield_now().await;
         }

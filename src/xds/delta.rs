@@ -183,7 +183,7 @@ impl Protocol for Session {
                     resources.push(PbResource {
                         name: name.clone(),
                         version: r.version.clone(),
-                        resource: Some(r.any.clone()),
+                        resource: Some((*r.any).clone()),
                         ..Default::default()
                     });
                 }
@@ -238,7 +238,7 @@ mod tests {
                 name.to_string(),
                 Resource {
                     version: version.to_string(),
-                    any: Any::default(),
+                    any: std::sync::Arc::new(Any::default()),
                 },
             );
         }

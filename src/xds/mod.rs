@@ -7,7 +7,9 @@
 //! listeners, clusters, routes and endpoints (`transparent` its outbound
 //! listener when it is a transparent proxy), `gateway` a gateway's and
 //! `grpc` a proxyless gRPC client's; `generate` picks a proxy's generator
-//! by its kind. `stream` is
+//! by its kind; `share` holds what the proxies' resources share (an
+//! upstream's clusters, endpoints and routes, built once for all the
+//! proxies with the same ones). `stream` is
 //! what every ADS stream shares, with the one task that serves a stream
 //! whatever its protocol; `delta` (incremental) and `sotw` (state of the
 //! world) are the protocols, each a session without I/O that the task
@@ -21,6 +23,7 @@ pub mod grpc;
 pub mod rbac;
 pub mod resources;
 pub mod server;
+mod share;
 pub mod sidecar;
 pub mod sotw;
 pub mod stream;

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
 use envoy_types::pb::envoy::config::core::v3 as core;
@@ -43,11 +44,13 @@ pub fn known(type_url: &str) -> Option<&'static str> {
 }
 
 /// One encoded resource and its version (a hash of its encoding, so an
-/// unchanged resource keeps its version across rebuilds).
+/// unchanged resource keeps its version across rebuilds). The encoding is
+/// shared: the streams of proxies with the same resource hold one copy
+/// (`super::share`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {
     pub version: String,
-    pub any: Any,
+    pub any: Arc<Any>,
 }
 
 impl Resource {
@@ -57,7 +60,7 @@ impl Resource {
         any.value.hash(&mut h);
         Resource {
             version: format!("{:016x}", h.finish()),
-            any,
+            any: Arc::new(any),
         }
     }
 }
@@ -67,8 +70,10 @@ pub type Resources = BTreeMap<&'static str, BTreeMap<String, Resource>>;
 
 /// What the mesh's identity gives a proxy: the CA roots it trusts, its own
 /// leaf certificate and the trust domain. Without them (no CA yet) the
-/// listeners and clusters carry no TLS.
-#[derive(Debug, Clone, Default)]
+/// listeners and clusters carry no TLS. Compared and hashed by content,
+/// every field (derived): it keys the clusters `super::share` hands every
+/// proxy with the same one, so whatever a TLS context reads belongs here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Identity {
     pub roots_pem: String,
     pub leaf: Option<(String, String)>,

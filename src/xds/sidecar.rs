@@ -17,10 +17,10 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, common_tls, every_type,
-    has_tls, hcm_base, http_filter, http2_upstream, identity, lb_endpoint, load_assignment,
-    prefix_match, put, route_config, secs, socket, start_cluster, target_cluster, tcp_filter,
-    to_cluster, transport_socket, typed, upstream_id,
+    has_tls, hcm_base, http_filter, http2_upstream, identity, lb_endpoint, prefix_match, put, secs,
+    socket, start_cluster, tcp_filter, to_cluster, transport_socket, typed, upstream_id,
 };
+use super::share::{AssignmentKey, ByPtr, ClusterKey, Memo, RouteKey, UpstreamKey};
 use crate::proxycfg::Snapshot;
 use crate::structs::config_entry::is_http_like;
 
@@ -29,7 +29,13 @@ pub const LOCAL_APP: &str = "local_app";
 
 /// Every resource of a sidecar's snapshot.
 pub fn generate(snap: &Snapshot) -> Resources {
-    let id = identity(snap);
+    super::share::with(|memo| generate_with(snap, memo))
+}
+
+/// The same, with what the proxies share (its upstreams' clusters,
+/// endpoints and routes) taken from `memo`.
+fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
+    let id = memo.identity(identity(snap));
     let mut out = every_type();
     let svc = &snap.service;
     let local_addr = if svc.proxy.local_service_address.is_empty() {
@@ -55,23 +61,28 @@ pub fn generate(snap: &Snapshot) -> Resources {
         let Some(us) = snap.upstreams.get(&up.destination_name) else {
             continue;
         };
-        let Some(chain) = us.chain.as_deref() else {
+        let Some(shared_chain) = us.chain.as_ref() else {
             continue;
         };
+        let chain = &**shared_chain;
         let upstream_id = upstream_id(&up.destination_name, &up.datacenter);
+        let upstream = UpstreamKey(us.clone());
         for target in chain.targets.values() {
             if !us.endpoints.contains_key(&target.id) {
                 continue; // a peer, or behind a mesh gateway: not served here
             }
-            let c = target_cluster(chain, target, &id);
-            put(&mut out, CLUSTER, c.name.clone(), Resource::of(c));
-            let cla = load_assignment(chain, us, &target.id);
-            put(
-                &mut out,
-                ENDPOINT,
-                cla.cluster_name.clone(),
-                Resource::of(cla),
-            );
+            // Both named by the target's name (its SNI).
+            let c = memo.cluster(ClusterKey {
+                chain: ByPtr(shared_chain.clone()),
+                target: target.id.clone(),
+                id: ByPtr(id.clone()),
+            });
+            put(&mut out, CLUSTER, target.name.clone(), c);
+            let cla = memo.assignment(AssignmentKey {
+                upstream: upstream.clone(),
+                target: target.id.clone(),
+            });
+            put(&mut out, ENDPOINT, target.name.clone(), cla);
         }
         let bind = if up.local_bind_address.is_empty() {
             "127.0.0.1"
@@ -88,12 +99,11 @@ pub fn generate(snap: &Snapshot) -> Resources {
             chain.service_name, chain.datacenter
         );
         let filter = if is_http_like(&chain.protocol) {
-            put(
-                &mut out,
-                ROUTE,
-                upstream_id.clone(),
-                Resource::of(route_config(&upstream_id, chain)),
-            );
+            let routes = memo.route(RouteKey {
+                name: upstream_id.clone(),
+                chain: ByPtr(shared_chain.clone()),
+            });
+            put(&mut out, ROUTE, upstream_id.clone(), routes);
             http_filter(&stat, &upstream_id)
         } else {
             let cluster = start_cluster(chain).unwrap_or_default();

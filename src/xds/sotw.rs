@@ -184,7 +184,7 @@ impl Protocol for Session {
             self.nonce += 1;
             sub.version += 1;
             let nonce = format!("{:x}", self.nonce);
-            let resources = wanted.iter().map(|(_, r)| r.any.clone()).collect();
+            let resources = wanted.iter().map(|(_, r)| (*r.any).clone()).collect();
             sub.sent = Some(held);
             sub.awaiting = true;
             sub.last_nonce = nonce.clone();
@@ -218,10 +218,10 @@ mod tests {
                 Resource {
                     version: version.to_string(),
                     // The name in the payload, so a response's content shows.
-                    any: Any {
+                    any: std::sync::Arc::new(Any {
                         type_url: ty.to_string(),
                         value: format!("{name}@{version}").into_bytes(),
-                    },
+                    }),
                 },
             );
         }
