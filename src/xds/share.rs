@@ -258,7 +258,7 @@ mod tests {
 
     use super::*;
     use crate::proxycfg::{Shared, Snapshot, build};
-    use crate::structs::connect::{CaRoot, CaRoots, IssuedCert};
+    use crate::structs::connect::IssuedCert;
     use crate::structs::{NodeService, Upstream};
     use crate::xds::resources::{CLUSTER, ENDPOINT, LISTENER, Resources};
 
@@ -320,16 +320,7 @@ mod tests {
     /// leaf of their own service each.
     fn built(w: &crate::testing::World, shared: &mut Shared) -> [Snapshot; 3] {
         let state = w.store.state();
-        let roots = Arc::new(CaRoots {
-            active_root_id: "r1".into(),
-            trust_domain: "11111111-2222-3333-4444-555555555555.consul".into(),
-            roots: vec![CaRoot {
-                id: "r1".into(),
-                root_cert: "ROOT-PEM".into(),
-                active: true,
-                ..Default::default()
-            }],
-        });
+        let roots = crate::xds::tests::test_roots();
         let (web, api) = (leaf("web"), leaf("api"));
         let mut one = |node: &str, id: &str, leaf: &Arc<IssuedCert>| {
             let key = (node.to_string(), id.to_string());

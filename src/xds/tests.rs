@@ -52,6 +52,20 @@ fn snapshot() -> crate::proxycfg::Snapshot {
     snapshot_with(&[])
 }
 
+/// One active root, as the built-in CA sets them (its PEM a placeholder).
+pub(super) fn test_roots() -> Arc<CaRoots> {
+    Arc::new(CaRoots {
+        active_root_id: "r1".into(),
+        trust_domain: "11111111-2222-3333-4444-555555555555.consul".into(),
+        roots: vec![CaRoot {
+            id: "r1".into(),
+            root_cert: "ROOT-PEM".into(),
+            active: true,
+            ..Default::default()
+        }],
+    })
+}
+
 fn snapshot_with(entries: &[serde_json::Value]) -> crate::proxycfg::Snapshot {
     let mut w = crate::testing::World::new();
     for entry in entries {
@@ -92,16 +106,7 @@ fn snapshot_with(entries: &[serde_json::Value]) -> crate::proxycfg::Snapshot {
     let state = w.store.state();
     let key = ("n1".to_string(), "web-proxy".to_string());
     let (mut snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a proxy");
-    snap.roots = Some(Arc::new(CaRoots {
-        active_root_id: "r1".into(),
-        trust_domain: "11111111-2222-3333-4444-555555555555.consul".into(),
-        roots: vec![CaRoot {
-            id: "r1".into(),
-            root_cert: "ROOT-PEM".into(),
-            active: true,
-            ..Default::default()
-        }],
-    }));
+    snap.roots = Some(test_roots());
     snap.leaf = Some(Arc::new(IssuedCert {
         cert_pem: "LEAF-PEM".into(),
         private_key_pem: "LEAF-KEY".into(),
