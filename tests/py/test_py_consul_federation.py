@@ -4,10 +4,12 @@ its primary; dc1 joins it over the WAN (`--join-wan`). Every write and
 read of the other datacenter goes through a server of this one, as a
 Consul user's would."""
 
+import json
 import shutil
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import consul
@@ -71,6 +73,19 @@ def test_writes_and_reads_with_dc_go_to_that_datacenter(dcs):
     # An unknown datacenter is Consul's 500 "No path to datacenter".
     with pytest.raises(consul.ConsulException, match="No path to datacenter"):
         c1.kv.get("fed/greeting", dc="dc9")
+
+
+def test_a_huge_registration_for_dc2_is_refused_whole(dcs):
+    dc1, dc2 = dcs
+    # Just past the request cap (4 MiB), read before the body's datacenter is
+    # known: 413 from dc1, nothing sent on, nothing registered in dc2.
+    body = json.dumps({"Datacenter": "dc2", "Node": "huge", "Address": "10.2.0.8",
+                       "NodeMeta": {"pad": "x" * ((4 << 20) + (16 << 10))}}).encode()
+    req = urllib.request.Request(dc1.url + "/v1/catalog/register", data=body, method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 413
+    assert "huge" not in [n["Node"] for n in client(dc2).catalog.nodes()[1]]
 
 
 def test_a_blocking_read_of_dc2_through_dc1_wakes_on_dc2s_write(dcs):
