@@ -57,14 +57,35 @@ fn names_dc_in_body(method: &Method, path: &str) -> bool {
 
 /// A body's `Datacenter`, its key in any case (as Go decodes it: py-consul
 /// sends `datacenter`); none when the body does not decode (the handler
-/// refuses it in its words).
+/// refuses it in its words). Every agent's sync comes through here, so the
+/// other fields are skipped, not built into a tree.
 fn body_dc(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let (_, dc) = v
-        .as_object()?
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("Datacenter"))?;
-    dc.as_str().filter(|dc| !dc.is_empty()).map(str::to_string)
+    struct Dc(Option<String>);
+    impl<'de> serde::Deserialize<'de> for Dc {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Dc, D::Error> {
+            d.deserialize_map(Dc(None))
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Dc {
+        type Value = Dc;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<M: serde::de::MapAccess<'de>>(
+            mut self, mut m: M,
+        ) -> std::result::Result<Dc, M::Error> {
+            while let Some(k) = m.next_key::<String>()? {
+                if k.eq_ignore_ascii_case("Datacenter") {
+                    self.0 = m.next_value()?;
+                } else {
+                    m.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(self)
+        }
+    }
+    let Dc(dc) = serde_json::from_slice(body).ok()?;
+    dc.filter(|dc| !dc.is_empty())
 }
 
 /// The other datacenter a request is for: `?dc=`, or for a registration or
@@ -351,4 +372,34 @@ pub async fn datacenters(
         None => vec![s.datacenter().to_owned()],
     };
     axum::Json(list).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::body_dc;
+
+    #[test]
+    fn a_bodys_datacenter_is_read_in_any_case_and_only_as_a_name() {
+        let dc = |b: &str| body_dc(b.as_bytes());
+        assert_eq!(
+            dc(r#"{"Node": "n", "Datacenter": "dc2"}"#).as_deref(),
+            Some("dc2")
+        );
+        assert_eq!(
+            dc(r#"{"datacenter": "dc2", "service": {"x": [1, {"y": null}]}}"#).as_deref(),
+            Some("dc2")
+        );
+        // Named nowhere, empty, null: this datacenter's (or `?dc=`).
+        for none in [
+            r#"{"Node": "n"}"#,
+            r#"{"Datacenter": ""}"#,
+            r#"{"Datacenter": null}"#,
+        ] {
+            assert_eq!(dc(none), None, "{none}");
+        }
+        // Not a name, not an object, not JSON: left to the handler.
+        for bad in [r#"{"Datacenter": 7}"#, r#"["dc2"]"#, "{", ""] {
+            assert_eq!(dc(bad), None, "{bad}");
+        }
+    }
 }
