@@ -244,3 +244,43 @@ fn acls_guard_virtual_ips() {
     let chain = with(a, "GET", "/v1/discovery-chain/web", None, ROOT).json();
     assert_eq!(chain["Chain"]["ManualVirtualIPs"], json!(["10.1.1.1"]));
 }
+
+/// A terminating gateway's instance shows the virtual IP of each service
+/// its entry links by name as `consul-virtual:<service>` (no port), the
+/// address that service's chain names: set when the entry is written
+/// (the gateway's row changes, so a blocking read of it returns), kept
+/// when the gateway re-registers, changed with the entry's links.
+#[test]
+fn a_terminating_gateway_shows_its_services_virtual_ips() {
+    let s = Server::dev();
+    let gateway = json!({"ID": "tg", "Service": "tg", "Kind": "terminating-gateway", "Port": 8443});
+    register_ok(&s, "n1", gateway.clone());
+    let tags = |s: &Server| -> Value {
+        let rows = s.get_json("/v1/catalog/service/tg");
+        rows[0]["ServiceTaggedAddresses"].clone()
+    };
+    assert_eq!(tags(&s), Value::Null, "none before the entry");
+    let before = s.get("/v1/catalog/service/tg").index();
+    let entry = |services: &[&str]| {
+        let e = json!({"Kind": "terminating-gateway", "Name": "tg",
+            "Services": services.iter().map(|n| json!({"Name": n})).collect::<Vec<_>>()});
+        assert_eq!(s.put("/v1/config", &e.to_string()).status, 200);
+    };
+    entry(&["billing", "ledger"]);
+    let woken = s.get(&format!("/v1/catalog/service/tg?index={before}&wait=5s"));
+    assert!(woken.index() > before, "the gateway's row changed");
+    let billing = auto_vips(&s, "billing");
+    assert_eq!(billing.len(), 1);
+    let want = json!({
+        "consul-virtual:billing": {"Address": billing[0], "Port": 0},
+        "consul-virtual:ledger": {"Address": auto_vips(&s, "ledger")[0], "Port": 0},
+    });
+    assert_eq!(tags(&s), want);
+    register_ok(&s, "n1", gateway);
+    assert_eq!(tags(&s), want, "kept when the gateway registers again");
+    entry(&["ledger"]);
+    assert_eq!(
+        tags(&s),
+        json!({"consul-virtual:ledger": want["consul-virtual:ledger"]})
+    );
+}

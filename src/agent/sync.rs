@@ -27,8 +27,8 @@ use serde::Deserialize;
 use super::Agent;
 use super::local::{Item, LocalCheck, LocalService, Source, SyncMark, Tables};
 use super::servers::{FULL_SYNCS, SHORT, SYNC_FAILURES, SYNC_READS, SYNC_WRITES, ServerError};
-use crate::structs::TAGGED_VIRTUAL_IP;
 use crate::structs::agent::{CONSUL_SERVICE, SERF_CHECK_ID};
+use crate::structs::is_server_tagged_address;
 use crate::structs::{DeregisterRequest, HealthCheck, Node, NodeService, RegisterRequest};
 
 /// Consul's full-sync period for clusters of up to [`SCALE_THRESHOLD`] nodes.
@@ -79,10 +79,10 @@ fn same_service(local: &NodeService, remote: &NodeService) -> bool {
     let mut r = remote.clone();
     r.create_index = 0;
     r.modify_index = 0;
-    // The servers add the service's virtual IP; the agent never sends it.
-    if !local.tagged_addresses.contains_key(TAGGED_VIRTUAL_IP) {
-        r.tagged_addresses.remove(TAGGED_VIRTUAL_IP);
-    }
+    // The servers add virtual IPs (the service's, and a terminating
+    // gateway's for each service it links); the agent never sends them.
+    r.tagged_addresses
+        .retain(|k, _| !is_server_tagged_address(k) || local.tagged_addresses.contains_key(k));
     *local == r
 }
 
@@ -499,6 +499,44 @@ mod tests {
         for p in pushes {
             t.synced(&p.marks);
         }
+    }
+
+    /// The virtual IPs the servers add to a row (a service's
+    /// `consul-virtual`, a terminating gateway's `consul-virtual:<svc>`)
+    /// are no difference to sync, unless the agent's own definition names
+    /// that key; any other tagged address is.
+    #[test]
+    fn server_set_virtual_ips_are_no_difference() {
+        let local = svc("tg", &[]);
+        let mut remote = local.clone();
+        remote.modify_index = 12;
+        for key in ["consul-virtual", "consul-virtual:billing"] {
+            remote.tagged_addresses.insert(
+                key.into(),
+                crate::structs::ServiceAddress {
+                    address: "240.0.0.1".into(),
+                    port: 0,
+                },
+            );
+        }
+        assert!(same_service(&local, &remote));
+        let mut named = local.clone();
+        named.tagged_addresses.insert(
+            "consul-virtual:billing".into(),
+            crate::structs::ServiceAddress {
+                address: "10.9.9.9".into(),
+                port: 0,
+            },
+        );
+        assert!(
+            !same_service(&named, &remote),
+            "the agent's own value differs"
+        );
+        remote.tagged_addresses.insert(
+            "consul-virtualx".into(),
+            crate::structs::ServiceAddress::default(),
+        );
+        assert!(!same_service(&local, &remote), "not a server-set key");
     }
 
     #[test]

@@ -603,6 +603,9 @@ impl Tx<'_> {
                 },
             );
         }
+        if svc.kind == ServiceKind::TerminatingGateway {
+            self.gateway_virtual_ips(&mut svc);
+        }
         let after = Arc::new(svc);
         let before = self.state.services.insert(k.clone(), after.clone());
         if let Some(b) = &before {

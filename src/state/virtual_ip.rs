@@ -9,7 +9,8 @@
 //! `vip/<service>` watch key, which compiled chains (`AutoVirtualIPs`)
 //! read. A service a terminating gateway's entry links by name gets one
 //! too (as Consul's terminating gateways' virtual IPs), kept while any
-//! entry links it or a connect-capable instance exists.
+//! entry links it or a connect-capable instance exists, and the gateway's
+//! instances show it as `consul-virtual:<service>`.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -17,8 +18,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::tx::Tx;
-use super::{Response, Row, State, Table, keys};
+use super::{NodeKey, Response, Row, State, Table, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind, WILDCARD};
+use crate::structs::{NodeService, ServiceAddress, ServiceKind, gateway_virtual_ip_tag};
 
 pub use crate::structs::TAGGED_VIRTUAL_IP as TAGGED_ADDRESS;
 
@@ -163,9 +165,75 @@ impl Tx<'_> {
         for svc in &now {
             self.ensure_virtual_ip(svc);
         }
+        // The gateway's instances show the new set before any address of
+        // the old one is freed (and perhaps handed to another service).
+        if let Some(gateway) = after.or(before).map(|e| e.name().to_string()) {
+            self.retag_gateway_instances(&gateway);
+        }
         for svc in names(before) {
             if !now.contains(&svc) {
                 self.release_virtual_ip(&svc);
+            }
+        }
+    }
+
+    /// Sets a terminating gateway instance's `consul-virtual:<service>`
+    /// tagged addresses (no port, as Consul's) to the virtual IPs of the
+    /// services its entry links by name, dropping any other: written with
+    /// every write of the instance and of its entry.
+    pub(super) fn gateway_virtual_ips(&mut self, svc: &mut NodeService) {
+        svc.tagged_addresses.retain(|k, _| {
+            !k.strip_prefix(TAGGED_ADDRESS)
+                .is_some_and(|rest| rest.starts_with(':'))
+        });
+        let linked: Vec<String> = match self
+            .state
+            .config
+            .get(&(Kind::TerminatingGateway, svc.service.clone()))
+            .map(|e| &**e)
+        {
+            Some(ConfigEntry::TerminatingGateway(t)) => t
+                .services
+                .iter()
+                .filter(|s| s.name != WILDCARD)
+                .map(|s| s.name.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        for name in linked {
+            if let Some(ip) = self.ensure_virtual_ip(&name) {
+                svc.tagged_addresses.insert(
+                    gateway_virtual_ip_tag(&name),
+                    ServiceAddress {
+                        address: ip.to_string(),
+                        port: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Rewrites the instances of terminating gateway `gateway` whose
+    /// virtual IP tags its entry's links changed.
+    fn retag_gateway_instances(&mut self, gateway: &str) {
+        let instances: Vec<NodeKey> = self
+            .state
+            .service_names
+            .get(gateway)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in instances {
+            let Some(old) = self.state.services.get(&key).cloned() else {
+                continue;
+            };
+            if old.kind != ServiceKind::TerminatingGateway {
+                continue;
+            }
+            let mut svc = (*old).clone();
+            self.gateway_virtual_ips(&mut svc);
+            if svc != *old {
+                svc.modify_index = self.index;
+                self.put_service(&key.0, svc);
             }
         }
     }
@@ -385,6 +453,76 @@ mod tests {
         // The last connect instance gone, billing is linked by nothing.
         apply_command(&mut st, 7, &deregister("n1", "billing-proxy"));
         assert_eq!(ip(&st, "billing"), None);
+    }
+
+    /// A terminating gateway's instances show each linked service's
+    /// virtual IP as `consul-virtual:<service>` (no port): whether the
+    /// instance or the entry is written first, following the entry's
+    /// links as they change (a new modify index), none for `*`, and none
+    /// left once the entry is deleted; tags of that form sent with the
+    /// registration are the servers' to set.
+    #[test]
+    fn a_terminating_gateway_shows_its_services_virtual_ips() {
+        let tg = |services: &[&str]| Command::ConfigSet {
+            entry: serde_json::json!({"Kind": "terminating-gateway", "Name": "tg",
+                "Services": services.iter().map(|s| serde_json::json!({"Name": s}))
+                    .collect::<Vec<_>>()}),
+            cas: None,
+        };
+        let gateway = |node: &str| {
+            let req: RegisterRequest = serde_json::from_value(serde_json::json!({
+                "Node": node, "Address": "10.0.0.9",
+                "Service": {"ID": "tg", "Service": "tg", "Kind": "terminating-gateway",
+                    "Port": 8443, "TaggedAddresses": {
+                        "consul-virtual:forged": {"Address": "1.2.3.4", "Port": 1},
+                        "lan": {"Address": "10.0.0.9", "Port": 8443}}},
+            }))
+            .unwrap();
+            Command::Register(Box::new(req))
+        };
+        let tags = |st: &State, node: &str| -> Vec<(String, String, u16)> {
+            let row = &st.services[&(node.to_string(), "tg".to_string())];
+            row.tagged_addresses
+                .iter()
+                .map(|(k, a)| (k.clone(), a.address.clone(), a.port))
+                .collect()
+        };
+        let vip = |svc: &str, ip: &str| (format!("consul-virtual:{svc}"), ip.to_string(), 0);
+        let lan = ("lan".to_string(), "10.0.0.9".to_string(), 8443);
+
+        let mut st = State::default();
+        apply_command(&mut st, 2, &gateway("n1"));
+        assert_eq!(tags(&st, "n1"), vec![lan.clone()], "no entry: no VIP tags");
+        apply_command(&mut st, 3, &tg(&["billing", "*"]));
+        assert_eq!(
+            tags(&st, "n1"),
+            vec![vip("billing", "240.0.0.1"), lan.clone()]
+        );
+        let row = &st.services[&("n1".to_string(), "tg".to_string())];
+        assert_eq!((row.create_index, row.modify_index), (2, 3));
+        apply_command(&mut st, 4, &gateway("n2"));
+        assert_eq!(
+            tags(&st, "n2"),
+            vec![vip("billing", "240.0.0.1"), lan.clone()]
+        );
+        apply_command(&mut st, 5, &tg(&["ledger"]));
+        for node in ["n1", "n2"] {
+            assert_eq!(
+                tags(&st, node),
+                vec![vip("ledger", "240.0.0.2"), lan.clone()]
+            );
+        }
+        apply_command(
+            &mut st,
+            6,
+            &Command::ConfigDelete {
+                kind: "terminating-gateway".into(),
+                name: "tg".into(),
+                cas: None,
+            },
+        );
+        assert_eq!(tags(&st, "n1"), vec![lan.clone()]);
+        assert_eq!(ip(&st, "ledger"), None);
     }
 
     /// Manual IPs: refused for a service without VIPs (nothing written),

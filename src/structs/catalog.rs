@@ -39,6 +39,20 @@ pub struct Node {
 /// (transparent proxy), as Consul's `TaggedAddressVirtualIP`.
 pub const TAGGED_VIRTUAL_IP: &str = "consul-virtual";
 
+/// The tagged address under which a terminating gateway's instance shows
+/// the virtual IP of a service it links (Consul's
+/// `ServiceGatewayVirtualIPTag`): `consul-virtual:<service>`.
+pub fn gateway_virtual_ip_tag(service: &str) -> String {
+    format!("{TAGGED_VIRTUAL_IP}:{service}")
+}
+
+/// Whether `key` is a tagged address the servers set on a service row (a
+/// virtual IP), never sent by an agent.
+pub fn is_server_tagged_address(key: &str) -> bool {
+    key.strip_prefix(TAGGED_VIRTUAL_IP)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+}
+
 /// An address and port, as in `TaggedAddresses` of a service.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
