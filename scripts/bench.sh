@@ -7,11 +7,11 @@
 #   BENCH_QUICK=1    smaller datasets (20k RSS keys, 100k restart entries)
 #   BENCH_OUT=dir    where data dirs, logs and the table go (default data/bench)
 #   BENCH_SKIP_ETCD=1  cairn rows only
-#   BENCH_PARTS="compare alone burst many memory acl xds ui federation"  which parts to run (default all)
+#   BENCH_PARTS="compare alone burst many memory acl xds ui federation scale"  which parts to run (default all)
 #   BENCH_XDS_STREAMS=N  ADS streams (one per proxy) in the xds part (default 10000; 1000 with BENCH_QUICK)
 #   BENCH_GRPC_CLIENTS=N  proxyless gRPC clients (SotW streams) in the xds part (default 1000)
 #   BENCH_INGRESS_SERVICES=N  services of the ingress gateway in the xds part (default 1000)
-#   BENCH_PARTS=scale  issue 39's scenario (not in the default list yet):
+#   part scale, issue 39's scenario:
 #     BENCH_SCALE_AGENTS=N (default 10000; 1000 with BENCH_QUICK), BENCH_SCALE_WATCHERS=N,
 #     BENCH_SCALE_STREAMS=N (default 2000 each), BENCH_SCALE_ARGS="..." (more cairn-load scale flags)
 #
@@ -143,6 +143,20 @@ row() { # workload cairn-line etcd-line load
     "$w" "${ct:-err}" "${cp5:-}" "${cp9:-}" "$et" "$ep5" "$ep9" "$ratio" "$l" >>"$TABLE"
 }
 note() { printf '| %s | %s |\n' "$1" "$2" >>"$OUT/alone.md"; echo "  $1: $2"; }
+# The targets the issues set, each judged on this run's figure: a row of
+# the report's last table. Args: the target, this run's figure, and an awk
+# condition on a and b (the numbers it compares) that holds when it is met.
+TARGETS="$OUT/targets.md"
+: >"$TARGETS"
+target() { # target figure a b condition
+  local met
+  if [ -z "$3" ] || [ -z "$4" ] || [ "$3" = err ] || [ "$4" = err ]; then
+    met="no figure"
+  else
+    met=$(awk -v a="$3" -v b="$4" "BEGIN { if ($5) print \"met\"; else print \"**not met**\" }")
+  fi
+  printf '| %s | %s | %s |\n' "$1" "$2" "$met" >>"$TARGETS"
+}
 
 run() { # label, then load tool args; prints the result line, logs stderr
   local label=$1; shift
@@ -169,6 +183,7 @@ side_by_side() {
   [ "$WITH_ETCD" = 1 ] && el=$(run "etcd $label" "$workload" --system etcd --addrs "$ETCD_HTTP" "$@")
   row "$w" "$cl" "$el" "$l"
   echo "  $label: cairn [$cl] etcd [$el]"
+  SBS_C=$cl SBS_E=$el
 }
 
 COMMON=(--seconds "$SECS" --warmup 1 --keys 1000 --value-size 256)
@@ -178,7 +193,7 @@ echo "bench: ${SECS}s per row$([ "$QUICK" = 1 ] && echo ', quick datasets'); loa
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 } >"$TABLE"
 
-PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds ui federation}
+PARTS=${BENCH_PARTS:-compare alone burst many memory acl xds ui federation scale}
 # ------------------------------------------------------------------ side by side
 if [[ " $PARTS " == *" compare "* ]]; then
 echo "starting cairn (3 servers) and etcd $(etcd --version 2>/dev/null | head -1 | awk '{print $3}') (3 members) on loopback"
@@ -190,6 +205,19 @@ echo "  cairn leader: $("$LOAD" leader --system cairn --addrs "$CAIRN_HTTP")"
 # machine falls on both alike.
 for c in 1 16 64 256; do
   side_by_side "write, $c client$([ "$c" = 1 ] || echo s)" "write $c" write --clients "$c" "${COMMON[@]}"
+  [ "$WITH_ETCD" = 1 ] || continue
+  ct=$(field tput "$SBS_C") et=$(field tput "$SBS_E")
+  case $c in
+  1)
+    target "one writer: throughput ≥ etcd's" "$ct vs $et/s" "$ct" "$et" "a >= b"
+    cp9=$(field p99_ms "$SBS_C") ep9=$(field p99_ms "$SBS_E")
+    target "one writer: p99 ≤ etcd's" "$cp9 vs $ep9 ms" "$cp9" "$ep9" "a <= b"
+    ;;
+  64)
+    ratio=$(awk -v a="$ct" -v b="$et" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+    target "64 writers ≥ 2.0× etcd (in every run)" "${ratio}× ($ct vs $et/s)" "$ratio" 2.0 "a >= b"
+    ;;
+  esac
 done
 for pair in "default linearizable" "stale serializable" "consistent linearizable"; do
   set -- $pair
@@ -199,6 +227,10 @@ for pair in "default linearizable" "stale serializable" "consistent linearizable
   [ "$WITH_ETCD" = 1 ] && el=$(run "etcd read $2" read --system etcd --mode "$2" --addrs "$ETCD_HTTP" --clients 64 "${COMMON[@]}")
   row "read, 64 clients: cairn $1 / etcd $2" "$cl" "$el" "$l"
   echo "  read $1/$2: cairn [$cl] etcd [$el]"
+  if [ "$WITH_ETCD" = 1 ] && [ "$1" != consistent ]; then
+    ct=$(field tput "$cl") et=$(field tput "$el")
+    target "reads, 64 clients: cairn $1 ≥ etcd $2" "$ct vs $et/s" "$ct" "$et" "a >= b"
+  fi
 done
 stop_all
 rm -rf "$OUT/cairn" "$OUT/etcd"
@@ -233,6 +265,12 @@ for round in off on; do
   unset CAIRN_LOAD_TOKEN
   row "write, 64 clients, ACLs $round$([ "$round" = on ] && echo ' (default deny, a write token)')" "$cl" "" "$l"
   echo "  write 64, ACLs $round: cairn [$cl]"
+  if [ "$round" = off ]; then
+    acl_off=$(field tput "$cl")
+  else
+    acl_on=$(field tput "$cl")
+    target "64 writers with ACLs on (default deny) within 10% of ACLs off" "$acl_on vs $acl_off/s" "$acl_on" "$acl_off" "a >= 0.9 * b"
+  fi
   stop_all
   rm -rf "$OUT/cairn"
 done
@@ -266,6 +304,9 @@ if [ "$CATALOG" = 1 ]; then
   rss1=$(rss_kib "$LP")
   note "leader RSS with $RSS_N service instances" \
     "$((rss0 / 1024)) → $((rss1 / 1024)) MiB: $(((rss1 - rss0) * 1024 / RSS_N)) bytes per instance — load $l"
+  # A registration of the load tool's is 129 B of JSON: the instance's data.
+  per=$(((rss1 - rss0) * 1024 / RSS_N - 129))
+  target "leader RSS per registered instance ≤ 1 KiB beyond its data" "$per B beyond its 129 B" "$per" 1024 "a <= b"
 else
   note "leader RSS with $RSS_N service instances" "n/a (catalog API not merged)"
 fi
@@ -275,6 +316,8 @@ sleep 2
 rss1=$(rss_kib "$LP")
 note "leader RSS with $RSS_N KV entries (16 B key, 64 B value)" \
   "$((rss0 / 1024)) → $((rss1 / 1024)) MiB: $(((rss1 - rss0) * 1024 / RSS_N)) bytes per entry, $(((rss1 - rss0) * 1024 / RSS_N - 80)) beyond its 80 B of data — load $l"
+per=$(((rss1 - rss0) * 1024 / RSS_N - 80))
+target "leader RSS per KV entry ≤ 600 B beyond its data (\`alone\`, after the instances)" "$per B" "$per" 600 "a <= b"
 
 # The watchers come after the RSS rows: 10,000 connections' buffers, freed
 # and returned to the system afterwards, would lower the baseline of a
@@ -283,6 +326,7 @@ l=$(load1)
 r=$(run watch watch --addrs "$CAIRN_HTTP" --watchers "$WATCHERS")
 note "$WATCHERS blocking watchers on one KV key, one write → all returned" \
   "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms ($(field woken "$r") woken, $(field errors "$r") errors; write acked in $(field write_ms "$r") ms) — load $l"
+target "$WATCHERS watchers of one key, one write → all answered, p99 < 250 ms" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 250 "a < b"
 
 l=$(load1)
 r=$(run "fill $BIG_N" fill --addrs "$CAIRN_HTTP" --entries "$((BIG_N - RSS_N))" --start "$RSS_N" --value-size 64)
@@ -303,6 +347,7 @@ start_cairn_server "$F" --bootstrap-expect 3 "${JOINS[@]}" \
   --raft-snapshot-threshold "$SNAP_THRESHOLD"
 r=$(run restart wait --addr "$(ch "$F")" --path "/v1/kv/$LAST_KEY?stale" --timeout 120)
 note "restart of a follower holding $BIG_N KV entries → serving reads" "$(field secs "$r") s — load $l"
+target "restart of a follower holding $BIG_N entries → serving, < 5 s" "$(field secs "$r") s" "$(field secs "$r")" 5 "a < b"
 
 # A new server joins: how long until it has the state (snapshot + log).
 l=$(load1)
@@ -314,6 +359,7 @@ snap=$(sed "s/\x1b\[[0-9;]*m//g" "$OUT/cairn-s3.log" | grep -o "installed snapsh
 # file, so the state is held once, plus what decoding it builds.
 hwm=$(awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/${PIDS[s3]}/status" 2>/dev/null || true)
 note "new server (--join) receiving $BIG_N KV entries → serving reads" "$(field secs "$r") s (snapshot ${snap:-?}; its peak RSS ${hwm:-?} MiB, the leader's RSS $(($(rss_kib "$LP") / 1024)) MiB) — load $l"
+target "a joining server's peak RSS ≤ 2× the leader's" "${hwm:-?} vs $(($(rss_kib "$LP") / 1024)) MiB" "${hwm:-}" "$(($(rss_kib "$LP") / 1024))" "a <= 2 * b"
 stop_all
 fi
 
@@ -378,6 +424,7 @@ if [ "$WITH_ETCD" = 1 ]; then
   stop_one e0
 fi
 mem "idle RSS, one server (cairn --dev / etcd single member)" "$(mib "$c1")" "$e1"
+target "idle RSS of one server ≤ 32 MiB" "$(mib "$c1")" "$c1" $((32 << 10)) "a <= b"
 # Three.
 start_cairn
 [ "$WITH_ETCD" = 1 ] && start_etcd
@@ -405,6 +452,8 @@ per_entry() { # system addrs pid-prefix -> "X B (Y beyond 80 B of data)"
   echo "$(((r1 - r0) * 1024 / RSS_N)) B ($(((r1 - r0) * 1024 / RSS_N - 80)) beyond 80 B of data; $(mib "$r0") → $(mib "$r1"))"
 }
 ce=$(per_entry cairn "$CAIRN_HTTP" s)
+per=$(sed -n 's/.*(\([0-9-]*\) beyond.*/\1/p' <<<"$ce")
+target "leader RSS per KV entry ≤ 600 B beyond its data (\`memory\`, a fresh cluster)" "${per:-?} B" "$per" 600 "a <= b"
 ee="–"
 [ "$WITH_ETCD" = 1 ] && ee=$(per_entry etcd "$ETCD_HTTP" e)
 mem "leader RSS per KV entry ($RSS_N entries, 16 B key, 64 B value)" "$ce" "$ee"
@@ -440,9 +489,12 @@ if out=$("$XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --pid "${PIDS[s0]}" --stre
   r=$(grep '^row=eds' <<<"$out" || true)
   xnote "one upstream sidecar deregistered → every affected stream has EDS without it ($(field runs "$r") runs, $(field affected "$r") stream updates)" \
     "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms"
+  target "$XDS_STREAMS Delta streams: EDS after a deregistration, p99 < 1 s" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 1000 "a < b"
   while read -r r; do
     xnote "proxy-defaults protocol → $(field protocol "$r"): all $(field streams "$r") streams have the new public listener" \
       "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms; KV PUT meanwhile ($(field kv_writes "$r") writes, 4 clients) p50 $(field kv_p50_ms "$r") ms, p99 $(field kv_p99_ms "$r") ms, max $(field kv_max_ms "$r") ms"
+    target "$XDS_STREAMS Delta streams: proxy-defaults → $(field protocol "$r"), all updated, p99 < 2 s" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 2000 "a < b"
+    target "$XDS_STREAMS Delta streams: KV PUT p99 during that change < 100 ms" "$(field kv_p99_ms "$r") ms" "$(field kv_p99_ms "$r")" 100 "a < b"
   done < <(grep '^row=defaults' <<<"$out" || true)
   xnote "server RSS at the end" "$(($(rss_kib "${PIDS[s0]}") / 1024)) MiB"
 else
@@ -457,6 +509,7 @@ if out=$("$GRPC_XDS_BENCH" --http "$(ch 0)" --grpc "$(cg)" --clients "$GRPC_CLIE
   r=$(grep '^row=eds' <<<"$out" || true)
   xnote "one target instance critical → every client's EDS without it ($(field runs "$r") runs; target p99 under 1 s)" \
     "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms; passing again: p99 $(field back_p99_ms "$r") ms"
+  target "$GRPC_CLIENTS proxyless gRPC clients: an instance critical → every client's EDS, p99 < 1 s" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 1000 "a < b"
 else
   xnote "proxyless gRPC bench ($GRPC_CLIENTS clients)" "failed (see $LOG)"
 fi
@@ -509,10 +562,12 @@ l=$(load1)
 r=$(run "ui services" get --addrs "$(ch 0)" --clients 4 --seconds "$SECS" --warmup 1 --path /v1/internal/ui/services)
 unote "GET /v1/internal/ui/services (5,000 rows), 4 clients" \
   "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, $(field tput "$r")/s, $(field errors "$r") errors — load $l"
+target "UI services endpoint, 5,000 services: p99 < 50 ms" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 50 "a < b"
 if command -v chromium >/dev/null && command -v chromedriver >/dev/null && python3 -c 'import selenium' 2>/dev/null; then
   if out=$(python3 scripts/ui_render.py "http://$(ch 0)" 5 2>>"$LOG"); then
     unote "services page first render in headless Chromium (5 fresh loads, $(field rows "$out") rows drawn)" \
       "p50 $(field p50_ms "$out") ms, max $(field max_ms "$out") ms after navigation start"
+    target "UI services page, 5,000 services: first render < 1 s (max of 5)" "$(field max_ms "$out") ms" "$(field max_ms "$out")" 1000 "a < b"
   else
     unote "services page first render" "failed (see $LOG)"
   fi
@@ -570,6 +625,7 @@ fnote "prepared query api executed (4 clients)" "$(field tput "$r")/s, p50 $(fie
 if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_LAG_RUNS:-50}" 2>>"$LOG"); then
   fnote "replication lag of a config entry, dc1 → dc2 (${BENCH_LAG_RUNS:-50} writes)" \
     "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
+  target "replication lag of a config entry, p99 < 1 s" "$(field p99_ms "$out") ms" "$(field p99_ms "$out")" 1000 "a < b"
 else
   fnote "replication lag of a config entry" "failed (see $LOG)"
 fi
@@ -591,6 +647,7 @@ done
 if out=$(python3 scripts/fed_lag.py "http://$(ch 0)" "http://$(ch 1)" "${BENCH_LAG_RUNS:-50}" "$ROOT_TOKEN" token 2>>"$LOG"); then
   fnote "replication lag of a global ACL token, dc1 → dc2 (${BENCH_LAG_RUNS:-50} tokens)" \
     "p50 $(field p50_ms "$out") ms, p99 $(field p99_ms "$out") ms, max $(field max_ms "$out") ms; $(field missing "$out") not seen within 10 s"
+  target "replication lag of a global ACL token, p99 < 1 s" "$(field p99_ms "$out") ms" "$(field p99_ms "$out")" 1000 "a < b"
 else
   fnote "replication lag of a global ACL token" "failed (see $LOG)"
 fi
@@ -636,9 +693,11 @@ if out=$("$LOAD" scale --addrs "$CAIRN_HTTP" --grpc "$(cgs 0),$(cgs 1),$(cgs 2)"
   r=$(grep '^row=critical' <<<"$out" || true)
   snote "one instance's check critical → its watchers answered and streams with it upstream updated ($(field runs "$r") runs: $(field watchers "$r") watchers, $(field streams "$r") streams; target p99 < 1 s)" \
     "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms (watchers p99 $(field watch_p99_ms "$r") ms, streams p99 $(field stream_p99_ms "$r") ms; $(field timeouts "$r") runs timed out)"
+  target "scale: an instance critical → its watchers and streams, p99 < 1 s" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 1000 "a < b"
   while read -r r; do
     snote "proxy-defaults protocol → $(field protocol "$r"): all $(field streams "$r") streams updated (target p99 < 2 s)" \
       "p50 $(field p50_ms "$r") ms, p99 $(field p99_ms "$r") ms, max $(field max_ms "$r") ms$([ "$(field timeout "$r")" = 1 ] && echo ' (timed out)')"
+    target "scale: proxy-defaults → $(field protocol "$r"), all $(field streams "$r") streams updated, p99 < 2 s" "$(field p99_ms "$r") ms" "$(field p99_ms "$r")" 2000 "a < b"
   done < <(grep '^row=global' <<<"$out" || true)
   r=$(grep '^row=restart' <<<"$out" || true)
   snote "a follower SIGKILLed and restarted under the load → serving" \
@@ -706,6 +765,14 @@ if [ -s "$OUT/scale.md" ]; then
   echo "| measure | result |"
   echo "| --- | --- |"
   cat "$OUT/scale.md"
+fi
+if [ -s "$TARGETS" ]; then
+  echo
+  echo "## targets (each judged on this run's figure)"
+  echo
+  echo "| target | this run | |"
+  echo "| --- | --- | --- |"
+  cat "$TARGETS"
 fi
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg); took $(($(date +%s) - T_START)) s; logs in $OUT/"
