@@ -816,3 +816,32 @@ fn reads_without_a_name_are_refused() {
         assert_eq!(r.body.trim(), format!("Missing {what} name"), "{path}");
     }
 }
+
+/// A registration's body names its datacenter before `?dc=` does (Consul's
+/// handlers read the body first): a body naming this datacenter registers
+/// here even with `?dc=` naming one this server has no path to, and the
+/// query alone still names where the request goes.
+#[test]
+fn a_bodys_own_datacenter_wins_over_the_query() {
+    let s = Server::dev();
+    let r = s.put(
+        "/v1/catalog/register?dc=dc2",
+        r#"{"Node": "here", "Address": "10.1.1.1", "Datacenter": "dc1"}"#,
+    );
+    assert_eq!((r.status, r.body.as_str()), (200, "true"));
+    assert_eq!(
+        s.get_json("/v1/catalog/node/here")["Node"]["Address"],
+        "10.1.1.1"
+    );
+    let r = s.put(
+        "/v1/catalog/deregister?dc=dc2",
+        r#"{"Node": "here", "Datacenter": "dc1"}"#,
+    );
+    assert_eq!((r.status, r.body.as_str()), (200, "true"));
+    assert_eq!(s.get("/v1/catalog/node/here").body, "null");
+    let r = s.put(
+        "/v1/catalog/register?dc=dc2",
+        r#"{"Node": "there", "Address": "10.1.1.2"}"#,
+    );
+    assert_eq!((r.status, r.body.as_str()), (500, "No path to datacenter"));
+}

@@ -97,12 +97,19 @@ async fn target_dc(s: &App, req: Request) -> Result<(Option<String>, Request)> {
     if !names_dc_in_body(req.method(), req.uri().path()) {
         return Ok((from_query, req));
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
     let dc = match body_dc(&body) {
-        Some(dc) if dc == s.datacenter() => None,
+        Some(dc) if dc == s.datacenter() => {
+            // The body wins over `?dc=` (Consul's order): answered here,
+            // so the handler must not see the other datacenter's name.
+            if from_query.is_some() {
+                parts.uri = without_dc(&parts.uri)?;
+            }
+            None
+        }
         Some(dc) => Some(dc),
         None => from_query,
     };
