@@ -966,7 +966,7 @@ async fn read(s: &Arc<Server>, key: String, consistent: bool, stale: bool) -> Ap
     let mut authz = Authz::open();
     let watch = Watch::Keys(vec![keys::kv(&key)]);
     let read = blocking(s, &opts, &mut authz, watch, |st, _| {
-        (st.index, st.kv.get(&key).map(|e| (**e).clone()))
+        (st.index, st.kv.get(key.as_str()).map(|e| (**e).clone()))
     })
     .await;
     ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))

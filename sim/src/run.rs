@@ -153,7 +153,7 @@ fn check_burst(
             b.ret
                 .unwrap_or(b.call + workload::CLIENT_TIMEOUT.as_micros() as u64),
         );
-        match st.kv.get(&b.key) {
+        match st.kv.get(b.key.as_str()) {
             Some(e) if e.value.len() == b.len && e.value.iter().all(|x| *x == b.fill) => {
                 report.burst_acked += usize::from(b.ret.is_some());
             }

@@ -84,7 +84,11 @@ async fn get_kv(
         let mut entries: Vec<KvEntry> = if recurse {
             prefix_iter(st, &key).cloned().collect()
         } else {
-            st.kv.get(&key).map(|e| (**e).clone()).into_iter().collect()
+            st.kv
+                .get(key.as_str())
+                .map(|e| (**e).clone())
+                .into_iter()
+                .collect()
         };
         let filtered = keep(&mut entries, |e| a.key_read(&e.key));
         (read_index(st, &key, recurse), (entries, filtered))

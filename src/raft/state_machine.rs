@@ -501,7 +501,7 @@ mod tests {
         for i in 0..n {
             let key = format!("k/{i:05}");
             st.kv.insert(
-                key.clone(),
+                Arc::from(key.as_str()),
                 Arc::new(crate::structs::KvEntry {
                     key,
                     value: vec![b'v'; 100],

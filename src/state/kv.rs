@@ -1,5 +1,6 @@
 //! The KV table: writes (as Consul's KVS verbs) and reads.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::tx::Tx;
@@ -8,7 +9,7 @@ use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb, TxnError, TxnOp, TxnResul
 
 /// Applies one KV verb. `Err` is a failed precondition inside a txn.
 pub fn apply_op(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
-    let existing = tx.state.kv.get(&op.key).cloned();
+    let existing = tx.state.kv.get(op.key.as_str()).cloned();
     match op.verb {
         KvVerb::Set => {
             set(tx, op, existing.as_deref());
@@ -108,7 +109,7 @@ pub fn apply_txn(tx: &mut Tx, ops: &[TxnOp]) -> Response {
                 if !matches!(
                     op.verb,
                     KvVerb::Delete | KvVerb::DeleteCas | KvVerb::DeleteTree
-                ) && let Some(e) = tx.state.kv.get(&op.key)
+                ) && let Some(e) = tx.state.kv.get(op.key.as_str())
                 {
                     {
                         let mut e = (**e).clone();
@@ -155,7 +156,7 @@ pub fn read_txn(state: &State, ops: &[TxnOp]) -> Response {
 pub fn prefix_iter<'a>(state: &'a State, prefix: &'a str) -> impl Iterator<Item = &'a KvEntry> {
     state
         .kv
-        .range(prefix.to_string()..)
+        .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
         .take_while(move |(k, _)| k.starts_with(prefix))
         .map(|(_, v)| &**v)
 }
@@ -188,12 +189,21 @@ pub fn list_keys(state: &State, prefix: &str, separator: &str) -> Vec<String> {
 
 impl Tx<'_> {
     pub fn put_kv(&mut self, entry: KvEntry) {
-        let key = entry.key.clone();
+        // An overwrite keeps the map's key: no allocation for it.
+        let key = match self.state.kv.get_key_value(entry.key.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(entry.key.as_str()),
+        };
         let after = Arc::new(entry);
         let before = self.state.kv.insert(key.clone(), after.clone());
         super::session::index_kv(self.state, before.as_deref(), Some(&after));
         self.touch(keys::kv(&key));
-        self.record(Table::Kv, key, before.map(Row::Kv), Some(Row::Kv(after)));
+        self.record(
+            Table::Kv,
+            key.to_string(),
+            before.map(Row::Kv),
+            Some(Row::Kv(after)),
+        );
     }
 
     pub fn remove_kv(&mut self, key: &str) {

@@ -508,7 +508,9 @@ pub struct State {
     /// Raft index of the last applied command.
     pub index: u64,
     pub cluster_id: String,
-    pub kv: OrdMap<String, Arc<KvEntry>>,
+    /// Keys shared (`Arc<str>`): a write clones the B-tree node it
+    /// touches, up to 64 keys, which then costs no allocation each.
+    pub kv: OrdMap<Arc<str>, Arc<KvEntry>>,
     pub nodes: OrdMap<String, Arc<Node>>,
     pub services: OrdMap<NodeKey, Arc<NodeService>>,
     /// service name → instances of it.

@@ -316,12 +316,12 @@ pub fn load_state(p: &dyn Persist) -> anyhow::Result<State> {
     Ok(st)
 }
 
-fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<String, Arc<KvEntry>>> {
+fn load_kv(p: &dyn Persist) -> anyhow::Result<imbl::OrdMap<Arc<str>, Arc<KvEntry>>> {
     let mut kv = imbl::OrdMap::new();
     p.scan_prefix(&[KV], &mut |k, v| {
         let key = std::str::from_utf8(&k[1..]).context("row key")?;
         let e: KvEntry = bincode::deserialize(v)?;
-        kv.insert(key.to_string(), Arc::new(e));
+        kv.insert(Arc::from(key), Arc::new(e));
         if kv.len().is_multiple_of(250_000) {
             tracing::info!(entries = kv.len(), "loading the KV table");
         }

@@ -229,7 +229,10 @@ mod tests {
         let (resp, set) = apply_command(&mut st, at, &cmd);
         assert_eq!(resp, Response::Ok);
         assert!(set.replaced);
-        assert_eq!(st.kv.keys().collect::<Vec<_>>(), ["a", "gone"]);
+        assert_eq!(
+            st.kv.keys().map(|k| &**k).collect::<Vec<_>>(),
+            ["a", "gone"]
+        );
         assert!(st.restore.is_none());
         // The rows keep the snapshot's own indexes...
         assert_eq!(st.kv["a"].modify_index, 2);
@@ -298,7 +301,7 @@ mod tests {
             Response::Rejected(_)
         ));
         assert!(st.restore.is_none());
-        assert_eq!(st.kv.keys().collect::<Vec<_>>(), ["live"]);
+        assert_eq!(st.kv.keys().map(|k| &**k).collect::<Vec<_>>(), ["live"]);
         // A chunk out of order is refused.
         let skip = Command::RestoreChunk {
             id: "r2".into(),
@@ -320,6 +323,6 @@ mod tests {
         assert!(st.restore.is_some());
         apply_command(&mut st, 91, &Command::RestoreAbort { id: "r2".into() });
         assert!(st.restore.is_none());
-        assert_eq!(st.kv.keys().collect::<Vec<_>>(), ["live"]);
+        assert_eq!(st.kv.keys().map(|k| &**k).collect::<Vec<_>>(), ["live"]);
     }
 }

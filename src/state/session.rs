@@ -85,7 +85,7 @@ pub fn invalidate(tx: &mut Tx, id: &str) {
         .map(|ks| ks.iter().cloned().collect())
         .unwrap_or_default();
     for key in held {
-        let Some(e) = tx.state.kv.get(&key).cloned() else {
+        let Some(e) = tx.state.kv.get(key.as_str()).cloned() else {
             continue;
         };
         match session.behavior {
@@ -198,7 +198,7 @@ pub fn lock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
     {
         return Ok(KvOutcome::Done(false));
     }
-    let existing = tx.state.kv.get(&op.key).cloned();
+    let existing = tx.state.kv.get(op.key.as_str()).cloned();
     if op.index != 0 && existing.as_ref().map(|e| e.modify_index) != Some(op.index) {
         return Ok(KvOutcome::Done(false));
     }
@@ -224,7 +224,7 @@ pub fn lock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
 /// session does not hold it (or a non-zero `?cas` index is not the key's).
 pub fn unlock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
     live_session(tx.state, op)?;
-    let Some(e) = tx.state.kv.get(&op.key).cloned() else {
+    let Some(e) = tx.state.kv.get(op.key.as_str()).cloned() else {
         return Ok(KvOutcome::Done(false));
     };
     if e.session != op.session || (op.index != 0 && e.modify_index != op.index) {
@@ -244,7 +244,7 @@ pub fn unlock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
 
 /// Txn `check-session`: the key is locked by the op's session.
 pub fn check_session(state: &State, op: &KvOp) -> Result<KvOutcome, String> {
-    match state.kv.get(&op.key) {
+    match state.kv.get(op.key.as_str()) {
         Some(e) if e.session == op.session => Ok(KvOutcome::Entries(vec![(**e).clone()])),
         Some(_) => Err(format!(
             "failed to check session, key {:?} is not locked by session {:?}",

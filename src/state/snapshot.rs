@@ -191,7 +191,7 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
         ..Default::default()
     };
     for e in body.kv {
-        st.kv.insert(e.key.clone(), Arc::new(e));
+        st.kv.insert(Arc::from(e.key.as_str()), Arc::new(e));
     }
     for n in body.nodes {
         st.nodes.insert(n.node.clone(), Arc::new(n));

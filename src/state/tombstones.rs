@@ -76,8 +76,8 @@ pub(crate) fn rebuild(st: &mut State) {
     for (k, v) in &st.indexes {
         let gone = match k.strip_prefix("kv/") {
             Some(key) => {
-                while live.next_if(|l| l.as_str() < key).is_some() {}
-                live.peek().is_none_or(|l| l.as_str() != key)
+                while live.next_if(|l| &***l < key).is_some() {}
+                live.peek().is_none_or(|l| &***l != key)
             }
             None => exists(st, k) == Some(false),
         };
