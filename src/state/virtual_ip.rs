@@ -150,18 +150,7 @@ impl Tx<'_> {
     pub(super) fn terminating_links_changed(
         &mut self, before: Option<&ConfigEntry>, after: Option<&ConfigEntry>,
     ) {
-        let names = |e: Option<&ConfigEntry>| -> Vec<String> {
-            match e {
-                Some(ConfigEntry::TerminatingGateway(t)) => t
-                    .services
-                    .iter()
-                    .filter(|s| s.name != WILDCARD)
-                    .map(|s| s.name.clone())
-                    .collect(),
-                _ => Vec::new(),
-            }
-        };
-        let now = names(after);
+        let now = named_links(after);
         for svc in &now {
             self.ensure_virtual_ip(svc);
         }
@@ -170,7 +159,7 @@ impl Tx<'_> {
         if let Some(gateway) = after.or(before).map(|e| e.name().to_string()) {
             self.retag_gateway_instances(&gateway);
         }
-        for svc in names(before) {
+        for svc in named_links(before) {
             if !now.contains(&svc) {
                 self.release_virtual_ip(&svc);
             }
@@ -186,21 +175,12 @@ impl Tx<'_> {
             !k.strip_prefix(TAGGED_ADDRESS)
                 .is_some_and(|rest| rest.starts_with(':'))
         });
-        let linked: Vec<String> = match self
+        let entry = self
             .state
             .config
             .get(&(Kind::TerminatingGateway, svc.service.clone()))
-            .map(|e| &**e)
-        {
-            Some(ConfigEntry::TerminatingGateway(t)) => t
-                .services
-                .iter()
-                .filter(|s| s.name != WILDCARD)
-                .map(|s| s.name.clone())
-                .collect(),
-            _ => Vec::new(),
-        };
-        for name in linked {
+            .cloned();
+        for name in named_links(entry.as_deref()) {
             if let Some(ip) = self.ensure_virtual_ip(&name) {
                 svc.tagged_addresses.insert(
                     gateway_virtual_ip_tag(&name),
@@ -236,6 +216,19 @@ impl Tx<'_> {
                 self.put_service(&key.0, svc);
             }
         }
+    }
+}
+
+/// The services a terminating gateway's entry links by name (not `*`).
+fn named_links(entry: Option<&ConfigEntry>) -> Vec<String> {
+    match entry {
+        Some(ConfigEntry::TerminatingGateway(t)) => t
+            .services
+            .iter()
+            .filter(|s| s.name != WILDCARD)
+            .map(|s| s.name.clone())
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
