@@ -75,6 +75,10 @@ fn register_all(tx: &mut Tx, req: &RegisterRequest) -> Result<(), String> {
             Some(old) => {
                 svc.create_index = old.create_index;
                 svc.modify_index = old.modify_index;
+                // Compared as it would be stored: the same registration
+                // again changes nothing (no new index, no wake-up), as in
+                // Consul, though the request lacks the servers' tags.
+                tx.add_server_tags(&mut svc);
                 if *old != svc {
                     svc.modify_index = tx.index;
                     tx.put_service(&req.node, svc);
@@ -587,13 +591,13 @@ impl Tx<'_> {
         }
     }
 
-    pub fn put_service(&mut self, node: &str, mut svc: NodeService) {
-        let k = (node.to_string(), svc.id.clone());
-        // A connect-capable instance shows its service's virtual IP, as
-        // Consul stores it: assigned now if it is the service's first.
-        let target = connect_target(&svc).map(str::to_string);
-        if let Some(t) = &target
-            && let Some(ip) = self.ensure_virtual_ip(t)
+    /// The tagged addresses the servers set on a row: a connect-capable
+    /// instance shows its service's virtual IP (assigned now if it is the
+    /// service's first), a terminating gateway those of the services it
+    /// links, as Consul stores them.
+    fn add_server_tags(&mut self, svc: &mut NodeService) {
+        if let Some(t) = connect_target(svc).map(str::to_string)
+            && let Some(ip) = self.ensure_virtual_ip(&t)
         {
             svc.tagged_addresses.insert(
                 super::virtual_ip::TAGGED_ADDRESS.into(),
@@ -604,8 +608,14 @@ impl Tx<'_> {
             );
         }
         if svc.kind == ServiceKind::TerminatingGateway {
-            self.gateway_virtual_ips(&mut svc);
+            self.gateway_virtual_ips(svc);
         }
+    }
+
+    pub fn put_service(&mut self, node: &str, mut svc: NodeService) {
+        let k = (node.to_string(), svc.id.clone());
+        self.add_server_tags(&mut svc);
+        let target = connect_target(&svc).map(str::to_string);
         let after = Arc::new(svc);
         let before = self.state.services.insert(k.clone(), after.clone());
         if let Some(b) = &before {

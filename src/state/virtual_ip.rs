@@ -518,6 +518,41 @@ mod tests {
         assert_eq!(ip(&st, "ledger"), None);
     }
 
+    /// The same registration again, without the tags the servers add to
+    /// its row, changes nothing: not the row's modify index, not the
+    /// service's watch key (Consul compares the row as it would store it).
+    #[test]
+    fn the_same_registration_again_is_no_change() {
+        let mut st = State::default();
+        let sidecar = register("n1", "web-proxy", "web-sidecar-proxy", Some("web"));
+        apply_command(&mut st, 2, &sidecar);
+        let tg = Command::ConfigSet {
+            entry: serde_json::json!({"Kind": "terminating-gateway", "Name": "tg",
+                "Services": [{"Name": "billing"}]}),
+            cas: None,
+        };
+        apply_command(&mut st, 3, &tg);
+        let gateway: RegisterRequest = serde_json::from_value(serde_json::json!({
+            "Node": "n1", "Address": "10.0.0.1",
+            "Service": {"ID": "tg", "Service": "tg", "Kind": "terminating-gateway", "Port": 8443},
+        }))
+        .unwrap();
+        let gateway = Command::Register(Box::new(gateway));
+        apply_command(&mut st, 4, &gateway);
+        apply_command(&mut st, 5, &sidecar);
+        apply_command(&mut st, 6, &gateway);
+        let row = |id: &str| st.services[&("n1".to_string(), id.to_string())].clone();
+        assert_eq!(row("web-proxy").modify_index, 2);
+        assert_eq!(row("tg").modify_index, 4);
+        assert_eq!(st.index_of([&keys::service("web-sidecar-proxy")]), 2);
+        assert_eq!(st.index_of([&keys::service("tg")]), 4);
+        assert!(
+            row("tg")
+                .tagged_addresses
+                .contains_key("consul-virtual:billing")
+        );
+    }
+
     /// Manual IPs: refused for a service without VIPs (nothing written),
     /// moved from another service that held one.
     #[test]
