@@ -475,20 +475,12 @@ pub fn build_proxyless(
             (name.clone(), entry)
         })
         .collect();
-    let snapshot = Snapshot {
-        proxy_id: json!({ "Node": instance.0, "ServiceID": instance.1 }),
-        version: 0,
-        index: state.index,
-        service: (**registered).clone(),
+    let snapshot = Snapshot::bare(
+        json!({ "Node": instance.0, "ServiceID": instance.1 }),
+        state.index,
+        (**registered).clone(),
         upstreams,
-        roots: None,
-        leaf: None,
-        intentions: Arc::default(),
-        intentions_default_allow: true,
-        gateway: None,
-        transparent: None,
-        mesh_tls: None,
-    };
+    );
     Some((snapshot, deps))
 }
 

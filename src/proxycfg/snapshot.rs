@@ -108,6 +108,29 @@ pub struct ViaGateways {
 }
 
 impl Snapshot {
+    /// A snapshot of `service` with its upstreams and nothing else: no CA,
+    /// no intentions (allowed by default), not a gateway, not transparent,
+    /// no mesh TLS (a proxyless gRPC client's).
+    pub fn bare(
+        proxy_id: Value, index: u64, service: NodeService,
+        upstreams: BTreeMap<String, UpstreamSnapshot>,
+    ) -> Snapshot {
+        Snapshot {
+            proxy_id,
+            version: 0,
+            index,
+            service,
+            upstreams,
+            roots: None,
+            leaf: None,
+            intentions: Arc::default(),
+            intentions_default_allow: true,
+            gateway: None,
+            transparent: None,
+            mesh_tls: None,
+        }
+    }
+
     /// Equal apart from version and index. Every rebuild asks it (a global
     /// change: of every proxy), so shared parts (one `Arc`) are taken as
     /// equal without comparing what they hold: the endpoint lists' deep

@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use super::tx::Tx;
 use super::{NodeKey, Response, Row, State, Table, keys};
 use crate::structs::config_entry::{ConfigEntry, Kind, WILDCARD};
-use crate::structs::{NodeService, ServiceAddress, ServiceKind, gateway_virtual_ip_tag};
+use crate::structs::{
+    NodeService, ServiceAddress, ServiceKind, gateway_virtual_ip_tag, is_server_tagged_address,
+};
 
 pub use crate::structs::TAGGED_VIRTUAL_IP as TAGGED_ADDRESS;
 
@@ -171,10 +173,8 @@ impl Tx<'_> {
     /// services its entry links by name, dropping any other: written with
     /// every write of the instance and of its entry.
     pub(super) fn gateway_virtual_ips(&mut self, svc: &mut NodeService) {
-        svc.tagged_addresses.retain(|k, _| {
-            !k.strip_prefix(TAGGED_ADDRESS)
-                .is_some_and(|rest| rest.starts_with(':'))
-        });
+        svc.tagged_addresses
+            .retain(|k, _| k == TAGGED_ADDRESS || !is_server_tagged_address(k));
         let entry = self
             .state
             .config

@@ -626,18 +626,13 @@ mod tests {
 
     fn snapshot() -> Arc<Snapshot> {
         Arc::new(Snapshot {
-            proxy_id: serde_json::Value::Null,
             version: 1,
-            index: 1,
-            service: crate::structs::NodeService::default(),
-            upstreams: Default::default(),
-            roots: None,
-            leaf: None,
-            intentions: Arc::default(),
-            intentions_default_allow: true,
-            gateway: None,
-            transparent: None,
-            mesh_tls: None,
+            ..Snapshot::bare(
+                serde_json::Value::Null,
+                1,
+                crate::structs::NodeService::default(),
+                Default::default(),
+            )
         })
     }
 
