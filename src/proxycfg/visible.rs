@@ -15,6 +15,11 @@
 //!   linked services' instances, a mesh gateway's local services and other
 //!   datacenters' gateways are kept only where the token reads their
 //!   service.
+//! - a terminating gateway's linked service is left out whole (its leaf,
+//!   its filter chain, its cluster) unless the token may `service:write`
+//!   it: the gateway answers as that service, so it must be allowed to be
+//!   it, as Consul's proxycfg fetches each linked leaf with the gateway's
+//!   own token and signing refuses without `service:write`.
 //!
 //! `hidden` says what a reader may not see of a snapshot as a value (equal
 //! values restrict alike: a stream rebuilds after an ACL change only when
@@ -43,12 +48,14 @@ pub struct Reader {
 pub struct Hidden {
     services: BTreeSet<String>,
     datacenters: BTreeSet<String>,
+    /// Linked services whose identity (leaf) the reader may not take.
+    unwritable: BTreeSet<String>,
 }
 
 impl Hidden {
     /// Nothing hidden: the shared snapshot serves as it is.
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.datacenters.is_empty()
+        self.services.is_empty() && self.datacenters.is_empty() && self.unwritable.is_empty()
     }
 
     fn target(&self, service: &str, datacenter: &str) -> bool {
@@ -87,8 +94,14 @@ pub fn hidden(snap: &Snapshot, reader: Option<&Reader>) -> Hidden {
                 .for_each(|g| service(&g.service.service));
         }
     }
+    let mut unwritable = BTreeSet::new();
     if let Some(gw) = &snap.gateway {
-        gw.linked.keys().for_each(|s| service(s));
+        for s in gw.linked.keys() {
+            service(s);
+            if !r.authz.service_write(s) {
+                unwritable.insert(s.clone());
+            }
+        }
         gw.local.keys().for_each(|s| service(s));
         gw.remote
             .values()
@@ -98,6 +111,7 @@ pub fn hidden(snap: &Snapshot, reader: Option<&Reader>) -> Hidden {
     Hidden {
         services,
         datacenters,
+        unwritable,
     }
 }
 
@@ -115,6 +129,7 @@ impl Snapshot {
         }
         if let Some(gw) = &self.gateway {
             let mut gw = (**gw).clone();
+            gw.linked.retain(|svc, _| !hidden.unwritable.contains(svc));
             for (svc, linked) in gw.linked.iter_mut() {
                 if hidden.services.contains(svc) {
                     linked.instances = Endpoints::default();
@@ -218,18 +233,49 @@ mod tests {
         assert_eq!(ids(&gw.local["web"]), ["web-proxy"]);
         assert_eq!(ids(&gw.local["db"]), Vec::<&str>::new(), "db kept, empty");
         assert_eq!(ids(&gw.remote["dc2"]), Vec::<&str>::new());
-        assert_eq!(ids(&gw.linked["db"].instances), Vec::<&str>::new());
+        assert!(
+            !gw.linked.contains_key("db"),
+            "db's leaf is not the gateway's to take"
+        );
         // The shared snapshot is untouched.
         let orig = snap.gateway.as_deref().unwrap();
         assert_eq!(ids(&orig.local["db"]), ["db-proxy"]);
 
         let all = reader(
             r#"service "gw" { policy = "write" }
-               service_prefix "" { policy = "read" }"#,
+               service_prefix "" { policy = "read" }
+               service "db" { policy = "write" }"#,
         );
         assert!(super::hidden(&snap, Some(&all)).is_empty());
         let seen = snap.without(&super::hidden(&snap, Some(&all)));
         assert_eq!(seen.gateway, snap.gateway);
+    }
+
+    /// A terminating gateway's linked service comes with its leaf and its
+    /// private key: the gateway's token must be allowed to be that service
+    /// (`service:write`), reading it is not enough; and the rule follows
+    /// the token as it changes.
+    #[test]
+    fn a_linked_services_leaf_needs_service_write() {
+        let snap = gateway_snapshot();
+        let reads = reader(
+            r#"service "gw" { policy = "write" }
+               service "db" { policy = "read" }"#,
+        );
+        let h = hidden(&snap, Some(&reads));
+        assert!(!h.is_empty());
+        let seen = snap.without(&h);
+        assert!(seen.gateway.as_deref().unwrap().linked.is_empty());
+
+        let writes = reader(
+            r#"service "gw" { policy = "write" }
+               service "db" { policy = "write" }"#,
+        );
+        let h2 = hidden(&snap, Some(&writes));
+        assert_ne!(h, h2, "an ACL change that grants db moves what is hidden");
+        let seen = snap.without(&h2);
+        let gw = seen.gateway.as_deref().unwrap();
+        assert_eq!(ids(&gw.linked["db"].instances), ["db-1"]);
     }
 
     fn gateway_snapshot() -> Snapshot {

@@ -223,6 +223,51 @@ def test_under_acls_a_gateway_stream_needs_service_write_on_the_gateway():
         server.stop()
 
 
+def test_under_acls_a_terminating_gateway_gets_only_the_leaves_its_token_may_write():
+    """The gateway answers for each linked service with that service's leaf
+    and private key, so its token must be allowed to be that service: with
+    `service "tg" write` and `service "billing" write`, a `*` link gives
+    billing's chain and cluster and nothing of db's (on today's main db's
+    chain came with db's key); once the policy loses billing, billing's
+    goes too, on the same stream."""
+    from conftest import acl_server, put
+
+    root = "6f1c2a4e-0000-4000-8000-0000000000bc"
+    server = acl_server(root)
+    try:
+        for node, addr, svc in (("n9", "127.0.0.99", "billing"), ("n8", "127.0.0.98", "db")):
+            put(f"{server.url}/v1/catalog/register?token={root}", {
+                "Node": node, "Address": addr, "Service": {"ID": svc, "Service": svc, "Port": 443}})
+        put(f"{server.url}/v1/catalog/register?token={root}", {
+            "Node": "gw2", "Address": "127.0.0.22",
+            "Service": {"Kind": "terminating-gateway", "ID": "tg", "Service": "tg", "Port": 8444}})
+        put(f"{server.url}/v1/config?token={root}", {
+            "Kind": "terminating-gateway", "Name": "tg", "Services": [{"Name": "*"}]})
+        td = ca_roots(server.url)["TrustDomain"]
+        rules = 'service "tg" { policy = "write" }\nservice_prefix "" { policy = "read" }\n'
+        policy = put(f"{server.url}/v1/acl/policy?token={root}", {
+            "Name": "tg", "Rules": rules + 'service "billing" { policy = "write" }'})
+        secret = put(f"{server.url}/v1/acl/token?token={root}",
+                     {"Policies": [{"Name": "tg"}]})["SecretID"]
+        tg = Sidecar(f"127.0.0.1:{server.grpc_port}", "tg", node_name="gw2", token=secret)
+        name = "default:0.0.0.0:8444"
+        try:
+            tg.wait("billing's chain", lambda s:
+                    name in s.state[LDS] and sni("billing", td) in s.state[CDS])
+            chains = [fc.filter_chain_match.server_names[0] for fc in tg.state[LDS][name].filter_chains]
+            assert chains == [sni("billing", td)], chains
+            assert sni("db", td) not in tg.state[CDS], "db's cluster for a token that may only read db"
+            # One permission less: billing's chain, cluster and key go.
+            put(f"{server.url}/v1/acl/policy/{policy['ID']}?token={root}", {"Name": "tg", "Rules": rules})
+            tg.wait("billing's chain gone with its permission", lambda s:
+                    name not in s.state[LDS] and sni("billing", td) not in s.state[CDS])
+            assert tg.error is None
+        finally:
+            tg.close()
+    finally:
+        server.stop()
+
+
 def test_an_ingress_wildcard_follows_the_catalog(world):
     url = world.url
     td = ca_roots(url)["TrustDomain"]
