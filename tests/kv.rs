@@ -37,7 +37,12 @@ async fn put_get_cas_flags_raw_keys_and_delete() {
         .unwrap();
     assert_eq!(ok.text().await.unwrap(), "true");
     let raw = c.get(p.at("/v1/kv/app/config?raw")).send().await.unwrap();
+    // A writer's bytes on the UI's origin: never sniffed, never scripted.
+    assert_eq!(raw.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(raw.headers()["content-security-policy"], "sandbox");
     assert_eq!(raw.text().await.unwrap(), "v2");
+    let json = c.get(p.at("/v1/kv/app/config")).send().await.unwrap();
+    assert_eq!(json.headers()["x-content-type-options"], "nosniff");
 
     put("/v1/kv/app/other/x", "1").await;
     let keys: Vec<String> = get_json(&c, p.at("/v1/kv/app/?keys&separator=/")).await;

@@ -104,6 +104,12 @@ async fn get_kv(
     if p.has("raw") && !recurse {
         let mut resp = entries[0].value.clone().into_response();
         resp.headers_mut().extend(meta_headers(&s, index));
+        // A writer's bytes, served on the UI's origin: as Consul, a
+        // browser that opens them runs nothing (a sandbox without scripts).
+        resp.headers_mut().insert(
+            axum::http::header::CONTENT_SECURITY_POLICY,
+            axum::http::HeaderValue::from_static("sandbox"),
+        );
         return Ok(resp);
     }
     Ok(json_filtered(&s, index, &entries, filtered))

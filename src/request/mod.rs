@@ -298,7 +298,13 @@ pub async fn trace_request(req: Request, next: Next) -> Response {
     crate::metrics::HTTP_REQUESTS.inc();
     let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
     async move {
-        let resp = bad_input_is_400(next.run(req).await);
+        let mut resp = bad_input_is_400(next.run(req).await);
+        // No answer is to be read as another type than it says (a value
+        // written by one user must never run as a page on the UI's origin).
+        resp.headers_mut().insert(
+            axum::http::header::X_CONTENT_TYPE_OPTIONS,
+            axum::http::HeaderValue::from_static("nosniff"),
+        );
         tracing::debug!(status = resp.status().as_u16(), "answered");
         resp
     }
