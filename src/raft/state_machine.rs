@@ -91,8 +91,12 @@ impl SnapshotStore {
         match (self, data) {
             (SnapshotStore::Dir(dir), SnapshotData::File(mut file)) => {
                 file.keep_in(dir, &meta.last_log_id)?;
-                snapshot::decode_from(std::io::BufReader::with_capacity(1 << 20, file.reader()))
-                    .map_err(snap_err)
+                let len = file.len();
+                snapshot::decode_from(
+                    std::io::BufReader::with_capacity(1 << 20, file.reader()),
+                    len,
+                )
+                .map_err(snap_err)
             }
             (SnapshotStore::Memory(slot), SnapshotData::Bytes(data)) => {
                 keep_newer(slot, meta, &data);

@@ -63,7 +63,8 @@ impl<'a, K: Ord + Clone, V: Clone, T: Serialize> Serialize for Entries<'a, K, V,
 /// How many rows each table of an encoded state holds, and its index (for
 /// `cairn snapshot inspect`).
 pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)> {
-    let b: Decoded = bincode::deserialize(bytes)?;
+    use bincode::Options;
+    let b: Decoded = bounded(bytes.len() as u64).deserialize(bytes)?;
     Ok((
         b.index,
         vec![
@@ -78,6 +79,20 @@ pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)>
             ("Indexes", b.indexes.len()),
         ],
     ))
+}
+
+/// A reader that counts the bytes taken from it.
+struct CountingRead<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for CountingRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 /// The state as a user's snapshot holds it: without a staged restore.
@@ -163,28 +178,49 @@ struct Extra {
     virtual_ips: Vec<super::virtual_ip::ServiceVirtualIp>,
 }
 
-/// The trailer after the body, if the snapshot has one.
-fn read_extra(r: impl std::io::Read) -> anyhow::Result<Extra> {
-    match bincode::deserialize_from::<_, Vec<u8>>(r) {
-        Ok(json) => Ok(serde_json::from_slice(&json)?),
-        Err(e) => match &*e {
-            bincode::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Ok(Extra::default())
-            }
-            _ => Err(e.into()),
-        },
+/// bincode as `bincode::serialize` writes it, reading at most `limit`
+/// bytes: a length read from the data (a string's, a vector's) is never
+/// allocated beyond what the data itself holds.
+fn bounded(limit: u64) -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(limit)
+}
+
+/// The trailer after the body. None at all is a snapshot from before the
+/// trailer (the body ends the data); anything else must be one whole
+/// trailer and nothing more: a snapshot cut short inside it is refused,
+/// never restored without the tables it carries.
+fn read_extra(mut r: impl std::io::Read, limit: u64) -> anyhow::Result<Extra> {
+    use bincode::Options;
+    use std::io::Read;
+    let mut rest = Vec::new();
+    (&mut r).take(limit).read_to_end(&mut rest)?;
+    if rest.is_empty() {
+        return Ok(Extra::default());
     }
+    let json: Vec<u8> = bounded(rest.len() as u64)
+        .deserialize(&rest)
+        .map_err(|e| anyhow::anyhow!("its trailer is cut short or damaged: {e}"))?;
+    let used = 8 + json.len();
+    if used != rest.len() {
+        anyhow::bail!("{} bytes after its trailer", rest.len() - used);
+    }
+    Ok(serde_json::from_slice(&json)?)
 }
 
 pub fn decode(bytes: &[u8]) -> anyhow::Result<State> {
-    decode_from(bytes)
+    decode_from(bytes, bytes.len() as u64)
 }
 
-/// Decodes a state read from `r` as it goes (buffer `r`).
-pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
-    let mut r = r;
-    let body: Decoded = bincode::deserialize_from(&mut r)?;
-    let extra = read_extra(&mut r)?;
+/// Decodes a state of `len` bytes read from `r` as it goes (buffer `r`).
+pub fn decode_from(r: impl std::io::Read, len: u64) -> anyhow::Result<State> {
+    use bincode::Options;
+    let mut r = CountingRead { inner: r, read: 0 };
+    let body: Decoded = bounded(len).deserialize_from(&mut r)?;
+    let extra = read_extra(&mut r.inner, len.saturating_sub(r.read))?;
     let mut st = State {
         index: body.index,
         cluster_id: body.cluster_id,
@@ -238,4 +274,53 @@ pub fn decode_from(r: impl std::io::Read) -> anyhow::Result<State> {
     }
     super::derived::reindex(&mut st);
     Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded() -> Vec<u8> {
+        let st = State {
+            index: 7,
+            cluster_id: "c1".into(),
+            ..Default::default()
+        };
+        encode(&st).unwrap()
+    }
+
+    /// A length read from the data is bounded by the data: a cluster id
+    /// declaring 1 TiB is refused, from a slice and from a reader (on a
+    /// reader bincode allocated and zero-filled it: abort).
+    #[test]
+    fn a_declared_length_beyond_the_data_is_refused_not_allocated() {
+        let mut bytes = encoded();
+        // index (u64), then the cluster id's length (u64).
+        bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(decode(&bytes).is_err());
+        let len = bytes.len() as u64;
+        assert!(decode_from(std::io::BufReader::new(&bytes[..]), len).is_err());
+        assert!(counts(&bytes).is_err());
+    }
+
+    /// A snapshot cut inside its trailer, or with bytes after it, is
+    /// refused; one ending with its body (from before the trailer) decodes.
+    #[test]
+    fn a_trailer_cut_short_is_refused() {
+        let bytes = encoded();
+        assert_eq!(decode(&bytes).unwrap().index, 7);
+        for cut in [1, 3, 8] {
+            let Err(e) = decode(&bytes[..bytes.len() - cut]) else {
+                panic!("a snapshot cut {cut} bytes short decoded");
+            };
+            assert!(format!("{e:#}").contains("trailer"), "{e:#}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_err());
+        // The body alone: the trailer is its last frame (length + JSON).
+        let json_len = 8 + serde_json::to_vec(&Extra::default()).unwrap().len();
+        let old = &bytes[..bytes.len() - json_len];
+        assert_eq!(decode(old).unwrap().cluster_id, "c1");
+    }
 }
