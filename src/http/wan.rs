@@ -275,16 +275,42 @@ async fn send_parts(
     response_of(r)
 }
 
+/// Another datacenter's answer, rebuilt here: its status, its body, its
+/// `X-Consul-*` headers and a content type chosen from the few the API
+/// answers with; none of its other headers (no cookie, no redirect, no
+/// page of its choosing on this server's origin), and a sandbox for a
+/// browser that opens it.
 fn response_of(r: WanResponse) -> Result<Response> {
     let mut out = Response::builder()
         .status(StatusCode::from_u16(r.status).map_err(|e| Error::Internal(e.to_string()))?);
+    let mut content_type = "application/octet-stream";
     for (k, v) in r.headers {
-        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+        let k = k.to_ascii_lowercase();
+        if k == "content-type" {
+            content_type = forwarded_content_type(&v);
+        } else if k.starts_with("x-consul-")
+            && let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v))
+        {
             out = out.header(k, v);
         }
     }
-    out.body(Body::from(r.body))
+    out.header(axum::http::header::CONTENT_TYPE, content_type)
+        .header(axum::http::header::CONTENT_SECURITY_POLICY, "sandbox")
+        .body(Body::from(r.body))
         .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The content type this server gives a forwarded answer: the API's own
+/// (JSON, plain text), else bytes.
+fn forwarded_content_type(claimed: &str) -> &'static str {
+    let essence = claimed.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        "application/json"
+    } else if essence.eq_ignore_ascii_case("text/plain") {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/octet-stream"
+    }
 }
 
 /// A forwarded request as this server's router takes it: marked as
@@ -383,7 +409,37 @@ pub async fn datacenters(
 
 #[cfg(test)]
 mod tests {
-    use super::body_dc;
+    use super::*;
+
+    #[test]
+    fn another_datacenters_answer_is_rebuilt_here() {
+        let r = response_of(WanResponse {
+            status: 200,
+            headers: vec![
+                ("Content-Type".into(), "text/html; charset=utf-8".into()),
+                ("Set-Cookie".into(), "a=b".into()),
+                ("Location".into(), "http://evil/".into()),
+                ("X-Consul-Index".into(), "42".into()),
+                ("X-Consul-KnownLeader".into(), "true".into()),
+            ],
+            body: b"<script>alert(1)</script>".to_vec(),
+        })
+        .unwrap();
+        let h = r.headers();
+        assert_eq!(h["content-type"], "application/octet-stream");
+        assert_eq!(h["content-security-policy"], "sandbox");
+        assert_eq!(h["x-consul-index"], "42");
+        assert_eq!(h["x-consul-knownleader"], "true");
+        assert!(h.get("set-cookie").is_none() && h.get("location").is_none());
+        assert_eq!(
+            forwarded_content_type("application/json"),
+            "application/json"
+        );
+        assert_eq!(
+            forwarded_content_type("Text/Plain; charset=x"),
+            "text/plain; charset=utf-8"
+        );
+    }
 
     #[test]
     fn a_bodys_datacenter_is_read_in_any_case_and_only_as_a_name() {
