@@ -136,6 +136,9 @@ pub struct FileConfig {
     /// `use_streaming_backend`: a client agent answers blocking health
     /// reads from views fed by the servers' event stream (Consul's key).
     pub use_streaming_backend: Option<bool>,
+    /// `limits.http_max_conns_per_client`: HTTP connections one client IP
+    /// may hold open at once.
+    pub http_max_conns_per_client: Option<usize>,
     /// Keys cairn does not use (`telemetry`, `acl.enable_token_persistence`, …),
     /// each once, with the first file that has it.
     pub unused: Vec<(String, PathBuf)>,
@@ -235,6 +238,21 @@ impl FileConfig {
                     }
                 }
                 "acl" => self.acl(f, v)?,
+                "limits" => {
+                    for (k, v) in f.block(&key, v)? {
+                        let name = format!("{key}.{k}");
+                        match k.as_str() {
+                            "http_max_conns_per_client" => {
+                                let n = f.int(&name, &v)?;
+                                self.http_max_conns_per_client = Some(
+                                    usize::try_from(n)
+                                        .map_err(|_| f.wrong(&name, "a count", &v))?,
+                                );
+                            }
+                            _ => f.unused(&name),
+                        }
+                    }
+                }
                 "tls" => {
                     for (k, v) in f.block(&key, v)? {
                         if k != "defaults" {

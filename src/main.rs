@@ -146,6 +146,10 @@ struct ServerArgs {
     /// (default: 16384, or less to stay within the open-files limit).
     #[arg(long)]
     http_max_conns: Option<usize>,
+    /// HTTP connections one client IP may hold open at once (Consul's
+    /// `limits.http_max_conns_per_client`); past it a new one is closed.
+    #[arg(long, default_value_t = HttpLimits::default().max_conns_per_client)]
+    http_max_conns_per_client: usize,
     /// Time a request's head may take to arrive, from its first byte.
     #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(HttpLimits::default().header_timeout))]
     http_read_header_timeout: FlagDuration,
@@ -583,6 +587,12 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
     from_file!(m, "encrypt", a.encrypt, f.encrypt.clone().map(Some));
     from_file!(
         m,
+        "http_max_conns_per_client",
+        a.http_max_conns_per_client,
+        f.http_max_conns_per_client
+    );
+    from_file!(
+        m,
         "grpc_addr",
         a.grpc_addr,
         f.listen(&f.addresses.grpc, f.ports.grpc, 8502)
@@ -957,6 +967,7 @@ fn server_limits(a: &ServerArgs) -> cairn::server::Limits {
     if let Some(n) = a.http_max_conns {
         l.http.max_conns = n.max(1);
     }
+    l.http.max_conns_per_client = a.http_max_conns_per_client.max(1);
     l.http.header_timeout = a.http_read_header_timeout.0;
     l.http.idle_timeout = a.http_idle_timeout.0;
     l.http.max_blocking = a.http_max_blocking_queries.max(1);

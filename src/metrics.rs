@@ -83,6 +83,10 @@ counters! { ALL:
         "cairn_http_conns_refused_total",
         "HTTP connections closed at once: over the connection cap"
     );
+    HTTP_SLOW_BODIES = (
+        "cairn_http_slow_bodies_total",
+        "HTTP requests whose body arrived slower than the least rate: answered and closed"
+    );
     GRPC_CONNS_REFUSED = (
         "cairn_grpc_conns_refused_total",
         "gRPC connections closed at once: over the connection cap"

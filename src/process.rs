@@ -256,8 +256,21 @@ pub async fn server(
         Arc::new(tokio::sync::Notify::new()),
         Arc::new(tokio::sync::Notify::new()),
     );
+    // Followers forward every client's request to the leader: the servers'
+    // own IPs are not held to one client's share of connections.
+    let mut http_limits = config.limits.http.clone();
+    http_limits.exempt = Some(crate::request::serve::Exempt({
+        let server = server.clone();
+        Arc::new(move |ip| {
+            server.cluster().members().iter().any(|(_, n, _)| {
+                n.raft_addr
+                    .parse::<std::net::SocketAddr>()
+                    .is_ok_and(|a| a.ip() == ip)
+            })
+        })
+    }));
     let plain = {
-        let (app, limits, stop) = (app.clone(), config.limits.http.clone(), stop.clone());
+        let (app, limits, stop) = (app.clone(), http_limits.clone(), stop.clone());
         async move {
             match listener {
                 Some(l) => {
@@ -269,7 +282,7 @@ pub async fn server(
         }
     };
     let secure = {
-        let (limits, stop) = (config.limits.http.clone(), stop_tls.clone());
+        let (limits, stop) = (http_limits, stop_tls.clone());
         async move {
             match https {
                 Some((l, tls)) => {

@@ -736,9 +736,14 @@ impl Server {
     }
 
     /// A place among the blocking queries waiting at once, held while one
-    /// waits; none left: 429, as Consul's limiter answers.
-    pub fn blocking_permit(&self) -> Result<OwnedSemaphorePermit> {
-        self.blocking.permit()
+    /// waits; none left: 429, as Consul's limiter answers. With ACLs on,
+    /// within the share of the caller `a` (its token, or the anonymous
+    /// token from its IP), so that no caller takes every place.
+    pub fn blocking_permit(
+        &self, a: &crate::request::authz::Authz,
+    ) -> Result<crate::request::serve::Place> {
+        let caller = self.acl().enabled().then(|| a.caller());
+        self.blocking.permit_for(caller)
     }
 
     /// Waits until this server knows a leader, up to `LEADER_HOLD`.

@@ -473,3 +473,226 @@ async fn http_limits_hold_with_their_flags() {
     .await;
     p.kill();
 }
+
+/// A connection to `addr` from the loopback address `from`.
+async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind((std::net::Ipv4Addr::from(from), 0).into())
+        .unwrap();
+    sock.connect(addr).await.unwrap()
+}
+
+/// One client IP cannot hold every HTTP connection (Consul's
+/// `http_max_conns_per_client`): past its share its new connections close
+/// at once while another IP is still served; and a body trickled in is cut
+/// after the header timeout's grace, storing nothing. On the main before
+/// this, the 9th connection was kept and the trickled PUT held its
+/// connection for as long as it trickled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_ip_holds_its_share_and_slow_bodies_are_cut() {
+    use tokio::io::AsyncWriteExt;
+    let mut p = Server::builder()
+        .node("per-ip")
+        .arg("--http-max-conns")
+        .arg("48")
+        .arg("--http-max-conns-per-client")
+        .arg("8")
+        .arg("--http-read-header-timeout")
+        .arg("1s")
+        .start();
+    let mut held = Vec::new();
+    // 127.0.0.1 is the server's own (its followers' forwards are not
+    // capped): the client here is 127.0.0.2, the other 127.0.0.3.
+    for _ in 0..8 {
+        let mut s = connect_from([127, 0, 0, 2], p.http_addr).await;
+        // Each holds a request in flight: a PUT whose body never comes
+        // faster than a byte a second (cut by the least rate, later).
+        s.write_all(b"PUT /v1/kv/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    let mut ninth = connect_from([127, 0, 0, 2], p.http_addr).await;
+    let took = closed_within(&mut ninth, Duration::from_secs(2)).await;
+    assert!(took.is_some(), "a 9th connection from one IP was kept");
+    // Another client IP is served meanwhile.
+    let mut other = connect_from([127, 0, 0, 3], p.http_addr).await;
+    other
+        .write_all(b"GET /v1/status/leader HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    {
+        use tokio::io::AsyncReadExt;
+        tokio::time::timeout(Duration::from_secs(5), other.read_to_end(&mut answer))
+            .await
+            .expect("the other IP answered")
+            .unwrap();
+    }
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The trickled bodies: each connection is answered and closed soon
+    // after the grace, though a byte keeps coming every 300 ms.
+    let started = Instant::now();
+    let first = held.pop().unwrap();
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for s in held.iter_mut() {
+                let _ = s.write_all(b"x").await;
+            }
+        }
+    };
+    let watch = async move {
+        let mut first = first;
+        closed_within(&mut first, Duration::from_secs(10)).await
+    };
+    let took = tokio::select! {
+        t = watch => t,
+        _ = trickle => unreachable!(),
+    };
+    assert!(
+        took.is_some() && started.elapsed() < Duration::from_secs(8),
+        "a trickled body held its connection {:?}",
+        started.elapsed()
+    );
+    drop(held);
+    let c = client();
+    let r = c.get(p.at("/v1/kv/slow")).send().await.unwrap();
+    assert_eq!(r.status(), 404, "a cut body stored nothing");
+    // Its connections gone, the first IP is served again.
+    eventually(
+        Duration::from_secs(10),
+        "127.0.0.2 served again",
+        || async {
+            let mut s = connect_from([127, 0, 0, 2], p.http_addr).await;
+            s.write_all(b"GET /v1/status/leader HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .ok()?;
+            let mut answer = Vec::new();
+            use tokio::io::AsyncReadExt;
+            s.read_to_end(&mut answer).await.ok()?;
+            answer.starts_with(b"HTTP/1.1 200").then_some(())
+        },
+    )
+    .await;
+    p.kill();
+}
+
+/// Sends `GET path` from `from` with `token` (none: anonymous); the
+/// connection, whose answer is read later.
+async fn get_from(
+    from: [u8; 4], addr: std::net::SocketAddr, path: &str, token: Option<&str>,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = connect_from(from, addr).await;
+    let token = token
+        .map(|t| format!("X-Consul-Token: {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{token}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    s
+}
+
+/// The status of the answer on `s`, within `within` (None: none came).
+async fn status_within(s: &mut tokio::net::TcpStream, within: Duration) -> Option<u16> {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    tokio::time::timeout(within, s.read_to_end(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Anonymous callers cannot take every blocking place (ACLs on): one
+/// client IP's anonymous reads hold at most an eighth of them, a token a
+/// quarter, so a management token's blocking read still waits and is
+/// answered. On the main before this, 32 anonymous reads of an
+/// ACL-filtered list took all 32 places and the management read was 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_blocking_reads_take_only_their_share() {
+    use common::acl::{ROOT, acl_started};
+    let p = tokio::task::spawn_blocking(|| {
+        acl_started(
+            Server::builder()
+                .dev()
+                .arg("--http-max-blocking-queries")
+                .arg("32"),
+            "deny",
+        )
+    })
+    .await
+    .unwrap();
+    let index = {
+        let r = client()
+            .get(p.at("/v1/catalog/services"))
+            .header("X-Consul-Token", ROOT)
+            .send()
+            .await
+            .unwrap();
+        r.headers()["x-consul-index"].to_str().unwrap().to_string()
+    };
+    let path = format!("/v1/catalog/services?index={index}&wait=20s");
+    let parked_now = || async {
+        let body = client()
+            .get(p.at(common::METRICS))
+            .header("X-Consul-Token", ROOT)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        common::metric_in(&body, "cairn_blocking_queries_parked") as u64
+    };
+    let parked = parked_now().await;
+    let mut anonymous = Vec::new();
+    for _ in 0..32 {
+        anonymous.push(get_from([127, 0, 0, 2], p.http_addr, &path, None).await);
+    }
+    // 4 wait (an eighth of 32); the other 28 are refused at once.
+    let mut refused = 0;
+    for s in anonymous.iter_mut() {
+        if status_within(s, Duration::from_millis(1500)).await == Some(429) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 28, "anonymous reads past their share");
+    // Management's reads take their own share, up to a quarter.
+    let mut root: Vec<_> = Vec::new();
+    for _ in 0..8 {
+        root.push(get_from([127, 0, 0, 3], p.http_addr, &path, Some(ROOT)).await);
+    }
+    eventually(Duration::from_secs(10), "4 + 8 reads waiting", || async {
+        (parked_now().await >= parked + 12).then_some(())
+    })
+    .await;
+    let mut ninth = get_from([127, 0, 0, 3], p.http_addr, &path, Some(ROOT)).await;
+    assert_eq!(
+        status_within(&mut ninth, Duration::from_secs(5)).await,
+        Some(429)
+    );
+    // A change wakes the management reads with their answer.
+    let r = client()
+        .put(p.at("/v1/catalog/register"))
+        .header("X-Consul-Token", ROOT)
+        .body(r#"{"Node": "n1", "Address": "10.0.0.1", "Service": {"Service": "web"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for s in root.iter_mut() {
+        assert_eq!(status_within(s, Duration::from_secs(10)).await, Some(200));
+    }
+}

@@ -282,6 +282,11 @@ impl Authorizer {
 
     /// Consul's built-in `global-management` policy: everything, ACL
     /// management and snapshots included.
+    /// The anonymous token's (what a request without a token runs with).
+    pub fn is_anonymous(&self) -> bool {
+        self.accessor == ANONYMOUS
+    }
+
     pub fn management(accessor: &str) -> Self {
         Authorizer {
             accessor: accessor.to_owned(),

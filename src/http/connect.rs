@@ -175,7 +175,7 @@ async fn leaf(
     // A read that may wait holds a place among the blocking queries.
     let _permit = match opts.index {
         0 => None,
-        _ => Some(s.blocking_permit()?),
+        _ => Some(s.blocking_permit(&a)?),
     };
     let deadline = opts.deadline();
     let mut rx = s.watches().subscribe(&keys::CONNECT_CA);

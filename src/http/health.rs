@@ -158,7 +158,7 @@ async fn instances<const CONNECT: bool>(
         .then(|| s.views().get(topic, &name))
         .flatten();
     let (index, found): (u64, Vec<Arc<Instance>>) = if let Some(view) = view {
-        let _permit = s.blocking_permit()?;
+        let _permit = s.blocking_permit(&a)?;
         crate::metrics::BLOCKING_QUERIES.inc();
         let answer = view.wait(opts.index, opts.deadline()).await;
         // The token is checked again as `blocking` does after a wait.

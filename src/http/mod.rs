@@ -382,7 +382,7 @@ pub async fn blocking<T>(
     if opts.index == 0 {
         return answer(a);
     }
-    let _permit = s.blocking_permit()?;
+    let _permit = s.blocking_permit(a)?;
     crate::metrics::BLOCKING_QUERIES.inc();
     let deadline = opts.deadline();
     // Subscribed once: a receiver that woke keeps its place, so a wake that

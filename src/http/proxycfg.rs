@@ -110,7 +110,7 @@ async fn snapshot(
     }
     // A blocking read waits in a place among the blocking queries.
     let _permit = if opts.index != 0 {
-        Some(s.blocking_permit()?)
+        Some(s.blocking_permit(&a)?)
     } else {
         None
     };

@@ -61,7 +61,7 @@ async fn stream(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result
     // Open as long as the caller keeps it: a place among the blocking
     // queries, held by the body.
     let permit = (
-        s.blocking_permit()?,
+        s.blocking_permit(&a)?,
         crate::metrics::STREAM_SUBSCRIPTIONS.hold(),
     );
     let mut sub = s

@@ -84,6 +84,8 @@ pub struct Authz {
     generation: u64,
     /// False for a read that checks no token (`open`): nothing to re-check.
     checked: bool,
+    /// The client IP the request came from (its connection's), if known.
+    client: Option<std::net::IpAddr>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Authz {
@@ -100,7 +102,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Authz {
             .get::<Resolver>()
             .cloned()
             .ok_or_else(|| Error::Internal("no token resolver on this router".into()))?;
-        Authz::resolve(&*resolver.0, token_of(&parts.headers, parts.uri.query()))
+        let mut a = Authz::resolve(&*resolver.0, token_of(&parts.headers, parts.uri.query()))?;
+        a.client = parts
+            .extensions
+            .get::<crate::request::serve::ClientIp>()
+            .map(|c| c.0);
+        Ok(a)
     }
 }
 
@@ -114,6 +121,7 @@ impl Authz {
             token,
             generation,
             checked: true,
+            client: None,
         })
     }
 
@@ -125,6 +133,7 @@ impl Authz {
             token: None,
             generation: 0,
             checked: false,
+            client: None,
         }
     }
 
@@ -136,12 +145,19 @@ impl Authz {
             token,
             generation: 0,
             checked: false,
+            client: None,
         }
     }
 
     /// The authorizer itself, shared.
     pub fn authorizer(&self) -> &Arc<Authorizer> {
         &self.authz
+    }
+
+    /// Who this request is, for a share of the blocking places: its token,
+    /// or the anonymous token from its client IP.
+    pub fn caller(&self) -> crate::request::serve::Caller {
+        crate::request::serve::Caller::of(&self.authz, self.client)
     }
 
     /// The secret the request carried (none: the anonymous token).

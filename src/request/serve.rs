@@ -1,6 +1,8 @@
-//! Serving the HTTP API within limits: a cap on open connections, a
+//! Serving the HTTP API within limits: a cap on open connections and one
+//! on those of each client IP (Consul's `http_max_conns_per_client`), a
 //! header-read timeout (from a request's first byte to the end of its
-//! head), and an idle timeout (no request in flight and no byte moved).
+//! head), a least rate for a request's body (after the same grace), and an
+//! idle timeout (no request in flight and no byte moved).
 //! Blocking queries are capped apart (`Blocking`).
 //!
 //! axum's own `serve` has none of these; a connection here is hyper's
@@ -8,6 +10,7 @@
 //! within the same limits, its TLS handshake done after the connection is
 //! admitted and bounded by the header-read timeout.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,6 +29,12 @@ use tokio::sync::Semaphore;
 pub struct HttpLimits {
     /// Connections open at once; past it a new one is closed at once.
     pub max_conns: usize,
+    /// Connections one client IP holds open at once; past it a new one
+    /// from that IP is closed at once (the others' are still taken).
+    pub max_conns_per_client: usize,
+    /// IPs the per-client cap does not count: the cluster's own servers,
+    /// whose followers forward every client's request to the leader here.
+    pub exempt: Option<Exempt>,
     /// A request's head must arrive whole within this of its first byte.
     pub header_timeout: Duration,
     /// A connection with no request in flight and no byte read or written
@@ -42,10 +51,24 @@ impl Default for HttpLimits {
             // 10,000 watchers (the benchmark) plus room for everything
             // else, within the descriptors the process may open.
             max_conns: 16_384.min(fd_budget()),
+            // Consul's default.
+            max_conns_per_client: 200,
+            exempt: None,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_blocking: 16_384,
         }
+    }
+}
+
+/// Which client IPs are servers of this cluster (asked only of an IP at
+/// its cap).
+#[derive(Clone)]
+pub struct Exempt(pub Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Exempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exempt")
     }
 }
 
@@ -58,6 +81,44 @@ impl Default for HttpLimits {
 pub struct Blocking {
     places: Arc<Semaphore>,
     max: usize,
+    /// The places each caller holds (ACLs on), so that no token, and no
+    /// client IP's anonymous reads, takes them all.
+    callers: Arc<Shares<Caller>>,
+}
+
+/// Who holds a blocking place, for its share: a token (by its accessor),
+/// or the anonymous token from one client IP.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    Token(String),
+    Anonymous(Option<std::net::IpAddr>),
+}
+
+impl Caller {
+    /// The caller of a request whose token is `authz` from `ip`.
+    pub fn of(authz: &crate::acl::Authorizer, ip: Option<std::net::IpAddr>) -> Caller {
+        if authz.is_anonymous() {
+            Caller::Anonymous(ip)
+        } else {
+            Caller::Token(authz.accessor().to_string())
+        }
+    }
+
+    /// The most places this caller holds of `max`: a quarter for a token,
+    /// an eighth for one IP's anonymous reads (at least one each).
+    fn share(&self, max: usize) -> usize {
+        match self {
+            Caller::Token(_) => (max / 4).max(1),
+            Caller::Anonymous(_) => (max / 8).max(1),
+        }
+    }
+}
+
+/// A blocking place (and its caller's share of them), held while a read
+/// waits.
+pub struct Place {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _share: Option<Share<Caller>>,
 }
 
 impl Blocking {
@@ -65,18 +126,41 @@ impl Blocking {
         Blocking {
             places: Arc::new(Semaphore::new(max)),
             max,
+            callers: Arc::default(),
         }
     }
 
     /// A place, held while the read waits; none left: 429, as Consul's
     /// limiter answers.
-    pub fn permit(&self) -> crate::error::Result<tokio::sync::OwnedSemaphorePermit> {
-        self.places.clone().try_acquire_owned().map_err(|_| {
+    pub fn permit(&self) -> crate::error::Result<Place> {
+        self.permit_for(None)
+    }
+
+    /// A place for `caller` (none: counted in no share), within its share.
+    pub fn permit_for(&self, caller: Option<Caller>) -> crate::error::Result<Place> {
+        let share = match caller {
+            None => None,
+            Some(c) => {
+                let max = c.share(self.max);
+                Some(self.callers.take(c, max).ok_or_else(|| {
+                    crate::metrics::BLOCKING_REFUSED_BUSY.inc();
+                    crate::error::Error::Busy(format!(
+                        "Too many blocking queries for this caller (max {max} of {}): try again later",
+                        self.max
+                    ))
+                })?)
+            }
+        };
+        let permit = self.places.clone().try_acquire_owned().map_err(|_| {
             crate::metrics::BLOCKING_REFUSED_BUSY.inc();
             crate::error::Error::Busy(format!(
                 "Too many blocking queries on this server (max {}): try again later",
                 self.max
             ))
+        })?;
+        Ok(Place {
+            _permit: permit,
+            _share: share,
         })
     }
 }
@@ -94,6 +178,138 @@ fn fd_budget() -> usize {
         })
         .unwrap_or(1024);
     soft.saturating_sub(1024).max(64)
+}
+
+/// How many of a bounded resource each holder (a client IP, a caller)
+/// has taken, so that none takes more than its share.
+struct Shares<K> {
+    held: parking_lot::Mutex<std::collections::HashMap<K, usize>>,
+}
+
+impl<K> Default for Shares<K> {
+    fn default() -> Self {
+        Shares {
+            held: Default::default(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Shares<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shares({} holders)", self.held.lock().len())
+    }
+}
+
+/// One unit of a holder's share, given back when dropped.
+pub struct Share<K: std::hash::Hash + Eq> {
+    shares: Arc<Shares<K>>,
+    key: K,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Shares<K> {
+    /// One more unit for `key`, unless it holds `max`.
+    fn take(self: &Arc<Self>, key: K, max: usize) -> Option<Share<K>> {
+        let mut held = self.held.lock();
+        let n = held.entry(key.clone()).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Share {
+            shares: self.clone(),
+            key,
+        })
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Drop for Share<K> {
+    fn drop(&mut self) {
+        let mut held = self.shares.held.lock();
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The client IP of a request, as its connection came (an extension).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub std::net::IpAddr);
+
+/// The least rate a request's body arrives at, after the header timeout's
+/// grace: a body trickled slower holds its connection no longer than a
+/// head that never ends (its request is answered 400 and closed). Any link
+/// an API client uses moves far more.
+const BODY_MIN_BYTES_PER_SEC: u64 = 16 << 10;
+
+/// A request body that must keep `BODY_MIN_BYTES_PER_SEC` after `grace`.
+struct RatedBody {
+    body: Body,
+    start: tokio::time::Instant,
+    grace: Duration,
+    read: u64,
+    /// Made only for a body that is waited for (most have arrived whole).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl RatedBody {
+    fn new(body: Body, grace: Duration) -> Self {
+        RatedBody {
+            body,
+            start: tokio::time::Instant::now(),
+            grace,
+            read: 0,
+            timer: None,
+        }
+    }
+
+    /// When what was read so far stops being enough.
+    fn due(&self) -> tokio::time::Instant {
+        self.start + self.grace + Duration::from_millis(self.read * 1000 / BODY_MIN_BYTES_PER_SEC)
+    }
+}
+
+impl http_body::Body for RatedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            if let Some(Ok(f)) = &frame
+                && let Some(d) = f.data_ref()
+            {
+                self.read += d.len() as u64;
+            }
+            return Poll::Ready(frame);
+        }
+        let due = self.due();
+        if tokio::time::Instant::now() >= due {
+            crate::metrics::HTTP_SLOW_BODIES.inc();
+            return Poll::Ready(Some(Err(axum::Error::new(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("request body slower than {BODY_MIN_BYTES_PER_SEC} bytes/s"),
+            )))));
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        timer.as_mut().reset(due);
+        // Pending until the deadline (then polled again, above) or a frame.
+        let _ = timer.as_mut().poll(cx);
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// What the watchdog of one connection reads.
@@ -236,6 +452,7 @@ async fn serve_with(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let conns = Arc::new(Semaphore::new(limits.max_conns));
+    let clients: Arc<Shares<std::net::IpAddr>> = Arc::default();
     loop {
         let (stream, peer) = tokio::select! {
             _ = stop.notified() => return,
@@ -249,6 +466,12 @@ async fn serve_with(
                 }
             },
         };
+        let slot = clients.take(peer.ip(), limits.max_conns_per_client);
+        if slot.is_none() && !limits.exempt.as_ref().is_some_and(|e| (e.0)(peer.ip())) {
+            crate::metrics::HTTP_CONNS_REFUSED.inc();
+            tracing::debug!(%peer, "HTTP connection refused: over the client's connection cap");
+            continue;
+        }
         let Ok(permit) = conns.clone().try_acquire_owned() else {
             // Closed at once (dropped): it holds no descriptor.
             crate::metrics::HTTP_CONNS_REFUSED.inc();
@@ -260,15 +483,15 @@ async fn serve_with(
         let limits = limits.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, slot);
             let Some(acceptor) = tls else {
-                return serve_conn(stream, app, &limits).await;
+                return serve_conn(stream, peer.ip(), app, &limits).await;
             };
             // A handshake is a request's head as far as time goes: a peer
             // that stalls in it holds a connection no longer than one that
             // stalls sending headers.
             match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(s)) => serve_conn(s, app, &limits).await,
+                Ok(Ok(s)) => serve_conn(s, peer.ip(), app, &limits).await,
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTPS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
             }
@@ -276,7 +499,7 @@ async fn serve_with(
     }
 }
 
-async fn serve_conn<S>(stream: S, app: Router, limits: &HttpLimits)
+async fn serve_conn<S>(stream: S, ip: std::net::IpAddr, app: Router, limits: &HttpLimits)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -288,6 +511,7 @@ where
         clock: clock.clone(),
         start,
     };
+    let grace = limits.header_timeout;
     let service = {
         let clock = clock.clone();
         hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -296,7 +520,9 @@ where
             let in_flight = InFlight(clock.clone());
             let app = app.clone();
             async move {
-                let resp = app.oneshot(req.map(Body::new)).await?;
+                let mut req = req.map(|b| Body::new(RatedBody::new(Body::new(b), grace)));
+                req.extensions_mut().insert(ClientIp(ip));
+                let resp = app.oneshot(req).await?;
                 Ok::<_, std::convert::Infallible>(resp.map(|body| {
                     Body::new(Tracked {
                         body,
