@@ -243,6 +243,47 @@ fn an_initial_management_token_is_the_bootstrap_and_the_reset_file_allows_one_mo
     assert_eq!(r.status, 403, "{}", r.body);
 }
 
+/// A token that expires while its blocking read waits is refused at its
+/// expiry (`403 ACL not found`), as a deleted one is at the ACL change,
+/// not served to the end of a long wait. On the main before this, the
+/// read waited its 30 s and answered 200 with the expired token.
+#[test]
+fn a_blocking_read_ends_at_its_tokens_expiry() {
+    let s = deny_server();
+    assert_eq!(
+        with(s.http_addr, "PUT", "/v1/kv/k", Some("v"), ROOT).status,
+        200
+    );
+    as_root(
+        s.http_addr,
+        "PUT",
+        "/v1/acl/policy",
+        &json!({ "Name": "kv-read", "Rules": r#"key_prefix "" { policy = "read" }"# }),
+    );
+    let body = json!({ "Policies": [{ "Name": "kv-read" }], "ExpirationTTL": "3s" });
+    let secret = as_root(s.http_addr, "PUT", "/v1/acl/token", &body).json()["SecretID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = with(s.http_addr, "GET", "/v1/kv/k", None, &secret);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let index = r.index();
+    let started = Instant::now();
+    let r = with(
+        s.http_addr,
+        "GET",
+        &format!("/v1/kv/k?index={index}&wait=30s"),
+        None,
+        &secret,
+    );
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn a_deleted_token_is_refused_by_every_server_within_a_second() {
     let servers = common::cluster(3, &DENY_ARGS);

@@ -169,6 +169,15 @@ pub fn resolve_in(
         .map_err(|e| Error::Forbidden(e.to_string()))
 }
 
+/// When the token `token` expires (its `ExpirationTime`; none: never, or
+/// ACLs off), for a read that holds its request open past it.
+pub fn token_expiry(s: &Server, token: Option<&str>) -> Option<std::time::SystemTime> {
+    let secret = token.filter(|t| !t.is_empty() && s.acl().enabled())?;
+    let hash = crate::structs::acl::secret_hash(secret);
+    crate::state::acl::token_by_secret_hash(&s.state(), &hash)
+        .and_then(|t| crate::state::token_resolver::expiry(t))
+}
+
 /// Consul answers ACL endpoints with ACLs off so.
 fn enabled(s: &Server) -> Result<()> {
     if s.acl().enabled() {

@@ -313,11 +313,7 @@ impl crate::xds::Source for Catalog {
     }
 
     fn expiry(&self, token: Option<&str>) -> Option<std::time::SystemTime> {
-        let secret = token.filter(|t| !t.is_empty() && self.0.acl().enabled())?;
-        let st = self.0.state();
-        let hash = crate::structs::acl::secret_hash(secret);
-        crate::state::acl::token_by_secret_hash(&st, &hash)
-            .and_then(|t| crate::state::token_resolver::expiry(t))
+        super::acl::token_expiry(&self.0, token)
     }
 }
 

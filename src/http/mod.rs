@@ -385,6 +385,15 @@ pub async fn blocking<T>(
     let _permit = s.blocking_permit(a)?;
     crate::metrics::BLOCKING_QUERIES.inc();
     let deadline = opts.deadline();
+    // A token that expires while the read waits is refused then, as a
+    // deleted one is at the ACL change: not served until the wait ends.
+    let expires = acl::token_expiry(s, a.token()).map(|e| {
+        let left = e
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::Instant::now() + left
+    });
+    let wake_by = expires.map_or(deadline, |e| e.min(deadline));
     // Subscribed once: a receiver that woke keeps its place, so a wake that
     // does not move the index waits on the same channels (10,000 watchers
     // of one key woken at once do not queue on the watch map's lock again).
@@ -399,7 +408,10 @@ pub async fn blocking<T>(
         }
         let changed = select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
         let _parked = crate::metrics::BLOCKING_PARKED.hold();
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+        if tokio::time::timeout_at(wake_by, changed).await.is_err() {
+            if expires.is_some_and(|e| tokio::time::Instant::now() >= e) {
+                acl::resolve_in(s, &s.state(), a.token())?;
+            }
             return answer(a);
         }
     }
