@@ -591,8 +591,10 @@ if [[ " $PARTS " == *" federation "* ]]; then
 echo "federation: dc1 and dc2, one server each"
 : >"$FED"
 rm -rf "$OUT/cairn"
-start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1
-start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)"
+# WAN federation is served only on an authenticated Raft transport.
+FED_KEY=$("$BIN" keygen)
+start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1 --encrypt "$FED_KEY"
+start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)" --encrypt "$FED_KEY"
 "$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
 "$LOAD" leader --system cairn --addrs "$(ch 1)" >/dev/null
 for _ in $(seq 1 300); do
@@ -636,8 +638,8 @@ rm -rf "$OUT/cairn"
 # until dc2 reads it by its accessor.
 ROOT_TOKEN=0b5e3c1a-0000-4000-8000-00000000be0c
 ACLS=(--acl-enabled --acl-default-policy deny --acl-initial-management-token "$ROOT_TOKEN" --acl-agent-token "$ROOT_TOKEN")
-start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1 "${ACLS[@]}"
-start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)" "${ACLS[@]}"
+start_cairn_server 0 --bootstrap-expect 1 --datacenter dc1 --encrypt "$FED_KEY" "${ACLS[@]}"
+start_cairn_server 1 --bootstrap-expect 1 --datacenter dc2 --primary-datacenter dc1 --join-wan "$(cr 0)" --encrypt "$FED_KEY" "${ACLS[@]}"
 CAIRN_LOAD_TOKEN=$ROOT_TOKEN "$LOAD" leader --system cairn --addrs "$(ch 0)" >/dev/null
 CAIRN_LOAD_TOKEN=$ROOT_TOKEN "$LOAD" leader --system cairn --addrs "$(ch 1)" >/dev/null
 for _ in $(seq 1 300); do

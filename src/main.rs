@@ -926,6 +926,7 @@ fn main() -> anyhow::Result<()> {
                 tls,
                 encrypt,
                 insecure_raft: a.insecure_raft,
+                dev: a.dev,
                 acl: a.acl.server(),
                 agent_tokens: a.acl.tokens(),
                 acl_replication_token: a

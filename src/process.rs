@@ -228,7 +228,15 @@ pub async fn server(
         .layer(axum::Extension(crate::http::resolver(&server)))
         .layer(axum::Extension(federation.clone()))
         .merge(crate::request::ui::routes(&config.ui));
-    federation.serve(wan_handler(app.clone()));
+    // WAN frames only where the transport proves its peers (or the
+    // operator accepted a plain one): `ServerConfig::serves_wan`.
+    if config.serves_wan() {
+        federation.serve(wan_handler(app.clone()));
+    } else {
+        tracing::info!(
+            "WAN federation off: the Raft transport authenticates no peer (--encrypt or TLS turns it on)"
+        );
+    }
     // Chain targets in other datacenters: their instances read there.
     server
         .proxycfg()
@@ -393,6 +401,7 @@ pub async fn run_server(
 ) -> anyhow::Result<()> {
     // Refused before anything is bound or opened.
     config.check_raft_protection()?;
+    config.check_wan_protection()?;
     let listeners = Listeners::bind(&config, dns.as_ref(), grpc.as_ref()).await?;
     server(config, dns, grpc, listeners).await?.run().await
 }

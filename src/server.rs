@@ -57,6 +57,9 @@ pub struct ServerConfig {
     /// Serve a non-loopback `raft_addr` with neither TLS nor a key
     /// (`--insecure-raft`): anyone reaching it could join the cluster.
     pub insecure_raft: bool,
+    /// A `--dev` server: a playground on loopback, which federates over a
+    /// plain transport as the shared test harnesses start it.
+    pub dev: bool,
     /// ACLs (off by default).
     pub acl: crate::state::token_resolver::AclConfig,
     /// The token this server's own agent sends (`--acl-agent-token`, else
@@ -125,6 +128,7 @@ impl ServerConfig {
             tls: None,
             encrypt: None,
             insecure_raft: false,
+            dev: false,
             acl: Default::default(),
             agent_tokens: Default::default(),
             acl_replication_token: None,
@@ -422,7 +426,36 @@ impl Server {
 )]
 pub struct UnprotectedRaft(pub SocketAddr);
 
+/// WAN federation asked for on a transport that proves nothing.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "WAN federation (--join-wan, --primary-datacenter) needs an authenticated Raft transport: \
+     anyone reaching a plain Raft port could claim a datacenter and be sent its tokens (give \
+     --encrypt \"$(cairn keygen)\" or the --tls-* files to every server of every datacenter, \
+     or --insecure-raft to accept that)"
+)]
+pub struct UnauthenticatedWan;
+
 impl ServerConfig {
+    /// Whether WAN frames are served: only where the transport
+    /// authenticates its peers (`--encrypt`, mutual TLS), or where the
+    /// operator said a plain one will do (`--insecure-raft`, `--dev`).
+    /// Otherwise a greeting could declare a datacenter for good, a
+    /// replication pull read every token's hash and a CSR be signed by the
+    /// mesh root.
+    pub fn serves_wan(&self) -> bool {
+        self.tls.is_some() || self.encrypt.is_some() || self.insecure_raft || self.dev
+    }
+
+    /// Refuses federation flags this server could not serve safely.
+    pub fn check_wan_protection(&self) -> std::result::Result<(), UnauthenticatedWan> {
+        let federates = !self.join_wan.is_empty() || self.primary() != self.datacenter;
+        if federates && !self.serves_wan() {
+            return Err(UnauthenticatedWan);
+        }
+        Ok(())
+    }
+
     /// Refuses an unprotected Raft port beyond loopback, unless told to.
     pub fn check_raft_protection(&self) -> std::result::Result<(), UnprotectedRaft> {
         let protected = self.tls.is_some() || self.encrypt.is_some();
@@ -441,6 +474,7 @@ impl Server {
         config: ServerConfig, raft: tokio::net::TcpListener,
     ) -> anyhow::Result<Arc<Server>> {
         config.check_raft_protection()?;
+        config.check_wan_protection()?;
         std::fs::create_dir_all(&config.data_dir)?;
         let db_dir = config.data_dir.join("db");
         let db = sled::Config::new()

@@ -399,8 +399,9 @@ fn configuration_files_join_the_wan() {
     std::fs::write(
         &file,
         format!(
-            "datacenter = \"dc2\"\nprimary_datacenter = \"dc1\"\nretry_join_wan = [\"{}\"]\n",
-            dc1.raft_addr
+            "datacenter = \"dc2\"\nprimary_datacenter = \"dc1\"\nretry_join_wan = [\"{}\"]\nencrypt = \"{}\"\n",
+            dc1.raft_addr,
+            common::FEDERATION_KEY
         ),
     )
     .unwrap();

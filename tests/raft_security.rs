@@ -327,3 +327,113 @@ fn tls_and_a_key_together_form_a_cluster() {
     }
     assert_eq!(peers(&procs[2]).len(), 3);
 }
+
+/// One frame after the plain greeting on a fresh connection to
+/// `raft_addr`; the reply frame's body (bincode of a `Reply`), if any.
+fn one_frame(raft_addr: std::net::SocketAddr, req: &Request) -> Option<Vec<u8>> {
+    let body = bincode::serialize(req).unwrap();
+    let mut bytes = greeting().to_vec();
+    bytes.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(&body);
+    let mut s = TcpStream::connect(raft_addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&bytes).unwrap();
+    // The server's greeting, then a reply frame (or a close).
+    let mut head = vec![0u8; greeting().len()];
+    s.read_exact(&mut head).ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut reply = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut reply).ok()?;
+    Some(reply)
+}
+
+/// On a plain Raft port (loopback, neither `--encrypt` nor TLS) a server
+/// serves no WAN frame: a greeting claiming datacenter `evil` declares
+/// nothing, a request "from evil" marked as a replication pull gets no
+/// token, a CSR sent to the intermediate-signing path is signed by no one.
+/// And federation flags on such a transport refuse to start, naming the
+/// fix. On the main before this, `evil` showed in /v1/catalog/datacenters
+/// for good.
+#[test]
+fn a_plain_raft_port_serves_no_wan_frame() {
+    use cairn::raft::wan::{WanHello, WanRequest};
+    let s = Server::builder()
+        .node("plain")
+        .bootstrap_expect(1)
+        .arg("--acl-enabled")
+        .arg("--acl-initial-management-token")
+        .arg(common::acl::ROOT)
+        .start();
+    let hello = Request::WanHello(WanHello {
+        datacenter: "evil".into(),
+        // This server's own primary: a greeting naming another is refused
+        // whatever the transport.
+        primary: "dc1".into(),
+        server: cairn::structs::federation::WanServer {
+            name: "evil-0".into(),
+            raft_addr: "127.0.0.1:1".into(),
+        },
+        known: Vec::new(),
+    });
+    let pull = Request::WanRequest(WanRequest {
+        from: "evil".into(),
+        method: "GET".into(),
+        path_and_query: "/v1/internal/replication/acl".into(),
+        headers: vec![(
+            cairn::structs::replication::REPLICATION_HEADER.into(),
+            "1".into(),
+        )],
+        body: Vec::new(),
+    });
+    for req in [&hello, &pull] {
+        let reply = one_frame(s.raft_addr, req);
+        let text = reply
+            .map(|r| String::from_utf8_lossy(&r).to_string())
+            .unwrap_or_default();
+        assert!(
+            !text.contains("SecretID") && !text.contains("AccessorID"),
+            "a WAN frame on a plain port was answered: {text}"
+        );
+    }
+    let dcs = common::acl::with(
+        s.http_addr,
+        "GET",
+        "/v1/catalog/datacenters",
+        None,
+        common::acl::ROOT,
+    );
+    assert_eq!(dcs.json(), serde_json::json!(["dc1"]), "{}", dcs.body);
+    drop(s);
+
+    // Federation flags on a plain transport: refused at start, with the fix.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let raft = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let (status, out) = run_server(
+        &[
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--raft-addr",
+            &raft,
+            "--http-addr",
+            &http,
+            "--dns-addr",
+            "",
+            "--grpc-addr",
+            "",
+            "--datacenter",
+            "dc2",
+            "--primary-datacenter",
+            "dc1",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {out}");
+    assert!(
+        out.contains("needs an authenticated Raft transport"),
+        "{out}"
+    );
+    assert!(out.contains("--encrypt"), "{out}");
+}

@@ -248,6 +248,13 @@ impl Federation {
         &self.datacenter
     }
 
+    /// Whether this server federates (`serve` was called: its transport
+    /// authenticates its peers). Until then it sends nothing to another
+    /// datacenter, a token least of all.
+    fn serving(&self) -> bool {
+        self.handler.get().is_some()
+    }
+
     /// The federation's primary datacenter.
     pub fn primary(&self) -> &str {
         &self.primary
@@ -641,6 +648,9 @@ impl Federation {
     pub async fn forward(
         &self, dc: &str, mut req: WanRequest, timeout: Duration,
     ) -> Result<WanResponse, FederationError> {
+        if !self.serving() {
+            return Err(FederationError::NoPath);
+        }
         let mut servers: Vec<(Option<Instant>, String)> = {
             let known = self.known.lock();
             let Some(servers) = known.get(dc) else {

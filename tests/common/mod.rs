@@ -272,6 +272,7 @@ impl ServerBuilder {
         let (grpc, grpc_addr) = grpc_args(&self.extra);
         args.extend(grpc);
         args.extend(self.extra.iter().cloned());
+        federation_key(&mut args, self.dev);
         let log_path = tmp.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
         let child = spawn_server(&args, &self.env, log);
@@ -299,6 +300,25 @@ impl ServerBuilder {
             server.wait_for_http(Duration::from_secs(30));
         }
         server
+    }
+}
+
+/// The `--encrypt` key every test server of a federation shares: WAN
+/// federation is served only on an authenticated Raft transport (a dev
+/// server aside), so a server naming a datacenter gets it unless it
+/// brings its own key, its TLS files or `--insecure-raft`.
+pub const FEDERATION_KEY: &str = "q0rYb3IpZzBYF8kGMfJ0ZV1tqRk3eE2vK7m8Xo1nQ5c=";
+
+fn federation_key(args: &mut Vec<String>, dev: bool) {
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let federates = ["--datacenter", "--join-wan", "--primary-datacenter"]
+        .iter()
+        .any(|f| has(f));
+    let own = ["--encrypt", "--tls-cert-file", "--insecure-raft"]
+        .iter()
+        .any(|f| has(f));
+    if !dev && federates && !own {
+        args.extend(["--encrypt".into(), FEDERATION_KEY.into()]);
     }
 }
 
