@@ -59,10 +59,15 @@ def call(base, method, path, body=None, token=None, raw=False):
 
 
 
+FEDERATION_KEY = "q0rYb3IpZzBYF8kGMfJ0ZV1tqRk3eE2vK7m8Xo1nQ5c="
+
+
 @pytest.fixture(scope="module")
 def cluster():
     root = pathlib.Path(tempfile.mkdtemp(prefix="cairn-ui-"))
-    c = ThreeServers(root, extra=("--ui",), name="cairn-ui")
+    # The key: dc2 federates with this cluster, and WAN federation is
+    # served only on an authenticated Raft transport.
+    c = ThreeServers(root, extra=("--ui", "--encrypt", FEDERATION_KEY), name="cairn-ui")
     yield c
     c.stop()
     shutil.rmtree(root, ignore_errors=True)
@@ -468,6 +473,7 @@ def test_a_config_entry_shown_as_hcl_writes_back_through_the_cli(cluster, browse
 def dc2(cluster):
     """A one-server datacenter dc2 joined to the cluster (dc1) over the WAN."""
     s = CairnServer(extra=("--datacenter", "dc2", "--primary-datacenter", "dc1", "--ui",
+                           "--encrypt", FEDERATION_KEY,
                            "--join-wan", f"127.0.0.1:{cluster.raft[0]}"))
     wait_until("dc1 knows dc2", lambda: "dc2" in call(cluster.url, "GET", "/v1/catalog/datacenters"), 30)
     yield s
