@@ -29,6 +29,7 @@ pub mod random;
 pub mod request;
 pub mod server;
 pub mod session_ttl;
+pub mod shares;
 pub mod signal;
 pub mod state;
 pub mod stream;

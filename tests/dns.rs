@@ -453,17 +453,24 @@ fn hostile_packets_get_formerr_or_nothing_and_service_goes_on() {
     assert!(s.is_running());
 }
 
-#[test]
-fn tcp_connections_are_capped_and_udp_goes_on() {
-    if !have("dig", "dnsutils") {
-        return;
-    }
-    let s = Server::dev();
-    // The server's cap (dns::listen's TCP_CONNS), all held by idle clients.
-    let held: Vec<_> = (0..512)
-        .map(|_| std::net::TcpStream::connect(s.dns_addr).unwrap())
-        .collect();
-    let mut extra = std::net::TcpStream::connect(s.dns_addr).unwrap();
+/// A TCP connection to `addr` from the loopback address `from`.
+fn connect_from(from: [u8; 4], addr: SocketAddr) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind((std::net::Ipv4Addr::from(from), 0).into())
+            .unwrap();
+        let s = sock.connect(addr).await.unwrap().into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        s
+    })
+}
+
+/// The connection past a cap is closed at once.
+fn closed_at_once(mut extra: std::net::TcpStream) {
     extra
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -473,6 +480,26 @@ fn tcp_connections_are_capped_and_udp_goes_on() {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
         other => panic!("a connection past the cap was kept: {other:?}"),
     }
+}
+
+/// TCP connections are capped in all (dns::listen's TCP_CONNS, 512) and
+/// per client IP (TCP_CONNS_PER_IP, 64), all held here by idle clients,
+/// while UDP goes on; once they go, TCP answers again. (On the main before
+/// the per-IP cap, one IP could hold all 512.)
+#[test]
+fn tcp_connections_are_capped_and_udp_goes_on() {
+    if !have("dig", "dnsutils") {
+        return;
+    }
+    let s = Server::dev();
+    let mut held: Vec<_> = (0..64)
+        .map(|_| connect_from([127, 0, 0, 10], s.dns_addr))
+        .collect();
+    closed_at_once(connect_from([127, 0, 0, 10], s.dns_addr));
+    for ip in 11..18 {
+        held.extend((0..64).map(|_| connect_from([127, 0, 0, ip], s.dns_addr)));
+    }
+    closed_at_once(connect_from([127, 0, 0, 18], s.dns_addr));
     assert_eq!(dig(s.dns_addr, &["example.com"]).status, "REFUSED");
     drop(held);
     eventually(Duration::from_secs(10), "TCP answers again", || {

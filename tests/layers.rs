@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "tasks",
         "monitor",
         "random",
+        "shares",
     ],
     &["error", "config_file", "coordinate"],
     &["structs"],

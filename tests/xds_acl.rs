@@ -503,7 +503,11 @@ fn reads_that_hold_their_request_take_a_blocking_query_place() {
 /// The server's first SETTINGS frame on a fresh HTTP/2 connection, as
 /// (identifier, value) pairs; None when the server closed it instead.
 fn h2_settings(addr: SocketAddr) -> Option<Vec<(u16, u32)>> {
-    let mut c = TcpStream::connect(addr).unwrap();
+    h2_settings_on(TcpStream::connect(addr).unwrap())
+}
+
+/// The same on a connection already open.
+fn h2_settings_on(mut c: TcpStream) -> Option<Vec<(u16, u32)>> {
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // The client preface and an empty SETTINGS frame.
     c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
@@ -565,4 +569,42 @@ fn the_grpc_port_caps_connections_and_the_streams_of_one() {
     );
     // SETTINGS_MAX_CONCURRENT_STREAMS (0x3).
     assert!(settings.contains(&(3, 1024)), "{settings:?}");
+}
+
+/// A connection to `addr` from the loopback address `from`.
+fn connect_from(from: [u8; 4], addr: SocketAddr) -> TcpStream {
+    runtime().block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind((std::net::Ipv4Addr::from(from), 0).into())
+            .unwrap();
+        let s = sock.connect(addr).await.unwrap().into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        s
+    })
+}
+
+/// One client IP holds at most a quarter of `--grpc-max-conns`: past it
+/// its new connections close at once while another IP is still served.
+/// On the main before this, one IP could hold every gRPC connection.
+#[test]
+fn one_client_ip_holds_a_quarter_of_the_grpc_connections() {
+    let s = Server::builder()
+        .dev()
+        .arg("--grpc-max-conns")
+        .arg("8")
+        .start();
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from([127, 0, 0, 2], s.grpc_addr))
+        .collect();
+    let refused = s.metric("cairn_grpc_conns_refused_total");
+    let third = connect_from([127, 0, 0, 2], s.grpc_addr);
+    assert_eq!(
+        h2_settings_on(third),
+        None,
+        "a third connection from one IP was served"
+    );
+    assert!(s.metric("cairn_grpc_conns_refused_total") >= refused + 1.0);
+    let other = connect_from([127, 0, 0, 3], s.grpc_addr);
+    assert!(h2_settings_on(other).is_some(), "another IP was refused");
+    drop(held);
 }

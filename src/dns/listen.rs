@@ -4,8 +4,8 @@
 //! UDP: a query is at most `MAX_QUERY` bytes (a longer datagram is cut by
 //! the read and then fails to decode); at most `UDP_IN_FLIGHT` queries are
 //! answered at once, past it a query is dropped (the client retries).
-//! TCP: at most `TCP_CONNS` connections, past it a new one is closed at
-//! once; each message must arrive whole within `TCP_READ` of the last
+//! TCP: at most `TCP_CONNS` connections, and `TCP_CONNS_PER_IP` from one
+//! client IP, past them a new one is closed at once; each message must arrive whole within `TCP_READ` of the last
 //! answer (slow or idle clients are closed), each answer be written within
 //! `TCP_WRITE`. Every lookup is bounded by `LOOKUP` (an agent's may wait on
 //! a server): past it the query gets SERVFAIL.
@@ -24,6 +24,7 @@ use super::{Catalog, DnsConfig};
 const MAX_QUERY: usize = EDNS_PAYLOAD as usize;
 const UDP_IN_FLIGHT: usize = 1024;
 const TCP_CONNS: usize = 512;
+const TCP_CONNS_PER_IP: usize = 64;
 const TCP_READ: Duration = Duration::from_secs(10);
 const TCP_WRITE: Duration = Duration::from_secs(10);
 const LOOKUP: Duration = Duration::from_secs(5);
@@ -114,6 +115,7 @@ async fn serve_udp<C: Catalog>(udp: Arc<UdpSocket>, cfg: Arc<DnsConfig>, catalog
 
 async fn serve_tcp<C: Catalog>(tcp: TcpListener, cfg: Arc<DnsConfig>, catalog: Arc<C>) {
     let conns = Arc::new(Semaphore::new(TCP_CONNS));
+    let per_ip: Arc<crate::shares::Shares<std::net::IpAddr>> = Arc::default();
     loop {
         let (stream, peer) = match tcp.accept().await {
             Ok(x) => x,
@@ -124,10 +126,15 @@ async fn serve_tcp<C: Catalog>(tcp: TcpListener, cfg: Arc<DnsConfig>, catalog: A
                 continue;
             }
         };
+        let Some(share) = per_ip.take(peer.ip(), TCP_CONNS_PER_IP) else {
+            tracing::debug!(%peer, "DNS: too many TCP connections from one IP, one closed");
+            continue;
+        };
         let Ok(permit) = conns.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "DNS: too many TCP connections, one closed");
             continue;
         };
+        let permit = (permit, share);
         let (cfg, catalog) = (cfg.clone(), catalog.clone());
         tokio::spawn(async move {
             let _permit = permit;

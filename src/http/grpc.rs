@@ -40,6 +40,13 @@ pub const MAX_STREAMS: usize = 16_384;
 /// once. An Envoy or a dataplane holds one; thousands of them fit.
 pub const MAX_CONNS: usize = 4_096;
 
+/// Connections one client IP may hold open at once: a quarter of the cap,
+/// so that one host cannot take every connection (an Envoy or dataplane
+/// needs one; the benchmarks' load tools a few dozen).
+fn max_conns_per_ip(max_conns: usize) -> usize {
+    (max_conns / 4).max(1)
+}
+
 /// HTTP/2 streams one connection may have open at once (its
 /// `SETTINGS_MAX_CONCURRENT_STREAMS`), so one client cannot take every
 /// xDS slot and task by itself; the benchmarks multiplex ~600 per
@@ -78,7 +85,11 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONN));
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_conns.max(1)));
+    let slots = Slots {
+        all: Arc::new(tokio::sync::Semaphore::new(max_conns.max(1))),
+        per_ip: Arc::default(),
+        max_per_ip: max_conns_per_ip(max_conns),
+    };
     let shutdown = async move { stop.notified().await };
     let result = match tls {
         None => {
@@ -118,7 +129,7 @@ pub async fn serve(
 /// holds one of `slots` until it closes; with none left a new connection
 /// is closed at once, before its handshake costs anything.
 fn accept<IO, F, Fut>(
-    listener: TcpListener, slots: Arc<tokio::sync::Semaphore>, setup: F,
+    listener: TcpListener, slots: Slots, setup: F,
 ) -> impl Stream<Item = Result<Admitted<IO>, std::io::Error>> + Send
 where
     IO: Send + 'static,
@@ -137,11 +148,17 @@ where
                     continue;
                 }
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
+            let Some(share) = slots.per_ip.take(peer.ip(), slots.max_per_ip) else {
+                crate::metrics::GRPC_CONNS_REFUSED.inc();
+                tracing::debug!(%peer, "gRPC connection refused: at the client's connection cap");
+                continue;
+            };
+            let Ok(slot) = slots.all.clone().try_acquire_owned() else {
                 crate::metrics::GRPC_CONNS_REFUSED.inc();
                 tracing::debug!(%peer, "gRPC connection refused: at the connection cap");
                 continue;
             };
+            let slot = (slot, share);
             let _ = tcp.set_nodelay(true);
             let (conn_tx, setup) = (tx.clone(), setup.clone());
             tokio::spawn(async move {
@@ -163,11 +180,22 @@ where
     )
 }
 
+/// The gRPC port's connection caps: in all, and per client IP.
+#[derive(Clone)]
+struct Slots {
+    all: Arc<tokio::sync::Semaphore>,
+    per_ip: Arc<crate::shares::Shares<std::net::IpAddr>>,
+    max_per_ip: usize,
+}
+
 /// An admitted connection (plain or TLS), as tonic's server wants its
-/// connections, holding its place under the connection cap.
+/// connections, holding its place under the connection caps.
 struct Admitted<IO> {
     io: IO,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slot: (
+        tokio::sync::OwnedSemaphorePermit,
+        crate::shares::Share<std::net::IpAddr>,
+    ),
 }
 
 /// The TCP connection under a stream, for the peer's address.

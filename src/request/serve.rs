@@ -24,6 +24,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::shares::{Share, Shares};
+
 /// The limits of the HTTP port.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
@@ -178,60 +180,6 @@ fn fd_budget() -> usize {
         })
         .unwrap_or(1024);
     soft.saturating_sub(1024).max(64)
-}
-
-/// How many of a bounded resource each holder (a client IP, a caller)
-/// has taken, so that none takes more than its share.
-struct Shares<K> {
-    held: parking_lot::Mutex<std::collections::HashMap<K, usize>>,
-}
-
-impl<K> Default for Shares<K> {
-    fn default() -> Self {
-        Shares {
-            held: Default::default(),
-        }
-    }
-}
-
-impl<K> std::fmt::Debug for Shares<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Shares({} holders)", self.held.lock().len())
-    }
-}
-
-/// One unit of a holder's share, given back when dropped.
-pub struct Share<K: std::hash::Hash + Eq> {
-    shares: Arc<Shares<K>>,
-    key: K,
-}
-
-impl<K: std::hash::Hash + Eq + Clone> Shares<K> {
-    /// One more unit for `key`, unless it holds `max`.
-    fn take(self: &Arc<Self>, key: K, max: usize) -> Option<Share<K>> {
-        let mut held = self.held.lock();
-        let n = held.entry(key.clone()).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(Share {
-            shares: self.clone(),
-            key,
-        })
-    }
-}
-
-impl<K: std::hash::Hash + Eq> Drop for Share<K> {
-    fn drop(&mut self) {
-        let mut held = self.shares.held.lock();
-        if let Some(n) = held.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.key);
-            }
-        }
-    }
 }
 
 /// The client IP of a request, as its connection came (an extension).
