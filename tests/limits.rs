@@ -696,3 +696,78 @@ async fn anonymous_blocking_reads_take_only_their_share() {
         assert_eq!(status_within(s, Duration::from_secs(10)).await, Some(200));
     }
 }
+
+/// Anonymous blocking reads forwarded to another datacenter (`?dc=`) take
+/// only their share of the requests in flight there, so a management
+/// token's blocking read of that datacenter still waits its whole wait
+/// and is answered; on the main before this every forwarded read opened
+/// its own connection to the other datacenter, whose per-IP share of its
+/// Raft port then cut the long-lived ones (a 500 after 4.6 s of a 12 s
+/// wait, replication broken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_forwarded_reads_take_only_their_share() {
+    use common::acl::{ROOT, acl_started};
+    let (dc1, dc2) = tokio::task::spawn_blocking(|| {
+        let dc2 = acl_started(
+            Server::builder()
+                .node("b0")
+                .bootstrap_expect(1)
+                .datacenter("dc2")
+                .primary("dc1"),
+            "deny",
+        );
+        let join = dc2.raft_addr.to_string();
+        let dc1 = acl_started(
+            Server::builder()
+                .node("a0")
+                .bootstrap_expect(1)
+                .datacenter("dc1")
+                .join_wan(&join),
+            "deny",
+        );
+        (dc1, dc2)
+    })
+    .await
+    .unwrap();
+    let index = eventually(Duration::from_secs(30), "dc1 through dc2", || async {
+        let r = client()
+            .get(dc2.at("/v1/catalog/services?dc=dc1"))
+            .header("X-Consul-Token", ROOT)
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 200).then(|| r.headers()["x-consul-index"].to_str().unwrap().to_string())
+    })
+    .await;
+    let path = format!("/v1/catalog/services?dc=dc1&index={index}&wait=20s");
+    let mut anonymous = Vec::new();
+    for _ in 0..40 {
+        anonymous.push(get_from([127, 0, 0, 2], dc2.http_addr, &path, None).await);
+    }
+    // An eighth of the 64 places wait; the rest are refused at once.
+    let mut refused = 0;
+    for s in anonymous.iter_mut() {
+        if status_within(s, Duration::from_millis(300)).await == Some(429) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 32, "anonymous forwarded reads past their share");
+    let started = Instant::now();
+    let mut root = get_from(
+        [127, 0, 0, 3],
+        dc2.http_addr,
+        &format!("/v1/catalog/services?dc=dc1&index={index}&wait=3s"),
+        Some(ROOT),
+    )
+    .await;
+    assert_eq!(
+        status_within(&mut root, Duration::from_secs(15)).await,
+        Some(200)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(dc1);
+}

@@ -47,7 +47,9 @@ use crate::raft::network::{Conn, Dial, Reply, Request, TOO_LARGE_PREFIX};
 use crate::raft::wan::{
     Wan, WanDatacenter, WanFuture, WanHello, WanRequest, WanResponse, WanServer,
 };
+use crate::request::serve::Caller;
 use crate::server::Server;
+use crate::shares::{Share, Shares};
 use crate::state::Command;
 use crate::structs::federation::FederationState;
 
@@ -59,6 +61,12 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 /// authentication may greet): datacenters, and servers of each.
 const MAX_DATACENTERS: usize = 64;
 const MAX_SERVERS: usize = 16;
+/// Clients' requests in flight to one datacenter at once (`?dc=`, DNS for
+/// it, a prepared query's failover): well below the share of its Raft
+/// port one IP may hold (`PortLimits::max_conns_per_ip`, 128), so that
+/// forwarded reads never push out this server's greetings, replication
+/// pulls and CA requests there, which are counted apart.
+const FORWARD_MAX: usize = 64;
 /// A server not heard from for this long is shown failed (`members -wan`).
 const FAILED_AFTER: Duration = Duration::from_secs(10);
 /// The federation states are written again at least this often on the
@@ -75,6 +83,9 @@ pub enum FederationError {
     TooLarge(String),
     #[error("{0}")]
     Unreachable(String),
+    /// Past the requests in flight one datacenter, or one caller, takes.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<FederationError> for crate::error::Error {
@@ -84,6 +95,7 @@ impl From<FederationError> for crate::error::Error {
             FederationError::NoPath => Error::NoPathToDatacenter,
             FederationError::TooLarge(m) => Error::TooLarge(m),
             FederationError::Unreachable(m) => Error::Internal(m),
+            FederationError::Busy(m) => Error::Busy(m),
         }
     }
 }
@@ -105,6 +117,12 @@ pub struct ReplicationPull;
 
 /// Answers a forwarded request (this server's HTTP router, in process).
 pub type Handler = Arc<dyn Fn(WanRequest) -> BoxFuture<'static, WanResponse> + Send + Sync>;
+
+/// A client's request's place among those forwarded to a datacenter.
+pub struct ForwardPlace {
+    _all: Share<String>,
+    _caller: Option<Share<(String, Caller)>>,
+}
 
 /// A server of another datacenter, as this one knows it.
 #[derive(Debug, Clone)]
@@ -133,6 +151,10 @@ pub struct Federation {
     /// Other datacenters: their servers by Raft address.
     known: Mutex<BTreeMap<String, BTreeMap<String, Known>>>,
     handler: OnceLock<Handler>,
+    /// Clients' requests in flight to each datacenter, and each caller's
+    /// blocking reads among them.
+    forwarding: Arc<Shares<String>>,
+    forwarding_callers: Arc<Shares<(String, Caller)>>,
     /// Round-robin position per datacenter (which server is greeted).
     turn: Mutex<BTreeMap<String, usize>>,
     /// What this server's replication from the primary did last (only a
@@ -224,6 +246,8 @@ impl Federation {
             server,
             known: Mutex::default(),
             handler: OnceLock::new(),
+            forwarding: Arc::default(),
+            forwarding_callers: Arc::default(),
             turn: Mutex::default(),
             replication: Replication::default(),
             others: tokio::sync::watch::Sender::new(Vec::new()),
@@ -714,6 +738,39 @@ impl Federation {
         Err(FederationError::Unreachable(format!(
             "no server of datacenter {dc} reachable (last: {last})"
         )))
+    }
+
+    /// A place for one client's request to `dc`, held while it is asked
+    /// there: at most `FORWARD_MAX` to a datacenter, and of those a
+    /// caller's blocking reads within its share (`Caller::share`), so
+    /// that anonymous callers cannot take every place. None left: 429.
+    pub fn forward_place(
+        &self, dc: &str, caller: Caller, blocking: bool,
+    ) -> Result<ForwardPlace, FederationError> {
+        let busy = |what: &str| {
+            crate::metrics::BLOCKING_REFUSED_BUSY.inc();
+            FederationError::Busy(format!(
+                "Too many {what} requests to datacenter {dc} (max {FORWARD_MAX}): try again later"
+            ))
+        };
+        let caller = if blocking {
+            let max = caller.share(FORWARD_MAX);
+            Some(
+                self.forwarding_callers
+                    .take((dc.to_string(), caller), max)
+                    .ok_or_else(|| busy("of this caller's blocking"))?,
+            )
+        } else {
+            None
+        };
+        let all = self
+            .forwarding
+            .take(dc.to_string(), FORWARD_MAX)
+            .ok_or_else(|| busy("forwarded"))?;
+        Ok(ForwardPlace {
+            _all: all,
+            _caller: caller,
+        })
     }
 
     /// Whether `dc` is a datacenter this server knows (other than its own).

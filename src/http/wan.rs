@@ -253,6 +253,22 @@ async fn send_parts(
 ) -> Result<Response> {
     let params = Params::parse(parts.uri.query());
     let timeout = forward_timeout(&parts.method, parts.uri.path(), &params);
+    // A place among the requests in flight there, a blocking read within
+    // its caller's share (the token, judged there, by its hash; none: the
+    // client's IP).
+    let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query());
+    let ip = parts
+        .extensions
+        .get::<crate::request::serve::ClientIp>()
+        .map(|c| c.0);
+    let blocking = params
+        .get("index")
+        .is_some_and(|i| i.parse::<u64>().is_ok_and(|i| i > 0));
+    let _place = fed.forward_place(
+        dc,
+        crate::request::serve::Caller::of_secret(secret.as_deref(), ip),
+        blocking,
+    )?;
     let headers = SENT_HEADERS
         .iter()
         .filter_map(|name| {

@@ -106,9 +106,19 @@ impl Caller {
         }
     }
 
+    /// The caller of a request sent on unresolved (to another datacenter,
+    /// which judges its token): the secret by its hash, or the anonymous
+    /// token from `ip`.
+    pub fn of_secret(secret: Option<&str>, ip: Option<std::net::IpAddr>) -> Caller {
+        match secret.filter(|t| !t.is_empty()) {
+            None => Caller::Anonymous(ip),
+            Some(t) => Caller::Token(crate::structs::acl::secret_hash(t)),
+        }
+    }
+
     /// The most places this caller holds of `max`: a quarter for a token,
     /// an eighth for one IP's anonymous reads (at least one each).
-    fn share(&self, max: usize) -> usize {
+    pub fn share(&self, max: usize) -> usize {
         match self {
             Caller::Token(_) => (max / 4).max(1),
             Caller::Anonymous(_) => (max / 8).max(1),
