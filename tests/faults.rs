@@ -252,3 +252,76 @@ async fn a_blocking_read_answers_within_its_wait_when_the_leader_dies_mid_wait()
         "a 10 s wait answered after {took:?}"
     );
 }
+
+/// A leader that no quorum acknowledges holds its lease no longer
+/// (`raft::LEADER_LEASE`): with both followers frozen it answers no
+/// default-mode read from its own state (it waits for the lease back, then
+/// `500 No cluster leader`, and a client asks another server), while a
+/// `?stale` read is still answered; thawed, it answers again. On the main
+/// before this it answered every default read from its state for as long
+/// as it was cut off: behind a partition, a state older than the writes a
+/// new leader acknowledged (issue 55's partition of real processes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_from_its_quorum_answers_no_default_read() {
+    let procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let li = by_raft(&procs, &leader);
+    assert_eq!(put(&c, &procs[li], "lease", "v1").await, Ok(true));
+    let followers: Vec<usize> = (0..procs.len()).filter(|&i| i != li).collect();
+    for &f in &followers {
+        procs[f].signal("STOP");
+    }
+    // Within the lease (500 ms) it still answers; past it, no more.
+    let frozen = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(5),
+        "a default read left unanswered",
+        || async {
+            let r = c
+                .get(procs[li].at("/v1/kv/lease"))
+                .timeout(Duration::from_millis(800))
+                .send()
+                .await;
+            (!r.is_ok_and(|r| r.status() == 200)).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        frozen.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        frozen.elapsed()
+    );
+    let started = std::time::Instant::now();
+    let r = c.get(procs[li].at("/v1/kv/lease")).send().await.unwrap();
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (500, "No cluster leader"),
+        "a default read answered by a leader without its quorum after {:?}",
+        started.elapsed()
+    );
+    let stale = c
+        .get(procs[li].at("/v1/kv/lease?stale"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stale.status(),
+        200,
+        "a ?stale read is any server's to answer"
+    );
+    for &f in &followers {
+        procs[f].signal("CONT");
+    }
+    eventually(
+        Duration::from_secs(20),
+        "default reads answered again",
+        || async {
+            let r = c.get(procs[li].at("/v1/kv/lease")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+}

@@ -208,11 +208,37 @@ impl Cluster {
     /// committed before its election is applied too, so what it reads is
     /// never older than a write acknowledged before (a restarted server
     /// re-applies the rows it had not yet written: `state::write_behind`).
+    ///
+    /// And holds its lease: a quorum acknowledged one of its messages sent
+    /// within `LEADER_LEASE`. A leader cut off from its followers keeps
+    /// believing it leads until it hears of a newer term (openraft does not
+    /// step it down), while the others elect a new one after an election
+    /// timeout; without the lease it would answer default-mode reads from
+    /// a state older than writes the new leader acknowledged, for as long
+    /// as the partition lasts. Past the lease it answers none (reads wait
+    /// for the lease back, else `500 No cluster leader`, and clients ask
+    /// another server), as Consul's leader steps down when its lease ends.
     pub fn is_ready_leader(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow_watched();
         m.current_leader == Some(self.id)
             && m.last_applied.as_ref().map(|l| l.leader_id.term) == Some(m.current_term)
+            && self.holds_lease(&m)
+    }
+
+    /// A quorum acknowledged this leader recently enough that no other can
+    /// have been elected since: the followers that acknowledged a message
+    /// sent at `t` start no election before `t` + the least election
+    /// timeout, and `LEADER_LEASE` ends before that, with room for clocks
+    /// that run apart. A lone voter is its own quorum.
+    fn holds_lease(&self, m: &openraft::RaftMetrics<super::TypeConfig>) -> bool {
+        let mut voters = m.membership_config.membership().voter_ids();
+        if voters.next() == Some(self.id) && voters.next().is_none() {
+            return true;
+        }
+        m.last_quorum_acked
+            .as_ref()
+            .is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) < super::LEADER_LEASE)
     }
 
     /// The term this server leads in, if it leads.

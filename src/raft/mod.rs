@@ -120,6 +120,11 @@ pub(crate) fn io_err(what: &str, e: impl std::fmt::Display) -> StorageError {
 
 /// How often the leader heartbeats each follower, in milliseconds.
 pub const HEARTBEAT_MS: u64 = 150;
+/// How long a leader answers default-mode reads after a quorum last
+/// acknowledged it (`Cluster::is_ready_leader`): 100 ms short of the
+/// least election timeout (600 ms), as Consul's 500 ms lease is half its
+/// election timeout.
+pub const LEADER_LEASE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The Raft timing used by every server: elections within ~1s of a leader
 /// loss, heartbeats well inside that.
