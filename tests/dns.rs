@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::agent::Agent;
-use common::{Server, eventually, free_port};
+use common::{Server, connect_from, eventually, free_port};
 
 /// Whether `bin` is on the PATH; missing under CI is a failure.
 fn have(bin: &str, package: &str) -> bool {
@@ -451,22 +451,6 @@ fn hostile_packets_get_formerr_or_nothing_and_service_goes_on() {
     }
     assert!(started.elapsed() < Duration::from_secs(15));
     assert!(s.is_running());
-}
-
-/// A TCP connection to `addr` from the loopback address `from`.
-fn connect_from(from: [u8; 4], addr: SocketAddr) -> std::net::TcpStream {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let sock = tokio::net::TcpSocket::new_v4().unwrap();
-        sock.bind((std::net::Ipv4Addr::from(from), 0).into())
-            .unwrap();
-        let s = sock.connect(addr).await.unwrap().into_std().unwrap();
-        s.set_nonblocking(false).unwrap();
-        s
-    })
 }
 
 /// The connection past a cap is closed at once.

@@ -474,14 +474,6 @@ async fn http_limits_hold_with_their_flags() {
     p.kill();
 }
 
-/// A connection to `addr` from the loopback address `from`.
-async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> tokio::net::TcpStream {
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind((std::net::Ipv4Addr::from(from), 0).into())
-        .unwrap();
-    sock.connect(addr).await.unwrap()
-}
-
 /// One client IP cannot hold every HTTP connection (Consul's
 /// `http_max_conns_per_client`): past its share its new connections close
 /// at once while another IP is still served; and a body trickled in is cut

@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
-use common::{Server, ads, eventually};
+use common::{Server, ads, connect_from, eventually};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
@@ -569,18 +569,6 @@ fn the_grpc_port_caps_connections_and_the_streams_of_one() {
     );
     // SETTINGS_MAX_CONCURRENT_STREAMS (0x3).
     assert!(settings.contains(&(3, 1024)), "{settings:?}");
-}
-
-/// A connection to `addr` from the loopback address `from`.
-fn connect_from(from: [u8; 4], addr: SocketAddr) -> TcpStream {
-    runtime().block_on(async {
-        let sock = tokio::net::TcpSocket::new_v4().unwrap();
-        sock.bind((std::net::Ipv4Addr::from(from), 0).into())
-            .unwrap();
-        let s = sock.connect(addr).await.unwrap().into_std().unwrap();
-        s.set_nonblocking(false).unwrap();
-        s
-    })
 }
 
 /// One client IP holds at most a quarter of `--grpc-max-conns`: past it

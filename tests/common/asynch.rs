@@ -193,3 +193,13 @@ pub async fn kv_tree(
             .collect(),
     )
 }
+
+/// A connection to `addr` from the loopback address `from` (a client IP
+/// of its own, for the per-IP caps).
+#[allow(dead_code)]
+pub async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind((std::net::Ipv4Addr::from(from), 0).into())
+        .unwrap();
+    sock.connect(addr).await.unwrap()
+}

@@ -303,6 +303,21 @@ impl ServerBuilder {
     }
 }
 
+/// A TCP connection to `addr` from the loopback address `from` (a client
+/// IP of its own, for the per-IP caps); not from inside a runtime.
+#[allow(dead_code)]
+pub fn connect_from(from: [u8; 4], addr: SocketAddr) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let s = asynch::connect_from(from, addr).await.into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        s
+    })
+}
+
 /// The `--encrypt` key every test server of a federation shares: WAN
 /// federation is served only on an authenticated Raft transport (a dev
 /// server aside), so a server naming a datacenter gets it unless it
