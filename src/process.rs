@@ -581,9 +581,11 @@ mod tests {
         crate::tls::install_default_provider();
         let dir = tempfile::tempdir().unwrap();
         let listeners = raft_and_http().await;
-        let p = server(config(dir.path()), None, None, listeners)
-            .await
-            .unwrap();
+        // WAN frames are served on a plain transport only when told so
+        // (this test's frames are plain TCP).
+        let mut config = config(dir.path());
+        config.insecure_raft = true;
+        let p = server(config, None, None, listeners).await.unwrap();
         let s = p.server.clone();
         tokio::spawn(p.serve);
         let addr = s.config().raft_addr.to_string();
