@@ -202,9 +202,11 @@ pub struct ClientIp(pub std::net::IpAddr);
 /// an API client uses moves far more.
 const BODY_MIN_BYTES_PER_SEC: u64 = 16 << 10;
 
-/// A request body that must keep `BODY_MIN_BYTES_PER_SEC` after `grace`.
+/// A request body, as hyper reads it, that must keep
+/// `BODY_MIN_BYTES_PER_SEC` after `grace` (boxed once, by the router's
+/// `Body`).
 struct RatedBody {
-    body: Body,
+    body: hyper::body::Incoming,
     start: tokio::time::Instant,
     grace: Duration,
     read: u64,
@@ -213,7 +215,7 @@ struct RatedBody {
 }
 
 impl RatedBody {
-    fn new(body: Body, grace: Duration) -> Self {
+    fn new(body: hyper::body::Incoming, grace: Duration) -> Self {
         RatedBody {
             body,
             start: tokio::time::Instant::now(),
@@ -242,7 +244,7 @@ impl http_body::Body for RatedBody {
             {
                 self.read += d.len() as u64;
             }
-            return Poll::Ready(frame);
+            return Poll::Ready(frame.map(|r| r.map_err(axum::Error::new)));
         }
         let due = self.due();
         if tokio::time::Instant::now() >= due {
@@ -478,7 +480,7 @@ where
             let in_flight = InFlight(clock.clone());
             let app = app.clone();
             async move {
-                let mut req = req.map(|b| Body::new(RatedBody::new(Body::new(b), grace)));
+                let mut req = req.map(|b| Body::new(RatedBody::new(b, grace)));
                 req.extensions_mut().insert(ClientIp(ip));
                 let resp = app.oneshot(req).await?;
                 Ok::<_, std::convert::Infallible>(resp.map(|body| {
