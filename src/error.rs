@@ -2,7 +2,7 @@
 //! into status codes and Consul's bodies is `request::error`, in the HTTP
 //! layer.
 
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     /// Bad input: a one-line reason, nothing changed.
     #[error("{0}")]

@@ -13,6 +13,7 @@ pub mod definition;
 pub mod discovery_chain;
 pub mod disk;
 pub mod dns;
+pub mod endpoint;
 pub mod error;
 pub mod federation;
 pub mod filter;

@@ -54,6 +54,10 @@ counters! { ALL:
         "cairn_http_forwarded_total",
         "HTTP requests forwarded to the leader"
     );
+    ENDPOINT_FORWARDED = (
+        "cairn_endpoint_forwarded_total",
+        "endpoint calls sent on to the leader over the Raft port's channel"
+    );
     PROXYCFG_REMOTE_REFUSED = (
         "cairn_proxycfg_remote_refused_total",
         "other datacenters' chain targets refused a watcher (over proxycfg::MAX_WATCHERS)"

@@ -145,10 +145,13 @@ fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<
     Ok(())
 }
 
-/// What every server runs on top of its core: the leader module's watcher
+/// What every server runs on top of its core: the endpoint calls other
+/// servers forward to it, the leader module's watcher
 /// (every leader duty, while this server leads), with the WAN federation
 /// its federation duties use (none in the simulation).
 fn start(server: &Arc<Server>, federation: Option<Arc<crate::federation::Federation>>) {
+    // The calls its datacenter's other servers forward to it as leader.
+    crate::endpoint::serve(server);
     server.tasks().spawn(
         "leader duties",
         crate::leader::run(server.clone(), federation),

@@ -31,6 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["proxycfg", "raft", "agent", "testing"],
     &["server", "xds"],
     &["federation"],
+    &["endpoint"],
     &["leader"],
     &["http"],
     &["process"],

@@ -19,11 +19,10 @@ use serde::{Deserialize, Serialize};
 use super::{App, json_at};
 use crate::acl::{Authorizer, parse_rules};
 use crate::error::{Error, Result};
-use crate::request::authz::{Authz, Resolve};
+use crate::request::authz::Authz;
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::acl::BOOTSTRAP_DONE;
-use crate::state::token_resolver::generation;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
@@ -152,31 +151,7 @@ fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Resul
     }
 }
 
-impl Resolve for Server {
-    fn resolve(&self, token: Option<&str>) -> Result<(Arc<Authorizer>, u64)> {
-        let st = self.state();
-        Ok((resolve_in(self, &st, token)?, generation(&st)))
-    }
-}
-
-/// `token`'s authorizer against the version `st` (a blocking query's
-/// re-check reads the version it answers from).
-pub fn resolve_in(
-    s: &Server, st: &crate::state::State, token: Option<&str>,
-) -> Result<Arc<Authorizer>> {
-    s.acl()
-        .resolve(st, token)
-        .map_err(|e| Error::Forbidden(e.to_string()))
-}
-
-/// When the token `token` expires (its `ExpirationTime`; none: never, or
-/// ACLs off), for a read that holds its request open past it.
-pub fn token_expiry(s: &Server, token: Option<&str>) -> Option<std::time::SystemTime> {
-    let secret = token.filter(|t| !t.is_empty() && s.acl().enabled())?;
-    let hash = crate::structs::acl::secret_hash(secret);
-    crate::state::acl::token_by_secret_hash(&s.state(), &hash)
-        .and_then(|t| crate::state::token_resolver::expiry(t))
-}
+pub use crate::endpoint::blocking::{resolve_in, token_expiry};
 
 /// Consul answers ACL endpoints with ACLs off so.
 fn enabled(s: &Server) -> Result<()> {

@@ -10,18 +10,18 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Opts, Watch, blocking, json_filtered, keep, mark_filtered, meta_headers};
+use super::{App, Called, Opts, answer_headers, answer_json, keep, mark_filtered, meta_headers};
+use crate::endpoint::{self, Answer};
+pub use crate::endpoint::kv::MAX_VALUE;
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
-use crate::state::kv::{list_keys, prefix_iter, read_index, read_txn};
-use crate::state::{self, Command, Response as Applied, Timeable, keys};
+use crate::state::kv::read_txn;
+use crate::state::{self, Command, Response as Applied, Timeable};
 use crate::structs::validate::{check_dc, validate_check, validate_service};
 use crate::structs::{
-    CatalogVerb, HealthCheck, KvEntry, KvOp, KvOutcome, KvVerb, Node, NodeService, TxnOp, TxnResult,
+    CatalogVerb, HealthCheck, KvOp, KvVerb, Node, NodeService, TxnOp, TxnResult,
 };
 
-/// Consul's limit on one value.
-pub const MAX_VALUE: usize = 512 * 1024;
 /// Consul's limit on operations in one transaction.
 pub const MAX_TXN_OPS: usize = 128;
 
@@ -33,77 +33,40 @@ pub fn routes() -> Router<App> {
         .route("/v1/txn", put(txn))
 }
 
-async fn get_root(s: State<App>, a: Authz, q: Opts) -> Result<Response> {
-    get_kv(s, a, Path(String::new()), q).await
+async fn get_root(s: State<App>, c: Called) -> Result<Response> {
+    get_kv(s, Path(String::new()), c).await
 }
-async fn put_root(s: State<App>, a: Authz, q: Opts, body: Bytes) -> Result<Response> {
-    put_kv(s, a, Path(String::new()), q, body).await
+async fn put_root(s: State<App>, c: Called, body: Bytes) -> Result<Response> {
+    put_kv(s, Path(String::new()), c, body).await
 }
-async fn delete_root(s: State<App>, a: Authz, q: Opts) -> Result<Response> {
-    delete_kv(s, a, Path(String::new()), q).await
+async fn delete_root(s: State<App>, c: Called) -> Result<Response> {
+    delete_kv(s, Path(String::new()), c).await
 }
 
 /// A 404 that still says whether ACLs hid what was there.
-fn not_found(s: &App, index: u64, filtered: bool) -> Response {
-    let mut resp = (StatusCode::NOT_FOUND, meta_headers(s, index)).into_response();
-    if filtered {
-        mark_filtered(&mut resp);
-    }
-    resp
+fn not_found<T>(a: &Answer<T>) -> Response {
+    (StatusCode::NOT_FOUND, answer_headers(a)).into_response()
 }
 
 async fn get_kv(
-    State(s): State<App>, mut a: Authz, Path(key): Path<String>, Opts(p, opts): Opts,
+    State(s): State<App>, Path(key): Path<String>, Called(p, call): Called,
 ) -> Result<Response> {
-    let recurse = p.has("recurse");
     if p.has("keys") {
         let sep = p.get("separator").unwrap_or("").to_string();
-        // Filtered on every wake, with the authorizer of that version: the
-        // answer is what the token may read now.
-        let (index, (list, filtered)) =
-            blocking(&s, &opts, &mut a, Watch::Prefix(keys::kv(&key)), |st, a| {
-                let mut list = list_keys(st, &key, &sep);
-                let filtered = keep(&mut list, |k| a.key_read(k));
-                (read_index(st, &key, true), (list, filtered))
-            })
-            .await?;
-        if list.is_empty() {
-            return Ok(not_found(&s, index, filtered));
+        let a = endpoint::kv::keys(&s, call, key, sep).await?;
+        if a.value.is_empty() {
+            return Ok(not_found(&a));
         }
-        return Ok(json_filtered(&s, index, &list, filtered));
+        return Ok(answer_json(&a));
     }
-    if !recurse {
-        a.require(a.key_read(&key), "key:read", &key)?;
-    }
-    let watch = if recurse {
-        Watch::Prefix(keys::kv(&key))
-    } else {
-        Watch::Keys(vec![keys::kv(&key)])
-    };
-    let (index, (entries, filtered)) = blocking(&s, &opts, &mut a, watch, |st, a| {
-        let mut entries: Vec<KvEntry> = if recurse {
-            prefix_iter(st, &key).cloned().collect()
-        } else {
-            st.kv
-                .get(key.as_str())
-                .map(|e| (**e).clone())
-                .into_iter()
-                .collect()
-        };
-        let filtered = keep(&mut entries, |e| a.key_read(&e.key));
-        (read_index(st, &key, recurse), (entries, filtered))
-    })
-    .await?;
-    if !recurse {
-        // Again: the policy may have been narrowed while the query waited.
-        a.require(a.key_read(&key), "key:read", &key)?;
-    }
-    if entries.is_empty() {
-        return Ok(not_found(&s, index, filtered));
+    let recurse = p.has("recurse");
+    let a = endpoint::kv::get(&s, call, key, recurse).await?;
+    if a.value.is_empty() {
+        return Ok(not_found(&a));
     }
     if p.has("raw") && !recurse {
-        let mut resp = entries[0].value.clone().into_response();
-        resp.headers_mut().extend(meta_headers(&s, index));
+        let mut resp = a.value[0].value.clone().into_response();
+        resp.headers_mut().extend(answer_headers(&a));
         // A writer's bytes, served on the UI's origin: as Consul, a
         // browser that opens them runs nothing (a sandbox without scripts).
         resp.headers_mut().insert(
@@ -112,86 +75,29 @@ async fn get_kv(
         );
         return Ok(resp);
     }
-    Ok(json_filtered(&s, index, &entries, filtered))
-}
-
-fn check_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::bad("Missing key name"));
-    }
-    Ok(())
+    Ok(answer_json(&a))
 }
 
 async fn put_kv(
-    State(s): State<App>, a: Authz, Path(key): Path<String>, Opts(p, _): Opts, body: Bytes,
+    State(s): State<App>, Path(key): Path<String>, Called(p, call): Called, body: Bytes,
 ) -> Result<Response> {
-    check_key(&key)?;
-    a.require(a.key_write(&key), "key:write", &key)?;
-    if p.has("acquire") && p.has("release") {
-        return Err(Error::bad("Conflicting flags: acquire and release"));
-    }
-    if body.len() > MAX_VALUE {
-        return Err(Error::TooLarge(format!(
-            "Request body({} bytes) too large, max size: {MAX_VALUE} bytes",
-            body.len()
-        )));
-    }
-    let cas = p.u64("cas")?;
-    // With ?acquire or ?release, a ?cas index (not 0) must match as well.
-    let (verb, session) = match (p.get("acquire"), p.get("release")) {
-        (Some(id), _) => (KvVerb::Lock, id.to_string()),
-        (_, Some(id)) => (KvVerb::Unlock, id.to_string()),
-        _ if cas.is_some() => (KvVerb::Cas, String::new()),
-        _ => (KvVerb::Set, String::new()),
-    };
-    let op = KvOp {
-        verb,
+    let put = endpoint::kv::Put {
         key,
         value: body.to_vec(),
         flags: p.u64("flags")?.unwrap_or(0),
-        index: cas.unwrap_or(0),
-        session,
+        cas: p.u64("cas")?,
+        acquire: p.get("acquire").map(str::to_string),
+        release: p.get("release").map(str::to_string),
     };
-    let cmd = match verb {
-        KvVerb::Lock | KvVerb::Unlock => s.sessions().timed(Timeable::Kv(op)),
-        _ => Command::Kv(op),
-    };
-    done(s.write(cmd).await?)
+    Ok(axum::Json(endpoint::kv::put(&s, call, put).await?).into_response())
 }
 
 async fn delete_kv(
-    State(s): State<App>, a: Authz, Path(key): Path<String>, Opts(p, _): Opts,
+    State(s): State<App>, Path(key): Path<String>, Called(p, call): Called,
 ) -> Result<Response> {
     let recurse = p.has("recurse");
-    if recurse {
-        a.require(a.key_write_prefix(&key), "key:write", &key)?;
-    } else {
-        check_key(&key)?;
-        a.require(a.key_write(&key), "key:write", &key)?;
-    }
     let cas = p.u64("cas")?;
-    let verb = match (recurse, cas) {
-        (true, _) => KvVerb::DeleteTree,
-        (false, Some(_)) => KvVerb::DeleteCas,
-        (false, None) => KvVerb::Delete,
-    };
-    let op = KvOp {
-        verb,
-        key,
-        value: Vec::new(),
-        flags: 0,
-        index: cas.unwrap_or(0),
-        session: String::new(),
-    };
-    done(s.write(Command::Kv(op)).await?)
-}
-
-fn done(r: Applied) -> Result<Response> {
-    match r {
-        Applied::Kv(KvOutcome::Done(ok)) | Applied::Bool(ok) => Ok(axum::Json(ok).into_response()),
-        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
+    Ok(axum::Json(endpoint::kv::delete(&s, call, key, recurse, cas).await?).into_response())
 }
 
 #[derive(Deserialize)]

@@ -40,16 +40,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use futures_util::future::select_all;
 
 use crate::error::{Error, Result};
-use crate::request::authz::{Authz, FILTERED_HEADER};
+use crate::request::authz::FILTERED_HEADER;
 use crate::request::{
     MAX_BODY, Params, QueryOptions, forward_timeout, panic_response, refuse_enterprise_tenancy,
     trace_request, wait_of, with_wait,
 };
 use crate::server::Server;
-use crate::state::{self, WatchKey};
 
 pub type App = Arc<Server>;
 
@@ -66,6 +64,48 @@ impl FromRequestParts<App> for Opts {
         let (p, opts) = QueryOptions::parse(parts.uri.query(), s.datacenter())?;
         Ok(Opts(p, opts))
     }
+}
+
+/// The request as an endpoint call (`crate::endpoint`): its parameters,
+/// and its token, query options and client, checked as `Opts` checks them.
+/// The token is resolved where the call runs, after routing.
+pub struct Called(pub Params, pub crate::endpoint::Call);
+
+impl FromRequestParts<App> for Called {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, s: &App) -> Result<Self> {
+        let (p, opts) = QueryOptions::parse(parts.uri.query(), s.datacenter())?;
+        let token = crate::request::authz::token_of(&parts.headers, parts.uri.query());
+        let mut call = crate::endpoint::Call::new(s, token, opts);
+        call.client = parts
+            .extensions
+            .get::<crate::request::serve::ClientIp>()
+            .map(|c| c.0);
+        Ok(Called(p, call))
+    }
+}
+
+/// The `X-Consul-*` headers of an endpoint's answer.
+pub fn answer_headers<T>(a: &crate::endpoint::Answer<T>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("x-consul-index", HeaderValue::from(a.index));
+    h.insert(
+        "x-consul-knownleader",
+        HeaderValue::from_static(if a.known_leader { "true" } else { "false" }),
+    );
+    h.insert("x-consul-lastcontact", HeaderValue::from(a.last_contact));
+    if a.filtered {
+        h.insert(FILTERED_HEADER, HeaderValue::from_static("true"));
+    }
+    h
+}
+
+/// An endpoint's answer as JSON with its headers.
+pub fn answer_json<T: serde::Serialize>(a: &crate::endpoint::Answer<T>) -> Response {
+    let mut resp = axum::Json(&a.value).into_response();
+    resp.headers_mut().extend(answer_headers(a));
+    resp
 }
 
 const FORWARDED: &str = "x-cairn-forwarded";
@@ -127,9 +167,13 @@ pub fn resolver(server: &App) -> crate::request::authz::Resolver {
     crate::request::authz::Resolver(server.clone())
 }
 
-/// Endpoints any server answers itself, whatever the mode.
+/// Endpoints any server answers itself, whatever the mode (those on the
+/// endpoint layer route themselves: `crate::endpoint::route`).
 fn always_local(path: &str) -> bool {
-    (path.starts_with("/v1/agent/") && !agent_ops::leader_only(path))
+    path == "/v1/kv"
+        || path.starts_with("/v1/kv/")
+        || path.starts_with("/v1/session/")
+        || (path.starts_with("/v1/agent/") && !agent_ops::leader_only(path))
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
         || path.starts_with("/v1/internal/proxycfg/")
@@ -354,81 +398,9 @@ async fn proxy(
         .map_err(|e| Error::Internal(e.to_string()))
 }
 
-/// What a blocking query waits on.
-pub enum Watch {
-    Keys(Vec<WatchKey>),
-    Prefix(WatchKey),
-}
-
-/// Runs a read, blocking while its index is not past `?index`.
-///
-/// Subscribes before reading so a change in between is never missed; wakes
-/// only when a watched key changes (or the wait runs out). The caller's
-/// authorizer is checked again against every version read (`recheck`), so
-/// a token deleted or a policy narrowed while the query waited is in force
-/// in its answer; `read` and the caller after it see the current one.
-pub async fn blocking<T>(
-    s: &Server, opts: &QueryOptions, a: &mut Authz, watch: Watch,
-    read: impl Fn(&state::State, &Authz) -> (u64, T),
-) -> Result<(u64, T)> {
-    if opts.consistent {
-        s.linearize().await?;
-    }
-    let answer = |a: &mut Authz| -> Result<(u64, T)> {
-        let st = s.state();
-        recheck(s, a, &st)?;
-        Ok(read(&st, a))
-    };
-    if opts.index == 0 {
-        return answer(a);
-    }
-    let _permit = s.blocking_permit(a)?;
-    crate::metrics::BLOCKING_QUERIES.inc();
-    let deadline = opts.deadline();
-    // A token that expires while the read waits is refused then, as a
-    // deleted one is at the ACL change: not served until the wait ends.
-    let expires = acl::token_expiry(s, a.token()).map(|e| {
-        let left = e
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default();
-        tokio::time::Instant::now() + left
-    });
-    let wake_by = expires.map_or(deadline, |e| e.min(deadline));
-    // Subscribed once: a receiver that woke keeps its place, so a wake that
-    // does not move the index waits on the same channels (10,000 watchers
-    // of one key woken at once do not queue on the watch map's lock again).
-    let mut rxs: Vec<_> = match &watch {
-        Watch::Keys(keys) => keys.iter().map(|k| s.watches().subscribe(k)).collect(),
-        Watch::Prefix(p) => vec![s.watches().subscribe_prefix(p)],
-    };
-    loop {
-        let (index, value) = answer(a)?;
-        if index > opts.index || tokio::time::Instant::now() >= deadline {
-            return Ok((index, value));
-        }
-        let changed = select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
-        let _parked = crate::metrics::BLOCKING_PARKED.hold();
-        if tokio::time::timeout_at(wake_by, changed).await.is_err() {
-            if expires.is_some_and(|e| tokio::time::Instant::now() >= e) {
-                acl::resolve_in(s, &s.state(), a.token())?;
-            }
-            return answer(a);
-        }
-    }
-}
-
-/// Resolves the caller's token again against `st` when the ACL generation
-/// moved since it was resolved (a deleted token: 403 `ACL not found`); a
-/// version with no ACL change costs one comparison, so 10,000 woken
-/// watchers resolve nothing.
-pub fn recheck(s: &Server, a: &mut Authz, st: &state::State) -> Result<()> {
-    if !s.acl().enabled() {
-        return Ok(());
-    }
-    a.refresh(state::token_resolver::generation(st), |token| {
-        acl::resolve_in(s, st, token)
-    })
-}
+// Blocking queries are the endpoint layer's; the handlers not yet moved
+// onto it call them from here.
+pub use crate::endpoint::blocking::{Watch, blocking, recheck};
 
 /// The `X-Consul-*` headers of a read answered at `index`.
 pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {

@@ -40,6 +40,11 @@ pub struct Cluster {
     stability: super::autopilot::Stability,
     /// Who answers the WAN frames, once process assembly set it.
     pub wan: std::sync::OnceLock<Arc<dyn super::wan::Wan>>,
+    /// Who answers endpoint calls from this datacenter's other servers,
+    /// once process assembly set it (`crate::endpoint`).
+    pub calls: std::sync::OnceLock<Arc<dyn super::channel::Calls>>,
+    /// This server's channels to the others (a follower's to its leader).
+    pub channels: super::channel::Channels,
     /// The leader this server asked to be taken back by, while no leader
     /// speaks to it (`stay_member`).
     awaited: Mutex<Option<NodeId>>,
@@ -93,6 +98,8 @@ impl Cluster {
             last_contact_ms: AtomicU64::new(0),
             stability: Default::default(),
             wan: Default::default(),
+            calls: Default::default(),
+            channels: Default::default(),
             awaited: Mutex::new(None),
         }
     }
@@ -681,6 +688,10 @@ impl Cluster {
 impl Formation for Cluster {
     fn wan(&self) -> Option<Arc<dyn super::wan::Wan>> {
         self.wan.get().cloned()
+    }
+
+    fn calls(&self) -> Option<Arc<dyn super::channel::Calls>> {
+        self.calls.get().cloned()
     }
 
     fn leader_contact(&self) {

@@ -5,6 +5,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod autopilot;
+pub mod channel;
 pub mod cluster;
 pub mod encrypt;
 pub mod inspect;

@@ -136,6 +136,9 @@ pub enum Request {
     WanHello(super::wan::WanHello),
     /// An HTTP request for this datacenter from another (`?dc=`).
     WanRequest(super::wan::WanRequest),
+    /// The connection becomes a channel of endpoint calls
+    /// (`super::channel`), answered `Reply::Channel`.
+    Channel,
 }
 
 /// Raft's answers carry a failure as text: the only failure the local Raft
@@ -154,12 +157,13 @@ pub enum Reply {
     TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
     WanHello(Result<super::wan::WanHello, String>),
     WanRequest(Result<super::wan::WanResponse, String>),
+    Channel(Result<(), String>),
 }
 
 pub use super::stream::{Accept, BoxStream, Connect, Connecting, Dial, PeerStream, TcpConnect};
 
 /// A value as a frame: `[len u32 BE][bincode]`.
-fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+pub(super) fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
     let len = bincode::serialized_size(v).map_err(io::Error::other)? as usize;
     let mut buf = Vec::with_capacity(len + 4);
     buf.extend_from_slice(&(len as u32).to_be_bytes());
@@ -169,7 +173,7 @@ fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
 
 /// Decodes a frame's body; bincode may use no more than the body's bytes
 /// (a length prefix inside cannot make it allocate past them).
-fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
     use bincode::Options;
     bincode::DefaultOptions::new()
         .with_fixint_encoding()
@@ -180,7 +184,7 @@ fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
 }
 
 /// Reads a frame's body of `len` bytes, refusing one over `MAX_FRAME`.
-async fn read_body(s: &mut BoxStream, len: usize) -> io::Result<Vec<u8>> {
+pub(super) async fn read_body<R: tokio::io::AsyncRead + Unpin>(s: &mut R, len: usize) -> io::Result<Vec<u8>> {
     if len > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -209,8 +213,9 @@ const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// The Raft transport's wire version. Bump it with any change to how
 /// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands
 /// and the Connect CA's. 3: the WAN frames. 4: `Command::VirtualIpsSet`
-/// and the virtual IPs in the snapshot's trailer.
-pub const WIRE_VERSION: u32 = 4;
+/// and the virtual IPs in the snapshot's trailer. 5: channels of endpoint
+/// calls (`Request::Channel`).
+pub const WIRE_VERSION: u32 = 5;
 
 /// This server's greeting.
 pub fn greeting() -> [u8; 12] {
@@ -236,7 +241,7 @@ pub enum WireError {
 }
 
 /// Reads the other side's greeting and checks its version.
-async fn read_greeting(s: &mut BoxStream, peer: &str) -> io::Result<()> {
+pub(super) async fn read_greeting(s: &mut BoxStream, peer: &str) -> io::Result<()> {
     let mut g = [0u8; 12];
     s.read_exact(&mut g).await?;
     let refuse = |e: WireError| Err(io::Error::new(io::ErrorKind::InvalidData, e));
@@ -558,6 +563,10 @@ pub trait Formation: Send + Sync + 'static {
     fn wan(&self) -> Option<Arc<dyn super::wan::Wan>> {
         None
     }
+    /// Who answers endpoint calls on channels (none: refused).
+    fn calls(&self) -> Option<Arc<dyn super::channel::Calls>> {
+        None
+    }
     /// Whether this server, out of the membership and asking to join
     /// again, awaits entries from `id`, the leader its peers named (a
     /// leader that joined after the membership this server knows).
@@ -806,6 +815,27 @@ impl<F: Formation> Peer<F> {
                 Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
             };
             drop(body);
+            if let Request::Channel = req {
+                // A channel only from a server of this datacenter (with
+                // TLS, its certificate says so), to a server that serves
+                // endpoint calls: the connection is the channel's now.
+                let calls = match (certified.as_ref(), self.formation.calls()) {
+                    (Some(c), _) if !c.local => Err("a channel from another datacenter".into()),
+                    (_, None) => Err("this server answers no endpoint calls".to_string()),
+                    (_, Some(calls)) => Ok(calls),
+                };
+                let refused = calls.as_ref().err().cloned();
+                if let Err(e) = write_reply(&mut stream, &Reply::Channel(calls.as_ref().map(|_| ()).map_err(Clone::clone))).await {
+                    break Close::Io(e);
+                }
+                match calls {
+                    Ok(calls) => {
+                        super::channel::serve(stream, calls, self.limits.frame_read).await;
+                        return;
+                    }
+                    Err(_) => break Close::Refused(refused.unwrap_or_default()),
+                }
+            }
             let reply = match self.handle(req, certified.as_ref(), &mut receiving).await {
                 Ok(r) => r,
                 Err(reason) => break Close::Refused(reason),
@@ -903,6 +933,8 @@ impl<F: Formation> Peer<F> {
                 Some(w) => w.request(r).await.and_then(fits_a_frame),
                 None => Err(NO_WAN.into()),
             }),
+            // Taken over by `serve` before it gets here.
+            Request::Channel => return Err("a channel frame after the first".into()),
         })
     }
 

@@ -149,6 +149,18 @@ impl Authz {
         }
     }
 
+    /// The same, known to come from `client` (the connection's IP, or the
+    /// one a forwarding server says its caller had).
+    pub fn from_client(mut self, client: Option<std::net::IpAddr>) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// The client IP the request came from, if known.
+    pub fn client(&self) -> Option<std::net::IpAddr> {
+        self.client
+    }
+
     /// The authorizer itself, shared.
     pub fn authorizer(&self) -> &Arc<Authorizer> {
         &self.authz

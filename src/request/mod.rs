@@ -132,6 +132,7 @@ impl Params {
 }
 
 /// How a read wants to be answered.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct QueryOptions {
     pub index: u64,
     pub wait: Duration,

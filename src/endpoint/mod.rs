@@ -1,0 +1,316 @@
+//! The server's API as typed calls, below every transport: the HTTP
+//! handlers decode a request into a `Call` and an area's operation, call
+//! the area's function here, and encode its `Answer`; the simulation's
+//! clients make the same calls.
+//!
+//! Each operation says where it must run (`Place`); `route` is the one
+//! forwarding decision: here, or this datacenter's leader, reached over
+//! the Raft port's channel (`raft::channel`), so the simulation's network
+//! carries the hop too. The server that runs a call resolves its token
+//! (after routing, as Consul's `ResolveToken` follows its `ForwardRPC`)
+//! and makes the area's checks.
+//!
+//! Areas moved here so far: `kv` (but `/v1/txn`) and `session`; the
+//! others' handlers still sit behind `http`'s `forward_to_leader` layer.
+
+pub mod blocking;
+pub mod kv;
+pub mod session;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::raft::channel::{BUSY, CallFuture, Calls};
+use crate::request::QueryOptions;
+use crate::request::authz::Authz;
+use crate::server::Server;
+
+/// Who asks, and how: what every call carries besides its operation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Call {
+    /// The caller's secret (none: the anonymous token).
+    pub token: Option<String>,
+    pub opts: QueryOptions,
+    /// The caller's IP, for its share of the blocking places.
+    pub client: Option<IpAddr>,
+    /// The node of the server the call reached first (a session's `Node`
+    /// defaults to it, as Consul's to the receiving agent's).
+    pub origin: String,
+    /// Came over a channel from another server of this datacenter (set by
+    /// the receiver, never sent).
+    #[serde(skip)]
+    pub forwarded: bool,
+}
+
+impl Call {
+    /// A call reaching `s` first.
+    pub fn new(s: &Server, token: Option<String>, opts: QueryOptions) -> Self {
+        Call {
+            token,
+            opts,
+            client: None,
+            origin: s.node_name().to_string(),
+            forwarded: false,
+        }
+    }
+
+    /// The caller's authorizer on the server that runs the call.
+    pub fn authz(&self, s: &Server) -> Result<Authz> {
+        Ok(Authz::resolve(s, self.token.clone())?.from_client(self.client))
+    }
+}
+
+/// An answer and what the `X-Consul-*` headers say of it, as the server
+/// that ran the call saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Answer<T> {
+    pub index: u64,
+    pub known_leader: bool,
+    /// Milliseconds since this server heard from the leader (0 on it).
+    pub last_contact: u64,
+    /// ACLs dropped rows the caller may not see.
+    pub filtered: bool,
+    pub value: T,
+}
+
+impl<T> Answer<T> {
+    /// `value`, read by `s` at `index`.
+    pub fn at(s: &Server, index: u64, filtered: bool, value: T) -> Self {
+        let last_contact = if s.cluster().is_leader() {
+            0
+        } else {
+            s.cluster().since_leader_contact()
+        };
+        Answer {
+            index: index.max(1),
+            known_leader: s.cluster().leader().is_some(),
+            last_contact,
+            filtered,
+            value,
+        }
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        Answer {
+            index: self.index,
+            known_leader: self.known_leader,
+            last_contact: self.last_contact,
+            filtered: self.filtered,
+            value: f(self.value),
+        }
+    }
+
+    pub fn try_map<U>(self, f: impl FnOnce(T) -> Result<U>) -> Result<Answer<U>> {
+        let value = f(self.value)?;
+        Ok(Answer {
+            index: self.index,
+            known_leader: self.known_leader,
+            last_contact: self.last_contact,
+            filtered: self.filtered,
+            value,
+        })
+    }
+}
+
+/// Where an operation must run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// On the leader: writes, and what must see every write.
+    Leader,
+    /// On the leader, unless the caller asked `?stale`.
+    LeaderUnlessStale,
+}
+
+/// Every operation the endpoint layer runs, as it travels to the leader.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Op {
+    Kv(kv::Op),
+    Session(session::Op),
+}
+
+/// What an operation answers with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Value {
+    Kv(kv::Value),
+    Session(session::Value),
+}
+
+impl Op {
+    fn place(&self) -> Place {
+        match self {
+            Op::Kv(op) => op.place(),
+            Op::Session(op) => op.place(),
+        }
+    }
+
+    fn is_read(&self) -> bool {
+        self.place() == Place::LeaderUnlessStale
+    }
+
+    async fn run(self, s: &Arc<Server>, call: &Call) -> Result<Answer<Value>> {
+        match self {
+            Op::Kv(op) => op.run(s, call).await.map(|a| a.map(Value::Kv)),
+            Op::Session(op) => op.run(s, call).await.map(|a| a.map(Value::Session)),
+        }
+    }
+}
+
+/// A call on its way to the leader.
+#[derive(Serialize, Deserialize)]
+struct Frame {
+    call: Call,
+    op: Op,
+}
+
+/// The leader's word on a frame.
+#[derive(Serialize, Deserialize)]
+enum Reply {
+    Answer(Result<Answer<Value>>),
+    /// The receiver does not lead (any more): nothing was run, the sender
+    /// asks the leader it knows next.
+    NotLeader,
+}
+
+/// How long a forwarding server waits for the leader's answer.
+fn forward_timeout(call: &Call, read: bool) -> Duration {
+    let rpc = crate::request::RPC_CLIENT_TIMEOUT;
+    if read && call.opts.index > 0 {
+        call.opts.wait + call.opts.wait / 16 + rpc
+    } else {
+        rpc
+    }
+}
+
+/// Runs `op` where it must run: here when this server is the ready leader
+/// (or the caller asked `?stale` of a read), else on the leader, asked
+/// over the channel to it and retried while a new one is elected (within
+/// the hold time). A read is asked again of the next leader when the one
+/// asked loses office; a write only when it surely never ran.
+pub async fn route(s: &Arc<Server>, mut call: Call, op: Op) -> Result<Answer<Value>> {
+    let read = op.is_read();
+    let here = match op.place() {
+        Place::Leader => s.cluster().is_ready_leader(),
+        Place::LeaderUnlessStale => call.opts.stale || s.cluster().is_ready_leader(),
+    };
+    // BUG (deliberate): a follower answers a default read from its own
+    // state instead of asking the leader.
+    #[cfg(feature = "bug-follower-reads")]
+    let here = here || (read && !call.opts.consistent);
+    if here {
+        return op.run(s, &call).await;
+    }
+    // A blocking read answers within its caller's wait, whatever happens
+    // to leaders meanwhile: asked again of the next one, it waits what is
+    // left.
+    let wait_ends =
+        (read && call.opts.index > 0).then(|| tokio::time::Instant::now() + call.opts.wait);
+    let mut deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+    loop {
+        let (id, leader) = s.await_leader().await?;
+        if id == s.cluster().id {
+            s.await_ready_leader().await?;
+            return op.run(s, &call).await;
+        }
+        if let Some(ends) = wait_ends {
+            call.opts.wait = ends.saturating_duration_since(tokio::time::Instant::now());
+        }
+        let sent = forward(s, &leader.raft_addr, &call, &op, read);
+        match s.while_leads(id, sent).await {
+            Ok(Reply::Answer(answer)) => return answer,
+            Ok(Reply::NotLeader) | Err(Error::NoLeader)
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Ok(Reply::NotLeader) => return Err(Error::NoLeader),
+            // A read changes nothing: the next leader is asked, within a
+            // hold time of its own.
+            Err(Error::LeadershipLost) if read => {
+                deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Asks the leader at `addr` to run `op`. `NoLeader`: it surely never ran
+/// (no channel, or never sent); `LeadershipLost`: it may have.
+async fn forward(
+    s: &Server, addr: &str, call: &Call, op: &Op, read: bool,
+) -> Result<Reply> {
+    crate::metrics::ENDPOINT_FORWARDED.inc();
+    let frame = Frame {
+        call: call.clone(),
+        op: op.clone(),
+    };
+    let body = bincode::serialize(&frame).map_err(|e| Error::Internal(e.to_string()))?;
+    let cluster = s.cluster();
+    let channel = cluster
+        .channels
+        .to(&*cluster.connector(), addr)
+        .await
+        .map_err(|e| {
+            tracing::debug!(%addr, error = %e, "no channel to the leader");
+            Error::NoLeader
+        })?;
+    let timeout = forward_timeout(call, read);
+    let answer = channel.call(body, timeout).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotConnected => Error::NoLeader,
+        std::io::ErrorKind::InvalidInput => Error::TooLarge(e.to_string()),
+        std::io::ErrorKind::TimedOut => Error::Internal(format!(
+            "no answer from the leader within {} s",
+            timeout.as_secs()
+        )),
+        _ => Error::LeadershipLost,
+    })?;
+    match answer {
+        Ok(bytes) => crate::raft::network::decode::<Reply>(&bytes)
+            .map_err(|e| Error::Internal(format!("the leader's answer: {e}"))),
+        Err(e) if e == BUSY => Err(Error::Busy(format!("The leader is {e}: try again later"))),
+        Err(e) => Err(Error::Internal(e)),
+    }
+}
+
+/// Answers the calls other servers of this datacenter forward here.
+pub struct Dispatch(pub Arc<Server>);
+
+impl Calls for Dispatch {
+    fn call(&self, body: Vec<u8>) -> CallFuture {
+        let s = self.0.clone();
+        Box::pin(async move {
+            let reply = match crate::raft::network::decode::<Frame>(&body) {
+                Err(e) => Reply::Answer(Err(Error::bad(format!("undecodable call: {e}")))),
+                Ok(Frame { mut call, op }) => {
+                    call.forwarded = true;
+                    run_forwarded(&s, call, op).await
+                }
+            };
+            bincode::serialize(&reply).unwrap_or_else(|e| {
+                bincode::serialize(&Reply::Answer(Err(Error::Internal(e.to_string()))))
+                    .unwrap_or_default()
+            })
+        })
+    }
+}
+
+/// A call sent here as to the leader: run once this server is the ready
+/// leader; a server that does not lead runs nothing.
+async fn run_forwarded(s: &Arc<Server>, call: Call, op: Op) -> Reply {
+    if !s.cluster().is_leader() {
+        return Reply::NotLeader;
+    }
+    if s.await_ready_leader().await.is_err() || !s.cluster().is_ready_leader() {
+        return Reply::NotLeader;
+    }
+    Reply::Answer(op.run(s, &call).await)
+}
+
+/// Makes `s` answer the endpoint calls the other servers of its
+/// datacenter forward to it (process assembly calls it once).
+pub fn serve(s: &Arc<Server>) {
+    let _ = s.cluster().calls.set(Arc::new(Dispatch(s.clone())));
+}
