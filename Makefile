@@ -61,8 +61,9 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Each injected bug (a build feature of cairn) must be caught by the
-## simulation within a bounded number of seeds. Three release builds: slow.
+## simulation within a bounded number of seeds (the last two are bugs of
+## the endpoint layer's routing and token checks). Release builds: slow.
 sim-bugs:
-	for bug in bug-ack-before-commit bug-stale-read bug-stream-back-in-time; do \
+	for bug in bug-ack-before-commit bug-stale-read bug-stream-back-in-time bug-follower-reads bug-forwarded-token; do \
 	  $(CARGO) test -p sim --release --features $$bug --test seeds -- --nocapture || exit 1; \
 	done

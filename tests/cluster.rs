@@ -393,3 +393,44 @@ async fn ca_roots_answer_as_soon_as_a_cluster_has_formed() {
         assert!(domains.iter().all(|d| *d == domains[0]), "{domains:?}");
     }
 }
+
+/// A follower's blocking reads of the KV store go to the leader over one
+/// channel on the Raft port: more of them than the leader takes Raft
+/// connections from one IP (128) wait at once, none is cut off, and one
+/// write wakes every one with the new value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_followers_parked_reads_share_one_channel_to_the_leader() {
+    let procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let follower = (by_raft(&procs, &leader) + 1) % 3;
+    let f = &procs[follower];
+    assert_eq!(put(&c, f, "watched", "before").await, Ok(true));
+    let r = c
+        .get(format!("http://{}/v1/kv/watched", f.http_addr))
+        .send()
+        .await
+        .unwrap();
+    let index = consul_index(&r);
+    const READERS: usize = 150;
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let (c, addr) = (c.clone(), f.http_addr);
+        readers.push(tokio::spawn(async move {
+            let url = format!("http://{addr}/v1/kv/watched?raw&index={index}&wait=60s");
+            let r = c.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }));
+    }
+    // Parked at the leader, not at the follower that forwarded them.
+    let l = &procs[by_raft(&procs, &leader)];
+    wait_parked(&c, l, READERS as u64).await;
+    assert_eq!(put(&c, &procs[0], "watched", "after").await, Ok(true));
+    for r in readers {
+        assert_eq!(r.await.unwrap(), (200, "after".to_string()));
+    }
+    let metrics = send_text(c.get(format!("http://{}{}", f.http_addr, common::METRICS))).await;
+    assert!(common::metric_in(&metrics, "cairn_endpoint_forwarded_total") >= READERS as f64);
+    // Not over HTTP (the servers' own agents' writes are, for now).
+    assert!(common::metric_in(&metrics, "cairn_http_forwarded_total") < READERS as f64);
+}

@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::acl::DefaultPolicy;
+use cairn::endpoint::Call;
+use cairn::endpoint::kv::Put;
 use cairn::error::Error;
 use cairn::federation::Handler;
 use cairn::http::{Watch, blocking};
@@ -35,7 +37,7 @@ use cairn::state::{
     ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
 };
 use cairn::stream::{Item, Reader, Topic};
-use cairn::structs::KvEntry;
+use cairn::structs::{KvEntry, KvOutcome, KvVerb};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -161,6 +163,10 @@ pub struct Committed {
     /// Per ACL token deleted (by accessor), the index whose apply removed
     /// it: the ACL checker's ground truth.
     pub acl_deleted: BTreeMap<String, u64>,
+    /// Per ACL token deleted and server (its name), when (µs of simulated
+    /// time) that server first applied the delete: until then a `?stale`
+    /// read it answers may still accept the token.
+    pub acl_deleted_at: BTreeMap<(String, String), u64>,
     /// Per ACL row (its key: `t/<accessor>`, `p/<policy id>`), the
     /// indexes that changed it and what it was after each: a policy's
     /// rules, `Some("")` for any other row, `None` once removed. The DNS
@@ -254,6 +260,9 @@ fn record_acl(truth: &Truth, server: &str, set: &ChangeSet) {
     for c in removed {
         let accessor = c.key["t/".len()..].to_string();
         let mut t = truth.lock().unwrap();
+        t.acl_deleted_at
+            .entry((accessor.clone(), server.to_string()))
+            .or_insert_with(now_us);
         match t.acl_deleted.get(&accessor) {
             Some(&seen) if seen != set.index => {
                 let msg = format!(
@@ -763,8 +772,92 @@ async fn serve_api(
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
     }
+    // KV and session requests go through the server's own endpoint layer
+    // (`cairn::endpoint`), which routes them to the leader over the Raft
+    // port's channel (turmoil's network) and checks the token where they
+    // run, as the HTTP handlers call it.
+    if let Some(reply) = endpoint_call(&server, &env.req, env.token.clone()).await {
+        return write_msg(
+            &mut stream,
+            &Answer {
+                reply,
+                checked: None,
+            },
+        )
+        .await;
+    }
     let answer = handle(&server, env.req, env.token, env.forwarded).await;
     write_msg(&mut stream, &answer).await
+}
+
+/// `req` as the HTTP handlers would call the endpoint layer (`None`: a
+/// request the simulation still answers through `handle`).
+async fn endpoint_call(
+    s: &Arc<Server>, req: &ApiRequest, token: Option<String>,
+) -> Option<ApiReply> {
+    let call = |consistent, stale| {
+        Call::new(
+            s,
+            token.clone(),
+            QueryOptions {
+                index: 0,
+                wait: Duration::from_secs(1),
+                consistent,
+                stale,
+            },
+        )
+    };
+    let get = |call: Call, key: &str| {
+        let key = key.to_string();
+        async move {
+            let read = cairn::endpoint::kv::get(s, call, key, false).await;
+            ApiReply::Get(
+                read.map(|a| a.value.into_iter().next())
+                    .map_err(|e| e.to_string()),
+            )
+        }
+    };
+    let written = |r: cairn::error::Result<bool>| {
+        ApiReply::Write(
+            r.map(|ok| Response::Kv(KvOutcome::Done(ok)))
+                .map_err(|e| e.to_string()),
+        )
+    };
+    Some(match req {
+        ApiRequest::Get { key, consistent } => get(call(*consistent, false), key).await,
+        ApiRequest::StaleGet { key } => get(call(false, true), key).await,
+        ApiRequest::Renew { id } => ApiReply::Write(
+            cairn::endpoint::session::renew(s, call(false, false), id.clone())
+                .await
+                .map(|_| Response::Ok)
+                .map_err(|e| e.to_string()),
+        ),
+        ApiRequest::Write(cmd) => match &**cmd {
+            Command::Kv(op) => match op.verb {
+                KvVerb::Set | KvVerb::Cas => {
+                    let put = Put {
+                        key: op.key.clone(),
+                        value: op.value.clone(),
+                        flags: op.flags,
+                        cas: (op.verb == KvVerb::Cas).then_some(op.index),
+                        acquire: None,
+                        release: None,
+                    };
+                    written(cairn::endpoint::kv::put(s, call(false, false), put).await)
+                }
+                KvVerb::Delete | KvVerb::DeleteCas => {
+                    let cas = (op.verb == KvVerb::DeleteCas).then_some(op.index);
+                    let key = op.key.clone();
+                    written(
+                        cairn::endpoint::kv::delete(s, call(false, false), key, false, cas).await,
+                    )
+                }
+                _ => return None,
+            },
+            _ => return None,
+        },
+        _ => return None,
+    })
 }
 
 /// A DNS query answered as the server's listener answers it (`process::server`

@@ -580,7 +580,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     if let Some(tokens) = access.tokens() {
         let log = acl_log.lock().unwrap().clone();
         log.hash(&mut trace);
-        let stats = acl::check(tokens, &log, &truth.lock().unwrap());
+        let stats = acl::check(tokens, &log, &truth.lock().unwrap(), false);
         report.failures.extend(stats.failures.iter().cloned());
         report.acl = Some(stats);
         let log = dns_log.lock().unwrap().clone();

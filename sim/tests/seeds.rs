@@ -25,7 +25,9 @@ fn serial() -> MutexGuard<'static, ()> {
     feature = "bug-ack-before-commit",
     feature = "bug-stale-read",
     feature = "bug-stream-back-in-time",
-    feature = "bug-failover-ignores-health"
+    feature = "bug-failover-ignores-health",
+    feature = "bug-follower-reads",
+    feature = "bug-forwarded-token"
 )))]
 mod clean {
     use super::*;
@@ -266,7 +268,9 @@ mod planted_failover {
 #[cfg(any(
     feature = "bug-ack-before-commit",
     feature = "bug-stale-read",
-    feature = "bug-stream-back-in-time"
+    feature = "bug-stream-back-in-time",
+    feature = "bug-follower-reads",
+    feature = "bug-forwarded-token"
 ))]
 mod planted {
     use super::*;

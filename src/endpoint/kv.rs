@@ -35,10 +35,20 @@ pub struct Put {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Op {
-    Get { key: String, recurse: bool },
-    Keys { prefix: String, separator: String },
+    Get {
+        key: String,
+        recurse: bool,
+    },
+    Keys {
+        prefix: String,
+        separator: String,
+    },
     Put(Put),
-    Delete { key: String, recurse: bool, cas: Option<u64> },
+    Delete {
+        key: String,
+        recurse: bool,
+        cas: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,10 +75,12 @@ pub async fn keys(
     s: &Arc<Server>, call: Call, prefix: String, separator: String,
 ) -> Result<Answer<Vec<String>>> {
     let op = Op::Keys { prefix, separator };
-    super::route(s, call, super::Op::Kv(op)).await?.try_map(|v| match v {
-        Answered::Kv(Value::Keys(k)) => Ok(k),
-        _ => Err(unexpected()),
-    })
+    super::route(s, call, super::Op::Kv(op))
+        .await?
+        .try_map(|v| match v {
+            Answered::Kv(Value::Keys(k)) => Ok(k),
+            _ => Err(unexpected()),
+        })
 }
 
 /// Writes one key; whether it was written (a failed check-and-set or lock
@@ -124,15 +136,14 @@ impl Op {
                 // Filtered on every wake, with the authorizer of that
                 // version: the answer is what the token may read now.
                 let watch = Watch::Prefix(keys::kv(&prefix));
-                let (index, (list, filtered)) =
-                    blocking(s, &call.opts, &mut a, watch, |st, a| {
-                        let mut list = list_keys(st, &prefix, &separator);
-                        let before = list.len();
-                        list.retain(|k| a.key_read(k));
-                        let filtered = list.len() != before;
-                        (read_index(st, &prefix, true), (list, filtered))
-                    })
-                    .await?;
+                let (index, (list, filtered)) = blocking(s, &call.opts, &mut a, watch, |st, a| {
+                    let mut list = list_keys(st, &prefix, &separator);
+                    let before = list.len();
+                    list.retain(|k| a.key_read(k));
+                    let filtered = list.len() != before;
+                    (read_index(st, &prefix, true), (list, filtered))
+                })
+                .await?;
                 Ok(Answer::at(s, index, filtered, Value::Keys(list)))
             }
             Op::Get { key, recurse } => {

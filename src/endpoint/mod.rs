@@ -239,9 +239,7 @@ pub async fn route(s: &Arc<Server>, mut call: Call, op: Op) -> Result<Answer<Val
 
 /// Asks the leader at `addr` to run `op`. `NoLeader`: it surely never ran
 /// (no channel, or never sent); `LeadershipLost`: it may have.
-async fn forward(
-    s: &Server, addr: &str, call: &Call, op: &Op, read: bool,
-) -> Result<Reply> {
+async fn forward(s: &Server, addr: &str, call: &Call, op: &Op, read: bool) -> Result<Reply> {
     crate::metrics::ENDPOINT_FORWARDED.inc();
     let frame = Frame {
         call: call.clone(),
@@ -258,15 +256,18 @@ async fn forward(
             Error::NoLeader
         })?;
     let timeout = forward_timeout(call, read);
-    let answer = channel.call(body, timeout).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotConnected => Error::NoLeader,
-        std::io::ErrorKind::InvalidInput => Error::TooLarge(e.to_string()),
-        std::io::ErrorKind::TimedOut => Error::Internal(format!(
-            "no answer from the leader within {} s",
-            timeout.as_secs()
-        )),
-        _ => Error::LeadershipLost,
-    })?;
+    let answer = channel
+        .call(body, timeout)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotConnected => Error::NoLeader,
+            std::io::ErrorKind::InvalidInput => Error::TooLarge(e.to_string()),
+            std::io::ErrorKind::TimedOut => Error::Internal(format!(
+                "no answer from the leader within {} s",
+                timeout.as_secs()
+            )),
+            _ => Error::LeadershipLost,
+        })?;
     match answer {
         Ok(bytes) => crate::raft::network::decode::<Reply>(&bytes)
             .map_err(|e| Error::Internal(format!("the leader's answer: {e}"))),

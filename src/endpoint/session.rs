@@ -15,6 +15,9 @@ use crate::server::Server;
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{Session, SessionRequest};
 
+/// Which sessions a read answers with, from a version of the state.
+type Pick = Box<dyn Fn(&crate::state::State) -> Vec<Session> + Send + Sync>;
+
 /// Consul's node health check, the default a session is bound to.
 const SERF_CHECK: &str = "serfHealth";
 
@@ -23,11 +26,22 @@ pub enum Op {
     /// A session checked on the server first asked (its ID made there),
     /// and whether its request named no checks (then it is bound to the
     /// node's `serfHealth`, if there is one).
-    Create { session: Session, no_checks: bool },
-    Destroy { id: String },
-    Renew { id: String },
-    Info { id: String },
-    Node { node: String },
+    Create {
+        session: Session,
+        no_checks: bool,
+    },
+    Destroy {
+        id: String,
+    },
+    Renew {
+        id: String,
+    },
+    Info {
+        id: String,
+    },
+    Node {
+        node: String,
+    },
     List,
 }
 
@@ -46,10 +60,7 @@ pub async fn create(s: &Arc<Server>, call: Call, req: SessionRequest) -> Result<
         .into_session(id, &call.origin)
         .map_err(Error::BadRequest)?;
     let op = Op::Create { session, no_checks };
-    match super::route(s, call, super::Op::Session(op))
-        .await?
-        .value
-    {
+    match super::route(s, call, super::Op::Session(op)).await?.value {
         Answered::Session(Value::Created { id }) => Ok(id),
         _ => Err(unexpected()),
     }
@@ -117,49 +128,49 @@ impl Op {
 
     pub(super) async fn run(self, s: &Arc<Server>, call: &Call) -> Result<Answer<Value>> {
         let mut a = call.authz(s)?;
-        let (key, pick): (_, Box<dyn Fn(&crate::state::State) -> Vec<Session> + Send + Sync>) =
-            match self {
-                Op::Create { session, no_checks } => {
-                    return create_here(s, call, &a, session, no_checks).await;
-                }
-                Op::Destroy { id } => {
-                    authorize_session(s, &a, &id)?;
-                    return destroy_here(s, id).await;
-                }
-                Op::Renew { id } => {
-                    authorize_session(s, &a, &id)?;
-                    let (index, session) = renew_session(s, &id).await?;
-                    let value = Value::Sessions(vec![(*session).clone()]);
-                    return Ok(Answer::at(s, index, false, value));
-                }
-                Op::Info { id } => (
-                    keys::session(&id),
-                    Box::new(move |st| {
-                        st.sessions
-                            .get(&id)
-                            .map(|x| (**x).clone())
-                            .into_iter()
-                            .collect()
-                    }),
-                ),
-                Op::Node { node } => (
-                    keys::node_sessions(&node),
-                    Box::new(move |st| {
-                        crate::state::session::node_sessions(st, &node)
-                            .into_iter()
-                            .map(|x| (*x).clone())
-                            .collect()
-                    }),
-                ),
-                Op::List => (
-                    keys::SESSIONS,
-                    Box::new(|st| st.sessions.values().map(|x| (**x).clone()).collect()),
-                ),
-            };
+        let (key, pick): (_, Pick) = match self {
+            Op::Create { session, no_checks } => {
+                return create_here(s, call, &a, session, no_checks).await;
+            }
+            Op::Destroy { id } => {
+                authorize_session(s, &a, &id)?;
+                return destroy_here(s, id).await;
+            }
+            Op::Renew { id } => {
+                authorize_session(s, &a, &id)?;
+                let (index, session) = renew_session(s, &id).await?;
+                let value = Value::Sessions(vec![(*session).clone()]);
+                return Ok(Answer::at(s, index, false, value));
+            }
+            Op::Info { id } => (
+                keys::session(&id),
+                Box::new(move |st| {
+                    st.sessions
+                        .get(&id)
+                        .map(|x| (**x).clone())
+                        .into_iter()
+                        .collect()
+                }),
+            ),
+            Op::Node { node } => (
+                keys::node_sessions(&node),
+                Box::new(move |st| {
+                    crate::state::session::node_sessions(st, &node)
+                        .into_iter()
+                        .map(|x| (*x).clone())
+                        .collect()
+                }),
+            ),
+            Op::List => (
+                keys::SESSIONS,
+                Box::new(|st| st.sessions.values().map(|x| (**x).clone()).collect()),
+            ),
+        };
         let watch = Watch::Keys(vec![key.clone()]);
-        let (index, mut sessions) =
-            blocking(s, &call.opts, &mut a, watch, |st, _| (st.index_of([&key]), pick(st)))
-                .await?;
+        let (index, mut sessions) = blocking(s, &call.opts, &mut a, watch, |st, _| {
+            (st.index_of([&key]), pick(st))
+        })
+        .await?;
         let before = sessions.len();
         sessions.retain(|x| a.session_read(&x.node));
         let filtered = sessions.len() != before;
@@ -208,7 +219,12 @@ async fn destroy_here(s: &Arc<Server>, id: String) -> Result<Answer<Value>> {
     // anonymous caller could otherwise grow the log at will), and the
     // answer Consul gives.
     if !s.state().sessions.contains_key(&id) {
-        return Ok(Answer::at(s, s.state().index, false, Value::Destroyed(true)));
+        return Ok(Answer::at(
+            s,
+            s.state().index,
+            false,
+            Value::Destroyed(true),
+        ));
     }
     match s
         .write(

@@ -11,16 +11,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{App, Called, Opts, answer_headers, answer_json, keep, mark_filtered, meta_headers};
-use crate::endpoint::{self, Answer};
 pub use crate::endpoint::kv::MAX_VALUE;
+use crate::endpoint::{self, Answer};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::state::kv::read_txn;
 use crate::state::{self, Command, Response as Applied, Timeable};
 use crate::structs::validate::{check_dc, validate_check, validate_service};
-use crate::structs::{
-    CatalogVerb, HealthCheck, KvOp, KvVerb, Node, NodeService, TxnOp, TxnResult,
-};
+use crate::structs::{CatalogVerb, HealthCheck, KvOp, KvVerb, Node, NodeService, TxnOp, TxnResult};
 
 /// Consul's limit on operations in one transaction.
 pub const MAX_TXN_OPS: usize = 128;

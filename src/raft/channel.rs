@@ -271,7 +271,12 @@ impl Channel {
             id,
             done: false,
         };
-        if self.out.send(ChannelFrame::Call { id, body }).await.is_err() {
+        if self
+            .out
+            .send(ChannelFrame::Call { id, body })
+            .await
+            .is_err()
+        {
             guard.done = true;
             self.pending.lock().remove(&id);
             return Err(io::Error::new(

@@ -184,7 +184,9 @@ pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
 }
 
 /// Reads a frame's body of `len` bytes, refusing one over `MAX_FRAME`.
-pub(super) async fn read_body<R: tokio::io::AsyncRead + Unpin>(s: &mut R, len: usize) -> io::Result<Vec<u8>> {
+pub(super) async fn read_body<R: tokio::io::AsyncRead + Unpin>(
+    s: &mut R, len: usize,
+) -> io::Result<Vec<u8>> {
     if len > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -825,7 +827,12 @@ impl<F: Formation> Peer<F> {
                     (_, Some(calls)) => Ok(calls),
                 };
                 let refused = calls.as_ref().err().cloned();
-                if let Err(e) = write_reply(&mut stream, &Reply::Channel(calls.as_ref().map(|_| ()).map_err(Clone::clone))).await {
+                if let Err(e) = write_reply(
+                    &mut stream,
+                    &Reply::Channel(calls.as_ref().map(|_| ()).map_err(Clone::clone)),
+                )
+                .await
+                {
                     break Close::Io(e);
                 }
                 match calls {
