@@ -1,6 +1,21 @@
 //! cairn: a Consul-compatible service catalog and service-mesh control plane.
 //!
-//! The crate is split by concern; ARCHITECTURE.md is the map.
+//! The crate is split by concern; ARCHITECTURE.md is the map. Its layers,
+//! from the top (each module imports only those below it; `tests/layers.rs`
+//! holds them):
+//!
+//! - `process`: assembles a server or agent process from the rest;
+//! - `http`: the servers' HTTP API, decode, call, encode;
+//! - `leader`: the leader's duties, one set per term;
+//! - `endpoint`: the server's API as typed calls, and where each runs;
+//! - `federation`: other datacenters, over the Raft port;
+//! - `server`, `xds`: a server's core (Raft, state, publisher, proxycfg),
+//!   and what Envoy is sent;
+//! - `raft`, `proxycfg`, `agent` and below: the transport and consensus,
+//!   the proxies' snapshots, the client agent, the state store, the event
+//!   stream, the discovery chain, the domain types (`structs`) and the
+//!   small pieces everything uses.
+#![deny(unsafe_code)]
 
 pub mod acl;
 pub mod agent;
