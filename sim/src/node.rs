@@ -4,13 +4,13 @@
 //!
 //! The API stands in for HTTP (hyper over turmoil streams would work but
 //! costs build and run time the seeds need). It keeps the decisions of the
-//! HTTP request path: a server that is not the leader forwards to the leader
-//! (the `forward_to_leader` middleware), writes go through `Server::write`,
-//! reads through `http::blocking` with the same consistency options
-//! (default = the leader's local state, `consistent` = `linearize()` first).
-//! With ACLs on, the server that answers resolves the request's token with
-//! the HTTP path's resolver (`http::resolver`, the `Authz` extractor's) and
-//! makes the checks the HTTP handlers make, before it reads any state.
+//! HTTP request path: KV reads and writes and session renewals are calls of
+//! the server's endpoint layer (`cairn::endpoint`, as the HTTP handlers
+//! make them: routed to the leader over the Raft port's channel, the token
+//! checked where they run); the other writes are still passed to the
+//! leader here (as the `forward_to_leader` middleware), through
+//! `Server::write`, with ACLs on after the checks the HTTP handlers make
+//! (`check_token`, the HTTP path's resolver).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,7 +23,6 @@ use cairn::endpoint::Call;
 use cairn::endpoint::kv::Put;
 use cairn::error::Error;
 use cairn::federation::Handler;
-use cairn::http::{Watch, blocking};
 use cairn::raft::NodeId;
 use cairn::raft::network::{Accept, BoxStream, Connect, Connecting};
 use cairn::raft::state_machine::SnapshotStore;
@@ -34,7 +33,7 @@ use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::acl::AclRow;
 use cairn::state::token_resolver::AclConfig;
 use cairn::state::{
-    ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind, keys,
+    ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind,
 };
 use cairn::stream::{Item, Reader, Topic};
 use cairn::structs::{KvEntry, KvOutcome, KvVerb};
@@ -734,7 +733,11 @@ async fn serve_api(
             Some(error_reply(&env.req, "not federated".into()))
         }
         (ApiRequest::Dns { query }, _) => Some(dns(&server, query).await),
-        _ => None,
+        // KV and session requests go through the server's own endpoint
+        // layer (`cairn::endpoint`), which routes them to the leader over
+        // the Raft port's channel (turmoil's network) and checks the token
+        // where they run, as the HTTP handlers call it.
+        _ => endpoint_call(&server, &env.req, env.token.clone()).await,
     };
     if let Some(reply) = whole {
         return write_msg(
@@ -772,20 +775,6 @@ async fn serve_api(
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
     }
-    // KV and session requests go through the server's own endpoint layer
-    // (`cairn::endpoint`), which routes them to the leader over the Raft
-    // port's channel (turmoil's network) and checks the token where they
-    // run, as the HTTP handlers call it.
-    if let Some(reply) = endpoint_call(&server, &env.req, env.token.clone()).await {
-        return write_msg(
-            &mut stream,
-            &Answer {
-                reply,
-                checked: None,
-            },
-        )
-        .await;
-    }
     let answer = handle(&server, env.req, env.token, env.forwarded).await;
     write_msg(&mut stream, &answer).await
 }
@@ -797,7 +786,6 @@ async fn endpoint_call(
 ) -> Option<ApiReply> {
     let call = |consistent, stale| {
         Call::new(
-            s,
             token.clone(),
             QueryOptions {
                 index: 0,
@@ -917,17 +905,19 @@ fn error_answer(req: &ApiRequest, e: String) -> Answer {
 fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn::error::Result<()> {
     let a = Authz::resolve(&*cairn::http::resolver(s).0, token.map(str::to_string))?;
     match req {
-        ApiRequest::Get { key, .. } | ApiRequest::StaleGet { key } => {
-            a.require(a.key_read(key), "key:read", key)
-        }
         // The KV topic from the root: `key_read` on "".
         ApiRequest::Subscribe { .. } => a.require(a.key_read(""), "key:read", ""),
-        ApiRequest::Renew { id } => cairn::http::session::authorize_session(s, &a, id),
         ApiRequest::Write(cmd) => authorize_write(s, &a, cmd),
         // No request token: the resolver reads with the server's DNS token.
         ApiRequest::Dns { .. } => Ok(()),
-        // Answered in `serve_api`: the router's handlers check the token.
-        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) | ApiRequest::Execute { .. } => Ok(()),
+        // Answered in `serve_api`: the router's handlers or the endpoint
+        // layer check the token.
+        ApiRequest::RemoteGet { .. }
+        | ApiRequest::Wan(_)
+        | ApiRequest::Execute { .. }
+        | ApiRequest::Get { .. }
+        | ApiRequest::StaleGet { .. }
+        | ApiRequest::Renew { .. } => Ok(()),
     }
 }
 
@@ -1011,16 +1001,12 @@ async fn via_leader(
 async fn handle(
     s: &Arc<Server>, req: ApiRequest, token: Option<String>, forwarded: bool,
 ) -> Answer {
-    // As `forward_to_leader`: the leader (or a forwarded request, or a
-    // stale read) is answered here, anything else goes to the leader, with
-    // its token.
-    // Its answer ends with the leader's leadership (`Server::while_leads`):
-    // a write then has an unknown outcome, a read is asked again of the next
-    // leader.
-    let local = matches!(req, ApiRequest::StaleGet { .. });
-    let read = matches!(req, ApiRequest::Get { .. });
-    if !forwarded && !local {
-        match via_leader(s, &req, token.as_deref(), read).await {
+    // As `forward_to_leader`: the leader (or a forwarded request) answers
+    // a write here, any other server passes it to the leader, with its
+    // token. Its answer ends with the leader's leadership
+    // (`Server::while_leads`): the write then has an unknown outcome.
+    if !forwarded {
+        match via_leader(s, &req, token.as_deref(), false).await {
             None => {}
             Some(Ok(a)) => return a,
             Some(Err(e)) => return error_answer(&req, e),
@@ -1046,45 +1032,21 @@ async fn handle(
     }
 }
 
-/// A KV read in the given consistency mode, through `http::blocking`.
-async fn read(s: &Arc<Server>, key: String, consistent: bool, stale: bool) -> ApiReply {
-    let opts = QueryOptions {
-        index: 0,
-        wait: Duration::from_secs(1),
-        consistent,
-        stale,
-    };
-    // The token was checked before (`check_token`); the read itself is
-    // a plain one.
-    let mut authz = Authz::open();
-    let watch = Watch::Keys(vec![keys::kv(&key)]);
-    let read = blocking(s, &opts, &mut authz, watch, |st, _| {
-        (st.index, st.kv.get(key.as_str()).map(|e| (**e).clone()))
-    })
-    .await;
-    ApiReply::Get(read.map(|(_, e)| e).map_err(|e| e.to_string()))
-}
-
 async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
     match req {
         ApiRequest::Write(cmd) => ApiReply::Write(s.write(*cmd).await.map_err(|e| e.to_string())),
-        ApiRequest::Get { key, consistent } => read(s, key, consistent, false).await,
-        ApiRequest::StaleGet { key } => read(s, key, false, true).await,
         ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
-        ApiRequest::RemoteGet { .. } | ApiRequest::Wan(_) | ApiRequest::Execute { .. } => {
-            error_reply(&req, "answered before".into())
-        }
+        ApiRequest::RemoteGet { .. }
+        | ApiRequest::Wan(_)
+        | ApiRequest::Execute { .. }
+        | ApiRequest::Get { .. }
+        | ApiRequest::StaleGet { .. }
+        | ApiRequest::Renew { .. } => error_reply(&req, "answered before".into()),
         // Answered in `serve_api`, never here.
         ApiRequest::Dns { .. } => ApiReply::Dns {
             answer: None,
             before: 0,
             after: 0,
         },
-        ApiRequest::Renew { id } => ApiReply::Write(
-            cairn::http::session::renew_session(s, &id)
-                .await
-                .map(|_| Response::Ok)
-                .map_err(|e| e.to_string()),
-        ),
     }
 }

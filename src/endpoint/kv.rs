@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::blocking::{Watch, blocking};
-use super::{Answer, Call, Place, Value as Answered};
+use super::{Answer, Call, Place, Value as Answered, keep};
 use crate::error::{Error, Result};
 use crate::server::Server;
 use crate::state::kv::{list_keys, prefix_iter, read_index};
@@ -166,9 +166,7 @@ impl Op {
                                 .into_iter()
                                 .collect()
                         };
-                        let before = entries.len();
-                        entries.retain(|e| a.key_read(&e.key));
-                        let filtered = entries.len() != before;
+                        let filtered = keep(&mut entries, |e| a.key_read(&e.key));
                         (read_index(st, &key, recurse), (entries, filtered))
                     })
                     .await?;

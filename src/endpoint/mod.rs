@@ -37,9 +37,10 @@ pub struct Call {
     pub opts: QueryOptions,
     /// The caller's IP, for its share of the blocking places.
     pub client: Option<IpAddr>,
-    /// The node of the server the call reached first (a session's `Node`
-    /// defaults to it, as Consul's to the receiving agent's).
-    pub origin: String,
+    /// The node of the server the call reached first, set when it is
+    /// forwarded (none: the server running it); a session's `Node`
+    /// defaults to it, as Consul's to the receiving agent's.
+    pub origin: Option<String>,
     /// Came over a channel from another server of this datacenter (set by
     /// the receiver, never sent).
     #[serde(skip)]
@@ -47,15 +48,17 @@ pub struct Call {
 }
 
 impl Call {
-    /// A call reaching `s` first.
-    pub fn new(s: &Server, token: Option<String>, opts: QueryOptions) -> Self {
+    pub fn new(token: Option<String>, opts: QueryOptions) -> Self {
         Call {
             token,
             opts,
-            client: None,
-            origin: s.node_name().to_string(),
-            forwarded: false,
+            ..Call::default()
         }
+    }
+
+    /// The node of the server the call reached first.
+    pub fn origin<'a>(&'a self, s: &'a Server) -> &'a str {
+        self.origin.as_deref().unwrap_or(s.node_name())
     }
 
     /// The caller's authorizer on the server that runs the call.
@@ -116,6 +119,14 @@ impl<T> Answer<T> {
     }
 }
 
+/// Keeps the rows `allowed` passes; says whether any was dropped (an
+/// answer's `filtered`).
+pub fn keep<T>(rows: &mut Vec<T>, allowed: impl Fn(&T) -> bool) -> bool {
+    let before = rows.len();
+    rows.retain(|r| allowed(r));
+    rows.len() != before
+}
+
 /// Where an operation must run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
@@ -157,13 +168,6 @@ impl Op {
             Op::Session(op) => op.run(s, call).await.map(|a| a.map(Value::Session)),
         }
     }
-}
-
-/// A call on its way to the leader.
-#[derive(Serialize, Deserialize)]
-struct Frame {
-    call: Call,
-    op: Op,
 }
 
 /// The leader's word on a frame.
@@ -208,6 +212,7 @@ pub async fn route(s: &Arc<Server>, mut call: Call, op: Op) -> Result<Answer<Val
     // left.
     let wait_ends =
         (read && call.opts.index > 0).then(|| tokio::time::Instant::now() + call.opts.wait);
+    call.origin.get_or_insert_with(|| s.node_name().to_string());
     let mut deadline = tokio::time::Instant::now() + crate::server::LEADER_HOLD;
     loop {
         let (id, leader) = s.await_leader().await?;
@@ -241,20 +246,12 @@ pub async fn route(s: &Arc<Server>, mut call: Call, op: Op) -> Result<Answer<Val
 /// (no channel, or never sent); `LeadershipLost`: it may have.
 async fn forward(s: &Server, addr: &str, call: &Call, op: &Op, read: bool) -> Result<Reply> {
     crate::metrics::ENDPOINT_FORWARDED.inc();
-    let frame = Frame {
-        call: call.clone(),
-        op: op.clone(),
-    };
-    let body = bincode::serialize(&frame).map_err(|e| Error::Internal(e.to_string()))?;
-    let cluster = s.cluster();
-    let channel = cluster
-        .channels
-        .to(&*cluster.connector(), addr)
-        .await
-        .map_err(|e| {
-            tracing::debug!(%addr, error = %e, "no channel to the leader");
-            Error::NoLeader
-        })?;
+    // Borrowed into the frame: a retry sends the same call again, uncopied.
+    let body = bincode::serialize(&(call, op)).map_err(|e| Error::Internal(e.to_string()))?;
+    let channel = s.cluster().channel_to(addr).await.map_err(|e| {
+        tracing::debug!(%addr, error = %e, "no channel to the leader");
+        Error::NoLeader
+    })?;
     let timeout = forward_timeout(call, read);
     let answer = channel
         .call(body, timeout)
@@ -283,17 +280,16 @@ impl Calls for Dispatch {
     fn call(&self, body: Vec<u8>) -> CallFuture {
         let s = self.0.clone();
         Box::pin(async move {
-            let reply = match crate::raft::network::decode::<Frame>(&body) {
+            let reply = match crate::raft::network::decode::<(Call, Op)>(&body) {
                 Err(e) => Reply::Answer(Err(Error::bad(format!("undecodable call: {e}")))),
-                Ok(Frame { mut call, op }) => {
+                Ok((mut call, op)) => {
                     call.forwarded = true;
                     run_forwarded(&s, call, op).await
                 }
             };
-            bincode::serialize(&reply).unwrap_or_else(|e| {
-                bincode::serialize(&Reply::Answer(Err(Error::Internal(e.to_string()))))
-                    .unwrap_or_default()
-            })
+            // Every `Reply` encodes; an empty answer would be the caller's
+            // decoding error.
+            bincode::serialize(&reply).unwrap_or_default()
         })
     }
 }
@@ -301,9 +297,7 @@ impl Calls for Dispatch {
 /// A call sent here as to the leader: run once this server is the ready
 /// leader; a server that does not lead runs nothing.
 async fn run_forwarded(s: &Arc<Server>, call: Call, op: Op) -> Reply {
-    if !s.cluster().is_leader() {
-        return Reply::NotLeader;
-    }
+    // At once on a server that does not lead; a leader waits to be ready.
     if s.await_ready_leader().await.is_err() || !s.cluster().is_ready_leader() {
         return Reply::NotLeader;
     }

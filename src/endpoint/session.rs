@@ -15,9 +15,6 @@ use crate::server::Server;
 use crate::state::{Command, Response as Applied, Timeable, keys};
 use crate::structs::{Session, SessionRequest};
 
-/// Which sessions a read answers with, from a version of the state.
-type Pick = Box<dyn Fn(&crate::state::State) -> Vec<Session> + Send + Sync>;
-
 /// Consul's node health check, the default a session is bound to.
 const SERF_CHECK: &str = "serfHealth";
 
@@ -57,7 +54,7 @@ pub async fn create(s: &Arc<Server>, call: Call, req: SessionRequest) -> Result<
     let no_checks = req.no_checks();
     let id = uuid::Uuid::new_v4().to_string();
     let session = req
-        .into_session(id, &call.origin)
+        .into_session(id, call.origin(s))
         .map_err(Error::BadRequest)?;
     let op = Op::Create { session, no_checks };
     match super::route(s, call, super::Op::Session(op)).await?.value {
@@ -127,55 +124,60 @@ impl Op {
     }
 
     pub(super) async fn run(self, s: &Arc<Server>, call: &Call) -> Result<Answer<Value>> {
-        let mut a = call.authz(s)?;
-        let (key, pick): (_, Pick) = match self {
-            Op::Create { session, no_checks } => {
-                return create_here(s, call, &a, session, no_checks).await;
-            }
+        let a = call.authz(s)?;
+        match self {
+            Op::Create { session, no_checks } => create_here(s, call, &a, session, no_checks).await,
             Op::Destroy { id } => {
                 authorize_session(s, &a, &id)?;
-                return destroy_here(s, id).await;
+                destroy_here(s, id).await
             }
             Op::Renew { id } => {
                 authorize_session(s, &a, &id)?;
                 let (index, session) = renew_session(s, &id).await?;
                 let value = Value::Sessions(vec![(*session).clone()]);
-                return Ok(Answer::at(s, index, false, value));
+                Ok(Answer::at(s, index, false, value))
             }
-            Op::Info { id } => (
-                keys::session(&id),
-                Box::new(move |st| {
+            Op::Info { id } => {
+                read(s, call, a, keys::session(&id), |st| {
                     st.sessions
                         .get(&id)
                         .map(|x| (**x).clone())
                         .into_iter()
                         .collect()
-                }),
-            ),
-            Op::Node { node } => (
-                keys::node_sessions(&node),
-                Box::new(move |st| {
+                })
+                .await
+            }
+            Op::Node { node } => {
+                read(s, call, a, keys::node_sessions(&node), |st| {
                     crate::state::session::node_sessions(st, &node)
                         .into_iter()
                         .map(|x| (*x).clone())
                         .collect()
-                }),
-            ),
-            Op::List => (
-                keys::SESSIONS,
-                Box::new(|st| st.sessions.values().map(|x| (**x).clone()).collect()),
-            ),
-        };
-        let watch = Watch::Keys(vec![key.clone()]);
-        let (index, mut sessions) = blocking(s, &call.opts, &mut a, watch, |st, _| {
-            (st.index_of([&key]), pick(st))
-        })
-        .await?;
-        let before = sessions.len();
-        sessions.retain(|x| a.session_read(&x.node));
-        let filtered = sessions.len() != before;
-        Ok(Answer::at(s, index, filtered, Value::Sessions(sessions)))
+                })
+                .await
+            }
+            Op::List => {
+                read(s, call, a, keys::SESSIONS, |st| {
+                    st.sessions.values().map(|x| (**x).clone()).collect()
+                })
+                .await
+            }
+        }
     }
+}
+
+/// The sessions `pick` finds, blocking on `key`, those the token may read.
+async fn read(
+    s: &Arc<Server>, call: &Call, mut a: crate::request::authz::Authz, key: crate::state::WatchKey,
+    pick: impl Fn(&crate::state::State) -> Vec<Session>,
+) -> Result<Answer<Value>> {
+    let watch = Watch::Keys(vec![key.clone()]);
+    let (index, mut sessions) = blocking(s, &call.opts, &mut a, watch, |st, _| {
+        (st.index_of([&key]), pick(st))
+    })
+    .await?;
+    let filtered = super::keep(&mut sessions, |x| a.session_read(&x.node));
+    Ok(Answer::at(s, index, filtered, Value::Sessions(sessions)))
 }
 
 async fn create_here(
@@ -197,7 +199,7 @@ async fn create_here(
         session.node_checks.push(SERF_CHECK.to_string());
     }
     let ttl = session.ttl();
-    let server_node = session.node == call.origin;
+    let server_node = session.node == call.origin(s);
     match s
         .write(Command::SessionCreate {
             session,

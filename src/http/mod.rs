@@ -77,7 +77,7 @@ impl FromRequestParts<App> for Called {
     async fn from_request_parts(parts: &mut Parts, s: &App) -> Result<Self> {
         let (p, opts) = QueryOptions::parse(parts.uri.query(), s.datacenter())?;
         let token = crate::request::authz::token_of(&parts.headers, parts.uri.query());
-        let mut call = crate::endpoint::Call::new(s, token, opts);
+        let mut call = crate::endpoint::Call::new(token, opts);
         call.client = parts
             .extensions
             .get::<crate::request::serve::ClientIp>()
@@ -402,22 +402,9 @@ async fn proxy(
 // onto it call them from here.
 pub use crate::endpoint::blocking::{Watch, blocking, recheck};
 
-/// The `X-Consul-*` headers of a read answered at `index`.
+/// The `X-Consul-*` headers of a read answered here at `index`.
 pub fn meta_headers(s: &Server, index: u64) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    h.insert("x-consul-index", HeaderValue::from(index.max(1)));
-    let known = s.cluster().leader().is_some();
-    h.insert(
-        "x-consul-knownleader",
-        HeaderValue::from_static(if known { "true" } else { "false" }),
-    );
-    let contact = if s.cluster().is_leader() {
-        0
-    } else {
-        s.cluster().since_leader_contact()
-    };
-    h.insert("x-consul-lastcontact", HeaderValue::from(contact));
-    h
+    answer_headers(&crate::endpoint::Answer::at(s, index, false, ()))
 }
 
 /// A JSON answer with the read headers, marked when ACLs dropped rows.
@@ -438,12 +425,7 @@ pub fn mark_filtered(resp: &mut Response) {
         .insert(FILTERED_HEADER, HeaderValue::from_static("true"));
 }
 
-/// Keeps the rows `allowed` passes; says whether any was dropped.
-pub fn keep<T>(rows: &mut Vec<T>, allowed: impl Fn(&T) -> bool) -> bool {
-    let before = rows.len();
-    rows.retain(|r| allowed(r));
-    rows.len() != before
-}
+pub use crate::endpoint::keep;
 
 /// A JSON answer with the read headers.
 pub fn json_at<T: serde::Serialize>(s: &Server, index: u64, value: &T) -> Response {

@@ -6,11 +6,11 @@
 //! port's per-IP cap would evict).
 //!
 //! The transport only carries bytes: what a call says is the endpoint
-//! layer's (`Calls` answers it, handed in from process assembly). A
-//! connection becomes a channel by sending `Request::Channel` as its first
-//! frame; from then on both sides speak `ChannelFrame`s and
-//! `ChannelReply`s, framed as every other frame (`[len u32 BE][bincode]`,
-//! at most `MAX_FRAME`).
+//! layer's (`Calls` answers it, handed in from process assembly). The
+//! transport (`network`) turns a connection into a channel (its
+//! `Request::Channel` first frame) and hands the stream here; from then on
+//! both sides speak `ChannelFrame`s and `ChannelReply`s, framed as every
+//! other frame (`super::frame`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::network::{MAX_FRAME, Reply, Request, decode, encode_frame, read_body};
-use super::stream::{BoxStream, Connect, Dial};
+use super::frame::{MAX_FRAME, decode, encode_frame, read_body};
+use super::stream::BoxStream;
 
 /// Calls in flight on one channel at its receiver; past it a call is
 /// answered `BUSY` at once (its caller's 429), never queued.
@@ -69,7 +69,7 @@ pub trait Calls: Send + Sync + 'static {
 /// Serves a connection that became a channel until it closes: each call
 /// runs as its own task (all aborted when the connection goes), answers
 /// are written as they finish.
-pub(super) async fn serve(stream: BoxStream, calls: Arc<dyn Calls>, frame_read: Duration) {
+pub async fn serve(stream: BoxStream, calls: Arc<dyn Calls>, frame_read: Duration) {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<ChannelReply>(64);
     let writer = async move {
@@ -169,30 +169,10 @@ pub struct Channel {
     closed: Arc<AtomicBool>,
 }
 
-/// How long opening a channel may take (connect, TLS, greetings).
-const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
-
 impl Channel {
-    /// Opens a channel to `addr` (a server of this datacenter).
-    pub async fn open(connector: &dyn Connect, addr: &str) -> io::Result<Channel> {
-        let mut stream = tokio::time::timeout(OPEN_TIMEOUT, async {
-            let mut s = connector.connect_to(addr, &Dial::Local).await?;
-            s.write_all(&super::network::greeting()).await?;
-            s.write_all(&encode_frame(&Request::Channel)?).await?;
-            super::network::read_greeting(&mut s, addr).await?;
-            io::Result::Ok(s)
-        })
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "opening a channel timed out"))??;
-        let len = tokio::time::timeout(OPEN_TIMEOUT, stream.read_u32())
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no channel answer"))??;
-        let body = read_body(&mut stream, len as usize).await?;
-        match decode::<Reply>(&body)? {
-            Reply::Channel(Ok(())) => {}
-            Reply::Channel(Err(e)) => return Err(io::Error::other(e)),
-            _ => return Err(io::Error::other("unexpected answer to a channel")),
-        }
+    /// The calling end over `stream`, a connection the transport made a
+    /// channel (`network::open_channel`).
+    pub fn over(stream: BoxStream) -> Channel {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let (out, mut queue) = mpsc::channel::<ChannelFrame>(256);
         let pending: Pending = Arc::default();
@@ -225,12 +205,12 @@ impl Channel {
             // Every call still waiting learns that its channel is gone.
             p.lock().clear();
         });
-        Ok(Channel {
+        Channel {
             next_id: AtomicU64::new(1),
             pending,
             out,
             closed,
-        })
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -305,15 +285,19 @@ pub struct Channels {
 }
 
 impl Channels {
-    pub async fn to(&self, connector: &dyn Connect, addr: &str) -> io::Result<Arc<Channel>> {
-        let mut open = self.open.lock().await;
-        if let Some(c) = open.get(addr)
+    /// The open channel to `addr`, else a new one from `open`.
+    pub async fn to<F>(&self, addr: &str, open: impl FnOnce() -> F) -> io::Result<Arc<Channel>>
+    where
+        F: Future<Output = io::Result<Channel>>,
+    {
+        let mut open_now = self.open.lock().await;
+        if let Some(c) = open_now.get(addr)
             && !c.is_closed()
         {
             return Ok(c.clone());
         }
-        let c = Arc::new(Channel::open(connector, addr).await?);
-        open.insert(addr.to_string(), c.clone());
+        let c = Arc::new(open().await?);
+        open_now.insert(addr.to_string(), c.clone());
         Ok(c)
     }
 }
@@ -335,41 +319,25 @@ mod tests {
         }
     }
 
-    /// The receiving end, after the transport's greeting and channel frame.
-    async fn served() -> (Arc<dyn Connect>, String) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let mut g = [0u8; 12];
-                    s.read_exact(&mut g).await.unwrap();
-                    s.write_all(&super::super::network::greeting())
-                        .await
-                        .unwrap();
-                    let len = s.read_u32().await.unwrap();
-                    let mut b = vec![0; len as usize];
-                    s.read_exact(&mut b).await.unwrap();
-                    assert!(matches!(decode::<Request>(&b).unwrap(), Request::Channel));
-                    s.write_all(&encode_frame(&Reply::Channel(Ok(()))).unwrap())
-                        .await
-                        .unwrap();
-                    serve(Box::new(s), Arc::new(Echo), Duration::from_secs(5)).await;
-                });
-            }
-        });
-        (Arc::new(super::super::stream::TcpConnect), addr)
+    /// A channel whose other end is served in memory.
+    fn served() -> Channel {
+        let (near, far) = tokio::io::duplex(1 << 16);
+        tokio::spawn(serve(Box::new(far), Arc::new(Echo), Duration::from_secs(5)));
+        Channel::over(Box::new(near))
     }
 
     #[tokio::test]
     async fn calls_share_one_connection_and_are_answered_each_to_its_caller() {
-        let (connector, addr) = served().await;
         let channels = Channels::default();
-        let ch = channels.to(&*connector, &addr).await.unwrap();
+        let ch = channels.to("a", || async { Ok(served()) }).await.unwrap();
         let slow = ch.call(vec![200, 1], Duration::from_secs(5));
         let fast = async {
-            let ch2 = channels.to(&*connector, &addr).await.unwrap();
+            let ch2 = channels
+                .to("a", || async {
+                    panic!("a second channel to the same peer")
+                })
+                .await
+                .unwrap();
             assert!(Arc::ptr_eq(&ch, &ch2), "one channel per peer");
             ch2.call(vec![0, 2], Duration::from_secs(5)).await
         };
@@ -382,8 +350,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_past_its_timeout_is_cancelled_and_the_channel_goes_on() {
-        let (connector, addr) = served().await;
-        let ch = Channel::open(&*connector, &addr).await.unwrap();
+        let ch = served();
         let late = ch.call(vec![250], Duration::from_millis(20)).await;
         assert_eq!(late.unwrap_err().kind(), io::ErrorKind::TimedOut);
         assert_eq!(

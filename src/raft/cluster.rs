@@ -44,7 +44,7 @@ pub struct Cluster {
     /// once process assembly set it (`crate::endpoint`).
     pub calls: std::sync::OnceLock<Arc<dyn super::channel::Calls>>,
     /// This server's channels to the others (a follower's to its leader).
-    pub channels: super::channel::Channels,
+    channels: super::channel::Channels,
     /// The leader this server asked to be taken back by, while no leader
     /// speaks to it (`stay_member`).
     awaited: Mutex<Option<NodeId>>,
@@ -102,6 +102,16 @@ impl Cluster {
             channels: Default::default(),
             awaited: Mutex::new(None),
         }
+    }
+
+    /// The channel of endpoint calls to the server at `addr` (this
+    /// datacenter's leader), opened on first use and again after it closed.
+    pub async fn channel_to(&self, addr: &str) -> std::io::Result<Arc<super::channel::Channel>> {
+        self.channels
+            .to(addr, || {
+                super::network::open_channel(&*self.connector, addr)
+            })
+            .await
     }
 
     /// How this server reaches others' Raft ports (TLS or `--encrypt` as

@@ -8,6 +8,7 @@ pub mod autopilot;
 pub mod channel;
 pub mod cluster;
 pub mod encrypt;
+pub mod frame;
 pub mod inspect;
 pub mod log_store;
 pub mod network;

@@ -35,14 +35,10 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub use super::frame::{MAX_FRAME, decode};
+use super::frame::{encode_frame, read_body};
 use super::state_machine::{SnapshotSink, SnapshotStore};
 use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
-
-/// Frames above this are refused (answered `TooLarge`). Everything cairn
-/// sends fits: an AppendEntries holds at most `APPEND_BYTES` of entries or
-/// one entry (at most `server::MAX_COMMAND_BYTES`), a snapshot chunk
-/// `SNAPSHOT_CHUNK`.
-pub const MAX_FRAME: usize = 16 << 20;
 
 /// The entries one AppendEntries carries, in log record bytes (at least one
 /// entry whatever its size): the log read that fills it stops there.
@@ -162,44 +158,29 @@ pub enum Reply {
 
 pub use super::stream::{Accept, BoxStream, Connect, Connecting, Dial, PeerStream, TcpConnect};
 
-/// A value as a frame: `[len u32 BE][bincode]`.
-pub(super) fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    let len = bincode::serialized_size(v).map_err(io::Error::other)? as usize;
-    let mut buf = Vec::with_capacity(len + 4);
-    buf.extend_from_slice(&(len as u32).to_be_bytes());
-    bincode::serialize_into(&mut buf, v).map_err(io::Error::other)?;
-    Ok(buf)
-}
+/// How long opening a channel may take (connect, TLS, greetings, answer).
+const OPEN_CHANNEL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Decodes a frame's body; bincode may use no more than the body's bytes
-/// (a length prefix inside cannot make it allocate past them).
-pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> io::Result<T> {
-    use bincode::Options;
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .allow_trailing_bytes()
-        .with_limit(body.len() as u64)
-        .deserialize(body)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-/// Reads a frame's body of `len` bytes, refusing one over `MAX_FRAME`.
-pub(super) async fn read_body<R: tokio::io::AsyncRead + Unpin>(
-    s: &mut R, len: usize,
-) -> io::Result<Vec<u8>> {
-    if len > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes refused (max {MAX_FRAME})"),
-        ));
-    }
-    // Grown as bytes arrive: a length prefix alone allocates nothing.
-    let mut buf = Vec::with_capacity(len.min(64 << 10));
-    (&mut *s).take(len as u64).read_to_end(&mut buf).await?;
-    if buf.len() < len {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(buf)
+/// Opens a channel of endpoint calls (`super::channel`) to `addr`, a
+/// server of this datacenter: a connection whose first frame is
+/// `Request::Channel`, handed to the channel once the peer took it.
+pub async fn open_channel(
+    connector: &dyn Connect, addr: &str,
+) -> io::Result<super::channel::Channel> {
+    let opened = tokio::time::timeout(OPEN_CHANNEL_TIMEOUT, async {
+        let mut s = connector.connect_to(addr, &Dial::Local).await?;
+        s.write_all(&greeting()).await?;
+        s.write_all(&encode_frame(&Request::Channel)?).await?;
+        read_greeting(&mut s, addr).await?;
+        match read_frame::<Reply>(&mut s).await? {
+            Reply::Channel(Ok(())) => Ok(s),
+            Reply::Channel(Err(e)) => Err(io::Error::other(e)),
+            _ => Err(io::Error::other("unexpected answer to a channel")),
+        }
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "opening a channel timed out"))??;
+    Ok(super::channel::Channel::over(opened))
 }
 
 async fn read_frame<T: serde::de::DeserializeOwned>(s: &mut BoxStream) -> io::Result<T> {
@@ -243,7 +224,7 @@ pub enum WireError {
 }
 
 /// Reads the other side's greeting and checks its version.
-pub(super) async fn read_greeting(s: &mut BoxStream, peer: &str) -> io::Result<()> {
+async fn read_greeting(s: &mut BoxStream, peer: &str) -> io::Result<()> {
     let mut g = [0u8; 12];
     s.read_exact(&mut g).await?;
     let refuse = |e: WireError| Err(io::Error::new(io::ErrorKind::InvalidData, e));
