@@ -151,7 +151,7 @@ fn bound_addresses(config: &mut ServerConfig, l: &Listeners) -> std::io::Result<
 /// its federation duties use (none in the simulation).
 fn start(server: &Arc<Server>, federation: Option<Arc<crate::federation::Federation>>) {
     // The calls its datacenter's other servers forward to it as leader.
-    crate::endpoint::serve(server);
+    crate::endpoint::serve(server, federation.clone());
     server.tasks().spawn(
         "leader duties",
         crate::leader::run(server.clone(), federation),
@@ -579,8 +579,8 @@ mod tests {
     /// request of a datacenter that greeted is answered by the router.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn wan_frames_from_strangers_are_refused_and_bounded() {
-        use crate::raft::network::{Conn, Reply, Request, TcpConnect};
-        use crate::raft::wan::{WanDatacenter, WanHello, WanRequest, WanServer};
+        use crate::raft::network::{Conn, Dial, Reply, Request, TcpConnect, decode, open_channel};
+        use crate::raft::wan::{WanDatacenter, WanHello, WanRequest, WanResponse, WanServer};
         crate::tls::install_default_provider();
         let dir = tempfile::tempdir().unwrap();
         let listeners = raft_and_http().await;
@@ -596,17 +596,33 @@ mod tests {
             let mut conn = Conn::new(Arc::new(TcpConnect), addr.clone());
             async move { conn.call(&req, Duration::from_secs(5)).await.unwrap() }
         };
+        // A forwarded request, on a channel opened as from `from` (the
+        // request's own `from` is not believed).
         let ask = |from: &str| {
-            Request::WanRequest(WanRequest {
-                from: from.into(),
+            let req = WanRequest {
+                from: "dc2".into(),
                 method: "GET".into(),
                 path_and_query: "/v1/catalog/datacenters".into(),
                 headers: Vec::new(),
                 body: Vec::new(),
-            })
+            };
+            let first = Request::WanChannel { from: from.into() };
+            let addr = addr.clone();
+            async move {
+                let ch = open_channel(&TcpConnect, &addr, &Dial::Local, &first)
+                    .await
+                    .unwrap();
+                let body = bincode::serialize(&req).unwrap();
+                let answer = ch
+                    .call(body, Duration::from_secs(5))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                decode::<Result<WanResponse, String>>(&answer).unwrap()
+            }
         };
-        match call(ask("dc9")).await {
-            Reply::WanRequest(Err(e)) => assert!(e.contains("unknown datacenter"), "{e}"),
+        match ask("dc9").await {
+            Err(e) => assert!(e.contains("unknown datacenter"), "{e}"),
             other => panic!("{other:?}"),
         }
         let server_of = |dc: &str, n: usize| WanServer {
@@ -648,8 +664,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A datacenter that greeted is answered, by the router.
-        match call(ask("f0")).await {
-            Reply::WanRequest(Ok(r)) => {
+        match ask("f0").await {
+            Ok(r) => {
                 assert_eq!(r.status, 200);
                 let dcs: Vec<String> = serde_json::from_slice(&r.body).unwrap();
                 // Itself and 64 others (dc2 and the first 63 of the flood).

@@ -415,3 +415,79 @@ fn configuration_files_join_the_wan() {
     wait_datacenters(&dc1, &["dc1", "dc2"]);
     assert!(!dc2.log().contains("retry_join_wan"), "{}", dc2.log());
 }
+
+/// A datacenter gone for good is forgotten on the operator's word:
+/// `force-leave -wan b0.dc2`, asked of one server, makes every server of
+/// dc1 forget dc2 (`catalog datacenters`, `members -wan`) and the primary
+/// delete its federation state, and it is not learned back from the
+/// state. An unknown member is 404. On the main before this, dc2 stayed
+/// listed for good (a fake datacenter too).
+#[test]
+fn force_leave_wan_forgets_a_datacenter_on_every_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dc2 = Server::durable("b0", tmp.path().join("b0"))
+        .datacenter("dc2")
+        .primary("dc1")
+        .start();
+    let join = dc2.raft_addr.to_string();
+    let dc1 = common::cluster(3, &["--datacenter", "dc1", "--join-wan", &join]);
+    for s in &dc1 {
+        s.wait_for_leader(WAIT);
+        wait_datacenters(s, &["dc1", "dc2"]);
+    }
+    let states = |s: &Server| -> Vec<String> {
+        let v = s.get_json("/v1/internal/federation-states");
+        let mut dcs: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["Datacenter"].as_str().unwrap().to_string())
+            .collect();
+        dcs.sort();
+        dcs
+    };
+    eventually(WAIT, "dc2's federation state in dc1", || {
+        (states(&dc1[0]) == ["dc1", "dc2"]).then_some(())
+    });
+    drop(dc2);
+
+    let asked = &dc1[2];
+    let unknown = cli(
+        &asked.http_addr.to_string(),
+        &["force-leave", "-wan", "nobody.dc2"],
+    );
+    assert!(!unknown.status.success(), "{unknown:?}");
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("No node found"),
+        "{unknown:?}"
+    );
+    let out = cli(
+        &asked.http_addr.to_string(),
+        &["force-leave", "-wan", "b0.dc2"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    for s in &dc1 {
+        assert_eq!(datacenters(s), ["dc1"], "{}", s.name());
+        assert!(
+            members_wan(s)
+                .iter()
+                .all(|row| !row.concat().contains("dc2")),
+            "{}: {:?}",
+            s.name(),
+            members_wan(s)
+        );
+    }
+    for s in &dc1 {
+        eventually(WAIT, "dc2's state deleted", || {
+            (states(s) == ["dc1"]).then_some(())
+        });
+    }
+    // Rounds later (states re-read each round), still forgotten.
+    let rounds = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < rounds {
+        for s in &dc1 {
+            assert_eq!(datacenters(s), ["dc1"], "{}", s.name());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

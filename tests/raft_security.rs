@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn::raft::ServerNode;
-use cairn::raft::network::{Request, greeting};
+use cairn::raft::network::{Reply, Request, greeting};
 use common::{Server, bin, cluster, eventually, free_port};
 
 fn keygen() -> String {
@@ -357,7 +357,7 @@ fn one_frame(raft_addr: std::net::SocketAddr, req: &Request) -> Option<Vec<u8>> 
 /// for good.
 #[test]
 fn a_plain_raft_port_serves_no_wan_frame() {
-    use cairn::raft::wan::{WanHello, WanRequest};
+    use cairn::raft::wan::WanHello;
     let s = Server::builder()
         .node("plain")
         .bootstrap_expect(1)
@@ -376,26 +376,25 @@ fn a_plain_raft_port_serves_no_wan_frame() {
         },
         known: Vec::new(),
     });
-    let pull = Request::WanRequest(WanRequest {
+    let reply = one_frame(s.raft_addr, &hello);
+    let text = reply
+        .map(|r| String::from_utf8_lossy(&r).to_string())
+        .unwrap_or_default();
+    assert!(
+        !text.contains("evil"),
+        "a WAN greeting on a plain port was answered: {text}"
+    );
+    // The channel a replication pull "from evil" would travel on is
+    // refused before any request on it is read.
+    let open = Request::WanChannel {
         from: "evil".into(),
-        method: "GET".into(),
-        path_and_query: "/v1/internal/replication/acl".into(),
-        headers: vec![(
-            cairn::structs::replication::REPLICATION_HEADER.into(),
-            "1".into(),
-        )],
-        body: Vec::new(),
-    });
-    for req in [&hello, &pull] {
-        let reply = one_frame(s.raft_addr, req);
-        let text = reply
-            .map(|r| String::from_utf8_lossy(&r).to_string())
-            .unwrap_or_default();
-        assert!(
-            !text.contains("SecretID") && !text.contains("AccessorID"),
-            "a WAN frame on a plain port was answered: {text}"
-        );
-    }
+    };
+    let reply: Reply = bincode::deserialize(&one_frame(s.raft_addr, &open).expect("an answer"))
+        .expect("a reply frame");
+    assert!(
+        matches!(&reply, Reply::Channel(Err(e)) if e.contains("serves no WAN")),
+        "{reply:?}"
+    );
     let dcs = common::acl::with(
         s.http_addr,
         "GET",

@@ -32,6 +32,10 @@ pub struct ForceLeaveArgs {
     /// Remove the node from the member list at once.
     #[arg(long)]
     prune: bool,
+    /// A server of another datacenter (`node.dc`, as `members -wan` lists
+    /// it): every server of this datacenter forgets it.
+    #[arg(long)]
+    wan: bool,
 }
 
 pub fn reload(c: &Client) -> CliResult {
@@ -56,8 +60,13 @@ pub fn join(c: &Client, a: JoinArgs) -> CliResult {
 
 pub fn force_leave(c: &Client, a: ForceLeaveArgs) -> CliResult {
     let mut path = format!("/v1/agent/force-leave/{}", enc(&a.node));
-    if a.prune {
-        path.push_str("?prune=1");
+    let flags: Vec<&str> = [(a.prune, "prune=1"), (a.wan, "wan=1")]
+        .into_iter()
+        .filter_map(|(on, q)| on.then_some(q))
+        .collect();
+    if !flags.is_empty() {
+        path.push('?');
+        path.push_str(&flags.join("&"));
     }
     c.expect_ok(reqwest::Method::PUT, &path, None)
         .map_err(|e| CliError(format!("Error force leaving: {}", e.0)))?;

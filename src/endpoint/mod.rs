@@ -10,9 +10,12 @@
 //! (after routing, as Consul's `ResolveToken` follows its `ForwardRPC`)
 //! and makes the area's checks.
 //!
-//! Areas moved here so far: `kv` (but `/v1/txn`) and `session`; the
-//! others' handlers still sit behind `http`'s `forward_to_leader` layer.
+//! Areas moved here so far: `kv` (but `/v1/txn`), `session`, and `agent`
+//! (what every server does for itself: it runs where it is asked, then
+//! on the datacenter's other servers); the others' handlers still sit
+//! behind `http`'s `forward_to_leader` layer.
 
+pub mod agent;
 pub mod blocking;
 pub mod kv;
 pub mod session;
@@ -24,6 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::federation::Federation;
 use crate::raft::channel::{BUSY, CallFuture, Calls};
 use crate::request::QueryOptions;
 use crate::request::authz::Authz;
@@ -141,6 +145,8 @@ pub enum Place {
 pub enum Op {
     Kv(kv::Op),
     Session(session::Op),
+    /// Run by each server for itself (`agent::run`), never routed.
+    Agent(agent::Op),
 }
 
 /// What an operation answers with.
@@ -148,6 +154,7 @@ pub enum Op {
 pub enum Value {
     Kv(kv::Value),
     Session(session::Value),
+    Agent(agent::Value),
 }
 
 impl Op {
@@ -155,6 +162,7 @@ impl Op {
         match self {
             Op::Kv(op) => op.place(),
             Op::Session(op) => op.place(),
+            Op::Agent(_) => Place::Leader,
         }
     }
 
@@ -166,6 +174,7 @@ impl Op {
         match self {
             Op::Kv(op) => op.run(s, call).await.map(|a| a.map(Value::Kv)),
             Op::Session(op) => op.run(s, call).await.map(|a| a.map(Value::Session)),
+            Op::Agent(_) => Err(Error::bad("an agent operation is run by agent::run")),
         }
     }
 }
@@ -274,14 +283,22 @@ async fn forward(s: &Server, addr: &str, call: &Call, op: &Op, read: bool) -> Re
 }
 
 /// Answers the calls other servers of this datacenter forward here.
-pub struct Dispatch(pub Arc<Server>);
+pub struct Dispatch {
+    pub server: Arc<Server>,
+    pub federation: Option<Arc<Federation>>,
+}
 
 impl Calls for Dispatch {
     fn call(&self, body: Vec<u8>) -> CallFuture {
-        let s = self.0.clone();
+        let (s, fed) = (self.server.clone(), self.federation.clone());
         Box::pin(async move {
             let reply = match crate::raft::network::decode::<(Call, Op)>(&body) {
                 Err(e) => Reply::Answer(Err(Error::bad(format!("undecodable call: {e}")))),
+                // What every server does for itself: here, leader or not.
+                Ok((call, Op::Agent(op))) => Reply::Answer(
+                    op.run_here(&s, fed.as_deref(), &call)
+                        .map(|a| a.map(Value::Agent)),
+                ),
                 Ok((mut call, op)) => {
                     call.forwarded = true;
                     run_forwarded(&s, call, op).await
@@ -306,6 +323,9 @@ async fn run_forwarded(s: &Arc<Server>, call: Call, op: Op) -> Reply {
 
 /// Makes `s` answer the endpoint calls the other servers of its
 /// datacenter forward to it (process assembly calls it once).
-pub fn serve(s: &Arc<Server>) {
-    let _ = s.cluster().calls.set(Arc::new(Dispatch(s.clone())));
+pub fn serve(s: &Arc<Server>, federation: Option<Arc<Federation>>) {
+    let _ = s.cluster().calls.set(Arc::new(Dispatch {
+        server: s.clone(),
+        federation,
+    }));
 }

@@ -9,8 +9,12 @@
 //! datacenter and primary, itself, and every datacenter's servers, so a
 //! server that greets one datacenter learns all of them. A greeting's round
 //! trip is the datacenter's measured RTT (`/v1/catalog/datacenters` lists
-//! the nearest first). Datacenters are never forgotten: a datacenter that
-//! comes back after a partition answers the next round's greeting.
+//! the nearest first). A datacenter that comes back after a partition
+//! answers the next round's greeting; a server is forgotten by
+//! `force-leave -wan` or once unheard from for `RECONNECT_TIMEOUT_WAN`
+//! (72 h, Consul's), a datacenter with its last server (and the primary's
+//! leader deletes its state), and is taken in again only from its own
+//! greeting, never from another's word.
 //!
 //! On the primary's leader what is known is written into the Raft state
 //! as federation states (`state::federation`, one row per datacenter,
@@ -26,10 +30,14 @@
 //! primary through [`Federation::ask_primary`] and keep their progress here
 //! ([`Replication`]), for `/v1/acl/replication` and the metrics.
 //!
-//! A forwarded request is an HTTP request in a frame (`WanRequest`),
-//! answered by the receiving server's own router in process (the handler
-//! is set by process assembly: this room knows no HTTP router), marked as
-//! forwarded so that it is never forwarded again.
+//! A forwarded request is an HTTP request in a frame (`WanRequest`) on a
+//! channel (`raft::channel`) to one server of the datacenter, opened once
+//! and shared by every request in flight there (as Consul's yamux streams
+//! share one connection), so that a thousand parked `?dc=` reads hold one
+//! of the remote's Raft connections. It is answered by the receiving
+//! server's own router in process (the handler is set by process
+//! assembly: this room knows no HTTP router), marked as forwarded so that
+//! it is never forwarded again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -43,7 +51,8 @@ use tokio::time::Instant;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 
-use crate::raft::network::{Conn, Dial, Reply, Request, TOO_LARGE_PREFIX};
+use crate::raft::channel::{BUSY, Channel, Channels};
+use crate::raft::network::{Conn, Dial, Reply, Request, TOO_LARGE_PREFIX, decode, open_channel};
 use crate::raft::wan::{
     Wan, WanDatacenter, WanFuture, WanHello, WanRequest, WanResponse, WanServer,
 };
@@ -62,13 +71,15 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_DATACENTERS: usize = 64;
 const MAX_SERVERS: usize = 16;
 /// Clients' requests in flight to one datacenter at once (`?dc=`, DNS for
-/// it, a prepared query's failover): well below the share of its Raft
-/// port one IP may hold (`PortLimits::max_conns_per_ip`, 128), so that
-/// forwarded reads never push out this server's greetings, replication
-/// pulls and CA requests there, which are counted apart.
-const FORWARD_MAX: usize = 64;
+/// it, a prepared query's failover), all on one channel per remote server
+/// (whose receiver takes `raft::channel::MAX_IN_FLIGHT`); this server's
+/// replication pulls and CA requests are counted apart.
+const FORWARD_MAX: usize = 256;
 /// A server not heard from for this long is shown failed (`members -wan`).
 const FAILED_AFTER: Duration = Duration::from_secs(10);
+/// A server not heard from for this long is forgotten, and a datacenter
+/// with it when none is left (Consul's `reconnect_timeout_wan` default).
+const RECONNECT_TIMEOUT_WAN: Duration = Duration::from_secs(72 * 3600);
 /// The federation states are written again at least this often on the
 /// primary (their `UpdatedAt` says they are current).
 const STATE_REFRESH: Duration = Duration::from_secs(60);
@@ -128,6 +139,8 @@ pub struct ForwardPlace {
 #[derive(Debug, Clone)]
 struct Known {
     name: String,
+    /// When it was first heard of (first-hand or not).
+    learned: Instant,
     /// When it last answered or greeted us.
     contact: Option<Instant>,
     /// Its greeting's round trip (smoothed), when we measured one.
@@ -150,11 +163,17 @@ pub struct Federation {
     join_wan: Vec<String>,
     /// Other datacenters: their servers by Raft address.
     known: Mutex<BTreeMap<String, BTreeMap<String, Known>>>,
+    /// Servers forgotten (`force-leave -wan`), by Raft address, and when:
+    /// taken in again only from their own greeting. Locked after `known`.
+    forgotten: Mutex<BTreeMap<String, Instant>>,
     handler: OnceLock<Handler>,
     /// Clients' requests in flight to each datacenter, and each caller's
     /// blocking reads among them.
     forwarding: Arc<Shares<String>>,
     forwarding_callers: Arc<Shares<(String, Caller)>>,
+    /// Channels to other datacenters' servers, by Raft address, that the
+    /// requests forwarded there travel on.
+    channels: Channels,
     /// Round-robin position per datacenter (which server is greeted).
     turn: Mutex<BTreeMap<String, usize>>,
     /// What this server's replication from the primary did last (only a
@@ -245,9 +264,11 @@ impl Federation {
             join_wan: server.config().join_wan.clone(),
             server,
             known: Mutex::default(),
+            forgotten: Mutex::default(),
             handler: OnceLock::new(),
             forwarding: Arc::default(),
             forwarding_callers: Arc::default(),
+            channels: Channels::default(),
             turn: Mutex::default(),
             replication: Replication::default(),
             others: tokio::sync::watch::Sender::new(Vec::new()),
@@ -301,6 +322,18 @@ impl Federation {
         !self.known.lock().is_empty()
     }
 
+    /// Whether another datacenter is known, or its state still stored
+    /// here (forgotten, not yet deleted): the primary's states to write.
+    pub fn has_others(&self) -> bool {
+        self.knows_others()
+            || self
+                .server
+                .state()
+                .federation
+                .keys()
+                .any(|dc| *dc != self.datacenter)
+    }
+
     /// The progress of replication from the primary on this server.
     pub fn replication(&self) -> &Replication {
         &self.replication
@@ -311,6 +344,7 @@ impl Federation {
         loop {
             self.round().await;
             self.learn_from_state();
+            self.expire();
             tokio::time::sleep(ROUND).await;
         }
     }
@@ -505,11 +539,12 @@ impl Federation {
         if servers.len() >= MAX_SERVERS && !servers.contains_key(&h.server.raft_addr) {
             return Err("too many servers known in its datacenter".into());
         }
-        let k = servers.entry(h.server.raft_addr.clone()).or_insert(Known {
-            name: h.server.name.clone(),
-            contact: None,
-            rtt: None,
-        });
+        // Heard from itself: alive, so back if it was forgotten (as a
+        // server Consul force-left rejoins while it runs).
+        self.forgotten.lock().remove(&h.server.raft_addr);
+        let k = servers
+            .entry(h.server.raft_addr.clone())
+            .or_insert_with(|| Known::new(&h.server.name));
         k.name = h.server.name.clone();
         k.contact = Some(Instant::now());
         if let Some(rtt) = rtt {
@@ -519,29 +554,69 @@ impl Federation {
                 None => rtt,
             });
         }
+        let forgotten = self.forgotten.lock();
         for dc in h.known.iter().take(MAX_DATACENTERS) {
             if dc.datacenter == self.datacenter || !valid_datacenter(&dc.datacenter) {
                 continue;
             }
-            let Some(servers) = admit(&mut known, &dc.datacenter) else {
-                continue;
-            };
-            for s in dc.servers.iter().take(MAX_SERVERS) {
-                if servers.len() < MAX_SERVERS || servers.contains_key(&s.raft_addr) {
-                    servers.entry(s.raft_addr.clone()).or_insert(Known {
-                        name: s.name.clone(),
-                        contact: None,
-                        rtt: None,
-                    });
-                }
-            }
+            learn_servers(&mut known, &forgotten, &dc.datacenter, &dc.servers);
         }
         self.publish_others(&known);
         Ok(())
     }
 
-    /// Tells the followers of the other datacenters' names of a new one
-    /// (datacenters are never forgotten, so only additions change it).
+    /// Forgets the server `name` of datacenter `dc` (`force-leave -wan`)
+    /// and, with its last server, the datacenter; not learned again from
+    /// others' word or the primary's states for `RECONNECT_TIMEOUT_WAN`,
+    /// only from its own greeting. False: no such server known.
+    pub fn forget(&self, name: &str, dc: &str) -> bool {
+        let mut known = self.known.lock();
+        let Some(servers) = known.get_mut(dc) else {
+            return false;
+        };
+        let addrs: Vec<String> = servers
+            .iter()
+            .filter(|(_, k)| k.name == name)
+            .map(|(a, _)| a.clone())
+            .collect();
+        if addrs.is_empty() {
+            return false;
+        }
+        let mut forgotten = self.forgotten.lock();
+        for a in addrs {
+            servers.remove(&a);
+            forgotten.insert(a, Instant::now());
+        }
+        if servers.is_empty() {
+            known.remove(dc);
+        }
+        tracing::info!(server = %name, datacenter = %dc, "wan server forgotten (force-leave)");
+        self.publish_others(&known);
+        true
+    }
+
+    /// Forgets the servers not heard from (nor, never heard from, heard
+    /// of) for `RECONNECT_TIMEOUT_WAN`, and the datacenters left with
+    /// none, as Consul reaps WAN members failed that long.
+    fn expire(&self) {
+        let now = Instant::now();
+        let mut known = self.known.lock();
+        let gone = expire_known(&mut known, now, RECONNECT_TIMEOUT_WAN);
+        let mut forgotten = self.forgotten.lock();
+        forgotten.retain(|_, at| now.duration_since(*at) < RECONNECT_TIMEOUT_WAN);
+        // Forgotten as if force-left: the primary's states (until its
+        // leader deletes them) and others' word bring them back no more.
+        for (dc, addr, name) in &gone {
+            tracing::info!(server = %name, datacenter = %dc, "wan server expired: not heard from");
+            forgotten.insert(addr.clone(), now);
+        }
+        if !gone.is_empty() {
+            self.publish_others(&known);
+        }
+    }
+
+    /// Tells the followers of the other datacenters' names when they
+    /// change.
     fn publish_others(&self, known: &BTreeMap<String, BTreeMap<String, Known>>) {
         self.others.send_if_modified(|names| {
             let now: Vec<String> = known.keys().cloned().collect();
@@ -556,21 +631,10 @@ impl Federation {
     fn learn_from_state(&self) {
         let st = self.server.state();
         let mut known = self.known.lock();
+        let forgotten = self.forgotten.lock();
         for fs in st.federation.values() {
-            if fs.datacenter == self.datacenter {
-                continue;
-            }
-            let Some(servers) = admit(&mut known, &fs.datacenter) else {
-                continue;
-            };
-            for s in fs.servers.iter().take(MAX_SERVERS) {
-                if servers.len() < MAX_SERVERS {
-                    servers.entry(s.raft_addr.clone()).or_insert(Known {
-                        name: s.name.clone(),
-                        contact: None,
-                        rtt: None,
-                    });
-                }
+            if fs.datacenter != self.datacenter {
+                learn_servers(&mut known, &forgotten, &fs.datacenter, &fs.servers);
             }
         }
         self.publish_others(&known);
@@ -611,6 +675,19 @@ impl Federation {
         if written.is_none() && same_servers(&stored, &now) {
             *written = Some((now, Instant::now()));
             return;
+        }
+        // Datacenters forgotten (force-left, or expired) leave the state.
+        for old in stored
+            .iter()
+            .filter(|o| !now.iter().any(|n| n.datacenter == o.datacenter))
+        {
+            let forget = Command::FederationStateDelete {
+                datacenter: old.datacenter.clone(),
+            };
+            if let Err(e) = self.server.write(forget).await {
+                tracing::warn!(error = %e, "federation state not deleted");
+                return;
+            }
         }
         let updated_at = crate::structs::federation::now_rfc3339();
         for mut fs in now.iter().cloned() {
@@ -668,7 +745,9 @@ impl Federation {
     }
 
     /// Asks `dc` to answer `req` (any of its servers, those heard from
-    /// most recently first), within `timeout`.
+    /// most recently first), within `timeout`, on this server's channel to
+    /// it: every request in flight to one remote server shares one
+    /// connection there.
     pub async fn forward(
         &self, dc: &str, mut req: WanRequest, timeout: Duration,
     ) -> Result<WanResponse, FederationError> {
@@ -691,27 +770,40 @@ impl Federation {
         servers.sort_by_key(|(contact, _)| std::cmp::Reverse(*contact));
         req.from = self.datacenter.clone();
         let read = matches!(req.method.as_str(), "GET" | "HEAD");
-        let frame = Request::WanRequest(req);
+        let body =
+            bincode::serialize(&req).map_err(|e| FederationError::Unreachable(e.to_string()))?;
+        drop(req);
         let mut last = String::new();
         for (_, addr) in servers {
-            let mut conn = Conn::to(
-                self.server.cluster().connector(),
-                addr.clone(),
-                Dial::Datacenter(dc.to_string()),
-            );
             crate::metrics::WAN_FORWARDED.inc();
-            match conn.call(&frame, timeout).await {
-                Ok(Reply::WanRequest(Ok(r))) => return Ok(r),
-                Ok(Reply::WanRequest(Err(e))) if e.starts_with(TOO_LARGE_PREFIX) => {
-                    return Err(FederationError::TooLarge(e));
+            let asked = match self.channel_to(dc, &addr).await {
+                Ok(channel) => channel.call(body.clone(), timeout).await,
+                Err(e) => Err(e),
+            };
+            match asked {
+                Ok(Ok(bytes)) => {
+                    return match decode::<Result<WanResponse, String>>(&bytes) {
+                        Ok(Ok(r)) => Ok(r),
+                        Ok(Err(e)) if e.starts_with(TOO_LARGE_PREFIX) => {
+                            Err(FederationError::TooLarge(e))
+                        }
+                        Ok(Err(e)) => Err(FederationError::Unreachable(e)),
+                        Err(e) => Err(FederationError::Unreachable(format!(
+                            "undecodable answer of datacenter {dc} ({addr}): {e}"
+                        ))),
+                    };
                 }
-                Ok(Reply::WanRequest(Err(e))) => return Err(FederationError::Unreachable(e)),
-                Ok(Reply::TooLarge(max)) => {
-                    return Err(FederationError::TooLarge(format!(
-                        "request over the frame limit of {max} bytes of datacenter {dc}"
+                // Its channel is full: the same datacenter's other servers
+                // are asked no differently, so the caller is told at once.
+                Ok(Err(e)) if e == BUSY => {
+                    return Err(FederationError::Busy(format!(
+                        "Datacenter {dc} ({addr}) is {e}: try again later"
                     )));
                 }
-                Ok(_) => return Err(FederationError::Unreachable("unexpected reply".into())),
+                Ok(Err(e)) if e.starts_with(TOO_LARGE_PREFIX) || e.contains("frame limit") => {
+                    return Err(FederationError::TooLarge(e));
+                }
+                Ok(Err(e)) => return Err(FederationError::Unreachable(e)),
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                     return Err(FederationError::TooLarge(e.to_string()));
                 }
@@ -723,9 +815,17 @@ impl Federation {
                     )));
                 }
                 // A read changes nothing: the next server is asked. A write
-                // only when it never reached this one (the connection was
-                // refused): one cut off after it was sent may have acted.
-                Err(e) if read || e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                // only when it never reached this one (no connection, or
+                // never sent on it): one cut off after it was sent may have
+                // acted.
+                Err(e)
+                    if read
+                        || matches!(
+                            e.kind(),
+                            std::io::ErrorKind::ConnectionRefused
+                                | std::io::ErrorKind::NotConnected
+                        ) =>
+                {
                     last = format!("{addr}: {e}")
                 }
                 Err(e) => {
@@ -738,6 +838,21 @@ impl Federation {
         Err(FederationError::Unreachable(format!(
             "no server of datacenter {dc} reachable (last: {last})"
         )))
+    }
+
+    /// The channel of forwarded requests to `addr`, a server of `dc`,
+    /// opened on first use and again after it closed.
+    async fn channel_to(&self, dc: &str, addr: &str) -> std::io::Result<Arc<Channel>> {
+        let connector = self.server.cluster().connector();
+        let first = Request::WanChannel {
+            from: self.datacenter.clone(),
+        };
+        let dial = Dial::Datacenter(dc.to_string());
+        self.channels
+            .to(addr, || async move {
+                open_channel(&*connector, addr, &dial, &first).await
+            })
+            .await
     }
 
     /// A place for one client's request to `dc`, held while it is asked
@@ -796,6 +911,63 @@ fn admit<'a>(
         return None;
     }
     Some(known.entry(dc.to_string()).or_default())
+}
+
+/// Takes in what another said of `dc`'s servers (a greeting's list, the
+/// primary's state), within the bounds, but those forgotten.
+fn learn_servers(
+    known: &mut BTreeMap<String, BTreeMap<String, Known>>, forgotten: &BTreeMap<String, Instant>,
+    dc: &str, said: &[WanServer],
+) {
+    let said: Vec<&WanServer> = said
+        .iter()
+        .take(MAX_SERVERS)
+        .filter(|s| !forgotten.contains_key(&s.raft_addr))
+        .collect();
+    if said.is_empty() && !known.contains_key(dc) {
+        return;
+    }
+    let Some(servers) = admit(known, dc) else {
+        return;
+    };
+    for s in said {
+        if servers.len() < MAX_SERVERS || servers.contains_key(&s.raft_addr) {
+            servers
+                .entry(s.raft_addr.clone())
+                .or_insert_with(|| Known::new(&s.name));
+        }
+    }
+}
+
+/// Drops the servers last heard from (or, never, first heard of) `timeout`
+/// before `now`, then the datacenters left with none; the `(dc, Raft
+/// address, name)` of each server dropped.
+fn expire_known(
+    known: &mut BTreeMap<String, BTreeMap<String, Known>>, now: Instant, timeout: Duration,
+) -> Vec<(String, String, String)> {
+    let mut gone = Vec::new();
+    for (dc, servers) in known.iter_mut() {
+        servers.retain(|addr, k| {
+            let keep = now.duration_since(k.contact.unwrap_or(k.learned)) < timeout;
+            if !keep {
+                gone.push((dc.clone(), addr.clone(), k.name.clone()));
+            }
+            keep
+        });
+    }
+    known.retain(|_, servers| !servers.is_empty());
+    gone
+}
+
+impl Known {
+    fn new(name: &str) -> Known {
+        Known {
+            name: name.to_string(),
+            learned: Instant::now(),
+            contact: None,
+            rtt: None,
+        }
+    }
 }
 
 /// Whether two lists of states name the same datacenters and servers.
@@ -943,5 +1115,46 @@ mod tests {
         for bad in ["", "dc 1", "dc.1", "dc/1", &"x".repeat(65)] {
             assert!(!valid_datacenter(bad), "{bad:?}");
         }
+    }
+
+    /// A server unheard from for the timeout goes (one never heard from
+    /// counts from when it was heard of), a datacenter with its last
+    /// server; one that answered within it stays. What others say of a
+    /// forgotten server is not taken in.
+    #[test]
+    fn servers_unheard_from_expire_and_forgotten_ones_stay_out() {
+        let timeout = Duration::from_secs(3600);
+        let mut known: BTreeMap<String, BTreeMap<String, Known>> = BTreeMap::new();
+        let none = BTreeMap::new();
+        let said = |addr: &str| WanServer {
+            name: format!("s-{addr}"),
+            raft_addr: addr.into(),
+        };
+        learn_servers(&mut known, &none, "dc2", &[said("a:1"), said("a:2")]);
+        learn_servers(&mut known, &none, "dc3", &[said("b:1")]);
+        let heard_of = Instant::now();
+        // Half an hour on, dc2's a:1 answers; nobody of dc3 ever does.
+        known
+            .get_mut("dc2")
+            .unwrap()
+            .get_mut("a:1")
+            .unwrap()
+            .contact = Some(heard_of + Duration::from_secs(1800));
+        let later = heard_of + Duration::from_secs(3601);
+        let gone = expire_known(&mut known, later, timeout);
+        assert_eq!(
+            gone,
+            [
+                ("dc2".to_string(), "a:2".to_string(), "s-a:2".to_string()),
+                ("dc3".to_string(), "b:1".to_string(), "s-b:1".to_string()),
+            ]
+        );
+        assert_eq!(known.keys().collect::<Vec<_>>(), ["dc2"]);
+        assert!(known["dc2"].contains_key("a:1"));
+        // Forgotten: another's word brings back neither it nor its
+        // datacenter.
+        let forgotten = BTreeMap::from([("b:1".to_string(), Instant::now())]);
+        learn_servers(&mut known, &forgotten, "dc3", &[said("b:1")]);
+        assert!(!known.contains_key("dc3"));
     }
 }

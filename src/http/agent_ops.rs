@@ -3,7 +3,9 @@
 //! asks the server at that Raft address to take it in) and `PUT
 //! /v1/agent/force-leave/:node` (`operator:write`: a server node leaves
 //! the Raft configuration and the catalog, a client node the catalog;
-//! answered by the leader, which the request is forwarded to).
+//! answered by the leader, which the request is forwarded to; with `?wan`
+//! a server of another datacenter is forgotten by every server of this
+//! one, `crate::endpoint::agent`).
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -11,8 +13,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 
-use super::App;
+use std::sync::Arc;
+
+use super::{App, Called};
+use crate::endpoint::agent::{Op, Value};
 use crate::error::{Error, Result};
+use crate::federation::Federation;
 use crate::request::authz::Authz;
 use crate::state::Command;
 use crate::structs::DeregisterRequest;
@@ -53,7 +59,13 @@ async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Re
     Ok(StatusCode::OK.into_response())
 }
 
-async fn force_leave(State(s): State<App>, a: Authz, Path(node): Path<String>) -> Result<Response> {
+async fn force_leave(
+    State(s): State<App>, a: Authz, Path(node): Path<String>, Called(p, call): Called,
+    fed: Option<axum::Extension<Arc<Federation>>>,
+) -> Result<Response> {
+    if p.has("wan") {
+        return force_leave_wan(&s, fed.as_deref().map(|f| &**f), call, node).await;
+    }
     a.require(a.operator_write(), "operator:write", "")?;
     let server = s.cluster().members().iter().any(|(_, n, _)| n.name == node);
     let in_catalog = s.state().nodes.get(&node).is_some();
@@ -80,4 +92,20 @@ async fn force_leave(State(s): State<App>, a: Authz, Path(node): Path<String>) -
     .await?;
     tracing::info!(node = %node, "node forced to leave");
     Ok(StatusCode::OK.into_response())
+}
+
+/// `?wan`: every server of this datacenter forgets `name` (`node.dc`, as
+/// `members -wan` lists it), and with its last server its datacenter;
+/// `prune` changes nothing more (cairn keeps no "left" members).
+async fn force_leave_wan(
+    s: &App, fed: Option<&Federation>, call: crate::endpoint::Call, name: String,
+) -> Result<Response> {
+    let op = Op::ForgetWan { name: name.clone() };
+    let answer = crate::endpoint::agent::run(s, fed, call, op).await?;
+    match answer.value {
+        Value::Forgotten(true) => Ok(StatusCode::OK.into_response()),
+        Value::Forgotten(false) => Err(Error::NotFound(format!(
+            "agent: No node found with name '{name}'"
+        ))),
+    }
 }

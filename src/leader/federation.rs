@@ -1,8 +1,9 @@
 //! The primary's federation states (`federation::Federation::write_states`):
 //! what is known of every datacenter, written into Raft by the primary's
-//! leader when it changes. A datacenter that knows no other writes nothing
-//! (an idle lone cluster makes no Raft write), and a secondary none at all:
-//! the duty ends at once there.
+//! leader when it changes. A datacenter that knows no other, and holds no
+//! other's state (one forgotten is deleted), writes nothing (an idle lone
+//! cluster makes no Raft write), and a secondary none at all: the duty
+//! ends at once there.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub async fn write_states(federation: Option<Arc<Federation>>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if fed.knows_others() {
+        if fed.has_others() {
             fed.write_states(&mut written).await;
         }
     }

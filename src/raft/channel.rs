@@ -68,8 +68,11 @@ pub trait Calls: Send + Sync + 'static {
 
 /// Serves a connection that became a channel until it closes: each call
 /// runs as its own task (all aborted when the connection goes), answers
-/// are written as they finish.
-pub async fn serve(stream: BoxStream, calls: Arc<dyn Calls>, frame_read: Duration) {
+/// are written as they finish; `touch` is told of each whole frame (the
+/// port's connection caps keep the busiest connections).
+pub async fn serve(
+    stream: BoxStream, calls: Arc<dyn Calls>, frame_read: Duration, touch: &(dyn Fn() + Sync),
+) {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<ChannelReply>(64);
     let writer = async move {
@@ -98,6 +101,7 @@ pub async fn serve(stream: BoxStream, calls: Arc<dyn Calls>, frame_read: Duratio
             let body = tokio::time::timeout(frame_read, read_body(&mut rd, len))
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "frame not whole"))??;
+            touch();
             match decode::<ChannelFrame>(&body)? {
                 ChannelFrame::Cancel { id } => {
                     if let Some(h) = running.lock().remove(&id) {
@@ -322,7 +326,15 @@ mod tests {
     /// A channel whose other end is served in memory.
     fn served() -> Channel {
         let (near, far) = tokio::io::duplex(1 << 16);
-        tokio::spawn(serve(Box::new(far), Arc::new(Echo), Duration::from_secs(5)));
+        tokio::spawn(async move {
+            serve(
+                Box::new(far),
+                Arc::new(Echo),
+                Duration::from_secs(5),
+                &|| {},
+            )
+            .await
+        });
         Channel::over(Box::new(near))
     }
 

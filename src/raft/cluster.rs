@@ -18,7 +18,7 @@ use openraft::ChangeMembers;
 use openraft::async_runtime::WatchReceiver;
 use parking_lot::Mutex;
 
-use super::network::{Conn, Connect, Formation, Hello, Reply, Request};
+use super::network::{Conn, Connect, Dial, Formation, Hello, Reply, Request};
 use super::{NodeId, Raft, ServerNode};
 
 pub struct Cluster {
@@ -109,7 +109,12 @@ impl Cluster {
     pub async fn channel_to(&self, addr: &str) -> std::io::Result<Arc<super::channel::Channel>> {
         self.channels
             .to(addr, || {
-                super::network::open_channel(&*self.connector, addr)
+                super::network::open_channel(
+                    &*self.connector,
+                    addr,
+                    &Dial::Local,
+                    &Request::Channel,
+                )
             })
             .await
     }

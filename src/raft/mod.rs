@@ -64,6 +64,7 @@ impl std::fmt::Display for Command {
             Command::AutopilotSet { .. } => "autopilot-set",
             Command::CoordinateBatch { .. } => "coordinate-batch",
             Command::FederationStateSet { .. } => "federation-state-set",
+            Command::FederationStateDelete { .. } => "federation-state-delete",
             Command::QuerySet { .. } => "query-set",
             Command::QueryDelete { .. } => "query-delete",
             Command::AclReplicate { .. } => "acl-replicate",

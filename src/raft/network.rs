@@ -130,11 +130,15 @@ pub enum Request {
     TransferLeader(TransferLeaderRequest<TypeConfig>),
     /// A server of another datacenter greets this one (`super::wan`).
     WanHello(super::wan::WanHello),
-    /// An HTTP request for this datacenter from another (`?dc=`).
-    WanRequest(super::wan::WanRequest),
     /// The connection becomes a channel of endpoint calls
     /// (`super::channel`), answered `Reply::Channel`.
     Channel,
+    /// The connection becomes a channel of the requests a server of
+    /// datacenter `from` forwards to this one (`?dc=`, replication pulls,
+    /// CA signing: `super::wan::WanCalls`), answered `Reply::Channel`.
+    WanChannel {
+        from: String,
+    },
 }
 
 /// Raft's answers carry a failure as text: the only failure the local Raft
@@ -152,7 +156,6 @@ pub enum Reply {
     TooLarge(u64),
     TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
     WanHello(Result<super::wan::WanHello, String>),
-    WanRequest(Result<super::wan::WanResponse, String>),
     Channel(Result<(), String>),
 }
 
@@ -161,16 +164,17 @@ pub use super::stream::{Accept, BoxStream, Connect, Connecting, Dial, PeerStream
 /// How long opening a channel may take (connect, TLS, greetings, answer).
 const OPEN_CHANNEL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Opens a channel of endpoint calls (`super::channel`) to `addr`, a
-/// server of this datacenter: a connection whose first frame is
-/// `Request::Channel`, handed to the channel once the peer took it.
+/// Opens a channel (`super::channel`) to `addr`, a server `dial` names: a
+/// connection whose first frame is `first` (`Request::Channel` for a
+/// server of this datacenter, `Request::WanChannel` for another's),
+/// handed to the channel once the peer took it.
 pub async fn open_channel(
-    connector: &dyn Connect, addr: &str,
+    connector: &dyn Connect, addr: &str, dial: &Dial, first: &Request,
 ) -> io::Result<super::channel::Channel> {
     let opened = tokio::time::timeout(OPEN_CHANNEL_TIMEOUT, async {
-        let mut s = connector.connect_to(addr, &Dial::Local).await?;
+        let mut s = connector.connect_to(addr, dial).await?;
         s.write_all(&greeting()).await?;
-        s.write_all(&encode_frame(&Request::Channel)?).await?;
+        s.write_all(&encode_frame(first)?).await?;
         read_greeting(&mut s, addr).await?;
         match read_frame::<Reply>(&mut s).await? {
             Reply::Channel(Ok(())) => Ok(s),
@@ -197,8 +201,9 @@ const GREETING_MAGIC: &[u8; 8] = b"CAIRNRPC";
 /// frames, `Request`, `Reply` or what they carry encode. 2: ACL commands
 /// and the Connect CA's. 3: the WAN frames. 4: `Command::VirtualIpsSet`
 /// and the virtual IPs in the snapshot's trailer. 5: channels of endpoint
-/// calls (`Request::Channel`).
-pub const WIRE_VERSION: u32 = 5;
+/// calls (`Request::Channel`). 6: forwarded WAN requests only on channels
+/// (`Request::WanChannel`).
+pub const WIRE_VERSION: u32 = 6;
 
 /// This server's greeting.
 pub fn greeting() -> [u8; 12] {
@@ -798,30 +803,24 @@ impl<F: Formation> Peer<F> {
                 Err(e) => break Close::Refused(format!("undecodable frame: {e}")),
             };
             drop(body);
-            if let Request::Channel = req {
-                // A channel only from a server of this datacenter (with
-                // TLS, its certificate says so), to a server that serves
-                // endpoint calls: the connection is the channel's now.
-                let calls = match (certified.as_ref(), self.formation.calls()) {
-                    (Some(c), _) if !c.local => Err("a channel from another datacenter".into()),
-                    (_, None) => Err("this server answers no endpoint calls".to_string()),
-                    (_, Some(calls)) => Ok(calls),
-                };
-                let refused = calls.as_ref().err().cloned();
-                if let Err(e) = write_reply(
-                    &mut stream,
-                    &Reply::Channel(calls.as_ref().map(|_| ()).map_err(Clone::clone)),
-                )
-                .await
-                {
+            // The connection becomes a channel: served by it until it closes.
+            let calls = match &req {
+                Request::Channel => Some(self.local_calls(certified.as_ref())),
+                Request::WanChannel { from } => Some(self.wan_calls(from, certified.as_ref())),
+                _ => None,
+            };
+            if let Some(calls) = calls {
+                let answer = Reply::Channel(calls.as_ref().map(|_| ()).map_err(Clone::clone));
+                if let Err(e) = write_reply(&mut stream, &answer).await {
                     break Close::Io(e);
                 }
                 match calls {
                     Ok(calls) => {
-                        super::channel::serve(stream, calls, self.limits.frame_read).await;
+                        let touch = || slot.touch();
+                        super::channel::serve(stream, calls, self.limits.frame_read, &touch).await;
                         return;
                     }
-                    Err(_) => break Close::Refused(refused.unwrap_or_default()),
+                    Err(refused) => break Close::Refused(refused),
                 }
             }
             let reply = match self.handle(req, certified.as_ref(), &mut receiving).await {
@@ -864,13 +863,7 @@ impl<F: Formation> Peer<F> {
                     h.datacenter, c.datacenters
                 ));
             }
-            (Request::WanRequest(r), Some(c)) if !c.serves(&r.from) => {
-                return Err(format!(
-                    "request from datacenter {:?} with a certificate for {:?}",
-                    r.from, c.datacenters
-                ));
-            }
-            (Request::WanHello(_) | Request::WanRequest(_), Some(_)) => {}
+            (Request::WanHello(_), Some(_)) => {}
             (_, Some(c)) if !c.local => {
                 return Err(format!(
                     "raft message from a server of {:?}, not of this datacenter",
@@ -917,13 +910,46 @@ impl<F: Formation> Peer<F> {
                 Some(w) => w.hello(h).await,
                 None => Err(NO_WAN.into()),
             }),
-            Request::WanRequest(r) => Reply::WanRequest(match self.formation.wan() {
-                Some(w) => w.request(r).await.and_then(fits_a_frame),
-                None => Err(NO_WAN.into()),
-            }),
             // Taken over by `serve` before it gets here.
-            Request::Channel => return Err("a channel frame after the first".into()),
+            Request::Channel | Request::WanChannel { .. } => {
+                return Err("a channel frame after the first".into());
+            }
         })
+    }
+
+    /// A channel of endpoint calls: only from a server of this datacenter
+    /// (with TLS, its certificate says so), to a server that serves them.
+    fn local_calls(
+        &self, certified: Option<&crate::tls::Certified>,
+    ) -> Result<Arc<dyn super::channel::Calls>, String> {
+        match (certified, self.formation.calls()) {
+            (Some(c), _) if !c.local => Err("a channel from another datacenter".into()),
+            (_, None) => Err("this server answers no endpoint calls".into()),
+            (_, Some(calls)) => Ok(calls),
+        }
+    }
+
+    /// A channel of another datacenter's forwarded requests: only where
+    /// this server federates (its transport authenticates its peers), and
+    /// with TLS only from a server certified for `from`.
+    fn wan_calls(
+        &self, from: &str, certified: Option<&crate::tls::Certified>,
+    ) -> Result<Arc<dyn super::channel::Calls>, String> {
+        let Some(wan) = self.formation.wan() else {
+            return Err(NO_WAN.into());
+        };
+        if let Some(c) = certified
+            && !c.serves(from)
+        {
+            return Err(format!(
+                "requests from datacenter {from:?} with a certificate for {:?}",
+                c.datacenters
+            ));
+        }
+        Ok(Arc::new(super::wan::WanCalls {
+            wan,
+            from: from.to_string(),
+        }))
     }
 
     /// Raft messages come only from members (any sender while this server
@@ -1007,11 +1033,11 @@ impl<F: Formation> Peer<F> {
     }
 }
 
-const NO_WAN: &str = "this server serves no WAN federation";
+pub(super) const NO_WAN: &str = "this server serves no WAN federation";
 
 /// An answer too large for a frame is refused whole (the asker answers its
 /// caller 413) rather than sent and refused by the asker's reader.
-fn fits_a_frame(r: super::wan::WanResponse) -> Result<super::wan::WanResponse, String> {
+pub(super) fn fits_a_frame(r: super::wan::WanResponse) -> Result<super::wan::WanResponse, String> {
     // Headers and framing are small beside the cap; the margin covers them.
     let len = r.body.len()
         + r.headers

@@ -82,6 +82,9 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         }
         Command::CoordinateBatch { updates } => super::coordinate::apply_batch(&mut tx, updates),
         Command::FederationStateSet { state } => super::federation::set(&mut tx, state),
+        Command::FederationStateDelete { datacenter } => {
+            super::federation::delete(&mut tx, datacenter)
+        }
         Command::QuerySet { query, update } => super::query::set(&mut tx, query, *update),
         Command::QueryDelete { id } => super::query::delete(&mut tx, id),
         Command::AclReplicate {

@@ -34,6 +34,21 @@ pub fn set(tx: &mut Tx, new: &FederationState) -> Response {
     Response::Bool(true)
 }
 
+/// Forgets one datacenter's state (nothing to do if there is none).
+pub fn delete(tx: &mut Tx, dc: &str) -> Response {
+    let Some(current) = tx.state.federation.remove(dc) else {
+        return Response::Bool(false);
+    };
+    tx.record(
+        Table::Meta,
+        row_key(dc),
+        Some(Row::Federation(current)),
+        None,
+    );
+    tx.touch(keys::FEDERATION);
+    Response::Bool(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +90,30 @@ mod tests {
         let again = Store::open(Box::new(disk)).unwrap();
         assert_eq!(again.state().federation.len(), 2);
         assert_eq!(again.state().federation, st.federation);
+    }
+
+    /// A datacenter forgotten is gone from the state and from the rows on
+    /// disk; forgetting it again changes nothing.
+    #[test]
+    fn a_forgotten_datacenters_state_is_deleted_from_rows_too() {
+        let disk = MemoryBackend::default();
+        let store = Store::open(Box::new(disk.clone())).unwrap();
+        let mut st = State::default();
+        let (_, a) = apply_command(&mut st, 5, &state_of("dc2", "10.0.0.2:8300"));
+        let (_, b) = apply_command(&mut st, 6, &state_of("dc3", "10.0.0.3:8300"));
+        store.commit(st.clone(), &[a, b], vec![]).unwrap();
+        let forget = Command::FederationStateDelete {
+            datacenter: "dc2".into(),
+        };
+        let (answer, gone) = apply_command(&mut st, 7, &forget);
+        assert_eq!(answer, Response::Bool(true));
+        assert!(!st.federation.contains_key("dc2"));
+        let (again, _) = apply_command(&mut st, 8, &forget);
+        assert_eq!(again, Response::Bool(false));
+        store.commit(st.clone(), &[gone], vec![]).unwrap();
+        drop(store);
+        let reopened = Store::open(Box::new(disk)).unwrap();
+        let dcs: Vec<String> = reopened.state().federation.keys().cloned().collect();
+        assert_eq!(dcs, vec!["dc3".to_string()]);
     }
 }

@@ -235,6 +235,12 @@ pub enum Command {
         service: String,
         manual: Vec<String>,
     },
+    /// WAN federation: the primary forgets a datacenter no server of it
+    /// is known any more (`force-leave -wan`, or expired unheard from).
+    /// Last, as above.
+    FederationStateDelete {
+        datacenter: String,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -377,6 +383,7 @@ impl Command {
             }
             Command::EventFire { event } => check("event name", &event.name),
             Command::FederationStateSet { state } => check("datacenter", &state.datacenter),
+            Command::FederationStateDelete { datacenter } => check("datacenter", datacenter),
             Command::QuerySet { query, .. } => {
                 check("query ID", &query.id)?;
                 check("query name", &query.name)
