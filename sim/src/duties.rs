@@ -3,7 +3,11 @@
 //! term (the leader module's `establish` follows Raft's leadership, which
 //! gives a term one leader at most). Once the healed cluster has settled,
 //! exactly one server runs them, the leader, for the term it leads: every
-//! deposed leader has stopped its own (`revoke`).
+//! deposed leader has stopped its own (`revoke`). And a server runs a
+//! term's duties only once it has applied an entry of that term (Consul's
+//! barrier before `establishLeadership`): before it, its state may lack
+//! entries the previous leader committed (a TTL session its expiry would
+//! never arm).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -27,8 +31,26 @@ impl DutyStats {
     pub fn sample(&mut self, at_ms: u64, slots: &[Slot]) {
         let mut by_term: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, slot) in slots.iter().enumerate() {
-            if let Some(term) = slot.lock().unwrap().as_ref().and_then(|s| s.duties().get()) {
-                by_term.entry(term).or_default().push(i + 1);
+            let slot = slot.lock().unwrap();
+            let Some(s) = slot.as_ref() else { continue };
+            let Some(term) = s.duties().get() else {
+                continue;
+            };
+            by_term.entry(term).or_default().push(i + 1);
+            let applied = s
+                .cluster()
+                .metrics()
+                .last_applied
+                .as_ref()
+                .map(|l| l.leader_id.term);
+            if applied.is_none_or(|t| t < term) {
+                let msg = format!(
+                    "server {} runs term {term}'s duties having applied no entry of it (last applied: term {applied:?})",
+                    i + 1
+                );
+                if !self.failures.iter().any(|f| f.ends_with(&msg)) {
+                    self.failures.push(format!("{at_ms} ms: {msg}"));
+                }
             }
         }
         for (term, servers) in by_term {

@@ -20,7 +20,10 @@
 //! to its lease never overlaps the next holder). Now and then a client
 //! holding a lock goes silent: it stops renewing and never releases or
 //! destroys, so the lock is freed only by the leader's TTL expiry, on
-//! simulated time, through partitions, crashes and leader changes.
+//! simulated time, through partitions, crashes and leader changes; once
+//! the cluster is healed, every such session is destroyed (`await_expired`:
+//! a leader that took office before applying a session created just
+//! before would never arm its timer).
 //!
 //! An acquire without an answer may or may not have taken the lock: the
 //! client then destroys its session (retrying until answered) so that any
@@ -35,7 +38,7 @@ use cairn::structs::{Behavior, KvOp, KvOutcome, KvVerb, Session};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::node::{API_PORT, ApiReply, ApiRequest, call, now_us};
+use crate::node::{API_PORT, ApiReply, ApiRequest, Slot, call, now_us};
 
 pub const LOCK_KEYS: [&str; 2] = ["lock/x", "lock/y"];
 /// Shorter than the KV clients' timeout: a lock client's last call (before
@@ -346,6 +349,50 @@ pub fn ttl_handoffs(log: &[LockRecord]) -> usize {
         }
     }
     n
+}
+
+/// Steps the healed cluster until no server holds a session whose client
+/// went silent (the leader's TTL expiry destroyed each, whatever leader
+/// changes came between its creation and its silence), or `limit` passes:
+/// a failure names each session left.
+pub fn await_expired(
+    sim: &mut turmoil::Sim, slots: &[Slot], log: &[LockRecord], limit: Duration,
+) -> Vec<String> {
+    let silent: Vec<&str> = log
+        .iter()
+        .filter_map(|r| match r {
+            LockRecord::Silent { session, .. } => Some(session.as_str()),
+            _ => None,
+        })
+        .collect();
+    let deadline = sim.elapsed() + limit;
+    loop {
+        let left: Vec<&str> = silent
+            .iter()
+            .copied()
+            .filter(|id| {
+                slots.iter().any(|s| {
+                    s.lock()
+                        .unwrap()
+                        .as_ref()
+                        .is_some_and(|s| s.state().sessions.contains_key(*id))
+                })
+            })
+            .collect();
+        if left.is_empty() {
+            return Vec::new();
+        }
+        if sim.elapsed() >= deadline || sim.step().is_err() {
+            return left
+                .iter()
+                .map(|id| {
+                    format!(
+                        "session {id} went silent holding a lock and was not destroyed by its TTL within {limit:?} of the heal"
+                    )
+                })
+                .collect();
+        }
+    }
 }
 
 /// Checks a run's lock log; returns what broke.

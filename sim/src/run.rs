@@ -497,6 +497,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // The leader duties settle where the leader is (checker h); then every
     // server catches up, and they are compared.
     let duties_settled = crate::duties::check_settled(&mut sim, &slots, Duration::from_secs(30));
+    // Checker (e): the silent holders' TTL sessions are all destroyed.
+    let not_expired = {
+        let log = lock_log.lock().unwrap().clone();
+        crate::locks::await_expired(&mut sim, &slots, &log, Duration::from_secs(20))
+    };
+    report.failures.extend(not_expired);
     let converged = wait_converged(&mut sim, &slots, Duration::from_secs(30));
     report.failures.extend(duties_settled);
     report.duty_terms = duties.terms.len();

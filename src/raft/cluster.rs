@@ -268,11 +268,16 @@ impl Cluster {
             .is_some_and(|t| openraft::Instant::elapsed(&t.into_inner()) < super::LEADER_LEASE)
     }
 
-    /// The term this server leads in, if it leads.
+    /// The term this server leads in, once it has applied an entry of it
+    /// (Consul's barrier before `establishLeadership`): until then its
+    /// state may lack entries the previous leader committed, and a duty
+    /// taking office from it (session expiry arming every TTL) would miss
+    /// them for the whole term.
     pub fn leading_term(&self) -> Option<u64> {
         let m = self.raft.metrics();
         let m = m.borrow_watched();
-        (m.current_leader == Some(self.id)).then_some(m.current_term)
+        let applied_own = m.last_applied.as_ref().map(|l| l.leader_id.term) == Some(m.current_term);
+        (m.current_leader == Some(self.id) && applied_own).then_some(m.current_term)
     }
 
     fn hello_msg(&self) -> Hello {
