@@ -327,6 +327,20 @@ fn the_other_datacenter_judges_the_token() {
     assert_eq!(with(dc1.http_addr, "GET", path, None, &short).status, 403);
     let (_, reader) = token_with_rules(dc1.http_addr, "op-read", r#"operator = "read""#);
     assert_eq!(with(dc1.http_addr, "GET", path, None, &reader).status, 200);
+    // Forgetting a datacenter needs operator:write: anonymous and
+    // operator:read are refused, and dc2 stays known.
+    let forget = "/v1/agent/force-leave/b0.dc2?wan";
+    assert_eq!(dc1.put(forget, "").status, 403);
+    let r = with(dc1.http_addr, "PUT", forget, None, &reader);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(datacenters_as(&dc1, ROOT), ["dc1", "dc2"]);
+}
+
+/// The datacenters a server lists to `token`.
+fn datacenters_as(s: &Server, token: &str) -> Vec<String> {
+    let r = with(s.http_addr, "GET", "/v1/catalog/datacenters", None, token);
+    assert_eq!(r.status, 200, "{}", r.body);
+    serde_json::from_value(r.json()).unwrap()
 }
 
 /// Federation goes only where the transport's authentication lets it:
