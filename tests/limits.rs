@@ -833,3 +833,36 @@ async fn forwarded_reads_share_one_connection_per_remote_server() {
     );
     drop(dc2);
 }
+
+/// A write the caller may not make is refused before its body is read
+/// (the permission is the key's, not the value's): an anonymous PUT that
+/// declares 400 KB and sends none of it is answered 403 at once, and the
+/// key is not written. On the main before this, the server waited for the
+/// whole body first (until the slow-body cut, seconds later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_write_is_refused_before_its_body_is_read() {
+    use common::acl::{ROOT, acl_started};
+    use tokio::io::AsyncWriteExt;
+    let s = tokio::task::spawn_blocking(|| {
+        acl_started(Server::builder().node("a0").bootstrap_expect(1), "deny")
+    })
+    .await
+    .unwrap();
+    let mut conn = tokio::net::TcpStream::connect(s.http_addr).await.unwrap();
+    conn.write_all(
+        b"PUT /v1/kv/secret HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status_within(&mut conn, Duration::from_secs(2)).await,
+        Some(403)
+    );
+    let r = client()
+        .get(s.at("/v1/kv/secret"))
+        .header("X-Consul-Token", ROOT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}

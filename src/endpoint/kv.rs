@@ -19,6 +19,18 @@ use crate::structs::{KvEntry, KvOp, KvOutcome, KvVerb};
 /// Consul's limit on one value.
 pub const MAX_VALUE: usize = 512 * 1024;
 
+/// Refuses, before its value is read, a write of `key` that this server's
+/// own ACL state says the caller may not make (the permission is the
+/// key's, not the value's): an anonymous caller's 512 KiB cost nothing.
+/// A token this server does not know yet is left to the server that runs
+/// the call, which judges every write again.
+pub fn refuse_before_value(s: &Server, call: &Call, key: &str) -> Result<()> {
+    match call.authz(s) {
+        Ok(a) => a.require(a.key_write(key), "key:write", key),
+        Err(_) => Ok(()),
+    }
+}
+
 /// A write of one key (`PUT /v1/kv/:key`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Put {

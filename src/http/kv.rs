@@ -1,7 +1,7 @@
 //! `/v1/kv` and `/v1/txn` (KV, session, node, service and check operations).
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -34,7 +34,7 @@ pub fn routes() -> Router<App> {
 async fn get_root(s: State<App>, c: Called) -> Result<Response> {
     get_kv(s, Path(String::new()), c).await
 }
-async fn put_root(s: State<App>, c: Called, body: Bytes) -> Result<Response> {
+async fn put_root(s: State<App>, c: Called, body: Body) -> Result<Response> {
     put_kv(s, Path(String::new()), c, body).await
 }
 async fn delete_root(s: State<App>, c: Called) -> Result<Response> {
@@ -77,11 +77,15 @@ async fn get_kv(
 }
 
 async fn put_kv(
-    State(s): State<App>, Path(key): Path<String>, Called(p, call): Called, body: Bytes,
+    State(s): State<App>, Path(key): Path<String>, Called(p, call): Called, body: Body,
 ) -> Result<Response> {
+    endpoint::kv::refuse_before_value(&s, &call, &key)?;
+    let value = axum::body::to_bytes(body, crate::request::MAX_BODY)
+        .await
+        .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
     let put = endpoint::kv::Put {
         key,
-        value: body.to_vec(),
+        value: value.to_vec(),
         flags: p.u64("flags")?.unwrap_or(0),
         cas: p.u64("cas")?,
         acquire: p.get("acquire").map(str::to_string),
