@@ -92,7 +92,8 @@ pub async fn serve(
         }
         io::Result::Ok(())
     };
-    let running: Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>> = Arc::default();
+    let running: Arc<Mutex<std::collections::BTreeMap<u64, tokio::task::AbortHandle>>> =
+        Arc::default();
     let in_flight = Arc::new(AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     let reader = async {
@@ -163,7 +164,11 @@ pub async fn serve(
     tasks.abort_all();
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>>;
+/// By id, ordered: when a channel closes its waiters are told in the
+/// order they called (a hash order would differ between runs of one
+/// simulation seed).
+type Pending =
+    Arc<Mutex<std::collections::BTreeMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>>;
 
 /// The calling end of a channel to one peer.
 pub struct Channel {
@@ -274,7 +279,13 @@ impl Channel {
                 io::ErrorKind::ConnectionAborted,
                 "raft channel closed before the answer",
             )),
-            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no answer in time")),
+            Err(_) => {
+                // Past a caller's whole wait: the peer may be gone without
+                // the connection saying so (a partition drops, never
+                // closes). The calls on it go on; new ones get a new one.
+                self.closed.store(true, Ordering::Release);
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no answer in time"))
+            }
         };
         guard.done = answer.is_ok();
         answer
@@ -282,11 +293,16 @@ impl Channel {
 }
 
 /// One open channel per peer, opened on first use and again after it
-/// closed.
+/// closed. Each peer's opening waits on that peer's lock alone: a peer
+/// that does not answer (up to the opening's timeout) holds up no call to
+/// another.
 #[derive(Default)]
 pub struct Channels {
-    open: tokio::sync::Mutex<HashMap<String, Arc<Channel>>>,
+    open: Mutex<HashMap<String, Slot>>,
 }
+
+/// One peer's channel, if open, behind the lock its opening holds.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Channel>>>>;
 
 impl Channels {
     /// The open channel to `addr`, else a new one from `open`.
@@ -294,14 +310,20 @@ impl Channels {
     where
         F: Future<Output = io::Result<Channel>>,
     {
-        let mut open_now = self.open.lock().await;
-        if let Some(c) = open_now.get(addr)
+        let slot = self
+            .open
+            .lock()
+            .entry(addr.to_string())
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref()
             && !c.is_closed()
         {
             return Ok(c.clone());
         }
         let c = Arc::new(open().await?);
-        open_now.insert(addr.to_string(), c.clone());
+        *slot = Some(c.clone());
         Ok(c)
     }
 }
@@ -358,6 +380,36 @@ mod tests {
         assert_eq!(slow.unwrap().unwrap(), vec![200, 1]);
         assert_eq!(fast.unwrap().unwrap(), vec![0, 2]);
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn a_peer_slow_to_open_holds_up_no_other() {
+        let channels = Arc::new(Channels::default());
+        let stuck = {
+            let channels = channels.clone();
+            tokio::spawn(async move {
+                channels
+                    .to("stuck", std::future::pending::<io::Result<Channel>>)
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let other = tokio::time::timeout(
+            Duration::from_secs(2),
+            channels.to("b", || async { Ok(served()) }),
+        )
+        .await
+        .expect("b opened while another peer's opening hangs")
+        .unwrap();
+        assert_eq!(
+            other
+                .call(vec![0, 3], Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap(),
+            vec![0, 3]
+        );
+        stuck.abort();
     }
 
     #[tokio::test]
