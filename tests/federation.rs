@@ -58,13 +58,10 @@ fn members_wan(s: &Server) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Two datacenters find each other through one `--join-wan` (given to
-/// dc1's servers only: dc2 learns of dc1 from their greetings), and every
-/// `?dc=` endpoint reaches the other datacenter as if asked there.
-#[test]
-fn two_datacenters_answer_for_each_other() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut dc2 = Server::durable("b0", tmp.path().join("b0"))
+/// dc2 (one durable server, b0, in `dir`) and dc1 (three servers whose
+/// `--join-wan` names b0), each of dc1's with a leader.
+fn federated(dir: &std::path::Path) -> (Server, Vec<Server>) {
+    let dc2 = Server::durable("b0", dir.join("b0"))
         .datacenter("dc2")
         .primary("dc1")
         .start();
@@ -73,6 +70,17 @@ fn two_datacenters_answer_for_each_other() {
     for s in &dc1 {
         s.wait_for_leader(WAIT);
     }
+    (dc2, dc1)
+}
+
+/// Two datacenters find each other through one `--join-wan` (given to
+/// dc1's servers only: dc2 learns of dc1 from their greetings), and every
+/// `?dc=` endpoint reaches the other datacenter as if asked there.
+#[test]
+fn two_datacenters_answer_for_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut dc2, dc1) = federated(tmp.path());
+    let join = dc2.raft_addr.to_string();
     let a = &dc1[1];
 
     // Both list both, their own first.
@@ -439,14 +447,8 @@ fn configuration_files_join_the_wan() {
 #[test]
 fn force_leave_wan_forgets_a_datacenter_on_every_server() {
     let tmp = tempfile::tempdir().unwrap();
-    let dc2 = Server::durable("b0", tmp.path().join("b0"))
-        .datacenter("dc2")
-        .primary("dc1")
-        .start();
-    let join = dc2.raft_addr.to_string();
-    let dc1 = common::cluster(3, &["--datacenter", "dc1", "--join-wan", &join]);
+    let (dc2, dc1) = federated(tmp.path());
     for s in &dc1 {
-        s.wait_for_leader(WAIT);
         wait_datacenters(s, &["dc1", "dc2"]);
     }
     let states = |s: &Server| -> Vec<String> {

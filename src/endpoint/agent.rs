@@ -60,19 +60,29 @@ pub async fn run(
     let here = op.run_here(s, fed, &call)?;
     let Value::Forgotten(mut forgot) = here.value;
     let wrapped = super::Op::Agent(op);
-    for (id, node, _) in s.cluster().members() {
-        if id == s.cluster().id {
-            continue;
+    // All at once: a server that does not answer holds up no other.
+    let others = s
+        .cluster()
+        .members()
+        .into_iter()
+        .filter(|(id, _, _)| *id != s.cluster().id);
+    let told = others.map(|(_, node, _)| {
+        let (call, wrapped) = (&call, &wrapped);
+        async move {
+            (
+                super::forward(s, &node.raft_addr, call, wrapped, false).await,
+                node.name,
+            )
         }
-        match super::forward(s, &node.raft_addr, &call, &wrapped, false).await {
+    });
+    for (answer, server) in futures_util::future::join_all(told).await {
+        match answer {
             Ok(Reply::Answer(Ok(a))) => {
-                if let super::Value::Agent(Value::Forgotten(true)) = a.value {
-                    forgot = true;
-                }
+                forgot |= matches!(a.value, super::Value::Agent(Value::Forgotten(true)));
             }
             Ok(Reply::Answer(Err(e))) => return Err(e),
             Ok(Reply::NotLeader) => {}
-            Err(e) => tracing::warn!(server = %node.name, error = %e, "not told to forget"),
+            Err(e) => tracing::warn!(%server, error = %e, "not told to forget"),
         }
     }
     Ok(here.map(|_| Value::Forgotten(forgot)))

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::federation::Federation;
 use crate::raft::channel::{BUSY, CallFuture, Calls};
+use crate::raft::network::TOO_LARGE_PREFIX;
 use crate::request::QueryOptions;
 use crate::request::authz::Authz;
 use crate::server::Server;
@@ -278,6 +279,7 @@ async fn forward(s: &Server, addr: &str, call: &Call, op: &Op, read: bool) -> Re
         Ok(bytes) => crate::raft::network::decode::<Reply>(&bytes)
             .map_err(|e| Error::Internal(format!("the leader's answer: {e}"))),
         Err(e) if e == BUSY => Err(Error::Busy(format!("The leader is {e}: try again later"))),
+        Err(e) if e.starts_with(TOO_LARGE_PREFIX) => Err(Error::TooLarge(e)),
         Err(e) => Err(Error::Internal(e)),
     }
 }

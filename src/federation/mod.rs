@@ -781,29 +781,15 @@ impl Federation {
                 Err(e) => Err(e),
             };
             match asked {
-                Ok(Ok(bytes)) => {
-                    return match decode::<Result<WanResponse, String>>(&bytes) {
-                        Ok(Ok(r)) => Ok(r),
-                        Ok(Err(e)) if e.starts_with(TOO_LARGE_PREFIX) => {
-                            Err(FederationError::TooLarge(e))
-                        }
-                        Ok(Err(e)) => Err(FederationError::Unreachable(e)),
-                        Err(e) => Err(FederationError::Unreachable(format!(
-                            "undecodable answer of datacenter {dc} ({addr}): {e}"
-                        ))),
-                    };
+                // Answered, or refused by the remote (its router's refusal,
+                // or the channel's: busy, an answer over the frame limit).
+                Ok(answer) => {
+                    let answer = answer.and_then(|bytes| {
+                        decode::<Result<WanResponse, String>>(&bytes)
+                            .unwrap_or_else(|e| Err(format!("undecodable answer: {e}")))
+                    });
+                    return answer.map_err(|e| refused(dc, &addr, e));
                 }
-                // Its channel is full: the same datacenter's other servers
-                // are asked no differently, so the caller is told at once.
-                Ok(Err(e)) if e == BUSY => {
-                    return Err(FederationError::Busy(format!(
-                        "Datacenter {dc} ({addr}) is {e}: try again later"
-                    )));
-                }
-                Ok(Err(e)) if e.starts_with(TOO_LARGE_PREFIX) || e.contains("frame limit") => {
-                    return Err(FederationError::TooLarge(e));
-                }
-                Ok(Err(e)) => return Err(FederationError::Unreachable(e)),
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                     return Err(FederationError::TooLarge(e.to_string()));
                 }
@@ -891,6 +877,20 @@ impl Federation {
     /// Whether `dc` is a datacenter this server knows (other than its own).
     pub fn knows(&self, dc: &str) -> bool {
         self.known.lock().contains_key(dc)
+    }
+}
+
+/// What a remote server's refusal means to the caller: its channel full
+/// (the same datacenter's other servers are asked no differently, so the
+/// caller is told at once: 429), something over the frame limit (413), or
+/// anything else.
+fn refused(dc: &str, addr: &str, e: String) -> FederationError {
+    if e == BUSY {
+        FederationError::Busy(format!("Datacenter {dc} ({addr}) is {e}: try again later"))
+    } else if e.starts_with(TOO_LARGE_PREFIX) {
+        FederationError::TooLarge(e)
+    } else {
+        FederationError::Unreachable(e)
     }
 }
 

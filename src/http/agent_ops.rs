@@ -60,12 +60,13 @@ async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Re
 }
 
 async fn force_leave(
-    State(s): State<App>, a: Authz, Path(node): Path<String>, Called(p, call): Called,
+    State(s): State<App>, Path(node): Path<String>, Called(p, call): Called,
     fed: Option<axum::Extension<Arc<Federation>>>,
 ) -> Result<Response> {
     if p.has("wan") {
         return force_leave_wan(&s, fed.as_deref().map(|f| &**f), call, node).await;
     }
+    let a = call.authz(&s)?;
     a.require(a.operator_write(), "operator:write", "")?;
     let server = s.cluster().members().iter().any(|(_, n, _)| n.name == node);
     let in_catalog = s.state().nodes.get(&node).is_some();

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::frame::{MAX_FRAME, decode, encode_frame, read_body};
+use super::frame::{MAX_FRAME, TOO_LARGE_PREFIX, decode, encode_frame, read_body};
 use super::stream::BoxStream;
 
 /// Calls in flight on one channel at its receiver; past it a call is
@@ -82,7 +82,7 @@ pub async fn serve(
                 Ok(f) => encode_frame(&ChannelReply {
                     id: reply.id,
                     answer: Err(format!(
-                        "answer of {} bytes is over the frame limit of {MAX_FRAME}",
+                        "{TOO_LARGE_PREFIX}answer of {} bytes is over the frame limit of {MAX_FRAME}",
                         f.len() - 4
                     )),
                 })?,
@@ -380,6 +380,29 @@ mod tests {
         assert_eq!(slow.unwrap().unwrap(), vec![200, 1]);
         assert_eq!(fast.unwrap().unwrap(), vec![0, 2]);
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    /// Past `MAX_IN_FLIGHT` calls at once the receiver answers `BUSY`
+    /// at once (never queues), and takes calls again once some finish.
+    #[tokio::test]
+    async fn calls_past_the_budget_are_answered_busy() {
+        let ch = served();
+        let calls = (0..=MAX_IN_FLIGHT).map(|_| ch.call(vec![250], Duration::from_secs(10)));
+        let answers = futures_util::future::join_all(calls).await;
+        let busy = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(Err(e)) if e == BUSY))
+            .count();
+        assert_eq!(busy, 1, "one call past {MAX_IN_FLIGHT}");
+        let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
+        assert_eq!(answered, MAX_IN_FLIGHT);
+        assert_eq!(
+            ch.call(vec![0, 7], Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap(),
+            vec![0, 7]
+        );
     }
 
     #[tokio::test]

@@ -14,6 +14,10 @@ use tokio::io::AsyncReadExt;
 /// `SNAPSHOT_CHUNK`.
 pub const MAX_FRAME: usize = 16 << 20;
 
+/// How a refusal for size starts, whoever refuses (the asker answers its
+/// caller 413).
+pub const TOO_LARGE_PREFIX: &str = "too large: ";
+
 /// A value as a frame: `[len u32 BE][bincode]`.
 pub fn encode_frame<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
     let len = bincode::serialized_size(v).map_err(io::Error::other)? as usize;

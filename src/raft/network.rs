@@ -35,7 +35,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub use super::frame::{MAX_FRAME, decode};
+pub use super::frame::{MAX_FRAME, TOO_LARGE_PREFIX, decode};
 use super::frame::{encode_frame, read_body};
 use super::state_machine::{SnapshotSink, SnapshotStore};
 use super::{NodeId, ServerNode, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
@@ -1033,27 +1033,7 @@ impl<F: Formation> Peer<F> {
     }
 }
 
-pub(super) const NO_WAN: &str = "this server serves no WAN federation";
-
-/// An answer too large for a frame is refused whole (the asker answers its
-/// caller 413) rather than sent and refused by the asker's reader.
-pub(super) fn fits_a_frame(r: super::wan::WanResponse) -> Result<super::wan::WanResponse, String> {
-    // Headers and framing are small beside the cap; the margin covers them.
-    let len = r.body.len()
-        + r.headers
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 16)
-            .sum::<usize>();
-    if len + 1024 > MAX_FRAME {
-        return Err(format!(
-            "{TOO_LARGE_PREFIX}answer of {len} bytes is over the frame limit of {MAX_FRAME}"
-        ));
-    }
-    Ok(r)
-}
-
-/// How a refusal for size starts (the asker maps it to 413).
-pub const TOO_LARGE_PREFIX: &str = "too large: ";
+const NO_WAN: &str = "this server serves no WAN federation";
 
 async fn write_reply(s: &mut BoxStream, reply: &Reply) -> io::Result<()> {
     s.write_all(&encode_frame(reply)?).await

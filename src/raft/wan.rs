@@ -82,11 +82,10 @@ impl Calls for WanCalls {
             let decoded = super::frame::decode::<WanRequest>(&body);
             drop(body);
             let answer = match decoded {
+                // An answer over the frame limit is refused by the channel.
                 Ok(mut req) => {
                     req.from = from;
-                    wan.request(req)
-                        .await
-                        .and_then(super::network::fits_a_frame)
+                    wan.request(req).await
                 }
                 Err(e) => Err(format!("undecodable forwarded request: {e}")),
             };
