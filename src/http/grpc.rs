@@ -452,6 +452,13 @@ fn bootstrap(
         }
     }
     let st = s.state();
+    // Consul's order: the token first (a secret that names no token is
+    // UNAUTHENTICATED), before any lookup, so it learns nothing of what is
+    // registered; then NOT_FOUND; then whether it may read the service.
+    let authz = s
+        .acl()
+        .resolve(&st, token)
+        .map_err(|e| Status::unauthenticated(e.to_string()))?;
     let node = if !req.node_name.is_empty() {
         st.nodes.get(&req.node_name).map(|n| &**n)
     } else if !req.node_id.is_empty() {
@@ -473,10 +480,6 @@ fn bootstrap(
             ))
         })?;
     // Consul's: the caller may read the service it asks about.
-    let authz = s
-        .acl()
-        .resolve(&st, token)
-        .map_err(|e| Status::permission_denied(e.to_string()))?;
     if !authz.service_read(&svc.service) {
         return Err(Status::permission_denied(
             authz.deny("service:read", &svc.service).to_string(),

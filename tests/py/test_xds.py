@@ -527,6 +527,32 @@ def test_under_acls_a_stream_needs_service_write_on_its_service():
             allowed.wait("the public listener", lambda s: s.listener("public_listener:"))
         finally:
             allowed.close()
+
+        # The dataplane's bootstrap call resolves its token before it looks
+        # anything up: a secret that names no token learns nothing, neither
+        # that a proxy exists nor that a node does not.
+        M = dataplane_messages()
+        ch = grpc.insecure_channel(addr)
+        bootstrap = ch.unary_unary(
+            "/hashicorp.consul.dataplane.DataplaneService/GetEnvoyBootstrapParams",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=M["BootstrapResponse"].FromString)
+        unknown = (("x-consul-token", "00000000-0000-4000-8000-00000000dead"),)
+        try:
+            for node, service in [("n1", "web-sidecar-proxy"), ("n1", "nope"), ("no-node", "x")]:
+                with pytest.raises(grpc.RpcError) as e:
+                    bootstrap(M["BootstrapRequest"](node_name=node, service_id=service),
+                              metadata=unknown, timeout=10)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, (node, service)
+            with pytest.raises(grpc.RpcError) as e:
+                bootstrap(M["BootstrapRequest"](node_name="n1", service_id="web-sidecar-proxy"),
+                          timeout=10)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            got = bootstrap(M["BootstrapRequest"](node_name="n1", service_id="web-sidecar-proxy"),
+                            metadata=(("x-consul-token", root),), timeout=10)
+            assert got.service == "web"
+        finally:
+            ch.close()
     finally:
         server.stop()
 
