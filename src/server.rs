@@ -829,11 +829,11 @@ impl Server {
             if let Some(t) = ready() {
                 return Ok(t);
             }
-            if tokio::time::timeout_at(deadline, metrics.changed())
-                .await
-                .is_err()
-            {
-                return Err(Error::NoLeader);
+            // Past the deadline, or Raft stopped (a failed log fsync: its
+            // metrics never change again, and waiting on them would spin).
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Error::NoLeader),
             }
         }
     }
