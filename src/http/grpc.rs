@@ -76,11 +76,7 @@ pub async fn serve(
 ) {
     let GrpcConfig { xds, max_conns, .. } = config;
     tracing::info!(addr = ?listener.local_addr().ok(), tls = tls.is_some(), "gRPC (xDS, dataplane) listening");
-    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), xds);
-    let router = tonic::service::Routes::new(ads)
-        .add_service(Service::<Dataplane>::new(s.clone()))
-        .add_service(Service::<ServerDiscovery>::new(s.clone()))
-        .prepare();
+    let router = routes(&s, xds);
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -122,6 +118,17 @@ pub async fn serve(
     if let Err(e) = result {
         tracing::error!("gRPC server stopped: {e}");
     }
+}
+
+/// The port's services (ADS, the dataplane's, server discovery), streams
+/// within `xds`: what `serve` serves, for a listener of the caller's own
+/// (the simulation's hosts serve them over simulated TCP).
+pub fn routes(s: &App, xds: crate::xds::Limits) -> tonic::service::Routes {
+    let ads = crate::xds::Ads::service(Arc::new(Catalog(s.clone())), xds);
+    tonic::service::Routes::new(ads)
+        .add_service(Service::<Dataplane>::new(s.clone()))
+        .add_service(Service::<ServerDiscovery>::new(s.clone()))
+        .prepare()
 }
 
 /// Accepted connections, each set up (the TLS handshake) on its own task

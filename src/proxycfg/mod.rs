@@ -269,7 +269,9 @@ impl Inner {
             // an async worker for one long poll, and HTTP and Raft waited
             // behind it during a change every proxy sees.
             let inner = self.clone();
-            let done = tokio::task::spawn_blocking(move || {
+            // (`off_workers`: in place on a runtime of one thread, the
+            // simulation's hosts, so that a seed replays the same.)
+            let done = crate::tasks::off_workers(move || {
                 let built: Vec<_> = {
                     let mut shared = shared.lock();
                     batch
@@ -285,10 +287,8 @@ impl Inner {
                 }
             })
             .await;
-            if let Err(e) = done
-                && e.is_panic()
-            {
-                std::panic::resume_unwind(e.into_panic()); // as if it ran here
+            if let Err(e) = done {
+                std::panic::resume_unwind(Box::new(e)); // as if it ran here
             }
             tokio::task::yield_now().await;
         }

@@ -294,6 +294,8 @@ pub(super) async fn serve<P: Protocol>(
                 // Endpoints follow what the token may read now, both ways.
                 if let Some(s) = &current {
                     let now = hidden_from(&*source, token, s);
+                    #[cfg(feature = "bug-xds-acl-unchanged")]
+                    let now = hidden.clone();
                     if now != hidden {
                         hidden = now;
                         build(&mut session, s, &hidden, target.generate()).await?;
@@ -519,6 +521,19 @@ async fn build<P: Protocol>(
     session: &mut P, snapshot: &Arc<Snapshot>, hidden: &Hidden,
     generate: fn(&Snapshot) -> Resources,
 ) -> Result<(), Status> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        // A runtime of one thread (the simulation's hosts): built in place,
+        // as `tasks::off_workers` runs such work there, so that a seed
+        // replays the same; the builder's pacing has no workers to pace.
+        let (snapshot, hidden) = (snapshot.clone(), hidden.clone());
+        let resources = crate::tasks::off_workers(move || generated(&snapshot, &hidden, generate))
+            .await
+            .map_err(|_| Status::internal("building this proxy's resources failed"))?;
+        session.set_resources(resources);
+        return Ok(());
+    }
     let (tx, rx) = oneshot::channel();
     let start = {
         let mut builds = BUILDS.lock();
@@ -554,11 +569,7 @@ fn run_builds() {
                 continue; // the stream ended: nobody to build for
             }
             let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if hidden.is_empty() {
-                    generate(&snapshot)
-                } else {
-                    generate(&snapshot.without(&hidden))
-                }
+                generated(&snapshot, &hidden, generate)
             }));
             match built {
                 Ok(r) => {
@@ -572,6 +583,17 @@ fn run_builds() {
                 ),
             }
         }
+    }
+}
+
+/// The snapshot's resources, less what `hidden` names.
+fn generated(
+    snapshot: &Snapshot, hidden: &Hidden, generate: fn(&Snapshot) -> Resources,
+) -> Resources {
+    if hidden.is_empty() {
+        generate(snapshot)
+    } else {
+        generate(&snapshot.without(hidden))
     }
 }
 
