@@ -64,6 +64,6 @@ lint:
 ## simulation within a bounded number of seeds (the last two are bugs of
 ## the endpoint layer's routing and token checks). Release builds: slow.
 sim-bugs:
-	for bug in bug-ack-before-commit bug-stale-read bug-stream-back-in-time bug-follower-reads bug-forwarded-token; do \
+	for bug in bug-ack-before-commit bug-stale-read bug-stream-back-in-time bug-follower-reads bug-forwarded-token bug-xds-acl-unchanged; do \
 	  $(CARGO) test -p sim --release --features $$bug --test seeds -- --nocapture || exit 1; \
 	done

@@ -105,6 +105,11 @@ pub struct Tokens {
     /// The servers' DNS token (`dns::DNS_RULES`).
     pub dns: String,
     pub dns_accessor: String,
+    /// The mesh's proxies' (`mesh::GATEWAY_RULES`, `mesh::SIDECAR_RULES`).
+    pub gateway: String,
+    pub gateway_accessor: String,
+    pub sidecar: String,
+    pub sidecar_accessor: String,
     /// Set once the admin has created both tokens.
     ready: AtomicBool,
 }
@@ -129,6 +134,10 @@ impl Access {
                 subscriber_accessor: uuid_of(seed, 6),
                 dns: uuid_of(seed, 7),
                 dns_accessor: uuid_of(seed, 8),
+                gateway: uuid_of(seed, 9),
+                gateway_accessor: uuid_of(seed, 10),
+                sidecar: uuid_of(seed, 11),
+                sidecar_accessor: uuid_of(seed, 12),
                 ready: AtomicBool::new(false),
             })
         }))
@@ -219,7 +228,8 @@ pub(crate) async fn until_acked(
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let addr = SocketAddr::new(servers[target], API_PORT);
         match call(addr, &req, Some(MANAGEMENT), SHORT_TIMEOUT).await {
-            Ok(ApiReply::Write(Ok(Response::Ok))) => return true,
+            // (A config entry's write answers `true`.)
+            Ok(ApiReply::Write(Ok(Response::Ok | Response::Bool(true)))) => return true,
             Ok(ApiReply::Write(Ok(other))) => {
                 // Refused for good: the run's own setup is wrong.
                 log.lock()

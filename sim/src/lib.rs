@@ -30,6 +30,12 @@
 //!   state) and no answer may name a service or node the token could not
 //!   read at the server's applied index; readable names must be answered
 //!   and unreadable ones NXDOMAIN.
+//! - `mesh`: checker (j), on ACL seeds: a terminating gateway and a
+//!   sidecar follow Delta ADS (tonic, the real gRPC port on simulated TCP)
+//!   on random servers with tokens narrowed mid-run; no push may carry a
+//!   leaf the token may not `service:write` or endpoints it may not
+//!   `service:read`, under the rules its server had applied, and streams
+//!   open at the end hold the narrowed view.
 //! - `duties`: checker (h), the leader module's duties run on one server
 //!   per term during the run, and on the leader alone once settled.
 //! - `rejoin`: checker (i), on a third of the seeds after the workload: a
@@ -61,9 +67,10 @@
 //!   seeds of both scenarios; a failing seed prints the command replaying it
 //!   (`--servers S --seed X`; `SIM_TRACE=1` prints leaders and operations).
 //! - `cargo test -p sim --release --features bug-ack-before-commit` (or
-//!   `bug-stale-read`, `bug-stream-back-in-time`; `make sim-bugs` runs all
-//!   three): builds cairn with a deliberate bug and expects the simulation
-//!   to catch it within 40 seeds; `--features bug-failover-ignores-health`:
+//!   `bug-stale-read`, `bug-stream-back-in-time`, `bug-follower-reads`,
+//!   `bug-forwarded-token`, `bug-xds-acl-unchanged`; `make sim-bugs` runs
+//!   them all): builds cairn with a deliberate bug and expects the
+//!   simulation to catch it within 40 seeds; `--features bug-failover-ignores-health`:
 //!   checker 5 within 4 seeds of the federation scenario.
 //!
 //! Determinism needs `--cfg tokio_unstable` (set in `.cargo/config.toml`):
@@ -80,6 +87,7 @@ pub mod federation;
 pub mod linearizability;
 pub mod locks;
 pub mod mem_log;
+pub mod mesh;
 pub mod node;
 pub mod rejoin;
 pub mod report;

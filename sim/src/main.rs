@@ -112,6 +112,12 @@ fn main() {
                     d.denied_nxdomain
                 );
             }
+            if let Some(m) = r.mesh.as_ref().filter(|_| verbose || !r.passed()) {
+                println!(
+                    "  mesh: {} xDS pushes on {} streams checked ({} held to the narrowed rules), {} streams' final holdings narrowed",
+                    m.pushes, m.streams, m.strict_pushes, m.ends_checked
+                );
+            }
             if !r.passed() {
                 for f in &r.failures {
                     println!("  {f}");

@@ -44,6 +44,9 @@ use crate::mem_log::{LogDisk, MemLogStore};
 
 pub const RAFT_PORT: u16 = 8300;
 pub const API_PORT: u16 = 8500;
+/// The real gRPC port's services (`cairn::http::grpc::routes`: ADS, the
+/// dataplane's), served over simulated TCP.
+pub const GRPC_PORT: u16 = 8502;
 
 /// Opens turmoil TCP streams for the Raft transport.
 pub struct SimConnect;
@@ -175,6 +178,14 @@ pub struct Committed {
     /// it and its status after each (`None`: removed). Checker 5's ground
     /// truth of what a prepared query could return at an index.
     pub checks: BTreeMap<String, BTreeMap<u64, Option<String>>>,
+    /// Per ACL row, index and server: when (µs) that server applied that
+    /// index's change of the row (again after a restart that started from
+    /// state before it). With `starts`, checker (j)'s ground truth of when
+    /// a server's xDS streams had to see a policy change.
+    pub acl_applied_at: BTreeMap<(String, u64, String), Vec<u64>>,
+    /// Per server, when (µs) each of its lives began, and the index its
+    /// state had once assembled (restored, or re-applied since).
+    pub starts: BTreeMap<String, Vec<(u64, u64)>>,
     /// Indexes two servers applied differently.
     pub conflicts: Vec<String>,
 }
@@ -245,13 +256,15 @@ fn record_acl(truth: &Truth, server: &str, set: &ChangeSet) {
             Some(_) => Some(String::new()),
             None => None,
         };
-        truth
-            .lock()
-            .unwrap()
-            .acl_rows
+        let mut t = truth.lock().unwrap();
+        t.acl_rows
             .entry(c.key.clone())
             .or_default()
             .insert(set.index, after);
+        t.acl_applied_at
+            .entry((c.key.clone(), set.index, server.to_string()))
+            .or_default()
+            .push(now_us());
     }
     let removed = set.changes.iter().filter(|c| {
         c.table == Table::Acl && c.before.is_some() && c.after.is_none() && c.key.starts_with("t/")
@@ -290,6 +303,7 @@ fn sim_clock_ms() -> u64 {
 
 /// Runs one life of a server until the host crashes.
 pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> turmoil::Result {
+    let started = now_us();
     let raft_addr = SocketAddr::new(boot.ip, RAFT_PORT);
     let config = ServerConfig {
         http_addr: SocketAddr::new(boot.ip, API_PORT),
@@ -350,13 +364,14 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         // clients stamp their own commands with.
         clock: sim_clock_ms,
         tap: Some({
-            let name = boot.name.clone();
+            let (name, truth) = (boot.name.clone(), truth.clone());
             Arc::new(move |set: &ChangeSet| record(&truth, &name, set))
         }),
     };
     // Built as every server is (`process::assemble`): the core and the
-    // leader module, every leader duty included. HTTP, DNS and gRPC
-    // listeners stand aside: the simulated clients speak `serve_api`.
+    // leader module, every leader duty included. The HTTP and DNS
+    // listeners stand aside: the simulated clients speak `serve_api`; the
+    // gRPC port's own services (xDS) are served on simulated TCP.
     // In a federation, with its WAN federation as `process::server` has
     // it, answering other datacenters with the HTTP router in process.
     let (server, wan) = if boot.federation.is_some() {
@@ -377,6 +392,20 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         (server, None)
     };
     *slot.lock().unwrap() = Some(server.clone());
+    (truth.lock().unwrap().starts.entry(boot.name.clone()))
+        .or_default()
+        .push((started, server.state().index));
+    let grpc = turmoil::net::TcpListener::bind(("0.0.0.0", GRPC_PORT)).await?;
+    let routes = cairn::http::grpc::routes(&server, cairn::xds::Limits::default());
+    tokio::spawn(async move {
+        let incoming = futures_util::stream::unfold(grpc, |l| async move {
+            let conn = l.accept().await.map(|(s, _)| GrpcConn(s));
+            Some((conn, l))
+        });
+        let _ = tonic::transport::Server::builder()
+            .serve_with_incoming(routes, incoming)
+            .await;
+    });
     let api = turmoil::net::TcpListener::bind(("0.0.0.0", API_PORT)).await?;
     loop {
         let (stream, _) = api.accept().await?;
@@ -384,6 +413,41 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         tokio::spawn(async move {
             let _ = serve_api(stream, server, wan).await;
         });
+    }
+}
+
+/// A simulated TCP connection as the gRPC server takes it.
+struct GrpcConn(turmoil::net::TcpStream);
+
+impl tonic::transport::server::Connected for GrpcConn {
+    type ConnectInfo = ();
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for GrpcConn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for GrpcConn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }
 

@@ -73,6 +73,8 @@ pub struct Report {
     pub acl: Option<AclStats>,
     /// With ACLs on: what checker (g) saw of the DNS answers.
     pub dns: Option<DnsStats>,
+    /// With ACLs on: what checker (j) saw of the proxies' xDS streams.
+    pub mesh: Option<crate::mesh::MeshStats>,
     /// Terms whose leader duties were seen running (checker h).
     pub duty_terms: usize,
     /// Broken guarantees; empty when the run passed.
@@ -99,6 +101,8 @@ impl Report {
             " --features bug-stream-back-in-time"
         } else if cfg!(feature = "bug-failover-ignores-health") {
             " --features bug-failover-ignores-health"
+        } else if cfg!(feature = "bug-xds-acl-unchanged") {
+            " --features bug-xds-acl-unchanged"
         } else {
             ""
         };

@@ -334,8 +334,13 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // within the faults; its user goes on until the workload ends.
     let acl_log: acl::AclLog = Arc::default();
     let dns_log: crate::dns::DnsLog = Arc::default();
+    let mesh_log: crate::mesh::MeshLog = Arc::default();
+    let heal_at = scenario.warmup + scenario.faulty;
     let acl_clients: Vec<String> = if acl_on {
-        vec!["admin".into(), "user".into(), "dns".into()]
+        let mut c: Vec<String> = vec!["admin".into(), "user".into(), "dns".into()];
+        c.push("mesh-admin".into());
+        c.extend(crate::mesh::Proxy::ALL.map(|p| p.host().to_string()));
+        c
     } else {
         Vec::new()
     };
@@ -355,6 +360,31 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         sim.client("dns", async move {
             crate::dns::client(a, seed, to, workload_end + acl::USER_AFTER, log).await
         });
+        // The mesh's policies narrow during the faults, or on half these
+        // seeds after the heal (the proxies' last streams then see it
+        // happen), once the proxies hold what it takes away.
+        let narrow_at = if seed % 8 == 7 {
+            heal_at + Duration::from_millis(r.gen_range(500..1500))
+        } else {
+            scenario.warmup + Duration::from_millis(r.gen_range(1000..8000))
+        };
+        let cap = narrow_at.max(heal_at) + Duration::from_secs(1);
+        let (to, log, a, acl_log) = (
+            ips.clone(),
+            mesh_log.clone(),
+            access.clone(),
+            acl_log.clone(),
+        );
+        sim.client("mesh-admin", async move {
+            crate::mesh::admin(a, to, narrow_at, cap, workload_end, log, acl_log).await
+        });
+        for p in crate::mesh::Proxy::ALL {
+            let (to, log, a) = (ips.clone(), mesh_log.clone(), access.clone());
+            let until = workload_end + acl::USER_AFTER;
+            sim.client(p.host(), async move {
+                crate::mesh::proxy(p, a, seed, to, heal_at, until, log).await
+            });
+        }
     }
 
     let mut hosts: Vec<String> = names.clone();
@@ -370,7 +400,6 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     // Servers whose next log flush fails and which have not stopped yet.
     let mut failing: BTreeSet<usize> = BTreeSet::new();
     let mut next_fault = scenario.warmup;
-    let heal_at = scenario.warmup + scenario.faulty;
     let mut healed = false;
     let mut leaders: Vec<(Option<u64>, u64)> = vec![(None, 0); n];
     let mut duties = crate::duties::DutyStats::default();
@@ -594,6 +623,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         let stats = crate::dns::check(tokens, &log, &truth.lock().unwrap());
         report.failures.extend(stats.failures.iter().cloned());
         report.dns = Some(stats);
+        let log = mesh_log.lock().unwrap().clone();
+        log.hash(&mut trace);
+        let end = (workload_end + acl::USER_AFTER).as_micros() as u64;
+        let stats = crate::mesh::check(&log, &truth.lock().unwrap(), end);
+        report.failures.extend(stats.failures.iter().cloned());
+        report.mesh = Some(stats);
     }
     // A run that made no progress checks nothing: every seed must show
     // acknowledged writes and a followed event stream (seeds commonly

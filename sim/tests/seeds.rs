@@ -27,7 +27,8 @@ fn serial() -> MutexGuard<'static, ()> {
     feature = "bug-stream-back-in-time",
     feature = "bug-failover-ignores-health",
     feature = "bug-follower-reads",
-    feature = "bug-forwarded-token"
+    feature = "bug-forwarded-token",
+    feature = "bug-xds-acl-unchanged"
 )))]
 mod clean {
     use super::*;
@@ -51,6 +52,7 @@ mod clean {
         let (mut acl_seeds, mut acl_fewest) = (0, usize::MAX);
         let mut acl = (0, 0, 0);
         let mut dns = (0, 0, 0, 0, 0);
+        let mut mesh = (0, 0, 0, 0);
         for seed in 0..seeds() {
             let r = run(&scenario, seed);
             if let Some(a) = &r.acl {
@@ -66,6 +68,12 @@ mod clean {
                 dns.2 += d.services_answered;
                 dns.3 += d.nodes_answered;
                 dns.4 += d.denied_nxdomain;
+            }
+            if let Some(m) = &r.mesh {
+                mesh.0 += m.pushes;
+                mesh.1 += m.streams;
+                mesh.2 += m.strict_pushes;
+                mesh.3 += m.ends_checked;
             }
             totals.0 += r.ops;
             totals.1 += r.acked_writes;
@@ -104,6 +112,10 @@ mod clean {
         println!(
             "  DNS (checker g): {} answers checked ({} after the DNS token's narrowing), {} with a readable service, {} with a readable node, {} NXDOMAIN for unreadable names",
             dns.0, dns.1, dns.2, dns.3, dns.4
+        );
+        println!(
+            "  mesh (checker j): {} xDS pushes on {} streams checked, {} held to the narrowed rules, {} streams' final holdings narrowed",
+            mesh.0, mesh.1, mesh.2, mesh.3
         );
         for r in &failed {
             println!("seed {} failed:", r.seed);
@@ -270,7 +282,8 @@ mod planted_failover {
     feature = "bug-stale-read",
     feature = "bug-stream-back-in-time",
     feature = "bug-follower-reads",
-    feature = "bug-forwarded-token"
+    feature = "bug-forwarded-token",
+    feature = "bug-xds-acl-unchanged"
 ))]
 mod planted {
     use super::*;
