@@ -223,7 +223,11 @@ pub fn lock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
 /// `?release=`: gives the lock up and writes the value; `false` when the
 /// session does not hold it (or a non-zero `?cas` index is not the key's).
 pub fn unlock(tx: &mut Tx, op: &KvOp) -> Result<KvOutcome, String> {
-    live_session(tx.state, op)?;
+    // A session that does not exist holds nothing: `false`, as Consul
+    // answers (only an acquire checks that its session exists).
+    if op.session.is_empty() {
+        return Err("missing session".into());
+    }
     let Some(e) = tx.state.kv.get(op.key.as_str()).cloned() else {
         return Ok(KvOutcome::Done(false));
     };
@@ -527,6 +531,10 @@ mod tests {
         assert!(matches!(
             apply_command(&mut st, 16, &kv(KvVerb::Lock, "x", "zz", 1_000)).0,
             Response::Rejected(_)
+        ));
+        // But releasing with one is just `false`: it holds nothing.
+        assert!(!done(
+            apply_command(&mut st, 16, &kv(KvVerb::Unlock, "k", "zz", 1_000)).0
         ));
         // A plain write to a locked key keeps its holder.
         let set = Command::Kv(KvOp::set("k", b"w".to_vec()));
