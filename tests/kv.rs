@@ -154,6 +154,7 @@ async fn bad_input_is_400_and_changes_nothing() {
         (c.put(p.at("/v1/kv/k?flags=abc")).body("v"), "flags"),
         (c.put(p.at("/v1/kv/k?cas=-1")).body("v"), "cas"),
         (c.put(p.at("/v1/kv/")).body("v"), "Missing key"),
+        (c.get(p.at("/v1/kv/")), "Missing key"),
         (c.get(p.at("/v1/kv/k?stale&consistent")), "conflicting"),
         (c.get(p.at("/v1/kv/k?index=1&wait=forever")), "wait"),
         (c.put(p.at("/v1/txn")).body("{not json"), "decode"),

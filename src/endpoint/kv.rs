@@ -160,6 +160,8 @@ impl Op {
             }
             Op::Get { key, recurse } => {
                 if !recurse {
+                    // Consul's `Missing key name`: one key needs its name.
+                    check_key(&key)?;
                     a.require(a.key_read(&key), "key:read", &key)?;
                 }
                 let watch = if recurse {
