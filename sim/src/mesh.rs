@@ -411,17 +411,23 @@ struct Stream {
     opened: u64,
 }
 
-/// The resources a stream holds: per type and name, the bytes.
-type Held = BTreeMap<(String, String), Vec<u8>>;
+/// What a stream holds: per resource type and name, the bytes; and how
+/// many responses it took in.
+#[derive(Default)]
+struct Held {
+    resources: BTreeMap<(String, String), Vec<u8>>,
+    responses: usize,
+}
 
 impl Stream {
     /// One stream until `deadline` (or its failure); `last`: the run's end.
     async fn run(
         &self, token: &str, ip: IpAddr, deadline: Duration, last: bool, log: &MeshLog,
     ) -> StreamEnd {
-        let mut held = Held::new();
+        let mut held = Held::default();
         let error = self.follow(token, ip, deadline, log, &mut held).await.err();
-        let (leaves, endpoints, _) = placed(held.iter().map(|((t, _), v)| (t.as_str(), &v[..])));
+        let resources = held.resources.iter();
+        let (leaves, endpoints, _) = placed(resources.map(|((t, _), v)| (t.as_str(), &v[..])));
         StreamEnd {
             proxy: self.proxy,
             stream: self.n,
@@ -432,13 +438,7 @@ impl Stream {
             error,
             leaves,
             endpoints,
-            responses: log
-                .lock()
-                .unwrap()
-                .pushes
-                .iter()
-                .filter(|p| p.proxy == self.proxy && p.stream == self.n)
-                .count(),
+            responses: held.responses,
         }
     }
 
@@ -505,6 +505,7 @@ impl Stream {
             let _ = tx.send(ack).await;
             if msg.type_url == CLUSTER {
                 let eds: BTreeSet<String> = held
+                    .resources
                     .iter()
                     .filter(|((t, _), _)| t == CLUSTER)
                     .filter_map(|(_, v)| Cluster::decode(&v[..]).ok())
@@ -533,8 +534,9 @@ impl Stream {
 
     /// Applies one response to what the stream holds, and records it.
     fn took_in(&self, msg: &DeltaDiscoveryResponse, log: &MeshLog, held: &mut Held) {
+        held.responses += 1;
         for name in &msg.removed_resources {
-            held.remove(&(msg.type_url.clone(), name.clone()));
+            held.resources.remove(&(msg.type_url.clone(), name.clone()));
         }
         let mut pushed = Vec::new();
         for r in &msg.resources {
@@ -543,7 +545,7 @@ impl Stream {
                 .as_ref()
                 .map(|a| a.value.clone())
                 .unwrap_or_default();
-            held.insert((msg.type_url.clone(), r.name.clone()), bytes.clone());
+            (held.resources).insert((msg.type_url.clone(), r.name.clone()), bytes.clone());
             pushed.push(bytes);
         }
         let (leaves, endpoints, unknown) =

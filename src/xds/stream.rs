@@ -293,9 +293,11 @@ pub(super) async fn serve<P: Protocol>(
                 target.dial(&session, &*source, token);
                 // Endpoints follow what the token may read now, both ways.
                 if let Some(s) = &current {
-                    let now = hidden_from(&*source, token, s);
-                    #[cfg(feature = "bug-xds-acl-unchanged")]
-                    let now = hidden.clone();
+                    let now = if cfg!(feature = "bug-xds-acl-unchanged") {
+                        hidden.clone() // the planted bug: no narrowing again
+                    } else {
+                        hidden_from(&*source, token, s)
+                    };
                     if now != hidden {
                         hidden = now;
                         build(&mut session, s, &hidden, target.generate()).await?;
