@@ -183,6 +183,23 @@ fn list_by_name_and_blocking_on_a_fire() {
     assert_eq!(list[1]["Payload"], "Mw==");
 }
 
+/// py-consul's own tests fire and list at once, as scripts do: an event
+/// fired through an agent is in that agent's list read right after the
+/// fire, with no wait (a server's own agent, and a client agent).
+#[test]
+fn a_list_right_after_a_fire_holds_it() {
+    let s = Server::dev();
+    let agent = Agent::builder("web-node", &s.url).start();
+    for (at, addr) in [("server", s.http_addr), ("agent", agent.http_addr)] {
+        following(s.http_addr, addr);
+        for n in 0..20 {
+            let name = format!("{at}-{n}");
+            assert_eq!(fire(addr, &name, "", "").status, 200);
+            assert_eq!(names(addr, &format!("?name={name}")), [name.as_str()]);
+        }
+    }
+}
+
 #[test]
 fn an_agent_keeps_the_last_256() {
     let s = Server::dev();
