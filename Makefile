@@ -3,7 +3,7 @@
 CARGO ?= cargo
 SEEDS ?= 500
 
-.PHONY: run build release test unit sim-test sim-bugs clients conformance cluster bench sim fmt lint
+.PHONY: run build release test unit sim-test sim-bugs clients py-consul conformance cluster bench sim fmt lint
 
 ## Run one dev server on 127.0.0.1:8500 (data in a temporary directory).
 run:
@@ -16,8 +16,9 @@ release:
 	$(CARGO) build --release
 
 ## Every test: unit and integration tests (real processes), the fault
-## simulation (50 seeds per scenario), real clients, conformance.
-test: unit sim-test clients conformance
+## simulation (50 seeds per scenario), real clients, py-consul's own test
+## suite, conformance.
+test: unit sim-test clients py-consul conformance
 
 unit:
 	$(CARGO) test --workspace --exclude sim --no-fail-fast
@@ -30,6 +31,11 @@ sim-test:
 ## Real Consul clients (py-consul, Prometheus, VictoriaMetrics) against a dev server.
 clients: build
 	bash scripts/test-clients.sh
+
+## py-consul's own test suite (its pinned sdist from PyPI), unchanged but
+## for its fixture layer: a cairn dev server per test (tests/py-consul).
+py-consul: build
+	CAIRN_BIN=target/debug/cairn bash scripts/py-consul-suite.sh
 
 ## Consul's own test tables, played against a dev server; then Consul's ACL
 ## test tables against two (default deny and allow).

@@ -1,0 +1,241 @@
+"""py-consul's own test suite against cairn: this file replaces the sdist's
+top-level conftest.py, its fixture layer, and nothing else.
+
+The original starts a `hashicorp/consul` docker container per test (three
+Consul versions) with a config JSON in CONSUL_LOCAL_CONFIG. Here each test
+gets a `cairn server --dev` instead, given that same JSON as its
+configuration file (`--config-file`), on free loopback ports; the fixtures
+keep the original's names and shapes (`ConsulInstance(container, port,
+version)`, `(instance, token)` for the ACL variant), so every test file
+runs unchanged. `scripts/py-consul-suite.sh` fetches the pinned sdist and
+puts this file in place.
+
+`EXPECTED_FAILURES` lists the tests that fail on cairn, each with why: they
+are marked xfail(strict), so a listed test that starts passing fails the
+run too and the list stays true. Entries tagged "Consul-only" depend on
+facts cairn does not share; every other entry names the open issue that
+owns it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+import requests
+
+ConsulInstance = collections.namedtuple("ConsulInstance", ["container", "port", "version"])
+
+LOGS_DIR = pathlib.Path(os.environ.get("PY_CONSUL_LOGS") or pathlib.Path(__file__).parent / "logs")
+LOGS_DIR.mkdir(parents=True, exist_ok=True)
+
+# nodeid -> why it fails on cairn.
+_A = "tests/api/test_acl.py::TestConsulAcl::"
+_G = "tests/api/test_agent.py::TestAgent::"
+_SECRET = "issue 57 item 1: token list and read show SecretID as <hidden>, Consul shows it to acl:write"
+_IDENTITY = "issue 50: auth methods, binding rules, login, templated policies, service identities"
+EXPECTED_FAILURES: dict[str, str] = {
+    _A + "test_acl_token_list": _SECRET,
+    _A + "test_acl_token_read": _SECRET,
+    _A + "test_acl_token_create": _SECRET,
+    _A + "test_acl_token_update": _SECRET,
+    _A + "test_acl_policy_delete": "issue 57 item 3: a missing policy is 403 ACL not found, Consul's 404",
+    _A + "test_acl_token_service_identities": _IDENTITY,
+    _A + "test_acl_token_create_templated": _IDENTITY,
+    _A + "test_acl_login_unknown_auth_method": _IDENTITY,
+    _A + "test_acl_logout_invalid_token": _IDENTITY,
+    _A + "test_acl_role_crud": _IDENTITY,
+    _A + "test_acl_auth_method_crud": _IDENTITY,
+    _A + "test_acl_binding_rule_crud": _IDENTITY,
+    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_preview": _IDENTITY,
+    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_read": _IDENTITY,
+    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_list": _IDENTITY,
+    _G + "test_agent_checks": "issue 57 item 4: script checks refused even with enable_script_checks",
+    _G + "test_service_multi_check": (
+        "Consul-only: its HTTP checks dial 127.0.0.1:8500, the agent's own port inside the container; "
+        "the fixture's server listens on a free port"
+    ),
+    _G + "test_agent_register_check_no_service_id": "issue 57 item 5: a check for a missing service is 400, Consul's 404",
+    _G + "test_agent_self": "issue 57 item 6: /v1/agent/self lacks Coord and Stats.consul",
+    _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
+    _G + "test_agent_force_leave_prune": "issue 57 item 8: force-leave of an unknown node is 404, Consul's 500",
+    _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
+    "tests/api/test_connect.py::TestConsulConnectCA::test_ca_update_configuration": (
+        "issue 57 item 9: CA configuration durations come back normalised"
+    ),
+    "tests/api/test_coordinates.py::TestCoordinates::test_coordinate_update": (
+        "issue 57 item 14: no coordinates for the first seconds"
+    ),
+    "tests/api/test_health.py::TestHealth::test_health_service_peer": "issue 53: ?peer=",
+    "tests/api/test_operator.py::TestOperator::test_raft_remove_peer_not_found": (
+        "issue 57 item 8: removing a Raft peer that is not a member is 404, Consul's 500"
+    ),
+    "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
+        "issue 52: the operator keyring (Consul errors without gossip encryption)"
+    ),
+    "tests/api/test_operator.py::TestOperator::test_usage": "issue 52: /v1/operator/usage",
+    "tests/api/test_snapshot.py::TestSnapshot::test_snapshot_save_and_restore": (
+        "issue 57 item 15: the snapshot is not Consul's gzipped tar"
+    ),
+    "tests/api/test_status.py::TestStatus::test_status_leader": "issue 57 item 6: Stats.consul.leader_addr",
+    "tests/api/test_status.py::TestStatus::test_status_peers": "issue 57 item 6: Stats.consul.leader_addr",
+    "tests/test_aio.py::TestAsyncioConsul::test_agent_services": (
+        "issue 57 item 11: /v1/agent/services adds empty Connect and Proxy"
+    ),
+}
+
+_HANDED_OUT: set[int] = set()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on, never handed out twice in a run."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+def pytest_collection_modifyitems(config, items):
+    known = set(EXPECTED_FAILURES)
+    for item in items:
+        reason = EXPECTED_FAILURES.get(item.nodeid)
+        if reason is not None:
+            known.discard(item.nodeid)
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+    if known:
+        # A renamed or removed test: the list must name tests that exist.
+        raise pytest.UsageError(f"EXPECTED_FAILURES names tests not collected: {sorted(known)}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _unset_consul_token():
+    if "CONSUL_HTTP_TOKEN" in os.environ:
+        del os.environ["CONSUL_HTTP_TOKEN"]
+
+
+class CairnProcess:
+    """A `cairn server --dev` standing in for the container (its `logs()`
+    and `stop()` are what the original fixture used)."""
+
+    def __init__(self, config: dict, log_path: pathlib.Path):
+        self.dir = tempfile.TemporaryDirectory(prefix="py-consul-")
+        cfg = pathlib.Path(self.dir.name) / "config.json"
+        cfg.write_text(json.dumps(config))
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        binary = os.environ.get("CAIRN_BIN") or "cairn"
+        self.proc = subprocess.Popen(
+            [binary, "server", "--dev", "--node", "py-consul",
+             "--config-file", str(cfg),
+             "--http-addr", f"127.0.0.1:{self.port}",
+             "--raft-addr", f"127.0.0.1:{free_port()}",
+             "--grpc-addr", f"127.0.0.1:{free_port()}"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def logs(self) -> bytes:
+        self.log.flush()
+        return self.log_path.read_bytes()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        self.dir.cleanup()
+
+
+def start_consul_container(name: str, acl_master_token: str | None = None):
+    """The original's configuration, given to a cairn server; waits for it
+    as the original waits for its container (a leader, then a service
+    registered and seen healthy)."""
+    base_config = {
+        "ports": {
+            "https": -1,
+            "dns": -1,
+            "grpc_tls": -1,
+        },
+        "performance": {"raft_multiplier": 1},
+        "enable_script_checks": True,
+    }
+    config = base_config
+    if acl_master_token:
+        acl_config = {
+            "primary_datacenter": "dc1",
+            "acl": {"enabled": True, "tokens": {"initial_management": acl_master_token}},
+        }
+        config = {**base_config, **acl_config}
+
+    server = CairnProcess(config, LOGS_DIR / f"{name}.log")
+    base_uri = f"http://127.0.0.1:{server.port}/v1/"
+    deadline = time.time() + 30
+    while True:
+        if server.proc.poll() is not None or time.time() > deadline:
+            server.stop()
+            raise TimeoutError(f"cairn did not start; its log: {server.log_path}")
+        try:
+            response = requests.get(base_uri + "status/leader", timeout=2)
+            if response.status_code == 200 and response.json():
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+
+    # As the original, without a token: Consul's default policy is allow.
+    for _ in range(10):
+        try:
+            requests.put(base_uri + "agent/service/register", json={"name": "test-service"}, timeout=2)
+            response = requests.get(base_uri + "health/service/test-service", timeout=2)
+            if response.status_code == 200 and response.json():
+                requests.put(base_uri + "agent/service/deregister/test-service", timeout=2)
+                return server, server.port
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise TimeoutError(f"cairn never showed a registered service; its log: {server.log_path}")
+
+
+def get_consul_version(port: int) -> str:
+    response = requests.get(f"http://127.0.0.1:{port}/v1/agent/self", timeout=10)
+    return response.json()["Config"]["Version"].strip()
+
+
+def setup_and_teardown_consul(request, acl_master_token: str | None = None):
+    server, port = start_consul_container(request.node.name, acl_master_token=acl_master_token)
+    try:
+        instance = ConsulInstance(server, port, get_consul_version(port))
+        yield instance if acl_master_token is None else (instance, acl_master_token)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def consul_instance(request):
+    yield from setup_and_teardown_consul(request)
+
+
+@pytest.fixture
+def acl_consul_instance(request):
+    yield from setup_and_teardown_consul(request, acl_master_token=uuid.uuid4().hex)
+
+
+@pytest.fixture
+def consul_port(consul_instance):
+    return consul_instance.port, consul_instance.version
