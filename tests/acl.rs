@@ -654,6 +654,41 @@ fn roles_are_created_read_updated_listed_and_deleted() {
         with(a, "GET", "/v1/acl/roles", None, ROOT).json(),
         json!([])
     );
+
+    // A role or policy that does not exist is 404 in Consul's words
+    // (1.17+), by ID and by name; to a caller without acl:read it is the
+    // same 403 as one that exists. A token that does not exist is still
+    // Consul's 403, a policy ID that is no UUID a 400.
+    for (path, kind) in [
+        (format!("/v1/acl/role/{id}"), "role"),
+        ("/v1/acl/role/name/r2".to_string(), "role"),
+        (
+            "/v1/acl/policy/00000000-0000-0000-0000-0000000000aa".to_string(),
+            "policy",
+        ),
+        ("/v1/acl/policy/name/nope".to_string(), "policy"),
+    ] {
+        let r = with(a, "GET", &path, None, ROOT);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (
+                404,
+                format!("Requested {kind} does not exist: ACL not found").as_str()
+            ),
+            "{path}"
+        );
+        assert_eq!(s.get(&path).status, 403, "{path}");
+    }
+    let r = with(
+        a,
+        "GET",
+        "/v1/acl/token/00000000-0000-0000-0000-0000000000aa",
+        None,
+        ROOT,
+    );
+    assert_eq!((r.status, r.body.as_str()), (403, "ACL not found"));
+    let r = with(a, "GET", "/v1/acl/policy/unknown", None, ROOT);
+    assert_eq!(r.status, 400, "{}", r.body);
 }
 
 /// Blocking queries parked on this server (read with the management token:

@@ -172,8 +172,16 @@ fn acl_write(s: &Server, a: &Authz) -> Result<()> {
     a.require(a.acl_write(), "acl:write", "")
 }
 
+/// A token that does not exist (read, cloned, or named by its secret):
+/// Consul's RPC refuses it (403), as py-consul's suite sees of Consul 1.20+.
 fn not_found() -> Error {
     Error::Forbidden("ACL not found".into())
+}
+
+/// A policy or role read by ID or name that does not exist: 404, in
+/// Consul's words since 1.17 (before, 403 `ACL not found`).
+fn missing(kind: &str) -> Error {
+    Error::NotFound(format!("Requested {kind} does not exist: ACL not found"))
 }
 
 fn applied(r: Applied) -> Result<()> {
@@ -667,7 +675,7 @@ macro_rules! named {
 }
 
 fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
-    let found = found.ok_or_else(not_found)?;
+    let found = found.ok_or_else(|| missing(&T::KIND.to_lowercase()))?;
     Ok(json_at(s, s.state().index_of([&keys::ACL]), &**found))
 }
 
@@ -701,6 +709,9 @@ async fn read<T: Named, const BY_NAME: bool>(
     let found = if BY_NAME {
         T::by_name(&st, &key)
     } else {
+        // Consul's lookup by ID takes only a UUID (anything else is its
+        // index's error, not "no such policy").
+        check_uuid(&format!("{} ID", T::KIND), &key)?;
         T::get(&st, &key)
     };
     shown(&s, found)

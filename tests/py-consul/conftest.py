@@ -47,7 +47,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     _A + "test_acl_token_read": _SECRET,
     _A + "test_acl_token_create": _SECRET,
     _A + "test_acl_token_update": _SECRET,
-    _A + "test_acl_policy_delete": "issue 57 item 3: a missing policy is 403 ACL not found, Consul's 404",
     _A + "test_acl_token_service_identities": _IDENTITY,
     _A + "test_acl_token_create_templated": _IDENTITY,
     _A + "test_acl_login_unknown_auth_method": _IDENTITY,
