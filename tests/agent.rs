@@ -532,11 +532,6 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             "/v1/agent/check/register",
-            r#"{"Name": "c", "TTL": "1s", "ServiceID": "nope"}"#,
-            "does not exist",
-        ),
-        (
-            "/v1/agent/check/register",
             r#"{"Name": "serfHealth", "TTL": "1s"}"#,
             "reserved",
         ),
@@ -548,6 +543,15 @@ fn bad_input_is_refused_and_changes_nothing() {
     }
     assert_eq!(a.put("/v1/agent/service/deregister/nope", "").status, 404);
     assert_eq!(a.put("/v1/agent/check/deregister/nope", "").status, 404);
+    // A check for a service the agent lacks: Consul's 404, its words.
+    let r = a.put(
+        "/v1/agent/check/register",
+        r#"{"Name": "c", "TTL": "1s", "ServiceID": "nope"}"#,
+    );
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (404, r#"ServiceID "nope" does not exist"#)
+    );
     assert_eq!(a.get("/v1/agent/service/nope").status, 404);
     assert_eq!(
         a.get("/v1/agent/services?filter=Nope%20%3D%3D%201").status,
@@ -567,6 +571,14 @@ fn bad_input_is_refused_and_changes_nothing() {
     put_ok(&a, "/v1/agent/service/register", json!({"Name": "ok"}));
     let filtered = a.get_json("/v1/agent/services?filter=Service%20%3D%3D%20ok");
     assert!(filtered.get("ok").is_some(), "{filtered}");
+    // A plain service has no Connect and no Proxy, as Consul shows it.
+    for view in [filtered["ok"].clone(), a.get_json("/v1/agent/service/ok")] {
+        let o = view.as_object().unwrap();
+        assert!(
+            !o.contains_key("Connect") && !o.contains_key("Proxy"),
+            "{view}"
+        );
+    }
 }
 
 #[test]

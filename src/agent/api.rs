@@ -340,6 +340,14 @@ fn service_view(t: &Tables, id: &str, dc: &str) -> Option<Map<String, Value>> {
     };
     m.remove("CreateIndex");
     m.remove("ModifyIndex");
+    // As Consul's (`omitempty` pointers): a plain service has neither.
+    for k in ["Connect", "Proxy"] {
+        if m.get(k)
+            .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+        {
+            m.remove(k);
+        }
+    }
     m.insert("Datacenter".into(), dc.into());
     Some(m)
 }

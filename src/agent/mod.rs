@@ -440,7 +440,8 @@ impl Agent {
             true
         });
         if !added {
-            return Err(Error::bad(format!("ServiceID {sid:?} does not exist")));
+            // Consul's 404: the check is fine, its service is not there.
+            return Err(Error::NotFound(format!("ServiceID {sid:?} does not exist")));
         }
         self.sync_runners();
         self.persist().await

@@ -62,7 +62,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "Consul-only: its HTTP checks dial 127.0.0.1:8500, the agent's own port inside the container; "
         "the fixture's server listens on a free port"
     ),
-    _G + "test_agent_register_check_no_service_id": "issue 57 item 5: a check for a missing service is 400, Consul's 404",
     _G + "test_agent_self": "issue 57 item 6: /v1/agent/self lacks Coord and Stats.consul",
     _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
     _G + "test_agent_force_leave_prune": "issue 57 item 8: force-leave of an unknown node is 404, Consul's 500",
@@ -86,9 +85,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     ),
     "tests/api/test_status.py::TestStatus::test_status_leader": "issue 57 item 6: Stats.consul.leader_addr",
     "tests/api/test_status.py::TestStatus::test_status_peers": "issue 57 item 6: Stats.consul.leader_addr",
-    "tests/test_aio.py::TestAsyncioConsul::test_agent_services": (
-        "issue 57 item 11: /v1/agent/services adds empty Connect and Proxy"
-    ),
 }
 
 _HANDED_OUT: set[int] = set()
