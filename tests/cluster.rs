@@ -305,7 +305,12 @@ async fn a_new_server_joins_and_a_peer_is_removed() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 404);
+    // Consul's 500 and words for a peer its configuration lacks.
+    assert_eq!(r.status(), 500);
+    assert_eq!(
+        r.text().await.unwrap().trim(),
+        r#"id "nobody" was not found in the Raft configuration"#
+    );
     let r = c
         .delete(procs[0].at("/v1/operator/raft/peer"))
         .send()

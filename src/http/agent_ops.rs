@@ -71,7 +71,8 @@ async fn force_leave(
     let server = s.cluster().members().iter().any(|(_, n, _)| n.name == node);
     let in_catalog = s.state().nodes.get(&node).is_some();
     if !server && !in_catalog {
-        return Err(Error::NotFound(format!(
+        // Consul's 500, in its words (clients read the status).
+        return Err(Error::Internal(format!(
             "agent: No node found with name '{node}'"
         )));
     }
@@ -105,7 +106,7 @@ async fn force_leave_wan(
     let answer = crate::endpoint::agent::run(s, fed, call, op).await?;
     match answer.value {
         Value::Forgotten(true) => Ok(StatusCode::OK.into_response()),
-        Value::Forgotten(false) => Err(Error::NotFound(format!(
+        Value::Forgotten(false) => Err(Error::Internal(format!(
             "agent: No node found with name '{name}'"
         ))),
     }

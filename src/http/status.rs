@@ -79,7 +79,19 @@ async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> R
         .or_else(|| p.get("address"))
         .filter(|v| !v.is_empty())
         .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
-    s.cluster().remove_server(who).await?;
+    let by = if p.get("id").is_some_and(|v| !v.is_empty()) {
+        "id"
+    } else {
+        "address"
+    };
+    match s.cluster().remove_server(who).await {
+        // Consul's answer to a peer its configuration lacks: a 500 with
+        // its words (clients read the status).
+        Err(Error::NotFound(_)) => Err(Error::Internal(format!(
+            "{by} {who:?} was not found in the Raft configuration"
+        ))),
+        r => r,
+    }?;
     Ok(axum::Json(Value::Null).into_response())
 }
 

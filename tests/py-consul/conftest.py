@@ -64,7 +64,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     ),
     _G + "test_agent_self": "issue 57 item 6: /v1/agent/self lacks Coord and Stats.consul",
     _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
-    _G + "test_agent_force_leave_prune": "issue 57 item 8: force-leave of an unknown node is 404, Consul's 500",
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
     "tests/api/test_connect.py::TestConsulConnectCA::test_ca_update_configuration": (
         "issue 57 item 9: CA configuration durations come back normalised"
@@ -73,9 +72,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "issue 57 item 14: no coordinates for the first seconds"
     ),
     "tests/api/test_health.py::TestHealth::test_health_service_peer": "issue 53: ?peer=",
-    "tests/api/test_operator.py::TestOperator::test_raft_remove_peer_not_found": (
-        "issue 57 item 8: removing a Raft peer that is not a member is 404, Consul's 500"
-    ),
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
     ),
