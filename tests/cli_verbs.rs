@@ -376,7 +376,7 @@ fn catalog_datacenters_and_the_ca_configuration() {
         "Configuration updated!"
     );
     let got = s.get_json("/v1/connect/ca/configuration");
-    assert_eq!(got["Config"]["LeafCertTTL"], "48h0m0s");
+    assert_eq!(got["Config"]["LeafCertTTL"], "48h");
 
     // A file that is not JSON changes nothing.
     std::fs::write(&file, "Provider = nope").unwrap();

@@ -431,7 +431,7 @@ fn configuration_is_shown_and_checked() {
     let s = Server::dev();
     let c = s.get_json("/v1/connect/ca/configuration");
     assert_eq!(c["Provider"], "consul");
-    assert_eq!(c["Config"]["LeafCertTTL"], "72h0m0s");
+    assert_eq!(c["Config"]["LeafCertTTL"], "72h");
     assert_eq!(c["Config"]["PrivateKeyType"], "ec");
     assert_eq!(c["Config"]["PrivateKeyBits"], 256);
     assert_eq!(
@@ -494,7 +494,7 @@ fn configuration_is_shown_and_checked() {
     );
     assert_eq!(
         s.get_json("/v1/connect/ca/configuration")["Config"]["LeafCertTTL"],
-        "24h0m0s"
+        "24h"
     );
     assert_eq!(
         s.get_json("/v1/connect/ca/roots")["Roots"]

@@ -189,12 +189,20 @@ pub fn normalize(mut cfg: CaConfiguration) -> Result<(CaConfiguration, ProviderC
             "RootCert is not supported: give PrivateKey and the root is made from it",
         ));
     }
-    c.insert("LeafCertTTL".into(), Value::String(leaf.to_string()));
-    c.insert("RotationPeriod".into(), Value::String(rotation.to_string()));
-    c.insert(
-        "IntermediateCertTTL".into(),
-        Value::String(intermediate.to_string()),
-    );
+    // A duration reads back as it was given (Consul keeps the caller's
+    // `72h`); one not given, as Consul's default shows it.
+    for (key, default) in [
+        ("LeafCertTTL", DEFAULT_LEAF_TTL),
+        ("RotationPeriod", DEFAULT_ROTATION_PERIOD),
+        ("IntermediateCertTTL", DEFAULT_INTERMEDIATE_TTL),
+    ] {
+        let given = c
+            .get(key)
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
+        if !given {
+            c.insert(key.into(), Value::String(default.into()));
+        }
+    }
     c.insert("PrivateKeyType".into(), Value::String(key_type.clone()));
     c.insert("PrivateKeyBits".into(), Value::from(key_bits));
     cfg.config = c;
@@ -940,15 +948,21 @@ mod tests {
     fn defaults_are_consuls() {
         let (c, p) = normalize(CaConfiguration::default()).unwrap();
         assert_eq!(c.provider, "consul");
-        assert_eq!(c.config["LeafCertTTL"], "72h0m0s");
-        assert_eq!(c.config["RotationPeriod"], "2160h0m0s");
-        assert_eq!(c.config["IntermediateCertTTL"], "8760h0m0s");
+        assert_eq!(c.config["LeafCertTTL"], "72h");
+        assert_eq!(c.config["RotationPeriod"], "2160h");
+        assert_eq!(c.config["IntermediateCertTTL"], "8760h");
         assert_eq!((p.key_type.as_str(), p.key_bits), ("ec", 256));
         // snake_case keys are accepted, as Consul's decoder does.
         let mut cfg = CaConfiguration::default();
         cfg.config.insert("leaf_cert_ttl".into(), "24h".into());
         let (c, _) = normalize(cfg).unwrap();
-        assert_eq!(c.config["LeafCertTTL"], "24h0m0s");
+        // And a duration reads back as it was given.
+        assert_eq!(c.config["LeafCertTTL"], "24h");
+        let mut cfg = CaConfiguration::default();
+        cfg.config.insert("LeafCertTTL".into(), "90m".into());
+        let (c, p) = normalize(cfg).unwrap();
+        assert_eq!(c.config["LeafCertTTL"], "90m");
+        assert_eq!(p.leaf_ttl, std::time::Duration::from_secs(90 * 60));
     }
 
     #[test]

@@ -65,9 +65,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     _G + "test_agent_self": "issue 57 item 6: /v1/agent/self lacks Coord and Stats.consul",
     _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
-    "tests/api/test_connect.py::TestConsulConnectCA::test_ca_update_configuration": (
-        "issue 57 item 9: CA configuration durations come back normalised"
-    ),
     "tests/api/test_coordinates.py::TestCoordinates::test_coordinate_update": (
         "issue 57 item 14: no coordinates for the first seconds"
     ),
