@@ -19,6 +19,9 @@ if [[ -z "${CAIRN_BIN:-}" ]]; then
     cargo build --quiet --bin cairn
     export CAIRN_BIN="$PWD/target/debug/cairn"
 fi
+# The tests run from the sdist's directory: a relative path would not hold.
+CAIRN_BIN="$(realpath "$CAIRN_BIN")"
+export CAIRN_BIN
 
 if ! "$PY" -c 'import pytest, pytest_asyncio, aiohttp, requests, packaging' 2>/dev/null; then
     "$PY" -m pip install --quiet --disable-pip-version-check pytest pytest-asyncio aiohttp requests packaging
