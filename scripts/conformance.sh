@@ -6,10 +6,15 @@ cd "$(dirname "$0")/.."
 BIN=${CAIRN_BIN:-target/debug/cairn}
 CASES=${CONFORMANCE_DIR:-../shared/conformance}
 DIRS=${CONFORMANCE_DIRS:-"discovery-chain config-validation merge-central-config"}
-PORT=${PORT:-18555}
+# Free ports, unless given: on a fixed one, a server left running by someone
+# else would answer the cases in this one's place.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=${PORT:-$(free_port)}
+RAFT_PORT=${RAFT_PORT:-$(free_port)}
+DNS_PORT=${DNS_PORT:-$(free_port)}
 if [ ! -d "$CASES" ]; then echo "conformance: $CASES not found" >&2; exit 1; fi
-"$BIN" server --dev --http-addr "127.0.0.1:$PORT" --raft-addr "127.0.0.1:$((PORT + 1))" \
-  --dns-addr "127.0.0.1:$((PORT + 2))" --grpc-addr "" 2>/tmp/cairn-conformance.log &
+"$BIN" server --dev --http-addr "127.0.0.1:$PORT" --raft-addr "127.0.0.1:$RAFT_PORT" \
+  --dns-addr "127.0.0.1:$DNS_PORT" --grpc-addr "" 2>/tmp/cairn-conformance.log &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do

@@ -10,6 +10,7 @@
 # Server logs: target/py-consul/logs/<test>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$PWD"
 
 VERSION=1.8.0
 WORK="$PWD/target/py-consul"
@@ -43,4 +44,5 @@ echo "py-consul $VERSION suite against $CAIRN_BIN (server logs in $WORK/logs)"
 # Coverage (the addopts of its pyproject) is theirs to measure, not ours.
 # The sdist's own package (the tests import `consul` from here), not an
 # installed one.
-PY_CONSUL_LOGS="$WORK/logs" exec "$PY" -m pytest -q -rfEX -p no:cacheprovider -o addopts="--durations=0 --durations-min=3.0" tests "$@"
+# tests/py on the path: the fixture layer shares its port and process helpers.
+PYTHONPATH="$ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}" PY_CONSUL_LOGS="$WORK/logs" exec "$PY" -m pytest -q -rfEX -p no:cacheprovider -o addopts="--durations=0 --durations-min=3.0" tests "$@"

@@ -34,7 +34,6 @@ pub struct Events {
     received: tokio::sync::watch::Sender<u64>,
 }
 
-#[derive(Default)]
 struct Ring {
     events: VecDeque<UserEvent>,
     /// The newest LTime taken in; none until the first answer (whose

@@ -44,14 +44,18 @@ pub struct ProviderConfig {
     pub private_key: String,
 }
 
+/// The value the caller gave for `key`: none when absent, null or empty.
+fn given<'a>(config: &'a BTreeMap<String, Value>, key: &str) -> Option<&'a Value> {
+    config
+        .get(key)
+        .filter(|v| !v.is_null() && v.as_str() != Some(""))
+}
+
 fn duration_of(config: &BTreeMap<String, Value>, key: &str, default: &str) -> Result<Duration> {
-    let v = config.get(key).cloned().unwrap_or(Value::Null);
-    let d: Duration = match v {
-        Value::Null => Duration::parse(default).map_err(Error::bad)?,
-        Value::String(s) if s.is_empty() => Duration::parse(default).map_err(Error::bad)?,
-        v => serde_json::from_value(v).map_err(|e| Error::bad(format!("{key}: {e}")))?,
-    };
-    Ok(d)
+    match given(config, key) {
+        None => Duration::parse(default).map_err(Error::bad),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| Error::bad(format!("{key}: {e}"))),
+    }
 }
 
 /// The configuration a PUT gives, with Consul's defaults filled in and its
@@ -196,10 +200,7 @@ pub fn normalize(mut cfg: CaConfiguration) -> Result<(CaConfiguration, ProviderC
         ("RotationPeriod", DEFAULT_ROTATION_PERIOD),
         ("IntermediateCertTTL", DEFAULT_INTERMEDIATE_TTL),
     ] {
-        let given = c
-            .get(key)
-            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
-        if !given {
+        if given(&c, key).is_none() {
             c.insert(key.into(), Value::String(default.into()));
         }
     }

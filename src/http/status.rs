@@ -74,24 +74,18 @@ async fn configuration(State(s): State<App>, a: Authz) -> Result<Response> {
 async fn remove_peer(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     a.require(a.operator_write(), "operator:write", "")?;
     let p = Params::parse(q.as_deref());
-    let who = p
-        .get("id")
-        .or_else(|| p.get("address"))
-        .filter(|v| !v.is_empty())
+    let (by, who) = ["id", "address"]
+        .into_iter()
+        .find_map(|k| p.get(k).filter(|v| !v.is_empty()).map(|v| (k, v)))
         .ok_or_else(|| Error::bad("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"))?;
-    let by = if p.get("id").is_some_and(|v| !v.is_empty()) {
-        "id"
-    } else {
-        "address"
-    };
-    match s.cluster().remove_server(who).await {
-        // Consul's answer to a peer its configuration lacks: a 500 with
-        // its words (clients read the status).
-        Err(Error::NotFound(_)) => Err(Error::Internal(format!(
+    // Consul's answer to a peer its configuration lacks: a 500 with its
+    // words (clients read the status).
+    s.cluster().remove_server(who).await.map_err(|e| match e {
+        Error::NotFound(_) => Error::Internal(format!(
             "{by} {who:?} was not found in the Raft configuration"
-        ))),
-        r => r,
-    }?;
+        )),
+        e => e,
+    })?;
     Ok(axum::Json(Value::Null).into_response())
 }
 

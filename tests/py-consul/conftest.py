@@ -23,7 +23,6 @@ import collections
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,9 @@ import uuid
 
 import pytest
 import requests
+
+# tests/py, on PYTHONPATH (scripts/py-consul-suite.sh).
+from cairn_processes import free_port, stop_process
 
 ConsulInstance = collections.namedtuple("ConsulInstance", ["container", "port", "version"])
 
@@ -80,20 +82,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "tests/api/test_status.py::TestStatus::test_status_peers": "issue 57 item 6: Stats.consul.leader_addr",
 }
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on, never handed out twice in a run."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
 def pytest_collection_modifyitems(config, items):
     known = set(EXPECTED_FAILURES)
     for item in items:
@@ -138,13 +126,7 @@ class CairnProcess:
         return self.log_path.read_bytes()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
         self.dir.cleanup()
 

@@ -5,7 +5,6 @@ the session ends."""
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,23 +13,10 @@ import urllib.request
 
 import pytest
 
+from cairn_processes import free_port, stop_process  # noqa: F401 (tests import free_port from here)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-
-_HANDED_OUT = set()
-
-
-def free_port():
-    """A loopback port nobody listens on, never the same one twice in a run:
-    the kernel may offer a port again once its probe socket closes, and a
-    cluster whose gRPC port is another server's Raft port never forms."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 def put(url, body):
     """PUT `body` as JSON; the decoded JSON answer."""
@@ -86,13 +72,7 @@ class CairnServer:
         raise RuntimeError("cairn did not elect a leader:\n" + pathlib.Path(self.log.name).read_text())
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 
