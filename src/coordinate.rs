@@ -314,6 +314,15 @@ impl Pending {
         true
     }
 
+    /// Queues `u` unless the node has one waiting already (which is newer
+    /// news than a periodic estimate).
+    pub fn offer(&self, u: Update) {
+        let mut w = self.waiting.lock();
+        if w.len() < self.cap || w.contains_key(&u.node) {
+            w.entry(u.node.clone()).or_insert(u);
+        }
+    }
+
     /// Everything waiting, emptied.
     pub fn take(&self) -> Vec<Update> {
         std::mem::take(&mut *self.waiting.lock())
@@ -493,6 +502,14 @@ mod tests {
         assert_eq!(got[0].coord.vec[0], 2.0);
         assert_eq!(got[1].coord.vec[0], 3.0);
         assert!(p.take().is_empty());
+        // An offer never replaces what waits, nor overfills.
+        assert!(p.push(u("a", 5.0)));
+        p.offer(u("a", 6.0));
+        p.offer(u("b", 6.0));
+        p.offer(u("c", 6.0));
+        let got = p.take();
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].coord.vec[0], got[1].coord.vec[0]), (5.0, 6.0));
     }
 
     #[test]

@@ -1007,6 +1007,22 @@ fn agent_self_tells_clients_what_they_read() {
     assert_eq!(debug["ServerMode"], true);
     assert_eq!(debug["NodeName"], "srv");
     assert_eq!(debug["ACLsEnabled"], false);
+    // `consul info` and py-consul read Stats as strings, and the agent's
+    // coordinate beside them; leader_addr is what /v1/status/leader says.
+    assert_eq!(me["Coord"]["Vec"].as_array().map(Vec::len), Some(8), "{me}");
+    let stats = &me["Stats"];
+    assert_eq!(stats["consul"]["server"], "true", "{stats}");
+    assert_eq!(stats["consul"]["leader"], "true", "{stats}");
+    assert_eq!(stats["consul"]["acl"], "disabled", "{stats}");
+    assert_eq!(stats["consul"]["known_datacenters"], "1", "{stats}");
+    assert_eq!(
+        stats["consul"]["leader_addr"],
+        s.get_json("/v1/status/leader")
+    );
+    assert_eq!(stats["raft"]["state"], "Leader", "{stats}");
+    assert_eq!(stats["agent"]["services"], "0", "{stats}");
+    assert_eq!(stats["build"]["version"], config["Version"], "{stats}");
+    assert!(stats["runtime"]["os"].is_string(), "{stats}");
     // The node registers with the same ID.
     let r = s.put("/v1/agent/service/register", r#"{"Name": "x"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
@@ -1024,6 +1040,9 @@ fn agent_self_tells_clients_what_they_read() {
     );
     assert_eq!(me["xDS"], serde_json::Value::Null);
     assert_eq!(me["Config"]["Version"], config["Version"]);
+    assert_eq!(me["Stats"]["consul"]["server"], "false", "{me}");
+    assert_eq!(me["Stats"]["consul"]["known_servers"], "1", "{me}");
+    assert_eq!(me["Coord"]["Vec"].as_array().map(Vec::len), Some(8), "{me}");
 }
 
 fn uuid_like(s: &str) -> bool {

@@ -94,7 +94,7 @@ fn agents_and_servers_get_coordinates_and_near_sorts_by_them() {
     let dcs = s.get_json("/v1/coordinate/datacenters");
     assert_eq!(dcs[0]["Datacenter"], "dc1", "{dcs}");
     assert_eq!(dcs[0]["AreaID"], "wan", "{dcs}");
-    assert_eq!(dcs[0]["Coordinates"][0]["Node"], "srv.dc1", "{dcs}");
+    assert_eq!(dcs[0]["Coordinates"][0]["Node"], "srv", "{dcs}");
     assert_eq!(
         dcs[0]["Coordinates"][0]["Coord"]["Vec"]
             .as_array()
@@ -218,7 +218,37 @@ fn servers_get_coordinates_from_probing_each_other() {
         (list.len() == 3).then_some(list)
     });
     let names: Vec<&str> = dc.iter().map(|c| c["Node"].as_str().unwrap()).collect();
-    assert_eq!(names, ["s0.dc1", "s1.dc1", "s2.dc1"]);
+    assert_eq!(names, ["s0", "s1", "s2"]);
+}
+
+/// A server lists its own coordinate under its catalog name from its first
+/// answer (Consul's comes from serf, not the state), and an update for
+/// that name lands as a node's update does (py-consul's coordinate test).
+#[test]
+fn a_server_lists_its_own_coordinate_from_the_start() {
+    let s = Server::builder().dev().node("srv").start();
+    let dcs = s.get_json("/v1/coordinate/datacenters");
+    assert_eq!(dcs[0]["Coordinates"][0]["Node"], "srv", "{dcs}");
+    assert_eq!(
+        dcs[0]["Coordinates"][0]["Coord"]["Vec"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8,
+        "{dcs}"
+    );
+    let r = s.put(
+        "/v1/coordinate/update",
+        &json!({"Node": "srv", "Coord": coord(0.25)}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let row = eventually(WAIT, "the update stored", || {
+        let r = s.get("/v1/coordinate/node/srv");
+        let rows: Value = serde_json::from_str(&r.body).ok()?;
+        let row = rows.get(0)?.clone();
+        (row["Coord"]["Vec"][0] == 0.25).then_some(row)
+    });
+    assert_eq!(row["Coord"]["Error"], 0.2, "{row}");
 }
 
 #[test]

@@ -203,6 +203,58 @@ pub fn self_config(a: &Agent) -> Value {
     })
 }
 
+/// The sections of `/v1/agent/self`'s `Stats` every agent has (`agent`,
+/// `build`, `runtime`), as the strings Consul gives them; a server adds
+/// `consul` and `raft`.
+pub fn stats(a: &Agent) -> Map<String, Value> {
+    let (services, checks, ttls) = a.local.with(|t| {
+        let ttls = t
+            .live_checks()
+            .filter_map(|c| c.spec.as_ref())
+            .filter(|s| matches!(s.probe, crate::agent::spec::Probe::Ttl(_)))
+            .count();
+        (t.live_services().count(), t.live_checks().count(), ttls)
+    });
+    // Script checks are not run (no monitors).
+    let monitors = 0;
+    // Go's names for the platform, which tools compare against.
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut m = Map::new();
+    m.insert(
+        "agent".into(),
+        json!({
+            "check_monitors": monitors.to_string(),
+            "check_ttls": ttls.to_string(),
+            "checks": checks.to_string(),
+            "services": services.to_string(),
+        }),
+    );
+    m.insert(
+        "build".into(),
+        json!({
+            "prerelease": "",
+            "revision": "cairn",
+            "version": CONSUL_VERSION,
+            "version_metadata": VERSION_METADATA,
+        }),
+    );
+    m.insert(
+        "runtime".into(),
+        json!({
+            "arch": arch,
+            "os": std::env::consts::OS,
+            "cpu_count": cpus.to_string(),
+            "max_procs": cpus.to_string(),
+        }),
+    );
+    m
+}
+
 /// Consul's `xDS` block of `/v1/agent/self`: where proxies find the xDS
 /// server and which Envoy releases it serves; none (null) where no gRPC
 /// port is served (a client agent).
@@ -311,8 +363,23 @@ async fn agent_self(State(a): State<App>, z: Authz) -> Result<Response> {
         ),
         "Meta": node_meta(&a),
         "xDS": xds_config(&a),
+        "Coord": a.coordinate.lock().coordinate(),
+        "Stats": client_stats(&a),
     }))
     .into_response())
+}
+
+/// A client agent's `Stats`: the common sections and its `consul` one.
+fn client_stats(a: &Agent) -> Map<String, Value> {
+    let mut m = stats(a);
+    m.insert(
+        "consul".into(),
+        json!({
+            "known_servers": a.servers.known().to_string(),
+            "server": "false",
+        }),
+    );
+    m
 }
 
 async fn metrics(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Result<Response> {

@@ -115,6 +115,11 @@ impl Servers {
         })
     }
 
+    /// How many servers it knows (`consul info`'s `known_servers`).
+    pub fn known(&self) -> usize {
+        self.urls.read().len()
+    }
+
     /// Adds a server (a base URL); false if it was there already.
     pub fn add(&self, url: String) -> bool {
         let mut urls = self.urls.write();

@@ -38,12 +38,22 @@ pub fn run(c: &Client, a: RttArgs) -> CliResult {
         _ => return Err(CliError("One or two node names must be specified".into())),
     };
     let (rows, what, kind) = if a.wan {
+        // A WAN name is `node.dc`: each datacenter's rows name its servers
+        // as the catalog does, so the row is `node` under `dc`.
         let dcs = c.get_json("/v1/coordinate/datacenters")?;
         let rows: Vec<Value> = dcs
             .as_array()
             .into_iter()
             .flatten()
-            .flat_map(|dc| dc["Coordinates"].as_array().cloned().unwrap_or_default())
+            .flat_map(|dc| {
+                let name = dc["Datacenter"].as_str().unwrap_or_default().to_owned();
+                let list = dc["Coordinates"].as_array().cloned().unwrap_or_default();
+                list.into_iter().map(move |mut row| {
+                    let node = row["Node"].as_str().unwrap_or_default();
+                    row["Node"] = Value::String(format!("{node}.{name}"));
+                    row
+                })
+            })
             .collect();
         (rows, "server", "WAN")
     } else {

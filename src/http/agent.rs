@@ -25,9 +25,11 @@ fn member_json(s: &App, name: &str, addr: &str) -> Member {
     Member::server(name, host, port, s.datacenter())
 }
 
-async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
+async fn agent_self(
+    State(s): State<App>, a: Authz,
+    fed: Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>,
+) -> Result<Response> {
     a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
-    let m = s.cluster().metrics();
     // The server's own agent (absent only while starting, and in the
     // simulation) owns the node's identity and configuration.
     let agent = s.agent();
@@ -55,16 +57,47 @@ async fn agent_self(State(s): State<App>, a: Authz) -> Result<Response> {
         "Member": member_json(&s, s.node_name(), &s.config().advertised_raft().to_string()),
         "Meta": agent.map(|a| crate::agent::api::node_meta(a)),
         "xDS": agent.map(|a| crate::agent::api::xds_config(a)),
-        "Stats": {
-            "raft": {
-                "state": format!("{:?}", m.state),
-                "term": m.current_term.to_string(),
-                "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
-                "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0).to_string(),
-            },
-        },
+        "Coord": s.coordinate().lock().coordinate(),
+        "Stats": server_stats(&s, agent.map(|a| &**a), fed.as_deref().map(|f| &**f)),
     }))
     .into_response())
+}
+
+/// A server's `Stats`: its agent's sections (when it has one), `consul`
+/// and `raft`, as the strings Consul gives them.
+fn server_stats(
+    s: &App, agent: Option<&crate::agent::Agent>, fed: Option<&crate::federation::Federation>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let m = s.cluster().metrics();
+    let mut stats = agent.map(crate::agent::api::stats).unwrap_or_default();
+    let known = fed.map_or(1, |f| f.datacenters().len().max(1));
+    let leader = s
+        .cluster()
+        .leader()
+        .map(|(_, n)| n.raft_addr)
+        .unwrap_or_default();
+    stats.insert(
+        "consul".into(),
+        json!({
+            "acl": if s.acl().enabled() { "enabled" } else { "disabled" },
+            "bootstrap": (s.config().bootstrap_expect == 1).to_string(),
+            "known_datacenters": known.to_string(),
+            "leader": s.cluster().is_leader().to_string(),
+            "leader_addr": leader,
+            "server": "true",
+        }),
+    );
+    stats.insert(
+        "raft".into(),
+        json!({
+            "state": format!("{:?}", m.state),
+            "term": m.current_term.to_string(),
+            "last_log_index": m.last_log_index.unwrap_or(0).to_string(),
+            "applied_index": m.last_applied.map(|l| l.index).unwrap_or(0).to_string(),
+            "num_peers": s.cluster().members().len().saturating_sub(1).to_string(),
+        }),
+    );
+    stats
 }
 
 async fn members(

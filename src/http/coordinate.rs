@@ -60,24 +60,33 @@ struct Datacenter {
     coordinates: Vec<ServerCoord>,
 }
 
-/// `GET /v1/coordinate/datacenters`: the servers' coordinates under their
-/// WAN names (`node.dc`), as Consul lists them (no ACL filter, as Consul).
+/// `GET /v1/coordinate/datacenters`: the servers' coordinates, named as
+/// in the catalog (Consul strips the WAN names' `.dc`), with no ACL filter,
+/// as Consul. This server's own is its live estimate, there from its start
+/// (as Consul's comes from serf, not the state); the others' are those
+/// the state holds.
 async fn datacenters(State(s): State<App>, _: Opts) -> Response {
     let st = s.state();
-    let dc = s.datacenter();
-    let mut coordinates: Vec<ServerCoord> = super::liveness::server_names(&s)
+    let own = s.node_name();
+    // Itself even before it is in a Raft configuration, as in serf's pool.
+    let mut names = super::liveness::server_names(&s);
+    if !names.iter().any(|n| n == own) {
+        names.push(own.to_owned());
+    }
+    let mut coordinates: Vec<ServerCoord> = names
         .into_iter()
         .filter_map(|name| {
-            let c = st.coordinates.get(&name)?;
-            Some(ServerCoord {
-                node: format!("{name}.{dc}"),
-                coord: c.coord.clone(),
-            })
+            let coord = if name == own {
+                s.coordinate().lock().coordinate()
+            } else {
+                st.coordinates.get(&name)?.coord.clone()
+            };
+            Some(ServerCoord { node: name, coord })
         })
         .collect();
     coordinates.sort_by(|a, b| a.node.cmp(&b.node));
     axum::Json(vec![Datacenter {
-        datacenter: dc.to_owned(),
+        datacenter: s.datacenter().to_owned(),
         area_id: "wan",
         coordinates,
     }])

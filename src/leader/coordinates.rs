@@ -22,8 +22,10 @@ pub async fn apply(s: Arc<Server>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
+        // Its own estimate, unless an update for its node is waiting (one
+        // sent by hand, which Consul keeps until the agent's next sync).
         let own = s.coordinate().lock().coordinate();
-        s.coordinate_updates().push(Update {
+        s.coordinate_updates().offer(Update {
             node: s.node_name().to_owned(),
             segment: String::new(),
             coord: own,

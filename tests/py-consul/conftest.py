@@ -64,12 +64,8 @@ EXPECTED_FAILURES: dict[str, str] = {
         "Consul-only: its HTTP checks dial 127.0.0.1:8500, the agent's own port inside the container; "
         "the fixture's server listens on a free port"
     ),
-    _G + "test_agent_self": "issue 57 item 6: /v1/agent/self lacks Coord and Stats.consul",
     _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
-    "tests/api/test_coordinates.py::TestCoordinates::test_coordinate_update": (
-        "issue 57 item 14: no coordinates for the first seconds"
-    ),
     "tests/api/test_health.py::TestHealth::test_health_service_peer": "issue 53: ?peer=",
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
@@ -78,8 +74,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "tests/api/test_snapshot.py::TestSnapshot::test_snapshot_save_and_restore": (
         "issue 57 item 15: the snapshot is not Consul's gzipped tar"
     ),
-    "tests/api/test_status.py::TestStatus::test_status_leader": "issue 57 item 6: Stats.consul.leader_addr",
-    "tests/api/test_status.py::TestStatus::test_status_peers": "issue 57 item 6: Stats.consul.leader_addr",
 }
 
 def pytest_collection_modifyitems(config, items):
