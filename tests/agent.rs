@@ -957,6 +957,51 @@ fn a_server_is_the_agent_of_its_own_node() {
     assert_eq!(s.put("/v1/agent/service/deregister/web-1", "").status, 404);
 }
 
+/// A service's `Locality` (region and zone) is kept as given: through a
+/// client agent to the catalog and back, in the agent's, catalog's and
+/// health views, and on a catalog registration; a plain service has none.
+#[test]
+fn a_services_locality_is_stored_and_returned() {
+    let s = Server::builder().dev().node("srv").start();
+    let a = Agent::builder("a1", &s.url).start();
+    let here = json!({"Region": "us-west-1", "Zone": "us-west-1a"});
+    register(&a, json!({"Name": "web", "Port": 80, "Locality": here}));
+    register(&a, json!({"Name": "db", "Port": 5432}));
+    assert_eq!(a.get_json("/v1/agent/service/web")["Locality"], here);
+    assert!(
+        a.get_json("/v1/agent/services")["db"]
+            .get("Locality")
+            .is_none()
+    );
+    let rows = eventually(DEADLINE, "web in the catalog", || {
+        let rows = instances(&s, "web");
+        (!rows.is_empty()).then_some(rows)
+    });
+    assert_eq!(rows[0].1["ServiceLocality"], here, "{:?}", rows[0]);
+    let health = s.get_json("/v1/health/service/web");
+    assert_eq!(health[0]["Service"]["Locality"], here, "{health}");
+    // In sync: anti-entropy does not keep rewriting it.
+    wait_full_syncs(&a, 2.0);
+    assert_eq!(
+        instances(&s, "web")[0].1["ModifyIndex"],
+        rows[0].1["ModifyIndex"]
+    );
+    let db = eventually(DEADLINE, "db in the catalog", || instances(&s, "db").pop());
+    assert!(db.1.get("ServiceLocality").is_none(), "{:?}", db);
+
+    let zone = json!({"Zone": "b"});
+    let r = s.put(
+        "/v1/catalog/register",
+        &json!({"Node": "n1", "Address": "10.0.0.9",
+                "Service": {"Service": "api", "Locality": zone}})
+        .to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(instances(&s, "api")[0].1["ServiceLocality"], zone);
+    let node = s.get_json("/v1/catalog/node/n1");
+    assert_eq!(node["Services"]["api"]["Locality"], zone, "{node}");
+}
+
 /// `/v1/agent/self` carries what clients read (Consul's `Config` and
 /// `DebugConfig` fields), on a server and on a client agent.
 #[test]

@@ -278,6 +278,23 @@ impl<'de> Deserialize<'de> for ProxyBlock {
     }
 }
 
+/// Where an instance runs (Consul's `Locality`), stored and returned as
+/// given; an empty part is left out, as Consul's `omitempty`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Locality {
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub region: String,
+    #[serde(
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_default"
+    )]
+    pub zone: String,
+}
+
 /// A service instance on a node (Consul's `NodeService`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -306,6 +323,8 @@ pub struct NodeService {
     pub connect: Map<String, Value>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub peer_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locality: Option<Locality>,
     pub create_index: u64,
     pub modify_index: u64,
 }

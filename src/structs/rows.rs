@@ -9,7 +9,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{ConnectProxyConfig, HealthCheck, Meta, Node, NodeService, ServiceAddress, Weights};
+use super::{
+    ConnectProxyConfig, HealthCheck, Locality, Meta, Node, NodeService, ServiceAddress, Weights,
+};
 
 /// Consul's `ServiceNode`: one service instance flattened with its node,
 /// borrowed from the state version so a large answer copies nothing.
@@ -41,6 +43,8 @@ pub struct ServiceNodeRow<'a> {
     pub service_connect: &'a Map<String, Value>,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub service_peer_name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_locality: Option<&'a Locality>,
     pub create_index: u64,
     pub modify_index: u64,
 }
@@ -72,6 +76,7 @@ impl<'a> ServiceNodeRow<'a> {
             service_proxy: &svc.proxy,
             service_connect: &svc.connect,
             service_peer_name: &svc.peer_name,
+            service_locality: svc.locality.as_ref(),
             create_index: svc.create_index,
             modify_index: svc.modify_index,
         }

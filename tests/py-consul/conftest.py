@@ -64,7 +64,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "Consul-only: its HTTP checks dial 127.0.0.1:8500, the agent's own port inside the container; "
         "the fixture's server listens on a free port"
     ),
-    _G + "test_agent_service_register_kind_proxy_locality": "issue 57 item 7: a service's Locality is dropped",
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
     "tests/api/test_health.py::TestHealth::test_health_service_peer": "issue 53: ?peer=",
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
