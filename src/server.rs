@@ -668,6 +668,7 @@ impl Server {
         let blocking = crate::request::serve::Blocking::new(config.limits.http.max_blocking);
         let acl = Arc::new(crate::state::token_resolver::Resolver::new(
             config.acl.clone(),
+            &config.datacenter,
         ));
         Ok(Arc::new(Server {
             acl,

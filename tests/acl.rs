@@ -1144,3 +1144,303 @@ fn node_reads_hide_what_the_token_may_not_read() {
     assert_eq!(r.json(), json!([]), "{}", r.body);
     assert!(filtered(&r));
 }
+
+/// Creates a token from `body` as ROOT; its secret.
+fn token_from(addr: SocketAddr, body: Value) -> String {
+    let t = as_root(addr, "PUT", "/v1/acl/token", &body).json();
+    t["SecretID"].as_str().unwrap().to_string()
+}
+
+/// Registers node `node` (and service `svc`, unless empty) in the catalog
+/// with `token`; the status.
+fn register_as(addr: SocketAddr, token: &str, node: &str, svc: &str) -> u16 {
+    let mut body = json!({"Node": node, "Address": "10.0.0.1"});
+    if !svc.is_empty() {
+        body["Service"] = json!({"Service": svc});
+    }
+    with(
+        addr,
+        "PUT",
+        "/v1/catalog/register",
+        Some(&body.to_string()),
+        token,
+    )
+    .status
+}
+
+/// Service and node identities and templated policies grant what Consul's
+/// synthetic policies grant, in the datacenters they name, on tokens and
+/// through roles; they are stored and shown as given (deduplicated), and
+/// bad ones are refused with Consul's words, storing nothing.
+#[test]
+fn identities_grant_what_consuls_synthetic_policies_grant() {
+    let s = deny_server();
+    let a = s.http_addr;
+    // A node the service tokens may register on (node:write is theirs
+    // only through a node identity).
+    let n1 = token_from(
+        a,
+        json!({"NodeIdentities": [{"NodeName": "n1", "Datacenter": "dc1"}]}),
+    );
+    assert_eq!(register_as(a, &n1, "n1", ""), 200);
+    assert_eq!(register_as(a, &n1, "n2", ""), 403, "another node");
+    let other_dc = token_from(
+        a,
+        json!({"NodeIdentities": [{"NodeName": "n2", "Datacenter": "dc2"}]}),
+    );
+    assert_eq!(
+        register_as(a, &other_dc, "n2", ""),
+        403,
+        "a node identity of dc2"
+    );
+
+    let created = as_root(
+        a,
+        "PUT",
+        "/v1/acl/token",
+        &json!({"ServiceIdentities": [
+            {"ServiceName": "web", "Datacenters": ["dc1"]},
+            {"ServiceName": "web", "Datacenters": ["dc3"]}]}),
+    )
+    .json();
+    assert_eq!(
+        created["ServiceIdentities"],
+        json!([{"ServiceName": "web", "Datacenters": ["dc1", "dc3"]}])
+    );
+    let web = created["SecretID"].as_str().unwrap().to_string();
+    let read = as_root(
+        a,
+        "GET",
+        &format!("/v1/acl/token/{}", created["AccessorID"].as_str().unwrap()),
+        &json!({}),
+    )
+    .json();
+    assert_eq!(read["ServiceIdentities"], created["ServiceIdentities"]);
+    // Service write on web and its sidecar needs node write too: n1's
+    // token registered the node; a service-only registration skips it.
+    let svc_only = |token: &str, svc: &str| {
+        let body = json!({"Node": "n1", "Address": "10.0.0.1", "SkipNodeUpdate": true, "Service": {"Service": svc}});
+        with(
+            a,
+            "PUT",
+            "/v1/catalog/register",
+            Some(&body.to_string()),
+            token,
+        )
+        .status
+    };
+    assert_eq!(svc_only(&web, "web"), 200);
+    assert_eq!(svc_only(&web, "web-sidecar-proxy"), 200);
+    assert_eq!(svc_only(&web, "db"), 403);
+    // Reads of every service and node.
+    let list = with(a, "GET", "/v1/catalog/services", None, &web);
+    assert_eq!(list.status, 200);
+    assert!(list.json().get("web").is_some(), "{}", list.body);
+    assert_eq!(with(a, "GET", "/v1/kv/k", None, &web).status, 403);
+    let elsewhere = token_from(
+        a,
+        json!({"ServiceIdentities": [{"ServiceName": "db", "Datacenters": ["dc2"]}]}),
+    );
+    assert_eq!(svc_only(&elsewhere, "db"), 403, "scoped to dc2");
+
+    // Through a role.
+    let role = as_root(
+        a,
+        "PUT",
+        "/v1/acl/role",
+        &json!({"Name": "db-role", "ServiceIdentities": [{"ServiceName": "db"}],
+                "NodeIdentities": [{"NodeName": "n1", "Datacenter": "dc1"}]}),
+    )
+    .json();
+    assert_eq!(role["ServiceIdentities"], json!([{"ServiceName": "db"}]));
+    assert_eq!(
+        role["NodeIdentities"],
+        json!([{"NodeName": "n1", "Datacenter": "dc1"}])
+    );
+    let db = token_from(a, json!({"Roles": [{"Name": "db-role"}]}));
+    assert_eq!(register_as(a, &db, "n1", "db"), 200);
+    assert_eq!(register_as(a, &db, "n1", "api"), 403);
+
+    // A templated policy, shown as Consul shows it.
+    let t = as_root(
+        a,
+        "PUT",
+        "/v1/acl/token",
+        &json!({"TemplatedPolicies": [{"TemplateName": "builtin/service", "TemplateVariables": {"Name": "api"}}]}),
+    )
+    .json();
+    assert_eq!(
+        t["TemplatedPolicies"],
+        json!([{"TemplateName": "builtin/service", "TemplateVariables": {"name": "api"}}])
+    );
+    assert_eq!(svc_only(t["SecretID"].as_str().unwrap(), "api"), 200);
+    let dns = token_from(
+        a,
+        json!({"TemplatedPolicies": [{"TemplateName": "builtin/dns"}]}),
+    );
+    assert_eq!(
+        with(a, "GET", "/v1/catalog/services", None, &dns).status,
+        200
+    );
+    assert_eq!(svc_only(&dns, "api"), 403);
+
+    // Refused, in Consul's words, and nothing stored.
+    let before = with(a, "GET", "/v1/acl/tokens", None, ROOT)
+        .json()
+        .as_array()
+        .unwrap()
+        .len();
+    for (body, why) in [
+        (
+            json!({"ServiceIdentities": [{"ServiceName": ""}]}),
+            "Service identity is missing the service name field on this token",
+        ),
+        (
+            json!({"ServiceIdentities": [{"ServiceName": "Web"}]}),
+            "Service identity \"Web\" has an invalid name. Only lowercase alphanumeric characters, '-' and '_' are allowed",
+        ),
+        (
+            json!({"Local": true, "ServiceIdentities": [{"ServiceName": "web", "Datacenters": ["dc1"]}]}),
+            "Service identity \"web\" cannot specify a list of datacenters on a local token",
+        ),
+        (
+            json!({"NodeIdentities": [{"NodeName": "n1"}]}),
+            "Node identity is missing the datacenter field on this token",
+        ),
+        (
+            json!({"TemplatedPolicies": [{"TemplateName": "builtin/nope"}]}),
+            "no such ACL templated policy with Name \"builtin/nope\"",
+        ),
+        (
+            json!({"TemplatedPolicies": [{"TemplateName": "builtin/service"}]}),
+            "validation error for templated policy \"builtin/service\": name is required",
+        ),
+    ] {
+        let r = with(a, "PUT", "/v1/acl/token", Some(&body.to_string()), ROOT);
+        assert_eq!((r.status, r.body.as_str()), (400, why), "{body}");
+    }
+    let r = with(
+        a,
+        "PUT",
+        "/v1/acl/role",
+        Some(&json!({"Name": "r", "NodeIdentities": [{"Datacenter": "dc1"}]}).to_string()),
+        ROOT,
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            400,
+            "Node identity is missing the node name field on this role"
+        )
+    );
+    assert_eq!(
+        with(a, "GET", "/v1/acl/tokens", None, ROOT)
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        before
+    );
+    // A policy scoped to another datacenter grants nothing here.
+    let (_, scoped) = {
+        as_root(
+            a,
+            "PUT",
+            "/v1/acl/policy",
+            &json!({"Name": "kv-dc2", "Rules": "key_prefix \"\" { policy = \"read\" }", "Datacenters": ["dc2"]}),
+        );
+        let t = as_root(
+            a,
+            "PUT",
+            "/v1/acl/token",
+            &json!({"Policies": [{"Name": "kv-dc2"}]}),
+        )
+        .json();
+        ((), t["SecretID"].as_str().unwrap().to_string())
+    };
+    assert_eq!(with(a, "GET", "/v1/kv/k", None, &scoped).status, 403);
+}
+
+/// The built-in templated policies: listed, read and previewed as Consul
+/// shows them, with acl:read.
+#[test]
+fn templated_policies_are_listed_read_and_previewed() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let all = as_root(a, "GET", "/v1/acl/templated-policies", &json!({})).json();
+    for name in [
+        "builtin/service",
+        "builtin/node",
+        "builtin/dns",
+        "builtin/nomad-server",
+        "builtin/api-gateway",
+        "builtin/nomad-client",
+    ] {
+        assert_eq!(all[name]["TemplateName"], name, "{all}");
+    }
+    let one = as_root(
+        a,
+        "GET",
+        "/v1/acl/templated-policy/name/builtin/service",
+        &json!({}),
+    )
+    .json();
+    assert!(
+        one["Template"]
+            .as_str()
+            .unwrap()
+            .contains("service \"{{.Name}}\""),
+        "{one}"
+    );
+    assert!(
+        one["Schema"]
+            .as_str()
+            .unwrap()
+            .contains("\"required\": [\"name\"]"),
+        "{one}"
+    );
+    assert_eq!(
+        with(
+            a,
+            "GET",
+            "/v1/acl/templated-policy/name/builtin/nope",
+            None,
+            ROOT
+        )
+        .status,
+        404
+    );
+    let p = with(
+        a,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/service",
+        Some(r#"{"Name": "api"}"#),
+        ROOT,
+    );
+    assert_eq!(p.status, 200, "{}", p.body);
+    let p = p.json();
+    assert!(
+        p["Name"].as_str().unwrap().starts_with("synthetic-policy-"),
+        "{p}"
+    );
+    assert!(
+        p["Rules"]
+            .as_str()
+            .unwrap()
+            .contains("service \"api-sidecar-proxy\""),
+        "{p}"
+    );
+    let r = with(
+        a,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/service",
+        Some("{}"),
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    // Anonymous (default deny) may not read them.
+    assert_eq!(
+        common::request(a, "GET", "/v1/acl/templated-policies", None).status,
+        403
+    );
+}

@@ -349,6 +349,65 @@ fn acl_token_update_clone_and_policy_update() {
     assert_eq!(read(id)["Description"], "second");
 }
 
+/// `acl token create` and `acl role create` with Consul's identity flags,
+/// and `acl templated-policy list|read|preview`.
+#[test]
+fn acl_identity_flags_and_templated_policy_verbs() {
+    let s = acl_started(Server::builder().dev(), "deny");
+    let as_root = |args: &[&str]| {
+        let o = root(&s, args, "");
+        assert!(o.status.success(), "{args:?}: {}", err(&o));
+        out(&o)
+    };
+    let t: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "token",
+        "create",
+        "-service-identity",
+        "web:dc1,dc2",
+        "-service-identity",
+        "db",
+        "-node-identity",
+        "n1:dc1",
+        "-templated-policy",
+        "builtin/service",
+        "-var",
+        "name:api",
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        t["ServiceIdentities"],
+        json!([{"ServiceName": "web", "Datacenters": ["dc1", "dc2"]}, {"ServiceName": "db"}])
+    );
+    assert_eq!(t["NodeIdentities"], json!([{"NodeName": "n1", "Datacenter": "dc1"}]));
+    assert_eq!(t["TemplatedPolicies"][0]["TemplateVariables"], json!({"name": "api"}));
+    let text = as_root(&["acl", "token", "read", "-id", t["AccessorID"].as_str().unwrap()]);
+    assert!(text.contains("Service Identities:\n   web (Datacenters: dc1, dc2)\n   db (Datacenters: all)"), "{text}");
+    assert!(text.contains("Node Identities:\n   n1 (Datacenter: dc1)"), "{text}");
+    let role = as_root(&["acl", "role", "create", "-name", "r", "-service-identity", "web"]);
+    assert!(role.contains("web (Datacenters: all)"), "{role}");
+    let o = root(&s, &["acl", "token", "create", "-node-identity", "n1"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("Malformed -node-identity"), "{}", err(&o));
+
+    let list = as_root(&["acl", "templated-policy", "list"]);
+    assert!(list.contains("builtin/service") && list.contains("builtin/dns"), "{list}");
+    let read = as_root(&["acl", "templated-policy", "read", "-name", "builtin/node"]);
+    assert!(read.contains("node \"{{.Name}}\""), "{read}");
+    let preview = as_root(&[
+        "acl",
+        "templated-policy",
+        "preview",
+        "-name",
+        "builtin/service",
+        "-var",
+        "name:api",
+    ]);
+    assert!(preview.contains("service \"api-sidecar-proxy\""), "{preview}");
+}
+
 #[test]
 fn catalog_datacenters_and_the_ca_configuration() {
     let s = Server::builder().dev().datacenter("east").start();

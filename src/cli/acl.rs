@@ -20,6 +20,9 @@ pub enum AclCmd {
     /// Create, read, list and delete roles.
     #[command(subcommand)]
     Role(RoleCmd),
+    /// List, read and preview the built-in templated policies.
+    #[command(subcommand)]
+    TemplatedPolicy(TemplatedCmd),
     /// Set one of the agent's tokens (default, agent, dns, recovery,
     /// config_file_service_registration, replication), in its memory.
     SetAgentToken(SetAgentToken),
@@ -57,6 +60,8 @@ pub struct TokenCreate {
     policies: PolicyLinks,
     #[command(flatten)]
     roles: RoleLinks,
+    #[command(flatten)]
+    identities: IdentityArgs,
     /// The token's secret (a UUID; default: a new one).
     #[arg(long)]
     secret: Option<String>,
@@ -188,6 +193,106 @@ pub struct RoleCreate {
     description: String,
     #[command(flatten)]
     policies: PolicyLinks,
+    #[command(flatten)]
+    identities: IdentityArgs,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+/// A new token's or role's identities, as Consul's flags give them.
+#[derive(Args, Debug)]
+pub struct IdentityArgs {
+    /// `NAME[:DC1,DC2]`: a service identity (repeatable).
+    #[arg(long)]
+    service_identity: Vec<String>,
+    /// `NAME:DC`: a node identity (repeatable).
+    #[arg(long)]
+    node_identity: Vec<String>,
+    /// A built-in templated policy by name (`-var` gives its variables).
+    #[arg(long)]
+    templated_policy: Option<String>,
+    /// `name:VALUE`: a variable of `-templated-policy`.
+    #[arg(long)]
+    var: Vec<String>,
+}
+
+impl IdentityArgs {
+    /// Their JSON fields (`ServiceIdentities`, `NodeIdentities`,
+    /// `TemplatedPolicies`), added to `body`.
+    fn add_to(&self, body: &mut Value) -> CliResult {
+        let services: Vec<Value> = self
+            .service_identity
+            .iter()
+            .map(|si| match si.split_once(':') {
+                Some((name, dcs)) => {
+                    json!({"ServiceName": name, "Datacenters": dcs.split(',').collect::<Vec<_>>()})
+                }
+                None => json!({"ServiceName": si}),
+            })
+            .collect();
+        let nodes = self
+            .node_identity
+            .iter()
+            .map(|ni| match ni.split_once(':') {
+                Some((name, dc)) => Ok(json!({"NodeName": name, "Datacenter": dc})),
+                None => Err(CliError(format!(
+                    "Malformed -node-identity argument: {ni:?}"
+                ))),
+            })
+            .collect::<Result<Vec<Value>, CliError>>()?;
+        if !services.is_empty() {
+            body["ServiceIdentities"] = Value::Array(services);
+        }
+        if !nodes.is_empty() {
+            body["NodeIdentities"] = Value::Array(nodes);
+        }
+        if let Some(name) = &self.templated_policy {
+            body["TemplatedPolicies"] =
+                json!([{"TemplateName": name, "TemplateVariables": variables(&self.var)?}]);
+        } else if !self.var.is_empty() {
+            return Err(CliError("-var must be used with -templated-policy".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `-var name:VALUE` flags as a template's variables.
+fn variables(vars: &[String]) -> Result<Value, CliError> {
+    let mut out = serde_json::Map::new();
+    for v in vars {
+        let (k, val) = v.split_once(':').ok_or_else(|| {
+            CliError(format!(
+                "Malformed -var argument: {v:?}, expecting VariableName:Value"
+            ))
+        })?;
+        out.insert(k.to_string(), json!(val));
+    }
+    Ok(Value::Object(out))
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TemplatedCmd {
+    List(FormatArg),
+    Read(TemplatedName),
+    /// The policy a template renders to with `-var` variables.
+    Preview(TemplatedPreview),
+}
+
+#[derive(Args, Debug)]
+pub struct TemplatedName {
+    #[arg(long)]
+    name: String,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct TemplatedPreview {
+    #[arg(long)]
+    name: String,
+    /// `name:VALUE` (repeatable).
+    #[arg(long)]
+    var: Vec<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -236,6 +341,56 @@ pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
         }
         AclCmd::Policy(p) => policy(c, p),
         AclCmd::Role(r) => role(c, r),
+        AclCmd::TemplatedPolicy(t) => templated(c, t),
+    }
+}
+
+fn print_template(t: &Value) {
+    println!("Name:            {}", s(&t["TemplateName"]));
+    println!("Description:     {}", s(&t["Description"]));
+    let needs = if s(&t["Schema"]).is_empty() {
+        "None"
+    } else {
+        "name"
+    };
+    println!("Input variables: {needs}");
+    println!("Raw Template:");
+    println!("{}", s(&t["Template"]));
+}
+
+fn templated(c: &Client, cmd: TemplatedCmd) -> CliResult {
+    match cmd {
+        TemplatedCmd::List(f) => {
+            let all = send(c, reqwest::Method::GET, "/v1/acl/templated-policies", None)?;
+            if f.format == Format::Json {
+                return print_json(&all);
+            }
+            for (i, t) in all
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, t)| t)
+                .enumerate()
+            {
+                if i > 0 {
+                    println!();
+                }
+                println!("{}", s(&t["TemplateName"]));
+                println!("   Description: {}", s(&t["Description"]));
+            }
+            Ok(())
+        }
+        TemplatedCmd::Read(a) => {
+            let path = format!("/v1/acl/templated-policy/name/{}", a.name);
+            let t = send(c, reqwest::Method::GET, &path, None)?;
+            show(a.format, &t, print_template)
+        }
+        TemplatedCmd::Preview(a) => {
+            let path = format!("/v1/acl/templated-policy/preview/{}", a.name);
+            let body = variables(&a.var)?;
+            let p = send(c, reqwest::Method::POST, &path, Some(body))?;
+            show(a.format, &p, print_policy)
+        }
     }
 }
 
@@ -306,6 +461,53 @@ fn print_token(t: &Value) {
         println!("Roles:");
         links(&t["Roles"]);
     }
+    print_identities(t);
+}
+
+/// A token's or role's identities, as Consul's CLI lists them.
+fn print_identities(v: &Value) {
+    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
+    let dcs = |d: &Value| {
+        let all: Vec<&str> = d.as_array().into_iter().flatten().map(s).collect();
+        if all.is_empty() {
+            "all".to_string()
+        } else {
+            all.join(", ")
+        }
+    };
+    let services = list("ServiceIdentities");
+    if !services.is_empty() {
+        println!("Service Identities:");
+        for si in &services {
+            println!(
+                "   {} (Datacenters: {})",
+                s(&si["ServiceName"]),
+                dcs(&si["Datacenters"])
+            );
+        }
+    }
+    let nodes = list("NodeIdentities");
+    if !nodes.is_empty() {
+        println!("Node Identities:");
+        for ni in &nodes {
+            println!(
+                "   {} (Datacenter: {})",
+                s(&ni["NodeName"]),
+                s(&ni["Datacenter"])
+            );
+        }
+    }
+    let templated = list("TemplatedPolicies");
+    if !templated.is_empty() {
+        println!("Templated Policies:");
+        for tp in &templated {
+            println!("   {}", s(&tp["TemplateName"]));
+            if let Some(name) = tp["TemplateVariables"]["name"].as_str() {
+                println!("      Name: {name}");
+            }
+            println!("      Datacenters: {}", dcs(&tp["Datacenters"]));
+        }
+    }
 }
 
 fn print_policy(p: &Value) {
@@ -331,6 +533,7 @@ fn print_role(r: &Value) {
         println!("Policies:");
         links(&r["Policies"]);
     }
+    print_identities(r);
 }
 
 fn link_list(ids: &[String], names: &[String]) -> Vec<Value> {
@@ -371,6 +574,7 @@ fn token(c: &Client, cmd: TokenCmd) -> CliResult {
                 "Roles": link_list(&a.roles.role_id, &a.roles.role_name),
                 "Local": a.local,
             });
+            a.identities.add_to(&mut body)?;
             if let Some(sec) = a.secret {
                 body["SecretID"] = json!(sec);
             }
@@ -504,11 +708,12 @@ fn policy(c: &Client, cmd: PolicyCmd) -> CliResult {
 fn role(c: &Client, cmd: RoleCmd) -> CliResult {
     match cmd {
         RoleCmd::Create(a) => {
-            let body = json!({
+            let mut body = json!({
                 "Name": a.name,
                 "Description": a.description,
                 "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
             });
+            a.identities.add_to(&mut body)?;
             create(c, "/v1/acl/role", body, a.format, print_role)
         }
         RoleCmd::Read(a) => read_named(c, "role", &a, print_role),

@@ -68,9 +68,10 @@ pub enum CliCommand {
     /// Create a CA and certificates for TLS (local files; no server).
     #[command(subcommand)]
     Tls(tls::TlsCmd),
-    /// ACLs: bootstrap, tokens, policies, roles.
+    /// ACLs: bootstrap, tokens, policies, roles, templated policies (boxed:
+    /// its flags outweigh the other commands').
     #[command(subcommand)]
-    Acl(acl::AclCmd),
+    Acl(Box<acl::AclCmd>),
     /// Intentions: which services may connect to which.
     #[command(subcommand)]
     Intention(intention::IntentionCmd),
@@ -128,7 +129,7 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::DiscoveryChain(a) => client().and_then(|cl| config::discovery_chain(&cl, a)),
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
         CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
-        CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, c)),
+        CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, *c)),
         CliCommand::Connect(c) => client().and_then(|cl| connect::run(&cl, c, token.clone())),
         CliCommand::Intention(c) => match client().and_then(|cl| intention::run(&cl, c)) {
             Ok(code) => return code,

@@ -26,9 +26,11 @@ use crate::state::acl::BOOTSTRAP_DONE;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
-    GLOBAL_MANAGEMENT_NAME, Link, content_hash, management_token, secret_hash, token_hash,
+    GLOBAL_MANAGEMENT_NAME, Identities, Link, TemplateVariables, content_hash, management_token,
+    secret_hash, token_hash,
 };
 use crate::structs::duration::Duration;
+use crate::structs::identity;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -45,6 +47,72 @@ pub fn routes() -> Router<App> {
         .route("/v1/internal/acl/authorize", post(authorize))
         .merge(named_routes::<AclPolicy>("policies"))
         .merge(named_routes::<AclRole>("roles"))
+        .route("/v1/acl/templated-policies", get(templated_list))
+        .route("/v1/acl/templated-policy/name/{*name}", get(templated_read))
+        .route(
+            "/v1/acl/templated-policy/preview/{*name}",
+            post(templated_preview),
+        )
+}
+
+// ---- templated policies ----
+
+/// A built-in template as Consul's `ACLTemplatedPolicyResponse` shows it.
+fn template_json(t: &identity::Template) -> serde_json::Value {
+    serde_json::json!({
+        "TemplateName": t.name,
+        "Schema": t.schema,
+        "Template": t.template,
+        "Description": t.description,
+    })
+}
+
+fn template_named(name: &str) -> Result<&'static identity::Template> {
+    identity::template(name)
+        .ok_or_else(|| Error::NotFound(format!("Invalid templated policy Name: {name:?}")))
+}
+
+/// `GET /v1/acl/templated-policies`: every built-in template by name.
+async fn templated_list(State(s): State<App>, a: Authz) -> Result<Response> {
+    acl_read(&s, &a)?;
+    let all: serde_json::Map<String, serde_json::Value> = identity::TEMPLATES
+        .iter()
+        .map(|t| (t.name.to_string(), template_json(t)))
+        .collect();
+    Ok(axum::Json(all).into_response())
+}
+
+/// `GET /v1/acl/templated-policy/name/:name`.
+async fn templated_read(
+    State(s): State<App>, a: Authz, Path(name): Path<String>,
+) -> Result<Response> {
+    acl_read(&s, &a)?;
+    Ok(axum::Json(template_json(template_named(&name)?)).into_response())
+}
+
+/// `POST /v1/acl/templated-policy/preview/:name` with the variables as the
+/// body: the synthetic policy they render to, checked as a token's would be.
+async fn templated_preview(
+    State(s): State<App>, a: Authz, Path(name): Path<String>, body: Bytes,
+) -> Result<Response> {
+    acl_read(&s, &a)?;
+    let tpl = template_named(&name)?;
+    let vars: TemplateVariables = if body.iter().all(u8::is_ascii_whitespace) {
+        TemplateVariables::default()
+    } else {
+        decode_json(&body)?
+    };
+    let given = Identities {
+        templated_policies: vec![crate::structs::acl::TemplatedPolicy {
+            template_name: tpl.name.to_string(),
+            template_variables: Some(vars),
+            datacenters: Vec::new(),
+        }],
+        ..Default::default()
+    };
+    let checked = identity::normalize(given, Some(false)).map_err(|e| Error::bad(e.to_string()))?;
+    let vars = checked.templated_policies[0].template_variables.as_ref();
+    Ok(axum::Json(identity::synthetic_policy(tpl, vars)).into_response())
 }
 
 /// A named object's endpoints: `/v1/acl/<kind>` (create),
@@ -311,6 +379,8 @@ struct TokenBody {
     description: String,
     policies: Vec<Link>,
     roles: Vec<Link>,
+    #[serde(flatten)]
+    identities: Identities,
     local: bool,
     expiration_time: String,
     #[serde(rename = "ExpirationTTL")]
@@ -350,10 +420,13 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
     let st = s.state();
     let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
     let roles = resolve_links::<AclRole>(&st, &body.roles)?;
+    let identities = identity::normalize(body.identities.clone(), Some(body.local))
+        .map_err(|e| Error::bad(e.to_string()))?;
     let mut t = AclToken {
         description: body.description.clone(),
         policies,
         roles,
+        identities,
         local: body.local,
         ..base
     };
@@ -590,21 +663,30 @@ struct RoleBody {
     name: String,
     description: String,
     policies: Vec<Link>,
+    #[serde(flatten)]
+    identities: Identities,
 }
 
 fn build_role(s: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Result<AclRole> {
     valid_name("Role", &body.name)?;
     let st = s.state();
     let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
+    let identities =
+        identity::normalize(body.identities, None).map_err(|e| Error::bad(e.to_string()))?;
     let ids: Vec<&str> = policies.iter().map(|p| p.id.as_str()).collect();
+    let granted = serde_json::to_string(&identities).unwrap_or_default();
     let mut parts = vec![body.name.as_str()];
     parts.extend(ids);
+    if !identities.is_empty() {
+        parts.push(&granted);
+    }
     let hash = content_hash(&parts);
     Ok(AclRole {
         id,
         name: body.name,
         description: body.description,
         policies,
+        identities,
         hash,
         ..Default::default()
     })

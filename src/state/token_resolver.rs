@@ -7,6 +7,7 @@
 //! deleted token is refused by a server as soon as that server applied the
 //! delete.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -16,8 +17,10 @@ use parking_lot::Mutex;
 use super::{State, acl, keys};
 use crate::acl::{Authorizer, DefaultPolicy, parse_rules};
 use crate::structs::acl::{
-    ANONYMOUS_ID, ANONYMOUS_SECRET, AclToken, GLOBAL_MANAGEMENT_ID, ResolvedToken, secret_hash,
+    ANONYMOUS_ID, ANONYMOUS_SECRET, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, ResolvedToken,
+    secret_hash,
 };
+use crate::structs::identity;
 
 /// Past this many cached tokens the cache starts over (it refills with the
 /// tokens in use).
@@ -56,14 +59,17 @@ struct Cached {
 /// A server's token resolver and its cache.
 pub struct Resolver {
     config: AclConfig,
+    /// Policies and identities scoped to datacenters hold only in theirs.
+    datacenter: String,
     allow_all: Arc<Authorizer>,
     cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl Resolver {
-    pub fn new(config: AclConfig) -> Self {
+    pub fn new(config: AclConfig, datacenter: &str) -> Self {
         Resolver {
             config,
+            datacenter: datacenter.to_string(),
             allow_all: Arc::new(Authorizer::allow_all()),
             cache: Mutex::new(HashMap::new()),
         }
@@ -131,7 +137,7 @@ impl Resolver {
     /// A token's policies, its own and its roles'; `global-management`
     /// among them makes it a management token.
     fn build(&self, st: &State, t: &AclToken) -> Authorizer {
-        let Some(texts) = policy_rules(st, t) else {
+        let Some(texts) = policy_rules(st, t, &self.datacenter) else {
             return Authorizer::management(&t.accessor_id);
         };
         // Rules were checked when written.
@@ -155,7 +161,7 @@ impl Resolver {
             Some(t) if expiry(t).is_some_and(|e| e <= SystemTime::now()) => {
                 return Err(AclNotFound);
             }
-            Some(t) => (t.accessor_id.clone(), policy_rules(st, t)),
+            Some(t) => (t.accessor_id.clone(), policy_rules(st, t, &self.datacenter)),
             None if secret == ANONYMOUS_SECRET => (ANONYMOUS_ID.to_string(), Some(Vec::new())),
             None => return Err(AclNotFound),
         };
@@ -167,31 +173,39 @@ impl Resolver {
             rules: rules
                 .unwrap_or_default()
                 .into_iter()
-                .map(str::to_string)
+                .map(Cow::into_owned)
                 .collect(),
         })
     }
 }
 
-/// The rules of a token's policies, its own and its roles' (a policy
-/// deleted since is gone); `None` for a management token (it holds
-/// `global-management`).
-fn policy_rules<'a>(st: &'a State, t: &'a AclToken) -> Option<Vec<&'a str>> {
+/// The rules of a token's policies and identities, its own and its roles',
+/// that hold in datacenter `dc` (a policy deleted since is gone); `None`
+/// for a management token (it holds `global-management`).
+fn policy_rules<'a>(st: &'a State, t: &'a AclToken, dc: &str) -> Option<Vec<Cow<'a, str>>> {
+    let roles: Vec<&AclRole> = t
+        .roles
+        .iter()
+        .filter_map(|r| st.acl_roles.get(&r.id).map(|r| &**r))
+        .collect();
     let mut ids: Vec<&str> = t.policies.iter().map(|p| p.id.as_str()).collect();
-    for r in &t.roles {
-        if let Some(role) = st.acl_roles.get(&r.id) {
-            ids.extend(role.policies.iter().map(|p| p.id.as_str()));
-        }
+    for role in &roles {
+        ids.extend(role.policies.iter().map(|p| p.id.as_str()));
     }
     if ids.contains(&GLOBAL_MANAGEMENT_ID) {
         return None;
     }
-    Some(
-        ids.iter()
-            .filter_map(|id| st.acl_policies.get(*id))
-            .map(|p| p.rules.as_str())
-            .collect(),
-    )
+    let mut rules: Vec<Cow<'a, str>> = ids
+        .iter()
+        .filter_map(|id| st.acl_policies.get(*id))
+        .filter(|p| p.datacenters.is_empty() || p.datacenters.iter().any(|d| d == dc))
+        .map(|p| Cow::Borrowed(p.rules.as_str()))
+        .collect();
+    let identities = std::iter::once(&t.identities).chain(roles.iter().map(|r| &r.identities));
+    for i in identities.filter(|i| !i.is_empty()) {
+        rules.extend(identity::rules_in(i, dc).into_iter().map(Cow::Owned));
+    }
+    Some(rules)
 }
 
 /// The ACL generation of `st`: the index of the `acl` watch key, moved by

@@ -22,6 +22,71 @@ pub struct Link {
     pub name: String,
 }
 
+/// A service identity (`ServiceIdentities`): write on the service and its
+/// sidecar, read on every service and node, in `Datacenters` (all if empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ServiceIdentity {
+    pub service_name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+}
+
+/// A node identity (`NodeIdentities`): write on the node, read on every
+/// service, in its one `Datacenter`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeIdentity {
+    pub node_name: String,
+    pub datacenter: String,
+}
+
+/// A built-in template's variables; Consul's JSON name is lowercase (and,
+/// as Go decodes, `Name` is read too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TemplateVariables {
+    #[serde(
+        rename = "name",
+        alias = "Name",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub name: String,
+}
+
+/// A templated policy on a token or role (`TemplatedPolicies`): a built-in
+/// template (`structs::identity`) rendered with its variables, in
+/// `Datacenters` (all if empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TemplatedPolicy {
+    pub template_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_variables: Option<TemplateVariables>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub datacenters: Vec<String>,
+}
+
+/// What a token or a role grants besides its policies.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Identities {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub service_identities: Vec<ServiceIdentity>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_identities: Vec<NodeIdentity>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub templated_policies: Vec<TemplatedPolicy>,
+}
+
+impl Identities {
+    pub fn is_empty(&self) -> bool {
+        self.service_identities.is_empty()
+            && self.node_identities.is_empty()
+            && self.templated_policies.is_empty()
+    }
+}
+
 /// One token, as stored (with the hash of its secret) and shown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
@@ -35,6 +100,8 @@ pub struct AclToken {
     pub description: String,
     pub policies: Vec<Link>,
     pub roles: Vec<Link>,
+    #[serde(flatten)]
+    pub identities: Identities,
     pub local: bool,
     /// RFC 3339, as Consul's; empty: never expires.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -86,6 +153,8 @@ pub struct AclRole {
     pub name: String,
     pub description: String,
     pub policies: Vec<Link>,
+    #[serde(flatten)]
+    pub identities: Identities,
     pub hash: String,
     pub create_index: u64,
     pub modify_index: u64,
@@ -147,6 +216,11 @@ pub fn token_hash(t: &AclToken) -> String {
         .collect();
     let mut parts = vec![t.description.as_str()];
     parts.extend(links);
+    // A token without identities hashes as it did before they existed.
+    let ids = serde_json::to_string(&t.identities).unwrap_or_default();
+    if !t.identities.is_empty() {
+        parts.push(&ids);
+    }
     content_hash(&parts)
 }
 

@@ -12,6 +12,7 @@ pub mod duration;
 pub mod event;
 pub mod federation;
 pub mod health;
+pub mod identity;
 pub mod kv;
 pub mod operator;
 pub mod query;

@@ -48,17 +48,10 @@ EXPECTED_FAILURES: dict[str, str] = {
     _A + "test_acl_token_list": _SECRET,
     _A + "test_acl_token_read": _SECRET,
     _A + "test_acl_token_create": _SECRET,
-    _A + "test_acl_token_update": _SECRET,
-    _A + "test_acl_token_service_identities": _IDENTITY,
-    _A + "test_acl_token_create_templated": _IDENTITY,
     _A + "test_acl_login_unknown_auth_method": _IDENTITY,
     _A + "test_acl_logout_invalid_token": _IDENTITY,
-    _A + "test_acl_role_crud": _IDENTITY,
     _A + "test_acl_auth_method_crud": _IDENTITY,
     _A + "test_acl_binding_rule_crud": _IDENTITY,
-    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_preview": _IDENTITY,
-    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_read": _IDENTITY,
-    "tests/api/test_acl_templated_policy.py::TestConsulAclTemplatedPolicy::test_acl_templated_policy_list": _IDENTITY,
     _G + "test_agent_checks": "issue 57 item 4: script checks refused even with enable_script_checks",
     _G + "test_service_multi_check": (
         "Consul-only: its HTTP checks dial 127.0.0.1:8500, the agent's own port inside the container; "
