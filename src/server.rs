@@ -218,6 +218,9 @@ pub struct Server {
     sessions: crate::session_ttl::Timers,
     /// Token resolution and its cache (`state::token_resolver`).
     acl: Arc<crate::state::token_resolver::Resolver>,
+    /// Seals token secrets for reads by `acl:write` (`acl::seal`): from
+    /// `--encrypt`, else random for a dev server's life, else none.
+    secret_seal: Option<crate::acl::seal::SecretSeal>,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -404,6 +407,19 @@ impl Server {
     /// Token resolution and its cache.
     pub fn acl(&self) -> &Arc<crate::state::token_resolver::Resolver> {
         &self.acl
+    }
+    /// Seals `secret` into `t` for later reads, where this server has a
+    /// seal (`acl::seal`).
+    pub fn seal_secret(&self, t: &mut crate::structs::acl::AclToken, secret: &str) {
+        if let Some(seal) = &self.secret_seal {
+            t.sealed_secret = seal.seal(&t.accessor_id, secret).unwrap_or_default();
+        }
+    }
+    /// The secret sealed in `t`, if this server's seal opens it.
+    pub fn open_secret(&self, t: &crate::structs::acl::AclToken) -> Option<String> {
+        self.secret_seal
+            .as_ref()?
+            .open(&t.accessor_id, &t.sealed_secret)
     }
     pub fn blocking(&self) -> &crate::request::serve::Blocking {
         &self.blocking
@@ -670,8 +686,16 @@ impl Server {
             config.acl.clone(),
             &config.datacenter,
         ));
+        let secret_seal = match &config.encrypt {
+            Some(k) => Some(crate::acl::seal::SecretSeal::new(
+                &k.subkey(b"cairn acl token secrets"),
+            )),
+            None if config.dev => crate::acl::seal::SecretSeal::random(),
+            None => None,
+        };
         Ok(Arc::new(Server {
             acl,
+            secret_seal,
             proxycfg,
             leaves: Default::default(),
             views,

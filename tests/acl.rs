@@ -171,8 +171,9 @@ fn bootstrap_works_once() {
     assert_eq!(t["Policies"][0]["Name"], "global-management");
     let r = with(s.http_addr, "GET", "/v1/acl/tokens", None, &secret);
     assert_eq!(r.status, 200, "{}", r.body);
-    // Later reads never show a secret (only its hash is kept).
-    assert!(!r.body.contains(&secret), "{}", r.body);
+    // Later reads show it to acl:write, as Consul's do (a dev server seals
+    // it under a key of its own; tests below cover --encrypt and no key).
+    assert!(r.body.contains(&secret), "{}", r.body);
 
     let r = s.put("/v1/acl/bootstrap", "");
     assert_eq!(r.status, 403, "{}", r.body);
@@ -486,7 +487,8 @@ fn the_cli_bootstraps_and_uses_tokens_from_the_environment_and_the_flag() {
     ));
 
     let out = stdout_ok(&cli_with(&s, &root_env, &["acl", "token", "list"]));
-    assert!(out.contains(&accessor) && !out.contains(&secret), "{out}");
+    // A management token lists the secrets too, as `consul acl token list`.
+    assert!(out.contains(&accessor) && out.contains(&secret), "{out}");
     stdout_ok(&cli_with(
         &s,
         &root_env,
@@ -1442,5 +1444,176 @@ fn templated_policies_are_listed_read_and_previewed() {
     assert_eq!(
         common::request(a, "GET", "/v1/acl/templated-policies", None).status,
         403
+    );
+}
+
+/// Every file under `dir`, read whole: whether any holds `needle`.
+fn dir_holds(dir: &std::path::Path, needle: &[u8]) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p)
+                && bytes.windows(needle.len()).any(|w| w == needle)
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// As Consul, a caller with acl:write reads a token's SecretID back (token
+/// read, list, update); one with acl:read only sees `<hidden>`. With
+/// `--encrypt` the secret is sealed under a key derived from it, so it
+/// reads back after a restart with the key, and not with another; the data
+/// dir holds no secret in the clear.
+#[test]
+fn acl_write_reads_secrets_back_and_the_data_dir_holds_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = String::from_utf8(
+        std::process::Command::new(common::bin())
+            .arg("keygen")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let mut s = Server::durable("s1", dir.path())
+        .acl("deny", ROOT)
+        .arg("--encrypt")
+        .arg(&key)
+        .start();
+    let a = s.http_addr;
+    eventually(Duration::from_secs(10), "the management token", || {
+        (with(a, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
+    });
+    let secret = "3b1f0c5e-7d2a-4c66-9e11-5a0b9c8d7e6f";
+    let t = as_root(
+        a,
+        "PUT",
+        "/v1/acl/token",
+        &json!({"SecretID": secret, "Description": "app"}),
+    )
+    .json();
+    let acc = t["AccessorID"].as_str().unwrap().to_string();
+    let read = |token: &str| with(a, "GET", &format!("/v1/acl/token/{acc}"), None, token).json();
+    assert_eq!(read(ROOT)["SecretID"], secret);
+    let listed = with(a, "GET", "/v1/acl/tokens", None, ROOT).json();
+    let by_acc = |list: &Value, id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["AccessorID"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_acc(&listed, &acc)["SecretID"], secret);
+    assert_eq!(
+        by_acc(&listed, "00000000-0000-0000-0000-000000000002")["SecretID"],
+        "anonymous"
+    );
+    let root_row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["Description"] == "Initial Management Token")
+        .cloned()
+        .unwrap();
+    assert_eq!(root_row["SecretID"], ROOT);
+    // An update answers with it too.
+    let up = as_root(
+        a,
+        "PUT",
+        &format!("/v1/acl/token/{acc}"),
+        &json!({"Description": "app2"}),
+    )
+    .json();
+    assert_eq!(up["SecretID"], secret);
+    // acl:read is not enough.
+    let (_, reader) = token_with_rules(a, "acl-read", r#"acl = "read""#);
+    assert_eq!(read(&reader)["SecretID"], "<hidden>");
+    let listed = with(a, "GET", "/v1/acl/tokens", None, &reader).json();
+    assert_eq!(by_acc(&listed, &acc)["SecretID"], "<hidden>");
+    // Nothing in the clear on disk (log, state, snapshots).
+    s.stop(Duration::from_secs(10));
+    assert!(
+        !dir_holds(dir.path(), secret.as_bytes()),
+        "the secret is in the data dir"
+    );
+    assert!(
+        !dir_holds(dir.path(), ROOT.as_bytes()),
+        "the management secret is in the data dir"
+    );
+    // The same key after a restart: read back.
+    s.restart();
+    eventually(Duration::from_secs(20), "the token read back", || {
+        (with(
+            s.http_addr,
+            "GET",
+            &format!("/v1/acl/token/{acc}"),
+            None,
+            ROOT,
+        )
+        .json()["SecretID"]
+            == secret)
+            .then_some(())
+    });
+    // Another key opens nothing: hidden, and the token still works.
+    s.stop(Duration::from_secs(10));
+    let other = String::from_utf8(
+        std::process::Command::new(common::bin())
+            .arg("keygen")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let s = Server::durable("s1", dir.path())
+        .acl("deny", ROOT)
+        .arg("--encrypt")
+        .arg(other.trim())
+        .start();
+    let r = eventually(Duration::from_secs(20), "the token read", || {
+        let r = with(
+            s.http_addr,
+            "GET",
+            &format!("/v1/acl/token/{acc}"),
+            None,
+            ROOT,
+        );
+        (r.status == 200).then_some(r.json())
+    });
+    assert_eq!(r["SecretID"], "<hidden>");
+    assert_eq!(
+        with(s.http_addr, "GET", "/v1/acl/token/self", None, secret).status,
+        200
+    );
+}
+
+/// A server with no key to seal with (neither `--encrypt` nor `--dev`)
+/// keeps only the hash, as before: reads show `<hidden>` even to a
+/// management token, and the token still works.
+#[test]
+fn without_a_key_secrets_stay_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::durable("s1", dir.path()).acl("deny", ROOT).start();
+    let a = s.http_addr;
+    eventually(Duration::from_secs(10), "the management token", || {
+        (with(a, "GET", "/v1/acl/token/self", None, ROOT).status == 200).then_some(())
+    });
+    let t = as_root(a, "PUT", "/v1/acl/token", &json!({"Description": "app"})).json();
+    let secret = t["SecretID"].as_str().unwrap();
+    let acc = t["AccessorID"].as_str().unwrap();
+    assert_ne!(secret, "<hidden>", "the create answer shows it");
+    let read = with(a, "GET", &format!("/v1/acl/token/{acc}"), None, ROOT).json();
+    assert_eq!(read["SecretID"], "<hidden>");
+    assert_eq!(
+        with(a, "GET", "/v1/acl/token/self", None, secret).status,
+        200
     );
 }

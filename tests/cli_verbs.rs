@@ -381,19 +381,50 @@ fn acl_identity_flags_and_templated_policy_verbs() {
         t["ServiceIdentities"],
         json!([{"ServiceName": "web", "Datacenters": ["dc1", "dc2"]}, {"ServiceName": "db"}])
     );
-    assert_eq!(t["NodeIdentities"], json!([{"NodeName": "n1", "Datacenter": "dc1"}]));
-    assert_eq!(t["TemplatedPolicies"][0]["TemplateVariables"], json!({"name": "api"}));
-    let text = as_root(&["acl", "token", "read", "-id", t["AccessorID"].as_str().unwrap()]);
-    assert!(text.contains("Service Identities:\n   web (Datacenters: dc1, dc2)\n   db (Datacenters: all)"), "{text}");
-    assert!(text.contains("Node Identities:\n   n1 (Datacenter: dc1)"), "{text}");
-    let role = as_root(&["acl", "role", "create", "-name", "r", "-service-identity", "web"]);
+    assert_eq!(
+        t["NodeIdentities"],
+        json!([{"NodeName": "n1", "Datacenter": "dc1"}])
+    );
+    assert_eq!(
+        t["TemplatedPolicies"][0]["TemplateVariables"],
+        json!({"name": "api"})
+    );
+    let text = as_root(&[
+        "acl",
+        "token",
+        "read",
+        "-id",
+        t["AccessorID"].as_str().unwrap(),
+    ]);
+    assert!(
+        text.contains(
+            "Service Identities:\n   web (Datacenters: dc1, dc2)\n   db (Datacenters: all)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("Node Identities:\n   n1 (Datacenter: dc1)"),
+        "{text}"
+    );
+    let role = as_root(&[
+        "acl",
+        "role",
+        "create",
+        "-name",
+        "r",
+        "-service-identity",
+        "web",
+    ]);
     assert!(role.contains("web (Datacenters: all)"), "{role}");
     let o = root(&s, &["acl", "token", "create", "-node-identity", "n1"], "");
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("Malformed -node-identity"), "{}", err(&o));
 
     let list = as_root(&["acl", "templated-policy", "list"]);
-    assert!(list.contains("builtin/service") && list.contains("builtin/dns"), "{list}");
+    assert!(
+        list.contains("builtin/service") && list.contains("builtin/dns"),
+        "{list}"
+    );
     let read = as_root(&["acl", "templated-policy", "read", "-name", "builtin/node"]);
     assert!(read.contains("node \"{{.Name}}\""), "{read}");
     let preview = as_root(&[
@@ -405,7 +436,10 @@ fn acl_identity_flags_and_templated_policy_verbs() {
         "-var",
         "name:api",
     ]);
-    assert!(preview.contains("service \"api-sidecar-proxy\""), "{preview}");
+    assert!(
+        preview.contains("service \"api-sidecar-proxy\""),
+        "{preview}"
+    );
 }
 
 #[test]

@@ -25,9 +25,9 @@ use crate::server::Server;
 use crate::state::acl::BOOTSTRAP_DONE;
 use crate::state::{Command, Response as Applied, keys};
 use crate::structs::acl::{
-    ANONYMOUS_ID, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID,
-    GLOBAL_MANAGEMENT_NAME, Identities, Link, TemplateVariables, content_hash, management_token,
-    secret_hash, token_hash,
+    ANONYMOUS_ID, ANONYMOUS_SECRET, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken,
+    GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Identities, Link, TemplateVariables,
+    content_hash, management_token, secret_hash, token_hash,
 };
 use crate::structs::duration::Duration;
 use crate::structs::identity;
@@ -299,10 +299,11 @@ async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
         check_uuid("BootstrapSecret", &body.secret)?;
         body.secret
     };
-    let token = Box::new(management_token(
+    let mut token = Box::new(management_token(
         "Bootstrap Token (Global Management)",
         &secret,
     ));
+    s.seal_secret(&mut token, &secret);
     let accessor = token.accessor_id.clone();
     // Consul's reset procedure: the operator writes the reset index the
     // refusal reported into this file in the leader's data dir; one more
@@ -319,7 +320,7 @@ async fn bootstrap(State(s): State<App>, body: Bytes) -> Result<Response> {
     {
         tracing::warn!(file = %reset_file.display(), error = %e, "could not remove the ACL bootstrap reset file");
     }
-    shown_token(&s, &accessor, Some(&secret))
+    shown_token(&s, &accessor, Some(&secret), true)
 }
 
 /// The file (in the data dir) whose index allows one more bootstrap.
@@ -341,11 +342,26 @@ fn read_reset_index(path: &std::path::Path) -> Result<Option<u64>> {
 }
 
 /// A token as the state holds it now, with its secret if the caller knows it.
-fn shown_token(s: &Server, accessor: &str, secret: Option<&str>) -> Result<Response> {
+fn shown_token(s: &Server, accessor: &str, secret: Option<&str>, writer: bool) -> Result<Response> {
     let st = s.state();
     let t = st.acl_tokens.get(accessor).ok_or_else(not_found)?;
     let index = st.index_of([&keys::ACL]);
-    Ok(json_at(s, index, &t.shown(secret)))
+    let opened = if secret.is_none() && writer {
+        visible_secret(s, t)
+    } else {
+        None
+    };
+    Ok(json_at(s, index, &t.shown(secret.or(opened.as_deref()))))
+}
+
+/// The secret Consul shows a caller with `acl:write` (the caller checks
+/// that): the anonymous token's well-known one, another's where this
+/// server's seal opens it (`acl::seal`); else `<hidden>` stays.
+fn visible_secret(s: &Server, t: &AclToken) -> Option<String> {
+    if t.accessor_id == ANONYMOUS_ID {
+        return Some(ANONYMOUS_SECRET.to_string());
+    }
+    s.open_secret(t)
 }
 
 /// The token `accessor` as the state holds it now.
@@ -355,7 +371,13 @@ fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
 
 /// Writes `token` and answers with it as it was committed (with `secret`
 /// when the caller may see it).
-async fn set_token(s: &Server, token: AclToken, secret: Option<&str>) -> Result<Response> {
+/// Writes `token`, its `secret` (when the caller gave or was given it)
+/// sealed in for later reads; answers with it as an `acl:write` caller
+/// sees it.
+async fn set_token(s: &Server, mut token: AclToken, secret: Option<&str>) -> Result<Response> {
+    if let Some(secret) = secret {
+        s.seal_secret(&mut token, secret);
+    }
     let accessor = token.accessor_id.clone();
     applied(
         s.write(Command::AclTokenSet {
@@ -363,7 +385,7 @@ async fn set_token(s: &Server, token: AclToken, secret: Option<&str>) -> Result<
         })
         .await?,
     )?;
-    shown_token(s, &accessor, secret)
+    shown_token(s, &accessor, secret, true)
 }
 
 // ---- tokens ----
@@ -484,7 +506,7 @@ async fn token_read(
     State(s): State<App>, a: Authz, Path(accessor): Path<String>,
 ) -> Result<Response> {
     acl_read(&s, &a)?;
-    shown_token(&s, &accessor, None)
+    shown_token(&s, &accessor, None, a.acl_write())
 }
 
 async fn token_self(
@@ -592,7 +614,10 @@ async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Re
         .filter(|t| policy.is_none_or(|id| links(&t.policies, id)))
         .filter(|t| role.is_none_or(|id| links(&t.roles, id)))
         .filter(|_| method.is_none())
-        .map(|t| t.shown(None))
+        .map(|t| {
+            let secret = a.acl_write().then(|| visible_secret(&s, t)).flatten();
+            t.shown(secret.as_deref())
+        })
         .collect();
     Ok(json_at(&s, st.index_of([&keys::ACL]), &list))
 }

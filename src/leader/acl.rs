@@ -25,9 +25,11 @@ pub async fn init(s: Arc<Server>, federation: Option<Arc<Federation>>) {
         initial = None;
     }
     while missing(&s, initial.as_deref()) {
-        let token = initial
-            .as_deref()
-            .map(|secret| management_token("Initial Management Token", secret));
+        let token = initial.as_deref().map(|secret| {
+            let mut t = management_token("Initial Management Token", secret);
+            s.seal_secret(&mut t, secret);
+            t
+        });
         if let Err(e) = s
             .write(Command::AclInit {
                 initial_management: token.map(Box::new),

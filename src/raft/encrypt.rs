@@ -133,6 +133,24 @@ impl EncryptKey {
             .map_err(|_| refused("the peer did not prove the --encrypt key"))
     }
 
+    /// A key of its own for another use (`label` names it), derived with
+    /// HKDF-SHA256: the shared key never leaves this type.
+    pub fn subkey(&self, label: &'static [u8]) -> [u8; KEY_LEN] {
+        struct Len;
+        impl hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                KEY_LEN
+            }
+        }
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, label).extract(&self.raw[..]);
+        let info = [label];
+        let mut out = [0u8; KEY_LEN];
+        prk.expand(&info, Len)
+            .and_then(|okm| okm.fill(&mut out))
+            .expect("32 bytes is within HKDF-SHA256's output");
+        out
+    }
+
     /// The record key of one direction of one connection.
     fn direction(&self, nc: &[u8], na: &[u8], info: &'static [u8]) -> LessSafeKey {
         let mut salt = [0u8; 2 * NONCE_LEN];

@@ -1,6 +1,7 @@
 //! ACL tokens, policies and roles in Consul's JSON shapes (`/v1/acl/*`),
-//! and how a token's secret is kept: only its SHA-256 is stored, so a copy
-//! of the data dir (or of the Raft log) does not hand out secrets.
+//! and how a token's secret is kept: its SHA-256 (the lookup key) and, where
+//! the servers hold a key, the secret sealed under it (`acl::seal`), so a
+//! copy of the data dir (or of the Raft log) does not hand out secrets.
 
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +113,10 @@ pub struct AclToken {
     /// (`shown` empties it).
     #[serde(rename = "cairnSecretHash", skip_serializing_if = "String::is_empty")]
     pub secret_hash: String,
+    /// The secret sealed with the servers' key (`acl::seal`), for reads
+    /// by `acl:write`; empty where no server had a key. Stored, never shown.
+    #[serde(rename = "cairnSealedSecret", skip_serializing_if = "String::is_empty")]
+    pub sealed_secret: String,
     pub create_index: u64,
     pub modify_index: u64,
 }
@@ -123,6 +128,7 @@ impl AclToken {
         AclToken {
             secret_id: secret.unwrap_or(HIDDEN_SECRET).to_string(),
             secret_hash: String::new(),
+            sealed_secret: String::new(),
             ..self.clone()
         }
     }

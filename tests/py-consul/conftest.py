@@ -42,12 +42,8 @@ LOGS_DIR.mkdir(parents=True, exist_ok=True)
 # nodeid -> why it fails on cairn.
 _A = "tests/api/test_acl.py::TestConsulAcl::"
 _G = "tests/api/test_agent.py::TestAgent::"
-_SECRET = "issue 57 item 1: token list and read show SecretID as <hidden>, Consul shows it to acl:write"
 _IDENTITY = "issue 50: auth methods, binding rules, login, templated policies, service identities"
 EXPECTED_FAILURES: dict[str, str] = {
-    _A + "test_acl_token_list": _SECRET,
-    _A + "test_acl_token_read": _SECRET,
-    _A + "test_acl_token_create": _SECRET,
     _A + "test_acl_login_unknown_auth_method": _IDENTITY,
     _A + "test_acl_logout_invalid_token": _IDENTITY,
     _A + "test_acl_auth_method_crud": _IDENTITY,
