@@ -136,6 +136,9 @@ pub struct FileConfig {
     /// `use_streaming_backend`: a client agent answers blocking health
     /// reads from views fed by the servers' event stream (Consul's key).
     pub use_streaming_backend: Option<bool>,
+    /// `enable_script_checks` and `enable_local_script_checks`.
+    pub enable_script_checks: Option<bool>,
+    pub enable_local_script_checks: Option<bool>,
     /// `limits.http_max_conns_per_client`: HTTP connections one client IP
     /// may hold open at once.
     pub http_max_conns_per_client: Option<usize>,
@@ -188,6 +191,10 @@ impl FileConfig {
                 "encrypt" => self.encrypt = Some(f.string(&key, &v)?),
                 "ui" => self.ui_enabled = Some(f.bool(&key, &v)?),
                 "use_streaming_backend" => self.use_streaming_backend = Some(f.bool(&key, &v)?),
+                "enable_script_checks" => self.enable_script_checks = Some(f.bool(&key, &v)?),
+                "enable_local_script_checks" => {
+                    self.enable_local_script_checks = Some(f.bool(&key, &v)?)
+                }
                 "ui_dir" => self.ui_dir = Some(f.string(&key, &v)?.into()),
                 "ui_config" => {
                     for (k, v) in f.block(&key, v)? {

@@ -171,6 +171,8 @@ struct ServerArgs {
     dns: DnsArgs,
     #[command(flatten)]
     ui: UiArgs,
+    #[command(flatten)]
+    checks: ChecksArgs,
     /// Where gRPC listens (Envoy's xDS, consul-dataplane's services); ""
     /// turns it off.
     #[arg(long, default_value = "127.0.0.1:8502")]
@@ -189,6 +191,28 @@ struct ServerArgs {
     /// An xDS stream with no first request within this is closed.
     #[arg(long, value_parser = parse_flag_duration, default_value_t = FlagDuration(cairn::xds::Limits::default().first_request), hide = true)]
     xds_first_request_timeout: FlagDuration,
+}
+
+/// Which script checks the node's agent runs (servers and agents alike).
+#[derive(clap::Args)]
+struct ChecksArgs {
+    /// Run script checks (`Args`) from any source, the HTTP API included
+    /// (Consul's enable_script_checks: anyone who may register a check
+    /// runs commands on this host).
+    #[arg(long)]
+    enable_script_checks: bool,
+    /// Run script checks from the configuration files only.
+    #[arg(long)]
+    enable_local_script_checks: bool,
+}
+
+impl ChecksArgs {
+    fn config(&self) -> cairn::agent::spec::ScriptChecks {
+        cairn::agent::spec::ScriptChecks {
+            enabled: self.enable_script_checks,
+            local: self.enable_local_script_checks,
+        }
+    }
 }
 
 /// The web UI's flags (servers and agents alike).
@@ -286,6 +310,8 @@ struct AgentArgs {
     dns: DnsArgs,
     #[command(flatten)]
     ui: UiArgs,
+    #[command(flatten)]
+    checks: ChecksArgs,
     /// Answer blocking `/v1/health/service|connect` reads from views fed
     /// by one event stream per service (and token) instead of forwarding
     /// each to a server (Consul's `use_streaming_backend`).
@@ -460,6 +486,23 @@ macro_rules! from_file {
     };
 }
 
+/// `enable_script_checks`, `enable_local_script_checks` from the files,
+/// unless a flag said them.
+fn apply_checks(m: &ArgMatches, f: &FileConfig, c: &mut ChecksArgs) {
+    from_file!(
+        m,
+        "enable_script_checks",
+        c.enable_script_checks,
+        f.enable_script_checks
+    );
+    from_file!(
+        m,
+        "enable_local_script_checks",
+        c.enable_local_script_checks,
+        f.enable_local_script_checks
+    );
+}
+
 /// `ui_config { enabled, dir }` from the files, unless a flag said it.
 fn apply_ui(m: &ArgMatches, f: &FileConfig, ui: &mut UiArgs) {
     from_file!(m, "ui", ui.ui, f.ui_enabled);
@@ -568,7 +611,7 @@ fn apply_server(m: &ArgMatches, f: &FileConfig, a: &mut ServerArgs) -> anyhow::R
         (&mut a.log_level, &mut a.log_json),
     )?;
     apply_ui(m, f, &mut a.ui);
-    apply_ui(m, f, &mut a.ui);
+    apply_checks(m, f, &mut a.checks);
     from_file!(m, "node", a.node, f.node_name.clone().map(Some));
     from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
     from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
@@ -658,6 +701,8 @@ fn apply_agent(m: &ArgMatches, f: &FileConfig, a: &mut AgentArgs) -> anyhow::Res
         &mut a.dns,
         (&mut a.log_level, &mut a.log_json),
     )?;
+    apply_ui(m, f, &mut a.ui);
+    apply_checks(m, f, &mut a.checks);
     from_file!(m, "node", a.node, f.node_name.clone().map(Some));
     from_file!(m, "data_dir", a.data_dir, f.data_dir.clone().map(Some));
     from_file!(m, "datacenter", a.datacenter, f.datacenter.clone());
@@ -854,6 +899,7 @@ fn main() -> anyhow::Result<()> {
                     cairn::request::serve::HttpLimits::default().max_blocking,
                 ),
                 streaming_backend: a.use_streaming_backend,
+                script_checks: a.checks.config(),
             };
             let dns = a.dns.config()?;
             tokio::runtime::Builder::new_multi_thread()
@@ -936,6 +982,7 @@ fn main() -> anyhow::Result<()> {
                     .filter(|t| !t.is_empty()),
                 ui: a.ui.config(a.dev),
                 config_sources: a.config.sources(),
+                script_checks: a.checks.config(),
             };
             let dns = a.dns.config()?;
             let grpc = if a.grpc_addr.trim().is_empty() {

@@ -488,6 +488,7 @@ fn agent_config(config: &ServerConfig) -> anyhow::Result<AgentConfig> {
         ui: Default::default(),
         // The server answers health reads from its own views.
         streaming_backend: false,
+        script_checks: config.script_checks,
     })
 }
 

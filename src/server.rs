@@ -75,6 +75,8 @@ pub struct ServerConfig {
     pub config_sources: crate::config_file::Sources,
     /// The web UI (`--ui`, `--ui-dir`; off by default).
     pub ui: crate::request::ui::UiConfig,
+    /// Where its own agent takes script checks from (none by default).
+    pub script_checks: crate::agent::spec::ScriptChecks,
 }
 
 /// A server's TLS: with the three files given, the Raft transport is
@@ -134,6 +136,7 @@ impl ServerConfig {
             acl_replication_token: None,
             config_sources: Default::default(),
             ui: Default::default(),
+            script_checks: Default::default(),
         }
     }
 

@@ -1471,3 +1471,93 @@ fn a_client_agent_reports_the_primary_datacenter_its_servers_know() {
         "dc1"
     );
 }
+
+/// Script checks (`Args`) as Consul runs them, and only where allowed:
+/// refused by default, from the API only with `enable_script_checks`, from
+/// the configuration files with `enable_local_script_checks` too; the exit
+/// code is the status (0 passing, 1 warning, else critical), the output
+/// (stdout and stderr) the check's, a script past its timeout critical.
+#[test]
+fn script_checks_run_only_where_enabled() {
+    let script =
+        |cmd: &str| json!({"Args": ["/bin/sh", "-c", cmd], "Interval": "1s", "Timeout": "2s"});
+    let with_id = |id: &str, cmd: &str| {
+        let mut c = script(cmd);
+        c["Name"] = json!(id);
+        c.to_string()
+    };
+    let off = Server::builder().dev().node("srv").start();
+    let r = off.put("/v1/agent/check/register", &with_id("s", "exit 0"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            400,
+            "Scripts are disabled on this agent; to enable, configure 'enable_script_checks' or 'enable_local_script_checks' to true"
+        )
+    );
+    let svc = json!({"Name": "web", "Check": script("exit 0")}).to_string();
+    assert_eq!(off.put("/v1/agent/service/register", &svc).status, 400);
+    assert_eq!(off.get_json("/v1/agent/checks"), json!({}));
+    assert!(off.get_json("/v1/agent/services").get("web").is_none());
+    drop(off);
+
+    let s = Server::builder()
+        .dev()
+        .node("srv")
+        .arg("--enable-script-checks")
+        .start();
+    for (id, cmd) in [
+        ("ok", "echo fine; exit 0"),
+        ("warn", "echo careful >&2; exit 1"),
+        ("bad", "echo broken; exit 2"),
+        ("slow", "sleep 30"),
+    ] {
+        let r = s.put("/v1/agent/check/register", &with_id(id, cmd));
+        assert_eq!(r.status, 200, "{id}: {}", r.body);
+    }
+    let checks = eventually(DEADLINE, "every script check run", || {
+        let c = s.get_json("/v1/agent/checks");
+        let ran = c["ok"]["Status"] == "passing"
+            && c["warn"]["Status"] == "warning"
+            && c["bad"]["Status"] == "critical"
+            && c["bad"]["Output"] == "broken\n"
+            && c["slow"]["Output"]
+                .as_str()
+                .is_some_and(|o| o.contains("Timed out"));
+        ran.then_some(c)
+    });
+    assert_eq!(checks["ok"]["Output"], "fine\n");
+    assert_eq!(checks["warn"]["Output"], "careful\n");
+    assert_eq!(checks["slow"]["Status"], "critical");
+    // The catalog has them as the agent does.
+    assert_eq!(check_status(&s, "srv", "warn").as_deref(), Some("warning"));
+    let self_stats = s.get_json("/v1/agent/self");
+    assert_eq!(self_stats["Stats"]["agent"]["check_monitors"], "4");
+    drop(s);
+
+    // Local only: the files' scripts run, the API's are refused.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.json"),
+        json!({"check": {"id": "from-file", "name": "from-file", "args": ["/bin/sh", "-c", "exit 1"], "interval": "1s"}}).to_string(),
+    )
+    .unwrap();
+    let s = Server::builder()
+        .dev()
+        .node("srv")
+        .arg("--enable-local-script-checks")
+        .arg("--config-dir")
+        .arg(dir.path().to_str().unwrap())
+        .start();
+    let r = s.put("/v1/agent/check/register", &with_id("api", "exit 0"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (
+            400,
+            "Scripts are disabled on this agent from remote calls; to enable, configure 'enable_script_checks' to true"
+        )
+    );
+    eventually(DEADLINE, "the file's script check run", || {
+        (s.get_json("/v1/agent/checks")["from-file"]["Status"] == "warning").then_some(())
+    });
+}

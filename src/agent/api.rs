@@ -207,16 +207,17 @@ pub fn self_config(a: &Agent) -> Value {
 /// `build`, `runtime`), as the strings Consul gives them; a server adds
 /// `consul` and `raft`.
 pub fn stats(a: &Agent) -> Map<String, Value> {
-    let (services, checks, ttls) = a.local.with(|t| {
-        let ttls = t
-            .live_checks()
-            .filter_map(|c| c.spec.as_ref())
-            .filter(|s| matches!(s.probe, crate::agent::spec::Probe::Ttl(_)))
-            .count();
-        (t.live_services().count(), t.live_checks().count(), ttls)
+    let (services, checks, ttls, monitors) = a.local.with(|t| {
+        let specs = || t.live_checks().filter_map(|c| c.spec.as_ref());
+        let ttls = specs().filter(|s| s.is_ttl()).count();
+        let monitors = specs().filter(|s| s.is_script()).count();
+        (
+            t.live_services().count(),
+            t.live_checks().count(),
+            ttls,
+            monitors,
+        )
     });
-    // Script checks are not run (no monitors).
-    let monitors = 0;
     // Go's names for the platform, which tools compare against.
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",

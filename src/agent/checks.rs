@@ -1,4 +1,4 @@
-//! Health checks the agent runs: TTL, HTTP, TCP and alias, with interval,
+//! Health checks the agent runs: TTL, HTTP, TCP, script and alias, with interval,
 //! timeout, `DeregisterCriticalServiceAfter` and the consecutive-result
 //! thresholds (`SuccessBeforePassing`, `FailuresBeforeWarning`,
 //! `FailuresBeforeCritical`), as Consul defines them. Results go into the
@@ -113,6 +113,65 @@ async fn tcp_probe(addr: &str, timeout: Duration) -> (HealthStatus, String) {
     }
 }
 
+/// One run of a script check: the command (no shell) with its output,
+/// stdout and stderr together, cut at `MAX_OUTPUT`; exit 0 passing, 1
+/// warning, anything else, a signal or no end within `timeout` (the
+/// process is killed) critical, as Consul's.
+async fn script_probe(args: &[String], timeout: Duration) -> (HealthStatus, String) {
+    use tokio::io::AsyncReadExt;
+    let mut cmd = tokio::process::Command::new(&args[0]);
+    cmd.args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (HEALTH_CRITICAL, format!("Check failed to start: {e}")),
+    };
+    let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) else {
+        return (
+            HEALTH_CRITICAL,
+            "Check failed to start: no output pipes".into(),
+        );
+    };
+    // Both read to their end (a full pipe would stall the script), only
+    // the first MAX_OUTPUT bytes of each kept.
+    async fn capped(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+        let (mut kept, mut chunk) = (Vec::new(), [0u8; 4096]);
+        while let Ok(n) = r.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            let room = MAX_OUTPUT.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..n.min(room)]);
+        }
+        kept
+    }
+    let run = async {
+        let (o, e) = tokio::join!(capped(&mut out), capped(&mut err));
+        (child.wait().await, o, e)
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Err(_) => (
+            HEALTH_CRITICAL,
+            format!("Timed out ({timeout:?}) running check"),
+        ),
+        Ok((Err(e), _, _)) => (HEALTH_CRITICAL, format!("Check failed: {e}")),
+        Ok((Ok(status), mut o, e)) => {
+            o.extend_from_slice(&e);
+            let output = truncate(String::from_utf8_lossy(&o).into_owned());
+            let code = status.code();
+            let health = match code {
+                Some(0) => HEALTH_PASSING,
+                Some(1) => HEALTH_WARNING,
+                _ => HEALTH_CRITICAL,
+            };
+            (health, output)
+        }
+    }
+}
+
 /// Runs one check until aborted (the agent aborts it when the check is
 /// replaced or removed). Alias checks need no runner.
 pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: CheckSpec) {
@@ -164,6 +223,7 @@ pub async fn run(local: Arc<Local>, client: reqwest::Client, id: String, spec: C
                         ..
                     } => http_probe(&client, url, method, headers, body, spec.timeout).await,
                     Probe::Tcp(addr) => tcp_probe(addr, spec.timeout).await,
+                    Probe::Script(args) => script_probe(args, spec.timeout).await,
                     Probe::Ttl(_) | Probe::Alias(_) | Probe::Maintenance => {
                         unreachable!("handled above")
                     }
@@ -262,10 +322,8 @@ mod tests {
     fn refuses_what_it_cannot_run() {
         for (def, want) in [
             (json!({}), "not supported"),
-            (
-                json!({"Args": ["/bin/true"], "Interval": "1s"}),
-                "not supported",
-            ),
+            (json!({"Args": []}), "Args must be a non-empty list"),
+            (json!({"Args": ["/bin/true"]}), "Interval must be > 0"),
             (
                 json!({"HTTP": "http://x", "TCP": "x:1", "Interval": "1s"}),
                 "exactly one",

@@ -53,6 +53,18 @@ pub struct ConfigDir {
     pub checks: Vec<(HealthCheck, CheckSpec)>,
 }
 
+impl ConfigDir {
+    /// What every check the files define is (services', sidecars', the
+    /// node's).
+    pub fn specs(&self) -> impl Iterator<Item = &CheckSpec> {
+        let of_services = self.services.iter().flat_map(|d| {
+            let sidecar = d.sidecar.iter().flat_map(|s| s.checks.iter().flatten());
+            d.checks.iter().chain(sidecar)
+        });
+        of_services.chain(&self.checks).map(|(_, spec)| spec)
+    }
+}
+
 /// Reads the service and check definitions of every configuration file
 /// (`config_file::Sources`: the files, then each directory's `.json` and
 /// `.hcl` files in name order). A file that cannot be read or holds an

@@ -107,6 +107,9 @@ pub struct AgentConfig {
     /// Blocking health reads answered from views fed by the servers' event
     /// stream (`use_streaming_backend`), not forwarded one by one.
     pub streaming_backend: bool,
+    /// Where script checks may come from (`enable_script_checks`,
+    /// `enable_local_script_checks`).
+    pub script_checks: spec::ScriptChecks,
 }
 
 /// Ports a node serves besides plain HTTP, as `/v1/agent/self`'s
@@ -262,6 +265,10 @@ impl Agent {
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
             .map_err(|e| Error::Internal(format!("Failed to reload configs: {e:#}")))?;
+        self.config
+            .script_checks
+            .permit(false, defs.specs())
+            .map_err(|e| Error::Internal(format!("Failed to reload configs: {e}")))?;
         let now = Instant::now();
         let (added, removed) = self.local.with(|t| {
             let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
@@ -409,6 +416,16 @@ impl Agent {
     ) -> Result<()> {
         let id = def.service.id.clone();
         let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
+        let sidecar_checks = def.sidecar.iter().flat_map(|s| s.checks.iter().flatten());
+        let specs = def
+            .checks
+            .iter()
+            .chain(sidecar_checks)
+            .map(|(_, spec)| spec);
+        self.config
+            .script_checks
+            .permit(source == Source::Api, specs)
+            .map_err(Error::BadRequest)?;
         self.local
             .with(|t| t.put_definition(def, source, replace_checks, Instant::now(), None))?;
         tracing::info!(service = %id, sidecar = ?sidecar, "service registered");
@@ -432,6 +449,10 @@ impl Agent {
         source: Source,
     ) -> Result<()> {
         let sid = check.service_id.clone();
+        self.config
+            .script_checks
+            .permit(source == Source::Api, std::iter::once(&spec))
+            .map_err(Error::BadRequest)?;
         let added = self.local.with(|t| {
             if !sid.is_empty() && t.live_service(&sid).is_none() {
                 return false;
@@ -532,6 +553,10 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
         saved.node_id.clone()
     };
     let from_dir = define::config_files(&config.config_sources, &config.node)?;
+    config
+        .script_checks
+        .permit(false, from_dir.specs())
+        .map_err(|e| anyhow::anyhow!(e))?;
     let tables = Tables::new(node_info(&config, node_id.clone()));
     let agent = Arc::new(Agent {
         servers: Servers::new(
@@ -575,9 +600,15 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
                 }
                 // Stored checks were valid when registered; one that no longer
                 // parses (older version) is dropped rather than fatal.
+                // So is a script check the agent no longer allows.
+                let allowed = |spec: spec::CheckSpec| {
+                    let scripts = &agent.config.script_checks;
+                    scripts.permit(true, std::iter::once(&spec)).map(|_| spec)
+                };
                 match maintenance::spec_of(&c)
                     .map(Ok)
                     .unwrap_or_else(|| spec::CheckSpec::parse(&c))
+                    .and_then(allowed)
                 {
                     Ok(spec) => {
                         t.put_check(c, spec, Source::Api, now);

@@ -17,6 +17,8 @@ use crate::structs::{HEALTH_CRITICAL, HEALTH_WARNING, HealthCheck, HealthStatus}
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// Consul's default timeout for HTTP and TCP checks.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Consul's default for a script check.
+pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consul's floor for `DeregisterCriticalServiceAfter`.
 pub const MIN_DEREGISTER_AFTER: Duration = Duration::from_secs(60);
 
@@ -38,6 +40,11 @@ pub enum Probe {
         tls_server_name: Option<String>,
     },
     Tcp(String),
+    /// `Args`: a command run every interval, its exit code the status (0
+    /// passing, 1 warning, else critical), only where the agent's
+    /// `enable_script_checks` (or, for its files, `enable_local_script_checks`)
+    /// allows it.
+    Script(Vec<String>),
     /// Mirrors the health of a service on this agent (by ID).
     Alias(String),
     /// Maintenance mode (`agent::maintenance`): critical for as long as
@@ -212,12 +219,65 @@ fn headers(c: &HealthCheck) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
+/// Where an agent runs script checks, as Consul's two keys say:
+/// `enable_script_checks` (any source, the HTTP API too) and
+/// `enable_local_script_checks` (its configuration files only). Neither:
+/// refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScriptChecks {
+    pub enabled: bool,
+    pub local: bool,
+}
+
+impl ScriptChecks {
+    /// Whether `specs`, from the API (`from_api`) or the files, may be
+    /// registered; the refusal in Consul's words.
+    pub fn permit<'a>(
+        &self, from_api: bool, mut specs: impl Iterator<Item = &'a CheckSpec>,
+    ) -> Result<(), String> {
+        if !specs.any(CheckSpec::is_script) {
+            return Ok(());
+        }
+        if from_api && !self.enabled {
+            if self.local {
+                return Err("Scripts are disabled on this agent from remote calls; to enable, configure 'enable_script_checks' to true".into());
+            }
+        } else if self.enabled || self.local {
+            return Ok(());
+        }
+        Err("Scripts are disabled on this agent; to enable, configure 'enable_script_checks' or 'enable_local_script_checks' to true".into())
+    }
+}
+
+/// `Args` (or the older `ScriptArgs`): a non-empty list of strings.
+fn script_args(c: &HealthCheck) -> Result<Option<Vec<String>>, String> {
+    let Some(v) = field(c, "Args").or_else(|| field(c, "ScriptArgs")) else {
+        return Ok(None);
+    };
+    let bad = || {
+        format!(
+            "Check {:?}: Args must be a non-empty list of strings",
+            c.check_id
+        )
+    };
+    let list = v.as_array().ok_or_else(bad)?;
+    let args: Vec<String> = list
+        .iter()
+        .map(|a| a.as_str().map(String::from))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if args.is_empty() || args[0].is_empty() {
+        return Err(bad());
+    }
+    Ok(Some(args))
+}
+
 impl CheckSpec {
     /// Reads a check's definition; an error is the one-line reason to
     /// refuse it.
     pub fn parse(c: &HealthCheck) -> Result<CheckSpec, String> {
         let interval = duration(c, "Interval")?;
-        let timeout = duration(c, "Timeout")?.unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = duration(c, "Timeout")?;
         let deregister_after = duration(c, "DeregisterCriticalServiceAfter")?;
         let ttl = duration(c, "TTL")?;
         if text(c, "AliasNode").is_some() {
@@ -229,28 +289,30 @@ impl CheckSpec {
         let http = text(c, "HTTP");
         let tcp = text(c, "TCP");
         let alias = text(c, "AliasService");
+        let script = script_args(c)?;
         let kinds = [
             ttl.is_some(),
             http.is_some(),
             tcp.is_some(),
             alias.is_some(),
+            script.is_some(),
         ];
         match kinds.iter().filter(|k| **k).count() {
             0 => {
                 let kind = if c.check_type.is_empty() {
-                    "without TTL, HTTP, TCP or AliasService".to_string()
+                    "without TTL, HTTP, TCP, Args or AliasService".to_string()
                 } else {
                     format!("of type {:?}", c.check_type)
                 };
                 return Err(format!(
-                    "Check {:?} {kind} is not supported: cairn agents run TTL, HTTP, TCP and alias checks",
+                    "Check {:?} {kind} is not supported: cairn agents run TTL, HTTP, TCP, script and alias checks",
                     c.check_id
                 ));
             }
             1 => {}
             _ => {
                 return Err(format!(
-                    "Check {:?} must have exactly one of TTL, HTTP, TCP or AliasService",
+                    "Check {:?} must have exactly one of TTL, HTTP, TCP, Args or AliasService",
                     c.check_id
                 ));
             }
@@ -297,6 +359,8 @@ impl CheckSpec {
             }
         } else if let Some(addr) = tcp {
             Probe::Tcp(addr)
+        } else if let Some(args) = script {
+            Probe::Script(args)
         } else {
             Probe::Alias(alias.unwrap_or_default())
         };
@@ -304,12 +368,16 @@ impl CheckSpec {
             (Probe::Ttl(_) | Probe::Alias(_), i) => i.unwrap_or_default(),
             (_, None) => {
                 return Err(format!(
-                    "Check {:?}: Interval must be > 0 for HTTP and TCP checks",
+                    "Check {:?}: Interval must be > 0 for HTTP, TCP and script checks",
                     c.check_id
                 ));
             }
             (_, Some(i)) => i.max(MIN_INTERVAL),
         };
+        let timeout = timeout.unwrap_or(match probe {
+            Probe::Script(_) => SCRIPT_TIMEOUT,
+            _ => DEFAULT_TIMEOUT,
+        });
         Ok(CheckSpec {
             probe,
             interval,
@@ -317,6 +385,10 @@ impl CheckSpec {
             deregister_after: deregister_after.map(|d| d.max(MIN_DEREGISTER_AFTER)),
             thresholds: thresholds(c)?,
         })
+    }
+
+    pub fn is_script(&self) -> bool {
+        matches!(self.probe, Probe::Script(_))
     }
 
     pub fn is_ttl(&self) -> bool {
