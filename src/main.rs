@@ -1037,7 +1037,10 @@ impl Drop for TempDir {
 /// The CLI's view of a snapshot file, read by the raft layer (the CLI sits
 /// below it and cannot read one itself).
 fn inspect_snapshot(bytes: &[u8]) -> Result<cairn::cli::snapshot::Inspection, String> {
-    let c = cairn::raft::snapshot_file::inspect(bytes)?;
+    let framed =
+        cairn::raft::snapshot_archive::unwrap(bytes, cairn::raft::snapshot_archive::MAX_STATE)
+            .map_err(|e| e.to_string())?;
+    let c = cairn::raft::snapshot_file::inspect(&framed)?;
     Ok(cairn::cli::snapshot::Inspection {
         index: c.index,
         term: c.term,

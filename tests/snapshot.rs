@@ -272,13 +272,49 @@ fn a_damaged_snapshot_is_refused_and_changes_nothing() {
     put_ok(&s, "/v1/kv/app/a", json!("later"));
     let want = content(&s);
     let index = s.get("/v1/kv/?recurse").index();
-    let good = std::fs::read(&file).unwrap();
+    let archive = std::fs::read(&file).unwrap();
+    // Consul's envelope: tools list it and check its sums.
+    let listed = std::process::Command::new("tar")
+        .args(["tzf", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        "meta.json\nstate.bin\nSHA256SUMS\n"
+    );
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let x = std::process::Command::new("tar")
+        .args(["xzf", file.to_str().unwrap(), "-C", out.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(x.success());
+    let sums = std::process::Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    assert!(
+        sums.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sums.stdout)
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("meta.json")).unwrap()).unwrap();
+    assert!(meta["Index"].as_u64().unwrap() > 0, "{meta}");
+    assert_eq!(meta["Version"], 1, "{meta}");
+    // The state inside: cairn's framed snapshot, which a restore also
+    // takes bare (as cairn saved it before the envelope).
+    let good = std::fs::read(out.join("state.bin")).unwrap();
 
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x40;
     let mut version = good.clone();
     version[8] = 99;
+    let mut archive_flipped = archive.clone();
+    let amid = archive.len() / 2;
+    archive_flipped[amid] ^= 0x40;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("a flipped byte", flipped, "checksum"),
         (
@@ -288,6 +324,16 @@ fn a_damaged_snapshot_is_refused_and_changes_nothing() {
         ),
         ("another version", version, "format version 99"),
         ("not a snapshot", b"hello".to_vec(), "Invalid snapshot"),
+        (
+            "a flipped byte in the archive",
+            archive_flipped,
+            "Invalid snapshot",
+        ),
+        (
+            "an archive cut short",
+            archive[..archive.len() - 100].to_vec(),
+            "Invalid snapshot archive",
+        ),
     ];
     for (what, bytes, says) in cases {
         let r = try_request_bytes(s.http_addr, "PUT", "/v1/snapshot", &bytes).unwrap();
@@ -307,6 +353,10 @@ fn a_damaged_snapshot_is_refused_and_changes_nothing() {
     // Nothing was proposed: same content, same index.
     assert_eq!(content(&s), want);
     assert_eq!(s.get("/v1/kv/?recurse").index(), index);
+    // The bare state restores.
+    let r = try_request_bytes(s.http_addr, "PUT", "/v1/snapshot", &good).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_ne!(content(&s), want, "the state saved before the later write");
 }
 
 #[test]

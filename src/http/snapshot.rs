@@ -1,5 +1,6 @@
-//! `/v1/snapshot`: the whole state as one file (`GET`), and restoring one
-//! on the running cluster through Raft (`PUT`, see `state::restore`).
+//! `/v1/snapshot`: the whole state as one file (`GET`, in Consul's gzipped
+//! tar, `raft::snapshot_archive`), and restoring one on the running cluster
+//! through Raft (`PUT`, see `state::restore`).
 
 use crate::request::authz::Authz;
 use std::path::Path;
@@ -14,22 +15,22 @@ use axum::routing::get;
 use super::{App, meta_headers};
 use crate::disk::DiskError;
 use crate::error::{Error, Result};
-use crate::raft::snapshot_file;
 use crate::raft::{LogId, SnapshotMeta};
+use crate::raft::{snapshot_archive, snapshot_file};
 use crate::request::QueryOptions;
 use crate::state::restore::CHUNK_BYTES;
 use crate::state::{Command, Response as Applied, snapshot};
 
 /// The largest snapshot `PUT /v1/snapshot` takes (held in memory while it
 /// is checked and proposed).
-pub const MAX_SNAPSHOT: usize = 512 << 20;
+pub const MAX_SNAPSHOT: usize = snapshot_archive::MAX_STATE;
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/snapshot", get(save).put(restore))
 }
 
-/// A point-in-time copy of the whole state, framed as the data dir's
-/// snapshot file. Default mode is answered by the leader (forwarded),
+/// A point-in-time copy of the whole state: the data dir's framed
+/// snapshot, as `state.bin` of Consul's envelope. Default mode is answered by the leader (forwarded),
 /// `?stale` by any server, `?consistent` after a leadership check.
 /// Consul's snapshots need a management token (they hold every secret's
 /// hash and every rule).
@@ -60,7 +61,8 @@ async fn save(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<R
     // Encoding a large state takes a while: not on the async workers.
     let bytes = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<u8>> {
         let data = snapshot::export(&st)?;
-        Ok(snapshot_file::to_bytes(&meta, &data))
+        let framed = snapshot_file::to_bytes(&meta, &data);
+        Ok(snapshot_archive::wrap(&meta, &framed)?)
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))??;
@@ -89,12 +91,20 @@ fn refused(e: DiskError) -> Error {
     })
 }
 
-/// Checks an uploaded snapshot whole (framing, checksum, and that its state
-/// decodes); returns where its data starts.
-fn check(body: &[u8]) -> Result<usize> {
-    let (_, data) = snapshot_file::from_bytes(Path::new("snapshot"), body).map_err(refused)?;
+/// Checks an uploaded snapshot whole (Consul's envelope and its checksums,
+/// or a bare framed snapshot; framing, checksum, and that its state
+/// decodes); returns its state's data.
+fn check(body: bytes::Bytes) -> Result<bytes::Bytes> {
+    let framed = match snapshot_archive::unwrap(&body, MAX_SNAPSHOT)
+        .map_err(|e| Error::bad(e.to_string()))?
+    {
+        std::borrow::Cow::Borrowed(_) => body.clone(),
+        std::borrow::Cow::Owned(state) => bytes::Bytes::from(state),
+    };
+    let (_, data) = snapshot_file::from_bytes(Path::new("snapshot"), &framed).map_err(refused)?;
     snapshot::decode(data).map_err(|e| Error::bad(format!("Invalid snapshot: {e:#}")))?;
-    Ok(body.len() - data.len())
+    let start = framed.len() - data.len();
+    Ok(framed.slice(start..))
 }
 
 fn applied(r: Applied) -> Result<()> {
@@ -151,11 +161,9 @@ async fn restore(
     let body = axum::body::to_bytes(body, MAX_SNAPSHOT)
         .await
         .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
-    let checked = body.clone();
-    let start = tokio::task::spawn_blocking(move || check(&checked))
+    let data = tokio::task::spawn_blocking(move || check(body))
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
-    let data = body.slice(start..);
     let id = uuid::Uuid::new_v4().to_string();
     let staged = async {
         let mut chunks = 0u32;

@@ -14,6 +14,7 @@ pub mod log_store;
 pub mod network;
 pub mod runtime;
 pub mod secure;
+pub mod snapshot_archive;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod stream;

@@ -56,9 +56,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
     ),
     "tests/api/test_operator.py::TestOperator::test_usage": "issue 52: /v1/operator/usage",
-    "tests/api/test_snapshot.py::TestSnapshot::test_snapshot_save_and_restore": (
-        "issue 57 item 15: the snapshot is not Consul's gzipped tar"
-    ),
 }
 
 # The tests whose HTTP checks dial the agent at 127.0.0.1:8500, its own
