@@ -115,6 +115,12 @@ fn two_datacenters_answer_for_each_other() {
     let health = a.get_json("/v1/health/service/web?dc=dc2");
     assert_eq!(health[0]["Node"]["Address"], "10.2.0.1", "{health}");
     assert_eq!(health[0]["Node"]["Datacenter"], "dc2", "{health}");
+    // Usage: this datacenter's, and with ?global each one's as it counts.
+    let usage = a.get_json("/v1/operator/usage");
+    assert!(usage["Usage"].get("dc2").is_none(), "{usage}");
+    let global = a.get_json("/v1/operator/usage?global");
+    assert_eq!(global["Usage"]["dc2"]["Nodes"], 2, "{global}");
+    assert_eq!(global["Usage"]["dc1"]["Nodes"], 3, "{global}");
 
     // A blocking read of dc2 through dc1 is woken by a write in dc2.
     let index = a.get("/v1/kv/fed/key?dc=dc2").index();

@@ -218,3 +218,42 @@ fn autopilot_needs_operator_permissions() {
     );
     assert_eq!(r.body, "true");
 }
+
+/// `/v1/operator/usage`: what the catalog holds, in Consul's shape, with
+/// operator:read.
+#[test]
+fn usage_counts_services_instances_and_nodes() {
+    let s = acl_started(Server::builder().dev().node("srv"), "deny");
+    let a = s.http_addr;
+    for body in [
+        serde_json::json!({"Node": "n1", "Address": "10.0.0.1", "Service": {"Service": "web", "ID": "web-1"}}),
+        serde_json::json!({"Node": "n1", "Address": "10.0.0.1", "Service": {"Service": "web", "ID": "web-2"}}),
+        serde_json::json!({"Node": "n2", "Address": "10.0.0.2", "Service": {"Service": "web-sidecar-proxy", "Kind": "connect-proxy", "Port": 21000, "Proxy": {"DestinationServiceName": "web"}}}),
+    ] {
+        let r = with(
+            a,
+            "PUT",
+            "/v1/catalog/register",
+            Some(&body.to_string()),
+            ROOT,
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let (_, reader) = token_with_rules(a, "op-read", r#"operator = "read""#);
+    let r = with(a, "GET", "/v1/operator/usage", None, &reader);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let u = r.json();
+    let dc = &u["Usage"]["dc1"];
+    assert_eq!(dc["Nodes"], 3, "{u}");
+    // web, web-sidecar-proxy and the server's own consul service.
+    assert_eq!(dc["Services"], 3, "{u}");
+    assert_eq!(dc["ServiceInstances"], 4, "{u}");
+    assert_eq!(dc["ConnectServiceInstances"]["connect-proxy"], 1, "{u}");
+    assert_eq!(dc["BillableServiceInstances"], 2, "{u}");
+    assert_eq!(u["KnownLeader"], true, "{u}");
+    // Anonymous (default deny) may not.
+    assert_eq!(
+        common::request(a, "GET", "/v1/operator/usage", None).status,
+        403
+    );
+}

@@ -1,5 +1,6 @@
 //! `/v1/operator/autopilot`: its configuration (kept in the Raft state)
-//! and the servers' health as the leader sees it.
+//! and the servers' health as the leader sees it; `/v1/operator/usage`,
+//! what the catalog holds, per datacenter.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -24,6 +25,106 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/operator/autopilot/health", get(health))
         .route("/v1/operator/autopilot/state", get(state))
+        .route("/v1/operator/usage", get(usage))
+}
+
+/// This datacenter's row of `/v1/operator/usage`, in Consul's shape:
+/// service names, instances, connect instances by kind, the billable ones
+/// (typical instances, the servers' own `consul` left out) and nodes.
+fn usage_here(st: &crate::state::State) -> Value {
+    use crate::structs::ServiceKind;
+    let kinds = [
+        ServiceKind::ConnectProxy,
+        ServiceKind::MeshGateway,
+        ServiceKind::TerminatingGateway,
+        ServiceKind::IngressGateway,
+        ServiceKind::ApiGateway,
+    ];
+    let mut connect: Map<String, Value> = kinds
+        .iter()
+        .map(|k| (k.as_str().to_string(), json!(0)))
+        .collect();
+    connect.insert("connect-native".into(), json!(0));
+    let mut billable = 0u64;
+    for svc in st.services.values() {
+        if svc.kind == ServiceKind::Typical {
+            if svc.service != "consul" {
+                billable += 1;
+            }
+            if svc.connect.get("Native").and_then(Value::as_bool) == Some(true)
+                && let Some(n) = connect.get_mut("connect-native")
+            {
+                *n = json!(n.as_u64().unwrap_or(0) + 1);
+            }
+        } else if let Some(n) = connect.get_mut(svc.kind.as_str()) {
+            *n = json!(n.as_u64().unwrap_or(0) + 1);
+        }
+    }
+    json!({
+        "Services": st.service_names.len(),
+        "ServiceInstances": st.services.len(),
+        "ConnectServiceInstances": connect,
+        "BillableServiceInstances": billable,
+        "Nodes": st.nodes.len(),
+    })
+}
+
+/// `GET /v1/operator/usage[?global]` (operator:read): this datacenter's
+/// usage, and with `?global` every other known datacenter's too, each
+/// asked for its own with the caller's token (one that does not answer is
+/// left out, as Consul leaves it out).
+async fn usage(
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery,
+    fed: Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>,
+) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let p = Params::parse(q.as_deref());
+    let st = s.state();
+    let index = st.index_of([&keys::NODES, &keys::SERVICES]);
+    let mut all = Map::new();
+    all.insert(s.datacenter().to_string(), usage_here(&st));
+    if p.has("global")
+        && !matches!(p.get("global"), Some("false" | "0"))
+        && let Some(fed) = fed
+    {
+        let token = a.token().map(str::to_string);
+        for dc in fed.datacenters() {
+            if dc == s.datacenter() {
+                continue;
+            }
+            let req = crate::raft::wan::WanRequest {
+                from: s.datacenter().to_string(),
+                method: "GET".into(),
+                path_and_query: "/v1/operator/usage?stale".into(),
+                headers: token
+                    .iter()
+                    .map(|t| ("X-Consul-Token".to_string(), t.clone()))
+                    .collect(),
+                body: Vec::new(),
+            };
+            let timeout = crate::request::RPC_CLIENT_TIMEOUT;
+            let Ok(r) = fed.forward(&dc, req, timeout).await else {
+                continue;
+            };
+            let theirs: Option<Value> = (r.status == 200)
+                .then(|| serde_json::from_slice::<Value>(&r.body).ok())
+                .flatten();
+            if let Some(row) = theirs.as_ref().and_then(|v| v["Usage"].get(&dc)) {
+                all.insert(dc, row.clone());
+            }
+        }
+    }
+    let known = s.cluster().leader().is_some();
+    let body = json!({
+        "Usage": all,
+        "Index": index,
+        "LastContact": 0,
+        "KnownLeader": known,
+        "ConsistencyLevel": if p.has("stale") { "stale" } else { "leader" },
+        "NotModified": false,
+        "ResultsFilteredByACLs": false,
+    });
+    Ok(json_at(&s, index, &body))
 }
 
 async fn get_config(State(s): State<App>, a: Authz) -> Result<Response> {

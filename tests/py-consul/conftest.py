@@ -55,7 +55,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
     ),
-    "tests/api/test_operator.py::TestOperator::test_usage": "issue 52: /v1/operator/usage",
 }
 
 # The tests whose HTTP checks dial the agent at 127.0.0.1:8500, its own
