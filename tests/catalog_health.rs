@@ -845,3 +845,46 @@ fn a_bodys_own_datacenter_wins_over_the_query() {
     );
     assert_eq!((r.status, r.body.as_str()), (500, "No path to datacenter"));
 }
+
+/// `?peer=` selects the instances imported from that peer, and a read
+/// without it the local ones only, on the health and catalog reads (a
+/// peer cairn has no instances from answers an empty list, as Consul).
+#[test]
+fn peer_selects_imported_instances_and_local_reads_leave_them_out() {
+    let s = Server::dev();
+    register(
+        &s,
+        json!({"Node": "n1", "Address": "10.0.0.1", "Service": {"Service": "web", "ID": "web-local"}}),
+    );
+    // What peering's replication would store: the peer's name on it.
+    register(
+        &s,
+        json!({"Node": "n2", "Address": "10.0.0.2", "Service": {"Service": "web", "ID": "web-peered", "PeerName": "east"}}),
+    );
+    // The IDs a read answers, `field` naming the instance's ID in its rows.
+    let ids = |path: &str, field: &[&str]| -> Vec<String> {
+        s.get_json(path)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let v = field.iter().fold(r, |v, k| &v[*k]);
+                v.as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    let health: &[&str] = &["Service", "ID"];
+    let catalog: &[&str] = &["ServiceID"];
+    assert_eq!(ids("/v1/health/service/web", health), ["web-local"]);
+    assert_eq!(
+        ids("/v1/health/service/web?peer=east", health),
+        ["web-peered"]
+    );
+    assert!(ids("/v1/health/service/web?peer=nowhere", health).is_empty());
+    assert_eq!(ids("/v1/catalog/service/web", catalog), ["web-local"]);
+    assert_eq!(
+        ids("/v1/catalog/service/web?peer=east", catalog),
+        ["web-peered"]
+    );
+    assert!(ids("/v1/catalog/service/web?peer=nowhere", catalog).is_empty());
+}

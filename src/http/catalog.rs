@@ -331,12 +331,15 @@ async fn service_rows<const CONNECT: bool>(
     let filter = RowFilter::from_params(&p, Rows::ServiceNodes)?;
     let meta = node_meta_filters(&p);
     let tags = p.all("tag");
+    // `?peer=`: instances imported from that peer (none: the local ones).
+    let peer = p.get("peer").unwrap_or_default();
     let merge = p.has(crate::merge::PARAM);
     let (index, instances) = read_instances(&s, &opts, &mut a, &name, CONNECT, merge).await?;
     let dc = s.datacenter();
     let mut rows: Vec<ServiceNodeRow> = instances
         .iter()
         .filter(|i| node_matches(&i.node, &meta) && tags_match(&i.service, &tags))
+        .filter(|i| i.service.peer_name == peer)
         .map(|i| ServiceNodeRow::new(&i.node, &i.service, dc))
         .collect();
     let filtered = keep(&mut rows, |r| {

@@ -378,6 +378,9 @@ pub struct Selection {
     passing: bool,
     meta: Vec<(String, String)>,
     tags: Vec<String>,
+    /// `?peer=`: the instances imported from that peer (none: the local
+    /// ones), as Consul's `PeerName` selects them.
+    peer: String,
     filter: Option<RowFilter>,
 }
 
@@ -388,6 +391,7 @@ impl Selection {
             passing: passing_flag(p)?,
             meta: node_meta_filters(p),
             tags: p.all("tag").into_iter().map(String::from).collect(),
+            peer: p.get("peer").unwrap_or_default().to_string(),
             filter: RowFilter::from_params(p, Rows::CheckServiceNodes)?,
         })
     }
@@ -405,6 +409,7 @@ impl Selection {
             .filter(|(i, _)| {
                 node_matches(&i.node, &self.meta)
                     && tags_match(&i.service, &tags)
+                    && i.service.peer_name == self.peer
                     && (!self.passing || all_passing(i))
             })
             .map(|(i, n)| CheckServiceNode {

@@ -51,7 +51,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     _A + "test_acl_auth_method_crud": _IDENTITY,
     _A + "test_acl_binding_rule_crud": _IDENTITY,
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
-    "tests/api/test_health.py::TestHealth::test_health_service_peer": "issue 53: ?peer=",
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
     ),
