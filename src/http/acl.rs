@@ -369,8 +369,6 @@ fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
     s.state().acl_tokens.get(accessor).cloned()
 }
 
-/// Writes `token` and answers with it as it was committed (with `secret`
-/// when the caller may see it).
 /// Writes `token`, its `secret` (when the caller gave or was given it)
 /// sealed in for later reads; answers with it as an `acl:write` caller
 /// sees it.
@@ -582,6 +580,8 @@ async fn token_clone(
     let mut token = AclToken {
         accessor_id: uuid(),
         secret_hash: secret_hash(&secret),
+        // Its own secret is sealed as it is written, never the original's.
+        sealed_secret: String::new(),
         create_time: now_rfc3339(),
         description: body
             .description
