@@ -502,7 +502,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         (
             "/v1/agent/service/register",
             r#"{"Name": "w", "Check": {"Args": ["/bin/true"], "Interval": "1s"}}"#,
-            "not supported",
+            "Scripts are disabled on this agent",
         ),
         (
             "/v1/agent/service/register",
