@@ -1344,22 +1344,13 @@ fn identities_grant_what_consuls_synthetic_policies_grant() {
         before
     );
     // A policy scoped to another datacenter grants nothing here.
-    let (_, scoped) = {
-        as_root(
-            a,
-            "PUT",
-            "/v1/acl/policy",
-            &json!({"Name": "kv-dc2", "Rules": "key_prefix \"\" { policy = \"read\" }", "Datacenters": ["dc2"]}),
-        );
-        let t = as_root(
-            a,
-            "PUT",
-            "/v1/acl/token",
-            &json!({"Policies": [{"Name": "kv-dc2"}]}),
-        )
-        .json();
-        ((), t["SecretID"].as_str().unwrap().to_string())
-    };
+    as_root(
+        a,
+        "PUT",
+        "/v1/acl/policy",
+        &json!({"Name": "kv-dc2", "Rules": "key_prefix \"\" { policy = \"read\" }", "Datacenters": ["dc2"]}),
+    );
+    let scoped = token_from(a, json!({"Policies": [{"Name": "kv-dc2"}]}));
     assert_eq!(with(a, "GET", "/v1/kv/k", None, &scoped).status, 403);
 }
 
@@ -1440,11 +1431,29 @@ fn templated_policies_are_listed_read_and_previewed() {
         ROOT,
     );
     assert_eq!(r.status, 400, "{}", r.body);
-    // Anonymous (default deny) may not read them.
-    assert_eq!(
-        common::request(a, "GET", "/v1/acl/templated-policies", None).status,
-        403
+    // Anonymous (default deny) may not read them, nor a token one
+    // permission short (operator:read is not acl:read).
+    let (_, short) = token_with_rules(a, "op-read", r#"operator = "read""#);
+    for token in ["", short.as_str()] {
+        for (method, path) in [
+            ("GET", "/v1/acl/templated-policies"),
+            ("GET", "/v1/acl/templated-policy/name/builtin/service"),
+            ("POST", "/v1/acl/templated-policy/preview/builtin/service"),
+        ] {
+            let r = with(a, method, path, Some(r#"{"Name": "api"}"#), token);
+            assert_eq!(r.status, 403, "{method} {path} as {token:?}: {}", r.body);
+        }
+    }
+    // A preview body past the request cap: 413, nothing rendered.
+    let huge = format!(r#"{{"Name": "{}"}}"#, "a".repeat(5 << 20));
+    let r = with(
+        a,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/service",
+        Some(&huge),
+        ROOT,
     );
+    assert_eq!(r.status, 413, "{}", r.body);
 }
 
 /// Every file under `dir`, read whole: whether any holds `needle`.
@@ -1473,16 +1482,7 @@ fn dir_holds(dir: &std::path::Path, needle: &[u8]) -> bool {
 #[test]
 fn acl_write_reads_secrets_back_and_the_data_dir_holds_none() {
     let dir = tempfile::tempdir().unwrap();
-    let key = String::from_utf8(
-        std::process::Command::new(common::bin())
-            .arg("keygen")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    let key = common::keygen();
     let mut s = Server::durable("s1", dir.path())
         .acl("deny", ROOT)
         .arg("--encrypt")
@@ -1565,18 +1565,11 @@ fn acl_write_reads_secrets_back_and_the_data_dir_holds_none() {
     });
     // Another key opens nothing: hidden, and the token still works.
     s.stop(Duration::from_secs(10));
-    let other = String::from_utf8(
-        std::process::Command::new(common::bin())
-            .arg("keygen")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let other = common::keygen();
     let s = Server::durable("s1", dir.path())
         .acl("deny", ROOT)
         .arg("--encrypt")
-        .arg(other.trim())
+        .arg(&other)
         .start();
     let r = eventually(Duration::from_secs(20), "the token read", || {
         let r = with(

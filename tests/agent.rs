@@ -1535,6 +1535,40 @@ fn script_checks_run_only_where_enabled() {
     assert_eq!(self_stats["Stats"]["agent"]["check_monitors"], "4");
     drop(s);
 
+    // Enabled with ACLs: registering one still needs node:write (service
+    // write for a service's): anonymous and a node:read token are refused.
+    let s = common::acl::acl_started(
+        Server::builder()
+            .dev()
+            .node("srv")
+            .arg("--enable-script-checks"),
+        "deny",
+    );
+    let (_, reader) = common::acl::token_with_rules(
+        s.http_addr,
+        "n-read",
+        r#"node_prefix "" { policy = "read" }"#,
+    );
+    for token in ["", reader.as_str()] {
+        let r = common::acl::with(
+            s.http_addr,
+            "PUT",
+            "/v1/agent/check/register",
+            Some(&with_id("x", "touch /tmp/never")),
+            token,
+        );
+        assert_eq!(r.status, 403, "as {token:?}: {}", r.body);
+    }
+    let checks = common::acl::with(
+        s.http_addr,
+        "GET",
+        "/v1/agent/checks",
+        None,
+        common::acl::ROOT,
+    );
+    assert_eq!(checks.json(), json!({}));
+    drop(s);
+
     // Local only: the files' scripts run, the API's are refused.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

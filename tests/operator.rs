@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::acl::{ROOT, acl_started, token_with_rules, with};
+use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
 use common::{Server, agreed_leader, cli, eventually};
 
 /// The agreed leader is `want`; the servers' logs otherwise.
@@ -230,14 +230,7 @@ fn usage_counts_services_instances_and_nodes() {
         serde_json::json!({"Node": "n1", "Address": "10.0.0.1", "Service": {"Service": "web", "ID": "web-2"}}),
         serde_json::json!({"Node": "n2", "Address": "10.0.0.2", "Service": {"Service": "web-sidecar-proxy", "Kind": "connect-proxy", "Port": 21000, "Proxy": {"DestinationServiceName": "web"}}}),
     ] {
-        let r = with(
-            a,
-            "PUT",
-            "/v1/catalog/register",
-            Some(&body.to_string()),
-            ROOT,
-        );
-        assert_eq!(r.status, 200, "{}", r.body);
+        as_root(a, "PUT", "/v1/catalog/register", &body);
     }
     let (_, reader) = token_with_rules(a, "op-read", r#"operator = "read""#);
     let r = with(a, "GET", "/v1/operator/usage", None, &reader);
@@ -251,9 +244,15 @@ fn usage_counts_services_instances_and_nodes() {
     assert_eq!(dc["ConnectServiceInstances"]["connect-proxy"], 1, "{u}");
     assert_eq!(dc["BillableServiceInstances"], 2, "{u}");
     assert_eq!(u["KnownLeader"], true, "{u}");
-    // Anonymous (default deny) may not.
+    // Anonymous (default deny) may not, nor a token one permission short
+    // (acl:read is not operator:read).
     assert_eq!(
         common::request(a, "GET", "/v1/operator/usage", None).status,
+        403
+    );
+    let (_, short) = token_with_rules(a, "acl-read", r#"acl = "read""#);
+    assert_eq!(
+        with(a, "GET", "/v1/operator/usage", None, &short).status,
         403
     );
 }

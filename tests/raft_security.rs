@@ -13,17 +13,7 @@ use std::time::{Duration, Instant};
 
 use cairn::raft::ServerNode;
 use cairn::raft::network::{Reply, Request, greeting};
-use common::{Server, bin, cluster, eventually, free_port};
-
-fn keygen() -> String {
-    let out = Command::new(bin()).arg("keygen").output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    // base64 of 32 bytes.
-    assert_eq!(key.len(), 44, "{key}");
-    assert!(key.ends_with('='), "{key}");
-    key
-}
+use common::{Server, bin, cluster, eventually, free_port, keygen};
 
 /// The servers in the Raft configuration: (Address, Voter).
 fn configuration(s: &Server) -> Vec<(String, bool)> {

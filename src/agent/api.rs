@@ -602,8 +602,7 @@ async fn register_service(
         });
         svc.authorize_write(&z, replaced.as_deref())?;
     }
-    let replace = p.has("replace-existing-checks")
-        && !matches!(p.get("replace-existing-checks"), Some("false" | "0"));
+    let replace = p.flag("replace-existing-checks");
     a.register_service(def, Source::Api, replace).await?;
     sync::pushed(&a).await;
     Ok(ok())

@@ -57,11 +57,8 @@ impl ConfigDir {
     /// What every check the files define is (services', sidecars', the
     /// node's).
     pub fn specs(&self) -> impl Iterator<Item = &CheckSpec> {
-        let of_services = self.services.iter().flat_map(|d| {
-            let sidecar = d.sidecar.iter().flat_map(|s| s.checks.iter().flatten());
-            d.checks.iter().chain(sidecar)
-        });
-        of_services.chain(&self.checks).map(|(_, spec)| spec)
+        let node = self.checks.iter().map(|(_, spec)| spec);
+        self.services.iter().flat_map(ServiceDef::specs).chain(node)
     }
 }
 

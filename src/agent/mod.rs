@@ -416,15 +416,9 @@ impl Agent {
     ) -> Result<()> {
         let id = def.service.id.clone();
         let sidecar = def.sidecar.as_ref().map(|s| s.service.id.clone());
-        let sidecar_checks = def.sidecar.iter().flat_map(|s| s.checks.iter().flatten());
-        let specs = def
-            .checks
-            .iter()
-            .chain(sidecar_checks)
-            .map(|(_, spec)| spec);
         self.config
             .script_checks
-            .permit(source == Source::Api, specs)
+            .permit(source == Source::Api, def.specs())
             .map_err(Error::BadRequest)?;
         self.local
             .with(|t| t.put_definition(def, source, replace_checks, Instant::now(), None))?;

@@ -20,6 +20,14 @@ pub struct ServiceDef {
     pub sidecar: Option<Box<SidecarDef>>,
 }
 
+impl ServiceDef {
+    /// What each check it defines is, its sidecar's included.
+    pub fn specs(&self) -> impl Iterator<Item = &CheckSpec> {
+        let sidecar = self.sidecar.iter().flat_map(|s| s.checks.iter().flatten());
+        self.checks.iter().chain(sidecar).map(|(_, spec)| spec)
+    }
+}
+
 pub(super) fn object(body: Value) -> Result<Map<String, Value>> {
     match normalize(body) {
         Value::Object(m) => Ok(m),

@@ -235,17 +235,14 @@ impl ScriptChecks {
     pub fn permit<'a>(
         &self, from_api: bool, mut specs: impl Iterator<Item = &'a CheckSpec>,
     ) -> Result<(), String> {
-        if !specs.any(CheckSpec::is_script) {
-            return Ok(());
+        let allowed = self.enabled || (self.local && !from_api);
+        if allowed || !specs.any(CheckSpec::is_script) {
+            Ok(())
+        } else if self.local {
+            Err("Scripts are disabled on this agent from remote calls; to enable, configure 'enable_script_checks' to true".into())
+        } else {
+            Err("Scripts are disabled on this agent; to enable, configure 'enable_script_checks' or 'enable_local_script_checks' to true".into())
         }
-        if from_api && !self.enabled {
-            if self.local {
-                return Err("Scripts are disabled on this agent from remote calls; to enable, configure 'enable_script_checks' to true".into());
-            }
-        } else if self.enabled || self.local {
-            return Ok(());
-        }
-        Err("Scripts are disabled on this agent; to enable, configure 'enable_script_checks' or 'enable_local_script_checks' to true".into())
     }
 }
 

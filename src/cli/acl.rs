@@ -220,54 +220,77 @@ impl IdentityArgs {
     /// Their JSON fields (`ServiceIdentities`, `NodeIdentities`,
     /// `TemplatedPolicies`), added to `body`.
     fn add_to(&self, body: &mut Value) -> CliResult {
-        let services: Vec<Value> = self
+        use crate::structs::acl::{Identities, NodeIdentity, ServiceIdentity, TemplatedPolicy};
+        let service_identities = self
             .service_identity
             .iter()
             .map(|si| match si.split_once(':') {
-                Some((name, dcs)) => {
-                    json!({"ServiceName": name, "Datacenters": dcs.split(',').collect::<Vec<_>>()})
-                }
-                None => json!({"ServiceName": si}),
+                Some((name, dcs)) => ServiceIdentity {
+                    service_name: name.into(),
+                    datacenters: dcs.split(',').map(String::from).collect(),
+                },
+                None => ServiceIdentity {
+                    service_name: si.clone(),
+                    datacenters: Vec::new(),
+                },
             })
             .collect();
-        let nodes = self
+        let node_identities = self
             .node_identity
             .iter()
             .map(|ni| match ni.split_once(':') {
-                Some((name, dc)) => Ok(json!({"NodeName": name, "Datacenter": dc})),
+                Some((name, dc)) => Ok(NodeIdentity {
+                    node_name: name.into(),
+                    datacenter: dc.into(),
+                }),
                 None => Err(CliError(format!(
                     "Malformed -node-identity argument: {ni:?}"
                 ))),
             })
-            .collect::<Result<Vec<Value>, CliError>>()?;
-        if !services.is_empty() {
-            body["ServiceIdentities"] = Value::Array(services);
-        }
-        if !nodes.is_empty() {
-            body["NodeIdentities"] = Value::Array(nodes);
-        }
-        if let Some(name) = &self.templated_policy {
-            body["TemplatedPolicies"] =
-                json!([{"TemplateName": name, "TemplateVariables": variables(&self.var)?}]);
-        } else if !self.var.is_empty() {
-            return Err(CliError("-var must be used with -templated-policy".into()));
+            .collect::<Result<_, CliError>>()?;
+        let templated_policies = match &self.templated_policy {
+            Some(name) => vec![TemplatedPolicy {
+                template_name: name.clone(),
+                template_variables: Some(variables(&self.var)?),
+                datacenters: Vec::new(),
+            }],
+            None if !self.var.is_empty() => {
+                return Err(CliError("-var must be used with -templated-policy".into()));
+            }
+            None => Vec::new(),
+        };
+        let ids = Identities {
+            service_identities,
+            node_identities,
+            templated_policies,
+        };
+        // The token's or role's own JSON fields (empty ones left out).
+        if let (Value::Object(fields), Some(out)) = (
+            serde_json::to_value(&ids).unwrap_or_default(),
+            body.as_object_mut(),
+        ) {
+            out.extend(fields);
         }
         Ok(())
     }
 }
 
-/// `-var name:VALUE` flags as a template's variables.
-fn variables(vars: &[String]) -> Result<Value, CliError> {
-    let mut out = serde_json::Map::new();
+/// `-var name:VALUE` flags as a template's variables (`name` is the one
+/// the built-in templates take).
+fn variables(vars: &[String]) -> Result<crate::structs::acl::TemplateVariables, CliError> {
+    let mut out = crate::structs::acl::TemplateVariables::default();
     for v in vars {
         let (k, val) = v.split_once(':').ok_or_else(|| {
             CliError(format!(
                 "Malformed -var argument: {v:?}, expecting VariableName:Value"
             ))
         })?;
-        out.insert(k.to_string(), json!(val));
+        if !k.eq_ignore_ascii_case("name") {
+            return Err(CliError(format!("Unknown -var {k:?}: templates take name")));
+        }
+        out.name = val.to_string();
     }
-    Ok(Value::Object(out))
+    Ok(out)
 }
 
 #[derive(Subcommand, Debug)]
@@ -387,7 +410,7 @@ fn templated(c: &Client, cmd: TemplatedCmd) -> CliResult {
         }
         TemplatedCmd::Preview(a) => {
             let path = format!("/v1/acl/templated-policy/preview/{}", a.name);
-            let body = variables(&a.var)?;
+            let body = serde_json::to_value(variables(&a.var)?).unwrap_or_default();
             let p = send(c, reqwest::Method::POST, &path, Some(body))?;
             show(a.format, &p, print_policy)
         }
@@ -466,48 +489,59 @@ fn print_token(t: &Value) {
 
 /// A token's or role's identities, as Consul's CLI lists them.
 fn print_identities(v: &Value) {
-    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
-    let dcs = |d: &Value| {
-        let all: Vec<&str> = d.as_array().into_iter().flatten().map(s).collect();
-        if all.is_empty() {
+    let Ok(ids) = serde_json::from_value::<crate::structs::acl::Identities>(v.clone()) else {
+        return;
+    };
+    let dcs = |d: &[String]| {
+        if d.is_empty() {
             "all".to_string()
         } else {
-            all.join(", ")
+            d.join(", ")
         }
     };
-    let services = list("ServiceIdentities");
-    if !services.is_empty() {
-        println!("Service Identities:");
-        for si in &services {
-            println!(
-                "   {} (Datacenters: {})",
-                s(&si["ServiceName"]),
-                dcs(&si["Datacenters"])
-            );
+    let section = |title: &str, lines: Vec<String>| {
+        if !lines.is_empty() {
+            println!("{title}:");
+            lines.iter().for_each(|l| println!("{l}"));
         }
-    }
-    let nodes = list("NodeIdentities");
-    if !nodes.is_empty() {
-        println!("Node Identities:");
-        for ni in &nodes {
-            println!(
-                "   {} (Datacenter: {})",
-                s(&ni["NodeName"]),
-                s(&ni["Datacenter"])
-            );
-        }
-    }
-    let templated = list("TemplatedPolicies");
-    if !templated.is_empty() {
-        println!("Templated Policies:");
-        for tp in &templated {
-            println!("   {}", s(&tp["TemplateName"]));
-            if let Some(name) = tp["TemplateVariables"]["name"].as_str() {
-                println!("      Name: {name}");
-            }
-            println!("      Datacenters: {}", dcs(&tp["Datacenters"]));
-        }
-    }
+    };
+    let services = ids.service_identities.iter();
+    section(
+        "Service Identities",
+        services
+            .map(|si| {
+                format!(
+                    "   {} (Datacenters: {})",
+                    si.service_name,
+                    dcs(&si.datacenters)
+                )
+            })
+            .collect(),
+    );
+    let nodes = ids.node_identities.iter();
+    section(
+        "Node Identities",
+        nodes
+            .map(|ni| format!("   {} (Datacenter: {})", ni.node_name, ni.datacenter))
+            .collect(),
+    );
+    let templated = ids.templated_policies.iter();
+    section(
+        "Templated Policies",
+        templated
+            .map(|tp| {
+                let name = tp.template_variables.as_ref().map(|v| v.name.as_str());
+                let name = name.filter(|n| !n.is_empty());
+                format!(
+                    "   {}{}\n      Datacenters: {}",
+                    tp.template_name,
+                    name.map(|n| format!("\n      Name: {n}"))
+                        .unwrap_or_default(),
+                    dcs(&tp.datacenters)
+                )
+            })
+            .collect(),
+    );
 }
 
 fn print_policy(p: &Value) {

@@ -33,31 +33,30 @@ pub fn routes() -> Router<App> {
 /// (typical instances, the servers' own `consul` left out) and nodes.
 fn usage_here(st: &crate::state::State) -> Value {
     use crate::structs::ServiceKind;
-    let kinds = [
+    // Every kind Consul lists, at 0 when none runs.
+    let mut connect: std::collections::BTreeMap<&str, u64> = [
         ServiceKind::ConnectProxy,
         ServiceKind::MeshGateway,
         ServiceKind::TerminatingGateway,
         ServiceKind::IngressGateway,
         ServiceKind::ApiGateway,
-    ];
-    let mut connect: Map<String, Value> = kinds
-        .iter()
-        .map(|k| (k.as_str().to_string(), json!(0)))
-        .collect();
-    connect.insert("connect-native".into(), json!(0));
+    ]
+    .iter()
+    .map(|k| (k.as_str(), 0))
+    .chain([("connect-native", 0)])
+    .collect();
     let mut billable = 0u64;
     for svc in st.services.values() {
-        if svc.kind == ServiceKind::Typical {
-            if svc.service != "consul" {
-                billable += 1;
+        let kind = match svc.kind {
+            ServiceKind::Typical => {
+                billable += u64::from(svc.service != "consul");
+                let native = svc.connect.get("Native").and_then(Value::as_bool) == Some(true);
+                native.then_some("connect-native")
             }
-            if svc.connect.get("Native").and_then(Value::as_bool) == Some(true)
-                && let Some(n) = connect.get_mut("connect-native")
-            {
-                *n = json!(n.as_u64().unwrap_or(0) + 1);
-            }
-        } else if let Some(n) = connect.get_mut(svc.kind.as_str()) {
-            *n = json!(n.as_u64().unwrap_or(0) + 1);
+            ref k => Some(k.as_str()),
+        };
+        if let Some(n) = kind.and_then(|k| connect.get_mut(k)) {
+            *n += 1;
         }
     }
     json!({
@@ -83,36 +82,45 @@ async fn usage(
     let index = st.index_of([&keys::NODES, &keys::SERVICES]);
     let mut all = Map::new();
     all.insert(s.datacenter().to_string(), usage_here(&st));
-    if p.has("global")
-        && !matches!(p.get("global"), Some("false" | "0"))
+    if p.flag("global")
         && let Some(fed) = fed
     {
-        let token = a.token().map(str::to_string);
-        for dc in fed.datacenters() {
-            if dc == s.datacenter() {
-                continue;
-            }
+        // Each other datacenter asked at once, for its own row.
+        let ask = |dc: String| {
             let req = crate::raft::wan::WanRequest {
                 from: s.datacenter().to_string(),
                 method: "GET".into(),
                 path_and_query: "/v1/operator/usage?stale".into(),
-                headers: token
-                    .iter()
-                    .map(|t| ("X-Consul-Token".to_string(), t.clone()))
+                headers: a
+                    .token()
+                    .map(|t| ("X-Consul-Token".to_string(), t.to_string()))
+                    .into_iter()
                     .collect(),
                 body: Vec::new(),
             };
-            let timeout = crate::request::RPC_CLIENT_TIMEOUT;
-            let Ok(r) = fed.forward(&dc, req, timeout).await else {
-                continue;
-            };
-            let theirs: Option<Value> = (r.status == 200)
-                .then(|| serde_json::from_slice::<Value>(&r.body).ok())
-                .flatten();
-            if let Some(row) = theirs.as_ref().and_then(|v| v["Usage"].get(&dc)) {
-                all.insert(dc, row.clone());
+            let fed = fed.clone();
+            async move {
+                let r = fed
+                    .forward(&dc, req, crate::request::RPC_CLIENT_TIMEOUT)
+                    .await
+                    .ok()
+                    .filter(|r| r.status == 200)?;
+                let theirs: Value = serde_json::from_slice(&r.body).ok()?;
+                let row = theirs["Usage"].get(&dc)?.clone();
+                Some((dc, row))
             }
-        }
+        };
+        let others = fed
+            .datacenters()
+            .into_iter()
+            .filter(|dc| dc != s.datacenter())
+            .map(ask);
+        all.extend(
+            futures_util::future::join_all(others)
+                .await
+                .into_iter()
+                .flatten(),
+        );
     }
     let known = s.cluster().leader().is_some();
     let body = json!({

@@ -314,7 +314,7 @@ fn limit_of(p: &Params) -> Result<usize> {
 }
 
 fn connect_of(p: &Params) -> bool {
-    p.has("connect") && !matches!(p.get("connect"), Some("false" | "0"))
+    p.flag("connect")
 }
 
 async fn execute(

@@ -112,6 +112,12 @@ impl Params {
         self.0.iter().any(|(n, _)| n == k)
     }
 
+    /// A flag as Consul reads one: given, and not `false` or `0`
+    /// (`?global`, `?global=true` and `?global=1` all set it).
+    pub fn flag(&self, k: &str) -> bool {
+        self.has(k) && !matches!(self.get(k), Some("false" | "0"))
+    }
+
     pub fn all(&self, k: &str) -> Vec<&str> {
         self.0
             .iter()

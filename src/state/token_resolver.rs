@@ -198,7 +198,7 @@ fn policy_rules<'a>(st: &'a State, t: &'a AclToken, dc: &str) -> Option<Vec<Cow<
     let mut rules: Vec<Cow<'a, str>> = ids
         .iter()
         .filter_map(|id| st.acl_policies.get(*id))
-        .filter(|p| p.datacenters.is_empty() || p.datacenters.iter().any(|d| d == dc))
+        .filter(|p| identity::holds_in(&p.datacenters, dc))
         .map(|p| Cow::Borrowed(p.rules.as_str()))
         .collect();
     let identities = std::iter::once(&t.identities).chain(roles.iter().map(|r| &r.identities));

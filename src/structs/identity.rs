@@ -232,8 +232,9 @@ pub fn render(tpl: &Template, vars: Option<&TemplateVariables>) -> String {
     tpl.template.replace("{{.Name}}", name)
 }
 
-/// Whether something scoped to `dcs` holds in `dc` (none named: all).
-fn holds_in(dcs: &[String], dc: &str) -> bool {
+/// Whether something scoped to `dcs` (a policy, an identity, a templated
+/// policy) holds in `dc`: none named, all.
+pub fn holds_in(dcs: &[String], dc: &str) -> bool {
     dcs.is_empty() || dcs.iter().any(|d| d == dc)
 }
 

@@ -126,6 +126,16 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cairn")
 }
 
+/// A fresh `--encrypt` key from `cairn keygen` (base64 of 32 bytes).
+pub fn keygen() -> String {
+    let out = Command::new(bin()).arg("keygen").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(key.len(), 44, "{key}");
+    assert!(key.ends_with('='), "{key}");
+    key
+}
+
 /// How to start one server; `start()` runs it and waits for a leader.
 #[derive(Debug, Clone)]
 pub struct ServerBuilder {
