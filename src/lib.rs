@@ -35,6 +35,7 @@ pub mod filter;
 pub mod http;
 pub mod leader;
 pub mod leases;
+pub mod login;
 pub mod merge;
 pub mod metrics;
 pub mod monitor;

@@ -224,6 +224,8 @@ pub struct Server {
     /// Seals token secrets for reads by `acl:write` (`acl::seal`): from
     /// `--encrypt`, else random for a dev server's life, else none.
     secret_seal: Option<crate::acl::seal::SecretSeal>,
+    /// Auth methods' fetched keys (`login`).
+    logins: crate::login::Logins,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -380,6 +382,10 @@ impl Server {
     /// The UI's services summary last encoded, with its catalog index.
     pub fn ui_services(&self) -> &parking_lot::Mutex<Option<(u64, bytes::Bytes)>> {
         &self.ui_services
+    }
+    /// Checks logins' credentials (`login`).
+    pub fn logins(&self) -> &crate::login::Logins {
+        &self.logins
     }
     /// The HTTP client for calls to other servers.
     pub fn http_client(&self) -> &reqwest::Client {
@@ -699,6 +705,7 @@ impl Server {
         Ok(Arc::new(Server {
             acl,
             secret_seal,
+            logins: Default::default(),
             proxycfg,
             leaves: Default::default(),
             views,

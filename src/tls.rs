@@ -340,6 +340,31 @@ pub fn check_client_config(skip_verify: bool, server_name: Option<&str>) -> Resu
         .with_no_client_auth())
 }
 
+/// A client that trusts the CA certificates of `ca_pem` (an auth method's
+/// `JWKSCACert`, `CACert`...), or the system's roots when none is given.
+pub fn ca_client_config(ca_pem: Option<&str>) -> Result<ClientConfig> {
+    let roots = match ca_pem.filter(|p| !p.trim().is_empty()) {
+        None => system_roots(),
+        Some(pem) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let c = c.map_err(|e| TlsError::Invalid(format!("CA certificate: {e}")))?;
+                roots
+                    .add(c)
+                    .map_err(|e| TlsError::Invalid(format!("CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(TlsError::Invalid("no CA certificate in the PEM".into()));
+            }
+            Arc::new(roots)
+        }
+    };
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// The system's trust roots (Debian's bundle), read once; empty if none.
 fn system_roots() -> Arc<RootCertStore> {
     static R: OnceLock<Arc<RootCertStore>> = OnceLock::new();

@@ -164,12 +164,6 @@ pub struct DiscoveryTarget {
     pub name: String,
 }
 
-impl Duration {
-    fn is_zero_ref(d: &Duration) -> bool {
-        d.is_zero()
-    }
-}
-
 fn serialize_nanos<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_i64(d.nanos())
 }

@@ -222,7 +222,7 @@ fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Resul
 pub use crate::endpoint::blocking::{resolve_in, token_expiry};
 
 /// Consul answers ACL endpoints with ACLs off so.
-fn enabled(s: &Server) -> Result<()> {
+pub(super) fn enabled(s: &Server) -> Result<()> {
     if s.acl().enabled() {
         Ok(())
     } else {
@@ -230,12 +230,12 @@ fn enabled(s: &Server) -> Result<()> {
     }
 }
 
-fn acl_read(s: &Server, a: &Authz) -> Result<()> {
+pub(super) fn acl_read(s: &Server, a: &Authz) -> Result<()> {
     enabled(s)?;
     a.require(a.acl_read(), "acl:read", "")
 }
 
-fn acl_write(s: &Server, a: &Authz) -> Result<()> {
+pub(super) fn acl_write(s: &Server, a: &Authz) -> Result<()> {
     enabled(s)?;
     a.require(a.acl_write(), "acl:write", "")
 }
@@ -248,11 +248,11 @@ fn not_found() -> Error {
 
 /// A policy or role read by ID or name that does not exist: 404, in
 /// Consul's words since 1.17 (before, 403 `ACL not found`).
-fn missing(kind: &str) -> Error {
+pub(super) fn missing(kind: &str) -> Error {
     Error::NotFound(format!("Requested {kind} does not exist: ACL not found"))
 }
 
-fn applied(r: Applied) -> Result<()> {
+pub(super) fn applied(r: Applied) -> Result<()> {
     match r {
         Applied::Ok => Ok(()),
         Applied::Rejected(reason) if reason.starts_with(BOOTSTRAP_DONE) => {
@@ -263,16 +263,16 @@ fn applied(r: Applied) -> Result<()> {
     }
 }
 
-fn rfc3339(t: time::OffsetDateTime) -> String {
+pub(super) fn rfc3339(t: time::OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
 
-fn now_rfc3339() -> String {
+pub(super) fn now_rfc3339() -> String {
     rfc3339(time::OffsetDateTime::now_utc())
 }
 
-fn uuid() -> String {
+pub(super) fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
@@ -372,7 +372,9 @@ fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
 /// Writes `token`, its `secret` (when the caller gave or was given it)
 /// sealed in for later reads; answers with it as an `acl:write` caller
 /// sees it.
-async fn set_token(s: &Server, mut token: AclToken, secret: Option<&str>) -> Result<Response> {
+pub(super) async fn set_token(
+    s: &Server, mut token: AclToken, secret: Option<&str>,
+) -> Result<Response> {
     if let Some(secret) = secret {
         s.seal_secret(&mut token, secret);
     }
@@ -466,7 +468,7 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
     Ok(t)
 }
 
-fn check_uuid(what: &str, v: &str) -> Result<()> {
+pub(super) fn check_uuid(what: &str, v: &str) -> Result<()> {
     uuid::Uuid::parse_str(v)
         .map(|_| ())
         .map_err(|_| Error::bad(format!("Invalid {what}: must be a UUID")))
@@ -593,9 +595,8 @@ async fn token_clone(
 }
 
 /// `GET /v1/acl/tokens`, with Consul's filters: `?policy=ID` (tokens that
-/// link the policy themselves), `?role=ID` (tokens that link the role), one
-/// at a time; `?authmethod=` names none (no token here comes from an auth
-/// method).
+/// link the policy themselves), `?role=ID` (tokens that link the role),
+/// `?authmethod=` (tokens its logins made), one at a time.
 async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Result<Response> {
     acl_read(&s, &a)?;
     let p = crate::request::Params::parse(q.as_deref());
@@ -613,7 +614,7 @@ async fn token_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Re
         .values()
         .filter(|t| policy.is_none_or(|id| links(&t.policies, id)))
         .filter(|t| role.is_none_or(|id| links(&t.roles, id)))
-        .filter(|_| method.is_none())
+        .filter(|t| method.is_none_or(|m| t.auth_method == m))
         .map(|t| {
             let secret = a.acl_write().then(|| visible_secret(&s, t)).flatten();
             t.shown(secret.as_deref())
@@ -635,14 +636,9 @@ struct PolicyBody {
     datacenters: Vec<String>,
 }
 
-/// Consul's policy and role names: letters, digits, `-` and `_`, 1–128.
-fn valid_name(what: &str, name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
+/// A policy's or role's name, checked (`structs::acl::valid_name`).
+pub(super) fn valid_name(what: &str, name: &str) -> Result<()> {
+    if crate::structs::acl::valid_name(name) {
         Ok(())
     } else {
         Err(Error::bad(format!("Invalid {what} Name: {name:?}")))

@@ -18,6 +18,7 @@ mod health;
 mod intentions;
 mod kv;
 pub mod liveness;
+mod login;
 mod operator;
 mod proxycfg;
 pub mod query;
@@ -118,6 +119,7 @@ pub(crate) const ORIGIN_NODE: &str = "x-cairn-origin-node";
 pub fn router(server: App) -> Router {
     Router::new()
         .merge(acl::routes())
+        .merge(login::routes())
         .merge(kv::routes())
         .merge(session::routes())
         .merge(snapshot::routes())

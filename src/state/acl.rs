@@ -14,6 +14,7 @@ use super::{Response, Row, State, Table, keys};
 use crate::structs::acl::{
     self, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME,
 };
+use crate::structs::auth::{AclAuthMethod, AclBindingRule};
 
 /// Consul's answer to a second bootstrap (a 403).
 pub const BOOTSTRAP_DONE: &str = "ACL bootstrap no longer allowed";
@@ -27,6 +28,8 @@ pub enum AclRow {
     Token(Arc<AclToken>),
     Policy(Arc<AclPolicy>),
     Role(Arc<AclRole>),
+    AuthMethod(Arc<AclAuthMethod>),
+    BindingRule(Arc<AclBindingRule>),
     /// The index bootstrap was done at.
     Bootstrapped(u64),
 }
@@ -40,6 +43,12 @@ pub fn policy_key(id: &str) -> String {
 }
 pub fn role_key(id: &str) -> String {
     format!("r/{id}")
+}
+pub fn auth_method_key(name: &str) -> String {
+    format!("m/{name}")
+}
+pub fn binding_rule_key(id: &str) -> String {
+    format!("b/{id}")
 }
 pub const BOOTSTRAP_KEY: &str = "bootstrap";
 
@@ -57,6 +66,12 @@ pub fn load(st: &mut State, row: AclRow) {
         AclRow::Role(r) => {
             st.acl_roles.insert(r.id.clone(), r);
         }
+        AclRow::AuthMethod(m) => {
+            st.acl_auth_methods.insert(m.name.clone(), m);
+        }
+        AclRow::BindingRule(b) => {
+            st.acl_binding_rules.insert(b.id.clone(), b);
+        }
         AclRow::Bootstrapped(i) => st.acl_bootstrapped = i,
     }
 }
@@ -72,6 +87,12 @@ pub fn rows(st: &State) -> Vec<(String, AclRow)> {
     }
     for r in st.acl_roles.values() {
         out.push((role_key(&r.id), AclRow::Role(r.clone())));
+    }
+    for m in st.acl_auth_methods.values() {
+        out.push((auth_method_key(&m.name), AclRow::AuthMethod(m.clone())));
+    }
+    for b in st.acl_binding_rules.values() {
+        out.push((binding_rule_key(&b.id), AclRow::BindingRule(b.clone())));
     }
     if st.acl_bootstrapped > 0 {
         out.push((
@@ -124,6 +145,10 @@ pub fn set_token(tx: &mut Tx, token: &AclToken) -> Response {
 }
 
 fn links_exist(st: &State, token: &AclToken) -> Result<(), String> {
+    // A login checked against a method deleted since makes no token.
+    if !token.auth_method.is_empty() && !st.acl_auth_methods.contains_key(&token.auth_method) {
+        return Err(format!("auth method {:?} not found", token.auth_method));
+    }
     for p in &token.policies {
         if !st.acl_policies.contains_key(&p.id) {
             return Err(format!("cannot find policy {}", p.id));
@@ -204,6 +229,69 @@ pub fn set_role(tx: &mut Tx, role: &AclRole) -> Response {
 
 pub fn delete_role(tx: &mut Tx, id: &str) -> Response {
     remove(tx, &role_key(id));
+    Response::Ok
+}
+
+/// Creates or replaces an auth method (the HTTP layer checked its config).
+pub fn set_auth_method(tx: &mut Tx, method: &AclAuthMethod) -> Response {
+    let existing = tx.state.acl_auth_methods.get(&method.name).cloned();
+    if let Some(e) = &existing
+        && e.kind != method.kind
+    {
+        return Response::Rejected("Invalid Auth Method: the Type field is immutable".into());
+    }
+    let mut m = method.clone();
+    m.create_index = existing.as_ref().map_or(tx.index, |e| e.create_index);
+    m.modify_index = tx.index;
+    put(tx, AclRow::AuthMethod(Arc::new(m)));
+    Response::Ok
+}
+
+/// Deletes an auth method with its binding rules and every token its
+/// logins made, in one apply: from this index on no server honours them.
+pub fn delete_auth_method(tx: &mut Tx, name: &str) -> Response {
+    let rules: Vec<String> = tx
+        .state
+        .acl_binding_rules
+        .values()
+        .filter(|b| b.auth_method == name)
+        .map(|b| b.id.clone())
+        .collect();
+    let tokens: Vec<String> = tx
+        .state
+        .acl_tokens
+        .values()
+        .filter(|t| t.auth_method == name)
+        .map(|t| t.accessor_id.clone())
+        .collect();
+    for id in rules {
+        remove(tx, &binding_rule_key(&id));
+    }
+    for accessor in tokens {
+        remove(tx, &token_key(&accessor));
+    }
+    remove(tx, &auth_method_key(name));
+    Response::Ok
+}
+
+/// Creates or replaces a binding rule of an existing auth method.
+pub fn set_binding_rule(tx: &mut Tx, rule: &AclBindingRule) -> Response {
+    if !tx.state.acl_auth_methods.contains_key(&rule.auth_method) {
+        return Response::Rejected(format!(
+            "Invalid Binding Rule: unknown AuthMethod {:?}",
+            rule.auth_method
+        ));
+    }
+    let existing = tx.state.acl_binding_rules.get(&rule.id).cloned();
+    let mut b = rule.clone();
+    b.create_index = existing.as_ref().map_or(tx.index, |e| e.create_index);
+    b.modify_index = tx.index;
+    put(tx, AclRow::BindingRule(Arc::new(b)));
+    Response::Ok
+}
+
+pub fn delete_binding_rule(tx: &mut Tx, id: &str) -> Response {
+    remove(tx, &binding_rule_key(id));
     Response::Ok
 }
 
@@ -347,6 +435,8 @@ fn put(tx: &mut Tx, row: AclRow) {
         AclRow::Token(t) => token_key(&t.accessor_id),
         AclRow::Policy(p) => policy_key(&p.id),
         AclRow::Role(r) => role_key(&r.id),
+        AclRow::AuthMethod(m) => auth_method_key(&m.name),
+        AclRow::BindingRule(b) => binding_rule_key(&b.id),
         AclRow::Bootstrapped(_) => BOOTSTRAP_KEY.to_string(),
     };
     let before = remove_row(tx.state, &key);
@@ -370,6 +460,8 @@ fn remove_row(st: &mut State, key: &str) -> Option<AclRow> {
         }
         "p" => st.acl_policies.remove(id).map(AclRow::Policy),
         "r" => st.acl_roles.remove(id).map(AclRow::Role),
+        "m" => st.acl_auth_methods.remove(id).map(AclRow::AuthMethod),
+        "b" => st.acl_binding_rules.remove(id).map(AclRow::BindingRule),
         _ if st.acl_bootstrapped > 0 => {
             let i = std::mem::take(&mut st.acl_bootstrapped);
             Some(AclRow::Bootstrapped(i))
@@ -526,5 +618,59 @@ mod tests {
         );
         assert!(matches!(r, Response::Rejected(_)));
         assert_eq!(st.acl_tokens.len(), 1);
+    }
+
+    #[test]
+    fn deleting_an_auth_method_takes_its_rules_and_tokens_and_refuses_late_logins() {
+        let mut st = State::default();
+        let method = AclAuthMethod {
+            name: "m".into(),
+            kind: "jwt".into(),
+            ..Default::default()
+        };
+        let set = Command::AclAuthMethodSet {
+            method: Box::new(method),
+        };
+        assert_eq!(apply_command(&mut st, 2, &set).0, Response::Ok);
+        let rule = AclBindingRule {
+            id: "r".into(),
+            auth_method: "m".into(),
+            ..Default::default()
+        };
+        let set_rule = Command::AclBindingRuleSet {
+            rule: Box::new(rule),
+        };
+        assert_eq!(apply_command(&mut st, 3, &set_rule).0, Response::Ok);
+        let login = |accessor: &str, secret: &str| Command::AclTokenSet {
+            token: Box::new(AclToken {
+                auth_method: "m".into(),
+                ..token(accessor, secret)
+            }),
+        };
+        assert_eq!(apply_command(&mut st, 4, &login("a", "s")).0, Response::Ok);
+        apply_command(
+            &mut st,
+            5,
+            &Command::AclTokenSet {
+                token: Box::new(token("b", "t")),
+            },
+        );
+        let del = Command::AclAuthMethodDelete { name: "m".into() };
+        assert_eq!(apply_command(&mut st, 6, &del).0, Response::Ok);
+        assert!(st.acl_binding_rules.is_empty());
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("s")).is_none());
+        assert!(token_by_secret_hash(&st, &acl::secret_hash("t")).is_some());
+        // A login checked before the delete and applied after makes nothing.
+        assert!(matches!(
+            apply_command(&mut st, 7, &login("c", "u")).0,
+            Response::Rejected(_)
+        ));
+        assert!(matches!(
+            apply_command(&mut st, 8, &set_rule).0,
+            Response::Rejected(_)
+        ));
+        let back =
+            crate::state::snapshot::decode(&crate::state::snapshot::encode(&st).unwrap()).unwrap();
+        assert!(back.acl_auth_methods.is_empty());
     }
 }

@@ -73,6 +73,10 @@ pub fn apply_command(state: &mut State, index: u64, cmd: &Command) -> (Response,
         Command::AclPolicyDelete { id } => super::acl::delete_policy(&mut tx, id),
         Command::AclRoleSet { role } => super::acl::set_role(&mut tx, role),
         Command::AclRoleDelete { id } => super::acl::delete_role(&mut tx, id),
+        Command::AclAuthMethodSet { method } => super::acl::set_auth_method(&mut tx, method),
+        Command::AclAuthMethodDelete { name } => super::acl::delete_auth_method(&mut tx, name),
+        Command::AclBindingRuleSet { rule } => super::acl::set_binding_rule(&mut tx, rule),
+        Command::AclBindingRuleDelete { id } => super::acl::delete_binding_rule(&mut tx, id),
         Command::AclBootstrap { token } => super::acl::bootstrap(&mut tx, token, 0),
         Command::AclBootstrapReset { token, reset_index } => {
             super::acl::bootstrap(&mut tx, token, *reset_index)

@@ -241,6 +241,23 @@ pub enum Command {
     FederationStateDelete {
         datacenter: String,
     },
+    /// `/v1/acl/auth-method`: an auth method whole (`state::acl`). Last,
+    /// as above, with the three below.
+    AclAuthMethodSet {
+        #[serde(with = "as_json")]
+        method: Box<crate::structs::auth::AclAuthMethod>,
+    },
+    /// Deletes the method, its binding rules and its logins' tokens.
+    AclAuthMethodDelete {
+        name: String,
+    },
+    AclBindingRuleSet {
+        #[serde(with = "as_json")]
+        rule: Box<crate::structs::auth::AclBindingRule>,
+    },
+    AclBindingRuleDelete {
+        id: String,
+    },
 }
 
 /// What one Raft entry carries. Flat by type: a batch holds single
@@ -369,12 +386,19 @@ impl Command {
                 check("role ID", &role.id)?;
                 check("role name", &role.name)
             }
+            Command::AclAuthMethodSet { method } => check("auth method name", &method.name),
+            Command::AclAuthMethodDelete { name } => check("auth method name", name),
+            Command::AclBindingRuleSet { rule } => {
+                check("binding rule ID", &rule.id)?;
+                check("auth method name", &rule.auth_method)
+            }
             Command::InitCluster { .. }
             | Command::Noop
             | Command::ReapTombstones { .. }
             | Command::AclTokenDelete { .. }
             | Command::AclPolicyDelete { .. }
             | Command::AclRoleDelete { .. }
+            | Command::AclBindingRuleDelete { .. }
             | Command::AclInit { .. }
             | Command::CaSet { .. }
             | Command::AutopilotSet { .. } => Ok(()),
@@ -553,6 +577,9 @@ pub struct State {
     pub acl_secrets: OrdMap<String, String>,
     pub acl_policies: OrdMap<String, Arc<AclPolicy>>,
     pub acl_roles: OrdMap<String, Arc<AclRole>>,
+    /// Auth methods by name, binding rules by ID (`acl`).
+    pub acl_auth_methods: OrdMap<String, Arc<crate::structs::auth::AclAuthMethod>>,
+    pub acl_binding_rules: OrdMap<String, Arc<crate::structs::auth::AclBindingRule>>,
     /// The index `PUT /v1/acl/bootstrap` succeeded at; 0: not yet.
     pub acl_bootstrapped: u64,
     /// The Connect CA, once the first leader made it.

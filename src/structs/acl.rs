@@ -104,6 +104,9 @@ pub struct AclToken {
     #[serde(flatten)]
     pub identities: Identities,
     pub local: bool,
+    /// The auth method whose login made it; empty for any other token.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub auth_method: String,
     /// RFC 3339, as Consul's; empty: never expires.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub expiration_time: String,
@@ -203,6 +206,16 @@ impl AgentTokens {
     pub fn own(&self) -> Option<&str> {
         self.agent.as_deref().or(self.default.as_deref())
     }
+}
+
+/// Consul's policy, role and auth method names: letters, digits, `-` and
+/// `_`, 1–128.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// Hex SHA-256 of a secret: how tokens are found and kept.

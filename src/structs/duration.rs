@@ -28,6 +28,11 @@ impl Duration {
         self.0 == 0
     }
 
+    /// `is_zero` for serde's `skip_serializing_if`, which passes a reference.
+    pub fn is_zero_ref(&self) -> bool {
+        self.0 == 0
+    }
+
     /// Parses a Go duration string exactly as `time.ParseDuration` accepts it.
     pub fn parse(s: &str) -> Result<Self, String> {
         let invalid = || format!("time: invalid duration \"{s}\"");

@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod agent;
+pub mod auth;
 pub mod catalog;
 pub mod config_entry;
 pub mod connect;

@@ -42,14 +42,8 @@ LOGS_DIR = pathlib.Path(os.environ.get("PY_CONSUL_LOGS") or pathlib.Path(__file_
 LOGS_DIR.mkdir(parents=True, exist_ok=True)
 
 # nodeid -> why it fails on cairn.
-_A = "tests/api/test_acl.py::TestConsulAcl::"
 _G = "tests/api/test_agent.py::TestAgent::"
-_IDENTITY = "issue 50: auth methods, binding rules, login and logout"
 EXPECTED_FAILURES: dict[str, str] = {
-    _A + "test_acl_login_unknown_auth_method": _IDENTITY,
-    _A + "test_acl_logout_invalid_token": _IDENTITY,
-    _A + "test_acl_auth_method_crud": _IDENTITY,
-    _A + "test_acl_binding_rule_crud": _IDENTITY,
     _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
