@@ -23,6 +23,12 @@ pub enum AclCmd {
     /// List, read and preview the built-in templated policies.
     #[command(subcommand)]
     TemplatedPolicy(TemplatedCmd),
+    /// Create, read, update, list and delete auth methods.
+    #[command(subcommand)]
+    AuthMethod(super::login::AuthMethodCmd),
+    /// Create, read, update, list and delete binding rules.
+    #[command(subcommand)]
+    BindingRule(super::login::BindingRuleCmd),
     /// Set one of the agent's tokens (default, agent, dns, recovery,
     /// config_file_service_registration, replication), in its memory.
     SetAgentToken(SetAgentToken),
@@ -365,6 +371,8 @@ pub fn run(c: &Client, cmd: AclCmd) -> CliResult {
         AclCmd::Policy(p) => policy(c, p),
         AclCmd::Role(r) => role(c, r),
         AclCmd::TemplatedPolicy(t) => templated(c, t),
+        AclCmd::AuthMethod(m) => super::login::auth_method(c, m),
+        AclCmd::BindingRule(r) => super::login::binding_rule(c, r),
     }
 }
 
@@ -418,14 +426,14 @@ fn templated(c: &Client, cmd: TemplatedCmd) -> CliResult {
 }
 
 /// A request whose answer must be 2xx JSON.
-fn send(
+pub(super) fn send(
     c: &Client, method: reqwest::Method, path: &str, body: Option<Value>,
 ) -> Result<Value, CliError> {
     let body = body.map(|b| b.to_string());
     c.expect_ok(method, path, body)?.json()
 }
 
-fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
+pub(super) fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
     if format == Format::Json {
         return print_json(v);
     }
@@ -434,13 +442,15 @@ fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
 }
 
 /// `PUT path` with `body` (a create), its answer shown.
-fn create(c: &Client, path: &str, body: Value, format: Format, pretty: fn(&Value)) -> CliResult {
+pub(super) fn create(
+    c: &Client, path: &str, body: Value, format: Format, pretty: fn(&Value),
+) -> CliResult {
     let v = send(c, reqwest::Method::PUT, path, Some(body))?;
     show(format, &v, pretty)
 }
 
 /// `GET path` (a listing), each item shown.
-fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult {
+pub(super) fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult {
     let v = &send(c, reqwest::Method::GET, path, None)?;
     if format == Format::Json {
         return print_json(v);
@@ -454,7 +464,7 @@ fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult
     Ok(())
 }
 
-fn s(v: &Value) -> &str {
+pub(super) fn s(v: &Value) -> &str {
     v.as_str().unwrap_or("")
 }
 
@@ -578,7 +588,7 @@ fn link_list(ids: &[String], names: &[String]) -> Vec<Value> {
 }
 
 /// Rules as given, or read from `@file`.
-fn rules_arg(rules: String) -> Result<String, CliError> {
+pub(super) fn rules_arg(rules: String) -> Result<String, CliError> {
     match rules.strip_prefix('@') {
         Some(file) => std::fs::read_to_string(file)
             .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}"))),

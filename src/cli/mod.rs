@@ -19,6 +19,7 @@ mod event;
 mod intention;
 mod kv;
 mod lock;
+mod login;
 mod maint;
 mod members;
 mod operator;
@@ -72,6 +73,11 @@ pub enum CliCommand {
     /// its flags outweigh the other commands').
     #[command(subcommand)]
     Acl(Box<acl::AclCmd>),
+    /// Log in through an auth method: the token's SecretID goes to
+    /// -token-sink-file.
+    Login(login::LoginArgs),
+    /// Delete the token this command runs with (one a login made).
+    Logout,
     /// Intentions: which services may connect to which.
     #[command(subcommand)]
     Intention(intention::IntentionCmd),
@@ -130,6 +136,8 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
         CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
         CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, *c)),
+        CliCommand::Login(a) => client().and_then(|cl| login::login(&cl, a)),
+        CliCommand::Logout => client().and_then(|cl| login::logout(&cl)),
         CliCommand::Connect(c) => client().and_then(|cl| connect::run(&cl, c, token.clone())),
         CliCommand::Intention(c) => match client().and_then(|cl| intention::run(&cl, c)) {
             Ok(code) => return code,

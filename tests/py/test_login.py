@@ -482,3 +482,43 @@ def test_a_slow_or_broken_token_review_api_refuses_within_a_bounded_wait(server,
         assert acl_state(server) == before
     finally:
         api.close()
+
+
+def test_the_cli_creates_a_method_and_a_rule_logs_in_and_out(server, tmp_path):
+    def cairn(*args, token=ROOT):
+        env = {"PATH": "/usr/bin:/bin", "CAIRN_HTTP_ADDR": server.addr}
+        if token:
+            env["CAIRN_HTTP_TOKEN"] = token
+        return subprocess.run([cairn_bin(), *args], env=env, capture_output=True, text=True, timeout=30)
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"JWTValidationPubKeys": [pem_public(EC_KEY)], "JWTSupportedAlgs": ["ES256"],
+                                  "ClaimMappings": {"service": "service"}}))
+    r = cairn("acl", "auth-method", "create", "-type", "jwt", "-name", "cli-jwt", "-max-token-ttl", "5m",
+              "-config", f"@{config}")
+    assert r.returncode == 0, r.stderr
+    assert "Type:          jwt" in r.stdout
+    r = cairn("acl", "binding-rule", "create", "-method", "cli-jwt", "-bind-type", "service",
+              "-bind-name", "${value.service}", "-format", "json")
+    assert r.returncode == 0, r.stderr
+    rule_id = json.loads(r.stdout)["ID"]
+    r = cairn("acl", "binding-rule", "list", "-method", "cli-jwt", "-format", "json")
+    assert [x["ID"] for x in json.loads(r.stdout)] == [rule_id]
+    bearer = tmp_path / "jwt"
+    bearer.write_text(jwt.encode(claims(service="cli-svc"), EC_KEY, algorithm="ES256"))
+    sink = tmp_path / "token"
+    r = cairn("login", "-method", "cli-jwt", "-bearer-token-file", str(bearer), "-token-sink-file", str(sink),
+              "-meta", "host=ci", token=None)
+    assert r.returncode == 0, r.stderr
+    assert oct(sink.stat().st_mode & 0o777) == "0o600"
+    secret = sink.read_text()
+    me = as_token(server, secret).acl.token.read_self()
+    assert me["ServiceIdentities"] == [{"ServiceName": "cli-svc"}]
+    assert me["Description"] == 'token created via login: {"host":"ci"}'
+    assert cairn("logout", token=secret).returncode == 0
+    with pytest.raises(consul.ConsulException):
+        as_token(server, secret).acl.token.read_self()
+    # A plain token cannot be logged out.
+    assert cairn("logout").returncode != 0
+    assert cairn("acl", "auth-method", "delete", "-name", "cli-jwt").returncode == 0
+    assert cairn("acl", "auth-method", "read", "-name", "cli-jwt").returncode != 0
