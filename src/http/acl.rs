@@ -342,7 +342,9 @@ fn read_reset_index(path: &std::path::Path) -> Result<Option<u64>> {
 }
 
 /// A token as the state holds it now, with its secret if the caller knows it.
-fn shown_token(s: &Server, accessor: &str, secret: Option<&str>, writer: bool) -> Result<Response> {
+pub(super) fn shown_token(
+    s: &Server, accessor: &str, secret: Option<&str>, writer: bool,
+) -> Result<Response> {
     let st = s.state();
     let t = st.acl_tokens.get(accessor).ok_or_else(not_found)?;
     let index = st.index_of([&keys::ACL]);
@@ -372,9 +374,7 @@ fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
 /// Writes `token`, its `secret` (when the caller gave or was given it)
 /// sealed in for later reads; answers with it as an `acl:write` caller
 /// sees it.
-pub(super) async fn set_token(
-    s: &Server, mut token: AclToken, secret: Option<&str>,
-) -> Result<Response> {
+async fn set_token(s: &Server, mut token: AclToken, secret: Option<&str>) -> Result<Response> {
     if let Some(secret) = secret {
         s.seal_secret(&mut token, secret);
     }

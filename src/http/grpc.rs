@@ -5,7 +5,9 @@
 //! consul-dataplane's own services from Consul's public protos:
 //! `hashicorp.consul.dataplane.DataplaneService` (the same bootstrap
 //! parameters as the HTTP endpoint, `http::dataplane`) and
-//! `hashicorp.consul.serverdiscovery.ServerDiscoveryService/WatchServers`.
+//! `hashicorp.consul.serverdiscovery.ServerDiscoveryService/WatchServers`
+//! and `hashicorp.consul.acl.ACLService` (`Login`, `Logout`: the HTTP
+//! layer's, `http::login`).
 //!
 //! The dataplane's messages are few and small: written here as prost
 //! messages rather than generated (no protoc in the build).
@@ -128,6 +130,7 @@ pub fn routes(s: &App, xds: crate::xds::Limits) -> tonic::service::Routes {
     tonic::service::Routes::new(ads)
         .add_service(Service::<Dataplane>::new(s.clone()))
         .add_service(Service::<ServerDiscovery>::new(s.clone()))
+        .add_service(Service::<AclService>::new(s.clone()))
         .prepare()
 }
 
@@ -526,6 +529,24 @@ where
     })
 }
 
+/// Answers one unary call with the future `f` makes.
+fn unary_async<Req, Resp, F, Fut>(req: http::Request<Body>, f: F) -> BoxFut
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    F: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Resp, Status>> + Send + 'static,
+{
+    Box::pin(async move {
+        let svc = tower::service_fn(move |r: Request<Req>| {
+            let f = f.clone();
+            async move { f(r.into_inner()).await.map(Response::new) }
+        });
+        let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
+        Ok(grpc.unary(svc, req).await)
+    })
+}
+
 fn unimplemented() -> BoxFut {
     Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) })
 }
@@ -605,6 +626,124 @@ impl Methods for Dataplane {
                     bootstrap(&s, token.as_deref(), r)
                 })
             }
+            _ => unimplemented(),
+        }
+    }
+}
+
+// --- hashicorp.consul.acl -------------------------------------------------
+
+/// consul-dataplane's `-credential-type=login`: `Login` with the
+/// workload's bearer token, `Logout` of the token it got, the same checks
+/// and answers as `/v1/acl/login` and `/logout` (`http::login`).
+#[derive(Clone)]
+struct AclService;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LoginRequest {
+    #[prost(string, tag = "1")]
+    pub auth_method: String,
+    #[prost(string, tag = "2")]
+    pub bearer_token: String,
+    #[prost(btree_map = "string, string", tag = "3")]
+    pub meta: std::collections::BTreeMap<String, String>,
+    #[prost(string, tag = "4")]
+    pub namespace: String,
+    #[prost(string, tag = "5")]
+    pub partition: String,
+    #[prost(string, tag = "6")]
+    pub datacenter: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LoginToken {
+    #[prost(string, tag = "1")]
+    pub accessor_id: String,
+    #[prost(string, tag = "2")]
+    pub secret_id: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LoginResponse {
+    #[prost(message, optional, tag = "1")]
+    pub token: Option<LoginToken>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LogoutRequest {
+    #[prost(string, tag = "1")]
+    pub token: String,
+    #[prost(string, tag = "2")]
+    pub datacenter: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LogoutResponse {}
+
+/// An HTTP layer error as the gRPC status Consul's ACL service answers.
+fn acl_status(e: crate::error::Error) -> Status {
+    use crate::error::Error;
+    match e {
+        Error::Forbidden(m) => Status::permission_denied(m),
+        Error::BadRequest(m) => Status::invalid_argument(m),
+        Error::Busy(m) => Status::resource_exhausted(m),
+        Error::Unauthorized(m) => Status::failed_precondition(m),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+/// Only this datacenter (and Consul open source's one tenancy) answers.
+fn local_only(s: &App, dc: &str, tenancy: &[&str]) -> Result<(), Status> {
+    if !dc.is_empty() && dc != s.datacenter() {
+        return Err(Status::invalid_argument(format!(
+            "datacenter {dc:?}: log in through that datacenter's servers"
+        )));
+    }
+    if tenancy.iter().any(|t| !t.is_empty() && *t != "default") {
+        return Err(Status::invalid_argument(
+            "only the default namespace and partition exist (Consul open source)",
+        ));
+    }
+    Ok(())
+}
+
+impl Methods for AclService {
+    const NAME: &'static str = "hashicorp.consul.acl.ACLService";
+
+    fn call(s: &App, method: &str, req: http::Request<Body>) -> BoxFut {
+        let s = s.clone();
+        match method {
+            "Login" => unary_async(req, move |r: LoginRequest| {
+                let s = s.clone();
+                async move {
+                    local_only(&s, &r.datacenter, &[&r.namespace, &r.partition])?;
+                    let body = crate::structs::auth::LoginBody {
+                        auth_method: r.auth_method,
+                        bearer_token: r.bearer_token,
+                        meta: r.meta,
+                    };
+                    let (accessor_id, secret_id) = super::login::login_token(&s, body)
+                        .await
+                        .map_err(acl_status)?;
+                    Ok(LoginResponse {
+                        token: Some(LoginToken {
+                            accessor_id,
+                            secret_id,
+                        }),
+                    })
+                }
+            }),
+            "Logout" => unary_async(req, move |r: LogoutRequest| {
+                let s = s.clone();
+                async move {
+                    local_only(&s, &r.datacenter, &[])?;
+                    let token = Some(r.token.as_str()).filter(|t| !t.is_empty());
+                    super::login::logout_token(&s, token)
+                        .await
+                        .map_err(acl_status)?;
+                    Ok(LogoutResponse {})
+                }
+            }),
             _ => unimplemented(),
         }
     }

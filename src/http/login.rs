@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 
 use super::acl::{
-    acl_read, acl_write, applied, check_uuid, enabled, missing, now_rfc3339, rfc3339, set_token,
+    acl_read, acl_write, applied, check_uuid, enabled, missing, now_rfc3339, rfc3339, shown_token,
     uuid, valid_name,
 };
 use super::{App, json_at};
@@ -296,8 +296,15 @@ fn description(meta: &std::collections::BTreeMap<String, String>) -> String {
 /// credential. A refusal (unknown method, bad credential, no rule
 /// matched) is a 403 and proposes nothing.
 async fn login(State(s): State<App>, body: Bytes) -> Result<Response> {
-    enabled(&s)?;
     let body: LoginBody = decode_json(&body)?;
+    let (accessor, secret) = login_token(&s, body).await?;
+    shown_token(&s, &accessor, Some(&secret), true)
+}
+
+/// A login, over HTTP or gRPC (`hashicorp.consul.acl.ACLService/Login`):
+/// the new token's accessor and secret.
+pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)> {
+    enabled(s)?;
     if body.auth_method.is_empty() {
         return Err(Error::bad("Invalid Login: no AuthMethod is set"));
     }
@@ -368,18 +375,32 @@ async fn login(State(s): State<App>, body: Bytes) -> Result<Response> {
             rfc3339(now + time::Duration::nanoseconds(method.max_token_ttl.nanos()));
     }
     token.hash = token_hash(&token);
-    set_token(&s, token, Some(&secret)).await
+    let accessor = token.accessor_id.clone();
+    s.seal_secret(&mut token, &secret);
+    applied(
+        s.write(Command::AclTokenSet {
+            token: Box::new(token),
+        })
+        .await?,
+    )?;
+    Ok((accessor, secret))
 }
 
 /// `POST /v1/acl/logout`: deletes the caller's own token, which must be
 /// one a login made.
-async fn logout(
-    State(s): State<App>, _a: Authz, parts: axum::http::request::Parts,
-) -> Result<Response> {
-    enabled(&s)?;
-    let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query())
-        .ok_or_else(|| Error::Forbidden("ACL not found: no token was provided".into()))?;
-    let token = crate::state::acl::token_by_secret_hash(&s.state(), &secret_hash(&secret))
+async fn logout(State(s): State<App>, parts: axum::http::request::Parts) -> Result<Response> {
+    let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query());
+    logout_token(&s, secret.as_deref()).await?;
+    Ok(axum::Json(true).into_response())
+}
+
+/// A logout, over HTTP or gRPC: the token `secret` deleted, if a login
+/// made it.
+pub async fn logout_token(s: &Server, secret: Option<&str>) -> Result<()> {
+    enabled(s)?;
+    let secret =
+        secret.ok_or_else(|| Error::Forbidden("ACL not found: no token was provided".into()))?;
+    let token = crate::state::acl::token_by_secret_hash(&s.state(), &secret_hash(secret))
         .cloned()
         .ok_or_else(|| Error::Forbidden("ACL not found".into()))?;
     if token.auth_method.is_empty() {
@@ -392,6 +413,5 @@ async fn logout(
             accessor: token.accessor_id.clone(),
         })
         .await?,
-    )?;
-    Ok(axum::Json(true).into_response())
+    )
 }

@@ -522,3 +522,69 @@ def test_the_cli_creates_a_method_and_a_rule_logs_in_and_out(server, tmp_path):
     assert cairn("logout").returncode != 0
     assert cairn("acl", "auth-method", "delete", "-name", "cli-jwt").returncode == 0
     assert cairn("acl", "auth-method", "read", "-name", "cli-jwt").returncode != 0
+
+
+def acl_messages():
+    """Consul's `hashicorp.consul.acl` Login/Logout messages (its public
+    proto), built at run time as consul-dataplane sends them."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="cairn_test_acl.proto", package="hashicorp.consul.acl")
+
+    def message(name, fields):
+        m = fdp.message_type.add(name=name)
+        for fname, number, ftype, *rest in fields:
+            f = m.field.add(name=fname, number=number, type=ftype, label=F.LABEL_OPTIONAL)
+            if rest:
+                f.type_name = rest[0]
+    message("LoginRequest", [("auth_method", 1, F.TYPE_STRING), ("bearer_token", 2, F.TYPE_STRING),
+                             ("namespace", 4, F.TYPE_STRING), ("partition", 5, F.TYPE_STRING),
+                             ("datacenter", 6, F.TYPE_STRING)])
+    message("LoginToken", [("accessor_id", 1, F.TYPE_STRING), ("secret_id", 2, F.TYPE_STRING)])
+    message("LoginResponse", [("token", 1, F.TYPE_MESSAGE, ".hashicorp.consul.acl.LoginToken")])
+    message("LogoutRequest", [("token", 1, F.TYPE_STRING), ("datacenter", 2, F.TYPE_STRING)])
+    message("LogoutResponse", [])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"hashicorp.consul.acl.{m.name}"))
+            for m in fdp.message_type}
+
+
+def test_consul_dataplane_logs_in_over_grpc_and_bootstraps_with_its_token(server, static_method):
+    import grpc
+    from test_xds import call, dataplane_messages
+    A, D = acl_messages(), dataplane_messages()
+    svc = "/hashicorp.consul.acl.ACLService/"
+    # The proxy consul-k8s would have registered for the pod.
+    requests.put(
+        f"{server.url}/v1/agent/service/register", headers={"X-Consul-Token": ROOT}, timeout=10,
+        json={"Kind": "connect-proxy", "ID": "dp-web-sidecar-proxy", "Name": "dp-web-sidecar-proxy", "Port": 21000,
+              "Proxy": {"DestinationServiceName": "dp-web", "LocalServicePort": 8080}}).raise_for_status()
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+        bearer = jwt.encode(claims(service="dp-web", team="web"), RSA_KEY, algorithm="RS256")
+        got = call(ch, svc + "Login", A["LoginRequest"](auth_method=static_method, bearer_token=bearer),
+                   A["LoginResponse"])
+        secret = got.token.secret_id
+        assert got.token.accessor_id
+        assert as_token(server, secret).acl.token.read_self()["ServiceIdentities"] == [{"ServiceName": "dp-web"}]
+        bootstrap = ch.unary_unary("/hashicorp.consul.dataplane.DataplaneService/GetEnvoyBootstrapParams",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=D["BootstrapResponse"].FromString)
+        params = bootstrap(D["BootstrapRequest"](node_name="py-node", service_id="dp-web-sidecar-proxy"),
+                           metadata=(("x-consul-token", secret),), timeout=10)
+        assert params.service == "dp-web"
+        # A forged credential is PERMISSION_DENIED and makes no token.
+        before = acl_state(server)
+        with pytest.raises(grpc.RpcError) as e:
+            call(ch, svc + "Login", A["LoginRequest"](auth_method=static_method,
+                                                      bearer_token=jwt.encode(claims(service="x", team="web"),
+                                                                              OTHER_KEY, algorithm="RS256")),
+                 A["LoginResponse"])
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert acl_state(server) == before
+        call(ch, svc + "Logout", A["LogoutRequest"](token=secret), A["LogoutResponse"])
+        with pytest.raises(consul.ConsulException):
+            as_token(server, secret).acl.token.read_self()
+        with pytest.raises(grpc.RpcError) as e:
+            call(ch, svc + "Logout", A["LogoutRequest"](token=ROOT), A["LogoutResponse"])
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
