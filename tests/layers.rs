@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["error", "config_file", "coordinate"],
     &["structs"],
-    &["config_check", "request"],
+    &["config_check", "request", "login"],
     &["discovery_chain", "cli"],
     &["state"],
     &["stream", "merge", "session_ttl", "dns", "connect"],
