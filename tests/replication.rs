@@ -21,6 +21,38 @@ const WAIT: Duration = Duration::from_secs(30);
 /// and reading every service and intention for config entries).
 const REPLICATION: &str = "6f1c2a4e-0000-4000-8000-00000000beef";
 
+/// dc2, a secondary of `dc1` (ACLs on, default deny) replicating with
+/// the replication token, made in dc1 first.
+fn secondary_of(dc1: &Server) -> Server {
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/acl/policy",
+        &json!({
+            "Name": "replication",
+            "Rules": "acl = \"write\"\noperator = \"write\"\n\
+                      service_prefix \"\" { policy = \"read\" intentions = \"read\" }",
+        }),
+    );
+    as_root(
+        dc1.http_addr,
+        "PUT",
+        "/v1/acl/token",
+        &json!({"SecretID": REPLICATION, "Policies": [{"Name": "replication"}]}),
+    );
+    acl_started(
+        Server::builder()
+            .node("b0")
+            .bootstrap_expect(1)
+            .datacenter("dc2")
+            .primary("dc1")
+            .join_wan(dc1.raft_addr)
+            .arg("--acl-replication-token")
+            .arg(REPLICATION),
+        "deny",
+    )
+}
+
 /// A metric of `s`, read with the management token.
 fn metric(s: &Server, name: &str) -> f64 {
     let r = with(s.http_addr, "GET", common::METRICS, None, ROOT);
@@ -59,33 +91,7 @@ fn the_primary_replicates_acls_and_config_entries_to_the_secondary() {
         "deny",
     );
     // The replication token, made in the primary.
-    as_root(
-        dc1.http_addr,
-        "PUT",
-        "/v1/acl/policy",
-        &json!({
-            "Name": "replication",
-            "Rules": "acl = \"write\"\noperator = \"write\"\n\
-                      service_prefix \"\" { policy = \"read\" intentions = \"read\" }",
-        }),
-    );
-    as_root(
-        dc1.http_addr,
-        "PUT",
-        "/v1/acl/token",
-        &json!({"SecretID": REPLICATION, "Policies": [{"Name": "replication"}]}),
-    );
-    let dc2 = acl_started(
-        Server::builder()
-            .node("b0")
-            .bootstrap_expect(1)
-            .datacenter("dc2")
-            .primary("dc1")
-            .join_wan(dc1.raft_addr)
-            .arg("--acl-replication-token")
-            .arg(REPLICATION),
-        "deny",
-    );
+    let dc2 = secondary_of(&dc1);
 
     // Consul's status: running in the secondary, from dc1; off in dc1.
     let status = eventually(WAIT, "ACL replication's first success", || {
@@ -498,4 +504,154 @@ fn any_server_of_the_primary_answers_a_pull_without_a_token() {
     let status = replication_status(&dc2);
     let error = status["LastErrorMessage"].as_str().unwrap();
     assert!(!error.contains("answered 403"), "{status}");
+}
+
+/// A JWT signed with the Ed25519 key of `seed`, and that key's PEM.
+fn ed25519_jwt(seed: u8, claims: &Value) -> (String, String) {
+    use base64::Engine;
+    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&[seed; 32]).unwrap();
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signed = format!(
+        "{}.{}",
+        url.encode(br#"{"alg":"EdDSA","typ":"JWT"}"#),
+        url.encode(claims.to_string())
+    );
+    use ring::signature::KeyPair;
+    let sig = key.sign(signed.as_bytes());
+    // SubjectPublicKeyInfo of an Ed25519 key: a fixed prefix, the key.
+    let mut spki = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    spki.extend_from_slice(key.public_key().as_ref());
+    let pem = format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(spki)
+    );
+    (format!("{signed}.{}", url.encode(sig.as_ref())), pem)
+}
+
+/// Auth methods and binding rules live in the primary: written through
+/// dc2 they are made in dc1 and replicate back. A login in dc2 through a
+/// global method is made by dc1 (its token global, in both); one through
+/// a local method stays in dc2; a logout of the global token through dc2
+/// deletes it in dc1; a rule and a method deleted in dc1 leave dc2.
+#[test]
+fn auth_methods_live_in_the_primary_and_global_logins_are_made_there() {
+    let dc1 = acl_started(
+        Server::builder()
+            .node("a0")
+            .bootstrap_expect(1)
+            .datacenter("dc1"),
+        "deny",
+    );
+    let dc2 = secondary_of(&dc1);
+    eventually(WAIT, "ACL replication's first success", || {
+        let v = replication_status(&dc2);
+        (v["LastSuccess"] != "0001-01-01T00:00:00Z").then_some(())
+    });
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({"iss": "https://issuer.test", "svc": "web", "iat": now, "exp": now + 300});
+    let (bearer, pem) = ed25519_jwt(7, &claims);
+    // Both methods and their rules written through dc2.
+    for (name, locality) in [("fleet", "global"), ("here", "local")] {
+        as_root(
+            dc2.http_addr,
+            "PUT",
+            "/v1/acl/auth-method",
+            &json!({
+                "Name": name, "Type": "jwt", "TokenLocality": locality,
+                "Config": {
+                    "JWTValidationPubKeys": [pem],
+                    "JWTSupportedAlgs": ["EdDSA"],
+                    "BoundIssuer": "https://issuer.test",
+                    "ClaimMappings": {"svc": "svc"},
+                },
+            }),
+        );
+        as_root(
+            dc2.http_addr,
+            "PUT",
+            "/v1/acl/binding-rule",
+            &json!({"AuthMethod": name, "BindType": "service", "BindName": "${value.svc}"}),
+        );
+        let there = with(
+            dc1.http_addr,
+            "GET",
+            &format!("/v1/acl/auth-method/{name}"),
+            None,
+            ROOT,
+        );
+        assert_eq!(there.status, 200, "{name} in dc1: {}", there.body);
+    }
+    eventually(WAIT, "both methods and their rules in dc2", || {
+        let methods = with(dc2.http_addr, "GET", "/v1/acl/auth-methods", None, ROOT).json();
+        let rules = with(dc2.http_addr, "GET", "/v1/acl/binding-rules", None, ROOT).json();
+        (methods.as_array()?.len() == 2 && rules.as_array()?.len() == 2).then_some(())
+    });
+
+    let login = |method: &str| {
+        let r = request_login(&dc2, method, &bearer);
+        assert_eq!(r.status, 200, "login via {method}: {}", r.body);
+        r.json()
+    };
+    // The global login is made by dc1, at once, and is global.
+    let global = login("fleet");
+    assert_eq!(global["Local"], false, "{global}");
+    let gpath = format!("/v1/acl/token/{}", global["AccessorID"].as_str().unwrap());
+    let in_dc1 = with(dc1.http_addr, "GET", &gpath, None, ROOT);
+    assert_eq!(in_dc1.status, 200, "{}", in_dc1.body);
+    assert_eq!(in_dc1.json()["AuthMethod"], "fleet");
+    eventually(WAIT, "the global login token in dc2", || {
+        (with(dc2.http_addr, "GET", &gpath, None, ROOT).status == 200).then_some(())
+    });
+    // The local login stays in dc2.
+    let local = login("here");
+    assert_eq!(local["Local"], true, "{local}");
+    let lpath = format!("/v1/acl/token/{}", local["AccessorID"].as_str().unwrap());
+    assert_eq!(with(dc2.http_addr, "GET", &lpath, None, ROOT).status, 200);
+    assert_eq!(with(dc1.http_addr, "GET", &lpath, None, ROOT).status, 403);
+
+    // A logout of the global token through dc2 deletes it in dc1.
+    let secret = global["SecretID"].as_str().unwrap();
+    let r = with(dc2.http_addr, "POST", "/v1/acl/logout", None, secret);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(with(dc1.http_addr, "GET", &gpath, None, ROOT).status, 403);
+    // The local one logs out in dc2.
+    let secret = local["SecretID"].as_str().unwrap();
+    let r = with(dc2.http_addr, "POST", "/v1/acl/logout", None, secret);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(with(dc2.http_addr, "GET", &lpath, None, ROOT).status, 403);
+
+    // Deleted in dc1: the global method (and its rule) leaves dc2, whose
+    // login through it is then refused.
+    let r = with(
+        dc1.http_addr,
+        "DELETE",
+        "/v1/acl/auth-method/fleet",
+        None,
+        ROOT,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually(WAIT, "the deleted method gone from dc2", || {
+        let rules = with(dc2.http_addr, "GET", "/v1/acl/binding-rules", None, ROOT).json();
+        let gone = with(
+            dc2.http_addr,
+            "GET",
+            "/v1/acl/auth-method/fleet",
+            None,
+            ROOT,
+        )
+        .status;
+        (gone == 404 && rules.as_array()?.len() == 1).then_some(())
+    });
+    assert_eq!(request_login(&dc2, "fleet", &bearer).status, 403);
+}
+
+fn request_login(s: &Server, method: &str, bearer: &str) -> common::Resp {
+    let body = json!({"AuthMethod": method, "BearerToken": bearer}).to_string();
+    common::request_with(s.http_addr, "POST", "/v1/acl/login", Some(&body), &[])
 }

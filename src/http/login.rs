@@ -323,6 +323,14 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
                 body.auth_method
             ))
         })?;
+    // HTTP forwards such a login to the primary (`http::wan`); a call
+    // that reaches here in a secondary (gRPC) is refused, as Consul's:
+    // replication would take a global token made here away again.
+    if method.global() && s.config().datacenter != s.config().primary() {
+        return Err(Error::bad(
+            "creating global tokens via auth methods is only permitted in the primary datacenter",
+        ));
+    }
     let checked = Method::parse(&method).map_err(Error::Internal)?;
     let id = s
         .logins()

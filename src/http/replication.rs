@@ -63,6 +63,16 @@ async fn acl_replica(
                 .filter(|t| !t.local)
                 .map(|t| (**t).clone())
                 .collect(),
+            auth_methods: st
+                .acl_auth_methods
+                .values()
+                .map(|m| (**m).clone())
+                .collect(),
+            binding_rules: st
+                .acl_binding_rules
+                .values()
+                .map(|r| (**r).clone())
+                .collect(),
         };
         (st.index_of([&keys::ACL]), replica)
     })

@@ -179,7 +179,13 @@ async fn to_primary(s: &App, req: Request) -> Result<std::result::Result<Respons
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|e| Error::TooLarge(format!("Request body too large or unreadable: {e}")))?;
-    if stays_local(s, parts.uri.path(), &body) {
+    if stays_local(
+        s,
+        &parts.headers,
+        parts.uri.path(),
+        parts.uri.query(),
+        &body,
+    ) {
         return Ok(Err(Request::from_parts(parts, Body::from(body))));
     }
     parts.uri = without_dc(&parts.uri)?;
@@ -189,12 +195,19 @@ async fn to_primary(s: &App, req: Request) -> Result<std::result::Result<Respons
 }
 
 /// The writes of objects the primary owns: ACL policies, roles and tokens
-/// (and the bootstrap), config entries, intentions.
+/// (and the bootstrap), auth methods and binding rules, config entries,
+/// intentions; and logins and logouts, whose tokens may be global.
 fn replicated_write(method: &Method, path: &str) -> bool {
     if matches!(*method, Method::GET | Method::HEAD) {
         return false;
     }
     path == "/v1/acl/bootstrap"
+        || path == "/v1/acl/login"
+        || path == "/v1/acl/logout"
+        || path == "/v1/acl/auth-method"
+        || path.starts_with("/v1/acl/auth-method/")
+        || path == "/v1/acl/binding-rule"
+        || path.starts_with("/v1/acl/binding-rule/")
         || path == "/v1/acl/token"
         || path.starts_with("/v1/acl/token/")
         || path == "/v1/acl/policy"
@@ -207,8 +220,29 @@ fn replicated_write(method: &Method, path: &str) -> bool {
 }
 
 /// A token write that is this datacenter's own: a create with `Local: true`,
-/// or an update, delete or clone of a local token stored here.
-fn stays_local(s: &App, path: &str, body: &[u8]) -> bool {
+/// or an update, delete or clone of a local token stored here; a login
+/// through a method of local tokens (or one unknown here: refused here),
+/// a logout of a local token (or of none).
+fn stays_local(
+    s: &App, headers: &axum::http::HeaderMap, path: &str, query: Option<&str>, body: &[u8],
+) -> bool {
+    if path == "/v1/acl/login" {
+        let Ok(b) = crate::request::decode_json::<crate::structs::auth::LoginBody>(body) else {
+            return true;
+        };
+        return s
+            .state()
+            .acl_auth_methods
+            .get(&b.auth_method)
+            .is_none_or(|m| !m.global());
+    }
+    if path == "/v1/acl/logout" {
+        let Some(secret) = crate::request::authz::token_of(headers, query) else {
+            return true;
+        };
+        let hash = crate::structs::acl::secret_hash(&secret);
+        return crate::state::acl::token_by_secret_hash(&s.state(), &hash).is_none_or(|t| t.local);
+    }
     if path == "/v1/acl/token" {
         #[derive(serde::Deserialize, Default)]
         #[serde(default)]

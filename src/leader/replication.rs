@@ -29,6 +29,7 @@ use crate::federation::{Federation, Replicated};
 use crate::server::Server;
 use crate::state::{Command, Response, State};
 use crate::structs::acl::{ANONYMOUS_ID, AclPolicy, AclRole, AclToken, GLOBAL_MANAGEMENT_ID};
+use crate::structs::auth::{AclAuthMethod, AclBindingRule};
 use crate::structs::replication::{ACL_PATH, AclReplica, CONFIG_PATH, ConfigReplica};
 
 /// How long one pull waits on the primary for a change. Short: a pull
@@ -285,10 +286,78 @@ fn acl_ready(remote: &AclReplica) -> Result<(), String> {
     }
 }
 
+/// The writes that make this datacenter's auth methods and binding rules
+/// the primary's, one object each, in an order every write applies in:
+/// methods before their rules, rules gone before methods gone.
+fn login_changes(st: &State, remote: &AclReplica) -> Vec<Command> {
+    let bare_m = |m: &AclAuthMethod| AclAuthMethod {
+        create_index: 0,
+        modify_index: 0,
+        ..m.clone()
+    };
+    let bare_r = |r: &AclBindingRule| AclBindingRule {
+        create_index: 0,
+        modify_index: 0,
+        ..r.clone()
+    };
+    let methods: BTreeSet<&str> = remote
+        .auth_methods
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    let rules: BTreeSet<&str> = remote.binding_rules.iter().map(|r| r.id.as_str()).collect();
+    let mut out = Vec::new();
+    // A method whose type changed there was deleted and made again.
+    for m in &remote.auth_methods {
+        match st.acl_auth_methods.get(&m.name) {
+            Some(l) if bare_m(l) == bare_m(m) => {}
+            Some(l) if l.kind != m.kind => {
+                out.push(Command::AclAuthMethodDelete {
+                    name: m.name.clone(),
+                });
+                out.push(Command::AclAuthMethodSet {
+                    method: Box::new(m.clone()),
+                });
+            }
+            _ => out.push(Command::AclAuthMethodSet {
+                method: Box::new(m.clone()),
+            }),
+        }
+    }
+    for r in &remote.binding_rules {
+        if st
+            .acl_binding_rules
+            .get(&r.id)
+            .is_none_or(|l| bare_r(l) != bare_r(r))
+        {
+            out.push(Command::AclBindingRuleSet {
+                rule: Box::new(r.clone()),
+            });
+        }
+    }
+    for id in st.acl_binding_rules.keys() {
+        if !rules.contains(id.as_str()) {
+            out.push(Command::AclBindingRuleDelete { id: id.clone() });
+        }
+    }
+    for name in st.acl_auth_methods.keys() {
+        if !methods.contains(name.as_str()) {
+            out.push(Command::AclAuthMethodDelete { name: name.clone() });
+        }
+    }
+    out
+}
+
 /// The writes that make this datacenter's ACL objects the primary's:
 /// policies and roles all, tokens the global ones (local tokens are this
-/// datacenter's own, never deleted).
+/// datacenter's own, never deleted), auth methods and binding rules.
 fn acl_changes(st: &State, remote: &AclReplica) -> Vec<Command> {
+    let mut out = policy_changes(st, remote);
+    out.extend(login_changes(st, remote));
+    out
+}
+
+fn policy_changes(st: &State, remote: &AclReplica) -> Vec<Command> {
     let policies: BTreeSet<&str> = remote.policies.iter().map(|p| p.id.as_str()).collect();
     let roles: BTreeSet<&str> = remote.roles.iter().map(|r| r.id.as_str()).collect();
     let tokens: BTreeSet<&str> = remote
@@ -344,6 +413,7 @@ fn acl_changes(st: &State, remote: &AclReplica) -> Vec<Command> {
             })
             .cloned()
             .collect(),
+        ..Default::default()
     };
     let nothing = delete_policies.is_empty()
         && delete_roles.is_empty()
@@ -524,6 +594,7 @@ mod tests {
             // A global token of the primary with the stray one's secret:
             // it takes its place.
             tokens: vec![token("g1", "s-stray", false), token("g2", "s2", false)],
+            ..Default::default()
         };
         let cmds = acl_changes(&st, &remote);
         assert_eq!(cmds.len(), 1);
@@ -643,5 +714,43 @@ mod tests {
         assert_eq!(web.modify_index(), 5);
         assert_eq!(st.config.len(), 1);
         assert!(config_changes(&st, &remote).is_empty());
+    }
+
+    #[test]
+    fn auth_methods_and_binding_rules_follow_the_primary() {
+        let mut st = State::default();
+        let method = |kind: &str| AclAuthMethod {
+            name: "k8s".into(),
+            kind: kind.into(),
+            ..Default::default()
+        };
+        let rule = AclBindingRule {
+            id: "r1".into(),
+            auth_method: "k8s".into(),
+            bind_type: "service".into(),
+            bind_name: "web".into(),
+            ..Default::default()
+        };
+        let mut remote = AclReplica {
+            auth_methods: vec![method("kubernetes")],
+            binding_rules: vec![rule.clone()],
+            ..Default::default()
+        };
+        let cmds = acl_changes(&st, &remote);
+        apply_all(&mut st, 2, cmds);
+        assert_eq!(st.acl_binding_rules["r1"].bind_name, "web");
+        assert!(acl_changes(&st, &remote).is_empty());
+        // Made again with another type there: here too, its rules gone.
+        remote.auth_methods = vec![method("jwt")];
+        remote.binding_rules.clear();
+        let cmds = acl_changes(&st, &remote);
+        apply_all(&mut st, 3, cmds);
+        assert_eq!(st.acl_auth_methods["k8s"].kind, "jwt");
+        assert!(st.acl_binding_rules.is_empty());
+        remote.auth_methods.clear();
+        let cmds = acl_changes(&st, &remote);
+        apply_all(&mut st, 4, cmds);
+        assert!(st.acl_auth_methods.is_empty());
+        assert!(acl_changes(&st, &remote).is_empty());
     }
 }

@@ -27,6 +27,12 @@ pub struct AclReplica {
     /// Global tokens only (`Local: false`), as stored: `cairnSecretHash`
     /// included, the secret itself never.
     pub tokens: Vec<AclToken>,
+    /// Auth methods and their binding rules (absent from an older
+    /// primary's answer: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auth_methods: Vec<crate::structs::auth::AclAuthMethod>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub binding_rules: Vec<crate::structs::auth::AclBindingRule>,
 }
 
 /// What `CONFIG_PATH` answers: every entry in Consul's JSON.
