@@ -16,13 +16,16 @@ use super::acl::{
 };
 use super::{App, json_at};
 use crate::error::{Error, Result};
+use crate::login::oidc::FlowError;
 use crate::login::{Method, bind};
 use crate::request::authz::Authz;
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::{Command, keys};
 use crate::structs::acl::{AclToken, secret_hash, token_hash};
-use crate::structs::auth::{AclAuthMethod, AclBindingRule, LoginBody};
+use crate::structs::auth::{
+    AclAuthMethod, AclBindingRule, LoginBody, OidcAuthUrlBody, OidcCallbackBody,
+};
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -40,6 +43,9 @@ pub fn routes() -> Router<App> {
         .route("/v1/acl/binding-rules", get(rule_list))
         .route("/v1/acl/login", post(login))
         .route("/v1/acl/logout", post(logout))
+        .route("/v1/acl/oidc/auth-url", post(oidc_auth_url))
+        .route("/v1/acl/oidc/callback", post(oidc_callback))
+        .route("/v1/internal/ui/oidc-auth-methods", get(oidc_methods))
 }
 
 fn acl_index(s: &Server) -> u64 {
@@ -312,16 +318,24 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
         return Err(Error::bad("Invalid Login: no BearerToken is set"));
     }
     let _place = s.logins().permit().map_err(Error::Busy)?;
+    let (method, checked) = method_for(s, &body.auth_method)?;
+    let id = s
+        .logins()
+        .identify(&method.name, &checked, &body.bearer_token)
+        .await
+        .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
+    issue_token(s, &method, &checked, &id, &body.meta).await
+}
+
+/// The auth method `name` and its checked config, where a login may use it.
+fn method_for(s: &Server, name: &str) -> Result<(AclAuthMethod, Method)> {
     let method = s
         .state()
         .acl_auth_methods
-        .get(&body.auth_method)
-        .cloned()
+        .get(name)
+        .map(|m| (**m).clone())
         .ok_or_else(|| {
-            Error::Forbidden(format!(
-                "ACL not found: auth method {:?} not found",
-                body.auth_method
-            ))
+            Error::Forbidden(format!("ACL not found: auth method {name:?} not found"))
         })?;
     // HTTP forwards such a login to the primary (`http::wan`); a call
     // that reaches here in a secondary (gRPC) is refused, as Consul's:
@@ -332,11 +346,15 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
         ));
     }
     let checked = Method::parse(&method).map_err(Error::Internal)?;
-    let id = s
-        .logins()
-        .identify(&method.name, &checked, &body.bearer_token)
-        .await
-        .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
+    Ok((method, checked))
+}
+
+/// The token a checked identity earns through `method`'s binding rules
+/// (none matching: 403, nothing written); its accessor and secret.
+async fn issue_token(
+    s: &Server, method: &AclAuthMethod, checked: &Method, id: &bind::Identity,
+    meta: &std::collections::BTreeMap<String, String>,
+) -> Result<(String, String)> {
     // The rules as they are once the credential is checked.
     let st = s.state();
     let rules = st
@@ -344,7 +362,7 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
         .values()
         .filter(|r| r.auth_method == method.name)
         .map(|r| &**r);
-    let bound = bind::bind(rules, checked.fields(), &id, &s.config().datacenter)
+    let bound = bind::bind(rules, checked.fields(), id, &s.config().datacenter)
         .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
     let roles = bind::links(&bound.roles, |n| {
         st.acl_roles
@@ -369,7 +387,7 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
     let mut token = AclToken {
         accessor_id: uuid(),
         secret_hash: secret_hash(&secret),
-        description: description(&body.meta),
+        description: description(meta),
         policies,
         roles,
         identities,
@@ -422,4 +440,111 @@ pub async fn logout_token(s: &Server, secret: Option<&str>) -> Result<()> {
         })
         .await?,
     )
+}
+
+// ---- OIDC ----
+
+fn flow_error(e: FlowError) -> Error {
+    match e {
+        FlowError::Bad(m) => Error::bad(m),
+        FlowError::Busy(m) => Error::Busy(m),
+        FlowError::Provider(_) => Error::Internal(e.to_string()),
+        FlowError::Refused(r) => Error::Forbidden(format!("Permission denied: {r}")),
+    }
+}
+
+/// The `oidc` method `name`, checked.
+fn oidc_method(
+    s: &Server, name: &str,
+) -> Result<(AclAuthMethod, Method, Box<crate::login::OidcMethod>)> {
+    let (method, checked) = method_for(s, name)?;
+    match &checked {
+        Method::Oidc(o) => {
+            let o = o.clone();
+            Ok((method, checked, o))
+        }
+        _ => Err(Error::bad(format!(
+            "auth method {name:?} is not of type \"oidc\""
+        ))),
+    }
+}
+
+/// `POST /v1/acl/oidc/auth-url`: the provider's address for a browser to
+/// log in at, its state kept here (this is the leader: writes and this are
+/// forwarded to it) for the callback. No token needed.
+async fn oidc_auth_url(State(s): State<App>, body: Bytes) -> Result<Response> {
+    enabled(&s)?;
+    let body: OidcAuthUrlBody = decode_json(&body)?;
+    if body.auth_method.is_empty() {
+        return Err(Error::bad("Invalid OIDC Auth URL: no AuthMethod is set"));
+    }
+    if body.redirect_uri.is_empty() {
+        return Err(Error::bad("Invalid OIDC Auth URL: no RedirectURI is set"));
+    }
+    let _place = s.logins().permit().map_err(Error::Busy)?;
+    let (method, _, oidc) = oidc_method(&s, &body.auth_method)?;
+    let url = s
+        .logins()
+        .oidc_auth_url(
+            &method.name,
+            &oidc,
+            &body.redirect_uri,
+            &body.client_nonce,
+            body.meta,
+        )
+        .await
+        .map_err(flow_error)?;
+    Ok(axum::Json(serde_json::json!({ "AuthURL": url })).into_response())
+}
+
+/// `POST /v1/acl/oidc/callback`: the provider's code and our state traded
+/// for a token, as a login's (403 and nothing written when refused).
+async fn oidc_callback(State(s): State<App>, body: Bytes) -> Result<Response> {
+    enabled(&s)?;
+    let body: OidcCallbackBody = decode_json(&body)?;
+    for (v, what) in [
+        (&body.auth_method, "AuthMethod"),
+        (&body.state, "State"),
+        (&body.code, "Code"),
+    ] {
+        if v.is_empty() {
+            return Err(Error::bad(format!(
+                "Invalid OIDC callback: no {what} is set"
+            )));
+        }
+    }
+    let _place = s.logins().permit().map_err(Error::Busy)?;
+    let (method, checked, oidc) = oidc_method(&s, &body.auth_method)?;
+    let (id, meta) = s
+        .logins()
+        .oidc_callback(
+            &method.name,
+            &oidc,
+            &body.state,
+            &body.code,
+            &body.client_nonce,
+        )
+        .await
+        .map_err(flow_error)?;
+    let (accessor, secret) = issue_token(&s, &method, &checked, &id, &meta).await?;
+    shown_token(&s, &accessor, Some(&secret), true)
+}
+
+/// `GET /v1/internal/ui/oidc-auth-methods`: the `oidc` methods a log-in
+/// page offers (name, type, display name only), to anyone, as Consul's.
+async fn oidc_methods(State(s): State<App>) -> Result<Response> {
+    let st = s.state();
+    let list: Vec<serde_json::Value> = st
+        .acl_auth_methods
+        .values()
+        .filter(|m| m.kind == "oidc")
+        .map(|m| {
+            serde_json::json!({
+                "Name": m.name,
+                "Type": m.kind,
+                "DisplayName": m.display_name,
+            })
+        })
+        .collect();
+    Ok(axum::Json(list).into_response())
 }

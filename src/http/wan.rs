@@ -204,6 +204,7 @@ fn replicated_write(method: &Method, path: &str) -> bool {
     path == "/v1/acl/bootstrap"
         || path == "/v1/acl/login"
         || path == "/v1/acl/logout"
+        || path.starts_with("/v1/acl/oidc/")
         || path == "/v1/acl/auth-method"
         || path.starts_with("/v1/acl/auth-method/")
         || path == "/v1/acl/binding-rule"
@@ -221,12 +222,14 @@ fn replicated_write(method: &Method, path: &str) -> bool {
 
 /// A token write that is this datacenter's own: a create with `Local: true`,
 /// or an update, delete or clone of a local token stored here; a login
-/// through a method of local tokens (or one unknown here: refused here),
+/// (or an OIDC step) through a method of local tokens (or one unknown
+/// here: refused here),
 /// a logout of a local token (or of none).
 fn stays_local(
     s: &App, headers: &axum::http::HeaderMap, path: &str, query: Option<&str>, body: &[u8],
 ) -> bool {
-    if path == "/v1/acl/login" {
+    if path == "/v1/acl/login" || path.starts_with("/v1/acl/oidc/") {
+        // Each of these bodies names its method as `AuthMethod`.
         let Ok(b) = crate::request::decode_json::<crate::structs::auth::LoginBody>(body) else {
             return true;
         };

@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod jwt;
 pub mod kubernetes;
+pub mod oidc;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -101,6 +102,14 @@ pub struct JwtMethod {
 pub enum Method {
     Jwt(Box<JwtMethod>),
     Kubernetes(KubernetesConfig),
+    Oidc(Box<OidcMethod>),
+}
+
+/// A checked `oidc` method.
+#[derive(Debug, Clone)]
+pub struct OidcMethod {
+    pub config: oidc::OidcConfig,
+    pub algs: Vec<String>,
 }
 
 fn config<T: serde::de::DeserializeOwned>(m: &AclAuthMethod) -> Result<T, String> {
@@ -170,38 +179,8 @@ impl Method {
                         ca: c.discovery_ca_cert.clone(),
                     }
                 };
-                let algs = if c.algs.is_empty() {
-                    vec![jwt::DEFAULT_ALGORITHM.to_string()]
-                } else {
-                    c.algs.clone()
-                };
-                if let Some(a) = algs.iter().find(|a| !jwt::ALGORITHMS.contains(&a.as_str())) {
-                    return Err(format!(
-                        "Invalid Auth Method: unsupported signing algorithm {a:?} (one of {})",
-                        jwt::ALGORITHMS.join(", ")
-                    ));
-                }
-                let mut targets = std::collections::BTreeSet::new();
-                for name in c
-                    .claim_mappings
-                    .values()
-                    .chain(c.list_claim_mappings.values())
-                {
-                    if name.is_empty()
-                        || !name
-                            .chars()
-                            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
-                    {
-                        return Err(format!(
-                            "Invalid Auth Method: invalid claim mapping target {name:?}"
-                        ));
-                    }
-                    if !targets.insert(name.clone()) {
-                        return Err(format!(
-                            "Invalid Auth Method: claim mapping target {name:?} used more than once"
-                        ));
-                    }
-                }
+                let algs = algorithms(&c.algs)?;
+                check_mappings(&c.claim_mappings, &c.list_claim_mappings)?;
                 Ok(Method::Jwt(Box::new(JwtMethod {
                     config: c,
                     keys,
@@ -225,6 +204,13 @@ impl Method {
                 }
                 Ok(Method::Kubernetes(c))
             }
+            "oidc" => {
+                let c: oidc::OidcConfig = config(m)?;
+                c.check()?;
+                let algs = algorithms(&c.algs)?;
+                check_mappings(&c.claim_mappings, &c.list_claim_mappings)?;
+                Ok(Method::Oidc(Box::new(OidcMethod { config: c, algs })))
+            }
             other => Err(format!(
                 "Invalid Auth Method: Type should be one of: {:?}, not {other:?}",
                 TYPES
@@ -235,7 +221,7 @@ impl Method {
     /// The fields a binding rule's selector may name.
     pub fn fields(&self) -> &'static Schema {
         match self {
-            Method::Jwt(_) => &bind::JWT_FIELDS,
+            Method::Jwt(_) | Method::Oidc(_) => &bind::JWT_FIELDS,
             Method::Kubernetes(_) => &bind::KUBERNETES_FIELDS,
         }
     }
@@ -243,15 +229,56 @@ impl Method {
     /// The variables a bind name may interpolate.
     pub fn var_names(&self) -> Vec<String> {
         match self {
-            Method::Jwt(j) => j
-                .config
-                .claim_mappings
-                .values()
-                .map(|v| format!("value.{v}"))
-                .collect(),
+            Method::Jwt(j) => mapped_vars(&j.config.claim_mappings),
+            Method::Oidc(o) => mapped_vars(&o.config.claim_mappings),
             Method::Kubernetes(_) => kubernetes::VARS.iter().map(|v| v.to_string()).collect(),
         }
     }
+}
+
+fn mapped_vars(m: &BTreeMap<String, String>) -> Vec<String> {
+    m.values().map(|v| format!("value.{v}")).collect()
+}
+
+/// A method's signing algorithms (RS256 when none is given), each one
+/// cairn can check.
+fn algorithms(given: &[String]) -> Result<Vec<String>, String> {
+    let algs = if given.is_empty() {
+        vec![jwt::DEFAULT_ALGORITHM.to_string()]
+    } else {
+        given.to_vec()
+    };
+    if let Some(a) = algs.iter().find(|a| !jwt::ALGORITHMS.contains(&a.as_str())) {
+        return Err(format!(
+            "Invalid Auth Method: unsupported signing algorithm {a:?} (one of {})",
+            jwt::ALGORITHMS.join(", ")
+        ));
+    }
+    Ok(algs)
+}
+
+/// Claim mappings' targets: names, each used once.
+fn check_mappings(
+    claims: &BTreeMap<String, String>, lists: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let mut targets = std::collections::BTreeSet::new();
+    for name in claims.values().chain(lists.values()) {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+        {
+            return Err(format!(
+                "Invalid Auth Method: invalid claim mapping target {name:?}"
+            ));
+        }
+        if !targets.insert(name.clone()) {
+            return Err(format!(
+                "Invalid Auth Method: claim mapping target {name:?} used more than once"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Consul's default leeways (seconds): a zero takes the default, a
@@ -292,11 +319,12 @@ fn scalar(v: &Value) -> Option<String> {
 /// mapped name is a variable (blank when the claim is absent), but only
 /// the claims present are selectable, so `"x" in value` tells them apart.
 fn jwt_identity(
-    c: &JwtConfig, claims: &serde_json::Map<String, Value>,
+    mappings: &BTreeMap<String, String>, list_mappings: &BTreeMap<String, String>,
+    claims: &serde_json::Map<String, Value>,
 ) -> Result<Identity, String> {
     let mut value = serde_json::Map::new();
     let mut vars = BTreeMap::new();
-    for (key, name) in &c.claim_mappings {
+    for (key, name) in mappings {
         vars.insert(format!("value.{name}"), String::new());
         if let Some(v) = claim(claims, key) {
             let v = scalar(v).ok_or_else(|| format!("claim {key:?} is not a string"))?;
@@ -305,7 +333,7 @@ fn jwt_identity(
         }
     }
     let mut list = serde_json::Map::new();
-    for (key, name) in &c.list_claim_mappings {
+    for (key, name) in list_mappings {
         let not_list = || format!("claim {key:?} is not a list of strings");
         let items: Vec<Value> = match claim(claims, key) {
             None => continue,
@@ -339,6 +367,7 @@ pub const MAX_LOGINS_IN_FLIGHT: usize = 64;
 pub struct Logins {
     keys: parking_lot::Mutex<HashMap<String, CachedKeys>>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    pending: oidc::PendingLogins,
 }
 
 impl Default for Logins {
@@ -346,6 +375,7 @@ impl Default for Logins {
         Logins {
             keys: Default::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_LOGINS_IN_FLIGHT)),
+            pending: Default::default(),
         }
     }
 }
@@ -374,7 +404,79 @@ impl Logins {
         match method {
             Method::Jwt(j) => self.identify_jwt(name, j, bearer).await,
             Method::Kubernetes(k) => kubernetes::review(k, bearer).await.map_err(Refused),
+            Method::Oidc(_) => Err(Refused(
+                "an oidc auth method logs in through /v1/acl/oidc/auth-url and /v1/acl/oidc/callback, not with a bearer token".into(),
+            )),
         }
+    }
+
+    /// Begins an OIDC login: the provider's address to send the browser to.
+    pub async fn oidc_auth_url(
+        &self, name: &str, m: &OidcMethod, redirect_uri: &str, client_nonce: &str,
+        meta: BTreeMap<String, String>,
+    ) -> Result<String, oidc::FlowError> {
+        let c = &m.config;
+        let doc = oidc::discover(&c.discovery_url, &c.discovery_ca_cert)
+            .await
+            .map_err(oidc::FlowError::Provider)?;
+        self.pending
+            .begin(name, c, &doc, redirect_uri, client_nonce, meta)
+    }
+
+    /// Ends an OIDC login: the state taken back, the code traded, the ID
+    /// token checked; who it proves the caller is, and the `Meta` its
+    /// `auth-url` was given.
+    pub async fn oidc_callback(
+        &self, name: &str, m: &OidcMethod, state: &str, code: &str, client_nonce: &str,
+    ) -> Result<(Identity, BTreeMap<String, String>), oidc::FlowError> {
+        let c = &m.config;
+        let pending = self.pending.take(name, state, client_nonce)?;
+        let doc = oidc::discover(&c.discovery_url, &c.discovery_ca_cert)
+            .await
+            .map_err(oidc::FlowError::Provider)?;
+        let (id_token, access_token) = oidc::exchange(c, &doc, &pending, code).await?;
+        let refused = |e: jwt::JwtError| Refused(format!("OIDC ID token: {e}"));
+        let token = jwt::decode(&id_token).map_err(refused)?;
+        if !m.algs.contains(&token.alg) {
+            return Err(refused(jwt::JwtError::Algorithm(token.alg.clone())).into());
+        }
+        let src = KeySource::Jwks {
+            url: doc.jwks_uri.clone(),
+            ca: c.discovery_ca_cert.clone(),
+        };
+        let mut keys = self.keys_for(name, &src, false).await?;
+        if token.unknown_kid(&keys) {
+            keys = self.keys_for(name, &src, true).await?;
+        }
+        token.verify(&keys, &m.algs).map_err(refused)?;
+        let audiences = if c.bound_audiences.is_empty() {
+            vec![c.client_id.clone()]
+        } else {
+            c.bound_audiences.clone()
+        };
+        let bounds = jwt::Bounds {
+            issuer: doc.issuer.clone(),
+            audiences,
+            expiration_leeway: 0,
+            not_before_leeway: 0,
+            clock_skew_leeway: leeway(c.clock_skew_leeway, 60),
+        };
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        jwt::check_claims(&token.claims, &bounds, now).map_err(refused)?;
+        if token.claims.get("nonce").and_then(Value::as_str) != Some(pending.nonce.as_str()) {
+            return Err(Refused("OIDC ID token: invalid nonce".into()).into());
+        }
+        let mut claims = token.claims.clone();
+        if !doc.userinfo_endpoint.is_empty() && !access_token.is_empty() {
+            let sub = claims.get("sub").and_then(Value::as_str).unwrap_or("");
+            // The ID token's own claims stand; userinfo adds the others.
+            for (k, v) in oidc::userinfo(c, &doc, &access_token, sub).await? {
+                claims.entry(k).or_insert(v);
+            }
+        }
+        let id =
+            jwt_identity(&c.claim_mappings, &c.list_claim_mappings, &claims).map_err(Refused)?;
+        Ok((id, pending.meta))
     }
 
     async fn identify_jwt(
@@ -407,7 +509,7 @@ impl Logins {
         };
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         jwt::check_claims(&token.claims, &bounds, now).map_err(refused)?;
-        jwt_identity(c, &token.claims).map_err(Refused)
+        jwt_identity(&c.claim_mappings, &c.list_claim_mappings, &token.claims).map_err(Refused)
     }
 
     /// The method's fetched keys: cached; `refresh` fetches again unless
@@ -585,11 +687,21 @@ mod tests {
             ..Default::default()
         };
         let claims = serde_json::json!({"nomad_job_id": "web", "nested": {"ns": "prod"}, "groups": ["a", 7]});
-        let id = jwt_identity(&c, claims.as_object().unwrap()).unwrap();
+        let id = jwt_identity(
+            &c.claim_mappings,
+            &c.list_claim_mappings,
+            claims.as_object().unwrap(),
+        )
+        .unwrap();
         assert_eq!(id.vars["value.job"], "web");
         assert_eq!(id.vars["value.ns"], "prod");
         assert_eq!(id.fields["list"]["groups"], serde_json::json!(["a", "7"]));
-        let missing = jwt_identity(&c, serde_json::json!({}).as_object().unwrap()).unwrap();
+        let missing = jwt_identity(
+            &c.claim_mappings,
+            &c.list_claim_mappings,
+            serde_json::json!({}).as_object().unwrap(),
+        )
+        .unwrap();
         assert_eq!(missing.vars["value.job"], "");
         assert_eq!(missing.fields["value"], serde_json::json!({}));
     }

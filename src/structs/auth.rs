@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::duration::Duration;
 
 /// The auth method types cairn serves.
-pub const TYPES: &[&str] = &["jwt", "kubernetes"];
+pub const TYPES: &[&str] = &["jwt", "kubernetes", "oidc"];
 
 /// One auth method: how a bearer token is checked (`Type`, `Config`) and
 /// what the tokens its logins make look like.
@@ -87,6 +87,27 @@ pub struct AclBindingRule {
     pub bind_vars: Option<BindVars>,
     pub create_index: u64,
     pub modify_index: u64,
+}
+
+/// `POST /v1/acl/oidc/auth-url`'s body.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct OidcAuthUrlBody {
+    pub auth_method: String,
+    #[serde(rename = "RedirectURI")]
+    pub redirect_uri: String,
+    pub client_nonce: String,
+    pub meta: BTreeMap<String, String>,
+}
+
+/// `POST /v1/acl/oidc/callback`'s body.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct OidcCallbackBody {
+    pub auth_method: String,
+    pub state: String,
+    pub code: String,
+    pub client_nonce: String,
 }
 
 /// `POST /v1/acl/login`'s body.

@@ -5,6 +5,7 @@ the session ends."""
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import tempfile
 import time
@@ -159,3 +160,48 @@ def cairn():
     server = CairnServer()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def certs():
+    """A CA and a certificate for 127.0.0.1, made by `cairn tls`."""
+    tmp = tempfile.TemporaryDirectory(prefix="cairn-certs-")
+    d = pathlib.Path(tmp.name)
+    for args in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
+        subprocess.run([cairn_bin(), *args], cwd=d, check=True, capture_output=True)
+    yield {
+        "ca": (d / "consul-agent-ca.pem").read_text(),
+        "ca_file": str(d / "consul-agent-ca.pem"),
+        "cert": str(d / "dc1-server-consul-0.pem"),
+        "key": str(d / "dc1-server-consul-0-key.pem"),
+    }
+    tmp.cleanup()
+
+
+def chromium(*extra):
+    """Headless Chromium (Debian's `chromium` and `chromium-driver`) under
+    Selenium, `extra` more flags; under CI (`CI` set) a missing browser
+    fails the run rather than skipping."""
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    why = None
+    if webdriver is None:
+        why = "the selenium package is not installed (pip install selenium)"
+    elif not (shutil.which("chromium") and shutil.which("chromedriver")):
+        why = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium")
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1280,800", *extra):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    d = webdriver.Chrome(options=opts, service=service)
+    d.set_window_size(1280, 800)
+    return d

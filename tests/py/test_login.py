@@ -56,21 +56,6 @@ def b64(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-@pytest.fixture(scope="module")
-def certs():
-    """A CA and a certificate for 127.0.0.1, made by `cairn tls`."""
-    tmp = tempfile.TemporaryDirectory(prefix="cairn-login-")
-    d = pathlib.Path(tmp.name)
-    for args in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
-        subprocess.run([cairn_bin(), *args], cwd=d, check=True, capture_output=True)
-    yield {
-        "ca": (d / "consul-agent-ca.pem").read_text(),
-        "cert": str(d / "dc1-server-consul-0.pem"),
-        "key": str(d / "dc1-server-consul-0-key.pem"),
-    }
-    tmp.cleanup()
-
-
 class HttpsStandIn:
     """A local HTTPS server answering with `handle(method, path, headers,
     body) -> (status, bytes)`; counts the requests it got."""

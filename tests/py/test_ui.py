@@ -17,17 +17,16 @@ import urllib.request
 
 import pytest
 
-from conftest import CairnServer, ThreeServers
+from conftest import CairnServer, ThreeServers, chromium
 
 SHOTS = pathlib.Path(os.environ.get("CAIRN_UI_SHOTS") or tempfile.mkdtemp(prefix="cairn-ui-shots-"))
 ACL_ROOT = "6f1c2a4e-0000-4000-8000-0000000000ui"
 
 try:
-    from selenium import webdriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
-except ImportError:  # pragma: no cover - reported by the fixture
-    webdriver = None
+except ImportError:  # pragma: no cover - reported by the chromium fixture
+    pass
 
 
 def wait_until(what, f, timeout=10):
@@ -73,30 +72,9 @@ def cluster():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def browser_missing():
-    if webdriver is None:
-        return "the selenium package is not installed (pip install selenium)"
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        return "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def chrome():
-    why = browser_missing()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-              "--window-size=1280,800"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    d = webdriver.Chrome(options=opts, service=service)
-    d.set_window_size(1280, 800)
+    d = chromium()
     yield d
     d.quit()
 

@@ -81,8 +81,8 @@ function loginState() {
 
 window.addEventListener("hashchange", () => { loginState(); render(); main.focus({ preventScroll: true }); });
 window.addEventListener("cairn-token", loginState);
-loginState();
-render();
+// An OIDC log-in coming back from its provider ends before the first page.
+acl.finishOidc().finally(() => { loginState(); render(); });
 // The datacenter selector: every known datacenter, this one first (the
 // list is nearest first); a choice re-renders the page through `?dc=`.
 const dcSelect = document.getElementById("dc");
