@@ -9,7 +9,11 @@
 //!   few (`SUBSCRIBER_RULES`): checker (d) holds every event they receive
 //!   to it; and the servers' DNS token with the catalog entries checker
 //!   (g) asks for (`dns`). Mid-run (during the faults) it deletes the
-//!   doomed token, then narrows the DNS token's policy.
+//!   doomed token, then narrows the DNS token's policy. On half the ACL
+//!   seeds the doomed token is a login's (`AuthMethod` set, made as a
+//!   login makes it) and goes with its auth method's delete instead: a
+//!   method's delete must end its tokens from its apply, as a token's own
+//!   delete does.
 //! - `user`: uses the doomed token, before and after its delete, on random
 //!   servers: writes and default and `?consistent` reads (checked by the
 //!   leader) and `?stale` reads (checked by the server asked); now and then
@@ -32,6 +36,7 @@ use std::time::Duration;
 
 use cairn::state::{Command, Response};
 use cairn::structs::acl::{AclPolicy, AclToken, Link, secret_hash};
+use cairn::structs::auth::AclAuthMethod;
 use cairn::structs::{KvOp, KvVerb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -110,6 +115,9 @@ pub struct Tokens {
     pub gateway_accessor: String,
     pub sidecar: String,
     pub sidecar_accessor: String,
+    /// The doomed token was made by a login through `LOGIN_METHOD`, and
+    /// is revoked by deleting the method.
+    pub doomed_by_method: bool,
     /// Set once the admin has created both tokens.
     ready: AtomicBool,
 }
@@ -138,6 +146,7 @@ impl Access {
                 gateway_accessor: uuid_of(seed, 10),
                 sidecar: uuid_of(seed, 11),
                 sidecar_accessor: uuid_of(seed, 12),
+                doomed_by_method: (seed / 4).is_multiple_of(2),
                 ready: AtomicBool::new(false),
             })
         }))
@@ -207,6 +216,8 @@ pub type AclLog = Arc<Mutex<AclRecord>>;
 pub struct AclStats {
     /// The index whose apply removed the doomed token.
     pub delete_index: u64,
+    /// Removed with its auth method (a login's token), not by itself.
+    pub by_method: bool,
     /// Requests with the doomed token accepted, sent before its delete was
     /// acknowledged.
     pub accepted_before: usize,
@@ -251,6 +262,22 @@ pub(crate) async fn until_acked(
     false
 }
 
+/// The auth method whose login made the doomed token on half the seeds.
+const LOGIN_METHOD: &str = "sim-login";
+
+/// A `jwt` method with one static key (no login runs through it here:
+/// only its delete matters).
+fn login_method() -> AclAuthMethod {
+    const KEY: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n-----END PUBLIC KEY-----";
+    let config = serde_json::json!({"JWTValidationPubKeys": [KEY]});
+    AclAuthMethod {
+        name: LOGIN_METHOD.into(),
+        kind: "jwt".into(),
+        config: config.as_object().cloned().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
 fn token(accessor: &str, secret: &str, description: &str) -> AclToken {
     token_of(accessor, secret, description, POLICY_ID, POLICY_NAME)
 }
@@ -293,6 +320,21 @@ pub async fn admin(
         rules: WORKLOAD_RULES.into(),
         ..Default::default()
     };
+    let mut doomed = token(&t.doomed_accessor, &t.doomed, "doomed");
+    let mut method = Vec::new();
+    let delete = if t.doomed_by_method {
+        doomed.auth_method = LOGIN_METHOD.into();
+        method.push(Command::AclAuthMethodSet {
+            method: Box::new(login_method()),
+        });
+        Command::AclAuthMethodDelete {
+            name: LOGIN_METHOD.into(),
+        }
+    } else {
+        Command::AclTokenDelete {
+            accessor: t.doomed_accessor.clone(),
+        }
+    };
     let writes = [
         Command::AclPolicySet {
             policy: Box::new(policy),
@@ -300,8 +342,10 @@ pub async fn admin(
         Command::AclTokenSet {
             token: Box::new(token(&t.workload_accessor, &t.workload, "workload")),
         },
+    ];
+    let writes = writes.into_iter().chain(method).chain([
         Command::AclTokenSet {
-            token: Box::new(token(&t.doomed_accessor, &t.doomed, "doomed")),
+            token: Box::new(doomed),
         },
         Command::AclPolicySet {
             policy: Box::new(AclPolicy {
@@ -320,8 +364,8 @@ pub async fn admin(
                 SUBSCRIBER_POLICY_NAME,
             )),
         },
-    ];
-    let writes = writes.into_iter().chain(dns_setup);
+    ]);
+    let writes = writes.chain(dns_setup);
     for cmd in writes {
         if !until_acked(&servers, cmd, until, &log).await {
             return Ok(());
@@ -331,9 +375,6 @@ pub async fn admin(
     t.ready.store(true, Ordering::Release);
     let now = turmoil::sim_elapsed().unwrap_or_default();
     tokio::time::sleep(delete_at.saturating_sub(now)).await;
-    let delete = Command::AclTokenDelete {
-        accessor: t.doomed_accessor.clone(),
-    };
     if until_acked(&servers, delete, until, &log).await {
         log.lock().unwrap().deleted = Some(now_us());
     }
@@ -420,7 +461,10 @@ pub async fn user(
 /// recorded: where the delete was written (`replicated` false), or one
 /// that learnt it through ACL replication.
 pub fn check(tokens: &Tokens, log: &AclRecord, truth: &Committed, replicated: bool) -> AclStats {
-    let mut stats = AclStats::default();
+    let mut stats = AclStats {
+        by_method: tokens.doomed_by_method,
+        ..Default::default()
+    };
     let fail = |stats: &mut AclStats, f: String| stats.failures.push(f);
     for e in &log.errors {
         fail(&mut stats, format!("acl: an admin write was refused: {e}"));

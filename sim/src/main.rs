@@ -98,8 +98,16 @@ fn main() {
             }
             if let Some(a) = r.acl.as_ref().filter(|_| verbose || !r.passed()) {
                 println!(
-                    "  acl: token deleted at index {}, accepted {} times before, refused {} times after; {} anonymous requests refused",
-                    a.delete_index, a.accepted_before, a.refused_after, a.anonymous_refused
+                    "  acl: token deleted{} at index {}, accepted {} times before, refused {} times after; {} anonymous requests refused",
+                    if a.by_method {
+                        " with its auth method"
+                    } else {
+                        ""
+                    },
+                    a.delete_index,
+                    a.accepted_before,
+                    a.refused_after,
+                    a.anonymous_refused
                 );
             }
             if let Some(d) = r.dns.as_ref().filter(|_| verbose || !r.passed()) {

@@ -1006,7 +1006,9 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
         Command::Deregister(req) => cairn::http::catalog::authorize_deregister(a, &s.state(), req),
         Command::AclPolicySet { .. }
         | Command::AclTokenSet { .. }
-        | Command::AclTokenDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
+        | Command::AclTokenDelete { .. }
+        | Command::AclAuthMethodSet { .. }
+        | Command::AclAuthMethodDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
         // A service's config entries, as `/v1/config` checks them.
         Command::ConfigSet { entry, .. } => {
             let name = entry.get("Name").and_then(|n| n.as_str()).unwrap_or("");
