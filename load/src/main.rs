@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
 mod ads;
+mod login;
 mod rows;
 mod scale;
 
@@ -128,6 +129,18 @@ enum Cmd {
         common: Common,
         #[arg(long)]
         path: String,
+    },
+    /// Prints the PEM public key `login` signs its JWT with.
+    JwtKey,
+    /// Prints a JWT `login` would send (valid for an hour).
+    Jwt,
+    /// Logs in through a `jwt` auth method (`POST /v1/acl/login`) that
+    /// trusts `jwt-key`'s key.
+    Login {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        method: String,
     },
     /// Loads KV entries through `PUT /v1/txn`, `batch` sets per transaction.
     Fill {
@@ -990,6 +1003,15 @@ fn main() -> Result<()> {
                 cmd_register(common, count, shape, start).await
             }
             Cmd::Get { common, path } => rows::cmd_get(common, path).await,
+            Cmd::JwtKey => {
+                println!("{}", login::public_pem()?);
+                Ok(())
+            }
+            Cmd::Jwt => {
+                println!("{}", login::jwt()?);
+                Ok(())
+            }
+            Cmd::Login { common, method } => login::cmd_login(common, method).await,
             Cmd::Fill {
                 addrs,
                 entries,

@@ -50,7 +50,7 @@ fn txn_op(system: System, keys: &[String], value: &[u8]) -> Op {
 
 /// Sends `op` once and fails unless it succeeded (cairn's txn answers 409
 /// with its errors when an operation fails; etcd's txn says `succeeded`).
-async fn call_ok(conn: &mut Conn, op: Op) -> Result<Bytes> {
+pub(crate) async fn call_ok(conn: &mut Conn, op: Op) -> Result<Bytes> {
     let (s, _, b) = conn.call(op.method, &op.path, op.body).await?;
     if !s.is_success() {
         bail!("{s}: {}", String::from_utf8_lossy(&b));
