@@ -285,6 +285,36 @@ fn a_blocking_read_ends_at_its_tokens_expiry() {
     );
 }
 
+/// The leader deletes a token once its `ExpirationTime` has passed (as
+/// Consul's token reaping does: logins with a `MaxTokenTTL` would pile up
+/// otherwise); a token without one stays.
+#[test]
+fn the_leader_deletes_expired_tokens() {
+    let s = deny_server();
+    let short = json!({ "Description": "short", "ExpirationTTL": "1s" });
+    let short = as_root(s.http_addr, "PUT", "/v1/acl/token", &short).json();
+    let kept = json!({ "Description": "kept" });
+    let kept = as_root(s.http_addr, "PUT", "/v1/acl/token", &kept).json();
+    let path = |t: &Value| format!("/v1/acl/token/{}", t["AccessorID"].as_str().unwrap());
+    eventually(
+        Duration::from_secs(30),
+        "the expired token's delete",
+        || (with(s.http_addr, "GET", &path(&short), None, ROOT).status == 403).then_some(()),
+    );
+    let listed = with(s.http_addr, "GET", "/v1/acl/tokens", None, ROOT).json();
+    let descriptions: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["Description"].as_str())
+        .collect();
+    assert!(!descriptions.contains(&"short"), "{descriptions:?}");
+    assert_eq!(
+        with(s.http_addr, "GET", &path(&kept), None, ROOT).status,
+        200
+    );
+}
+
 #[test]
 fn a_deleted_token_is_refused_by_every_server_within_a_second() {
     let servers = common::cluster(3, &DENY_ARGS);

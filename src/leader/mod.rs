@@ -19,6 +19,7 @@ mod federation;
 pub mod liveness;
 mod replication;
 mod session_expiry;
+mod token_expiry;
 mod tombstones;
 
 use std::collections::HashMap;
@@ -61,6 +62,9 @@ pub const DUTIES: &[Duty] = &[
     }),
     Duty::new("agent lease reaper", |t| Box::pin(liveness::reap(t.server))),
     Duty::new("tombstone reaper", |t| Box::pin(tombstones::reap(t.server))),
+    Duty::new("expired ACL token reaper", |t| {
+        Box::pin(token_expiry::reap(t.server))
+    }),
     Duty::new("coordinate batches", |t| {
         Box::pin(coordinates::apply(t.server))
     }),
