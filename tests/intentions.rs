@@ -482,3 +482,117 @@ fn a_proxy_snapshot_sees_a_new_deny_intention() {
             .then_some(())
     });
 }
+
+/// The legacy API by ID, as Terraform's `consul_intention` uses it: the ID
+/// a create answered reads, updates (moving to another destination too)
+/// and deletes the intention, and stays the same across a restart; an ID
+/// no intention has is a 404; under default deny anonymous is refused and
+/// a token reading only another destination too.
+#[test]
+fn intentions_are_read_updated_and_deleted_by_the_id_a_create_gave() {
+    use common::acl::{ROOT, token_with_rules, with};
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::durable("s1", dir.path()).acl("deny", ROOT).start();
+    let call = |s: &Server, method: &str, path: &str, body: Option<&str>| {
+        with(s.http_addr, method, path, body, ROOT)
+    };
+    let r = call(
+        &s,
+        "POST",
+        "/v1/connect/intentions",
+        Some(r#"{"SourceName":"web","DestinationName":"db","Action":"allow"}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.json()["ID"].as_str().unwrap().to_string();
+    let path = format!("/v1/connect/intentions/{id}");
+    let one = call(&s, "GET", &path, None);
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(
+        (
+            one.json()["SourceName"].clone(),
+            one.json()["Action"].clone()
+        ),
+        (json!("web"), json!("allow"))
+    );
+
+    // Update in place: the action changes, the ID stays.
+    let r = call(
+        &s,
+        "PUT",
+        &path,
+        Some(r#"{"SourceName":"web","DestinationName":"db","Action":"deny"}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let exact = call(
+        &s,
+        "GET",
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        None,
+    )
+    .json();
+    assert_eq!(
+        (exact["ID"].as_str(), exact["Action"].as_str()),
+        (Some(id.as_str()), Some("deny"))
+    );
+
+    // Across a restart the ID still finds it.
+    s.restart();
+    s.wait_for_leader(Duration::from_secs(30));
+    assert_eq!(call(&s, "GET", &path, None).json()["Action"], "deny");
+
+    // Permissions: anonymous, and a token reading another destination.
+    assert_eq!(s.get(&path).status, 403);
+    let (_, other) = token_with_rules(
+        s.http_addr,
+        "reads-api",
+        r#"service "api" { policy = "read" intentions = "read" }"#,
+    );
+    assert_eq!(with(s.http_addr, "GET", &path, None, &other).status, 403);
+    let r = with(
+        s.http_addr,
+        "PUT",
+        &path,
+        Some(r#"{"SourceName":"web","DestinationName":"api","Action":"allow"}"#),
+        &other,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+
+    // Moved to another destination: the old pair is gone, the ID follows.
+    let r = call(
+        &s,
+        "PUT",
+        &path,
+        Some(r#"{"SourceName":"web","DestinationName":"api","Action":"allow"}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        call(&s, "GET", &path, None).json()["DestinationName"],
+        "api"
+    );
+    assert_eq!(
+        call(
+            &s,
+            "GET",
+            "/v1/connect/intentions/exact?source=web&destination=db",
+            None
+        )
+        .status,
+        404
+    );
+
+    let r = call(&s, "DELETE", &path, None);
+    assert_eq!((r.status, r.body.trim()), (200, "true"));
+    assert_eq!(call(&s, "GET", &path, None).status, 404);
+    assert_eq!(call(&s, "DELETE", &path, None).status, 404);
+    let r = call(
+        &s,
+        "PUT",
+        &path,
+        Some(r#"{"SourceName":"web","DestinationName":"api","Action":"allow"}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(
+        call(&s, "GET", "/v1/connect/intentions", None).json(),
+        json!([])
+    );
+}

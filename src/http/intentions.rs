@@ -4,7 +4,7 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -28,6 +28,11 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/connect/intentions/match", get(match_))
         .route("/v1/connect/intentions/check", get(check))
+        // By the ID a legacy create answered (Terraform's `consul_intention`).
+        .route(
+            "/v1/connect/intentions/{id}",
+            get(get_by_id).put(put_by_id).delete(delete_by_id),
+        )
         // POST as Consul documents it; PUT as py-consul sends it.
         .route(
             "/v1/agent/connect/authorize",
@@ -201,25 +206,35 @@ async fn put_exact(
 async fn delete_exact(State(s): State<App>, a: Authz, Opts(p, _): Opts) -> Result<Response> {
     let (src, dst) = exact_pair(&p)?;
     require_write(&a, &dst)?;
+    remove_source(&s, &dst, |x| x.name == src).await?;
+    Ok(axum::Json(true).into_response())
+}
+
+/// Takes the source `which` picks out of `dst`'s entry (the entry with
+/// it when it was the last); 404 when there is none. Retried on a racing
+/// change of that entry.
+async fn remove_source(
+    s: &App, dst: &str, which: impl Fn(&crate::structs::config_entry::SourceIntention) -> bool,
+) -> Result<()> {
     for _ in 0..5 {
         let state = s.state();
         let existing = state
             .config
-            .get(&(Kind::ServiceIntentions, dst.clone()))
+            .get(&(Kind::ServiceIntentions, dst.to_string()))
             .cloned();
         let Some(current) = existing.as_deref().and_then(ConfigEntry::as_intentions) else {
             return Err(Error::NotFound("Intention not found".into()));
         };
-        if !current.sources.iter().any(|x| x.name == src) {
+        if !current.sources.iter().any(&which) {
             return Err(Error::NotFound("Intention not found".into()));
         }
         let mut next = current.clone();
-        next.sources.retain(|x| x.name != src);
+        next.sources.retain(|x| !which(x));
         let cas = Some(current.modify_index);
         let cmd = if next.sources.is_empty() {
             Command::ConfigDelete {
                 kind: Kind::ServiceIntentions.as_str().into(),
-                name: dst.clone(),
+                name: dst.to_string(),
                 cas,
             }
         } else {
@@ -229,7 +244,7 @@ async fn delete_exact(State(s): State<App>, a: Authz, Opts(p, _): Opts) -> Resul
             }
         };
         match s.write(cmd).await? {
-            Applied::Bool(true) => return Ok(axum::Json(true).into_response()),
+            Applied::Bool(true) => return Ok(()),
             Applied::Bool(false) => continue,
             Applied::Rejected(r) => return Err(Error::BadRequest(r)),
             other => return Err(Error::Internal(format!("unexpected answer {other:?}"))),
@@ -238,6 +253,81 @@ async fn delete_exact(State(s): State<App>, a: Authz, Opts(p, _): Opts) -> Resul
     Err(Error::Busy(
         "the intentions kept changing; try again".into(),
     ))
+}
+
+/// The intention a legacy create named `id`, as it is in `st`.
+fn by_id(st: &crate::state::State, id: &str) -> Option<Intention> {
+    intentions::all(st).into_iter().find(|i| i.id == id)
+}
+
+/// `GET /v1/connect/intentions/:id`: `intention:read` on its destination;
+/// an ID no intention has is Consul's 404.
+async fn get_by_id(
+    State(s): State<App>, mut a: Authz, Path(id): Path<String>, Opts(_, opts): Opts,
+) -> Result<Response> {
+    let key = kind_key();
+    let (index, found) = blocking(
+        &s,
+        &opts,
+        &mut a,
+        Watch::Keys(vec![key.clone()]),
+        |st, _| (st.index_of([&key]), by_id(st, &id)),
+    )
+    .await?;
+    let found = found.ok_or_else(|| Error::NotFound("Intention not found".into()))?;
+    a.require(
+        a.intention_read(&found.destination_name),
+        "intention:read",
+        &found.destination_name,
+    )?;
+    Ok(json_at(&s, index, &found))
+}
+
+/// `PUT /v1/connect/intentions/:id`: the intention replaced, keeping its
+/// ID; moved to another source or destination, it leaves the old pair
+/// (write on both destinations needed).
+async fn put_by_id(
+    State(s): State<App>, a: Authz, Path(id): Path<String>, _: Opts, body: Bytes,
+) -> Result<Response> {
+    let mut ixn = decode_intention(&body)?;
+    if !ixn.id.is_empty() && ixn.id != id {
+        return Err(Error::bad("ID in the body does not match the URL"));
+    }
+    ixn.id.clear();
+    let old =
+        by_id(&s.state(), &id).ok_or_else(|| Error::bad("Cannot modify non-existent intention"))?;
+    require_write(&a, &old.destination_name)?;
+    require_write(&a, &ixn.destination_name)?;
+    let moved = old.source_name != ixn.source_name || old.destination_name != ixn.destination_name;
+    if moved {
+        if intentions::matching(&s.state(), &ixn.source_name, &ixn.destination_name).is_some_and(
+            |m| m.source_name == ixn.source_name && m.destination_name == ixn.destination_name,
+        ) {
+            return Err(Error::bad(format!(
+                "duplicate intention found: {} => {}",
+                ixn.source_name, ixn.destination_name
+            )));
+        }
+        write_source(&s, &ixn, &id).await?;
+        remove_source(&s, &old.destination_name, |x| {
+            x.legacy_id == id && x.name == old.source_name
+        })
+        .await?;
+    } else {
+        write_source(&s, &ixn, &id).await?;
+    }
+    Ok(axum::http::StatusCode::OK.into_response())
+}
+
+/// `DELETE /v1/connect/intentions/:id`.
+async fn delete_by_id(
+    State(s): State<App>, a: Authz, Path(id): Path<String>, _: Opts,
+) -> Result<Response> {
+    let old =
+        by_id(&s.state(), &id).ok_or_else(|| Error::NotFound("Intention not found".into()))?;
+    require_write(&a, &old.destination_name)?;
+    remove_source(&s, &old.destination_name, |x| x.legacy_id == id).await?;
+    Ok(axum::Json(true).into_response())
 }
 
 /// `GET /v1/connect/intentions/match?by=source|destination&name=N`:
