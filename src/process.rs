@@ -383,7 +383,12 @@ impl ServerProcess {
             why = server.raft_failed() => fault_stop(&server, &why),
             ended = server.tasks().failed() => fail_task_or_fault(&server, ended).await,
             ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
-            _ = crate::signal::shutdown() => {
+            _ = async {
+                tokio::select! {
+                    _ = crate::signal::shutdown() => {},
+                    _ = server.stop_requested() => tracing::info!("left the cluster: stopping"),
+                }
+            } => {
                 // Blocking queries may wait minutes: give requests in
                 // flight a moment to finish, then stop regardless.
                 for s in &stops {

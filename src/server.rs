@@ -226,6 +226,8 @@ pub struct Server {
     secret_seal: Option<crate::acl::seal::SecretSeal>,
     /// Auth methods' fetched keys (`login`).
     logins: crate::login::Logins,
+    /// Set by a graceful leave (`PUT /v1/agent/leave`): the process stops.
+    stop: tokio::sync::Notify,
     db: Option<sled::Db>,
     proposals: mpsc::UnboundedSender<Proposal>,
     /// What client writes accepted and not yet answered may hold: the
@@ -384,6 +386,16 @@ impl Server {
         &self.ui_services
     }
     /// Checks logins' credentials (`login`).
+    /// Asks the process to stop, as SIGTERM does (a graceful leave).
+    pub fn request_stop(&self) {
+        self.stop.notify_one();
+    }
+
+    /// Until a stop is asked for.
+    pub async fn stop_requested(&self) {
+        self.stop.notified().await
+    }
+
     pub fn logins(&self) -> &crate::login::Logins {
         &self.logins
     }
@@ -706,6 +718,7 @@ impl Server {
             acl,
             secret_seal,
             logins: Default::default(),
+            stop: tokio::sync::Notify::new(),
             proxycfg,
             leaves: Default::default(),
             views,

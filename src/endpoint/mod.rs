@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod blocking;
 pub mod kv;
+pub mod members;
 pub mod session;
 
 use std::net::IpAddr;
@@ -148,6 +149,7 @@ pub enum Op {
     Session(session::Op),
     /// Run by each server for itself (`agent::run`), never routed.
     Agent(agent::Op),
+    Members(members::Op),
 }
 
 /// What an operation answers with.
@@ -156,6 +158,7 @@ pub enum Value {
     Kv(kv::Value),
     Session(session::Value),
     Agent(agent::Value),
+    Members(members::Value),
 }
 
 impl Op {
@@ -164,6 +167,7 @@ impl Op {
             Op::Kv(op) => op.place(),
             Op::Session(op) => op.place(),
             Op::Agent(_) => Place::Leader,
+            Op::Members(op) => op.place(),
         }
     }
 
@@ -176,6 +180,7 @@ impl Op {
             Op::Kv(op) => op.run(s, call).await.map(|a| a.map(Value::Kv)),
             Op::Session(op) => op.run(s, call).await.map(|a| a.map(Value::Session)),
             Op::Agent(_) => Err(Error::bad("an agent operation is run by agent::run")),
+            Op::Members(op) => op.run(s, call).await.map(|a| a.map(Value::Members)),
         }
     }
 }

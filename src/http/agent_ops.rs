@@ -5,7 +5,8 @@
 //! the Raft configuration and the catalog, a client node the catalog;
 //! answered by the leader, which the request is forwarded to; with `?wan`
 //! a server of another datacenter is forgotten by every server of this
-//! one, `crate::endpoint::agent`).
+//! one, `crate::endpoint::agent`) and `PUT /v1/agent/leave` (a server's
+//! graceful leave, then its process stops).
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -27,6 +28,7 @@ pub fn routes() -> Router<App> {
     Router::new()
         .route("/v1/agent/join/{*address}", put(join))
         .route("/v1/agent/force-leave/{*node}", put(force_leave))
+        .route("/v1/agent/leave", put(leave))
 }
 
 /// Forwarded to the leader (it changes the Raft configuration and the
@@ -56,6 +58,40 @@ async fn join(State(s): State<App>, a: Authz, Path(address): Path<String>) -> Re
         .join_via(&address)
         .await
         .map_err(|e| Error::Internal(format!("Failed to join {address}: {e}")))?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `PUT /v1/agent/leave` on a server (`agent:write` on its node): the
+/// graceful leave of a rolling restart, as Consul's. A leader first hands
+/// leadership to another voter; then the leader takes this server out of
+/// the Raft configuration and the catalog (`endpoint::members`), and the
+/// process stops. A lone server just stops (no other could take its
+/// place; its data dir keeps the cluster).
+async fn leave(State(s): State<App>, Called(_, call): Called) -> Result<Response> {
+    let node = s.node_name().to_string();
+    let a = call.authz(&s)?;
+    a.require(a.agent_write(&node), "agent:write", &node)?;
+    let others = s
+        .cluster()
+        .members()
+        .iter()
+        .any(|(id, _, voter)| *voter && *id != s.cluster().id);
+    if others {
+        if s.cluster().is_leader() {
+            let to = s.cluster().transfer_leader(None).await?;
+            tracing::info!(to = %to, "leaving: leadership handed over");
+        }
+        crate::endpoint::route(
+            &s,
+            call,
+            crate::endpoint::Op::Members(crate::endpoint::members::Op::Leave {
+                node: node.clone(),
+            }),
+        )
+        .await?;
+    }
+    tracing::info!(node = %node, "left the cluster");
+    s.request_stop();
     Ok(StatusCode::OK.into_response())
 }
 

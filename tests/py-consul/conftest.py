@@ -44,7 +44,6 @@ LOGS_DIR.mkdir(parents=True, exist_ok=True)
 # nodeid -> why it fails on cairn.
 _G = "tests/api/test_agent.py::TestAgent::"
 EXPECTED_FAILURES: dict[str, str] = {
-    _G + "test_agent_leave": "issue 52: PUT /v1/agent/leave on a server",
     "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
         "issue 52: the operator keyring (Consul errors without gossip encryption)"
     ),
