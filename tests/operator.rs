@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::acl::{ROOT, acl_started, as_root, token_with_rules, with};
 use common::{Server, agreed_leader, cli, eventually};
+use serde_json::json;
 
 /// The agreed leader is `want`; the servers' logs otherwise.
 fn expect_leader(servers: &[Server], want: usize) {
@@ -254,5 +255,64 @@ fn usage_counts_services_instances_and_nodes() {
     assert_eq!(
         with(a, "GET", "/v1/operator/usage", None, &short).status,
         403
+    );
+}
+
+/// `/v1/operator/keyring`: without `--encrypt` every operation is Consul's
+/// 500 with the reason; with it the list shows the one key on every
+/// server (LAN and WAN rings), and rotation is refused in one line.
+#[test]
+fn the_keyring_lists_the_encrypt_key_or_says_there_is_none() {
+    let plain = Server::dev();
+    for method in ["GET", "POST", "PUT", "DELETE"] {
+        let body = (method != "GET")
+            .then_some(r#"{"Key": "8CooQRX1+VK7MsQQK6lx2LhumpSfQzUjE63HdAu2hgA="}"#);
+        let r = common::request(plain.http_addr, method, "/v1/operator/keyring", body);
+        assert_eq!(r.status, 500, "{method}: {}", r.body);
+        assert!(r.body.contains("without --encrypt"), "{method}: {}", r.body);
+    }
+    const KEY: &str = "q0rYb3IpZzBYF8kGMfJ0ZV1tqRk3eE2vK7m8Xo1nQ5c=";
+    let s = Server::builder().dev().arg("--encrypt").arg(KEY).start();
+    let rings = s.get_json("/v1/operator/keyring");
+    let rings = rings.as_array().unwrap();
+    assert_eq!(rings.len(), 2, "{rings:?}");
+    for ring in rings {
+        assert_eq!(ring["Keys"], json!({ KEY: 1 }), "{ring}");
+        assert_eq!(ring["PrimaryKeys"], json!({ KEY: 1 }), "{ring}");
+        assert_eq!(ring["NumNodes"], 1);
+    }
+    assert_eq!(rings.iter().filter(|r| r["WAN"] == true).count(), 1);
+    let r = common::request(
+        s.http_addr,
+        "POST",
+        "/v1/operator/keyring",
+        Some(r#"{"Key": "8CooQRX1+VK7MsQQK6lx2LhumpSfQzUjE63HdAu2hgA="}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("not supported"), "{}", r.body);
+
+    // Under default deny: keyring:read to list, keyring:write to change.
+    let guarded = acl_started(Server::builder().dev().arg("--encrypt").arg(KEY), "deny");
+    assert_eq!(guarded.get("/v1/operator/keyring").status, 403);
+    let (_, reader) = token_with_rules(guarded.http_addr, "keyring-read", r#"keyring = "read""#);
+    let r = with(
+        guarded.http_addr,
+        "GET",
+        "/v1/operator/keyring",
+        None,
+        &reader,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = with(
+        guarded.http_addr,
+        "DELETE",
+        "/v1/operator/keyring",
+        Some("{}"),
+        &reader,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        with(guarded.http_addr, "GET", "/v1/operator/keyring", None, ROOT).status,
+        200
     );
 }

@@ -16,6 +16,7 @@ mod gateways;
 pub mod grpc;
 mod health;
 mod intentions;
+mod keyring;
 mod kv;
 pub mod liveness;
 mod login;
@@ -120,6 +121,7 @@ pub fn router(server: App) -> Router {
     Router::new()
         .merge(acl::routes())
         .merge(login::routes())
+        .merge(keyring::routes())
         .merge(kv::routes())
         .merge(session::routes())
         .merge(snapshot::routes())

@@ -108,6 +108,12 @@ impl EncryptKey {
         })
     }
 
+    /// The key in base64, as it was given (`/v1/operator/keyring` lists it,
+    /// as Consul's lists its gossip keys).
+    pub fn to_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(*self.raw)
+    }
+
     /// A fresh key in base64 (`cairn keygen`).
     pub fn generate() -> io::Result<String> {
         let mut raw = [0u8; KEY_LEN];

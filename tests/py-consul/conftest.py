@@ -44,9 +44,6 @@ LOGS_DIR.mkdir(parents=True, exist_ok=True)
 # nodeid -> why it fails on cairn.
 _G = "tests/api/test_agent.py::TestAgent::"
 EXPECTED_FAILURES: dict[str, str] = {
-    "tests/api/test_operator.py::TestOperator::test_keyring_without_encryption_errors": (
-        "issue 52: the operator keyring (Consul errors without gossip encryption)"
-    ),
 }
 
 # The tests whose HTTP checks dial the agent at 127.0.0.1:8500, its own
