@@ -1595,3 +1595,39 @@ fn script_checks_run_only_where_enabled() {
         (s.get_json("/v1/agent/checks")["from-file"]["Status"] == "warning").then_some(())
     });
 }
+
+/// An agent may start unjoined (Consul's): with no server ever reached it
+/// answers `/v1/agent/self` and `/v1/agent/join` itself, and nothing a
+/// server would judge; joined later it syncs. Once it has seen servers
+/// with ACLs on it remembers that in its data dir: restarted with them out
+/// of reach, it no longer answers anonymous callers as an unjoined agent.
+#[test]
+fn an_unjoined_agent_answers_for_itself_and_joins_later() {
+    let nowhere = format!("http://127.0.0.1:{}", common::free_port());
+    let mut agent = Agent::builder("late", &nowhere).start();
+    let me = agent.get("/v1/agent/self");
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.json()["Config"]["NodeName"], "late");
+    let r = agent.put("/v1/agent/service/register", r#"{"Name": "web"}"#);
+    assert_eq!(
+        r.status, 403,
+        "no server to judge a registration: {}",
+        r.body
+    );
+
+    // A server with ACLs on (default deny), joined afterwards.
+    let s = common::acl::deny_server();
+    let r = agent.put(&format!("/v1/agent/join/{}", s.http_addr), "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    // It asks the servers now: anonymous is refused by their rules.
+    eventually(
+        Duration::from_secs(30),
+        "the servers' ACLs in force",
+        || (agent.get("/v1/agent/self").status == 403).then_some(()),
+    );
+    // Restarted with the server gone: what it learnt holds.
+    drop(s);
+    agent.restart();
+    let r = agent.get("/v1/agent/self");
+    assert_ne!(r.status, 200, "{}", r.body);
+}

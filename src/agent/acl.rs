@@ -9,6 +9,11 @@
 //! With no server reachable, Consul's default down policy
 //! (`extend-cache`): a token resolved before is used past its TTL; an
 //! unknown one is refused unless the servers were last seen without ACLs.
+//! Whether they had ACLs is kept in the data dir (`ACLS_SEEN`), so a
+//! restart does not forget it; an agent that never reached a server (one
+//! started unjoined, as Consul's may be) answers for itself only:
+//! `agent:read` and `agent:write` on its own node (`/v1/agent/self`,
+//! `/v1/agent/join`), nothing a server would have to judge.
 //! Requests the agent forwards are not resolved here: the server that
 //! answers checks them.
 
@@ -40,24 +45,67 @@ struct Cached {
     authz: Arc<Authorizer>,
 }
 
+/// The file in the data dir saying whether the servers last answered
+/// with ACLs on (`true`/`false`).
+pub const ACLS_SEEN: &str = "acls-seen";
+
 /// The agent's resolved tokens.
 #[derive(Default)]
 pub struct Tokens {
     /// By the SHA-256 of the secret, as the servers key theirs.
     cache: Mutex<HashMap<String, Cached>>,
     /// Whether the servers last answered with ACLs on (None: no server
-    /// answered yet).
+    /// answered yet, in this data dir's life).
     enabled: Mutex<Option<bool>>,
+    /// Where that is kept (`ACLS_SEEN`).
+    file: Option<std::path::PathBuf>,
 }
 
 impl Tokens {
+    /// The cache of an agent whose data dir is `dir`, with what it last
+    /// learnt of the servers' ACLs.
+    pub fn at(dir: &std::path::Path) -> Tokens {
+        let file = dir.join(ACLS_SEEN);
+        let enabled = match std::fs::read_to_string(&file).as_deref().map(str::trim) {
+            Ok("true") => Some(true),
+            Ok("false") => Some(false),
+            _ => None,
+        };
+        Tokens {
+            cache: Default::default(),
+            enabled: Mutex::new(enabled),
+            file: Some(file),
+        }
+    }
+
+    /// Records whether the servers have ACLs on, in the data dir when it
+    /// changed.
+    fn seen(&self, enabled: bool) {
+        let before = self.enabled.lock().replace(enabled);
+        if before != Some(enabled)
+            && let Some(f) = &self.file
+            && let Err(e) = std::fs::write(f, enabled.to_string())
+        {
+            tracing::warn!(file = %f.display(), error = %e, "cannot keep whether the servers have ACLs");
+        }
+    }
+
     /// The authorizer of `token` (none: the anonymous token).
     pub async fn resolve(&self, servers: &Servers, token: Option<&str>) -> Result<Arc<Authorizer>> {
+        self.resolve_or_unjoined(servers, token)
+            .await?
+            .ok_or_else(|| Error::Internal("ACL not resolved: No known Consul servers".into()))
+    }
+
+    /// As `resolve`, but `None` when no server was ever reached.
+    async fn resolve_or_unjoined(
+        &self, servers: &Servers, token: Option<&str>,
+    ) -> Result<Option<Arc<Authorizer>>> {
         let key = secret_hash(token.unwrap_or(""));
         if let Some(c) = self.cache.lock().get(&key)
             && c.at.elapsed() < TOKEN_TTL
         {
-            return Ok(c.authz.clone());
+            return Ok(Some(c.authz.clone()));
         }
         let path = format!("{AUTHORIZER_PATH}?stale");
         let resp = match servers
@@ -65,7 +113,7 @@ impl Tokens {
             .await
         {
             Ok(r) => r,
-            Err(ServerError::Unreachable(_)) => return self.down(&key),
+            Err(ServerError::Unreachable(_)) => return self.down(&key, true),
             Err(e) => return Err(e.into()),
         };
         let status = resp.status().as_u16();
@@ -76,13 +124,13 @@ impl Tokens {
         if status != 200 {
             let body = resp.text().await.unwrap_or_default();
             tracing::warn!(status, body, "token resolution failed");
-            return self.down(&key);
+            return self.down(&key, false);
         }
         let resolved: ResolvedToken = resp
             .json()
             .await
             .map_err(|e| Error::Internal(format!("token resolution: {e}")))?;
-        *self.enabled.lock() = Some(resolved.enabled);
+        self.seen(resolved.enabled);
         let authz = Arc::new(authorizer(&resolved));
         let mut cache = self.cache.lock();
         if cache.len() >= CACHE_MAX {
@@ -95,17 +143,20 @@ impl Tokens {
                 authz: authz.clone(),
             },
         );
-        Ok(authz)
+        Ok(Some(authz))
     }
 
     /// No answer from the servers: the cached authorizer whatever its age,
-    /// else everything if the servers run without ACLs, else refused.
-    fn down(&self, key: &str) -> Result<Arc<Authorizer>> {
+    /// else everything if the servers run without ACLs, else refused; and
+    /// `None` when no server was ever reached (`unreachable`) and none
+    /// ever answered.
+    fn down(&self, key: &str, unreachable: bool) -> Result<Option<Arc<Authorizer>>> {
         if let Some(c) = self.cache.lock().get(key) {
-            return Ok(c.authz.clone());
+            return Ok(Some(c.authz.clone()));
         }
         match *self.enabled.lock() {
-            Some(false) => Ok(Arc::new(Authorizer::allow_all())),
+            Some(false) => Ok(Some(Arc::new(Authorizer::allow_all()))),
+            None if unreachable => Ok(None),
             _ => Err(Error::Internal(
                 "ACL not resolved: No known Consul servers".into(),
             )),
@@ -140,7 +191,12 @@ pub(super) async fn authz_of(a: &Agent, token: Option<String>) -> Result<Authz> 
             token,
         ));
     }
-    let authz = a.tokens.resolve(&a.servers, token.as_deref()).await?;
+    let authz = a
+        .tokens
+        .resolve_or_unjoined(&a.servers, token.as_deref())
+        .await?
+        // Unjoined: the agent answers for itself alone.
+        .unwrap_or_else(|| super::ops::recovery_authorizer(&a.config.node));
     Ok(Authz::resolved(authz, token))
 }
 

@@ -559,7 +559,7 @@ async fn start(config: AgentConfig) -> anyhow::Result<Arc<Agent>> {
             config.tokens.own().map(String::from),
         )?,
         local: Arc::new(Local::new(tables)),
-        tokens: Default::default(),
+        tokens: acl::Tokens::at(&config.data_dir),
         leaves: Default::default(),
         node_id,
         runners: Mutex::new(HashMap::new()),
