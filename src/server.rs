@@ -706,6 +706,7 @@ impl Server {
         let acl = Arc::new(crate::state::token_resolver::Resolver::new(
             config.acl.clone(),
             &config.datacenter,
+            clock,
         ));
         let secret_seal = match &config.encrypt {
             Some(k) => Some(crate::acl::seal::SecretSeal::new(

@@ -9,11 +9,15 @@
 //!   few (`SUBSCRIBER_RULES`): checker (d) holds every event they receive
 //!   to it; and the servers' DNS token with the catalog entries checker
 //!   (g) asks for (`dns`). Mid-run (during the faults) it deletes the
-//!   doomed token, then narrows the DNS token's policy. On half the ACL
-//!   seeds the doomed token is a login's (`AuthMethod` set, made as a
+//!   doomed token, then narrows the DNS token's policy. On a third of the
+//!   ACL seeds the doomed token is a login's (`AuthMethod` set, made as a
 //!   login makes it) and goes with its auth method's delete instead: a
 //!   method's delete must end its tokens from its apply, as a token's own
-//!   delete does.
+//!   delete does. On another third it is a login's with an
+//!   `ExpirationTime` at that moment, and nothing deletes it but the
+//!   leader's reaping (`leader::token_expiry`): every server must refuse
+//!   it from its expiry (all judge it by the one simulated clock), `?stale`
+//!   reads too, and the reaping must delete it.
 //! - `user`: uses the doomed token, before and after its delete, on random
 //!   servers: writes and default and `?consistent` reads (checked by the
 //!   leader) and `?stale` reads (checked by the server asked); now and then
@@ -97,6 +101,18 @@ pub fn acl_seed(seed: u64) -> bool {
     seed % 4 == 3
 }
 
+/// How the doomed token ends, drawn from the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Doom {
+    /// Its own delete.
+    #[default]
+    Deleted,
+    /// A login's (through `LOGIN_METHOD`), deleted with its auth method.
+    MethodDeleted,
+    /// A login's, expiring; deleted only by the leader's reaping.
+    Expires,
+}
+
 /// The tokens of one ACL run: secrets and accessors drawn from the seed.
 #[derive(Debug)]
 pub struct Tokens {
@@ -115,9 +131,8 @@ pub struct Tokens {
     pub gateway_accessor: String,
     pub sidecar: String,
     pub sidecar_accessor: String,
-    /// The doomed token was made by a login through `LOGIN_METHOD`, and
-    /// is revoked by deleting the method.
-    pub doomed_by_method: bool,
+    /// How the doomed token ends.
+    pub doom: Doom,
     /// Set once the admin has created both tokens.
     ready: AtomicBool,
 }
@@ -146,7 +161,11 @@ impl Access {
                 gateway_accessor: uuid_of(seed, 10),
                 sidecar: uuid_of(seed, 11),
                 sidecar_accessor: uuid_of(seed, 12),
-                doomed_by_method: (seed / 4).is_multiple_of(2),
+                doom: match (seed / 4) % 3 {
+                    0 => Doom::Deleted,
+                    1 => Doom::MethodDeleted,
+                    _ => Doom::Expires,
+                },
                 ready: AtomicBool::new(false),
             })
         }))
@@ -216,8 +235,8 @@ pub type AclLog = Arc<Mutex<AclRecord>>;
 pub struct AclStats {
     /// The index whose apply removed the doomed token.
     pub delete_index: u64,
-    /// Removed with its auth method (a login's token), not by itself.
-    pub by_method: bool,
+    /// How it ended: deleted, with its auth method, or expired.
+    pub doom: Doom,
     /// Requests with the doomed token accepted, sent before its delete was
     /// acknowledged.
     pub accepted_before: usize,
@@ -322,17 +341,27 @@ pub async fn admin(
     };
     let mut doomed = token(&t.doomed_accessor, &t.doomed, "doomed");
     let mut method = Vec::new();
-    let delete = if t.doomed_by_method {
+    if t.doom != Doom::Deleted {
         doomed.auth_method = LOGIN_METHOD.into();
         method.push(Command::AclAuthMethodSet {
             method: Box::new(login_method()),
         });
-        Command::AclAuthMethodDelete {
-            name: LOGIN_METHOD.into(),
-        }
-    } else {
-        Command::AclTokenDelete {
+    }
+    let delete = match t.doom {
+        Doom::Deleted => Some(Command::AclTokenDelete {
             accessor: t.doomed_accessor.clone(),
+        }),
+        Doom::MethodDeleted => Some(Command::AclAuthMethodDelete {
+            name: LOGIN_METHOD.into(),
+        }),
+        Doom::Expires => {
+            // The simulated clock is the Unix epoch plus the run's time.
+            let at = time::OffsetDateTime::UNIX_EPOCH
+                + time::Duration::milliseconds(delete_at.as_millis() as i64);
+            doomed.expiration_time = at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            None
         }
     };
     let writes = [
@@ -375,8 +404,14 @@ pub async fn admin(
     t.ready.store(true, Ordering::Release);
     let now = turmoil::sim_elapsed().unwrap_or_default();
     tokio::time::sleep(delete_at.saturating_sub(now)).await;
-    if until_acked(&servers, delete, until, &log).await {
-        log.lock().unwrap().deleted = Some(now_us());
+    match delete {
+        Some(delete) => {
+            if until_acked(&servers, delete, until, &log).await {
+                log.lock().unwrap().deleted = Some(now_us());
+            }
+        }
+        // Expired now, on every server at once.
+        None => log.lock().unwrap().deleted = Some(delete_at.as_micros() as u64),
     }
     // And takes a service from the DNS token: servers must stop answering
     // it once they apply that.
@@ -462,7 +497,7 @@ pub async fn user(
 /// that learnt it through ACL replication.
 pub fn check(tokens: &Tokens, log: &AclRecord, truth: &Committed, replicated: bool) -> AclStats {
     let mut stats = AclStats {
-        by_method: tokens.doomed_by_method,
+        doom: tokens.doom,
         ..Default::default()
     };
     let fail = |stats: &mut AclStats, f: String| stats.failures.push(f);
@@ -488,7 +523,11 @@ pub fn check(tokens: &Tokens, log: &AclRecord, truth: &Committed, replicated: bo
     // the delete was written, once acknowledged (its leader applied it
     // first); where replication brought it, once every server applied it
     // (which one led as it did, the truth does not say).
-    let refused_from = if replicated {
+    let expired = tokens.doom == Doom::Expires;
+    let refused_from = if expired {
+        // Every server judges expiry by the one simulated clock.
+        deleted_at
+    } else if replicated {
         truth
             .acl_deleted_at
             .iter()
@@ -516,6 +555,16 @@ pub fn check(tokens: &Tokens, log: &AclRecord, truth: &Committed, replicated: bo
         }
         if u.acked {
             let server = format!("s{}", u.asked + 1);
+            if u.stale && expired && u.call > deleted_at {
+                fail(
+                    &mut stats,
+                    format!(
+                        "acl: {server} accepted the expired token on a ?stale read asked at {} µs, after its expiry at {deleted_at} µs: {u:?}",
+                        u.call
+                    ),
+                );
+                continue;
+            }
             if u.stale {
                 // The server asked answers from its own state: it may accept
                 // the token until it has applied the delete, never after.

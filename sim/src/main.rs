@@ -98,11 +98,11 @@ fn main() {
             }
             if let Some(a) = r.acl.as_ref().filter(|_| verbose || !r.passed()) {
                 println!(
-                    "  acl: token deleted{} at index {}, accepted {} times before, refused {} times after; {} anonymous requests refused",
-                    if a.by_method {
-                        " with its auth method"
-                    } else {
-                        ""
+                    "  acl: token {} at index {}, accepted {} times before, refused {} times after; {} anonymous requests refused",
+                    match a.doom {
+                        sim::acl::Doom::Deleted => "deleted",
+                        sim::acl::Doom::MethodDeleted => "deleted with its auth method",
+                        sim::acl::Doom::Expires => "expired, then reaped",
                     },
                     a.delete_index,
                     a.accepted_before,

@@ -47,9 +47,7 @@ pub async fn blocking<T>(
     // A token that expires while the read waits is refused then, as a
     // deleted one is at the ACL change: not served until the wait ends.
     let expires = token_expiry(s, a.token()).map(|e| {
-        let left = e
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default();
+        let left = e.duration_since(s.acl().now()).unwrap_or_default();
         tokio::time::Instant::now() + left
     });
     let wake_by = expires.map_or(deadline, |e| e.min(deadline));

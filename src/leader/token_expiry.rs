@@ -23,7 +23,7 @@ pub async fn reap(s: Arc<Server>) {
     loop {
         tick.tick().await;
         let secondary = s.config().datacenter != s.config().primary();
-        let expired = expired(&s, SystemTime::now(), secondary);
+        let expired = expired(&s, s.acl().now(), secondary);
         if expired.is_empty() {
             continue;
         }

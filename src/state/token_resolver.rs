@@ -63,16 +63,25 @@ pub struct Resolver {
     datacenter: String,
     allow_all: Arc<Authorizer>,
     cache: Mutex<HashMap<String, Cached>>,
+    /// What tokens' `ExpirationTime` is judged against: the wall clock,
+    /// or in the simulation its simulated one (the same on every server).
+    clock: crate::session_ttl::Clock,
 }
 
 impl Resolver {
-    pub fn new(config: AclConfig, datacenter: &str) -> Self {
+    pub fn new(config: AclConfig, datacenter: &str, clock: crate::session_ttl::Clock) -> Self {
         Resolver {
             config,
             datacenter: datacenter.to_string(),
             allow_all: Arc::new(Authorizer::allow_all()),
             cache: Mutex::new(HashMap::new()),
+            clock,
         }
+    }
+
+    /// The time tokens expire by.
+    pub fn now(&self) -> SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis((self.clock)())
     }
 
     pub fn enabled(&self) -> bool {
@@ -94,7 +103,7 @@ impl Resolver {
         let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
         let hash = secret_hash(secret);
         let generation = generation(st);
-        let now = SystemTime::now();
+        let now = self.now();
         {
             let cache = self.cache.lock();
             if let Some(c) = cache.get(&hash)
@@ -158,7 +167,7 @@ impl Resolver {
         }
         let secret = secret.filter(|s| !s.is_empty()).unwrap_or(ANONYMOUS_SECRET);
         let (accessor_id, rules) = match acl::token_by_secret_hash(st, &secret_hash(secret)) {
-            Some(t) if expiry(t).is_some_and(|e| e <= SystemTime::now()) => {
+            Some(t) if expiry(t).is_some_and(|e| e <= self.now()) => {
                 return Err(AclNotFound);
             }
             Some(t) => (t.accessor_id.clone(), policy_rules(st, t, &self.datacenter)),

@@ -806,7 +806,7 @@ fn finish(
             stats.acl.refused_after += a.refused_after;
             stats.acl.anonymous_refused += a.anonymous_refused;
             stats.acl.delete_index = a.delete_index;
-            stats.acl.by_method = a.by_method;
+            stats.acl.doom = a.doom;
         }
     }
     // Checker 5: the prepared query's answers, against each datacenter's
