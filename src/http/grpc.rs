@@ -722,7 +722,8 @@ impl Methods for AclService {
                         bearer_token: r.bearer_token,
                         meta: r.meta,
                     };
-                    let (accessor_id, secret_id) = super::login::login_token(&s, body)
+                    // The port's own per-IP connection cap bounds its callers.
+                    let (accessor_id, secret_id) = super::login::login_token(&s, body, None)
                         .await
                         .map_err(acl_status)?;
                     Ok(LoginResponse {

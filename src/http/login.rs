@@ -14,7 +14,7 @@ use super::acl::{
     acl_read, acl_write, applied, check_uuid, enabled, missing, now_rfc3339, rfc3339, shown_token,
     uuid, valid_name,
 };
-use super::{App, json_at};
+use super::{App, Called, json_at};
 use crate::error::{Error, Result};
 use crate::login::oidc::FlowError;
 use crate::login::{Method, bind};
@@ -301,15 +301,17 @@ fn description(meta: &std::collections::BTreeMap<String, String>) -> String {
 /// `POST /v1/acl/login`: no token needed; the bearer token is the
 /// credential. A refusal (unknown method, bad credential, no rule
 /// matched) is a 403 and proposes nothing.
-async fn login(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn login(State(s): State<App>, Called(_, call): Called, body: Bytes) -> Result<Response> {
     let body: LoginBody = decode_json(&body)?;
-    let (accessor, secret) = login_token(&s, body).await?;
+    let (accessor, secret) = login_token(&s, body, call.client).await?;
     shown_token(&s, &accessor, Some(&secret), true)
 }
 
 /// A login, over HTTP or gRPC (`hashicorp.consul.acl.ACLService/Login`):
 /// the new token's accessor and secret.
-pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)> {
+pub async fn login_token(
+    s: &Server, body: LoginBody, client: Option<std::net::IpAddr>,
+) -> Result<(String, String)> {
     enabled(s)?;
     if body.auth_method.is_empty() {
         return Err(Error::bad("Invalid Login: no AuthMethod is set"));
@@ -317,7 +319,7 @@ pub async fn login_token(s: &Server, body: LoginBody) -> Result<(String, String)
     if body.bearer_token.is_empty() {
         return Err(Error::bad("Invalid Login: no BearerToken is set"));
     }
-    let _place = s.logins().permit().map_err(Error::Busy)?;
+    let _place = s.logins().permit(client).map_err(Error::Busy)?;
     let (method, checked) = method_for(s, &body.auth_method)?;
     let id = s
         .logins()
@@ -472,7 +474,9 @@ fn oidc_method(
 /// `POST /v1/acl/oidc/auth-url`: the provider's address for a browser to
 /// log in at, its state kept here (this is the leader: writes and this are
 /// forwarded to it) for the callback. No token needed.
-async fn oidc_auth_url(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn oidc_auth_url(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
     enabled(&s)?;
     let body: OidcAuthUrlBody = decode_json(&body)?;
     if body.auth_method.is_empty() {
@@ -481,7 +485,7 @@ async fn oidc_auth_url(State(s): State<App>, body: Bytes) -> Result<Response> {
     if body.redirect_uri.is_empty() {
         return Err(Error::bad("Invalid OIDC Auth URL: no RedirectURI is set"));
     }
-    let _place = s.logins().permit().map_err(Error::Busy)?;
+    let _place = s.logins().permit(call.client).map_err(Error::Busy)?;
     let (method, _, oidc) = oidc_method(&s, &body.auth_method)?;
     let url = s
         .logins()
@@ -499,7 +503,9 @@ async fn oidc_auth_url(State(s): State<App>, body: Bytes) -> Result<Response> {
 
 /// `POST /v1/acl/oidc/callback`: the provider's code and our state traded
 /// for a token, as a login's (403 and nothing written when refused).
-async fn oidc_callback(State(s): State<App>, body: Bytes) -> Result<Response> {
+async fn oidc_callback(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
     enabled(&s)?;
     let body: OidcCallbackBody = decode_json(&body)?;
     for (v, what) in [
@@ -513,7 +519,7 @@ async fn oidc_callback(State(s): State<App>, body: Bytes) -> Result<Response> {
             )));
         }
     }
-    let _place = s.logins().permit().map_err(Error::Busy)?;
+    let _place = s.logins().permit(call.client).map_err(Error::Busy)?;
     let (method, checked, oidc) = oidc_method(&s, &body.auth_method)?;
     let (id, meta) = s
         .logins()

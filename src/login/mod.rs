@@ -360,6 +360,14 @@ struct CachedKeys {
 
 /// Logins being checked at once on one server; past it, 429.
 pub const MAX_LOGINS_IN_FLIGHT: usize = 64;
+/// Of them, from one client IP (a quarter), so one caller cannot take them all.
+pub const MAX_LOGINS_PER_CLIENT: usize = MAX_LOGINS_IN_FLIGHT / 4;
+
+/// A login's place: one of the server's, and one of its client's.
+pub struct LoginPlace {
+    _place: tokio::sync::OwnedSemaphorePermit,
+    _share: Option<crate::shares::Share<std::net::IpAddr>>,
+}
 
 /// The servers' login checker: a cache of fetched key sets per method,
 /// and the bound on logins checked at once (each may wait on a key
@@ -367,6 +375,7 @@ pub const MAX_LOGINS_IN_FLIGHT: usize = 64;
 pub struct Logins {
     keys: parking_lot::Mutex<HashMap<String, CachedKeys>>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    per_client: Arc<crate::shares::Shares<std::net::IpAddr>>,
     pending: oidc::PendingLogins,
 }
 
@@ -375,6 +384,7 @@ impl Default for Logins {
         Logins {
             keys: Default::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_LOGINS_IN_FLIGHT)),
+            per_client: Arc::default(),
             pending: Default::default(),
         }
     }
@@ -386,10 +396,21 @@ impl Default for Logins {
 pub struct Refused(pub String);
 
 impl Logins {
-    /// A place for one login, or why there is none.
-    pub fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
-        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+    /// A place for one login from `client` (none known: only the
+    /// server's bound), or why there is none.
+    pub fn permit(&self, client: Option<std::net::IpAddr>) -> Result<LoginPlace, String> {
+        let share = match client {
+            Some(ip) => Some(self.per_client.take(ip, MAX_LOGINS_PER_CLIENT).ok_or_else(|| {
+                format!("too many logins in flight from {ip} (at most {MAX_LOGINS_PER_CLIENT}); retry")
+            })?),
+            None => None,
+        };
+        let place = self.in_flight.clone().try_acquire_owned().map_err(|_| {
             format!("too many logins in flight (at most {MAX_LOGINS_IN_FLIGHT}); retry")
+        })?;
+        Ok(LoginPlace {
+            _place: place,
+            _share: share,
         })
     }
 
@@ -673,6 +694,30 @@ mod tests {
                 .unwrap_err()
                 .contains("CACert")
         );
+    }
+
+    #[test]
+    fn one_client_takes_at_most_a_quarter_of_the_login_places() {
+        let logins = Logins::default();
+        let a: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let b: std::net::IpAddr = "10.0.0.2".parse().unwrap();
+        let held: Vec<_> = (0..MAX_LOGINS_PER_CLIENT)
+            .map(|_| logins.permit(Some(a)).unwrap())
+            .collect();
+        let refused = logins.permit(Some(a)).err().unwrap();
+        assert!(refused.contains("10.0.0.1"), "{refused}");
+        assert!(
+            logins.permit(Some(b)).is_ok(),
+            "another client still logs in"
+        );
+        drop(held);
+        assert!(logins.permit(Some(a)).is_ok(), "places come back");
+        // Unknown clients share only the server's bound.
+        let all: Vec<_> = (0..MAX_LOGINS_IN_FLIGHT)
+            .map(|_| logins.permit(None).unwrap())
+            .collect();
+        assert!(logins.permit(None).is_err());
+        drop(all);
     }
 
     #[test]
