@@ -416,6 +416,71 @@ fn acl_identity_flags_and_templated_policy_verbs() {
         "web",
     ]);
     assert!(role.contains("web (Datacenters: all)"), "{role}");
+    // `acl role update` adds to the role's own; `-no-merge` replaces.
+    as_root(&[
+        "acl",
+        "policy",
+        "create",
+        "-name",
+        "p1",
+        "-rules",
+        r#"node_prefix "" { policy = "read" }"#,
+    ]);
+    let listed: Value =
+        serde_json::from_str(&as_root(&["acl", "role", "list", "-format", "json"])).unwrap();
+    let rid = listed[0]["ID"].as_str().unwrap().to_string();
+    let updated: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "role",
+        "update",
+        "-id",
+        &rid,
+        "-policy-name",
+        "p1",
+        "-service-identity",
+        "db",
+        "-description",
+        "two",
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        updated["ServiceIdentities"],
+        json!([{"ServiceName": "web"}, {"ServiceName": "db"}]),
+        "{updated}"
+    );
+    assert_eq!(updated["Policies"][0]["Name"], "p1");
+    assert_eq!(updated["Description"], "two");
+    let replaced: Value = serde_json::from_str(&as_root(&[
+        "acl",
+        "role",
+        "update",
+        "-id",
+        &rid,
+        "-no-merge",
+        "-node-identity",
+        "n2:dc1",
+        "-format",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        replaced["NodeIdentities"],
+        json!([{"NodeName": "n2", "Datacenter": "dc1"}])
+    );
+    assert!(
+        replaced
+            .get("ServiceIdentities")
+            .is_none_or(|v| v.as_array().is_none_or(|a| a.is_empty())),
+        "{replaced}"
+    );
+    assert!(
+        replaced
+            .get("Policies")
+            .is_none_or(|v| v.as_array().is_none_or(|a| a.is_empty())),
+        "{replaced}"
+    );
     let o = root(&s, &["acl", "token", "create", "-node-identity", "n1"], "");
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("Malformed -node-identity"), "{}", err(&o));

@@ -186,6 +186,9 @@ pub struct ByIdOrName {
 #[derive(Subcommand, Debug)]
 pub enum RoleCmd {
     Create(RoleCreate),
+    /// Change a role: its policies and identities added to its own
+    /// (`-no-merge`: in their place).
+    Update(RoleUpdate),
     Read(ByIdOrName),
     List(FormatArg),
     Delete(ByIdOrName),
@@ -201,6 +204,28 @@ pub struct RoleCreate {
     policies: PolicyLinks,
     #[command(flatten)]
     identities: IdentityArgs,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct RoleUpdate {
+    /// The role's ID.
+    #[arg(long)]
+    id: String,
+    /// A new name.
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    description: Option<String>,
+    #[command(flatten)]
+    policies: PolicyLinks,
+    #[command(flatten)]
+    identities: IdentityArgs,
+    /// Replace the role's policies and identities with those given (and
+    /// its description with the one given, or none), instead of adding.
+    #[arg(long)]
+    no_merge: bool,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -759,6 +784,45 @@ fn role(c: &Client, cmd: RoleCmd) -> CliResult {
             });
             a.identities.add_to(&mut body)?;
             create(c, "/v1/acl/role", body, a.format, print_role)
+        }
+        RoleCmd::Update(a) => {
+            let path = format!("/v1/acl/role/{}", enc(&a.id));
+            let mut r = send(c, reqwest::Method::GET, &path, None)
+                .map_err(|e| CliError(format!("Error when retrieving current role: {}", e.0)))?;
+            if let Some(n) = a.name {
+                r["Name"] = json!(n);
+            }
+            match a.description {
+                Some(d) => r["Description"] = json!(d),
+                None if a.no_merge => r["Description"] = json!(""),
+                None => {}
+            }
+            let mut given = json!({
+                "Policies": link_list(&a.policies.policy_id, &a.policies.policy_name),
+            });
+            a.identities.add_to(&mut given)?;
+            for field in [
+                "Policies",
+                "ServiceIdentities",
+                "NodeIdentities",
+                "TemplatedPolicies",
+            ] {
+                let new = given[field].as_array().cloned().unwrap_or_default();
+                if a.no_merge {
+                    r[field] = Value::Array(new);
+                } else {
+                    if !r[field].is_array() {
+                        r[field] = json!([]);
+                    }
+                    relink(&mut r[field], new, true);
+                }
+            }
+            let v = send(c, reqwest::Method::PUT, &path, Some(r))
+                .map_err(|e| CliError(format!("Failed to update role {}: {}", a.id, e.0)))?;
+            if a.format == Format::Pretty {
+                println!("Role updated successfully.");
+            }
+            show(a.format, &v, print_role)
         }
         RoleCmd::Read(a) => read_named(c, "role", &a, print_role),
         RoleCmd::List(f) => list(c, "/v1/acl/roles", f.format, print_role),
