@@ -78,6 +78,11 @@ impl Tokens {
         }
     }
 
+    /// Whether no server has said yet if it has ACLs on.
+    pub fn unknown(&self) -> bool {
+        self.enabled.lock().is_none()
+    }
+
     /// Records whether the servers have ACLs on, in the data dir when it
     /// changed.
     fn seen(&self, enabled: bool) {
@@ -118,7 +123,9 @@ impl Tokens {
         };
         let status = resp.status().as_u16();
         if status == 403 {
-            // `ACL not found`: never cached, the token may be created yet.
+            // `ACL not found`: never cached, the token may be created yet;
+            // but the servers have ACLs on.
+            self.seen(true);
             return Err(Error::Forbidden(resp.text().await.unwrap_or_default()));
         }
         if status != 200 {

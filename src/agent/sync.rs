@@ -409,6 +409,12 @@ pub async fn run(a: Arc<Agent>) {
             _ = a.local.changed.notified() => a.local.take_full_ask(),
         };
         let period = scaled_interval(a.config.sync_interval, a.cluster_size());
+        // Before anything is pushed: whether the servers have ACLs, so that
+        // once they know this agent it never answers as an unjoined one.
+        if a.tokens.unknown() {
+            let own = a.config.tokens.own().map(String::from);
+            let _ = a.tokens.resolve(&a.servers, own.as_deref()).await;
+        }
         let talking = a.talking.read().await;
         let result = if full {
             sync_full(&a).await
