@@ -63,13 +63,15 @@ pub struct Resolver {
     datacenter: String,
     allow_all: Arc<Authorizer>,
     cache: Mutex<HashMap<String, Cached>>,
-    /// What tokens' `ExpirationTime` is judged against: the wall clock,
-    /// or in the simulation its simulated one (the same on every server).
-    clock: crate::session_ttl::Clock,
+    /// What tokens' `ExpirationTime` is judged against, in milliseconds
+    /// since the Unix epoch: the wall clock, or in the simulation its
+    /// simulated one (the same on every server). The server's
+    /// `session_ttl::Clock`, the type written out (that module sits above).
+    clock: fn() -> u64,
 }
 
 impl Resolver {
-    pub fn new(config: AclConfig, datacenter: &str, clock: crate::session_ttl::Clock) -> Self {
+    pub fn new(config: AclConfig, datacenter: &str, clock: fn() -> u64) -> Self {
         Resolver {
             config,
             datacenter: datacenter.to_string(),
