@@ -5,7 +5,9 @@
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{CliError, CliResult, Client, Format, enc, print_json};
+use super::{
+    CliError, CliResult, Client, Format, create, enc, list, print_json, rules_arg, s, send, show,
+};
 
 #[derive(Subcommand, Debug)]
 pub enum AclCmd {
@@ -450,49 +452,6 @@ fn templated(c: &Client, cmd: TemplatedCmd) -> CliResult {
     }
 }
 
-/// A request whose answer must be 2xx JSON.
-pub(super) fn send(
-    c: &Client, method: reqwest::Method, path: &str, body: Option<Value>,
-) -> Result<Value, CliError> {
-    let body = body.map(|b| b.to_string());
-    c.expect_ok(method, path, body)?.json()
-}
-
-pub(super) fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
-    if format == Format::Json {
-        return print_json(v);
-    }
-    pretty(v);
-    Ok(())
-}
-
-/// `PUT path` with `body` (a create), its answer shown.
-pub(super) fn create(
-    c: &Client, path: &str, body: Value, format: Format, pretty: fn(&Value),
-) -> CliResult {
-    let v = send(c, reqwest::Method::PUT, path, Some(body))?;
-    show(format, &v, pretty)
-}
-
-/// `GET path` (a listing), each item shown.
-pub(super) fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult {
-    let v = &send(c, reqwest::Method::GET, path, None)?;
-    if format == Format::Json {
-        return print_json(v);
-    }
-    for (i, item) in v.as_array().into_iter().flatten().enumerate() {
-        if i > 0 {
-            println!();
-        }
-        pretty(item);
-    }
-    Ok(())
-}
-
-pub(super) fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
 fn links(v: &Value) {
     for l in v.as_array().into_iter().flatten() {
         println!("   {} - {}", s(&l["ID"]), s(&l["Name"]));
@@ -610,15 +569,6 @@ fn link_list(ids: &[String], names: &[String]) -> Vec<Value> {
         .map(|i| json!({ "ID": i }))
         .chain(names.iter().map(|n| json!({ "Name": n })))
         .collect()
-}
-
-/// Rules as given, or read from `@file`.
-pub(super) fn rules_arg(rules: String) -> Result<String, CliError> {
-    match rules.strip_prefix('@') {
-        Some(file) => std::fs::read_to_string(file)
-            .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}"))),
-        None => Ok(rules),
-    }
 }
 
 /// A token's links after an update: the given ones added (`merge`) or in

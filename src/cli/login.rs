@@ -5,8 +5,8 @@
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::acl::{create, list, rules_arg, s, send, show};
 use super::{CliError, CliResult, Client, Format, enc};
+use super::{create, list, rules_arg, s, send, show};
 
 #[derive(Args, Debug)]
 pub struct LoginArgs {

@@ -525,6 +525,58 @@ pub fn go_style_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
     out
 }
 
+// ---- helpers of the JSON API verbs (`acl`, `login`) ----
+
+/// A request whose answer must be 2xx JSON.
+fn send(
+    c: &Client, method: reqwest::Method, path: &str, body: Option<Value>,
+) -> Result<Value, CliError> {
+    let body = body.map(|b| b.to_string());
+    c.expect_ok(method, path, body)?.json()
+}
+
+fn show(format: Format, v: &Value, pretty: fn(&Value)) -> CliResult {
+    if format == Format::Json {
+        return print_json(v);
+    }
+    pretty(v);
+    Ok(())
+}
+
+/// `PUT path` with `body` (a create), its answer shown.
+fn create(c: &Client, path: &str, body: Value, format: Format, pretty: fn(&Value)) -> CliResult {
+    let v = send(c, reqwest::Method::PUT, path, Some(body))?;
+    show(format, &v, pretty)
+}
+
+/// `GET path` (a listing), each item shown.
+fn list(c: &Client, path: &str, format: Format, pretty: fn(&Value)) -> CliResult {
+    let v = &send(c, reqwest::Method::GET, path, None)?;
+    if format == Format::Json {
+        return print_json(v);
+    }
+    for (i, item) in v.as_array().into_iter().flatten().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        pretty(item);
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// Rules as given, or read from `@file`.
+fn rules_arg(rules: String) -> Result<String, CliError> {
+    match rules.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| CliError(format!("Failed to read rules from {file}: {e}"))),
+        None => Ok(rules),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
