@@ -7,6 +7,15 @@
 //! Pure: no I/O and no state beyond a `Client`. Where RTTs come from and
 //! where coordinates are kept is the callers' (`agent::liveness`,
 //! `http::coordinate`, `state::coordinate`).
+//!
+//! Consul's defaults: 8 dimensions, a height, an adjustment window of 20,
+//! a 3-sample latency filter per peer, gravity. `Coordinate` is in
+//! Consul's JSON, and `check` refuses wrong dimensions and components that
+//! are not finite or out of bounds. `Client::update` takes one RTT to a
+//! peer; bad input is refused and moves nothing. `distance` counts heights
+//! and adjustments, as Consul's `DistanceTo`. `Update` is
+//! `{Node, Segment, Coord}`; `Pending` is the leader's next batch: the
+//! latest per node, bounded.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

@@ -2,6 +2,11 @@
 //! JSON, snake_case or PascalCase, as agents' config files and
 //! `consul services register` take them) turned into catalog shapes: the
 //! one parser the CLI and the client agent share.
+//!
+//! Consul's docs write definitions in HCL 1, which allows blocks inside
+//! values; no maintained crate parses HCL 1, so those blocks are rewritten
+//! as HCL 2 attributes first, by a scan that leaves strings, heredocs and
+//! comments alone.
 
 use std::path::PathBuf;
 

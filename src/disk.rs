@@ -1,6 +1,7 @@
 //! What the Raft log, the snapshot file and the sled state share on disk:
 //! format versions, the errors that refuse a start or stop the process,
-//! and atomic file replacement.
+//! atomic file replacement, and the snapshot framing (`snapshot_frame`:
+//! magic, version, lengths, crc32).
 
 use std::fs::File;
 use std::io::{self, Write};

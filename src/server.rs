@@ -1,5 +1,10 @@
-//! Wires a server together: sled, the Raft log and state machine, the
-//! transport, cluster formation and the HTTP API.
+//! Wires a server's core together: sled, the Raft log and state machine,
+//! the transport, cluster formation, the event publisher, the views and
+//! proxycfg (its listeners are `process`'s). `ServerConfig::primary` is
+//! `--primary-datacenter`, else its own datacenter. The `Server`'s fields
+//! are private: the endpoint layer, the adapters, the leader module, the
+//! process and the simulation reach it through the handle's methods
+//! (`state()`, `watches()`, `datacenter()`, `cluster()`, ...).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;

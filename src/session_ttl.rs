@@ -5,6 +5,13 @@
 //! its TTL. Renewals reset the timer without a Raft write. On every change
 //! of leadership the new leader arms a fresh timer for every session with a
 //! TTL, so a session outlives a leader change by at most one more 2×TTL.
+//!
+//! A renewal resets the timer only once the leader confirmed it with a
+//! quorum (a leader cut off must not keep a session alive), and none is
+//! taken once a session's timer ran out: its destroy is under way. The
+//! destroys are `leader::session_expiry`'s. `Timers::timed` stamps a
+//! command with the server's clock: the wall clock, or simulated time in
+//! the simulation.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

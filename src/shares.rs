@@ -2,6 +2,10 @@
 //! many units each holds, so that none takes more than its share of
 //! connections or waiting places. A unit is given back when its `Share`
 //! drops.
+//!
+//! Used for the HTTP, gRPC and DNS ports' connections per client IP, the
+//! blocking places per caller, and forwarded requests per caller and
+//! datacenter.
 
 use std::collections::HashMap;
 use std::hash::Hash;

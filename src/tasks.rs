@@ -6,6 +6,11 @@
 //! answering while broken. Each is spawned through `Tasks`, which reports
 //! the first one to end; the run loop then logs its name and exits
 //! non-zero, for a supervisor to restart the process.
+//!
+//! The exit code is `TASK_EXIT`. A leader duty's panic is reported through
+//! `Tasks` too, by the leader module. `DutyTerm` says which term's leader
+//! duties run. `off_workers` moves CPU work off the async workers, and runs
+//! it in place on a one-thread runtime such as a simulated host's.
 
 use std::future::Future;
 

@@ -3,6 +3,12 @@
 //! of agents, followers and the CLI, agents' HTTPS checks), and `cairn tls`'
 //! CA and certificate generation with Consul's file names and SANs.
 //!
+//! The Raft transport checks a peer against the CA and
+//! `server.<dc>.<domain>`: when dialing, the datacenter dialed; on the
+//! port, any datacenter's server, with `Certified` saying which. Agents'
+//! HTTPS checks take `TLSSkipVerify` and `TLSServerName`. Certificates are
+//! made with rcgen.
+//!
 //! rustls with the ring provider only (no OpenSSL, no aws-lc: its C build
 //! is long); keys are EC P-256, as `consul tls` makes them.
 

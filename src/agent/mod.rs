@@ -16,7 +16,7 @@
 //! | `parse.rs` | one service or check definition read into `ServiceDef` / `SidecarDef`, validated |
 //! | `sidecar.rs` | `Connect.SidecarService` expanded into a second service |
 //! | `spec.rs` | what a check is (probe, interval, timeout, thresholds), read from its definition |
-//! | `checks.rs` | the runners of TTL, HTTP and TCP checks |
+//! | `checks.rs` | the runners of TTL, HTTP, TCP and script checks |
 //! | `sync.rs` | anti-entropy: reconcile with the catalog, push, periodic full sync |
 //! | `central.rs` | central config watched on the servers and merged into proxies |
 //! | `liveness.rs` | heartbeats, and the servers' side: leases and the reaper |
@@ -27,6 +27,41 @@
 //! | `dns.rs` | a client agent's DNS answers, read from a server |
 //! | `events.rs` | user events: the servers' ring followed, this agent's own ring, `/v1/event/list` |
 //! | `health_view.rs` | the streaming backend: blocking health reads from views fed by the servers' event stream |
+//! | `acl.rs` | a client agent's token checks, answers kept 30 s |
+//! | `ops.rs` | `/v1/agent/host`, `reload`, `monitor`, `token/:kind`, `join` |
+//! | `host.rs` | the host facts, from `/proc` and `statvfs` |
+//! | `connect.rs` | a client agent's leaves, signed by a server |
+//!
+//! Inside the room the files import downward too: `spec` ← `parse` ←
+//! `sidecar` ← `define`, and `local` ← `checks`.
+//!
+//! What the files do beyond their own docs:
+//!
+//! - `local` picks sidecar ports and knows who is due for
+//!   `DeregisterCriticalServiceAfter`.
+//! - `spec`'s `ScriptChecks` says where script checks may come from: the
+//!   API only with `enable_script_checks`, the files with either key. It
+//!   is checked on every registration, at start and reload, and for checks
+//!   restored from the data dir. `checks` runs a script with no shell,
+//!   stdin closed, stdout and stderr read to their end and kept to 4 KiB,
+//!   killed past its timeout (30 s by default).
+//! - `liveness`: a client agent times each heartbeat and moves its
+//!   coordinate by the RTT to the server whose coordinate the reply
+//!   carries, sending it with `PUT /v1/coordinate/update` at most every
+//!   10 s. `api` names the agent's node for `?near=_agent` before
+//!   forwarding.
+//! - `servers`: forwards are bounded as the servers' are
+//!   (`request::forward_timeout`).
+//! - `ops`: the tokens of `token/:kind` are kept in memory;
+//!   `agent_recovery` answers this agent's own endpoints with no server to
+//!   ask.
+//! - `events`: the ring is followed with `?after=` the newest time the
+//!   agent has, so a fire sends it only what is new. The follower and a
+//!   non-blocking list's own read of the ring keep each event once, by
+//!   `LTime`. A list blocks while Consul's index (from the last event's
+//!   ID) equals `?index`.
+//! - `connect`: leaves are signed through `connect::SIGN_PATH`, blocking on
+//!   the servers' roots.
 
 mod acl;
 pub mod api;

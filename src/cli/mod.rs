@@ -9,6 +9,15 @@
 //! plumbing (address resolution, errors as one line and exit code 1,
 //! aligned tables). A command returns `Result<(), CliError>`; `run` prints
 //! the error and turns it into the exit code.
+//!
+//! The `Client` speaks HTTP or HTTPS, with the token of `-token`, else
+//! `CAIRN_HTTP_TOKEN`, then `CONSUL_HTTP_TOKEN`, and the TLS files of
+//! `CONSUL_CACERT` and `CONSUL_CLIENT_CERT`/`KEY` (or their `CAIRN_`
+//! twins). Two commands need no server: `tls` writes local files only, and
+//! `snapshot inspect` reads a file offline through a function the binary
+//! hands in (decoding is the raft and state layers'). `rtt` computes its
+//! estimate here from `/v1/coordinate/nodes` or `/datacenters` with
+//! `coordinate::distance`; `kv export|import` use Consul's export JSON.
 
 mod acl;
 mod agent;

@@ -12,6 +12,11 @@
 //! [`decode_and_validate`] runs all three. The graph check (would this write
 //! break a discovery chain?) is `crate::discovery_chain::validate_write`.
 //! Every error here means "400 Bad Request" with the error's text as body.
+//!
+//! The per-kind rules are `validate`'s; two sets have files of their own:
+//! `intentions` (`service-intentions`: precedence and Consul's rules) and
+//! `gateways` (`mesh`, `ingress-gateway`, `terminating-gateway`,
+//! `exported-services`, whose shapes are `structs::config_entry::gateway`).
 
 mod decode;
 pub mod gateways;

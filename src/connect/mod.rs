@@ -5,6 +5,24 @@
 //!
 //! Above the state (it reads the CA and the entries from a version) and
 //! below proxycfg, the agent and HTTP, which all use it.
+//!
+//! - `ca`: rotation has the old root cross-sign the new. A CSR is signed
+//!   with the SPIFFE URI and Consul's DNS SAN, by the certificate the
+//!   root's `signing_key` belongs to (the root, or in a secondary its
+//!   intermediate); a leaf's renewal time is `renew_at`. A secondary's
+//!   intermediate: `intermediate_csr`; `sign_intermediate` (on the
+//!   primary: only the trust domain's signing ID, path length 0,
+//!   `IntermediateCertTTL`); `check_intermediate`; `secondary_ca` (the
+//!   primary's roots without keys, the intermediate first in the active
+//!   one's `IntermediateCerts` and its key as that root's `signing_key`,
+//!   the primary's `ClusterID`); `reusable_intermediate`.
+//! - `Leaves`: a server's own leaves, per service, re-signed after a
+//!   rotation or when due; at most 4096, the least recently requested
+//!   dropped first (the leaf endpoint signs for any name a token may
+//!   write, so the cache is bounded).
+//! - `intentions`: match by source or destination in precedence order, the
+//!   L4 decision and its reason. `default_allow` is the decision when
+//!   nothing matches: allow with ACLs off, else `--acl-default-policy`.
 
 pub mod ca;
 pub mod intentions;

@@ -7,6 +7,11 @@
 //! a server of another datacenter is forgotten by every server of this
 //! one, `crate::endpoint::agent`) and `PUT /v1/agent/leave` (a server's
 //! graceful leave, then its process stops).
+//!
+//! A join is taken only while the server waits to form: Raft cannot merge
+//! clusters. On a leave a leader first hands leadership over; then the
+//! leader takes the server out of Raft and the catalog
+//! (`endpoint::members`), and the process stops. A lone server just stops.
 
 use axum::Router;
 use axum::extract::{Path, State};

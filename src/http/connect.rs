@@ -4,6 +4,11 @@
 //! on the primary the one a secondary's leader sends its intermediate's CSR
 //! to (`SIGN_INTERMEDIATE_PATH`: only over the WAN transport, only from
 //! another datacenter's server).
+//!
+//! In a secondary a configuration PUT keeps the primary's roots (only its
+//! own settings change). The intermediate's endpoint is answered by any of
+//! the primary's servers, never forwarded to the leader: the WAN frame's
+//! mark, which alone lets a server ask, would not survive the hop.
 
 use axum::Router;
 use axum::body::Bytes;

@@ -3,6 +3,13 @@
 //! `/v1/internal/event/ring` is what agents follow it by (a blocking read
 //! of the whole ring, `?stale` on any server). `GET /v1/event/list` is an
 //! agent's endpoint (`agent::events`): what that agent received.
+//!
+//! A fire is checked first (Consul's 512-byte limit on name and payload, a
+//! 413; filters that compile), then proposed as `Command::EventFire`. The
+//! ring takes `node:write` on the asking node, checked again on every
+//! version it reads; every agent holds a read of it for good, so it takes
+//! no place among the callers' blocking queries and is not counted as
+//! parked.
 
 use axum::Router;
 use axum::body::Bytes;

@@ -19,6 +19,8 @@
 //! Agent nodes are recognised by their [`AGENT_META`] node meta key (the
 //! agent's HTTP address). Steady state costs one small request per agent per
 //! heartbeat and no Raft write. The agents' side is `crate::agent::liveness`.
+//! A heartbeat's answer carries the server's coordinate, so a client agent
+//! can move its own by the round trip.
 
 use crate::request::authz::Authz;
 use tokio::time::Instant;

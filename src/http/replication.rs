@@ -10,6 +10,9 @@
 //! whole). Without one, only a pull a server of another datacenter sent
 //! over the authenticated Raft transport (`federation::ReplicationPull`)
 //! is trusted; any other caller without `acl:write` is refused.
+//!
+//! The pulls are `/v1/internal/replication/acl` and `/config`, blocking on
+//! the `acl` watch key and on the config kinds' keys.
 
 use std::sync::Arc;
 use std::time::SystemTime;

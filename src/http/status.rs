@@ -1,4 +1,6 @@
 //! `/v1/status` and `/v1/operator/raft`: the cluster's leader and members.
+//! A transfer-leader a follower forwards is not cut off by the leader
+//! change it causes: moving the leadership is its purpose.
 
 use axum::Router;
 use axum::extract::{RawQuery, State};

@@ -7,6 +7,12 @@
 //! by the caller's token as the catalog and health reads are: a service
 //! without `service:read`, a node without `node:read` is left out (and the
 //! answer marked filtered). The static assets are `request::ui`'s.
+//!
+//! A topology's upstreams and downstreams come from proxy registrations,
+//! each edge with `connect::intentions`' decision; a gateway's services
+//! from its entry's links (`state::gateways`). With ACLs off every caller
+//! sees the same services summary, so it is encoded once per catalog index
+//! and shared by every read at that index (`Server::ui_services`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

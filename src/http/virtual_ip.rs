@@ -1,6 +1,7 @@
 //! `PUT /v1/internal/service-virtual-ip`: a service's manual virtual IPs
 //! (Consul's `Internal.AssignManualServiceVIPs`), beside the one the
 //! servers assign (`state::virtual_ip`). `service:write` on the service.
+//! Checked here, then proposed as `Command::VirtualIpsSet`.
 
 use axum::Router;
 use axum::body::Bytes;

@@ -9,6 +9,38 @@
 //! A duty that panics stops the server, named (`tasks::Tasks`), as any
 //! critical task does; a duty may also finish once its work for the term
 //! is done (the cluster id, ACL init).
+//!
+//! The duties:
+//!
+//! - `cluster`: the cluster id, the first CA root (none in a secondary),
+//!   a half-staged restore dropped.
+//! - `acl`: the built-ins and the initial management token.
+//! - `session_expiry`: session TTL expiry.
+//! - `liveness`: the agent lease reaper, the servers' `consul` service.
+//! - `tombstones`: tombstone reaping.
+//! - `token_expiry`: tokens past their `ExpirationTime` deleted every 5 s,
+//!   256 a round (a secondary only its local ones).
+//! - `coordinates`: the queued coordinate updates applied as one
+//!   `Command::CoordinateBatch` every 5 s.
+//! - `autopilot`: with `CleanupDeadServers`, dead servers removed within
+//!   Consul's quorum rule, each logged and counted in
+//!   `cairn_autopilot_dead_servers_removed_total`.
+//! - `federation`: the primary's federation states, once another
+//!   datacenter is known.
+//! - `connect_ca`: a secondary's CA. A new intermediate is made after a
+//!   rotation in the primary, a key type or size configured here, or at
+//!   half its life. Failures are retried after `replication::Backoff`'s
+//!   pause; progress is kept as `Replicated::Ca`.
+//! - `replication`: a secondary's pulls from the primary, with the
+//!   replication token of the server's own agent
+//!   (`PUT /v1/agent/token/replication`, `acl.tokens.replication`), else
+//!   `--acl-replication-token`, read for each pull. The pulls are `?stale`:
+//!   a server's pull is trusted only where it arrives, never passed on to
+//!   that datacenter's leader, and an answer older than what the term
+//!   applied is never applied. Local tokens are never touched; nothing is
+//!   written when nothing differs. `Backoff`'s pause doubles per failure
+//!   and ends at once when a datacenter becomes newly known
+//!   (`Federation::watch_others`: the primary's first answer).
 
 mod acl;
 mod autopilot;

@@ -7,6 +7,26 @@
 //! Only `identify` does I/O (fetching a JWKS, asking the TokenReview API),
 //! always from the address the method's config names, never one a token
 //! carries, with a bounded wait and a bounded answer.
+//!
+//! - `Method::parse` checks a method's `Config` on write, as Consul's: one
+//!   key source, keys that parse, algorithms ring verifies.
+//! - `jwt`: `exp`, `nbf` and `iat` with Consul's leeways. `kubernetes`:
+//!   TokenReview at the method's `Host`.
+//! - `oidc`: `auth-url` keeps a state, nonce and PKCE verifier for one use,
+//!   10 minutes, at most 1,024 waiting, on the leader (both steps are
+//!   forwarded to it). `callback` also adds the userinfo endpoint's claims.
+//! - `bind`: `${var}` is interpolated into `BindName`, then checked as a
+//!   name of its type.
+//! - `Logins`, the server's: JWKS and discovery documents are fetched only
+//!   from the configured URL with its CA, within 5 s and 1 MiB, cached an
+//!   hour, and fetched again for an unknown `kid` at most once a second.
+//!   At most 64 logins are in flight per server, a quarter of them per
+//!   client IP.
+//!
+//! A credential is checked by `identify` before anything is proposed. The
+//! token a login makes is an ordinary `Command::AclTokenSet` with its
+//! `AuthMethod`, refused at apply if the method was deleted meanwhile
+//! (`state::acl::links_exist`).
 
 pub mod bind;
 pub mod jwt;

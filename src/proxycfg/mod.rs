@@ -11,6 +11,48 @@
 //! unregisters it. Rebuilds of dirty proxies are coalesced and run in
 //! batches on the blocking pool (built and installed there), so one global
 //! change cannot starve Raft.
+//!
+//! The watch index is keyed by the state's watch keys: what each snapshot
+//! read, merge inputs included (a chain's are the entries the compiler
+//! read). A rebuild is built and installed (watches, comparison, the
+//! streams' wake-up) on a blocking thread, so a change every proxy sees
+//! holds no async worker in a long poll. Chains, endpoint lists, the roots
+//! and the mesh entry's TLS are shared `Arc`s across snapshots, reused
+//! while the keys they read are unchanged.
+//!
+//! What a snapshot holds, beyond the registration and chains: per target
+//! its healthy connect-capable endpoints (the target's sidecars or
+//! connect-native instances, never the application's own port), with the
+//! subset filter and `OnlyPassing` applied; the CA roots; the leaf of the
+//! service it fronts, signed on the server, re-signed after a rotation and
+//! when due (checked every minute); the intentions towards that service in
+//! evaluation order, with the default decision.
+//!
+//! - `build`: a sidecar's snapshot (this module's `build` dispatches a
+//!   registration to it or to `gateway`'s). A sidecar's upstream is
+//!   compiled with its mesh gateway mode (the upstream's, else the
+//!   proxy's, merged) as the chain's override; a target in another
+//!   datacenter in mode `local` or `remote` also gets the gateways it goes
+//!   through (`UpstreamSnapshot::gateways`: this datacenter's, read on
+//!   `keys::MESH_GATEWAYS`, or the target's through `remote`).
+//! - A transparent proxy (merged `Mode: transparent`) also gets as
+//!   upstreams the typical services its service's intentions allow
+//!   (`connect::intentions::allowed_upstreams`, Consul's
+//!   `IntentionTopology`; every one under default allow), reading the
+//!   service list and every intention, with its outbound port and the mesh
+//!   entry's `MeshDestinationsOnly` (`snapshot::TransparentSnapshot`).
+//! - A proxyless gRPC client (`Manager::proxyless`, one handle per stream)
+//!   gets a snapshot of its own, keyed apart from registrations: per
+//!   service it dials, the chain and the targets' healthy instances
+//!   themselves (`build_proxyless`).
+//! - `gateway`: a gateway's snapshot (ingress, terminating, mesh).
+//! - `remote`: other datacenters' instances and mesh gateways, one watcher
+//!   per (datacenter, service, subset filter) or per datacenter, at most
+//!   `MAX_WATCHERS`; the other datacenters' names come from the `Fetcher`'s
+//!   list (`keys::REMOTE_DATACENTERS`).
+//! - `visible`: what a stream's token may see of a shared snapshot's
+//!   endpoints (`hidden`, `Snapshot::without`), pure; `snapshot`: the
+//!   shapes, and `healthy`, below `build`.
 
 mod build;
 mod gateway;

@@ -1,5 +1,70 @@
-//! Raft: openraft's type configuration, the sled log store, the state
-//! machine adapter, the TCP transport and cluster formation.
+//! Raft: openraft's type configuration (`TypeConfig`, openraft 0.10), the
+//! log store, the state machine adapter, the TCP transport and cluster
+//! formation.
+//!
+//! From the bottom up:
+//!
+//! - `stream`: the byte streams below every transport (`PeerStream`,
+//!   `Connect`, `Accept`, `Dial`, TCP's). `network` and `secure` both build
+//!   on it, so neither imports the other's types.
+//! - `secure` (mutual TLS; `certified`: which datacenter's server the peer
+//!   proved to be) and `encrypt` (`--encrypt KEY`: a challenge–response on
+//!   the key, then ChaCha20-Poly1305 records; outside TLS when both are on)
+//!   wrap those streams, so the frame code never changes.
+//! - `frame`: the framing every message uses, `[len u32 BE][bincode]`, at
+//!   most `MAX_FRAME` bytes, decoding bounded by the bytes received.
+//! - `network`: the TCP transport: bincode frames, Raft's RPCs, snapshots
+//!   in chunks, the formation RPCs, `open_channel` (a connection made a
+//!   channel). Both sides check the wire version (`WIRE_VERSION`, 6) first:
+//!   6 sends forwarded WAN requests only on channels
+//!   (`Request::WanChannel`) and adds `Command::FederationStateDelete`.
+//! - `channel`: a connection that sent `Request::Channel` first carries
+//!   many calls at once, each tagged with an id and answered in any order.
+//!   One `Channel` per peer (`Channels`, `Cluster::channel_to`), opened on
+//!   use and again after it closed. The receiver runs each call as a task
+//!   of the connection's own, all aborted when it closes; a `Cancel` frame
+//!   aborts one. At most `MAX_IN_FLIGHT` calls and `MAX_IN_FLIGHT_BYTES`
+//!   per channel: past it, `BUSY`. A `Request::Channel` is taken only from
+//!   a server of this datacenter (with TLS, by its certificate); its bytes
+//!   are the endpoint layer's, answered by the `Calls` process assembly
+//!   sets on the `Cluster`. A `Request::WanChannel` is taken only where WAN
+//!   frames are served, with TLS only from a server certified for the
+//!   datacenter it names. Each whole frame keeps the connection among the
+//!   port's most recently active: at a cap the least recently active one
+//!   is closed.
+//! - `wan`: the WAN frames' shapes (`WanHello`, `WanRequest`/`WanResponse`)
+//!   and the `Wan` trait that answers them, set on the `Cluster` by process
+//!   assembly. Greetings are frames; forwarded requests are calls on a
+//!   channel opened with `Request::WanChannel { from }` (`WanCalls`): the
+//!   request's datacenter is the channel's, which the transport
+//!   authenticated. An answer over the frame cap is refused whole, a 413 to
+//!   the asker.
+//! - `log_store`: the Raft log in append-only segment files with group
+//!   commit, the vote in sled; recovery. The newest entries stay decoded in
+//!   a tail, so appends and replication's reads never wait for a thread;
+//!   file I/O runs on its writer thread or on blocking threads.
+//! - `state_machine`: streaming apply; a snapshot built, sent, received and
+//!   installed a chunk at a time, the install atomic.
+//! - `snapshot_file`: the snapshot file's format (framing, atomic save,
+//!   received files); its `inspect` returns its own `Contents`, which
+//!   `main` turns into the CLI's `Inspection`.
+//! - `snapshot_archive`: `/v1/snapshot`'s envelope (Consul's gzipped tar of
+//!   `meta.json`, `state.bin`, `SHA256SUMS`); reading inflates at most
+//!   `MAX_STATE` bytes.
+//! - `inspect`: what `cairn debug data-dir` reports.
+//! - `cluster`: bootstrap-expect, a join as a learner promoted to voter
+//!   only once replication to it matched the log, the removal of a voter
+//!   or a learner. `stay_member`: a server no leader speaks to greets its
+//!   peers, starts no election while one of them names another leader, and
+//!   after 5 s asks to join again. So a removed server that comes back
+//!   rejoins: it takes entries from the leader its peers named even if its
+//!   own stale membership does not know it (`Formation::awaits_leader`:
+//!   appends and snapshots only, never votes). It also keeps the silence
+//!   of each member as the leader sees it, for autopilot's cleanup.
+//! - `autopilot`: the servers' health as the leader sees it (thresholds
+//!   never under two heartbeats), and which dead servers the cleanup
+//!   removes.
+//! - `runtime`: tokio, with a random source the simulation seeds.
 
 // openraft's StorageError is large and not ours to shrink.
 #![allow(clippy::result_large_err)]

@@ -3,6 +3,28 @@
 //! layers every request passes (tracing, panics, body limits, tenancy), and
 //! `?filter`/`?node-meta`/`?tag` row matching. It knows nothing of a
 //! server or an agent: both routers build on it.
+//!
+//! - Here: `Params`, `QueryOptions` and `?wait`, the metrics response,
+//!   path-segment encoding (`enc`), `forward_timeout` (how long a request
+//!   passed on to another server waits), and `NamedRoutes::named`: a route
+//!   ending in a name or ID takes the rest of the path (IDs may hold `/`),
+//!   and its nameless twin answers Consul's 400 (`Missing service name`).
+//! - `serve`: hyper HTTP/1.1 per connection within the HTTP limits
+//!   (connection cap and per-client-IP cap, header-read and idle timeouts,
+//!   a least body rate), and the blocking places with each caller's share
+//!   of them (`Blocking`, `Caller`); `serve_tls` the same over TLS, the
+//!   handshake after admission and within the header-read timeout.
+//! - `authz`: the `Authz` extractor. The token is resolved by the router's
+//!   `Resolver`, or taken resolved from the extensions where an async
+//!   layer did it; it keeps the token and the ACL generation, so a
+//!   blocking query can resolve it again.
+//! - `json` (every request body's decoder: struct fields in any letter
+//!   case at every depth, as Go's decoder), `error` (the one table from
+//!   `error::Error` to a status and Consul's body), `list_filter`
+//!   (`?filter`, `?node-meta`, `?tag`).
+//! - `ui`: the web UI's static files at `/ui/`, under `--ui`, `--dev` or
+//!   `ui_config`: the files of `ui/` compiled in with `include_bytes!`, or
+//!   `--ui-dir`'s directory with no path out of it.
 
 pub mod authz;
 pub mod error;

@@ -8,6 +8,27 @@
 //! reads the buffer at its own pace, so a slow subscriber never blocks the
 //! publisher or anyone else — it falls behind the buffer and is told
 //! `NewSnapshotToFollow`.
+//!
+//! Topics: `ServiceHealth`, `ServiceHealthConnect`, one per config kind
+//! (`Topic::Config(Kind)`, `ServiceIntentions` among them), `KV` and
+//! `CARoots`. Each event holds its serialized line (made once, so buffers
+//! hold no JSON tree) and, on the health topics, the typed instance shared
+//! with the state. Subscribers of one key share a snapshot; a subscription
+//! resumes from an index still buffered. With ACLs on, a subscription's
+//! `Reader` filters every event by its token (`reader::visible`). A
+//! snapshot also says the key's own index (its last change), which
+//! `/v1/internal/stream`'s end of snapshot carries as `KeyIndex`;
+//! `cairn_stream_subscriptions` counts the open ones.
+//!
+//! `view`: materialized per-service health views, one subscription each,
+//! shared by every blocking `/v1/health/service|connect` read of that
+//! service: the `Materializer` (a snapshot, its end, each change, a new
+//! snapshot), `View` (waiting on its answers, whatever feeds it), `ViewSet`
+//! (by key, idle ones dropped, at most `MAX_VIEWS`) and `Selection` (a
+//! health read's `?passing`, `?tag`, `?node-meta`, `?filter`, and `?peer`:
+//! the instances whose `PeerName` it names, none: the local ones; the
+//! catalog's service rows select the same way). The server's views of its
+//! own publisher and a client agent's (`agent::health_view`) share them.
 
 mod buffer;
 mod events;
