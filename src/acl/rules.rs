@@ -303,11 +303,23 @@ pub fn parse_rules(text: &str) -> Result<Rules, RulesError> {
 }
 
 /// HCL 1 takes several attributes in a one-line block (`service "a" {
-/// policy = "write" intentions = "read" }`, as Consul's docs write rules);
-/// HCL 2 wants such a block on several lines, an attribute a line. After a
-/// string ends, a name on the same line can only start another attribute:
-/// a newline goes before it, and after the block's `{` and before its `}`.
-/// Strings (with their escapes) and comments are read past untouched.
+/// policy = "write" intentions = "read" }`, as Consul's docs write rules),
+/// and several blocks on one line (`service "a" { .. } node_prefix "" {
+/// .. }`); HCL 2 wants each on a line of its own. After a string ends, a
+/// name on the same line can only start another attribute: a newline goes
+/// before it, and after the block's `{` and before its `}`; after a block's
+/// `}`, a name on the same line starts the next item: a newline goes
+/// before it. Strings (with their escapes) and comments are read past
+/// untouched.
+/// Whether a name (an attribute's or a block's) starts on this line at
+/// `i`, after blanks.
+fn starts_a_name(bytes: &[u8], mut i: usize) -> bool {
+    while i < bytes.len() && (bytes[i] == b' ' || bytes[i] == b'\t') {
+        i += 1;
+    }
+    i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_')
+}
+
 fn one_attribute_a_line(text: &str) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
     let line_end = |from: usize| text[from..].find('\n').map_or(bytes.len(), |n| from + n);
@@ -323,11 +335,7 @@ fn one_attribute_a_line(text: &str) -> std::borrow::Cow<'_, str> {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
                 }
                 i = (i + 1).min(bytes.len());
-                let mut j = i;
-                while j < bytes.len() && (bytes[j] == b' ' || bytes[j] == b'\t') {
-                    j += 1;
-                }
-                if j < bytes.len() && (bytes[j].is_ascii_alphabetic() || bytes[j] == b'_') {
+                if starts_a_name(bytes, i) {
                     breaks.push(i);
                     if let Some((brace, split)) = open.last_mut()
                         && !*split
@@ -342,10 +350,25 @@ fn one_attribute_a_line(text: &str) -> std::borrow::Cow<'_, str> {
                 i += 1;
             }
             b'}' => {
-                if let Some((_, true)) = open.pop() {
-                    breaks.push(i);
+                // Split already, or the block began on an earlier line and
+                // something precedes its `}` on this one: `}` to a line of
+                // its own.
+                let line_start = text[..i].rfind('\n');
+                match open.pop() {
+                    Some((_, true)) => breaks.push(i),
+                    Some((brace, false))
+                        if line_start
+                            .is_some_and(|l| l > brace && !text[l + 1..i].trim().is_empty()) =>
+                    {
+                        breaks.push(i)
+                    }
+                    _ => {}
                 }
                 i += 1;
+                // Another block or attribute after it on the same line.
+                if starts_a_name(bytes, i) {
+                    breaks.push(i);
+                }
             }
             b'#' => i = line_end(i),
             b'/' if bytes.get(i + 1) == Some(&b'/') => i = line_end(i),
@@ -731,6 +754,38 @@ mod tests {
             one_attribute_a_line("key \"a\" { policy = \"read\" }"),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    /// Consul's HCL 1 parser takes any number of blocks and attributes on
+    /// one line; each of these reads as the same rules written a line each.
+    #[test]
+    fn several_blocks_and_attributes_on_one_line_parse_as_in_consul() {
+        let spread =
+            "service \"web\" {\n policy = \"read\"\n}\nnode_prefix \"\" {\n policy = \"read\"\n}\n";
+        let cases = [
+            r#"service "web" { policy = "read" } node_prefix "" { policy = "read" }"#,
+            r#"service "web" { policy = "read" }  node_prefix "" { policy = "read" }  "#,
+            "service \"web\" { policy = \"read\" }\tnode_prefix \"\" { policy = \"read\" } # two",
+            r#"service "web" {
+  policy = "read" } node_prefix "" { policy = "read" }"#,
+        ];
+        let want = parse_rules(spread).unwrap();
+        for c in cases {
+            assert_eq!(parse_rules(c).unwrap(), want, "{c}");
+        }
+        // Three blocks, one with two attributes, and a top-level attribute.
+        let r = parse_rules(
+            r#"key_prefix "" { policy = "read" } service "db" { policy = "write" intentions = "read" } operator = "read""#,
+        )
+        .unwrap();
+        assert_eq!(r.key.prefix[""], Access::Read);
+        assert_eq!(r.service.exact["db"], Access::Write);
+        assert_eq!(r.intentions.exact["db"], Access::Read);
+        assert_eq!(r.operator, Some(Access::Read));
+        // Nested blocks on one line.
+        let r = parse_rules(r#"service_prefix "" { policy = "read" } key "a" { policy = "deny" }"#)
+            .unwrap();
+        assert_eq!(r.key.exact["a"], Access::Deny);
     }
 
     #[test]
