@@ -4,8 +4,10 @@
 //! static cluster to the agent's gRPC port, ADS over Delta gRPC with the
 //! token as `x-consul-token`); `cairn connect grpc-bootstrap -service ID`:
 //! the xDS bootstrap of a proxyless gRPC client (node id = the service
-//! instance it is, the server's gRPC port with `xds_v3`, the token in the
-//! node's metadata, since gRPC's bootstrap sets no call metadata).
+//! instance it is: the agent's, else a catalog instance, agentless, with
+//! `-node` to choose among nodes; the server's gRPC port with `xds_v3`, the
+//! token in the node's metadata, since gRPC's bootstrap sets no call
+//! metadata).
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -27,9 +29,13 @@ pub enum ConnectCmd {
 #[derive(Args, Debug)]
 pub struct GrpcBootstrapArgs {
     /// The service instance the client is: its ID, or its service's name
-    /// when one instance on the agent has it.
+    /// when one instance has it (on the agent, else in the catalog: an
+    /// agentless instance).
     #[arg(long)]
     service: String,
+    /// The node of a catalog instance, where several nodes have one.
+    #[arg(long)]
+    node: Option<String>,
     /// The xDS server (default: the agent's gRPC port on 127.0.0.1, or
     /// CONSUL_GRPC_ADDR; `https://` for a TLS port).
     #[arg(long)]
@@ -195,36 +201,17 @@ fn grpc_server(me: &Value, given: Option<String>) -> Result<(String, u16, bool),
 pub fn grpc_bootstrap(
     c: &Client, a: &GrpcBootstrapArgs, token: Option<String>,
 ) -> Result<Value, CliError> {
-    let services = c
-        .get_json("/v1/agent/services")
-        .map_err(|e| CliError(format!("Failed to look up the agent's services: {}", e.0)))?;
-    let all = services.as_object().cloned().unwrap_or_default();
-    let svc = match all.get(&a.service) {
-        Some(s) => s.clone(),
-        None => {
-            let named: Vec<&Value> = all
-                .values()
-                .filter(|s| s["Service"] == *a.service)
-                .collect();
-            match named.as_slice() {
-                [one] => (*one).clone(),
-                [] => {
-                    return Err(CliError(format!(
-                        "No service instance {:?} on the agent",
-                        a.service
-                    )));
-                }
-                _ => {
-                    return Err(CliError(format!(
-                        "More than one instance of {} on the agent; give its ID",
-                        a.service
-                    )));
-                }
-            }
-        }
-    };
     let me = c.get_json("/v1/agent/self")?;
-    let node_name = me["Config"]["NodeName"].as_str().unwrap_or("").to_string();
+    let (id, service, node_name) = match a.node.as_deref() {
+        Some(node) => catalog_instance(c, &a.service, Some(node))?,
+        None => match agent_instance(c, &a.service)? {
+            Some((id, service)) => {
+                let node = me["Config"]["NodeName"].as_str().unwrap_or("").to_string();
+                (id, service, node)
+            }
+            None => catalog_instance(c, &a.service, None)?,
+        },
+    };
     let (host, port, tls) = grpc_server(&me, a.grpc_addr.clone())?;
     let creds = if tls {
         let ca_file = a
@@ -255,11 +242,83 @@ pub fn grpc_bootstrap(
             "server_features": ["xds_v3"]
         }],
         "node": {
-            "id": svc["ID"],
-            "cluster": svc["Service"],
+            "id": id,
+            "cluster": service,
             "metadata": metadata
         }
     }))
+}
+
+/// The agent's instance `wanted` (its ID, or the name of its one
+/// instance): its ID and service name; none when the agent has none.
+fn agent_instance(c: &Client, wanted: &str) -> Result<Option<(String, String)>, CliError> {
+    let services = c
+        .get_json("/v1/agent/services")
+        .map_err(|e| CliError(format!("Failed to look up the agent's services: {}", e.0)))?;
+    let all = services.as_object().cloned().unwrap_or_default();
+    let pick = |s: &Value| {
+        let text = |k: &str| s[k].as_str().unwrap_or("").to_string();
+        (text("ID"), text("Service"))
+    };
+    if let Some(s) = all.get(wanted) {
+        return Ok(Some(pick(s)));
+    }
+    let named: Vec<&Value> = all.values().filter(|s| s["Service"] == *wanted).collect();
+    match named.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(pick(one))),
+        _ => Err(CliError(format!(
+            "More than one instance of {wanted} on the agent; give its ID"
+        ))),
+    }
+}
+
+/// A catalog instance (the agentless path) of service `wanted` (a name),
+/// on `node` when given (there also by its ID): its ID, service and node.
+fn catalog_instance(
+    c: &Client, wanted: &str, node: Option<&str>,
+) -> Result<(String, String, String), CliError> {
+    let enc = crate::request::enc;
+    let rows = c
+        .get_json(&format!("/v1/catalog/service/{}", enc(wanted)))
+        .map_err(|e| CliError(format!("Failed to look up the catalog: {}", e.0)))?;
+    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or("").to_string();
+    let mut found: Vec<(String, String, String)> = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| node.is_none_or(|n| r["Node"] == *n))
+        .map(|r| {
+            (
+                text(r, "ServiceID"),
+                text(r, "ServiceName"),
+                text(r, "Node"),
+            )
+        })
+        .collect();
+    if found.is_empty()
+        && let Some(n) = node
+    {
+        // By its ID on that node.
+        let services = c.get_json(&format!("/v1/catalog/node-services/{}", enc(n)))?;
+        found = services["Services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["ID"] == *wanted)
+            .map(|s| (text(s, "ID"), text(s, "Service"), n.to_string()))
+            .collect();
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(CliError(match node {
+            Some(n) => format!("No service instance {wanted:?} on node {n:?}"),
+            None => format!("No service instance {wanted:?} on the agent or in the catalog"),
+        })),
+        _ => Err(CliError(format!(
+            "More than one instance of {wanted} in the catalog; give -node"
+        ))),
+    }
 }
 
 /// `host:port` split, a name resolved as Envoy wants an IP or a name.

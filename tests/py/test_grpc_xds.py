@@ -136,6 +136,40 @@ def test_calls_spread_over_every_healthy_instance(mesh):
     assert min(counts.values()) >= 50, counts
 
 
+def test_a_catalog_instance_gets_its_bootstrap_and_its_calls(mesh, tmp_path):
+    """The agentless path: an instance registered through the catalog, on a
+    node no agent runs, is found by grpc-bootstrap (-node picks among
+    several) and its client is served."""
+    cairn, _, _ = mesh
+    for node in ("dp-1", "dp-2"):
+        put_raw(cairn.url + "/v1/catalog/register", {
+            "Node": node, "Address": "10.9.0.1",
+            "Service": {"ID": f"cat-client-{node}", "Service": "cat-client", "Port": 1}})
+
+    def bootstrap(*args):
+        return subprocess.run(
+            [cairn_bin(), "connect", "grpc-bootstrap", "-grpc-addr",
+             f"127.0.0.1:{cairn.grpc_port}", *args],
+            capture_output=True, text=True, timeout=30, env=dict(os.environ, CAIRN_HTTP_ADDR=cairn.url))
+
+    two = bootstrap("-service", "cat-client")
+    assert two.returncode != 0 and "-node" in two.stderr, two.stderr
+    out = bootstrap("-service", "cat-client", "-node", "dp-2")
+    assert out.returncode == 0, out.stderr
+    b = json.loads(out.stdout)
+    assert (b["node"]["id"], b["node"]["cluster"], b["node"]["metadata"]["node_name"]) == (
+        "cat-client-dp-2", "cat-client", "dp-2")
+    by_id = bootstrap("-service", "cat-client-dp-1", "-node", "dp-1")
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads(by_id.stdout)["node"]["id"] == "cat-client-dp-1"
+    missing = bootstrap("-service", "no-such-client")
+    assert missing.returncode != 0 and "catalog" in missing.stderr, missing.stderr
+    path = tmp_path / "catalog-bootstrap.json"
+    path.write_text(out.stdout)
+    seen = {w for _, w in run_client(path, "xds:///web", 30)}
+    assert seen and seen <= {"web-1", "web-2", "web-3"}, seen
+
+
 def test_an_instance_whose_check_fails_gets_no_calls_within_5s(mesh):
     cairn, _, bootstrap = mesh
     client = start_client(bootstrap, "xds:///web", 1500, 0.01)
