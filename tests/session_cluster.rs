@@ -119,3 +119,60 @@ async fn views_of(c: &reqwest::Client, procs: &[&Server]) -> Vec<Option<Vec<Stri
     }
     out
 }
+
+/// A TTL session made just before a leader change, its holder then
+/// silent: the next leader must arm its timer and destroy it. Its duties
+/// start only once it has applied every entry before its own term (the
+/// barrier Consul's leader waits on before `establishLeadership`); a
+/// leader that armed its timers from a state without the create would
+/// keep the session, and the lock it holds, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_created_just_before_a_leader_change_still_expires() {
+    let procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let li = by_raft(&procs, &leader);
+    // Large writes just before: the followers have much to apply when the
+    // create commits, so the next leader may hold it in its log, not yet
+    // in its state, when it takes office.
+    let value = "v".repeat(256 * 1024);
+    let writes = (0..48).map(|i| {
+        let (c, p, v) = (c.clone(), &procs[li], value.clone());
+        async move { put_json(&c, p, &format!("/v1/kv/bulk/{i}"), &v).await }
+    });
+    let body = json!({"TTL": "10s", "LockDelay": "0s"}).to_string();
+    let (written, (status, text)) = tokio::join!(
+        futures_util::future::join_all(writes),
+        put_json(&c, &procs[li], "/v1/session/create", &body)
+    );
+    assert!(written.iter().all(|(s, _)| *s == 200));
+    assert_eq!(status, 200, "{text}");
+    let id: String = serde_json::from_str::<Value>(&text).unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .into();
+    // At once: the next leader takes office while the create may still be
+    // on its way into its state.
+    let (status, text) = put_json(&c, &procs[li], "/v1/operator/raft/transfer-leader", "").await;
+    assert_eq!(status, 200, "{text}");
+    let all: Vec<&Server> = procs.iter().collect();
+    eventually(Duration::from_secs(20), "a new leader", || async {
+        let l = agreed_leader(&c, &all).await;
+        (l != leader).then_some(())
+    })
+    .await;
+    // Never renewed: gone from every server within twice its TTL of the
+    // change, with room for a slow machine.
+    eventually(
+        Duration::from_secs(45),
+        "the silent session expired under the new leader",
+        || async {
+            let views = views_of(&c, &all).await;
+            views
+                .iter()
+                .all(|ids| ids.as_ref().is_some_and(|ids| !ids.contains(&id)))
+                .then_some(())
+        },
+    )
+    .await;
+}
