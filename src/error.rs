@@ -54,8 +54,63 @@ impl Error {
     }
 }
 
+/// The one table from domain errors to gRPC status codes (as
+/// `request::error` is to HTTP's), for every gRPC service: the codes
+/// Consul's gRPC endpoints answer with, the error's text as the message.
+impl From<&Error> for tonic::Status {
+    fn from(e: &Error) -> Self {
+        let msg = e.to_string();
+        match e {
+            Error::BadRequest(_) => tonic::Status::invalid_argument(msg),
+            Error::TooLarge(_) | Error::Busy(_) => tonic::Status::resource_exhausted(msg),
+            Error::NotFound(_) => tonic::Status::not_found(msg),
+            Error::Forbidden(_) => tonic::Status::permission_denied(msg),
+            // ACLs off: the call cannot be answered in this state.
+            Error::Unauthorized(_) => tonic::Status::failed_precondition(msg),
+            Error::NoLeader | Error::LeadershipLost | Error::NoPathToDatacenter => {
+                tonic::Status::unavailable(msg)
+            }
+            Error::Internal(_) => tonic::Status::internal(msg),
+        }
+    }
+}
+
 impl From<anyhow::Error> for Error {
     fn from(e: anyhow::Error) -> Self {
         Error::Internal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    /// The gRPC table: each kind answers the code Consul's gRPC services
+    /// use, with the error's text.
+    #[test]
+    fn every_kind_has_its_grpc_code() {
+        let cases = [
+            (Error::bad("bad"), Code::InvalidArgument),
+            (Error::TooLarge("big".into()), Code::ResourceExhausted),
+            (Error::Busy("busy".into()), Code::ResourceExhausted),
+            (Error::NotFound("nope".into()), Code::NotFound),
+            (
+                Error::Forbidden("Permission denied".into()),
+                Code::PermissionDenied,
+            ),
+            (
+                Error::Unauthorized("ACL support disabled".into()),
+                Code::FailedPrecondition,
+            ),
+            (Error::NoLeader, Code::Unavailable),
+            (Error::LeadershipLost, Code::Unavailable),
+            (Error::NoPathToDatacenter, Code::Unavailable),
+            (Error::Internal("boom".into()), Code::Internal),
+        ];
+        for (e, code) in cases {
+            let status = tonic::Status::from(&e);
+            assert_eq!((status.code(), status.message()), (code, &*e.to_string()));
+        }
     }
 }

@@ -3,6 +3,10 @@
 //! with `?format=prometheus` (what Prometheus scraping Consul asks for).
 //!
 //! Plain atomics: counting must never contend on the request path.
+//!
+//! Counters are declared with `counters!`, which writes each counter and
+//! the list it is rendered from in one place, so none is left out; the
+//! agent's counters are declared the same way.
 
 use prometheus_client::encoding::text;
 use prometheus_client::metrics::counter::ConstCounter;
@@ -163,11 +167,6 @@ pub static STREAM_SUBSCRIPTIONS: Gauge = Gauge::new(
 );
 
 static GAUGES: &[&Gauge] = &[&BLOCKING_PARKED, &STREAM_SUBSCRIPTIONS];
-
-/// Renders the counters plus gauges supplied by the caller.
-pub fn render(gauges: &[(&str, &str, f64)]) -> String {
-    render_with(ALL, gauges)
-}
 
 /// Renders the given counters (e.g. a client agent's own) plus gauges.
 pub fn render_with(counters: &[&Counter], gauges: &[(&str, &str, f64)]) -> String {

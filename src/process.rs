@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 
 use crate::agent::{Agent, AgentConfig};
 use crate::dns::DnsConfig;
-use crate::http::grpc::{self, GrpcConfig};
+use crate::grpc::{self, GrpcConfig};
 use crate::raft::TypeConfig;
 use crate::raft::network::Accept;
 use crate::server::{Server, ServerConfig, ServerParts};
@@ -103,9 +103,6 @@ pub struct Federated {
     /// Answers a request from another datacenter as [`server`]'s
     /// federation does: the HTTP router, in process.
     pub answer: crate::federation::Handler,
-    /// The same router asked in process as by a client of this server (a
-    /// `?dc=` read goes on to that datacenter from there).
-    pub local: Arc<dyn crate::dns::Remote>,
 }
 
 /// [`assemble`] with WAN federation (`--datacenter`, `--primary-datacenter`,
@@ -125,8 +122,7 @@ where
     Ok(Federated {
         server,
         federation,
-        answer: wan_handler(app.clone()),
-        local: Arc::new(InProcess(app)),
+        answer: wan_handler(app),
     })
 }
 
@@ -206,13 +202,8 @@ pub async fn server(
             Some(t) => Some(t.files.https_server(t.verify_incoming)?),
             None => None,
         };
-        tokio::spawn(grpc::serve(
-            server.clone(),
-            l,
-            tls,
-            g.clone(),
-            stop_grpc.clone(),
-        ));
+        let port = grpc::serve(server.clone(), l, tls, g.clone(), stop_grpc.clone());
+        server.tasks().spawn("gRPC port", port);
     }
     let mut agent_config = agent_config(&config)?;
     agent_config.blocking = server.blocking().clone();
@@ -258,9 +249,14 @@ pub async fn server(
             acl: server.acl().clone(),
             token: config.agent_tokens.default.clone(),
             remote: Some(federation.clone()),
-            router: Some(Arc::new(InProcess(app.clone()))),
+            queries: Some(Arc::new(crate::endpoint::query::Queries {
+                server: server.clone(),
+                federation: Some(federation.clone()),
+            })),
         });
-        tokio::spawn(crate::dns::serve(l, d, catalog));
+        server
+            .tasks()
+            .spawn("DNS listeners", crate::dns::serve(l, d, catalog));
     }
     // One each: `Notify::notify_one` wakes one waiter (or the next).
     let (stop, stop_tls) = (
@@ -334,44 +330,12 @@ fn wan_handler(app: axum::Router) -> crate::federation::Handler {
     })
 }
 
-/// The server's own router asked in process (DNS prepared queries run
-/// through the HTTP execute: `?dc=` in the path says where, so the
-/// datacenter argument is unused).
-struct InProcess(axum::Router);
-
-impl crate::dns::Remote for InProcess {
-    fn get(
-        &self, _dc: &str, path_and_query: String, token: Option<String>,
-    ) -> crate::dns::RemoteFuture<'_> {
-        use tower::ServiceExt;
-        Box::pin(async move {
-            let mut req = axum::http::Request::builder()
-                .method("GET")
-                .uri(path_and_query);
-            if let Some(t) = token {
-                req = req.header("x-consul-token", t);
-            }
-            let req = req
-                .body(axum::body::Body::empty())
-                .map_err(|e| e.to_string())?;
-            let resp = match self.0.clone().oneshot(req).await {
-                Ok(resp) => resp,
-                Err(never) => match never {},
-            };
-            let status = resp.status().as_u16();
-            let body = axum::body::to_bytes(resp.into_body(), crate::raft::network::MAX_FRAME)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Some((status, body.to_vec())))
-        })
-    }
-}
-
 impl ServerProcess {
-    /// Serves until SIGINT or SIGTERM (or a storage fault, which ends the
-    /// process with `FAULT_EXIT`, or a critical task's death, with
+    /// Serves until `shutdown` completes (`signal::shutdown`: SIGINT or
+    /// SIGTERM) or the server leaves the cluster (or a storage fault, which
+    /// ends the process with `FAULT_EXIT`, or a critical task's death, with
     /// `TASK_EXIT`), then shuts the server down.
-    pub async fn run(self) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let ServerProcess {
             server,
             agent,
@@ -385,7 +349,7 @@ impl ServerProcess {
             ended = agent.tasks.failed() => fail_task_or_fault(&server, ended).await,
             _ = async {
                 tokio::select! {
-                    _ = crate::signal::shutdown() => {},
+                    _ = shutdown => {},
                     _ = server.stop_requested() => tracing::info!("left the cluster: stopping"),
                 }
             } => {
@@ -411,7 +375,8 @@ pub async fn run_server(
     config.check_raft_protection()?;
     config.check_wan_protection()?;
     let listeners = Listeners::bind(&config, dns.as_ref(), grpc.as_ref()).await?;
-    server(config, dns, grpc, listeners).await?.run().await
+    let process = server(config, dns, grpc, listeners).await?;
+    process.run(crate::signal::shutdown()).await
 }
 
 /// `cairn agent`: a client agent from its configuration, until a signal.

@@ -33,8 +33,8 @@ const LAYERS: &[&[&str]] = &[
     &["federation"],
     &["endpoint"],
     &["leader"],
-    &["http"],
-    &["process"],
+    &["http", "grpc"],
+    &["process", "flags"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -295,7 +295,7 @@ fn a_stream_subscribing_too_many_names_ends() {
 /// The first answer of `WatchServers` with `token`.
 async fn watch_servers(
     addr: SocketAddr, token: Option<&str>,
-) -> Result<cairn::http::grpc::WatchServersResponse, Status> {
+) -> Result<cairn::grpc::WatchServersResponse, Status> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -303,7 +303,7 @@ async fn watch_servers(
         .unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    let mut req = tonic::Request::new(cairn::http::grpc::WatchServersRequest { wan: false });
+    let mut req = tonic::Request::new(cairn::grpc::WatchServersRequest { wan: false });
     if let Some(t) = token {
         req.metadata_mut()
             .insert("x-consul-token", t.parse().unwrap());

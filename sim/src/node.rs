@@ -36,6 +36,7 @@ use cairn::state::{
     ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind,
 };
 use cairn::stream::{Item, Reader, Topic};
+use cairn::structs::validate::validate_register;
 use cairn::structs::{KvEntry, KvOutcome, KvVerb};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,7 +45,7 @@ use crate::mem_log::{LogDisk, MemLogStore};
 
 pub const RAFT_PORT: u16 = 8300;
 pub const API_PORT: u16 = 8500;
-/// The real gRPC port's services (`cairn::http::grpc::routes`: ADS, the
+/// The real gRPC port's services (`cairn::grpc::routes`: ADS, the
 /// dataplane's), served over simulated TCP.
 pub const GRPC_PORT: u16 = 8502;
 
@@ -144,12 +145,12 @@ pub struct FedBoot {
 
 /// What a federated server answers besides the simulated API: requests
 /// from other datacenters (the HTTP router in process, behind the leader
-/// forwarding the simulated API stands in for), and `?dc=` reads asked of
-/// its router in process.
+/// forwarding the simulated API stands in for), and `?dc=` reads sent
+/// there through its federation.
 #[derive(Clone)]
 struct Wan {
     answer: Handler,
-    local: Arc<dyn cairn::dns::Remote>,
+    federation: Arc<cairn::federation::Federation>,
 }
 
 /// The initial management token's secret (`--acl-initial-management-token`)
@@ -382,7 +383,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
             .serve(wan_handler(f.server.clone(), f.answer.clone()));
         let wan = Wan {
             answer: f.answer,
-            local: f.local,
+            federation: f.federation.clone(),
         };
         (f.server, Some(wan))
     } else {
@@ -396,7 +397,7 @@ pub async fn run_server(boot: Boot, disk: Disk, slot: Slot, truth: Truth) -> tur
         .or_default()
         .push((started, server.state().index));
     let grpc = turmoil::net::TcpListener::bind(("0.0.0.0", GRPC_PORT)).await?;
-    let routes = cairn::http::grpc::routes(&server, cairn::xds::Limits::default());
+    let routes = cairn::grpc::routes(&server, cairn::xds::Limits::default());
     tokio::spawn(async move {
         let incoming = futures_util::stream::unfold(grpc, |l| async move {
             let conn = l.accept().await.map(|(s, _)| GrpcConn(s));
@@ -491,34 +492,41 @@ fn wan_handler(server: Arc<Server>, answer: Handler) -> Handler {
     })
 }
 
-/// A KV read of another datacenter (`GET /v1/kv/:key?dc=`), asked of this
-/// server's router in process with the caller's token: its `?dc=` layer
-/// sends it there over the WAN transport.
+/// A KV read of another datacenter (`GET /v1/kv/:key?dc=`), sent there
+/// through this server's federation with the caller's token, as the
+/// router's `?dc=` layer sends it.
 async fn remote_get(
     wan: &Wan, dc: &str, key: &str, consistent: bool, token: Option<String>,
 ) -> ApiReply {
     let mode = if consistent { "&consistent" } else { "" };
-    let path = format!("/v1/kv/{key}?dc={dc}{mode}");
-    ApiReply::Get(match wan.local.get(dc, path, token).await {
-        Ok(Some((200, body))) => serde_json::from_slice::<Vec<KvEntry>>(&body)
+    let req = WanRequest {
+        from: wan.federation.datacenter().to_string(),
+        method: "GET".into(),
+        path_and_query: format!("/v1/kv/{key}?dc={dc}{mode}"),
+        headers: token
+            .map(|t| vec![("x-consul-token".to_string(), t)])
+            .unwrap_or_default(),
+        body: Vec::new(),
+    };
+    let sent = wan.federation.forward(dc, req, FORWARD_TIMEOUT).await;
+    ApiReply::Get(match sent {
+        Ok(r) if r.status == 200 => serde_json::from_slice::<Vec<KvEntry>>(&r.body)
             .map(|mut e| e.pop())
             .map_err(|e| e.to_string()),
-        Ok(Some((404, _))) => Ok(None),
-        Ok(Some((status, body))) => Err(format!(
-            "{status}: {}",
-            String::from_utf8_lossy(&body).trim()
+        Ok(r) if r.status == 404 => Ok(None),
+        Ok(r) => Err(format!(
+            "{}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body).trim()
         )),
-        Ok(None) => Err("No path to datacenter".into()),
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     })
 }
 
-/// A prepared query's execute asked of this server's router in process
-/// with the caller's token. A local, non-`?stale` one is answered by the
-/// leader: passed to it over the simulated API (as `handle` does), which
-/// then asks its router with `?stale`, so that the router's own
-/// forwarding (real sockets, not turmoil's) is never reached; execute
-/// reads the same state either way.
+/// A prepared query's execute through the endpoint layer
+/// (`endpoint::query::execute_in`: here, or in the datacenter named) with
+/// the caller's token. A local, non-`?stale` one is answered by the
+/// leader: passed to it over the simulated API (as `handle` does).
 async fn execute(
     s: &Arc<Server>, w: &Wan, req: &ApiRequest, token: Option<String>, forwarded: bool,
 ) -> ApiReply {
@@ -532,49 +540,41 @@ async fn execute(
             Some(Err(e)) => return error_reply(req, e),
         }
     }
-    let mut path = format!("/v1/query/{query}/execute");
-    match dc {
-        Some(dc) => {
-            path.push_str("?dc=");
-            path.push_str(dc);
-            if *stale {
-                path.push_str("&stale");
+    let call = Call::new(
+        token,
+        QueryOptions {
+            stale: *stale,
+            ..Default::default()
+        },
+    );
+    let ex = cairn::endpoint::query::Execute::default();
+    let fed = Some(&*w.federation);
+    let executed =
+        cairn::endpoint::query::execute_in(s, fed, &call, dc.as_deref(), query, &ex).await;
+    let answer = executed
+        .map(|e| {
+            let mut instances: Vec<(String, String, String)> = e
+                .nodes
+                .iter()
+                .map(|i| {
+                    (
+                        i.node.node.clone(),
+                        i.node.datacenter.clone(),
+                        i.service.id.clone(),
+                    )
+                })
+                .collect();
+            // Execute shuffles them with an unseeded RNG: sorted, the
+            // answer is the same in two runs of a seed.
+            instances.sort();
+            QueryAnswer {
+                datacenter: e.datacenter,
+                failovers: e.failovers,
+                index: e.index,
+                instances,
             }
-        }
-        None => path.push_str("?stale"),
-    }
-    let answer = match w.local.get(dc.as_deref().unwrap_or(""), path, token).await {
-        Ok(Some((200, body))) => serde_json::from_slice::<cairn::http::query::Executed>(&body)
-            .map(|e| {
-                let mut instances: Vec<(String, String, String)> = e
-                    .nodes
-                    .iter()
-                    .map(|i| {
-                        (
-                            i.node.node.clone(),
-                            i.node.datacenter.clone(),
-                            i.service.id.clone(),
-                        )
-                    })
-                    .collect();
-                // Execute shuffles them with an unseeded RNG: sorted, the
-                // answer is the same in two runs of a seed.
-                instances.sort();
-                QueryAnswer {
-                    datacenter: e.datacenter,
-                    failovers: e.failovers,
-                    index: e.index,
-                    instances,
-                }
-            })
-            .map_err(|e| e.to_string()),
-        Ok(Some((status, body))) => Err(format!(
-            "{status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        )),
-        Ok(None) => Err("No path to datacenter".into()),
-        Err(e) => Err(e),
-    };
+        })
+        .map_err(|e| e.to_string());
     ApiReply::Query(answer)
 }
 
@@ -825,7 +825,7 @@ async fn serve_api(
         // As the HTTP handler: with ACLs on every event is filtered by the
         // token, checked again as ACLs change; a token gone hangs up.
         if server.acl().enabled() {
-            let resolver = cairn::http::resolver(&server);
+            let resolver = cairn::request::authz::Resolver(server.clone());
             let Ok(authz) = Authz::resolve(&*resolver.0, env.token.clone()) else {
                 return Ok(());
             };
@@ -906,10 +906,37 @@ async fn endpoint_call(
                 }
                 _ => return None,
             },
+            // Catalog writes: the HTTP handler's validation, then the
+            // endpoint layer's register or deregister.
+            Command::Register(req) => {
+                let mut req = (**req).clone();
+                let done = match validate_register(&mut req, s.datacenter()) {
+                    Ok(()) => cairn::endpoint::catalog::register(s, call(false, false), req).await,
+                    Err(e) => Err(e),
+                };
+                catalog_written(done)
+            }
+            Command::Deregister(req) => catalog_written(
+                cairn::endpoint::catalog::deregister(s, call(false, false), req.clone()).await,
+            ),
             _ => return None,
         },
         _ => return None,
     })
+}
+
+/// A catalog write's answer, as the simulated clients read a write's.
+fn catalog_written(r: cairn::error::Result<bool>) -> ApiReply {
+    ApiReply::Write(
+        r.map(|done| {
+            if done {
+                Response::Ok
+            } else {
+                Response::Bool(false)
+            }
+        })
+        .map_err(|e| e.to_string()),
+    )
 }
 
 /// A DNS query answered as the server's listener answers it (`process::server`
@@ -923,7 +950,7 @@ async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
         acl: s.acl().clone(),
         token: s.config().agent_tokens.default.clone(),
         remote: None,
-        router: None,
+        queries: None,
     };
     let config = cairn::dns::DnsConfig::new(s.config().http_addr);
     let before = s.state().index;
@@ -967,7 +994,7 @@ fn error_answer(req: &ApiRequest, e: String) -> Answer {
 /// the router's resolver against this server's state, then the checks the
 /// HTTP handler of the same request makes.
 fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn::error::Result<()> {
-    let a = Authz::resolve(&*cairn::http::resolver(s).0, token.map(str::to_string))?;
+    let a = Authz::resolve(&**s, token.map(str::to_string))?;
     match req {
         // The KV topic from the root: `key_read` on "".
         ApiRequest::Subscribe { .. } => a.require(a.key_read(""), "key:read", ""),
@@ -996,14 +1023,12 @@ fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result
         Command::Timed {
             cmd: Timeable::SessionDestroy { id },
             ..
-        } => cairn::http::session::authorize_session(s, a, id),
+        } => cairn::endpoint::session::authorize_session(s, a, id),
         Command::SessionCreate { session, .. } => a.require(
             a.session_write(&session.node),
             "session:write",
             &session.node,
         ),
-        Command::Register(req) => cairn::http::catalog::authorize_register(a, &s.state(), req),
-        Command::Deregister(req) => cairn::http::catalog::authorize_deregister(a, &s.state(), req),
         Command::AclPolicySet { .. }
         | Command::AclTokenSet { .. }
         | Command::AclTokenDelete { .. }

@@ -15,9 +15,17 @@
 //!   implements it; [`ReverseIndex`] keeps "who references service X" so that
 //!   finding the affected chains does not scan unrelated entries.
 //!   [`MemoryEntries`] is a ready-made in-memory implementation.
+//!
+//! Besides chains that no longer compile, `validate_write` refuses what
+//! only other entries can show: L7 intention `Permissions` on a service
+//! whose resolved protocol is not http, http2 or grpc (on intentions and
+//! on defaults writes); an ingress listener whose services' chain protocol
+//! is not its own (on gateway, defaults and chain writes); an ingress and
+//! a terminating gateway of one name; and a `MutualTLSMode` turned
+//! permissive without the mesh entry's `AllowEnablingPermissiveMutualTLS`.
 
 mod compile;
-mod graph;
+pub(crate) mod graph;
 mod types;
 
 #[cfg(test)]
@@ -26,7 +34,7 @@ mod conformance_tests;
 mod tests;
 
 pub use compile::{service_protocol, service_sni};
-pub use graph::{EntryChange, ReverseIndex, affected_chains, references, validate_write};
+pub use graph::{EntryChange, ReverseIndex, references, validate_write};
 pub use types::*;
 
 use crate::structs::config_entry::{ConfigEntry, Duration, Kind, MeshGatewayConfig};

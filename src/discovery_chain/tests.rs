@@ -1,6 +1,7 @@
 //! Unit tests of the compiler and of graph validation, beyond the shared
 //! conformance cases.
 
+use super::graph::affected_chains;
 use super::*;
 use crate::config_check::decode_and_validate;
 use serde_json::{Value, json};

@@ -10,6 +10,20 @@
 //! the DNS token (`--acl-token`, else anonymous) may read; a name it may
 //! not read answers as one that does not exist.
 //!
+//! Prepared queries (`<name>.query[.<dc>].consul`) go through
+//! `Catalog::prepared_query`: a server executes them through the endpoint
+//! layer (`Queries`, handed in by process assembly:
+//! `endpoint::query::Queries`, failover and ACLs as over HTTP), a client
+//! agent asks its server. Another datacenter's names
+//! (`<name>.service.<dc>.consul`, `<node>.node.<dc>.consul`) go through
+//! `Catalog::remote_*`: a server asks that datacenter's health or catalog
+//! read through the `Remote` process assembly hands in (`federation`), a
+//! client agent its server with `?dc=`; the answer is as that
+//! datacenter's ACLs cut it.
+//!
+//! Records: A, AAAA, CNAME and SRV with the targets' addresses;
+//! NXDOMAIN with the SOA, REFUSED, and truncation to the transport's size.
+//!
 //! | file | job |
 //! | --- | --- |
 //! | `answer.rs` | a query to an answer: names, health, records, truncation |
@@ -157,6 +171,18 @@ pub trait Remote: Send + Sync + 'static {
     fn get(&self, dc: &str, path_and_query: String, token: Option<String>) -> RemoteFuture<'_>;
 }
 
+/// A prepared query executed by the server (`endpoint::query::Queries`),
+/// in datacenter `dc` when given: its answer, `None` when there is none to
+/// give (not found, refused, no path there).
+pub type QueriesFuture<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Result<Option<QueryAnswer>, String>> + Send + 'a>>;
+
+pub trait Queries: Send + Sync + 'static {
+    fn execute<'a>(
+        &'a self, dc: Option<&'a str>, name: &'a str, token: Option<String>,
+    ) -> QueriesFuture<'a>;
+}
+
 /// What a prepared query's execute answers, as far as DNS needs it.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -210,10 +236,9 @@ pub struct StateCatalog {
     pub token: Option<String>,
     /// How other datacenters are asked (none: only this one is known).
     pub remote: Option<Arc<dyn Remote>>,
-    /// The server's own HTTP router, asked in process (its `dc` argument
-    /// unused: a path's `?dc=` says where): prepared queries run through
-    /// their one execute, failover and ACLs included. None: no queries.
-    pub router: Option<Arc<dyn Remote>>,
+    /// Prepared queries, executed through the server's endpoint layer
+    /// (failover and ACLs included). None: no queries.
+    pub queries: Option<Arc<dyn Queries>>,
 }
 
 impl StateCatalog {
@@ -281,27 +306,13 @@ impl Catalog for StateCatalog {
     async fn prepared_query(
         &self, dc: Option<&str>, name: &str,
     ) -> Result<Option<QueryAnswer>, LookupError> {
-        let Some(router) = &self.router else {
+        let Some(queries) = &self.queries else {
             return Ok(None);
         };
-        let at = dc.unwrap_or(&self.datacenter);
-        match router
-            .get(at, query_path(name, dc), self.token.clone())
+        queries
+            .execute(dc, name, self.token.clone())
             .await
-        {
-            Err(e) => Err(LookupError::Unavailable(e)),
-            Ok(None) => Ok(None),
-            Ok(Some((200, body))) => serde_json::from_slice(&body)
-                .map(Some)
-                .map_err(|e| LookupError::Unavailable(e.to_string())),
-            // Not found, or refused: nothing to answer with.
-            Ok(Some((status, _))) if (400..500).contains(&status) => Ok(None),
-            Ok(Some((_, body))) if body == b"No path to datacenter" => Ok(None),
-            Ok(Some((status, body))) => Err(LookupError::Unavailable(format!(
-                "prepared query {name} answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            ))),
-        }
+            .map_err(LookupError::Unavailable)
     }
 }
 

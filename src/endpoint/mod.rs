@@ -10,16 +10,26 @@
 //! (after routing, as Consul's `ResolveToken` follows its `ForwardRPC`)
 //! and makes the area's checks.
 //!
-//! Areas moved here so far: `kv` (but `/v1/txn`), `session`, and `agent`
-//! (what every server does for itself: it runs where it is asked, then
-//! on the datacenter's other servers); the others' handlers still sit
-//! behind `http`'s `forward_to_leader` layer.
+//! Areas moved here so far: `kv` (but `/v1/txn`), `session`, `catalog`
+//! (its writes), `login`, `members`, and `agent` (what every server does
+//! for itself: it runs where it is asked, then on the datacenter's other
+//! servers); `query` (execute, for HTTP and DNS), `dataplane` and
+//! `proxycfg` (for HTTP and gRPC) and `snapshot` are called in place. The others'
+//! handlers still sit behind `http`'s `forward_to_leader` layer.
 
+pub mod acl;
 pub mod agent;
 pub mod blocking;
+pub mod catalog;
+pub mod coordinate;
+pub mod dataplane;
 pub mod kv;
+pub mod login;
 pub mod members;
+pub mod proxycfg;
+pub mod query;
 pub mod session;
+pub mod snapshot;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -150,6 +160,8 @@ pub enum Op {
     /// Run by each server for itself (`agent::run`), never routed.
     Agent(agent::Op),
     Members(members::Op),
+    Login(login::Op),
+    Catalog(catalog::Op),
 }
 
 /// What an operation answers with.
@@ -159,6 +171,8 @@ pub enum Value {
     Session(session::Value),
     Agent(agent::Value),
     Members(members::Value),
+    Login(login::Value),
+    Catalog(catalog::Value),
 }
 
 impl Op {
@@ -168,6 +182,8 @@ impl Op {
             Op::Session(op) => op.place(),
             Op::Agent(_) => Place::Leader,
             Op::Members(op) => op.place(),
+            Op::Login(op) => op.place(),
+            Op::Catalog(op) => op.place(),
         }
     }
 
@@ -181,6 +197,8 @@ impl Op {
             Op::Session(op) => op.run(s, call).await.map(|a| a.map(Value::Session)),
             Op::Agent(_) => Err(Error::bad("an agent operation is run by agent::run")),
             Op::Members(op) => op.run(s, call).await.map(|a| a.map(Value::Members)),
+            Op::Login(op) => op.run(s, call).await.map(|a| a.map(Value::Login)),
+            Op::Catalog(op) => op.run(s, call).await.map(|a| a.map(Value::Catalog)),
         }
     }
 }

@@ -2,16 +2,20 @@
 //! learn of each other without gossip, and a request for another
 //! datacenter (`?dc=`, DNS `<name>.service.<dc>.consul`) is answered there.
 //!
-//! Every server greets, every `ROUND`, one server of each datacenter it
+//! Every server greets, every `ROUND` (2 s), one server of each datacenter it
 //! knows (and each `--join-wan` address no known server has), over the
 //! Raft port's transport (`raft::wan`: the same TLS or `--encrypt`, the same
 //! frame caps). A greeting and its answer carry what each side knows: its
 //! datacenter and primary, itself, and every datacenter's servers, so a
-//! server that greets one datacenter learns all of them. A greeting's round
+//! server that greets one datacenter learns all of them. What is known is
+//! bounded (64 datacenters, 16 servers each), and a greeting naming another
+//! primary, or this server's own datacenter, is refused. A greeting's round
 //! trip is the datacenter's measured RTT (`/v1/catalog/datacenters` lists
-//! the nearest first). A datacenter that comes back after a partition
+//! the nearest first); no answer for 10 s shows its servers failed
+//! (`members -wan`). A datacenter that comes back after a partition
 //! answers the next round's greeting; a server is forgotten by
-//! `force-leave -wan` or once unheard from for `RECONNECT_TIMEOUT_WAN`
+//! `force-leave -wan node.dc` (on every server of this datacenter,
+//! `endpoint::agent`) or once unheard from for `RECONNECT_TIMEOUT_WAN`
 //! (72 h, Consul's), a datacenter with its last server (and the primary's
 //! leader deletes its state), and is taken in again only from its own
 //! greeting, never from another's word.
@@ -27,8 +31,12 @@
 //! secondaries too: ACLs and config entries (`leader::replication`), and
 //! the Connect CA's roots with an intermediate the primary signs
 //! (`leader::connect_ca`, [`Federation::sign_intermediate`]). They ask the
-//! primary through [`Federation::ask_primary`] and keep their progress here
-//! ([`Replication`]), for `/v1/acl/replication` and the metrics.
+//! primary through [`Federation::ask_primary`] (a GET marked as a server's
+//! pull, `ReplicationPull` on the receiving side, with the replication
+//! token if any; `sign_intermediate` POSTs the CSR the same way, with no
+//! token) and keep their progress here ([`Replication`]: `Replicated::Acl`,
+//! `Config`, `Ca`), for `/v1/acl/replication` and the `cairn_replication_*`
+//! gauges.
 //!
 //! A forwarded request is an HTTP request in a frame (`WanRequest`) on a
 //! channel (`raft::channel`) to one server of the datacenter, opened once
@@ -37,7 +45,15 @@
 //! of the remote's Raft connections. It is answered by the receiving
 //! server's own router in process (the handler is set by process
 //! assembly: this room knows no HTTP router), marked as forwarded so that
-//! it is never forwarded again.
+//! it is never forwarded again. `forward` tries the datacenter's servers
+//! heard from most recently first, within `request::forward_timeout`; a
+//! request from a datacenter this server does not know is refused.
+//!
+//! Two other rooms reach other datacenters through it, each handed it by
+//! process assembly: DNS, as its `Remote` (`<name>.service|node.<dc>.consul`),
+//! and proxycfg, as its `Fetcher` (`MeshReads`: other datacenters'
+//! instances of chain targets, read with the server's own agent token,
+//! which that datacenter judges).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -1063,7 +1079,7 @@ impl crate::proxycfg::Fetcher for MeshReads {
 
 /// Below the DNS listener's own bound on a lookup (as a client agent's
 /// DNS reads), so a slow datacenter answers SERVFAIL rather than nothing.
-const DNS_TIMEOUT: Duration = Duration::from_secs(4);
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(4);
 
 impl Wan for Federation {
     fn hello(&self, from: WanHello) -> WanFuture<'_, WanHello> {

@@ -49,12 +49,11 @@ mod tests;
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
 use serde_json::Value;
 
-pub use ast::{Expr, MatchExpr, MatchOp, Selector};
+pub use ast::Expr;
 pub use error::FilterError;
-pub use schema::{Field, Schema};
+pub use schema::Schema;
 
 /// A parsed (and optionally schema-bound) filter expression.
 ///
@@ -80,6 +79,7 @@ impl Filter {
         })
     }
 
+    #[cfg(test)]
     /// `None` for an empty `?filter=` (Consul ignores it), else [`Filter::parse`].
     pub fn parse_optional(input: &str) -> Result<Option<Filter>, FilterError> {
         if input.is_empty() {
@@ -120,23 +120,27 @@ impl Filter {
         self.evaluate(row).unwrap_or(false)
     }
 
+    #[cfg(test)]
     /// Evaluates against any serialisable row (converted to JSON first).
-    pub fn evaluate_row<T: Serialize + ?Sized>(&self, row: &T) -> Result<bool, FilterError> {
+    pub fn evaluate_row<T: serde::Serialize + ?Sized>(&self, row: &T) -> Result<bool, FilterError> {
         let value = serde_json::to_value(row)
             .map_err(|e| FilterError::Evaluate(format!("cannot serialise row: {e}")))?;
         self.evaluate(&value)
     }
 
+    #[cfg(test)]
     /// The expression text as given.
     pub fn source(&self) -> &str {
         &self.source
     }
 
+    #[cfg(test)]
     /// The parsed expression tree.
     pub fn expr(&self) -> &Expr {
         &self.expr
     }
 
+    #[cfg(test)]
     /// The schema bound by [`Filter::parse_for`], if any.
     pub fn schema(&self) -> Option<&'static Schema> {
         self.schema

@@ -217,6 +217,7 @@ pub static CATALOG_SERVICE: Schema = SERVICE_NODE;
 /// `/v1/catalog/node/:node`.
 pub static CATALOG_NODE_SERVICES: Schema = NODE_SERVICE;
 
+#[cfg(test)]
 /// Values of `GET /v1/agent/services` (Consul's `api.AgentService` has the
 /// same filterable fields as `NodeService`).
 pub static AGENT_SERVICES: Schema = NODE_SERVICE;

@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::ast::MatchOp;
 use super::schemas;
 use super::*;
 

@@ -4,6 +4,11 @@
 //!
 //! Secrets never reach the Raft log: a handler makes or takes the secret,
 //! proposes its hash, and shows the secret once in its answer.
+//!
+//! Two internal reads: `/v1/internal/acl/authorizer` describes a caller's
+//! own token for a client agent (`agent::acl`), and
+//! `POST /v1/internal/acl/authorize` answers what a token may do (Consul's
+//! UI asks it).
 
 use std::sync::Arc;
 
@@ -22,8 +27,7 @@ use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::decode_json;
 use crate::server::Server;
-use crate::state::acl::BOOTSTRAP_DONE;
-use crate::state::{Command, Response as Applied, keys};
+use crate::state::{Command, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, ANONYMOUS_SECRET, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken,
     GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Identities, Link, TemplateVariables,
@@ -219,16 +223,7 @@ fn allowed(a: &Authorizer, resource: &str, segment: &str, access: &str) -> Resul
     }
 }
 
-pub use crate::endpoint::blocking::{resolve_in, token_expiry};
-
-/// Consul answers ACL endpoints with ACLs off so.
-pub(super) fn enabled(s: &Server) -> Result<()> {
-    if s.acl().enabled() {
-        Ok(())
-    } else {
-        Err(Error::Unauthorized("ACL support disabled".into()))
-    }
-}
+pub use crate::endpoint::acl::{applied, enabled, now_rfc3339, rfc3339, uuid};
 
 pub(super) fn acl_read(s: &Server, a: &Authz) -> Result<()> {
     enabled(s)?;
@@ -250,30 +245,6 @@ fn not_found() -> Error {
 /// Consul's words since 1.17 (before, 403 `ACL not found`).
 pub(super) fn missing(kind: &str) -> Error {
     Error::NotFound(format!("Requested {kind} does not exist: ACL not found"))
-}
-
-pub(super) fn applied(r: Applied) -> Result<()> {
-    match r {
-        Applied::Ok => Ok(()),
-        Applied::Rejected(reason) if reason.starts_with(BOOTSTRAP_DONE) => {
-            Err(Error::Forbidden(format!("Permission denied: {reason}")))
-        }
-        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
-}
-
-pub(super) fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-pub(super) fn now_rfc3339() -> String {
-    rfc3339(time::OffsetDateTime::now_utc())
-}
-
-pub(super) fn uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 // ---- bootstrap ----

@@ -18,7 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use serde_json::Value;
 
-use super::{App, Opts, Watch, blocking, json_filtered, keep};
+use super::{App, Called, Opts, Watch, blocking, json_filtered, keep};
+use crate::endpoint::catalog;
 use crate::error::{Error, Result};
 use crate::filter::{Schema, schemas};
 use crate::request::NamedRoutes;
@@ -29,7 +30,7 @@ use crate::request::list_filter::{
 use crate::request::{Params, QueryOptions, decode_json};
 use crate::server::Server;
 use crate::state::catalog::{Instance, node_services, service_instances};
-use crate::state::{self, Command, Response as Applied, keys};
+use crate::state::{self, keys};
 use crate::structs::validate::{check_dc, validate_register};
 use crate::structs::{DeregisterRequest, Node, NodeService, RegisterRequest};
 
@@ -58,91 +59,28 @@ pub fn routes() -> Router<App> {
         .route("/v1/catalog/datacenters", get(super::wan::datacenters))
 }
 
-async fn register(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
+async fn register(State(s): State<App>, Called(_, call): Called, body: Bytes) -> Result<Response> {
     let mut req: RegisterRequest = decode_object(&body, &REGISTER_FIELDS)?;
     validate_register(&mut req, s.datacenter())?;
-    authorize_register(&a, &s.state(), &req)?;
-    done(s.write(Command::Register(Box::new(req))).await?)
+    written(catalog::register(&s, call, req).await?)
 }
 
-/// Consul's checks on a registration: `service:write` on its service (as
-/// `NodeService::authorize_write` has it: a proxy's destination and the
-/// instance it replaces too) and on the services its checks belong to;
-/// `node:write` when the node is new or changes, or for a node-level check.
-pub fn authorize_register(a: &Authz, st: &state::State, req: &RegisterRequest) -> Result<()> {
-    let node_changes = !req.skip_node_update
-        && match st.nodes.get(&req.node) {
-            None => true,
-            Some(n) => {
-                n.address != req.address
-                    || (!req.node_meta.is_empty() && n.meta != req.node_meta)
-                    || (!req.tagged_addresses.is_empty()
-                        && n.tagged_addresses != req.tagged_addresses)
-            }
-        };
-    if node_changes {
-        a.require(a.node_write(&req.node), "node:write", &req.node)?;
-    }
-    if let Some(svc) = &req.service {
-        let replaced = st.services.get(&(req.node.clone(), svc.id.clone()));
-        svc.authorize_write(a, replaced.map(|r| r.service.as_str()))?;
-    }
-    for c in req.check.iter().chain(&req.checks) {
-        if c.service_id.is_empty() {
-            a.require(a.node_write(&req.node), "node:write", &req.node)?;
-            continue;
-        }
-        let name = req
-            .service
-            .as_ref()
-            .filter(|svc| svc.id == c.service_id)
-            .map(|svc| svc.service.clone())
-            .or_else(|| {
-                st.services
-                    .get(&(req.node.clone(), c.service_id.clone()))
-                    .map(|svc| svc.service.clone())
-            })
-            .unwrap_or_else(|| c.service_name.clone());
-        a.require(a.service_write(&name), "service:write", &name)?;
-    }
-    Ok(())
-}
-
-/// A service or check goes with `service:write` on its service (a node's
-/// check and the node itself with `node:write`).
-pub fn authorize_deregister(a: &Authz, st: &state::State, req: &DeregisterRequest) -> Result<()> {
-    let service_of = |id: &str| {
-        st.services
-            .get(&(req.node.clone(), id.to_string()))
-            .map(|svc| svc.service.clone())
-    };
-    let service = if !req.service_id.is_empty() {
-        service_of(&req.service_id)
-    } else if !req.check_id.is_empty() {
-        st.checks
-            .get(&(req.node.clone(), req.check_id.clone()))
-            .filter(|c| !c.service_id.is_empty())
-            .and_then(|c| service_of(&c.service_id).or(Some(c.service_name.clone())))
-    } else {
-        None
-    };
-    match service {
-        Some(name) => a.require(a.service_write(&name), "service:write", &name),
-        None => a.require(a.node_write(&req.node), "node:write", &req.node),
-    }
-}
-
-async fn deregister(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
+async fn deregister(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
     let mut req: DeregisterRequest = decode_object(&body, &DEREGISTER_FIELDS)?;
     check_dc(&req.datacenter, s.datacenter())?;
     req.datacenter = s.datacenter().to_owned();
     if req.node.is_empty() {
         return Err(Error::bad("Must provide node"));
     }
-    authorize_deregister(&a, &s.state(), &req)?;
-    done(s.write(Command::Deregister(req)).await?)
+    written(catalog::deregister(&s, call, req).await?)
 }
 
+/// A write's answer: `true`, or `false` (Consul's).
+fn written(done: bool) -> Result<Response> {
+    Ok(axum::Json(done).into_response())
+}
 /// The fields of a registration body, for matching keys the way Go's
 /// `encoding/json` does (case-insensitively): clients such as py-consul send
 /// `{"node": .., "address": .., "serviceid": ..}` and Consul accepts them.
@@ -218,15 +156,6 @@ pub fn decode_object<T: serde::de::DeserializeOwned>(body: &[u8], fields: &Schem
 }
 
 /// Writes answer `true`, as Consul's do.
-fn done(r: Applied) -> Result<Response> {
-    match r {
-        Applied::Ok | Applied::Bool(true) => Ok(axum::Json(true).into_response()),
-        Applied::Bool(false) => Ok(axum::Json(false).into_response()),
-        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
-}
-
 /// A node as shown in answers: the datacenter filled in when it was not
 /// recorded.
 fn shown_node(node: &Node, dc: &str) -> Node {

@@ -9,6 +9,12 @@
 //!   the other servers in turn, whose answer carries their coordinate; the
 //!   leader also queues the coordinate each answer carries, so followers'
 //!   coordinates reach the state without a write path of their own.
+//!
+//! The reads (`/v1/coordinate/datacenters|nodes|node/:n`) are filtered by
+//! `node:read`. An update needs `node:write`, is at most 16 KiB and is
+//! checked before it is queued. A probe goes out every `PROBE_EVERY`
+//! (2 s). `sort_near` is the one `?near=` sort of the catalog and health
+//! lists.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +26,8 @@ use axum::routing::{get, put};
 use serde::{Deserialize, Serialize};
 
 use super::{App, Opts, Watch, blocking, json_filtered, keep};
-use crate::coordinate::{Coordinate, Update, distance};
+use crate::coordinate::{Coordinate, Update};
+pub use crate::endpoint::coordinate::sort_near_node;
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{NamedRoutes, Params, decode_json};
@@ -183,25 +190,6 @@ pub fn sort_near<T>(s: &Server, p: &Params, rows: &mut [T], node_of: impl Fn(&T)
         Some(n) => n,
     };
     sort_near_node(s, near, rows, node_of)
-}
-
-/// Sorts `rows` by their node's estimated distance from node `near`
-/// (those without a coordinate last); unchanged when `near` has none.
-pub fn sort_near_node<T>(s: &Server, near: &str, rows: &mut [T], node_of: impl Fn(&T) -> &str) {
-    let st = s.state();
-    let Some(from) = st.coordinates.get(near) else {
-        return;
-    };
-    rows.sort_by_cached_key(|r| {
-        match st
-            .coordinates
-            .get(node_of(r))
-            .and_then(|c| distance(&from.coord, &c.coord))
-        {
-            Some(d) => (false, d),
-            None => (true, Duration::ZERO),
-        }
-    });
 }
 
 /// Every server's probes, for as long as it runs: one other server every

@@ -2,7 +2,9 @@
 //! `/v1/acl/logout` (Consul's API): auth methods and their binding rules
 //! kept like the other ACL objects (`acl:read`, `acl:write`), and logins
 //! that trade a bearer token the method vouches for (`login`) for a
-//! Consul token. A refused login writes nothing.
+//! Consul token. A refused login writes nothing: methods and rules are
+//! checked by `login` before they are proposed, a login's credential by
+//! `login::Logins` before anything is.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -10,19 +12,15 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 
-use super::acl::{
-    acl_read, acl_write, applied, check_uuid, enabled, missing, now_rfc3339, rfc3339, shown_token,
-    uuid, valid_name,
-};
+use super::acl::{acl_read, acl_write, applied, check_uuid, enabled, missing, uuid, valid_name};
 use super::{App, Called, json_at};
+use crate::endpoint::login::{self, Op, Value};
 use crate::error::{Error, Result};
-use crate::login::oidc::FlowError;
 use crate::login::{Method, bind};
 use crate::request::authz::Authz;
 use crate::request::decode_json;
 use crate::server::Server;
 use crate::state::{Command, keys};
-use crate::structs::acl::{AclToken, secret_hash, token_hash};
 use crate::structs::auth::{
     AclAuthMethod, AclBindingRule, LoginBody, OidcAuthUrlBody, OidcCallbackBody,
 };
@@ -285,220 +283,35 @@ async fn rule_list(State(s): State<App>, a: Authz, RawQuery(q): RawQuery) -> Res
 
 // ---- login and logout ----
 
-/// Consul's description of a login token, with the caller's `Meta`.
-fn description(meta: &std::collections::BTreeMap<String, String>) -> String {
-    const PREFIX: &str = "token created via login";
-    if meta.is_empty() {
-        PREFIX.to_string()
-    } else {
-        format!(
-            "{PREFIX}: {}",
-            serde_json::to_string(meta).unwrap_or_default()
-        )
-    }
-}
-
 /// `POST /v1/acl/login`: no token needed; the bearer token is the
 /// credential. A refusal (unknown method, bad credential, no rule
 /// matched) is a 403 and proposes nothing.
 async fn login(State(s): State<App>, Called(_, call): Called, body: Bytes) -> Result<Response> {
+    enabled(&s)?;
     let body: LoginBody = decode_json(&body)?;
-    let (accessor, secret) = login_token(&s, body, call.client).await?;
-    shown_token(&s, &accessor, Some(&secret), true)
-}
-
-/// A login, over HTTP or gRPC (`hashicorp.consul.acl.ACLService/Login`):
-/// the new token's accessor and secret.
-pub async fn login_token(
-    s: &Server, body: LoginBody, client: Option<std::net::IpAddr>,
-) -> Result<(String, String)> {
-    enabled(s)?;
-    if body.auth_method.is_empty() {
-        return Err(Error::bad("Invalid Login: no AuthMethod is set"));
-    }
-    if body.bearer_token.is_empty() {
-        return Err(Error::bad("Invalid Login: no BearerToken is set"));
-    }
-    let _place = s.logins().permit(client).map_err(Error::Busy)?;
-    let (method, checked) = method_for(s, &body.auth_method)?;
-    let id = s
-        .logins()
-        .identify(&method.name, &checked, &body.bearer_token)
-        .await
-        .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
-    issue_token(s, &method, &checked, &id, &body.meta).await
-}
-
-/// The auth method `name` and its checked config, where a login may use it.
-fn method_for(s: &Server, name: &str) -> Result<(AclAuthMethod, Method)> {
-    let method = s
-        .state()
-        .acl_auth_methods
-        .get(name)
-        .map(|m| (**m).clone())
-        .ok_or_else(|| {
-            Error::Forbidden(format!("ACL not found: auth method {name:?} not found"))
-        })?;
-    // HTTP forwards such a login to the primary (`http::wan`); a call
-    // that reaches here in a secondary (gRPC) is refused, as Consul's:
-    // replication would take a global token made here away again.
-    if method.global() && s.config().datacenter != s.config().primary() {
-        return Err(Error::bad(
-            "creating global tokens via auth methods is only permitted in the primary datacenter",
-        ));
-    }
-    let checked = Method::parse(&method).map_err(Error::Internal)?;
-    Ok((method, checked))
-}
-
-/// The token a checked identity earns through `method`'s binding rules
-/// (none matching: 403, nothing written); its accessor and secret.
-async fn issue_token(
-    s: &Server, method: &AclAuthMethod, checked: &Method, id: &bind::Identity,
-    meta: &std::collections::BTreeMap<String, String>,
-) -> Result<(String, String)> {
-    // The rules as they are once the credential is checked.
-    let st = s.state();
-    let rules = st
-        .acl_binding_rules
-        .values()
-        .filter(|r| r.auth_method == method.name)
-        .map(|r| &**r);
-    let bound = bind::bind(rules, checked.fields(), id, &s.config().datacenter)
-        .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
-    let roles = bind::links(&bound.roles, |n| {
-        st.acl_roles
-            .values()
-            .find(|r| r.name == n)
-            .map(|r| r.id.clone())
-    });
-    let policies = bind::links(&bound.policies, |n| {
-        st.acl_policies
-            .values()
-            .find(|p| p.name == n)
-            .map(|p| p.id.clone())
-    });
-    if bound.identities.is_empty() && roles.is_empty() && policies.is_empty() {
-        return Err(Error::Forbidden("Permission denied".into()));
-    }
-    let identities = crate::structs::identity::normalize(bound.identities, Some(!method.global()))
-        .map_err(|e| Error::Forbidden(format!("Permission denied: {e}")))?;
-    drop(st);
-    let secret = uuid();
-    let now = time::OffsetDateTime::now_utc();
-    let mut token = AclToken {
-        accessor_id: uuid(),
-        secret_hash: secret_hash(&secret),
-        description: description(meta),
-        policies,
-        roles,
-        identities,
-        local: !method.global(),
-        auth_method: method.name.clone(),
-        create_time: now_rfc3339(),
-        ..Default::default()
-    };
-    if !method.max_token_ttl.is_zero() {
-        token.expiration_time =
-            rfc3339(now + time::Duration::nanoseconds(method.max_token_ttl.nanos()));
-    }
-    token.hash = token_hash(&token);
-    let accessor = token.accessor_id.clone();
-    s.seal_secret(&mut token, &secret);
-    applied(
-        s.write(Command::AclTokenSet {
-            token: Box::new(token),
-        })
-        .await?,
-    )?;
-    Ok((accessor, secret))
+    token_answer(login::call(&s, call, Op::Login(body)).await?)
 }
 
 /// `POST /v1/acl/logout`: deletes the caller's own token, which must be
 /// one a login made.
-async fn logout(State(s): State<App>, parts: axum::http::request::Parts) -> Result<Response> {
-    let secret = crate::request::authz::token_of(&parts.headers, parts.uri.query());
-    logout_token(&s, secret.as_deref()).await?;
+async fn logout(State(s): State<App>, Called(_, call): Called) -> Result<Response> {
+    login::call(&s, call, Op::Logout).await?;
     Ok(axum::Json(true).into_response())
 }
 
-/// A logout, over HTTP or gRPC: the token `secret` deleted, if a login
-/// made it.
-pub async fn logout_token(s: &Server, secret: Option<&str>) -> Result<()> {
-    enabled(s)?;
-    let secret =
-        secret.ok_or_else(|| Error::Forbidden("ACL not found: no token was provided".into()))?;
-    let token = crate::state::acl::token_by_secret_hash(&s.state(), &secret_hash(secret))
-        .cloned()
-        .ok_or_else(|| Error::Forbidden("ACL not found".into()))?;
-    if token.auth_method.is_empty() {
-        return Err(Error::Forbidden(
-            "Permission denied: token wasn't created via login".into(),
-        ));
-    }
-    applied(
-        s.write(Command::AclTokenDelete {
-            accessor: token.accessor_id.clone(),
-        })
-        .await?,
-    )
-}
-
-// ---- OIDC ----
-
-fn flow_error(e: FlowError) -> Error {
-    match e {
-        FlowError::Bad(m) => Error::bad(m),
-        FlowError::Busy(m) => Error::Busy(m),
-        FlowError::Provider(_) => Error::Internal(e.to_string()),
-        FlowError::Refused(r) => Error::Forbidden(format!("Permission denied: {r}")),
-    }
-}
-
-/// The `oidc` method `name`, checked.
-fn oidc_method(
-    s: &Server, name: &str,
-) -> Result<(AclAuthMethod, Method, Box<crate::login::OidcMethod>)> {
-    let (method, checked) = method_for(s, name)?;
-    match &checked {
-        Method::Oidc(o) => {
-            let o = o.clone();
-            Ok((method, checked, o))
-        }
-        _ => Err(Error::bad(format!(
-            "auth method {name:?} is not of type \"oidc\""
-        ))),
-    }
-}
-
 /// `POST /v1/acl/oidc/auth-url`: the provider's address for a browser to
-/// log in at, its state kept here (this is the leader: writes and this are
-/// forwarded to it) for the callback. No token needed.
+/// log in at. No token needed.
 async fn oidc_auth_url(
     State(s): State<App>, Called(_, call): Called, body: Bytes,
 ) -> Result<Response> {
     enabled(&s)?;
     let body: OidcAuthUrlBody = decode_json(&body)?;
-    if body.auth_method.is_empty() {
-        return Err(Error::bad("Invalid OIDC Auth URL: no AuthMethod is set"));
+    match login::call(&s, call, Op::OidcAuthUrl(body)).await?.value {
+        Value::AuthUrl(url) => {
+            Ok(axum::Json(serde_json::json!({ "AuthURL": url })).into_response())
+        }
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
     }
-    if body.redirect_uri.is_empty() {
-        return Err(Error::bad("Invalid OIDC Auth URL: no RedirectURI is set"));
-    }
-    let _place = s.logins().permit(call.client).map_err(Error::Busy)?;
-    let (method, _, oidc) = oidc_method(&s, &body.auth_method)?;
-    let url = s
-        .logins()
-        .oidc_auth_url(
-            &method.name,
-            &oidc,
-            &body.redirect_uri,
-            &body.client_nonce,
-            body.meta,
-        )
-        .await
-        .map_err(flow_error)?;
-    Ok(axum::Json(serde_json::json!({ "AuthURL": url })).into_response())
 }
 
 /// `POST /v1/acl/oidc/callback`: the provider's code and our state traded
@@ -508,32 +321,16 @@ async fn oidc_callback(
 ) -> Result<Response> {
     enabled(&s)?;
     let body: OidcCallbackBody = decode_json(&body)?;
-    for (v, what) in [
-        (&body.auth_method, "AuthMethod"),
-        (&body.state, "State"),
-        (&body.code, "Code"),
-    ] {
-        if v.is_empty() {
-            return Err(Error::bad(format!(
-                "Invalid OIDC callback: no {what} is set"
-            )));
-        }
-    }
-    let _place = s.logins().permit(call.client).map_err(Error::Busy)?;
-    let (method, checked, oidc) = oidc_method(&s, &body.auth_method)?;
-    let (id, meta) = s
-        .logins()
-        .oidc_callback(
-            &method.name,
-            &oidc,
-            &body.state,
-            &body.code,
-            &body.client_nonce,
-        )
-        .await
-        .map_err(flow_error)?;
-    let (accessor, secret) = issue_token(&s, &method, &checked, &id, &meta).await?;
-    shown_token(&s, &accessor, Some(&secret), true)
+    token_answer(login::call(&s, call, Op::OidcCallback(body)).await?)
+}
+
+/// A login's answer: the new token with its secret.
+fn token_answer(a: crate::endpoint::Answer<Value>) -> Result<Response> {
+    let a = a.try_map(|v| match v {
+        Value::Token(t) => Ok(t),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    })?;
+    Ok(super::answer_json(&a))
 }
 
 /// `GET /v1/internal/ui/oidc-auth-methods`: the `oidc` methods a log-in

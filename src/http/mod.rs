@@ -13,7 +13,6 @@ pub mod coordinate;
 mod dataplane;
 pub mod event;
 mod gateways;
-pub mod grpc;
 mod health;
 mod intentions;
 mod keyring;
@@ -177,12 +176,21 @@ fn always_local(path: &str) -> bool {
     path == "/v1/kv"
         || path.starts_with("/v1/kv/")
         || path.starts_with("/v1/session/")
+        || matches!(
+            path,
+            "/v1/acl/login"
+                | "/v1/acl/logout"
+                | "/v1/acl/oidc/auth-url"
+                | "/v1/acl/oidc/callback"
+                | "/v1/catalog/register"
+                | "/v1/catalog/deregister"
+        )
         || (path.starts_with("/v1/agent/") && !agent_ops::leader_only(path))
         || path.starts_with("/v1/status/")
         || path == "/v1/internal/stream"
         || path.starts_with("/v1/internal/proxycfg/")
         // Another datacenter's failover: a read of this server's state.
-        || path == query::EXECUTE_REMOTE
+        || path == crate::endpoint::query::EXECUTE_REMOTE
         // A secondary's intermediate, signed from this server's state (its
         // mark is the WAN frame's, which a hop to the leader would lose).
         || path == crate::connect::SIGN_INTERMEDIATE_PATH
@@ -294,7 +302,7 @@ async fn forward_upload(
             let token = crate::request::authz::token_of(&parts.headers, parts.uri.query());
             crate::request::authz::Authz::resolve(&*r.0, token)
         })
-        .and_then(|a| snapshot::management(&a));
+        .and_then(|a| crate::endpoint::snapshot::management(&a));
     if let Err(e) = allowed {
         return e.into_response();
     }
@@ -308,25 +316,14 @@ async fn forward_upload(
         }
         return next.run(Request::from_parts(parts, body)).await;
     }
-    let (mut tx, channel) =
-        http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(4);
-    let mut frames = body.into_data_stream();
-    tokio::spawn(async move {
-        use futures_util::StreamExt;
-        while let Some(chunk) = frames.next().await {
-            let sent = match chunk {
-                Ok(data) => tx.send_data(data).await.is_ok(),
-                Err(e) => {
-                    tx.abort(std::io::Error::other(e));
-                    return;
-                }
-            };
-            if !sent {
-                return;
-            }
-        }
-    });
-    let upload = reqwest::Body::wrap(channel);
+    // Streamed as it arrives (a restore is up to hundreds of MiB), in the
+    // request's own task: `SyncStream` gives the body the `Sync` reqwest
+    // asks of it (it is only ever polled through `&mut`).
+    let frames =
+        futures_util::TryStreamExt::map_ok(body.into_data_stream(), http_body::Frame::data);
+    let upload = reqwest::Body::wrap(http_body_util::StreamBody::new(
+        sync_wrapper::SyncStream::new(frames),
+    ));
     match s
         .while_leads(id, proxy(s, &leader.http_addr, &parts, upload, timeout))
         .await

@@ -2,15 +2,13 @@
 //! server-side snapshot of one proxy, blocking until its version passes
 //! `index`. Any server answers from its own state.
 //!
-//! Who may have a proxy's config (`may_watch`), and what of its endpoints
-//! the token sees (`reader`), is decided here for the xDS streams too
-//! (`http::grpc`).
+//! Who may have a proxy's config, and what of its endpoints the token
+//! sees, is `endpoint::proxycfg`'s, as for the xDS streams.
 
 use crate::acl::Authorizer;
-use crate::proxycfg::{Reader, Snapshot};
+use crate::endpoint::proxycfg::{Refused, may_watch, reader};
+use crate::proxycfg::Snapshot;
 use crate::request::authz::Authz;
-use crate::structs::acl::{ANONYMOUS_SECRET, secret_hash};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -23,60 +21,6 @@ use crate::error::{Error, Result};
 
 pub fn routes() -> Router<App> {
     Router::new().route("/v1/internal/proxycfg/{*id}", get(snapshot))
-}
-
-/// Why a caller does not get a proxy's config.
-pub enum Refused {
-    /// Consul's `Permission denied: …` text.
-    Denied(String),
-    /// No such proxy, and the caller may hear so.
-    Unknown,
-}
-
-/// May `a` have the config of proxy `id`, whose destination is `service`
-/// (`None`: no such proxy)? Consul asks `service:write` on the destination:
-/// the config carries its leaf key. An unknown proxy is refused as a
-/// forbidden one is, in the same words (naming the proxy's ID either way),
-/// so a token learns nothing of proxies it may not watch; only a token that
-/// may do anything (management, or ACLs off) hears that it is unknown.
-pub fn may_watch(
-    a: &Authorizer, id: &str, service: Option<&str>,
-) -> std::result::Result<(), Refused> {
-    match service {
-        Some(svc) if a.service_write(svc) => Ok(()),
-        None if a.acl_write() => Err(Refused::Unknown),
-        _ => Err(Refused::Denied(a.deny("service:write", id).to_string())),
-    }
-}
-
-/// The token as a proxy's config is narrowed for it (`proxycfg::visible`;
-/// `None`: ACLs off, nothing hidden): its authorizer, and whether other
-/// datacenters know it (not `Local`). A secret that no longer resolves
-/// reads nothing (its stream or read is refused at its next check anyway).
-pub fn reader(s: &App, token: Option<&str>) -> Option<Reader> {
-    let acl = s.acl();
-    if !acl.enabled() {
-        return None;
-    }
-    let st = s.state();
-    let datacenter = s.datacenter().to_string();
-    let Ok(authz) = acl.resolve(&st, token) else {
-        let none = Authorizer::new("", &[], crate::acl::DefaultPolicy::Deny);
-        return Some(Reader {
-            authz: Arc::new(none),
-            datacenter,
-            global: false,
-        });
-    };
-    // The anonymous token (no secret) is known everywhere.
-    let secret = token.filter(|t| !t.is_empty()).unwrap_or(ANONYMOUS_SECRET);
-    let global =
-        crate::state::acl::token_by_secret_hash(&st, &secret_hash(secret)).is_none_or(|t| !t.local);
-    Some(Reader {
-        authz,
-        datacenter,
-        global,
-    })
 }
 
 /// `may_watch` as the HTTP answer: 403, or 404 for an unknown proxy.

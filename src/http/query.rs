@@ -1,14 +1,8 @@
 //! `/v1/query`: prepared queries — create, list, read, update, delete,
 //! execute and explain, in Consul's shapes, words and ACL checks.
 //!
-//! Execute runs the query here (`state::catalog::query_instances`), filters
-//! the instances by the query's stored token (else the caller's), shuffles
-//! them, sorts them by distance from `?near` (else the query's `Near`),
-//! and cuts them to `?limit`. With nothing left it fails over as Consul
-//! does: to the datacenters of `Failover.Targets`, else the `NearestN`
-//! nearest then those of `Failover.Datacenters`, in turn, until one has
-//! instances. The definition goes along (as Consul's `ExecuteRemote`): the
-//! other datacenter need not know the query, and runs it as sent through
+//! Execute and its failover are the endpoint layer's (`endpoint::query`);
+//! another datacenter's failover arrives through
 //! `/v1/internal/query/execute-remote`, a path answered only for a request
 //! that came from another datacenter over the servers' authenticated
 //! transport (`federation::Forwarded`), never for a client.
@@ -17,30 +11,25 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use rand::seq::SliceRandom;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{App, Opts, Watch, blocking, json_at, json_filtered};
-use crate::acl::Authorizer;
+use super::{App, Called, Opts, Watch, blocking, json_at, json_filtered};
+use crate::endpoint::Call;
+use crate::endpoint::query::{
+    self, EXECUTE_REMOTE, Execute, NOT_FOUND, RemoteRequest, authorize_write, visible,
+};
 use crate::error::{Error, Result};
 use crate::federation::{Federation, Forwarded};
-use crate::raft::wan::WanRequest;
 use crate::request::authz::Authz;
 use crate::request::{Params, decode_json};
 use crate::server::Server;
-use crate::state::catalog::Instance;
-use crate::state::catalog::query_instances;
 use crate::state::query::resolve;
 use crate::state::{Command, Response as Applied, keys};
-use crate::structs::query::{PreparedQuery, QueryDns, REDACTED};
-
-/// Where another datacenter's server sends a query to run here.
-pub const EXECUTE_REMOTE: &str = "/v1/internal/query/execute-remote";
+use crate::structs::query::PreparedQuery;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -57,17 +46,16 @@ async fn missing() -> Error {
     Error::bad("Missing query ID")
 }
 
-const NOT_FOUND: &str = "Query not found";
-
 /// `GET /v1/query/:id`, `/v1/query/:id_or_name/execute` and `/explain`:
 /// Consul takes the path's last word as the verb.
 async fn get_by_path(
-    State(s): State<App>, a: Authz, Path(rest): Path<String>, Opts(p, opts): Opts,
+    State(s): State<App>, a: Authz, Called(p, call): Called, Path(rest): Path<String>,
     headers: HeaderMap, fed: Option<axum::Extension<Arc<Federation>>>,
 ) -> Result<Response> {
+    let opts = call.opts.clone();
     if let Some(id) = rest.strip_suffix("/execute") {
         let fed = fed.map(|axum::Extension(f)| f);
-        return execute(&s, a, id, &p, &headers, fed.as_deref()).await;
+        return execute(&s, call, id, &p, &headers, fed.as_deref()).await;
     }
     if let Some(id) = rest.strip_suffix("/explain") {
         return explain(&s, a, id).await;
@@ -99,33 +87,6 @@ async fn delete_by_path(
 
 fn method_not_allowed(m: &Method) -> Error {
     Error::bad(format!("Method {m} not allowed"))
-}
-
-/// A query as `a` may see it: `None` when it may not read it (a query with
-/// no name and no template is seen by whoever knows its ID), the stored
-/// token `<hidden>` unless `a` has `acl:write` (Consul's filter).
-fn visible(a: &Authorizer, q: &PreparedQuery) -> Option<PreparedQuery> {
-    let mut q = q.clone();
-    if a.acl_write() {
-        return Some(q);
-    }
-    if let Some(prefix) = q.acl_prefix()
-        && !a.query_read(prefix)
-    {
-        return None;
-    }
-    if !q.token.is_empty() {
-        q.token = REDACTED.into();
-    }
-    Some(q)
-}
-
-/// `query:write` on the query's name prefix, when one applies.
-fn authorize_write(a: &Authz, q: &PreparedQuery) -> Result<()> {
-    match q.acl_prefix() {
-        Some(prefix) => a.require(a.query_write(prefix), "query:write", prefix),
-        None => Ok(()),
-    }
 }
 
 fn decode(body: &[u8]) -> Result<PreparedQuery> {
@@ -243,67 +204,6 @@ async fn explain(s: &App, a: Authz, id_or_name: &str) -> Result<Response> {
     ))
 }
 
-/// What an execute answers (Consul's `PreparedQueryExecuteResponse`).
-#[derive(Debug, Serialize, Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
-pub struct Executed {
-    pub service: String,
-    pub nodes: Vec<Instance>,
-    #[serde(rename = "DNS")]
-    pub dns: QueryDns,
-    pub datacenter: String,
-    pub failovers: u32,
-    #[serde(default)]
-    pub index: u64,
-}
-
-/// What a server sends another datacenter to run (Consul's
-/// `PreparedQueryExecuteRemoteRequest`).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct RemoteRequest {
-    query: PreparedQuery,
-    limit: usize,
-    connect: bool,
-}
-
-/// The authorizer execute filters with: the query's stored token's, else
-/// the caller's.
-fn executor(s: &Server, a: &Authz, q: &PreparedQuery) -> Result<Arc<Authorizer>> {
-    if q.token.is_empty() {
-        return Ok(a.authorizer().clone());
-    }
-    super::acl::resolve_in(s, &s.state(), Some(&q.token))
-}
-
-/// Runs `q` here: instances found, readable by `authz`, shuffled.
-fn run_here(s: &Server, q: &PreparedQuery, connect: bool, authz: &Authorizer) -> Executed {
-    let st = s.state();
-    let dc = s.datacenter();
-    let mut nodes: Vec<Instance> = query_instances(&st, q, connect)
-        .into_iter()
-        .filter(|i| authz.service_read(&i.service.service) && authz.node_read(&i.node.node))
-        .map(|mut i| {
-            // Nodes registered without a datacenter are shown in ours.
-            if i.node.datacenter.is_empty() {
-                let mut n = (*i.node).clone();
-                n.datacenter = dc.to_string();
-                i.node = Arc::new(n);
-            }
-            i
-        })
-        .collect();
-    nodes.shuffle(&mut crate::random::rng());
-    Executed {
-        service: q.service.service.clone(),
-        nodes,
-        dns: q.dns.clone(),
-        datacenter: dc.to_string(),
-        failovers: 0,
-        index: st.index_of([&keys::service(&q.service.service), &keys::CHECKS]),
-    }
-}
-
 fn limit_of(p: &Params) -> Result<usize> {
     match p.get("limit") {
         None | Some("") => Ok(0),
@@ -318,210 +218,36 @@ fn connect_of(p: &Params) -> bool {
 }
 
 async fn execute(
-    s: &App, a: Authz, id_or_name: &str, p: &Params, headers: &HeaderMap, fed: Option<&Federation>,
+    s: &App, mut call: Call, id_or_name: &str, p: &Params, headers: &HeaderMap,
+    fed: Option<&Federation>,
 ) -> Result<Response> {
-    let limit = limit_of(p)?;
-    let connect = connect_of(p);
-    let q = resolve(&s.state(), id_or_name, "").ok_or_else(|| Error::NotFound(NOT_FOUND.into()))?;
-    let authz = executor(s, &a, &q)?;
-    let mut out = run_here(s, &q, connect, &authz);
-    // `?near` wins over the query's own `Near`; `_agent` is the agent
-    // that was asked: the server that received the request.
-    let near = match p.get("near").filter(|n| !n.is_empty()) {
-        Some(n) => n.to_string(),
-        None => q.service.near.clone(),
+    let ex = Execute {
+        limit: limit_of(p)?,
+        connect: connect_of(p),
+        near: p.get("near").filter(|n| !n.is_empty()).map(str::to_string),
     };
-    if !near.is_empty() {
-        let node = if near == "_agent" {
-            super::session::receiving_node(s, headers)
-        } else {
-            near
-        };
-        super::coordinate::sort_near_node(s, &node, &mut out.nodes, |i| &i.node.node);
-        // The node asked from comes first when it has an instance (among
-        // the first ten, as Consul looks).
-        if let Some(at) = out
-            .nodes
-            .iter()
-            .take(10)
-            .position(|i| i.node.node.eq_ignore_ascii_case(&node))
-        {
-            out.nodes.swap(0, at);
-        }
-    }
-    if limit > 0 {
-        out.nodes.truncate(limit);
-    }
-    if out.nodes.is_empty()
-        && let Some(fed) = fed
-    {
-        fail_over(s, &q, limit, connect, headers, fed, &mut out).await;
-    }
-    let index = out.index;
-    Ok(json_at(s, index, &out))
+    // The server that received the request (`?near=_agent`).
+    call.origin = Some(super::session::receiving_node(s, headers));
+    let answer = query::execute(s, fed, &call, id_or_name, &ex).await?;
+    Ok(json_at(s, answer.index, &answer.value))
 }
 
-/// The datacenters to try, in order, as Consul picks them: `Targets`'
-/// datacenters when set; else the `NearestN` nearest, then those of
-/// `Datacenters` not tried yet. Unknown datacenters are skipped.
-fn failover_order(q: &PreparedQuery, own: &str, nearest: &[String]) -> Vec<String> {
-    let others: Vec<&String> = nearest.iter().filter(|dc| *dc != own).collect();
-    let known = |dc: &str| others.iter().any(|o| *o == dc);
-    let f = &q.service.failover;
-    let mut dcs: Vec<String> = Vec::new();
-    if !f.targets.is_empty() {
-        for t in &f.targets {
-            if known(&t.datacenter) && !dcs.contains(&t.datacenter) {
-                dcs.push(t.datacenter.clone());
-            }
-        }
-        return dcs;
-    }
-    let n = usize::try_from(f.nearest_n).unwrap_or(0);
-    dcs.extend(others.iter().take(n).map(|dc| dc.to_string()));
-    for dc in &f.datacenters {
-        if known(dc) && !dcs.contains(dc) {
-            dcs.push(dc.clone());
-        }
-    }
-    dcs
-}
-
-async fn fail_over(
-    s: &Server, q: &PreparedQuery, limit: usize, connect: bool, headers: &HeaderMap,
-    fed: &Federation, out: &mut Executed,
-) {
-    let dcs = failover_order(q, s.datacenter(), &fed.datacenters());
-    let body = match serde_json::to_vec(&RemoteRequest {
-        query: q.clone(),
-        limit,
-        connect,
-    }) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(error = %e, "prepared query not encoded for failover");
-            return;
-        }
-    };
-    let mut tried = 0;
-    for dc in dcs {
-        tried += 1;
-        let req = WanRequest {
-            from: s.datacenter().to_owned(),
-            method: "POST".into(),
-            path_and_query: EXECUTE_REMOTE.into(),
-            headers: ["x-consul-token", "authorization"]
-                .iter()
-                .filter_map(|h| Some((h.to_string(), headers.get(*h)?.to_str().ok()?.to_string())))
-                .chain([("content-type".to_string(), "application/json".to_string())])
-                .collect(),
-            body: body.clone(),
-        };
-        let answered = match fed
-            .forward(&dc, req, crate::request::RPC_CLIENT_TIMEOUT)
-            .await
-        {
-            Ok(r) if r.status == 200 => serde_json::from_slice::<Executed>(&r.body)
-                .map_err(|e| format!("undecodable answer: {e}")),
-            Ok(r) => Err(format!(
-                "{}: {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            )),
-            Err(e) => Err(e.to_string()),
-        };
-        match answered {
-            Ok(remote) => {
-                out.nodes = remote.nodes;
-                out.datacenter = remote.datacenter;
-                out.index = remote.index;
-                if !out.nodes.is_empty() {
-                    break;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(datacenter = %dc, error = %e, "prepared query failover: datacenter not queried");
-            }
-        }
-    }
-    out.failovers = tried;
-}
-
-/// Another datacenter's failover: the query as sent runs here, filtered by
-/// its stored token (else the token sent), shuffled, cut to its limit.
-/// Refused to anything that did not come from another datacenter's server.
+/// Another datacenter's failover (`endpoint::query::run_remote`), refused
+/// to anything that did not come from another datacenter's server.
 async fn execute_remote(
-    State(s): State<App>, a: Authz, from: Option<axum::Extension<Forwarded>>, body: Bytes,
+    State(s): State<App>, from: Option<axum::Extension<Forwarded>>, headers: HeaderMap,
+    RawQuery(q): RawQuery, body: Bytes,
 ) -> Result<Response> {
+    // Before any check of the query string: a client's `?dc=` learns
+    // nothing but this.
     if from.is_none() {
         return Err(Error::Forbidden(
             "Permission denied: only another datacenter's servers may run a query here".into(),
         ));
     }
+    let token = crate::request::authz::token_of(&headers, q.as_deref());
+    let call = Call::new(token, Default::default());
     let req: RemoteRequest = decode_json(&body)?;
-    req.query.validate().map_err(Error::BadRequest)?;
-    // Planted for the simulation's checker 5: every check ignored.
-    #[cfg(feature = "bug-failover-ignores-health")]
-    let req = {
-        let mut req = req;
-        req.query.service.ignore_check_ids = s
-            .state()
-            .checks
-            .values()
-            .map(|c| c.check_id.clone())
-            .collect();
-        req
-    };
-    let authz = executor(&s, &a, &req.query)?;
-    let mut out = run_here(&s, &req.query, req.connect, &authz);
-    if req.limit > 0 {
-        out.nodes.truncate(req.limit);
-    }
-    let index = out.index;
-    Ok(json_at(&s, index, &out))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::structs::query::{QueryTarget, ServiceQuery};
-
-    fn with_failover(n: i64, dcs: &[&str], targets: &[&str]) -> PreparedQuery {
-        let mut q = PreparedQuery {
-            service: ServiceQuery {
-                service: "web".into(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        q.service.failover.nearest_n = n;
-        q.service.failover.datacenters = dcs.iter().map(|d| d.to_string()).collect();
-        q.service.failover.targets = targets
-            .iter()
-            .map(|d| QueryTarget {
-                datacenter: d.to_string(),
-                ..Default::default()
-            })
-            .collect();
-        q
-    }
-
-    /// Consul's order: NearestN first, then the listed ones not yet
-    /// tried; unknown ones skipped; Targets alone when set.
-    #[test]
-    fn failover_order_is_consuls() {
-        let nearest: Vec<String> = ["dc1", "dc3", "dc2", "dc4"].map(String::from).to_vec();
-        let order = |q| failover_order(&q, "dc1", &nearest);
-        assert_eq!(
-            order(with_failover(2, &["dc4", "dc3", "dcX"], &[])),
-            ["dc3", "dc2", "dc4"]
-        );
-        assert_eq!(order(with_failover(0, &["dc2", "dc1"], &[])), ["dc2"]);
-        assert_eq!(order(with_failover(9, &[], &[])), ["dc3", "dc2", "dc4"]);
-        assert_eq!(
-            order(with_failover(0, &[], &["dc4", "dcX", "dc2"])),
-            ["dc4", "dc2"]
-        );
-        assert!(order(with_failover(0, &[], &[])).is_empty());
-    }
+    let answer = query::run_remote(&s, &call, req)?;
+    Ok(json_at(&s, answer.index, &answer.value))
 }

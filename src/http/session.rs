@@ -15,8 +15,6 @@ use crate::error::Result;
 use crate::request::{NamedRoutes, decode_json};
 use crate::structs::SessionRequest;
 
-pub use crate::endpoint::session::{authorize_session, renew_session};
-
 pub fn routes() -> Router<App> {
     Router::new()
         .route("/v1/session/create", put(create))

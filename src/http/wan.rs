@@ -6,6 +6,16 @@
 //! (ACL policies, roles, global tokens, config entries, intentions) goes to
 //! the primary the same way, as Consul's servers forward it: it comes back
 //! here through replication (`leader::replication`).
+//!
+//! A registration's or deregistration's body `Datacenter` counts as well,
+//! read before `?dc=`, as Consul's handlers do. This is a middleware
+//! outside the leader forwarding; a datacenter it does not know is
+//! `500 No path to datacenter`. What goes to the primary: ACL policies,
+//! roles, non-`Local` tokens, the bootstrap, auth methods and binding
+//! rules, config entries and intentions, `?dc` dropped; so do a login
+//! through a `global` method and a logout of a global token (a gRPC login
+//! through such a method is refused in a secondary, as Consul's). Also
+//! `/v1/internal/federation-states`.
 
 use std::sync::Arc;
 
@@ -37,7 +47,7 @@ fn local_only(path: &str) -> bool {
         || path.starts_with("/v1/internal/agent/")
         || path.starts_with("/v1/internal/event/")
         // Servers' own paths: a client's `?dc=` never reaches them.
-        || path == super::query::EXECUTE_REMOTE
+        || path == crate::endpoint::query::EXECUTE_REMOTE
         || path == crate::connect::SIGN_INTERMEDIATE_PATH
 }
 

@@ -138,6 +138,7 @@ pub struct Bound {
 }
 
 impl Bound {
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.identities.is_empty() && self.roles.is_empty() && self.policies.is_empty()
     }

@@ -30,11 +30,8 @@ mod conformance_tests;
 #[cfg(test)]
 mod tests;
 
-pub use flatten::{
-    MODE_TRANSPARENT, ResolveRequest, ResolvedServiceConfig, UpstreamKey, resolve_service_config,
-};
+pub use flatten::MODE_TRANSPARENT;
 pub use service::{
-    PARAM, merge_index, merge_instances, merge_node_service, merge_service_config,
-    merge_watch_keys, merge_with_central_config, read_watch_keys, resolve_request_for,
-    service_watch_keys, should_merge, watch_keys_for_instances,
+    PARAM, merge_instances, merge_node_service, merge_watch_keys, merge_with_central_config,
+    read_watch_keys, should_merge,
 };

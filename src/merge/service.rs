@@ -432,6 +432,7 @@ pub fn service_watch_keys(state: &State, name: &str, connect: bool) -> Vec<Watch
     )
 }
 
+#[cfg(test)]
 /// The index of the config entries a merge of `svc` reads (1 when none was
 /// ever written): combine with the catalog keys' index for `X-Consul-Index`.
 pub fn merge_index(state: &State, svc: &NodeService) -> u64 {

@@ -5,7 +5,10 @@
 
 use serde_json::{Value, json};
 
-use super::flatten::UpstreamKey;
+use super::flatten::{UpstreamKey, resolve_service_config};
+use super::service::{
+    merge_index, merge_service_config, resolve_request_for, watch_keys_for_instances,
+};
 use super::*;
 use crate::config_check::decode_and_validate;
 use crate::discovery_chain::MemoryEntries;

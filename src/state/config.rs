@@ -232,7 +232,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::discovery_chain::affected_chains;
+    use crate::discovery_chain::graph::affected_chains;
     use crate::state::{Command, apply_command};
 
     /// `n` services, each with its own service-defaults, resolver and router.

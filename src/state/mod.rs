@@ -6,6 +6,78 @@
 //! Consul's memdb) while the single writer builds the next one. Every apply
 //! reports what it changed (`ChangeSet`): the rows before and after, and the
 //! watch keys whose blocking queries must wake.
+//!
+//! The machinery:
+//!
+//! - `keys` (`WatchKey`, built only there), `tx` (`Tx`, a write in
+//!   progress; each table's file adds its own `put_*`/`remove_*`, so `tx`
+//!   knows no table), `apply` (the only writer: a command dispatched to its
+//!   table through a `Tx`), `derived` (indexes rebuilt after a load or a
+//!   snapshot), `watch` (per-key wake-ups for blocking queries).
+//! - `persist`: rows on sled, or in memory for the simulation; a replace is
+//!   atomic, a new tree swapped in.
+//! - `write_behind`: applied batches merged and written to `persist` every
+//!   100 ms by a thread of their own (a 20 ms tick while fewer than 128
+//!   rows wait), in atomic write-outs of at most 512 rows and 8 MiB. A
+//!   snapshot install's or restore's whole new state is one write-out of
+//!   its own. In the simulation, every few batches, without a thread.
+//! - `snapshot`: a version encoded and decoded; `export` for
+//!   `GET /v1/snapshot`. After the bincode body comes a JSON trailer, so
+//!   additions (autopilot's configuration, the prepared queries, ...) need
+//!   no new format: a snapshot from before the trailer (the data ends with
+//!   the body) still decodes, one cut inside its trailer or with bytes
+//!   after it is refused. Every length read from the data is bounded by the
+//!   data's own (bincode with a limit), never allocated beyond it.
+//! - `restore` (a snapshot restored through Raft: staged chunks, one commit
+//!   that swaps the state, indexes raised) and `tombstones` (which index
+//!   rows are tombstones, floors, reaping).
+//!
+//! The tables:
+//!
+//! - `kv`; `session` (sessions, KV locks, lock-delay, invalidation);
+//!   `catalog` (apply and queries; `query_instances`: the instances a
+//!   prepared query finds here, by health, meta and tags).
+//! - `coordinate`: one per node. `Command::CoordinateBatch` stores at most
+//!   640, only those whose node is in the catalog and whose coordinate
+//!   checks; in rows and the snapshot trailer; a node's goes with it.
+//! - `federation`: one meta row per datacenter, written by
+//!   `Command::FederationStateSet`; in the snapshot trailer when present.
+//! - `query`: prepared queries, written by `Command::QuerySet` (create, or
+//!   with `update` replace) and `QueryDelete`. Names are unique in any case
+//!   and never another query's ID. What a query finds is a catalog read
+//!   (`catalog::query_instances`), so that `session` (which deletes a
+//!   session's queries) ← `query` never reaches back to `catalog`.
+//! - `operator`: autopilot's configuration, a meta row written by
+//!   `Command::AutopilotSet` with a CAS on its index; Consul's defaults
+//!   when unset.
+//! - `connect`: the Connect CA, written whole by `Command::CaSet` with a
+//!   CAS on the configuration's index. The configuration's `ClusterID`
+//!   names the trust domain and the state's cluster id follows it, so a
+//!   secondary's becomes the primary's with its roots.
+//! - `gateways`: Consul's gateway-services table, computed on read.
+//! - `virtual_ip`: transparent proxy's virtual IPs. A service's is assigned
+//!   in the apply of its first connect-capable registration (the row shows
+//!   it as the `consul-virtual` tagged address), and a service a
+//!   terminating gateway's entry names gets one in the apply writing the
+//!   entry (`Tx::put_config`); the gateway's instances show it, set with
+//!   every write of an instance or of its entry. `fill` puts them into a
+//!   chain's compile request.
+//! - `events`: user events, a ring of the last 256 fired, in memory only.
+//!   Each is timed (`LTime`) by its entry's Raft index, so the same on
+//!   every server whatever its ring holds.
+//! - `acl`: tokens, the secret sealed beside the hash where a server had a
+//!   key (`acl::seal`); policies, roles, auth methods and binding rules (a
+//!   method's delete takes its rules and its logins' tokens in the same
+//!   apply); the bootstrap mark. `replicate`: the primary's objects in a
+//!   secondary, links unchecked, local tokens never deleted, overwritten
+//!   or displaced.
+//! - `token_resolver`: a secret to its `acl::Authorizer` against one
+//!   version. An `ExpirationTime` is judged by the server's clock (the wall
+//!   clock; the simulation's its own). The cache holds the rules that apply
+//!   here: its policies' and roles' that hold in this datacenter (a
+//!   policy's `Datacenters`), and those its and its roles' identities
+//!   expand to here (`structs::identity::rules_in`), so an identity costs
+//!   nothing per request.
 
 pub mod acl;
 mod apply;
@@ -57,7 +129,9 @@ pub use write_behind::WriteBehind;
 /// (node name, service id) or (node name, check id).
 pub type NodeKey = (String, String);
 
-/// A command replicated through Raft: the only way state changes.
+/// A command replicated through Raft: the only way state changes. The
+/// log holds it in bincode, by variant position: a new one goes last, and
+/// `tests/wire_golden.rs` fails on any other change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Kv(KvOp),

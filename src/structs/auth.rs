@@ -90,7 +90,7 @@ pub struct AclBindingRule {
 }
 
 /// `POST /v1/acl/oidc/auth-url`'s body.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct OidcAuthUrlBody {
     pub auth_method: String,
@@ -101,7 +101,7 @@ pub struct OidcAuthUrlBody {
 }
 
 /// `POST /v1/acl/oidc/callback`'s body.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct OidcCallbackBody {
     pub auth_method: String,
@@ -111,7 +111,7 @@ pub struct OidcCallbackBody {
 }
 
 /// `POST /v1/acl/login`'s body.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct LoginBody {
     pub auth_method: String,
