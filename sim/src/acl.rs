@@ -41,12 +41,13 @@ use std::time::Duration;
 use cairn::state::{Command, Response};
 use cairn::structs::acl::{AclPolicy, AclToken, Link, secret_hash};
 use cairn::structs::auth::AclAuthMethod;
-use cairn::structs::{KvOp, KvVerb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 pub use crate::node::MANAGEMENT;
-use crate::node::{API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, now_us};
+use crate::node::{
+    API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, calls, now_us,
+};
 
 /// What the workload's clients do: KV, catalog, sessions and their locks,
 /// and the federation scenario's prepared query.
@@ -253,13 +254,19 @@ pub struct AclStats {
 pub(crate) async fn until_acked(
     servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog,
 ) -> bool {
-    let req = ApiRequest::Write(Box::new(cmd));
+    let req = match cmd {
+        // On the endpoint layer: a registration is an endpoint call.
+        Command::Register(r) => calls::register(*r),
+        Command::ConfigSet { entry, .. } => calls::config_set(entry),
+        cmd => ApiRequest::Write(Box::new(cmd)),
+    };
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let addr = SocketAddr::new(servers[target], API_PORT);
         match call(addr, &req, Some(MANAGEMENT), SHORT_TIMEOUT).await {
             // (A config entry's write answers `true`.)
             Ok(ApiReply::Write(Ok(Response::Ok | Response::Bool(true)))) => return true,
+            Ok(ApiReply::Call(Ok(_))) => return true,
             Ok(ApiReply::Write(Ok(other))) => {
                 // Refused for good: the run's own setup is wrong.
                 log.lock()
@@ -435,14 +442,7 @@ pub async fn user(
         n += 1;
         let key = USER_KEYS[rng.gen_range(0..USER_KEYS.len())].to_string();
         let req = match rng.gen_range(0..4) {
-            0 => ApiRequest::Write(Box::new(Command::Kv(KvOp {
-                verb: KvVerb::Set,
-                key,
-                value: n.to_string().into_bytes(),
-                flags: 0,
-                index: 0,
-                session: String::new(),
-            }))),
+            0 => calls::put(&key, n.to_string().into_bytes(), None),
             1 => ApiRequest::Get {
                 key,
                 consistent: false,
@@ -463,14 +463,14 @@ pub async fn user(
         let (acked, refused, checked) = match answer {
             Ok(a) => {
                 let error = match &a.reply {
-                    ApiReply::Write(Err(e)) | ApiReply::Get(Err(e)) => Some(e.as_str()),
+                    ApiReply::Call(Err(e)) | ApiReply::Get(Err(e)) => Some(e.as_str()),
                     _ => None,
                 };
                 let refused = error.is_some_and(|e| {
                     e.contains("ACL not found") || e.contains("Permission denied")
                 });
                 (
-                    matches!(a.reply, ApiReply::Write(Ok(_)) | ApiReply::Get(Ok(_))),
+                    matches!(a.reply, ApiReply::Call(Ok(_)) | ApiReply::Get(Ok(_))),
                     refused,
                     a.checked,
                 )

@@ -7,8 +7,11 @@
 //!   acquire answered `true` and ends when the client called release or
 //!   destroy (it stops acting as the holder then).
 //! - Lock-delay: a key whose holder was destroyed is not acquired by
-//!   another session before the delay ran out, measured on the times the
-//!   commands carry (`Command::Timed`, stamped here with simulated time).
+//!   another session before the delay ran out. The leader stamps both
+//!   commands with its clock (simulated time, as the clients'); a client
+//!   sees only when it sent the destroy and when its acquire was answered,
+//!   which bound the two stamps: an acquire answered sooner than the delay
+//!   after the destroy was first sent broke it.
 //! - A release by the holder never answers `false` while the holder's
 //!   session is sure to live (no checks bind these sessions; a TTL
 //!   session lives until its lease, below).
@@ -33,12 +36,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::{Command, Response, Timeable};
-use cairn::structs::{Behavior, KvOp, KvOutcome, KvVerb, Session};
+use cairn::endpoint::{Value, kv};
+use cairn::structs::{Behavior, Session};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::node::{API_PORT, ApiReply, ApiRequest, Slot, call, now_us};
+use crate::node::{API_PORT, ApiReply, ApiRequest, Slot, call, calls, now_us};
 
 pub const LOCK_KEYS: [&str; 2] = ["lock/x", "lock/y"];
 /// Shorter than the KV clients' timeout: a lock client's last call (before
@@ -62,12 +65,13 @@ pub enum LockRecord {
         from: u64,
         to: u64,
     },
-    /// An acquire answered `true` by `session`, with the time it carried.
+    /// An acquire answered `true` by `session`: when it was sent and when
+    /// answered (µs).
     Acquired {
         key: String,
         session: String,
-        now_ms: u64,
         call: u64,
+        answered: u64,
     },
     /// `session` destroyed while it held `key`: the first attempt's time,
     /// and when an attempt was answered.
@@ -89,37 +93,37 @@ fn now_ms() -> u64 {
     now_us() / 1000
 }
 
-fn lock_op(verb: KvVerb, key: &str, session: &str) -> Command {
-    Command::Timed {
-        now_ms: now_ms(),
-        cmd: Timeable::Kv(KvOp {
-            verb,
-            key: key.into(),
-            value: session.as_bytes().to_vec(),
-            flags: 0,
-            index: 0,
-            session: session.into(),
-        }),
-    }
-}
-
-async fn write(
-    servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, cmd: Command,
-) -> Option<Response> {
+/// Asks `req` of the target server; its answer, or `None` (moving to
+/// another server) when none came.
+async fn ask(
+    servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, req: &ApiRequest,
+) -> Option<Result<Value, String>> {
     let addr = SocketAddr::new(servers[*target], API_PORT);
-    match call(
-        addr,
-        &ApiRequest::Write(Box::new(cmd)),
-        token,
-        LOCK_CALL_TIMEOUT,
-    )
-    .await
-    {
-        Ok(ApiReply::Write(Ok(r))) => Some(r),
+    match call(addr, req, token, LOCK_CALL_TIMEOUT).await {
+        Ok(ApiReply::Call(r)) => Some(r),
         _ => {
             *target = rng.gen_range(0..servers.len());
             None
         }
+    }
+}
+
+/// A lock or unlock's outcome: `Some(held)`, or `None` when unknown.
+async fn lock(
+    servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, key: &str,
+    session: &str, acquire: bool,
+) -> Option<bool> {
+    match ask(
+        servers,
+        target,
+        rng,
+        token,
+        &calls::lock(key, session, acquire),
+    )
+    .await
+    {
+        Some(Ok(Value::Kv(kv::Value::Done(ok)))) => Some(ok),
+        _ => None,
     }
 }
 
@@ -129,12 +133,9 @@ async fn destroy(
     servers: &[IpAddr], target: &mut usize, rng: &mut StdRng, token: Option<&str>, session: &str,
 ) -> (u64, u64) {
     let first = now_ms();
+    let req = calls::destroy_session(session);
     loop {
-        let cmd = Command::Timed {
-            now_ms: now_ms(),
-            cmd: Timeable::SessionDestroy { id: session.into() },
-        };
-        if write(servers, target, rng, token, cmd).await.is_some() {
+        if let Some(Ok(_)) = ask(servers, target, rng, token, &req).await {
             return (first, now_us());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -156,30 +157,28 @@ pub async fn client(
         n += 1;
         let session = format!("l{id}-{n}");
         let with_ttl = rng.gen_bool(0.5);
-        let create = Command::SessionCreate {
-            session: Session {
-                id: session.clone(),
-                name: String::new(),
-                node: "sim".into(),
-                node_checks: vec![],
-                service_checks: vec![],
-                lock_delay: LOCK_DELAY_MS * 1_000_000,
-                behavior: Behavior::Release,
-                ttl: if with_ttl {
-                    format!("{}s", LOCK_TTL.as_secs())
-                } else {
-                    String::new()
-                },
-                create_index: 0,
-                modify_index: 0,
+        let create = calls::create_session(Session {
+            id: session.clone(),
+            name: String::new(),
+            // The server asked's own node, as the HTTP API defaults it.
+            node: String::new(),
+            node_checks: vec![],
+            service_checks: vec![],
+            lock_delay: LOCK_DELAY_MS * 1_000_000,
+            behavior: Behavior::Release,
+            ttl: if with_ttl {
+                format!("{}s", LOCK_TTL.as_secs())
+            } else {
+                String::new()
             },
-            server_node: true,
-        };
+            create_index: 0,
+            modify_index: 0,
+        });
         // Retried with the same ID: an earlier attempt may have committed.
         loop {
-            match write(&servers, &mut target, &mut rng, token, create.clone()).await {
-                Some(Response::Ok) => break,
-                Some(Response::Rejected(r)) if r.contains("already exists") => break,
+            match ask(&servers, &mut target, &mut rng, token, &create).await {
+                Some(Ok(_)) => break,
+                Some(Err(r)) if r.contains("already exists") => break,
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
@@ -201,17 +200,10 @@ pub async fn client(
                 }
             }
             let key = LOCK_KEYS[rng.gen_range(0..LOCK_KEYS.len())];
-            let cmd = lock_op(KvVerb::Lock, key, &session);
-            let Command::Timed {
-                now_ms: sent_ms, ..
-            } = cmd
-            else {
-                unreachable!()
-            };
             let call_at = now_us();
-            match write(&servers, &mut target, &mut rng, token, cmd).await {
-                Some(Response::Kv(KvOutcome::Done(true))) => {}
-                Some(Response::Kv(KvOutcome::Done(false))) => {
+            match lock(&servers, &mut target, &mut rng, token, key, &session, true).await {
+                Some(true) => {}
+                Some(false) => {
                     tokio::time::sleep(Duration::from_millis(rng.gen_range(10..100))).await;
                     continue;
                 }
@@ -227,8 +219,8 @@ pub async fn client(
             record(LockRecord::Acquired {
                 key: key.into(),
                 session: session.clone(),
-                now_ms: sent_ms,
                 call: call_at,
+                answered: from,
             });
             tokio::time::sleep(Duration::from_millis(rng.gen_range(0..150))).await;
             if with_ttl && rng.gen_bool(0.25) {
@@ -277,15 +269,12 @@ pub async fn client(
                 from,
                 to,
             });
-            let release = lock_op(KvVerb::Unlock, key, &session);
-            match write(&servers, &mut target, &mut rng, token, release).await {
+            match lock(&servers, &mut target, &mut rng, token, key, &session, false).await {
                 // The session may have expired if the answer came after
                 // its lease.
-                Some(Response::Kv(KvOutcome::Done(false))) if now_us() < lease.until => {
-                    record(LockRecord::Broken(format!(
-                        "release of {key} by its holder {session} answered false"
-                    )))
-                }
+                Some(false) if now_us() < lease.until => record(LockRecord::Broken(format!(
+                    "release of {key} by its holder {session} answered false"
+                ))),
                 Some(_) => {}
                 // Unknown: the session goes, which releases it for sure.
                 None => break,
@@ -431,19 +420,22 @@ pub fn check(log: &[LockRecord]) -> Vec<String> {
             continue;
         };
         for a in log {
+            // The acquire's stamp is at most its answer's time, the
+            // destroy's at least its first send's.
             if let LockRecord::Acquired {
                 key: k,
                 session: s,
-                now_ms,
                 call,
+                answered,
             } = a
                 && k == key
                 && s != session
                 && *call > *acked
-                && *now_ms < first_now_ms + LOCK_DELAY_MS
+                && answered / 1000 < first_now_ms + LOCK_DELAY_MS
             {
                 failures.push(format!(
-                    "{s} acquired {key} at {now_ms} ms, within the lock-delay of {session} destroyed at {first_now_ms} ms"
+                    "{s} acquired {key}, answered at {} ms, within the lock-delay of {session} destroyed at {first_now_ms} ms",
+                    answered / 1000
                 ));
             }
         }
@@ -491,14 +483,14 @@ mod tests {
         let early = LockRecord::Acquired {
             key: "k".into(),
             session: "b".into(),
-            now_ms: 399,
             call: 100_600,
+            answered: 399_999,
         };
         let late = LockRecord::Acquired {
             key: "k".into(),
             session: "b".into(),
-            now_ms: 400,
             call: 100_600,
+            answered: 400_000,
         };
         assert_eq!(check(&[destroyed.clone(), early]).len(), 1);
         assert!(check(&[destroyed, late]).is_empty());

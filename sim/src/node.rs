@@ -3,14 +3,16 @@
 //! simulated clients speak.
 //!
 //! The API stands in for HTTP (hyper over turmoil streams would work but
-//! costs build and run time the seeds need). It keeps the decisions of the
-//! HTTP request path: KV reads and writes and session renewals are calls of
-//! the server's endpoint layer (`cairn::endpoint`, as the HTTP handlers
-//! make them: routed to the leader over the Raft port's channel, the token
-//! checked where they run); the other writes are still passed to the
-//! leader here (as the `forward_to_leader` middleware), through
-//! `Server::write`, with ACLs on after the checks the HTTP handlers make
-//! (`check_token`, the HTTP path's resolver).
+//! costs build and run time the seeds need). Its clients make the calls the
+//! HTTP handlers make once they have decoded a request: KV, session (locks
+//! included), catalog and config-entry writes and reads are calls of the
+//! server's endpoint layer (`cairn::endpoint::route`: routed to the leader
+//! over the Raft port's channel, the token checked where they run, the
+//! lock commands stamped by the leader's clock); event streams subscribe
+//! through `endpoint::stream`. Only the setup writes of ACL objects and
+//! prepared queries, whose areas are not on the endpoint layer yet, are
+//! still passed to the leader here (`handle`, as `forward_to_leader`) and
+//! checked as their HTTP handlers check them (`check_token`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,7 +22,6 @@ use std::time::Duration;
 
 use cairn::acl::DefaultPolicy;
 use cairn::endpoint::Call;
-use cairn::endpoint::kv::Put;
 use cairn::error::Error;
 use cairn::federation::Handler;
 use cairn::raft::NodeId;
@@ -32,12 +33,10 @@ use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::acl::AclRow;
 use cairn::state::token_resolver::AclConfig;
-use cairn::state::{
-    ChangeSet, Command, MemoryBackend, Response, Row, Table, Timeable, WriteBehind,
-};
-use cairn::stream::{Item, Reader, Topic};
+use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, WriteBehind};
+use cairn::stream::{Item, Topic};
+use cairn::structs::KvEntry;
 use cairn::structs::validate::validate_register;
-use cairn::structs::{KvEntry, KvOutcome, KvVerb};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -581,6 +580,14 @@ async fn execute(
 /// A client request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ApiRequest {
+    /// A call of the server's endpoint layer (`cairn::endpoint::route`), as
+    /// an HTTP handler makes it once it has decoded its request: routed to
+    /// where it must run, its token checked there.
+    Call(Box<cairn::endpoint::Op>),
+    /// One of the run's setup writes (ACL objects, config entries) with
+    /// the management token: passed to the leader and checked there as
+    /// the HTTP handlers of those writes check them (`handle`), until
+    /// their areas are on the endpoint layer.
     Write(Box<Command>),
     Get {
         key: String,
@@ -632,6 +639,102 @@ pub enum ApiRequest {
     },
 }
 
+/// The clients' writes, as endpoint calls (`ApiRequest::Call`).
+pub mod calls {
+    use cairn::endpoint::kv::{self, Put};
+    use cairn::endpoint::{Op, Value, catalog, config, session};
+    use cairn::structs::{DeregisterRequest, RegisterRequest, Session};
+
+    use super::{ApiReply, ApiRequest};
+
+    fn call(op: Op) -> ApiRequest {
+        ApiRequest::Call(Box::new(op))
+    }
+
+    /// `PUT /v1/kv/:key` (with `?cas=`).
+    pub fn put(key: &str, value: Vec<u8>, cas: Option<u64>) -> ApiRequest {
+        call(Op::Kv(kv::Op::Put(Put {
+            key: key.into(),
+            value,
+            cas,
+            ..Put::default()
+        })))
+    }
+
+    /// `PUT /v1/kv/:key?acquire=` (or `?release=`) for `session`.
+    pub fn lock(key: &str, session: &str, acquire: bool) -> ApiRequest {
+        let id = Some(session.to_string());
+        call(Op::Kv(kv::Op::Put(Put {
+            key: key.into(),
+            value: session.as_bytes().to_vec(),
+            acquire: if acquire { id.clone() } else { None },
+            release: if acquire { None } else { id },
+            ..Put::default()
+        })))
+    }
+
+    /// `DELETE /v1/kv/:key`.
+    pub fn delete(key: &str) -> ApiRequest {
+        call(Op::Kv(kv::Op::Delete {
+            key: key.into(),
+            recurse: false,
+            cas: None,
+        }))
+    }
+
+    pub fn register(req: RegisterRequest) -> ApiRequest {
+        call(Op::Catalog(catalog::Op::Register(Box::new(req))))
+    }
+
+    pub fn deregister(req: DeregisterRequest) -> ApiRequest {
+        call(Op::Catalog(catalog::Op::Deregister(req)))
+    }
+
+    /// A session as the server first asked would make it (its ID chosen
+    /// by the client, so that a retry cannot make a second one; its TTL
+    /// below the HTTP API's 10 s minimum, which decoding enforces).
+    pub fn create_session(session: Session) -> ApiRequest {
+        call(Op::Session(session::Op::Create {
+            session,
+            no_checks: false,
+        }))
+    }
+
+    pub fn destroy_session(id: &str) -> ApiRequest {
+        call(Op::Session(session::Op::Destroy { id: id.into() }))
+    }
+
+    /// `PUT /v1/config` with an entry's JSON.
+    pub fn config_set(entry: serde_json::Value) -> ApiRequest {
+        call(Op::Config(config::Op::Set { entry, cas: None }))
+    }
+
+    /// `DELETE /v1/config/:kind/:name`.
+    pub fn config_delete(kind: &str, name: &str) -> ApiRequest {
+        call(Op::Config(config::Op::Delete {
+            kind: kind.into(),
+            name: name.into(),
+            cas: None,
+        }))
+    }
+
+    /// A KV, catalog or config write's outcome (`None`: unknown, or
+    /// refused).
+    pub fn done(reply: &std::io::Result<ApiReply>) -> Option<bool> {
+        match reply {
+            Ok(ApiReply::Call(Ok(
+                Value::Kv(kv::Value::Done(ok))
+                | Value::Catalog(catalog::Value::Written(ok))
+                | Value::Config(config::Value::Written(ok)),
+            ))) => Some(*ok),
+            Ok(ApiReply::Call(Ok(Value::Session(
+                session::Value::Created { .. } | session::Value::Destroyed(true),
+            )))) => Some(true),
+            _ => None,
+        }
+    }
+}
+
 /// A prepared query's execute, as checker 5 needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QueryAnswer {
@@ -675,6 +778,8 @@ impl From<Item> for StreamItem {
 /// The answer, or the error text the HTTP API would have sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ApiReply {
+    /// An endpoint call's value, or its error's text.
+    Call(Result<cairn::endpoint::Value, String>),
     Write(Result<Response, String>),
     Get(Result<Option<KvEntry>, String>),
     Stream(Vec<StreamItem>),
@@ -814,25 +919,16 @@ async fn serve_api(
         .await;
     }
     if let ApiRequest::Subscribe { index } = env.req {
-        // Answered by this server (`/v1/internal/stream` is always local),
-        // so checked here; a refused subscriber is hung up on.
-        if check_token(&server, &env.req, env.token.as_deref()).is_err() {
+        // As `/v1/internal/stream?topic=KV`: answered by this server
+        // (`endpoint::stream`); a refused subscriber is hung up on, a
+        // token gone ends the stream.
+        let call = Call::new(env.token.clone(), QueryOptions::default());
+        let Ok(mut sub) = cairn::endpoint::stream::subscribe(&server, &call, Topic::Kv, "", index)
+        else {
             return Ok(());
-        }
-        let mut sub = server
-            .publisher()
-            .subscribe(server.store().clone(), Topic::Kv, "", index);
-        // As the HTTP handler: with ACLs on every event is filtered by the
-        // token, checked again as ACLs change; a token gone hangs up.
-        if server.acl().enabled() {
-            let resolver = cairn::request::authz::Resolver(server.clone());
-            let Ok(authz) = Authz::resolve(&*resolver.0, env.token.clone()) else {
-                return Ok(());
-            };
-            sub = sub.read_as(Reader::new(authz, resolver));
-        }
+        };
         loop {
-            let Ok(items) = sub.next_batch().await else {
+            let Ok(items) = sub.sub.next_batch().await else {
                 return Ok(());
             };
             let batch = items.into_iter().map(StreamItem::from).collect();
@@ -843,8 +939,8 @@ async fn serve_api(
     write_msg(&mut stream, &answer).await
 }
 
-/// `req` as the HTTP handlers would call the endpoint layer (`None`: a
-/// request the simulation still answers through `handle`).
+/// `req` as the HTTP handlers call the endpoint layer (`None`: a setup
+/// write, answered through `handle`).
 async fn endpoint_call(
     s: &Arc<Server>, req: &ApiRequest, token: Option<String>,
 ) -> Option<ApiReply> {
@@ -869,12 +965,6 @@ async fn endpoint_call(
             )
         }
     };
-    let written = |r: cairn::error::Result<bool>| {
-        ApiReply::Write(
-            r.map(|ok| Response::Kv(KvOutcome::Done(ok)))
-                .map_err(|e| e.to_string()),
-        )
-    };
     Some(match req {
         ApiRequest::Get { key, consistent } => get(call(*consistent, false), key).await,
         ApiRequest::StaleGet { key } => get(call(false, true), key).await,
@@ -884,59 +974,28 @@ async fn endpoint_call(
                 .map(|_| Response::Ok)
                 .map_err(|e| e.to_string()),
         ),
-        ApiRequest::Write(cmd) => match &**cmd {
-            Command::Kv(op) => match op.verb {
-                KvVerb::Set | KvVerb::Cas => {
-                    let put = Put {
-                        key: op.key.clone(),
-                        value: op.value.clone(),
-                        flags: op.flags,
-                        cas: (op.verb == KvVerb::Cas).then_some(op.index),
-                        acquire: None,
-                        release: None,
-                    };
-                    written(cairn::endpoint::kv::put(s, call(false, false), put).await)
+        ApiRequest::Call(op) => {
+            use cairn::endpoint::{Op, catalog, session};
+            let mut op = (**op).clone();
+            // The HTTP handlers' decoding: validation and defaults, made
+            // where the request arrives, before the call.
+            match &mut op {
+                Op::Catalog(catalog::Op::Register(req)) => {
+                    if let Err(e) = validate_register(req, s.datacenter()) {
+                        return Some(ApiReply::Call(Err(e.to_string())));
+                    }
                 }
-                KvVerb::Delete | KvVerb::DeleteCas => {
-                    let cas = (op.verb == KvVerb::DeleteCas).then_some(op.index);
-                    let key = op.key.clone();
-                    written(
-                        cairn::endpoint::kv::delete(s, call(false, false), key, false, cas).await,
-                    )
+                // A session's node defaults to the receiving server's.
+                Op::Session(session::Op::Create { session, .. }) if session.node.is_empty() => {
+                    session.node = s.node_name().to_string()
                 }
-                _ => return None,
-            },
-            // Catalog writes: the HTTP handler's validation, then the
-            // endpoint layer's register or deregister.
-            Command::Register(req) => {
-                let mut req = (**req).clone();
-                let done = match validate_register(&mut req, s.datacenter()) {
-                    Ok(()) => cairn::endpoint::catalog::register(s, call(false, false), req).await,
-                    Err(e) => Err(e),
-                };
-                catalog_written(done)
+                _ => {}
             }
-            Command::Deregister(req) => catalog_written(
-                cairn::endpoint::catalog::deregister(s, call(false, false), req.clone()).await,
-            ),
-            _ => return None,
-        },
+            let answer = cairn::endpoint::route(s, call(false, false), op).await;
+            ApiReply::Call(answer.map(|a| a.value).map_err(|e| e.to_string()))
+        }
         _ => return None,
     })
-}
-
-/// A catalog write's answer, as the simulated clients read a write's.
-fn catalog_written(r: cairn::error::Result<bool>) -> ApiReply {
-    ApiReply::Write(
-        r.map(|done| {
-            if done {
-                Response::Ok
-            } else {
-                Response::Bool(false)
-            }
-        })
-        .map_err(|e| e.to_string()),
-    )
 }
 
 /// A DNS query answered as the server's listener answers it (`process::server`
@@ -964,6 +1023,7 @@ async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
 
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
+        ApiRequest::Call(_) => ApiReply::Call(Err(e)),
         ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
         ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } | ApiRequest::RemoteGet { .. } => {
             ApiReply::Get(Err(e))
@@ -990,63 +1050,28 @@ fn error_answer(req: &ApiRequest, e: String) -> Answer {
     }
 }
 
-/// As the `Authz` extractor and then the handler: the token resolved by
-/// the router's resolver against this server's state, then the checks the
-/// HTTP handler of the same request makes.
+/// As the `Authz` extractor and then the handler of a setup write: the
+/// token resolved by the router's resolver against this server's state,
+/// then the checks the HTTP handler of the same write makes.
 fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn::error::Result<()> {
     let a = Authz::resolve(&**s, token.map(str::to_string))?;
     match req {
-        // The KV topic from the root: `key_read` on "".
-        ApiRequest::Subscribe { .. } => a.require(a.key_read(""), "key:read", ""),
-        ApiRequest::Write(cmd) => authorize_write(s, &a, cmd),
-        // No request token: the resolver reads with the server's DNS token.
-        ApiRequest::Dns { .. } => Ok(()),
-        // Answered in `serve_api`: the router's handlers or the endpoint
-        // layer check the token.
-        ApiRequest::RemoteGet { .. }
-        | ApiRequest::Wan(_)
-        | ApiRequest::Execute { .. }
-        | ApiRequest::Get { .. }
-        | ApiRequest::StaleGet { .. }
-        | ApiRequest::Renew { .. } => Ok(()),
+        ApiRequest::Write(cmd) => authorize_write(&a, cmd),
+        // Answered before `handle`, by the endpoint layer or in place.
+        _ => Ok(()),
     }
 }
 
-/// The HTTP handlers' checks for the commands the simulated clients send.
-fn authorize_write(s: &Server, a: &Authz, cmd: &Command) -> cairn::error::Result<()> {
+/// The HTTP handlers' checks for the setup writes.
+fn authorize_write(a: &Authz, cmd: &Command) -> cairn::error::Result<()> {
     match cmd {
-        Command::Kv(op)
-        | Command::Timed {
-            cmd: Timeable::Kv(op),
-            ..
-        } => a.require(a.key_write(&op.key), "key:write", &op.key),
-        Command::Timed {
-            cmd: Timeable::SessionDestroy { id },
-            ..
-        } => cairn::endpoint::session::authorize_session(s, a, id),
-        Command::SessionCreate { session, .. } => a.require(
-            a.session_write(&session.node),
-            "session:write",
-            &session.node,
-        ),
         Command::AclPolicySet { .. }
         | Command::AclTokenSet { .. }
         | Command::AclTokenDelete { .. }
         | Command::AclAuthMethodSet { .. }
         | Command::AclAuthMethodDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
-        // A service's config entries, as `/v1/config` checks them.
-        Command::ConfigSet { entry, .. } => {
-            let name = entry.get("Name").and_then(|n| n.as_str()).unwrap_or("");
-            a.require(a.service_write(name), "service:write", name)
-        }
-        Command::ConfigDelete { name, .. } => {
-            a.require(a.service_write(name), "service:write", name)
-        }
         // As `/v1/query`'s create: `query:write` on its name's prefix.
-        Command::QuerySet { query, .. } => match query.acl_prefix() {
-            Some(prefix) => a.require(a.query_write(prefix), "query:write", prefix),
-            None => Ok(()),
-        },
+        Command::QuerySet { query, .. } => cairn::endpoint::query::authorize_write(a, query),
         _ => Err(Error::BadRequest(
             "a command the simulation's API does not take".into(),
         )),
@@ -1130,6 +1155,7 @@ async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
         ApiRequest::RemoteGet { .. }
         | ApiRequest::Wan(_)
         | ApiRequest::Execute { .. }
+        | ApiRequest::Call(_)
         | ApiRequest::Get { .. }
         | ApiRequest::StaleGet { .. }
         | ApiRequest::Renew { .. } => error_reply(&req, "answered before".into()),

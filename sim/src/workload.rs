@@ -7,14 +7,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::{Command, Response};
-use cairn::structs::{DeregisterRequest, KvOp, KvOutcome, KvVerb, NodeService, RegisterRequest};
+use cairn::structs::{DeregisterRequest, NodeService, RegisterRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::acl::Access;
 use crate::linearizability::{Input, Output};
-use crate::node::{API_PORT, ApiReply, ApiRequest, StreamItem, call, now_us, read_msg, write_msg};
+use crate::node::{
+    API_PORT, ApiReply, ApiRequest, StreamItem, call, calls, now_us, read_msg, write_msg,
+};
 
 /// The keys every client works on: few, so that clients contend.
 pub const KEYS: [&str; 4] = ["k/a", "k/b", "k/c", "k/d"];
@@ -58,17 +59,8 @@ fn value_of(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
-fn kv(verb: KvVerb, key: &str, value: Option<u64>, index: u64) -> Command {
-    Command::Kv(KvOp {
-        verb,
-        key: key.to_string(),
-        value: value
-            .map(|v| v.to_string().into_bytes())
-            .unwrap_or_default(),
-        flags: 0,
-        index,
-        session: String::new(),
-    })
+fn text(v: u64) -> Vec<u8> {
+    v.to_string().into_bytes()
 }
 
 /// Runs one client until `until` (simulated time since the start).
@@ -106,7 +98,7 @@ pub async fn client(
                     input: Input::Put(fresh),
                     consistent: false,
                 },
-                ApiRequest::Write(Box::new(kv(KvVerb::Set, key, Some(fresh), 0))),
+                calls::put(key, text(fresh), None),
             )
         } else if dice < 65 {
             let consistent = dice >= 45;
@@ -135,7 +127,7 @@ pub async fn client(
                     },
                     consistent: false,
                 },
-                ApiRequest::Write(Box::new(kv(KvVerb::Cas, key, Some(fresh), index))),
+                calls::put(key, text(fresh), Some(index)),
             )
         } else if dice < 87 {
             (
@@ -144,7 +136,7 @@ pub async fn client(
                     input: Input::Delete,
                     consistent: false,
                 },
-                ApiRequest::Write(Box::new(kv(KvVerb::Delete, key, None, 0))),
+                calls::delete(key),
             )
         } else {
             let service = format!("svc-{id}-{}", rng.gen_range(0..3));
@@ -166,7 +158,7 @@ pub async fn client(
                         node: node.clone(),
                         service: service.clone(),
                     },
-                    ApiRequest::Write(Box::new(Command::Register(Box::new(req)))),
+                    calls::register(req),
                 )
             } else {
                 let req = DeregisterRequest {
@@ -179,7 +171,7 @@ pub async fn client(
                         node: node.clone(),
                         service: service.clone(),
                     },
-                    ApiRequest::Write(Box::new(Command::Deregister(req))),
+                    calls::deregister(req),
                 )
             }
         };
@@ -189,13 +181,11 @@ pub async fn client(
         let started = now_us();
         let reply = call(addr, &req, token.as_deref(), CLIENT_TIMEOUT).await;
         let ended = now_us();
+        let written = calls::done(&reply);
         let output = match (&kind, reply) {
-            (
-                Kind::Kv { input, .. },
-                Ok(ApiReply::Write(Ok(Response::Kv(KvOutcome::Done(ok))))),
-            ) => match input {
-                Input::Cas { .. } => Some(Output::Cas(ok)),
-                _ if ok => Some(Output::Done),
+            (Kind::Kv { input, .. }, _) if written.is_some() => match (input, written) {
+                (Input::Cas { .. }, Some(ok)) => Some(Output::Cas(ok)),
+                (_, Some(true)) => Some(Output::Done),
                 _ => None,
             },
             (Kind::Kv { .. }, Ok(ApiReply::Get(Ok(entry)))) => {
@@ -203,11 +193,11 @@ pub async fn client(
                 seen.insert(key, (v, entry.map_or(0, |e| e.modify_index)));
                 Some(Output::Value(v))
             }
-            (Kind::Register { service, .. }, Ok(ApiReply::Write(Ok(Response::Ok)))) => {
+            (Kind::Register { service, .. }, _) if written == Some(true) => {
                 registered.insert(service.clone(), true);
                 Some(Output::Done)
             }
-            (Kind::Deregister { service, .. }, Ok(ApiReply::Write(Ok(Response::Ok)))) => {
+            (Kind::Deregister { service, .. }, _) if written == Some(true) => {
                 registered.insert(service.clone(), false);
                 Some(Output::Done)
             }
@@ -382,21 +372,11 @@ pub async fn burst(
     let len = rng.gen_range(BURST_BYTES);
     let fill = rng.r#gen::<u8>();
     let key = format!("big/{id}");
-    let req = ApiRequest::Write(Box::new(Command::Kv(KvOp {
-        verb: KvVerb::Set,
-        key: key.clone(),
-        value: vec![fill; len],
-        flags: 0,
-        index: 0,
-        session: String::new(),
-    })));
+    let req = calls::put(&key, vec![fill; len], None);
     let addr = SocketAddr::new(servers[rng.gen_range(0..servers.len())], API_PORT);
     let call_at = now_us();
     let reply = call(addr, &req, token.as_deref(), CLIENT_TIMEOUT).await;
-    let acked = matches!(
-        reply,
-        Ok(ApiReply::Write(Ok(Response::Kv(KvOutcome::Done(true)))))
-    );
+    let acked = calls::done(&reply) == Some(true);
     log.lock().unwrap().push(BurstRecord {
         key,
         len,

@@ -11,16 +11,18 @@
 //! and makes the area's checks.
 //!
 //! Areas moved here so far: `kv` (but `/v1/txn`), `session`, `catalog`
-//! (its writes), `login`, `members`, and `agent` (what every server does
+//! and `config` (their writes), `login`, `members`, and `agent` (what every server does
 //! for itself: it runs where it is asked, then on the datacenter's other
 //! servers); `query` (execute, for HTTP and DNS), `dataplane` and
-//! `proxycfg` (for HTTP and gRPC) and `snapshot` are called in place. The others'
+//! `proxycfg` (for HTTP and gRPC), `snapshot` and `stream` are called in
+//! place. The others'
 //! handlers still sit behind `http`'s `forward_to_leader` layer.
 
 pub mod acl;
 pub mod agent;
 pub mod blocking;
 pub mod catalog;
+pub mod config;
 pub mod coordinate;
 pub mod dataplane;
 pub mod kv;
@@ -30,6 +32,7 @@ pub mod proxycfg;
 pub mod query;
 pub mod session;
 pub mod snapshot;
+pub mod stream;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -162,6 +165,7 @@ pub enum Op {
     Members(members::Op),
     Login(login::Op),
     Catalog(catalog::Op),
+    Config(config::Op),
 }
 
 /// What an operation answers with.
@@ -173,6 +177,7 @@ pub enum Value {
     Members(members::Value),
     Login(login::Value),
     Catalog(catalog::Value),
+    Config(config::Value),
 }
 
 impl Op {
@@ -184,6 +189,7 @@ impl Op {
             Op::Members(op) => op.place(),
             Op::Login(op) => op.place(),
             Op::Catalog(op) => op.place(),
+            Op::Config(op) => op.place(),
         }
     }
 
@@ -199,6 +205,7 @@ impl Op {
             Op::Members(op) => op.run(s, call).await.map(|a| a.map(Value::Members)),
             Op::Login(op) => op.run(s, call).await.map(|a| a.map(Value::Login)),
             Op::Catalog(op) => op.run(s, call).await.map(|a| a.map(Value::Catalog)),
+            Op::Config(op) => op.run(s, call).await.map(|a| a.map(Value::Config)),
         }
     }
 }

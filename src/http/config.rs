@@ -8,16 +8,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{App, Opts, Watch, blocking, json_at, json_filtered, keep, meta_headers};
-use crate::config_check::{ConfigEntryError, decode_and_validate};
-use crate::discovery_chain::{
-    ChainError, CompileOverrides, CompileRequest, EntryChange, compile, validate_write,
-};
+use super::{App, Called, Opts, Watch, blocking, json_at, json_filtered, keep, meta_headers};
+use crate::discovery_chain::{CompileOverrides, CompileRequest, compile};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::{QueryOptions, decode_json};
-use crate::state::{Command, Response as Applied, keys};
-use crate::structs::config_entry::{ConfigEntry, Kind};
+use crate::state::keys;
+use crate::structs::config_entry::Kind;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -33,18 +30,6 @@ pub fn routes() -> Router<App> {
         )
 }
 
-impl From<ConfigEntryError> for Error {
-    fn from(e: ConfigEntryError) -> Self {
-        Error::BadRequest(e.to_string())
-    }
-}
-
-impl From<ChainError> for Error {
-    fn from(e: ChainError) -> Self {
-        Error::BadRequest(e.to_string())
-    }
-}
-
 /// Consul's permissions on config entries: proxy-defaults is read by any
 /// token and written with `mesh:write`; the service kinds go with
 /// `service:read` / `service:write` on the entry's name.
@@ -52,85 +37,25 @@ fn entry_readable(a: &Authz, kind: Kind, name: &str) -> bool {
     crate::config_check::readable(a, kind, name)
 }
 
-/// A put: the write on the entry's name, and for a discovery-chain entry
-/// `service:read` on every service it sends traffic to (Consul's: whoever
-/// may discover a service may route their own service's traffic to it).
-fn authorize_entry_put(a: &Authz, entry: &ConfigEntry) -> Result<()> {
-    authorize_entry_write(a, entry.kind(), entry.name())?;
-    for svc in entry.related_services() {
-        a.require(a.service_read(svc), "service:read", svc)?;
-    }
-    Ok(())
-}
-
-/// Consul's `CanWrite`: the mesh-wide kinds and the gateways' entries
-/// (which route traffic of services other than their own) need
-/// `mesh:write`, intentions `intention:write`, the rest `service:write`.
-fn authorize_entry_write(a: &Authz, kind: Kind, name: &str) -> Result<()> {
-    match kind {
-        Kind::ProxyDefaults
-        | Kind::Mesh
-        | Kind::IngressGateway
-        | Kind::TerminatingGateway
-        | Kind::ExportedServices => a.require(a.mesh_write(), "mesh:write", ""),
-        Kind::ServiceIntentions => a.require(a.intention_write(name), "intention:write", name),
-        _ => a.require(a.service_write(name), "service:write", name),
-    }
-}
-
 fn parse_kind(kind: &str) -> Result<Kind> {
-    kind.parse().map_err(Error::BadRequest)
+    crate::endpoint::config::parse_kind(kind)
 }
 
-fn bool_answer(r: Applied) -> Result<Response> {
-    match r {
-        Applied::Bool(b) => Ok(axum::Json(b).into_response()),
-        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
-}
-
-async fn put_entry(
-    State(s): State<App>, a: Authz, Opts(p, _): Opts, body: Bytes,
-) -> Result<Response> {
-    let body: Value = decode_json(&body)?;
-    let entry = decode_and_validate(&body)?;
-    authorize_entry_put(&a, &entry)?;
-    // Refuse early what the state machine would refuse; it checks again on
-    // the state the write actually lands on.
-    validate_write(&*s.state(), &EntryChange::Upsert(entry.clone()))?;
-    let mut json = entry.to_json();
-    if let Value::Object(m) = &mut json {
-        m.remove("CreateIndex");
-        m.remove("ModifyIndex");
-    }
-    bool_answer(
-        s.write(Command::ConfigSet {
-            entry: json,
-            cas: p.u64("cas")?,
-        })
-        .await?,
-    )
+/// The entry's JSON as sent; decoded, checked and written on the leader
+/// (`endpoint::config`).
+async fn put_entry(State(s): State<App>, Called(p, call): Called, body: Bytes) -> Result<Response> {
+    let entry: Value = decode_json(&body)?;
+    let cas = p.u64("cas")?;
+    let ok = crate::endpoint::config::set(&s, call, entry, cas).await?;
+    Ok(axum::Json(ok).into_response())
 }
 
 async fn delete_entry(
-    State(s): State<App>, a: Authz, Path((kind, name)): Path<(String, String)>, Opts(p, _): Opts,
+    State(s): State<App>, Path((kind, name)): Path<(String, String)>, Called(p, call): Called,
 ) -> Result<Response> {
-    let kind = parse_kind(&kind)?;
-    authorize_entry_write(&a, kind, &name)?;
-    validate_write(
-        &*s.state(),
-        &EntryChange::Delete {
-            kind,
-            name: name.clone(),
-        },
-    )?;
-    let cmd = Command::ConfigDelete {
-        kind: kind.as_str().to_string(),
-        name,
-        cas: p.u64("cas")?,
-    };
-    bool_answer(s.write(cmd).await?)
+    let cas = p.u64("cas")?;
+    let ok = crate::endpoint::config::delete(&s, call, kind, name, cas).await?;
+    Ok(axum::Json(ok).into_response())
 }
 
 async fn get_entry(

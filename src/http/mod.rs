@@ -172,8 +172,12 @@ pub fn resolver(server: &App) -> crate::request::authz::Resolver {
 
 /// Endpoints any server answers itself, whatever the mode (those on the
 /// endpoint layer route themselves: `crate::endpoint::route`).
-fn always_local(path: &str) -> bool {
-    path == "/v1/kv"
+fn always_local(method: &Method, path: &str) -> bool {
+    // Config entries' writes (their reads are still answered here).
+    let config_write = (method == Method::PUT && path == "/v1/config")
+        || (method == Method::DELETE && path.starts_with("/v1/config/"));
+    config_write
+        || path == "/v1/kv"
         || path.starts_with("/v1/kv/")
         || path.starts_with("/v1/session/")
         || matches!(
@@ -202,7 +206,7 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
     let path = req.uri().path();
     let read = matches!(*req.method(), Method::GET | Method::HEAD);
     let stale = read && Params::parse(req.uri().query()).has("stale");
-    if always_local(path) || stale || s.cluster().is_ready_leader() {
+    if always_local(req.method(), path) || stale || s.cluster().is_ready_leader() {
         return next.run(req).await;
     }
     if req.headers().contains_key(FORWARDED) {

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::server::Server;
-use cairn::state::{Command, Response, State};
+use cairn::state::{Command, State};
 use cairn::structs::acl::AclPolicy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -54,7 +54,9 @@ use rand::{Rng, SeedableRng};
 use crate::acl::{self, Access};
 use crate::checks;
 use crate::linearizability::{Input, Output};
-use crate::node::{API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, now_us};
+use crate::node::{
+    API_PORT, ApiReply, ApiRequest, Boot, Disk, FedBoot, Slot, Truth, call, calls, now_us,
+};
 use crate::report::{FedStats, Report};
 use crate::run::{crash_host, new_sim, state_hash, wait_converged};
 use crate::workload::{self, CLIENT_TIMEOUT, History, KEYS, Kind, Record};
@@ -232,27 +234,18 @@ async fn config_writer(
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let name = SERVICES[rng.gen_range(0..SERVICES.len())];
-        let cmd = if rng.gen_ratio(1, 4) {
-            Command::ConfigDelete {
-                kind: "service-defaults".into(),
-                name: name.into(),
-                cas: None,
-            }
+        let req = if rng.gen_ratio(1, 4) {
+            calls::config_delete("service-defaults", name)
         } else {
             let protocol = PROTOCOLS[rng.gen_range(0..PROTOCOLS.len())];
-            Command::ConfigSet {
-                entry: serde_json::json!({
-                    "Kind": "service-defaults", "Name": name, "Protocol": protocol,
-                }),
-                cas: None,
-            }
+            calls::config_set(serde_json::json!({
+                "Kind": "service-defaults", "Name": name, "Protocol": protocol,
+            }))
         };
         let addr = SocketAddr::new(servers[target], API_PORT);
-        let req = ApiRequest::Write(Box::new(cmd));
-        match call(addr, &req, Some(acl::MANAGEMENT), Duration::from_secs(2)).await {
-            Ok(ApiReply::Write(Ok(Response::Ok | Response::Bool(true)))) => {
-                *acked.lock().unwrap() += 1
-            }
+        let reply = call(addr, &req, Some(acl::MANAGEMENT), Duration::from_secs(2)).await;
+        match calls::done(&reply) {
+            Some(true) => *acked.lock().unwrap() += 1,
             _ => target = (target + 1) % servers.len(),
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(100..600))).await;

@@ -34,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::acl::Access;
-use crate::node::{API_PORT, ApiReply, ApiRequest, QueryAnswer, Truth, call, now_us};
+use crate::node::{API_PORT, ApiReply, ApiRequest, QueryAnswer, Truth, call, calls, now_us};
 use crate::report::QueryStats;
 use crate::workload::CLIENT_TIMEOUT;
 
@@ -143,10 +143,11 @@ pub async fn flipper(
             }),
             ..Default::default()
         };
-        let req = ApiRequest::Write(Box::new(Command::Register(Box::new(req))));
+        let req = calls::register(req);
         let addr = SocketAddr::new(servers[target], API_PORT);
-        match call(addr, &req, token.as_deref(), Duration::from_secs(2)).await {
-            Ok(ApiReply::Write(Ok(Response::Ok))) => next += 1,
+        let reply = call(addr, &req, token.as_deref(), Duration::from_secs(2)).await;
+        match calls::done(&reply) {
+            Some(true) => next += 1,
             _ => target = (target + 1) % servers.len(),
         }
         tokio::time::sleep(Duration::from_millis(rng.gen_range(50..300))).await;
