@@ -38,16 +38,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::{Command, Response};
+use cairn::endpoint::acl::Deleted;
 use cairn::structs::acl::{AclPolicy, AclToken, Link, secret_hash};
 use cairn::structs::auth::AclAuthMethod;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 pub use crate::node::MANAGEMENT;
-use crate::node::{
-    API_PORT, ApiReply, ApiRequest, Checked, Committed, call, call_checked, calls, now_us,
-};
+use crate::node::{API_PORT, ApiReply, ApiRequest, Committed, call, calls, now_us};
 
 /// What the workload's clients do: KV, catalog, sessions and their locks,
 /// and the federation scenario's prepared query.
@@ -213,8 +211,6 @@ pub struct TokenUse {
     pub acked: bool,
     /// The answer was an ACL refusal (`ACL not found`, `Permission denied`).
     pub refused: bool,
-    /// The answering server's decision on the token.
-    pub checked: Option<Checked>,
 }
 
 /// What the admin and the user did.
@@ -249,30 +245,26 @@ pub struct AclStats {
     pub failures: Vec<String>,
 }
 
-/// Sends `cmd` with the management token until it is acknowledged (or
-/// `until` passes), moving to the next server after each failure.
+/// Sends `req` with the management token until it is acknowledged (or
+/// `until` passes), moving to the next server after each failure. A
+/// create refused as made already was made by an earlier attempt whose
+/// answer was lost.
 pub(crate) async fn until_acked(
-    servers: &[IpAddr], cmd: Command, until: Duration, log: &AclLog,
+    servers: &[IpAddr], req: ApiRequest, until: Duration, log: &AclLog,
 ) -> bool {
-    let req = match cmd {
-        // On the endpoint layer: a registration is an endpoint call.
-        Command::Register(r) => calls::register(*r),
-        Command::ConfigSet { entry, .. } => calls::config_set(entry),
-        cmd => ApiRequest::Write(Box::new(cmd)),
-    };
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let addr = SocketAddr::new(servers[target], API_PORT);
         match call(addr, &req, Some(MANAGEMENT), SHORT_TIMEOUT).await {
-            // (A config entry's write answers `true`.)
-            Ok(ApiReply::Write(Ok(Response::Ok | Response::Bool(true)))) => return true,
             Ok(ApiReply::Call(Ok(_))) => return true,
-            Ok(ApiReply::Write(Ok(other))) => {
+            Ok(ApiReply::Call(Err(e)))
+                if e.contains("already in use") || e.contains("already exists") =>
+            {
+                return true;
+            }
+            Ok(ApiReply::Call(Err(e))) if e.contains("Invalid") || e.contains("annot find") => {
                 // Refused for good: the run's own setup is wrong.
-                log.lock()
-                    .unwrap()
-                    .errors
-                    .push(format!("{req:?}: {other:?}"));
+                log.lock().unwrap().errors.push(format!("{req:?}: {e}"));
                 return false;
             }
             // No leader, a timeout, or ACL init not applied yet.
@@ -330,7 +322,7 @@ pub(crate) fn token_of(
 /// makes after the delete: handed in, so that this module knows nothing of
 /// the checkers they serve (the DNS checker's `dns::setup` and
 /// `dns::narrow`; the federation scenario's replicated policy).
-pub type ExtraWrites = fn(&Tokens) -> (Vec<Command>, Command);
+pub type ExtraWrites = fn(&Tokens) -> (Vec<ApiRequest>, ApiRequest);
 
 pub async fn admin(
     access: Access, servers: Vec<IpAddr>, delete_at: Duration, until: Duration, log: AclLog,
@@ -350,17 +342,11 @@ pub async fn admin(
     let mut method = Vec::new();
     if t.doom != Doom::Deleted {
         doomed.auth_method = LOGIN_METHOD.into();
-        method.push(Command::AclAuthMethodSet {
-            method: Box::new(login_method()),
-        });
+        method.push(calls::new_auth_method(login_method()));
     }
     let delete = match t.doom {
-        Doom::Deleted => Some(Command::AclTokenDelete {
-            accessor: t.doomed_accessor.clone(),
-        }),
-        Doom::MethodDeleted => Some(Command::AclAuthMethodDelete {
-            name: LOGIN_METHOD.into(),
-        }),
+        Doom::Deleted => Some(calls::acl_delete(Deleted::Token(t.doomed_accessor.clone()))),
+        Doom::MethodDeleted => Some(calls::acl_delete(Deleted::AuthMethod(LOGIN_METHOD.into()))),
         Doom::Expires => {
             // The simulated clock is the Unix epoch plus the run's time.
             let at = time::OffsetDateTime::UNIX_EPOCH
@@ -372,38 +358,28 @@ pub async fn admin(
         }
     };
     let writes = [
-        Command::AclPolicySet {
-            policy: Box::new(policy),
-        },
-        Command::AclTokenSet {
-            token: Box::new(token(&t.workload_accessor, &t.workload, "workload")),
-        },
+        calls::new_policy(policy),
+        calls::new_token(token(&t.workload_accessor, &t.workload, "workload")),
     ];
     let writes = writes.into_iter().chain(method).chain([
-        Command::AclTokenSet {
-            token: Box::new(doomed),
-        },
-        Command::AclPolicySet {
-            policy: Box::new(AclPolicy {
-                id: SUBSCRIBER_POLICY_ID.into(),
-                name: SUBSCRIBER_POLICY_NAME.into(),
-                rules: SUBSCRIBER_RULES.into(),
-                ..Default::default()
-            }),
-        },
-        Command::AclTokenSet {
-            token: Box::new(token_of(
-                &t.subscriber_accessor,
-                &t.subscriber,
-                "subscriber",
-                SUBSCRIBER_POLICY_ID,
-                SUBSCRIBER_POLICY_NAME,
-            )),
-        },
+        calls::new_token(doomed),
+        calls::new_policy(AclPolicy {
+            id: SUBSCRIBER_POLICY_ID.into(),
+            name: SUBSCRIBER_POLICY_NAME.into(),
+            rules: SUBSCRIBER_RULES.into(),
+            ..Default::default()
+        }),
+        calls::new_token(token_of(
+            &t.subscriber_accessor,
+            &t.subscriber,
+            "subscriber",
+            SUBSCRIBER_POLICY_ID,
+            SUBSCRIBER_POLICY_NAME,
+        )),
     ]);
     let writes = writes.chain(dns_setup);
-    for cmd in writes {
-        if !until_acked(&servers, cmd, until, &log).await {
+    for req in writes {
+        if !until_acked(&servers, req, until, &log).await {
             return Ok(());
         }
     }
@@ -459,10 +435,10 @@ pub async fn user(
         let addr = SocketAddr::new(servers[asked], API_PORT);
         let call_at = now_us();
         let stale = matches!(req, ApiRequest::StaleGet { .. });
-        let answer = call_checked(addr, &req, token, false, SHORT_TIMEOUT).await;
-        let (acked, refused, checked) = match answer {
-            Ok(a) => {
-                let error = match &a.reply {
+        let answer = call(addr, &req, token, SHORT_TIMEOUT).await;
+        let (acked, refused) = match answer {
+            Ok(reply) => {
+                let error = match &reply {
                     ApiReply::Call(Err(e)) | ApiReply::Get(Err(e)) => Some(e.as_str()),
                     _ => None,
                 };
@@ -470,12 +446,11 @@ pub async fn user(
                     e.contains("ACL not found") || e.contains("Permission denied")
                 });
                 (
-                    matches!(a.reply, ApiReply::Call(Ok(_)) | ApiReply::Get(Ok(_))),
+                    matches!(reply, ApiReply::Call(Ok(_)) | ApiReply::Get(Ok(_))),
                     refused,
-                    a.checked,
                 )
             }
-            Err(_) => (false, false, None),
+            Err(_) => (false, false),
         };
         log.lock().unwrap().uses.push(TokenUse {
             anonymous,
@@ -485,7 +460,6 @@ pub async fn user(
             stale,
             acked,
             refused,
-            checked,
         });
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..40))).await;
     }

@@ -24,7 +24,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::Command;
 use cairn::structs::acl::AclPolicy;
 use cairn::structs::{NodeService, RegisterRequest};
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
@@ -33,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::acl::{Access, Tokens, token_of};
-use crate::node::{API_PORT, ApiReply, ApiRequest, Committed, call, now_us};
+use crate::node::{API_PORT, ApiReply, ApiRequest, Committed, call, calls, now_us};
 
 const POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b2";
 const POLICY_NAME: &str = "sim-dns";
@@ -85,21 +84,19 @@ pub const REGISTRATIONS: [(&str, &str, &str, &str, &str); 4] = [
 ];
 
 /// What the admin writes for the checker (after the other tokens).
-pub fn setup(t: &Tokens) -> Vec<Command> {
+pub fn setup(t: &Tokens) -> Vec<ApiRequest> {
     let mut writes = vec![
-        policy(DNS_RULES),
-        Command::AclTokenSet {
-            token: Box::new(token_of(
-                &t.dns_accessor,
-                &t.dns,
-                "dns",
-                POLICY_ID,
-                POLICY_NAME,
-            )),
-        },
+        calls::new_policy(policy(DNS_RULES)),
+        calls::new_token(token_of(
+            &t.dns_accessor,
+            &t.dns,
+            "dns",
+            POLICY_ID,
+            POLICY_NAME,
+        )),
     ];
     for (node, address, service, id, svc_address) in REGISTRATIONS {
-        writes.push(Command::Register(Box::new(RegisterRequest {
+        writes.push(calls::register(RegisterRequest {
             node: node.into(),
             address: address.into(),
             service: Some(NodeService {
@@ -110,24 +107,22 @@ pub fn setup(t: &Tokens) -> Vec<Command> {
                 ..Default::default()
             }),
             ..Default::default()
-        })));
+        }));
     }
     writes
 }
 
 /// The mid-run update of the DNS token's policy.
-pub fn narrow() -> Command {
-    policy(DNS_RULES_NARROWED)
+pub fn narrow() -> ApiRequest {
+    calls::update_policy(policy(DNS_RULES_NARROWED))
 }
 
-fn policy(rules: &str) -> Command {
-    Command::AclPolicySet {
-        policy: Box::new(AclPolicy {
-            id: POLICY_ID.into(),
-            name: POLICY_NAME.into(),
-            rules: rules.into(),
-            ..Default::default()
-        }),
+fn policy(rules: &str) -> AclPolicy {
+    AclPolicy {
+        id: POLICY_ID.into(),
+        name: POLICY_NAME.into(),
+        rules: rules.into(),
+        ..Default::default()
     }
 }
 

@@ -34,7 +34,6 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::Command;
 use cairn::structs::acl::AclPolicy;
 use cairn::xds::resources::{CLUSTER, ENDPOINT, LISTENER};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -50,7 +49,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::acl::{Access, AclLog, Tokens, token_of, until_acked};
-use crate::node::{Committed, GRPC_PORT, now_us};
+use crate::node::{ApiRequest, Committed, GRPC_PORT, calls, now_us};
 
 const GATEWAY_POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b3";
 const SIDECAR_POLICY_ID: &str = "5e1f0000-0000-4000-8000-0000000000b4";
@@ -216,50 +215,46 @@ const SERVICE_OF: [(&str, &str); 10] = [
 
 /// What the admin writes for the checker (once the workload's tokens
 /// exist).
-pub fn setup(t: &Tokens) -> Vec<Command> {
+pub fn setup(t: &Tokens) -> Vec<ApiRequest> {
     let mut writes = Vec::new();
     for p in Proxy::ALL {
-        writes.push(policy(p, false));
-        writes.push(Command::AclTokenSet {
-            token: Box::new(token_of(
-                p.accessor(t),
-                p.secret(t),
-                p.host(),
-                p.policy_id(),
-                p.host(),
-            )),
-        });
+        writes.push(calls::new_policy(policy(p, false)));
+        writes.push(calls::new_token(token_of(
+            p.accessor(t),
+            p.secret(t),
+            p.host(),
+            p.policy_id(),
+            p.host(),
+        )));
     }
     for service in registrations() {
         let req = serde_json::json!({"Node": "mesh", "Address": "10.9.9.1", "Service": service});
         match serde_json::from_value(req) {
-            Ok(r) => writes.push(Command::Register(Box::new(r))),
+            Ok(r) => writes.push(calls::register(r)),
             Err(e) => panic!("the mesh's registration does not decode: {e}"),
         }
     }
-    writes.push(Command::ConfigSet {
-        entry: serde_json::json!({
-            "Kind": "terminating-gateway", "Name": "tgw",
-            "Services": [{"Name": "stock"}, {"Name": "audit"}, {"Name": "depot"}],
-        }),
-        cas: None,
-    });
+    writes.push(calls::config_set(serde_json::json!({
+        "Kind": "terminating-gateway", "Name": "tgw",
+        "Services": [{"Name": "stock"}, {"Name": "audit"}, {"Name": "depot"}],
+    })));
     writes
 }
 
 /// The mid-run updates of both proxies' policies.
-pub fn narrow() -> Vec<Command> {
-    Proxy::ALL.iter().map(|&p| policy(p, true)).collect()
+pub fn narrow() -> Vec<ApiRequest> {
+    Proxy::ALL
+        .iter()
+        .map(|&p| calls::update_policy(policy(p, true)))
+        .collect()
 }
 
-fn policy(p: Proxy, narrowed: bool) -> Command {
-    Command::AclPolicySet {
-        policy: Box::new(AclPolicy {
-            id: p.policy_id().into(),
-            name: p.host().into(),
-            rules: p.rules(narrowed).into(),
-            ..Default::default()
-        }),
+fn policy(p: Proxy, narrowed: bool) -> AclPolicy {
+    AclPolicy {
+        id: p.policy_id().into(),
+        name: p.host().into(),
+        rules: p.rules(narrowed).into(),
+        ..Default::default()
     }
 }
 

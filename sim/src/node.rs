@@ -29,11 +29,10 @@ use cairn::raft::network::{Accept, BoxStream, Connect, Connecting};
 use cairn::raft::state_machine::SnapshotStore;
 use cairn::raft::wan::{WanRequest, WanResponse};
 use cairn::request::QueryOptions;
-use cairn::request::authz::Authz;
 use cairn::server::{Server, ServerConfig, ServerParts};
 use cairn::state::acl::AclRow;
 use cairn::state::token_resolver::AclConfig;
-use cairn::state::{ChangeSet, Command, MemoryBackend, Response, Row, Table, WriteBehind};
+use cairn::state::{ChangeSet, MemoryBackend, Response, Row, Table, WriteBehind};
 use cairn::stream::{Item, Topic};
 use cairn::structs::KvEntry;
 use cairn::structs::validate::validate_register;
@@ -584,11 +583,6 @@ pub enum ApiRequest {
     /// an HTTP handler makes it once it has decoded its request: routed to
     /// where it must run, its token checked there.
     Call(Box<cairn::endpoint::Op>),
-    /// One of the run's setup writes (ACL objects, config entries) with
-    /// the management token: passed to the leader and checked there as
-    /// the HTTP handlers of those writes check them (`handle`), until
-    /// their areas are on the endpoint layer.
-    Write(Box<Command>),
     Get {
         key: String,
         consistent: bool,
@@ -642,7 +636,10 @@ pub enum ApiRequest {
 /// The clients' writes, as endpoint calls (`ApiRequest::Call`).
 pub mod calls {
     use cairn::endpoint::kv::{self, Put};
-    use cairn::endpoint::{Op, Value, catalog, config, session};
+    use cairn::endpoint::{Op, Value, acl, catalog, config, query, session};
+    use cairn::structs::acl::{AclPolicy, AclToken};
+    use cairn::structs::auth::AclAuthMethod;
+    use cairn::structs::query::PreparedQuery;
     use cairn::structs::{DeregisterRequest, RegisterRequest, Session};
 
     use super::{ApiReply, ApiRequest};
@@ -716,6 +713,42 @@ pub mod calls {
             name: name.into(),
             cas: None,
         }))
+    }
+
+    /// A new ACL object (`create`) or the replacement of one.
+    pub fn acl_set(object: acl::Object, create: bool) -> ApiRequest {
+        call(Op::Acl(acl::Op::Set { object, create }))
+    }
+
+    pub fn new_policy(p: AclPolicy) -> ApiRequest {
+        acl_set(acl::Object::Policy(Box::new(p)), true)
+    }
+
+    pub fn update_policy(p: AclPolicy) -> ApiRequest {
+        acl_set(acl::Object::Policy(Box::new(p)), false)
+    }
+
+    /// A new token (its secret's hash in it, the secret itself kept by
+    /// the client).
+    pub fn new_token(t: AclToken) -> ApiRequest {
+        let object = acl::Object::Token {
+            token: Box::new(t),
+            secret: None,
+        };
+        acl_set(object, true)
+    }
+
+    pub fn new_auth_method(m: AclAuthMethod) -> ApiRequest {
+        acl_set(acl::Object::AuthMethod(Box::new(m)), true)
+    }
+
+    pub fn acl_delete(what: acl::Deleted) -> ApiRequest {
+        call(Op::Acl(acl::Op::Delete(what)))
+    }
+
+    /// A prepared query with its ID made (as by the server first asked).
+    pub fn create_query(q: PreparedQuery) -> ApiRequest {
+        call(Op::Query(query::Op::Create(Box::new(q))))
     }
 
     /// A KV, catalog or config write's outcome (`None`: unknown, or
@@ -800,18 +833,6 @@ pub enum ApiReply {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Answer {
     pub reply: ApiReply,
-    /// With ACLs on: where and against what the request's token was checked.
-    pub checked: Option<Checked>,
-}
-
-/// One server's decision on a request's token: the server that answered,
-/// the index it had applied when it began checking (the version it
-/// resolved against is at least that), and whether the token passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Checked {
-    pub server: u64,
-    pub index: u64,
-    pub allowed: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -845,13 +866,13 @@ pub async fn read_msg<T: serde::de::DeserializeOwned>(
 pub async fn call(
     addr: SocketAddr, req: &ApiRequest, token: Option<&str>, timeout: Duration,
 ) -> std::io::Result<ApiReply> {
-    call_checked(addr, req, token, false, timeout)
+    send(addr, req, token, false, timeout)
         .await
         .map(|a| a.reply)
 }
 
-/// `call`, with the answering server's decision on the token.
-pub async fn call_checked(
+/// `call`, `forwarded` as a server passing a request to its leader.
+async fn send(
     addr: SocketAddr, req: &ApiRequest, token: Option<&str>, forwarded: bool, timeout: Duration,
 ) -> std::io::Result<Answer> {
     let env = Envelope {
@@ -902,21 +923,15 @@ async fn serve_api(
             Some(error_reply(&env.req, "not federated".into()))
         }
         (ApiRequest::Dns { query }, _) => Some(dns(&server, query).await),
-        // KV and session requests go through the server's own endpoint
-        // layer (`cairn::endpoint`), which routes them to the leader over
-        // the Raft port's channel (turmoil's network) and checks the token
+        (ApiRequest::Subscribe { .. }, _) => None,
+        // The rest go through the server's own endpoint layer
+        // (`cairn::endpoint`), which routes them to the leader over the
+        // Raft port's channel (turmoil's network) and checks the token
         // where they run, as the HTTP handlers call it.
-        _ => endpoint_call(&server, &env.req, env.token.clone()).await,
+        _ => Some(endpoint_call(&server, &env.req, env.token.clone()).await),
     };
     if let Some(reply) = whole {
-        return write_msg(
-            &mut stream,
-            &Answer {
-                reply,
-                checked: None,
-            },
-        )
-        .await;
+        return write_msg(&mut stream, &Answer { reply }).await;
     }
     if let ApiRequest::Subscribe { index } = env.req {
         // As `/v1/internal/stream?topic=KV`: answered by this server
@@ -935,15 +950,11 @@ async fn serve_api(
             write_msg(&mut stream, &ApiReply::Stream(batch)).await?;
         }
     }
-    let answer = handle(&server, env.req, env.token, env.forwarded).await;
-    write_msg(&mut stream, &answer).await
+    Ok(())
 }
 
-/// `req` as the HTTP handlers call the endpoint layer (`None`: a setup
-/// write, answered through `handle`).
-async fn endpoint_call(
-    s: &Arc<Server>, req: &ApiRequest, token: Option<String>,
-) -> Option<ApiReply> {
+/// `req` as the HTTP handlers call the endpoint layer.
+async fn endpoint_call(s: &Arc<Server>, req: &ApiRequest, token: Option<String>) -> ApiReply {
     let call = |consistent, stale| {
         Call::new(
             token.clone(),
@@ -965,7 +976,7 @@ async fn endpoint_call(
             )
         }
     };
-    Some(match req {
+    match req {
         ApiRequest::Get { key, consistent } => get(call(*consistent, false), key).await,
         ApiRequest::StaleGet { key } => get(call(false, true), key).await,
         ApiRequest::Renew { id } => ApiReply::Write(
@@ -982,7 +993,7 @@ async fn endpoint_call(
             match &mut op {
                 Op::Catalog(catalog::Op::Register(req)) => {
                     if let Err(e) = validate_register(req, s.datacenter()) {
-                        return Some(ApiReply::Call(Err(e.to_string())));
+                        return ApiReply::Call(Err(e.to_string()));
                     }
                 }
                 // A session's node defaults to the receiving server's.
@@ -994,8 +1005,8 @@ async fn endpoint_call(
             let answer = cairn::endpoint::route(s, call(false, false), op).await;
             ApiReply::Call(answer.map(|a| a.value).map_err(|e| e.to_string()))
         }
-        _ => return None,
-    })
+        _ => error_reply(req, "not an endpoint call".into()),
+    }
 }
 
 /// A DNS query answered as the server's listener answers it (`process::server`
@@ -1024,7 +1035,7 @@ async fn dns(s: &Arc<Server>, query: &[u8]) -> ApiReply {
 fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     match req {
         ApiRequest::Call(_) => ApiReply::Call(Err(e)),
-        ApiRequest::Write(_) | ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
+        ApiRequest::Renew { .. } => ApiReply::Write(Err(e)),
         ApiRequest::Get { .. } | ApiRequest::StaleGet { .. } | ApiRequest::RemoteGet { .. } => {
             ApiReply::Get(Err(e))
         }
@@ -1043,48 +1054,15 @@ fn error_reply(req: &ApiRequest, e: String) -> ApiReply {
     }
 }
 
-fn error_answer(req: &ApiRequest, e: String) -> Answer {
-    Answer {
-        reply: error_reply(req, e),
-        checked: None,
-    }
-}
-
-/// As the `Authz` extractor and then the handler of a setup write: the
-/// token resolved by the router's resolver against this server's state,
-/// then the checks the HTTP handler of the same write makes.
-fn check_token(s: &Arc<Server>, req: &ApiRequest, token: Option<&str>) -> cairn::error::Result<()> {
-    let a = Authz::resolve(&**s, token.map(str::to_string))?;
-    match req {
-        ApiRequest::Write(cmd) => authorize_write(&a, cmd),
-        // Answered before `handle`, by the endpoint layer or in place.
-        _ => Ok(()),
-    }
-}
-
-/// The HTTP handlers' checks for the setup writes.
-fn authorize_write(a: &Authz, cmd: &Command) -> cairn::error::Result<()> {
-    match cmd {
-        Command::AclPolicySet { .. }
-        | Command::AclTokenSet { .. }
-        | Command::AclTokenDelete { .. }
-        | Command::AclAuthMethodSet { .. }
-        | Command::AclAuthMethodDelete { .. } => a.require(a.acl_write(), "acl:write", ""),
-        // As `/v1/query`'s create: `query:write` on its name's prefix.
-        Command::QuerySet { query, .. } => cairn::endpoint::query::authorize_write(a, query),
-        _ => Err(Error::BadRequest(
-            "a command the simulation's API does not take".into(),
-        )),
-    }
-}
-
 /// How long a forwarding server waits for the leader's answer: past the
 /// leader's own hold time on a write.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
 
 /// `req` passed to the leader over the simulated API, as
-/// `forward_to_leader` passes it (the router's own hop uses real sockets,
-/// not turmoil's), its answer ending with the leader's leadership
+/// `forward_to_leader` passes the requests of the areas not on the
+/// endpoint layer yet (another datacenter's, a prepared query's execute:
+/// the router's own hop uses real sockets, not turmoil's), its answer
+/// ending with the leader's leadership
 /// (`Server::while_leads`). `None`: this server leads and answers itself.
 /// A leadership lost is asked again of the next leader when `retry` (a
 /// read); for a write it is an error (its outcome unknown).
@@ -1101,7 +1079,7 @@ async fn via_leader(
             return Some(Err("bad leader address".into()));
         };
         let sent = async {
-            call_checked(addr, req, token, true, FORWARD_TIMEOUT)
+            send(addr, req, token, true, FORWARD_TIMEOUT)
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))
         };
@@ -1112,58 +1090,4 @@ async fn via_leader(
         }
     }
     None
-}
-
-async fn handle(
-    s: &Arc<Server>, req: ApiRequest, token: Option<String>, forwarded: bool,
-) -> Answer {
-    // As `forward_to_leader`: the leader (or a forwarded request) answers
-    // a write here, any other server passes it to the leader, with its
-    // token. Its answer ends with the leader's leadership
-    // (`Server::while_leads`): the write then has an unknown outcome.
-    if !forwarded {
-        match via_leader(s, &req, token.as_deref(), false).await {
-            None => {}
-            Some(Ok(a)) => return a,
-            Some(Err(e)) => return error_answer(&req, e),
-        }
-    }
-    // The server that answers checks the token, before reading any state.
-    let index = s.state().index;
-    let decision = check_token(s, &req, token.as_deref());
-    let checked = s.acl().enabled().then_some(Checked {
-        server: s.cluster().id,
-        index,
-        allowed: decision.is_ok(),
-    });
-    if let Err(e) = decision {
-        return Answer {
-            reply: error_reply(&req, e.to_string()),
-            checked,
-        };
-    }
-    Answer {
-        reply: reply(s, req).await,
-        checked,
-    }
-}
-
-async fn reply(s: &Arc<Server>, req: ApiRequest) -> ApiReply {
-    match req {
-        ApiRequest::Write(cmd) => ApiReply::Write(s.write(*cmd).await.map_err(|e| e.to_string())),
-        ApiRequest::Subscribe { .. } => ApiReply::Stream(Vec::new()),
-        ApiRequest::RemoteGet { .. }
-        | ApiRequest::Wan(_)
-        | ApiRequest::Execute { .. }
-        | ApiRequest::Call(_)
-        | ApiRequest::Get { .. }
-        | ApiRequest::StaleGet { .. }
-        | ApiRequest::Renew { .. } => error_reply(&req, "answered before".into()),
-        // Answered in `serve_api`, never here.
-        ApiRequest::Dns { .. } => ApiReply::Dns {
-            answer: None,
-            before: 0,
-            after: 0,
-        },
-    }
 }

@@ -10,13 +10,15 @@
 //! (after routing, as Consul's `ResolveToken` follows its `ForwardRPC`)
 //! and makes the area's checks.
 //!
-//! Areas moved here so far: `kv` (but `/v1/txn`), `session`, `catalog`
-//! and `config` (their writes), `login`, `members`, and `agent` (what every server does
+//! Areas moved here so far: `kv` (but `/v1/txn`), `session`, the writes
+//! of `catalog`, `config`, `query` and `acl` (tokens, policies, roles,
+//! auth methods), `login`, `members`, and `agent` (what every server does
 //! for itself: it runs where it is asked, then on the datacenter's other
 //! servers); `query` (execute, for HTTP and DNS), `dataplane` and
 //! `proxycfg` (for HTTP and gRPC), `snapshot` and `stream` are called in
-//! place. The others'
-//! handlers still sit behind `http`'s `forward_to_leader` layer.
+//! place. The other areas' handlers, and the reads of catalog, config,
+//! prepared queries and ACLs, still sit behind `http`'s `forward_to_leader`
+//! layer.
 
 pub mod acl;
 pub mod agent;
@@ -166,6 +168,8 @@ pub enum Op {
     Login(login::Op),
     Catalog(catalog::Op),
     Config(config::Op),
+    Query(query::Op),
+    Acl(acl::Op),
 }
 
 /// What an operation answers with.
@@ -178,6 +182,8 @@ pub enum Value {
     Login(login::Value),
     Catalog(catalog::Value),
     Config(config::Value),
+    Query(query::Value),
+    Acl(acl::Value),
 }
 
 impl Op {
@@ -190,6 +196,8 @@ impl Op {
             Op::Login(op) => op.place(),
             Op::Catalog(op) => op.place(),
             Op::Config(op) => op.place(),
+            Op::Query(op) => op.place(),
+            Op::Acl(op) => op.place(),
         }
     }
 
@@ -206,6 +214,8 @@ impl Op {
             Op::Login(op) => op.run(s, call).await.map(|a| a.map(Value::Login)),
             Op::Catalog(op) => op.run(s, call).await.map(|a| a.map(Value::Catalog)),
             Op::Config(op) => op.run(s, call).await.map(|a| a.map(Value::Config)),
+            Op::Query(op) => op.run(s, call).await.map(|a| a.map(Value::Query)),
+            Op::Acl(op) => op.run(s, call).await.map(|a| a.map(Value::Acl)),
         }
     }
 }

@@ -8,7 +8,9 @@
 //! `Failover.Datacenters`, in turn, until one has instances. The
 //! definition goes along (as Consul's `ExecuteRemote`): the other
 //! datacenter need not know the query, and runs it as sent (`run_remote`).
-//! HTTP (`http::query`) and DNS (`Queries`) execute through here.
+//! HTTP (`http::query`) and DNS (`Queries`) execute through here. The
+//! writes (`Op`: create, update, delete) run on the leader, with their
+//! `query:write` checks on the query as sent and as stored.
 
 use std::sync::Arc;
 
@@ -23,9 +25,10 @@ use crate::raft::wan::WanRequest;
 use crate::request::authz::Authz;
 use crate::server::Server;
 use crate::state::catalog::{Instance, query_instances};
-use crate::state::keys;
 use crate::state::query::resolve;
+use crate::state::{Command, Response as Applied, keys};
 use crate::structs::query::{PreparedQuery, QueryDns, REDACTED};
+use crate::structs::serde_util::as_json;
 
 /// Where another datacenter's server sends a query to run here.
 pub const EXECUTE_REMOTE: &str = "/v1/internal/query/execute-remote";
@@ -56,6 +59,109 @@ pub fn authorize_write(a: &Authz, q: &PreparedQuery) -> Result<()> {
     match q.acl_prefix() {
         Some(prefix) => a.require(a.query_write(prefix), "query:write", prefix),
         None => Ok(()),
+    }
+}
+
+/// The writes, run on the leader.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Op {
+    /// A new query (`POST /v1/query`), its ID made on the server first
+    /// asked.
+    Create(#[serde(with = "as_json")] Box<PreparedQuery>),
+    /// `PUT /v1/query/:id`: the query replaced (its ID the path's).
+    Update(#[serde(with = "as_json")] Box<PreparedQuery>),
+    Delete {
+        id: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Value {
+    Created { id: String },
+    Done,
+}
+
+/// Creates `q` (no ID yet); its new ID.
+pub async fn create(s: &Arc<Server>, call: Call, mut q: PreparedQuery) -> Result<String> {
+    if !q.id.is_empty() {
+        return Err(Error::bad(
+            "ID must be empty when creating a new prepared query",
+        ));
+    }
+    q.validate().map_err(Error::BadRequest)?;
+    // Made here, before proposing, so that apply stays deterministic.
+    q.id = uuid::Uuid::new_v4().to_string();
+    match write(s, call, Op::Create(Box::new(q))).await? {
+        Value::Created { id } => Ok(id),
+        Value::Done => Err(Error::Internal("a create answered no ID".into())),
+    }
+}
+
+/// Replaces the query `id` with `q`.
+pub async fn update(s: &Arc<Server>, call: Call, id: &str, mut q: PreparedQuery) -> Result<()> {
+    q.id = id.to_string();
+    q.validate().map_err(Error::BadRequest)?;
+    write(s, call, Op::Update(Box::new(q))).await.map(|_| ())
+}
+
+pub async fn delete(s: &Arc<Server>, call: Call, id: &str) -> Result<()> {
+    let op = Op::Delete { id: id.to_string() };
+    write(s, call, op).await.map(|_| ())
+}
+
+async fn write(s: &Arc<Server>, call: Call, op: Op) -> Result<Value> {
+    match super::route(s, call, super::Op::Query(op)).await?.value {
+        super::Value::Query(v) => Ok(v),
+        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+    }
+}
+
+fn not_there(id: &str) -> Error {
+    Error::NotFound(format!("Cannot modify non-existent prepared query: '{id}'"))
+}
+
+impl Op {
+    pub(super) fn place(&self) -> super::Place {
+        super::Place::Leader
+    }
+
+    pub(super) async fn run(self, s: &Arc<Server>, call: &Call) -> Result<Answer<Value>> {
+        let a = call.authz(s)?;
+        let (cmd, value) = match self {
+            Op::Create(q) => {
+                authorize_write(&a, &q)?;
+                let id = q.id.clone();
+                let cmd = Command::QuerySet {
+                    query: q,
+                    update: false,
+                };
+                (cmd, Value::Created { id })
+            }
+            Op::Update(q) => {
+                authorize_write(&a, &q)?;
+                let existing = s.state().queries.get(&q.id).cloned();
+                let existing = existing.ok_or_else(|| not_there(&q.id))?;
+                // Write access to what it is, too: no one takes over a
+                // query by renaming it into their own prefix.
+                authorize_write(&a, &existing)?;
+                let cmd = Command::QuerySet {
+                    query: q,
+                    update: true,
+                };
+                (cmd, Value::Done)
+            }
+            Op::Delete { id } => {
+                let existing = s.state().queries.get(&id).cloned();
+                let existing = existing.ok_or_else(|| not_there(&id))?;
+                authorize_write(&a, &existing)?;
+                (Command::QueryDelete { id }, Value::Done)
+            }
+        };
+        match s.write(cmd).await? {
+            Applied::Ok => Ok(Answer::at(s, s.state().index, false, value)),
+            Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
+            other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
+        }
     }
 }
 

@@ -2,8 +2,11 @@
 //! server's token resolver (`request::authz::Resolve` over its state), and
 //! the leader's ACL init (built-ins and the initial management token).
 //!
-//! Secrets never reach the Raft log: a handler makes or takes the secret,
-//! proposes its hash, and shows the secret once in its answer.
+//! The handlers decode and build; the writes run on the leader through
+//! `endpoint::acl`, which checks them there. Secrets never reach the Raft
+//! log: a handler makes or takes the secret, the token carries its hash
+//! (the leader seals the secret in for later reads), and the secret is
+//! shown once in the answer.
 //!
 //! Two internal reads: `/v1/internal/acl/authorizer` describes a caller's
 //! own token for a client agent (`agent::acl`), and
@@ -21,8 +24,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 
-use super::{App, json_at};
+use super::{App, Called, json_at};
 use crate::acl::{Authorizer, parse_rules};
+use crate::endpoint::Call;
+use crate::endpoint::acl;
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
 use crate::request::decode_json;
@@ -31,7 +36,7 @@ use crate::state::{Command, keys};
 use crate::structs::acl::{
     ANONYMOUS_ID, ANONYMOUS_SECRET, AUTHORIZER_PATH, AclPolicy, AclRole, AclToken,
     GLOBAL_MANAGEMENT_ID, GLOBAL_MANAGEMENT_NAME, Identities, Link, TemplateVariables,
-    content_hash, management_token, secret_hash, token_hash,
+    content_hash, management_token, secret_hash,
 };
 use crate::structs::duration::Duration;
 use crate::structs::identity;
@@ -342,20 +347,18 @@ fn stored_token(s: &Server, accessor: &str) -> Option<Arc<AclToken>> {
     s.state().acl_tokens.get(accessor).cloned()
 }
 
-/// Writes `token`, its `secret` (when the caller gave or was given it)
-/// sealed in for later reads; answers with it as an `acl:write` caller
-/// sees it.
-async fn set_token(s: &Server, mut token: AclToken, secret: Option<&str>) -> Result<Response> {
-    if let Some(secret) = secret {
-        s.seal_secret(&mut token, secret);
-    }
+/// Writes `token` on the leader, its `secret` (when the caller gave or was
+/// given it) sealed in for later reads; answers with it as an `acl:write`
+/// caller sees it.
+async fn set_token(
+    s: &App, call: Call, token: AclToken, secret: Option<&str>, create: bool,
+) -> Result<Response> {
     let accessor = token.accessor_id.clone();
-    applied(
-        s.write(Command::AclTokenSet {
-            token: Box::new(token),
-        })
-        .await?,
-    )?;
+    let object = acl::Object::Token {
+        token: Box::new(token),
+        secret: secret.map(str::to_string),
+    };
+    acl::set(s, call, object, create).await?;
     shown_token(s, &accessor, secret, true)
 }
 
@@ -380,39 +383,10 @@ struct TokenBody {
     expiration_ttl: Option<Duration>,
 }
 
-/// Each link names an existing policy (or role) by ID or by name.
-fn resolve_links<T: Named>(st: &crate::state::State, links: &[Link]) -> Result<Vec<Link>> {
-    let mut out: Vec<Link> = Vec::new();
-    for l in links {
-        let found = if !l.id.is_empty() {
-            T::get(st, &l.id).map(|x| Link {
-                id: l.id.clone(),
-                name: x.name().to_string(),
-            })
-        } else {
-            T::by_name(st, &l.name).map(|x| Link {
-                id: x.id().to_string(),
-                name: l.name.clone(),
-            })
-        };
-        let link = found.ok_or_else(|| {
-            Error::bad(format!(
-                "cannot find {} {}",
-                T::KIND.to_lowercase(),
-                if l.id.is_empty() { &l.name } else { &l.id }
-            ))
-        })?;
-        if !out.iter().any(|o| o.id == link.id) {
-            out.push(link);
-        }
-    }
-    Ok(out)
-}
-
-fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken> {
-    let st = s.state();
-    let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
-    let roles = resolve_links::<AclRole>(&st, &body.roles)?;
+/// The token `body` makes of `base` (its links resolved, its hash made,
+/// on the leader: `endpoint::acl`).
+fn build_token(body: &TokenBody, base: AclToken) -> Result<AclToken> {
+    let (policies, roles) = (body.policies.clone(), body.roles.clone());
     let identities = identity::normalize(body.identities.clone(), Some(body.local))
         .map_err(|e| Error::bad(e.to_string()))?;
     let mut t = AclToken {
@@ -435,7 +409,6 @@ fn build_token(s: &Server, body: &TokenBody, base: AclToken) -> Result<AclToken>
             return Err(Error::bad("Invalid ExpirationTime: not RFC 3339"));
         }
     }
-    t.hash = token_hash(&t);
     Ok(t)
 }
 
@@ -445,8 +418,10 @@ pub(super) fn check_uuid(what: &str, v: &str) -> Result<()> {
         .map_err(|_| Error::bad(format!("Invalid {what}: must be a UUID")))
 }
 
-async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
-    acl_write(&s, &a)?;
+async fn token_create(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
+    enabled(&s)?;
     let body: TokenBody = decode_json(&body)?;
     let accessor = if body.accessor_id.is_empty() {
         uuid()
@@ -460,17 +435,14 @@ async fn token_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Res
         check_uuid("SecretID", &body.secret_id)?;
         body.secret_id.clone()
     };
-    if s.state().acl_tokens.contains_key(&accessor) {
-        return Err(Error::bad("Invalid Token: AccessorID is already in use"));
-    }
     let base = AclToken {
-        accessor_id: accessor.clone(),
+        accessor_id: accessor,
         secret_hash: secret_hash(&secret),
         create_time: now_rfc3339(),
         ..Default::default()
     };
-    let token = build_token(&s, &body, base)?;
-    set_token(&s, token, Some(&secret)).await
+    let token = build_token(&body, base)?;
+    set_token(&s, call, token, Some(&secret), true).await
 }
 
 async fn token_read(
@@ -501,8 +473,11 @@ async fn token_self(
 }
 
 async fn token_update(
-    State(s): State<App>, a: Authz, Path(accessor): Path<String>, body: Bytes,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>, Called(_, call): Called,
+    body: Bytes,
 ) -> Result<Response> {
+    // Checked before the stored token is read: its existence is no one
+    // else's to learn.
     acl_write(&s, &a)?;
     let body: TokenBody = decode_json(&body)?;
     let existing = stored_token(&s, &accessor)
@@ -521,21 +496,21 @@ async fn token_update(
             "Cannot toggle local mode of {accessor}"
         )));
     }
-    let token = build_token(&s, &body, (*existing).clone())?;
+    let token = build_token(&body, (*existing).clone())?;
     let secret = (!body.secret_id.is_empty()).then_some(body.secret_id.as_str());
-    set_token(&s, token, secret).await
+    set_token(&s, call, token, secret, false).await
 }
 
 async fn token_delete(
-    State(s): State<App>, a: Authz, Path(accessor): Path<String>,
+    State(s): State<App>, Path(accessor): Path<String>, Called(_, call): Called,
 ) -> Result<Response> {
-    acl_write(&s, &a)?;
-    applied(s.write(Command::AclTokenDelete { accessor }).await?)?;
+    acl::delete(&s, call, acl::Deleted::Token(accessor)).await?;
     Ok(axum::Json(true).into_response())
 }
 
 async fn token_clone(
-    State(s): State<App>, a: Authz, Path(accessor): Path<String>, body: Bytes,
+    State(s): State<App>, a: Authz, Path(accessor): Path<String>, Called(_, call): Called,
+    body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     #[derive(Deserialize, Default)]
@@ -550,7 +525,7 @@ async fn token_clone(
     };
     let existing = stored_token(&s, &accessor).ok_or_else(not_found)?;
     let secret = uuid();
-    let mut token = AclToken {
+    let token = AclToken {
         accessor_id: uuid(),
         secret_hash: secret_hash(&secret),
         // Its own secret is sealed as it is written, never the original's.
@@ -561,8 +536,7 @@ async fn token_clone(
             .unwrap_or_else(|| existing.description.clone()),
         ..(*existing).clone()
     };
-    token.hash = token_hash(&token);
-    set_token(&s, token, Some(&secret)).await
+    set_token(&s, call, token, Some(&secret), true).await
 }
 
 /// `GET /v1/acl/tokens`, with Consul's filters: `?policy=ID` (tokens that
@@ -659,27 +633,18 @@ struct RoleBody {
     identities: Identities,
 }
 
-fn build_role(s: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Result<AclRole> {
+fn build_role(_: &Server, body: RoleBody, id: String, _: Option<&AclRole>) -> Result<AclRole> {
     valid_name("Role", &body.name)?;
-    let st = s.state();
-    let policies = resolve_links::<AclPolicy>(&st, &body.policies)?;
     let identities =
         identity::normalize(body.identities, None).map_err(|e| Error::bad(e.to_string()))?;
-    let ids: Vec<&str> = policies.iter().map(|p| p.id.as_str()).collect();
-    let granted = serde_json::to_string(&identities).unwrap_or_default();
-    let mut parts = vec![body.name.as_str()];
-    parts.extend(ids);
-    if !identities.is_empty() {
-        parts.push(&granted);
-    }
-    let hash = content_hash(&parts);
+    // Its policies resolved and its hash made on the leader
+    // (`endpoint::acl`).
     Ok(AclRole {
         id,
         name: body.name,
         description: body.description,
-        policies,
+        policies: body.policies,
         identities,
-        hash,
         ..Default::default()
     })
 }
@@ -692,14 +657,14 @@ trait Named: serde::Serialize + Sized + Send + Sync + 'static {
     type Body: serde::de::DeserializeOwned + Send;
     /// The body's `ID` and `Name`.
     fn body_keys(body: &Self::Body) -> (&str, &str);
-    fn id(&self) -> &str;
     fn name(&self) -> &str;
     /// The state's table of these objects, by ID.
     fn table(st: &crate::state::State) -> &OrdMap<String, Arc<Self>>;
     /// The object `body` makes under `id` (`existing`: what it replaces).
     fn build(s: &Server, body: Self::Body, id: String, existing: Option<&Self>) -> Result<Self>;
-    fn set(self) -> Command;
-    fn delete(id: String) -> Command;
+    /// What the endpoint layer writes and deletes.
+    fn object(self) -> acl::Object;
+    fn deleted(id: String) -> acl::Deleted;
 
     fn get<'a>(st: &'a crate::state::State, id: &str) -> Option<&'a Arc<Self>> {
         Self::table(st).get(id)
@@ -716,16 +681,12 @@ trait Named: serde::Serialize + Sized + Send + Sync + 'static {
 /// `name`: its kind, body type, table in the state, builder and
 /// commands (a macro, as the two impls differ only in these names).
 macro_rules! named {
-    ($t:ty, $kind:literal, $body:ty, $table:ident, $build:path,
-     $set:ident { $field:ident }, $delete:ident) => {
+    ($t:ty, $kind:literal, $body:ty, $table:ident, $build:path, $variant:ident) => {
         impl Named for $t {
             const KIND: &'static str = $kind;
             type Body = $body;
             fn body_keys(body: &$body) -> (&str, &str) {
                 (&body.id, &body.name)
-            }
-            fn id(&self) -> &str {
-                &self.id
             }
             fn name(&self) -> &str {
                 &self.name
@@ -736,13 +697,11 @@ macro_rules! named {
             fn build(s: &Server, body: $body, id: String, existing: Option<&Self>) -> Result<Self> {
                 $build(s, body, id, existing)
             }
-            fn set(self) -> Command {
-                Command::$set {
-                    $field: Box::new(self),
-                }
+            fn object(self) -> acl::Object {
+                acl::Object::$variant(Box::new(self))
             }
-            fn delete(id: String) -> Command {
-                Command::$delete { id }
+            fn deleted(id: String) -> acl::Deleted {
+                acl::Deleted::$variant(id)
             }
         }
     };
@@ -753,24 +712,21 @@ fn shown<T: Named>(s: &Server, found: Option<&Arc<T>>) -> Result<Response> {
     Ok(json_at(s, s.state().index_of([&keys::ACL]), &**found))
 }
 
-async fn create<T: Named>(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
-    acl_write(&s, &a)?;
+async fn create<T: Named>(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
+    enabled(&s)?;
     let body: T::Body = decode_json(&body)?;
-    let (body_id, name) = T::body_keys(&body);
+    let (body_id, _) = T::body_keys(&body);
     if !body_id.is_empty() {
         return Err(Error::bad(format!(
             "Cannot specify an ID in a {} create",
             T::KIND.to_lowercase()
         )));
     }
-    if T::by_name(&s.state(), name).is_some() {
-        return Err(Error::bad(format!(
-            "Invalid {kind}: A {kind} with Name {name:?} already exists",
-            kind = T::KIND
-        )));
-    }
     let id = uuid();
-    applied(s.write(T::build(&s, body, id.clone(), None)?.set()).await?)?;
+    let object = T::build(&s, body, id.clone(), None)?.object();
+    acl::set(&s, call, object, true).await?;
     shown(&s, T::get(&s.state(), &id))
 }
 
@@ -792,7 +748,7 @@ async fn read<T: Named, const BY_NAME: bool>(
 }
 
 async fn update<T: Named>(
-    State(s): State<App>, a: Authz, Path(id): Path<String>, body: Bytes,
+    State(s): State<App>, a: Authz, Path(id): Path<String>, Called(_, call): Called, body: Bytes,
 ) -> Result<Response> {
     acl_write(&s, &a)?;
     let body: T::Body = decode_json(&body)?;
@@ -803,21 +759,20 @@ async fn update<T: Named>(
             T::KIND
         )));
     }
-    let st = s.state();
-    let existing = T::get(&st, &id)
-        .ok_or_else(|| Error::bad(format!("Cannot find {} {id:?}", T::KIND.to_lowercase())))?;
-    applied(
-        s.write(T::build(&s, body, id.clone(), Some(existing))?.set())
-            .await?,
-    )?;
+    let object = {
+        let st = s.state();
+        let existing = T::get(&st, &id)
+            .ok_or_else(|| Error::bad(format!("Cannot find {} {id:?}", T::KIND.to_lowercase())))?;
+        T::build(&s, body, id.clone(), Some(existing))?.object()
+    };
+    acl::set(&s, call, object, false).await?;
     shown(&s, T::get(&s.state(), &id))
 }
 
 async fn delete<T: Named>(
-    State(s): State<App>, a: Authz, Path(id): Path<String>,
+    State(s): State<App>, Path(id): Path<String>, Called(_, call): Called,
 ) -> Result<Response> {
-    acl_write(&s, &a)?;
-    applied(s.write(T::delete(id)).await?)?;
+    acl::delete(&s, call, T::deleted(id)).await?;
     Ok(axum::Json(true).into_response())
 }
 
@@ -833,15 +788,6 @@ named!(
     PolicyBody,
     acl_policies,
     build_policy,
-    AclPolicySet { policy },
-    AclPolicyDelete
+    Policy
 );
-named!(
-    AclRole,
-    "Role",
-    RoleBody,
-    acl_roles,
-    build_role,
-    AclRoleSet { role },
-    AclRoleDelete
-);
+named!(AclRole, "Role", RoleBody, acl_roles, build_role, Role);

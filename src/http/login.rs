@@ -12,8 +12,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 
-use super::acl::{acl_read, acl_write, applied, check_uuid, enabled, missing, uuid, valid_name};
+use super::acl::{acl_read, acl_write, applied, check_uuid, enabled, missing, uuid};
 use super::{App, Called, json_at};
+use crate::endpoint::acl;
 use crate::endpoint::login::{self, Op, Value};
 use crate::error::{Error, Result};
 use crate::login::{Method, bind};
@@ -52,57 +53,13 @@ fn acl_index(s: &Server) -> u64 {
 
 // ---- auth methods ----
 
-/// Consul's bounds on `MaxTokenTTL`.
-const MIN_TOKEN_TTL: i64 = 60;
-const MAX_TOKEN_TTL: i64 = 24 * 3600;
-
-/// Checks a method as Consul's `AuthMethodSet` does, config included.
-fn check_method(m: &AclAuthMethod) -> Result<Method> {
-    if m.name.is_empty() {
-        return Err(Error::bad("Invalid Auth Method: no Name is set"));
-    }
-    valid_name("Auth Method", &m.name).map_err(|_| {
-        Error::bad("Invalid Auth Method: invalid Name. Only alphanumeric characters, '-' and '_' are allowed")
-    })?;
-    if !matches!(m.token_locality.as_str(), "" | "local" | "global") {
-        return Err(Error::bad(
-            "Invalid Auth Method: TokenLocality should be one of 'local' or 'global'",
-        ));
-    }
-    if m.kind.is_empty() {
-        return Err(Error::bad("Invalid Auth Method: No Type is set"));
-    }
-    let ttl = m.max_token_ttl.nanos();
-    if ttl != 0 {
-        let secs = ttl / 1_000_000_000;
-        if ttl < 0 || secs < MIN_TOKEN_TTL {
-            return Err(Error::bad(format!(
-                "Invalid Auth Method: MaxTokenTTL {} cannot be less than 1m0s",
-                m.max_token_ttl
-            )));
-        }
-        if secs > MAX_TOKEN_TTL {
-            return Err(Error::bad(format!(
-                "Invalid Auth Method: MaxTokenTTL {} cannot be more than 24h0m0s",
-                m.max_token_ttl
-            )));
-        }
-    }
-    Method::parse(m).map_err(Error::BadRequest)
-}
-
-async fn write_method(s: &Server, mut m: AclAuthMethod) -> Result<Response> {
-    check_method(&m)?;
-    m.create_index = 0;
-    m.modify_index = 0;
+/// A method as its request has it, written on the leader, then shown.
+async fn write_method(
+    s: &App, call: crate::endpoint::Call, m: AclAuthMethod, create: bool,
+) -> Result<Response> {
     let name = m.name.clone();
-    applied(
-        s.write(Command::AclAuthMethodSet {
-            method: Box::new(m),
-        })
-        .await?,
-    )?;
-    s.logins().forget(&name);
+    let object = acl::Object::AuthMethod(Box::new(m));
+    acl::set(s, call, object, create).await?;
     let st = s.state();
     let m = st
         .acl_auth_methods
@@ -111,22 +68,18 @@ async fn write_method(s: &Server, mut m: AclAuthMethod) -> Result<Response> {
     Ok(json_at(s, acl_index(s), &**m))
 }
 
-async fn method_create(State(s): State<App>, a: Authz, body: Bytes) -> Result<Response> {
-    acl_write(&s, &a)?;
+async fn method_create(
+    State(s): State<App>, Called(_, call): Called, body: Bytes,
+) -> Result<Response> {
+    enabled(&s)?;
     let m: AclAuthMethod = decode_json(&body)?;
-    if s.state().acl_auth_methods.contains_key(&m.name) {
-        return Err(Error::bad(format!(
-            "Invalid Auth Method: An Auth Method with Name {:?} already exists",
-            m.name
-        )));
-    }
-    write_method(&s, m).await
+    write_method(&s, call, m, true).await
 }
 
 async fn method_update(
-    State(s): State<App>, a: Authz, Path(name): Path<String>, body: Bytes,
+    State(s): State<App>, Path(name): Path<String>, Called(_, call): Called, body: Bytes,
 ) -> Result<Response> {
-    acl_write(&s, &a)?;
+    enabled(&s)?;
     let mut m: AclAuthMethod = decode_json(&body)?;
     if m.name.is_empty() {
         m.name = name.clone();
@@ -135,18 +88,7 @@ async fn method_update(
             "Auth Method Name in the body does not match the URL",
         ));
     }
-    let Some(existing) = s.state().acl_auth_methods.get(&name).cloned() else {
-        return Err(Error::bad(format!("Cannot find auth method {name:?}")));
-    };
-    if m.kind.is_empty() {
-        m.kind = existing.kind.clone();
-    }
-    if m.kind != existing.kind {
-        return Err(Error::bad(
-            "Invalid Auth Method: the Type field is immutable",
-        ));
-    }
-    write_method(&s, m).await
+    write_method(&s, call, m, false).await
 }
 
 async fn method_read(State(s): State<App>, a: Authz, Path(name): Path<String>) -> Result<Response> {
@@ -160,14 +102,9 @@ async fn method_read(State(s): State<App>, a: Authz, Path(name): Path<String>) -
 }
 
 async fn method_delete(
-    State(s): State<App>, a: Authz, Path(name): Path<String>,
+    State(s): State<App>, Path(name): Path<String>, Called(_, call): Called,
 ) -> Result<Response> {
-    acl_write(&s, &a)?;
-    applied(
-        s.write(Command::AclAuthMethodDelete { name: name.clone() })
-            .await?,
-    )?;
-    s.logins().forget(&name);
+    acl::delete(&s, call, acl::Deleted::AuthMethod(name)).await?;
     Ok(axum::Json(true).into_response())
 }
 

@@ -173,10 +173,13 @@ pub fn resolver(server: &App) -> crate::request::authz::Resolver {
 /// Endpoints any server answers itself, whatever the mode (those on the
 /// endpoint layer route themselves: `crate::endpoint::route`).
 fn always_local(method: &Method, path: &str) -> bool {
-    // Config entries' writes (their reads are still answered here).
-    let config_write = (method == Method::PUT && path == "/v1/config")
-        || (method == Method::DELETE && path.starts_with("/v1/config/"));
-    config_write
+    // Config entries' and prepared queries' writes (their reads are still
+    // forwarded here).
+    let endpoint_write = (method == Method::PUT && path == "/v1/config")
+        || (method == Method::DELETE && path.starts_with("/v1/config/"))
+        || (method == Method::POST && path == "/v1/query")
+        || (matches!(*method, Method::PUT | Method::DELETE) && path.starts_with("/v1/query/"));
+    endpoint_write
         || path == "/v1/kv"
         || path.starts_with("/v1/kv/")
         || path.starts_with("/v1/session/")

@@ -19,16 +19,13 @@ use serde_json::json;
 
 use super::{App, Called, Opts, Watch, blocking, json_at, json_filtered};
 use crate::endpoint::Call;
-use crate::endpoint::query::{
-    self, EXECUTE_REMOTE, Execute, NOT_FOUND, RemoteRequest, authorize_write, visible,
-};
+use crate::endpoint::query::{self, EXECUTE_REMOTE, Execute, NOT_FOUND, RemoteRequest, visible};
 use crate::error::{Error, Result};
 use crate::federation::{Federation, Forwarded};
 use crate::request::authz::Authz;
 use crate::request::{Params, decode_json};
-use crate::server::Server;
+use crate::state::keys;
 use crate::state::query::resolve;
-use crate::state::{Command, Response as Applied, keys};
 use crate::structs::query::PreparedQuery;
 
 pub fn routes() -> Router<App> {
@@ -72,17 +69,19 @@ fn only_id(method: Method, rest: &str) -> Result<()> {
 }
 
 async fn put_by_path(
-    State(s): State<App>, a: Authz, Path(rest): Path<String>, _: Opts, body: Bytes,
+    State(s): State<App>, Path(rest): Path<String>, Called(_, call): Called, body: Bytes,
 ) -> Result<Response> {
     only_id(Method::PUT, &rest)?;
-    update(&s, a, &rest, &body).await
+    query::update(&s, call, &rest, decode(&body)?).await?;
+    Ok(().into_response())
 }
 
 async fn delete_by_path(
-    State(s): State<App>, a: Authz, Path(rest): Path<String>, _: Opts,
+    State(s): State<App>, Path(rest): Path<String>, Called(_, call): Called,
 ) -> Result<Response> {
     only_id(Method::DELETE, &rest)?;
-    delete(&s, a, &rest).await
+    query::delete(&s, call, &rest).await?;
+    Ok(().into_response())
 }
 
 fn method_not_allowed(m: &Method) -> Error {
@@ -98,66 +97,10 @@ fn decode(body: &[u8]) -> Result<PreparedQuery> {
     decode_json(body)
 }
 
-async fn propose(s: &Server, query: PreparedQuery, update: bool) -> Result<()> {
-    match s
-        .write(Command::QuerySet {
-            query: Box::new(query),
-            update,
-        })
-        .await?
-    {
-        Applied::Ok => Ok(()),
-        Applied::Rejected(reason) => Err(Error::BadRequest(reason)),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
-}
-
 /// `POST /v1/query`: `{"ID": ...}`.
-async fn create(State(s): State<App>, a: Authz, _: Opts, body: Bytes) -> Result<Response> {
-    let mut q = decode(&body)?;
-    if !q.id.is_empty() {
-        return Err(Error::bad(
-            "ID must be empty when creating a new prepared query",
-        ));
-    }
-    q.validate().map_err(Error::BadRequest)?;
-    authorize_write(&a, &q)?;
-    // Made here, before proposing, so that apply stays deterministic.
-    q.id = uuid::Uuid::new_v4().to_string();
-    let id = q.id.clone();
-    propose(&s, q, false).await?;
+async fn create(State(s): State<App>, Called(_, call): Called, body: Bytes) -> Result<Response> {
+    let id = query::create(&s, call, decode(&body)?).await?;
     Ok(axum::Json(json!({ "ID": id })).into_response())
-}
-
-/// `PUT /v1/query/:id`: the body replaces the query (its ID from the path).
-async fn update(s: &App, a: Authz, id: &str, body: &[u8]) -> Result<Response> {
-    let mut q = decode(body)?;
-    q.id = id.to_string();
-    q.validate().map_err(Error::BadRequest)?;
-    authorize_write(&a, &q)?;
-    let Some(existing) = s.state().queries.get(id).cloned() else {
-        return Err(Error::NotFound(format!(
-            "Cannot modify non-existent prepared query: '{id}'"
-        )));
-    };
-    // Write access to what it is, too: no one takes over a query by
-    // renaming it into their own prefix.
-    authorize_write(&a, &existing)?;
-    propose(s, q, true).await?;
-    Ok(().into_response())
-}
-
-async fn delete(s: &App, a: Authz, id: &str) -> Result<Response> {
-    let Some(existing) = s.state().queries.get(id).cloned() else {
-        return Err(Error::NotFound(format!(
-            "Cannot modify non-existent prepared query: '{id}'"
-        )));
-    };
-    authorize_write(&a, &existing)?;
-    match s.write(Command::QueryDelete { id: id.to_string() }).await? {
-        Applied::Ok => Ok(().into_response()),
-        other => Err(Error::Internal(format!("unexpected answer {other:?}"))),
-    }
 }
 
 /// `GET /v1/query`: the queries the token may read (blocking).

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::server::Server;
-use cairn::state::{Command, State};
+use cairn::state::State;
 use cairn::structs::acl::AclPolicy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -206,21 +206,21 @@ fn replication_gaps(slots: &[Vec<Slot>]) -> Vec<String> {
 
 /// The admin's writes besides the tokens: a policy replication must bring,
 /// then its change.
-fn fed_policy(rules: &str) -> Command {
-    Command::AclPolicySet {
-        policy: Box::new(AclPolicy {
-            id: FED_POLICY_ID.into(),
-            name: "sim-federated".into(),
-            rules: rules.into(),
-            ..Default::default()
-        }),
+fn fed_policy(rules: &str) -> AclPolicy {
+    AclPolicy {
+        id: FED_POLICY_ID.into(),
+        name: "sim-federated".into(),
+        rules: rules.into(),
+        ..Default::default()
     }
 }
 
-fn extra_writes(_: &acl::Tokens) -> (Vec<Command>, Command) {
+fn extra_writes(_: &acl::Tokens) -> (Vec<ApiRequest>, ApiRequest) {
     (
-        vec![fed_policy(r#"service_prefix "" { policy = "read" }"#)],
-        fed_policy(r#"service_prefix "" { policy = "write" }"#),
+        vec![calls::new_policy(fed_policy(
+            r#"service_prefix "" { policy = "read" }"#,
+        ))],
+        calls::update_policy(fed_policy(r#"service_prefix "" { policy = "write" }"#)),
     )
 }
 

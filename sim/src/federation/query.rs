@@ -26,7 +26,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn::state::{Command, Response};
 use cairn::structs::health::HealthStatus;
 use cairn::structs::query::{PreparedQuery, QueryFailover, ServiceQuery};
 use cairn::structs::{HealthCheck, NodeService, RegisterRequest};
@@ -166,15 +165,18 @@ pub async fn creator(
     let q = definition(seed, &dcs);
     q.validate()
         .map_err(|e| format!("the query is invalid: {e}"))?;
-    let req = ApiRequest::Write(Box::new(Command::QuerySet {
-        query: Box::new(q),
-        update: false,
-    }));
+    // Its ID the client's (as the server first asked makes one): a retry
+    // of a create that committed is refused, never made twice.
+    let req = calls::create_query(q);
     let mut target = 0;
     while turmoil::sim_elapsed().unwrap_or_default() < until {
         let addr = SocketAddr::new(servers[target], API_PORT);
         match call(addr, &req, token.as_deref(), Duration::from_secs(2)).await {
-            Ok(ApiReply::Write(Ok(Response::Ok | Response::Rejected(_)))) => {
+            Ok(ApiReply::Call(Ok(_))) => {
+                log.lock().unwrap().created = Some(now_us());
+                return Ok(());
+            }
+            Ok(ApiReply::Call(Err(e))) if e.contains("already in use") => {
                 log.lock().unwrap().created = Some(now_us());
                 return Ok(());
             }
