@@ -58,12 +58,14 @@ pub fn validate_mesh(e: &MeshConfigEntry) -> Result {
 const TLS_VERSIONS: [&str; 4] = ["TLSv1_0", "TLSv1_1", "TLSv1_2", "TLSv1_3"];
 
 /// The cipher suites Consul lets a proxy be configured with (Envoy's,
-/// by their IANA names).
-const CIPHER_SUITES: [&str; 12] = [
+/// by their IANA names; the ChaCha suites by Go's old and new names).
+const CIPHER_SUITES: [&str; 14] = [
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
     "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
     "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",

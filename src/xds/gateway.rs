@@ -32,17 +32,17 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, http_filter, http2_upstream, identity, inline, lb_endpoint, load_assignment,
-    prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster, target_cluster,
-    tcp_filter, to_cluster, transport_socket, typed,
+    has_tls, header_options, http_filter, http2_upstream, identity, inline, lb_endpoint,
+    load_assignment, prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster,
+    target_cluster, tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
 use crate::state::catalog::Instance;
 use crate::structs::config_entry::is_http_like;
 use crate::structs::config_entry::{
-    GatewayTlsConfig, GatewayTlsSdsConfig, HttpHeaderModifiers, IngressGatewayConfigEntry,
-    IngressListener, IngressService, IngressServiceConfig, WILDCARD,
+    GatewayTlsConfig, GatewayTlsSdsConfig, IngressGatewayConfigEntry, IngressListener,
+    IngressService, IngressServiceConfig, WILDCARD,
 };
 
 /// Every resource of a gateway's snapshot.
@@ -125,13 +125,16 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             })
             .collect();
         served.extend(linked.iter().map(|(svc, _)| svc.to_string()));
-        let name = format!("{}:{bind}:{port}", l.protocol);
+        // As Consul's: an http-like listener is named by its protocol, a
+        // tcp one (one service) by its service.
+        let mut name = format!("{}:{bind}:{port}", l.protocol);
         let filter_chains = if is_http_like(&l.protocol) {
             http_ingress_chains(l, port, &linked, &tls, &id, out)
         } else {
             let Some((svc, chain)) = linked.first() else {
                 continue; // its service's chain does not compile: no listener
             };
+            name = format!("{svc}:{bind}:{port}");
             let cluster = start_cluster(chain).unwrap_or_default();
             vec![listener::FilterChain {
                 filters: vec![tcp_filter(&format!("ingress_upstream_{svc}"), &cluster)],
@@ -194,7 +197,11 @@ fn http_ingress_chains(
     // reads them.
     let mut routed = |route_name: String, services: &[_]| {
         let rc = ingress_routes(&route_name, l, services);
-        let filter = http_filter(&format!("ingress_upstream_{port}"), &route_name);
+        let filter = http_filter(
+            &format!("ingress_upstream_{port}"),
+            &route_name,
+            &l.protocol,
+        );
         put(out, ROUTE, route_name, Resource::of(rc));
         filter
     };
@@ -450,18 +457,25 @@ fn leaf_certificates(id: &Identity) -> Vec<tls::TlsCertificate> {
 }
 
 /// The domains a linked service answers on: its `Hosts`, else Consul's
-/// default `<service>.ingress.*` (with and without the port).
+/// default `<service>.ingress.*`; each without a port also with the
+/// listener's (a Host header carries a port that is not well known).
 fn ingress_domains(svc: &str, hosts: &[String], port: u32) -> Vec<String> {
-    if hosts.is_empty() {
-        vec![
-            format!("{svc}.ingress.*"),
-            format!("{svc}.ingress.*:{port}"),
-        ]
-    } else if hosts.iter().any(|h| h == WILDCARD) {
-        vec![WILDCARD.to_string()]
+    let mut domains = if hosts.is_empty() {
+        vec![format!("{svc}.ingress.*")]
     } else {
         hosts.to_vec()
+    };
+    let with_port: Vec<String> = domains
+        .iter()
+        .filter(|h| !h.contains(':'))
+        .map(|h| format!("{h}:{port}"))
+        .collect();
+    for h in with_port {
+        if !domains.contains(&h) {
+            domains.push(h);
+        }
     }
+    domains
 }
 
 /// An http-like listener's routes: one virtual host per linked service,
@@ -510,31 +524,6 @@ fn ingress_routes(
         validate_clusters: Some(BoolValue { value: true }),
         ..Default::default()
     }
-}
-
-/// `Add` appends to a header, `Set` replaces it.
-fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOption> {
-    let opt = |k: &str, v: &str, action: core::header_value_option::HeaderAppendAction| {
-        core::HeaderValueOption {
-            header: Some(core::HeaderValue {
-                key: k.to_string(),
-                value: v.to_string(),
-                ..Default::default()
-            }),
-            append_action: action as i32,
-            ..Default::default()
-        }
-    };
-    use core::header_value_option::HeaderAppendAction as A;
-    m.add
-        .iter()
-        .map(|(k, v)| opt(k, v, A::AppendIfExistsOrAdd))
-        .chain(
-            m.set
-                .iter()
-                .map(|(k, v)| opt(k, v, A::OverwriteIfExistsOrAdd)),
-        )
-        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -1281,14 +1270,20 @@ mod tests {
         };
         assert_eq!(
             hosts("8443_web"),
-            [("web".into(), vec!["web.example.com".into()])]
+            [(
+                "web".into(),
+                vec!["web.example.com".into(), "web.example.com:8443".into()]
+            )]
         );
         assert_eq!(
             hosts("8443"),
-            [("db".into(), vec!["db.example.com".into()])]
+            [(
+                "db".into(),
+                vec!["db.example.com".into(), "db.example.com:8443".into()]
+            )]
         );
         // The tcp listener's own certificate, no SNI to read.
-        let tcp = Listener::decode(&*out[LISTENER]["tcp:0.0.0.0:9443"].any.value).unwrap();
+        let tcp = Listener::decode(&*out[LISTENER]["cache:0.0.0.0:9443"].any.value).unwrap();
         assert!(tcp.listener_filters.is_empty());
         let ctx = downstream(&tcp.filter_chains[0]).unwrap();
         assert_eq!(sds_of(&ctx), pair("tcp-cert", "tcp-sds"));

@@ -46,7 +46,10 @@ pub fn generate(snap: &Snapshot) -> Resources {
             if !us.endpoints.contains_key(&target.id) {
                 continue; // another datacenter: not served here
             }
-            let c = target_cluster(chain, target, &plaintext);
+            let mut c = target_cluster(chain, target, &plaintext);
+            // gRPC ejects on its own success-rate rules once outlier
+            // detection is present; a proxyless client balances as before.
+            c.outlier_detection = None;
             put(&mut out, CLUSTER, c.name.clone(), Resource::of(c));
             let mut cla = load_assignment(chain, us, &target.id);
             as_localities(&mut cla);

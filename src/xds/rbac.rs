@@ -154,7 +154,7 @@ pub fn l7_permission(
 }
 
 /// The RBAC rules for `rules` over the default.
-pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
+pub fn build(rules: &[Rule], default_allow: bool, trust_domain: &str) -> rbac::Rbac {
     let mut policies = std::collections::HashMap::new();
     // The action the filter enforces is the opposite of the default: only
     // intentions that say otherwise become policies.
@@ -199,7 +199,7 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
                     format!("consul-intentions-layer7-{n}"),
                     rbac::Policy {
                         permissions: vec![permission],
-                        principals: vec![source(&r.source)],
+                        principals: vec![source(trust_domain, &r.source)],
                         ..Default::default()
                     },
                 );
@@ -210,15 +210,19 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
         if r.allow != enforce_allow {
             continue;
         }
-        let mut principal = source(&r.source);
+        let mut principal = source(trust_domain, &r.source);
         if r.source == "*" {
             // More specific sources of higher precedence decide for
-            // themselves: L4 ones of the other action, and L7 ones.
+            // themselves: every one is excluded, as Consul's (those of the
+            // same action are also listed on their own, so the result is
+            // the same; the shape is Consul's, the lowest precedence first).
             let exclude: Vec<rbac::Principal> = rules[..i]
                 .iter()
-                .filter(|h| (h.allow != r.allow || !h.permissions.is_empty()) && h.source != "*")
+                .rev()
+                .filter(|h| h.source != "*")
                 .map(|h| rbac::Principal {
                     identifier: Some(rbac::principal::Identifier::NotId(Box::new(source(
+                        trust_domain,
                         &h.source,
                     )))),
                 })
@@ -261,9 +265,13 @@ pub fn build(rules: &[Rule], default_allow: bool) -> rbac::Rbac {
     }
 }
 
-/// The client certificates of `service` (any service for `*`), in any
-/// trust domain and datacenter of the mesh.
-fn source(service: &str) -> rbac::Principal {
+/// The client certificates of `service` (any service for `*`), of this
+/// mesh's trust domain, from any of its datacenters: a certificate another
+/// CA signed for another trust domain never matches, even should a second
+/// root (a peer's bundle) verify it. The trust domain goes in as it is, as
+/// Consul's: it is a UUID and `.consul`, so its one `.` can only stand for
+/// itself where the rest matches.
+fn source(trust_domain: &str, service: &str) -> rbac::Principal {
     let svc = if service == "*" {
         "[^/]+".to_string()
     } else {
@@ -275,7 +283,9 @@ fn source(service: &str) -> rbac::Principal {
                 principal_name: Some(matcher::StringMatcher {
                     match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(
                         matcher::RegexMatcher {
-                            regex: format!("^spiffe://[^/]+/ns/default/dc/[^/]+/svc/{svc}$"),
+                            regex: format!(
+                                "^spiffe://{trust_domain}/ns/default/dc/[^/]+/svc/{svc}$"
+                            ),
                             ..Default::default()
                         },
                     )),
@@ -309,7 +319,11 @@ pub fn network_filter(snap: &Snapshot) -> listener::Filter {
         config_type: Some(listener::filter::ConfigType::TypedConfig(pack_any(
             net_rbac::Rbac {
                 stat_prefix: "connect_authz".into(),
-                rules: Some(build(&rules, default_allow)),
+                rules: Some(build(
+                    &rules,
+                    default_allow,
+                    &super::resources::trust_domain(snap),
+                )),
                 ..Default::default()
             },
         ))),
@@ -323,7 +337,11 @@ pub fn http_filter(snap: &Snapshot) -> hcm::HttpFilter {
         name: "envoy.filters.http.rbac".into(),
         config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack_any(
             http_rbac::Rbac {
-                rules: Some(build(&rules, default_allow)),
+                rules: Some(build(
+                    &rules,
+                    default_allow,
+                    &super::resources::trust_domain(snap),
+                )),
                 ..Default::default()
             },
         ))),
@@ -334,6 +352,8 @@ pub fn http_filter(snap: &Snapshot) -> hcm::HttpFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TD: &str = "11111111-2222-3333-4444-555555555555.consul";
 
     fn rule(source: &str, allow: bool) -> Rule {
         Rule {
@@ -361,6 +381,7 @@ mod tests {
                 permissions: vec![(true, path("/public")), (false, path("/"))],
             }],
             true,
+            TD,
         );
         assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
         assert_eq!(r.policies.len(), 1);
@@ -377,7 +398,7 @@ mod tests {
 
     #[test]
     fn default_allow_denies_only_deny_intentions() {
-        let r = build(&[rule("web", false), rule("api", true)], true);
+        let r = build(&[rule("web", false), rule("api", true)], true, TD);
         assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
         assert_eq!(r.policies.len(), 1);
         let p = &r.policies["consul-intentions-layer4"];
@@ -390,12 +411,15 @@ mod tests {
         else {
             panic!("not a regex")
         };
-        assert_eq!(re.regex, "^spiffe://[^/]+/ns/default/dc/[^/]+/svc/web$");
+        assert_eq!(
+            re.regex,
+            "^spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/[^/]+/svc/web$"
+        );
     }
 
     #[test]
     fn default_deny_allows_allow_intentions_and_wildcards_exclude_higher_denies() {
-        let r = build(&[rule("web", false), rule("*", true)], false);
+        let r = build(&[rule("web", false), rule("*", true)], false, TD);
         assert_eq!(r.action, rbac::rbac::Action::Allow as i32);
         assert_eq!(r.policies.len(), 1);
         let p = &r.policies["consul-intentions-layer4"];
@@ -406,5 +430,28 @@ mod tests {
             set.ids[1].identifier,
             Some(rbac::principal::Identifier::NotId(_))
         ));
+    }
+
+    /// A certificate of another trust domain (a peer's, or any second CA
+    /// the proxy trusts) is not the source an intention names.
+    #[test]
+    fn sources_match_only_this_trust_domain() {
+        let r = build(&[rule("web", true), rule("*", false)], false, TD);
+        let p = &r.policies["consul-intentions-layer4"];
+        let Some(rbac::principal::Identifier::Authenticated(a)) = &p.principals[0].identifier
+        else {
+            panic!("not an authenticated principal: {p:?}")
+        };
+        let Some(matcher::string_matcher::MatchPattern::SafeRegex(re)) =
+            &a.principal_name.as_ref().unwrap().match_pattern
+        else {
+            panic!("not a regex")
+        };
+        let re = regex::Regex::new(&re.regex).unwrap();
+        assert!(re.is_match(&format!("spiffe://{TD}/ns/default/dc/dc2/svc/web")));
+        assert!(!re.is_match(
+            "spiffe://99999999-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/web"
+        ));
+        assert!(!re.is_match(&format!("spiffe://{TD}/ns/default/dc/dc1/svc/api")));
     }
 }

@@ -25,7 +25,9 @@ use prost::{Message, Name};
 
 use crate::discovery_chain::{CompiledDiscoveryChain, DiscoveryGraphNode, NodeType};
 use crate::proxycfg::{Snapshot, UpstreamSnapshot, gateway_address};
-use crate::structs::config_entry::{Duration, ServiceRouteDestination, ServiceRouteHttpMatch};
+use crate::structs::config_entry::{
+    Duration, HttpHeaderModifiers, ServiceRouteDestination, ServiceRouteHttpMatch,
+};
 
 pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -84,13 +86,10 @@ pub struct Identity {
     pub outgoing: tls::TlsParameters,
 }
 
-/// The mesh identity a snapshot carries: every CA root (the active one and
-/// those still trusted after a rotation), the proxy's leaf, and the trust
-/// domain (from the roots, else from the chain targets' SNI
-/// `<svc>.default.<dc>.internal.<trust-domain>`).
-pub fn identity(snap: &Snapshot) -> Identity {
-    let trust_domain = snap
-        .roots
+/// The mesh's trust domain: the roots', else the one in the chain
+/// targets' SNI `<svc>.default.<dc>.internal.<trust-domain>`.
+pub(crate) fn trust_domain(snap: &Snapshot) -> String {
+    snap.roots
         .as_ref()
         .map(|r| r.trust_domain.clone())
         .filter(|t| !t.is_empty())
@@ -101,7 +100,14 @@ pub fn identity(snap: &Snapshot) -> Identity {
                 .flat_map(|c| c.targets.values())
                 .find_map(|t| t.sni.split_once(".internal.").map(|(_, td)| td.to_string()))
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The mesh identity a snapshot carries: every CA root (the active one and
+/// those still trusted after a rotation), the proxy's leaf, and the trust
+/// domain.
+pub fn identity(snap: &Snapshot) -> Identity {
+    let trust_domain = trust_domain(snap);
     let mut roots_pem = String::new();
     for root in snap.roots.iter().flat_map(|r| r.roots.iter()) {
         roots_pem.push_str(root.root_cert.trim_end());
@@ -138,9 +144,10 @@ pub(crate) fn tls_params(min: &str, max: &str, suites: &[String]) -> tls::TlsPar
     // Each suite once: a list repeating the few valid ones (an entry may
     // hold thousands) costs every proxy's build one pass, not a resource
     // of that size.
-    let mut distinct: Vec<&str> = Vec::new();
+    let mut distinct: Vec<String> = Vec::new();
     for c in suites {
-        if !distinct.contains(&c.as_str()) {
+        let c = openssl_suite(c);
+        if !distinct.contains(&c) {
             distinct.push(c);
         }
     }
@@ -148,7 +155,7 @@ pub(crate) fn tls_params(min: &str, max: &str, suites: &[String]) -> tls::TlsPar
         tls_minimum_protocol_version: version(min),
         tls_maximum_protocol_version: version(max),
         // Envoy (BoringSSL) names suites in OpenSSL's words.
-        cipher_suites: distinct.into_iter().map(openssl_suite).collect(),
+        cipher_suites: distinct,
         ..Default::default()
     }
 }
@@ -165,6 +172,8 @@ pub(crate) fn openssl_suite(iana: &str) -> String {
         .replace("AES_128_CBC_SHA", "AES128-SHA")
         .replace("AES_256_CBC_SHA", "AES256-SHA")
         .replace("CHACHA20_POLY1305", "CHACHA20-POLY1305")
+        // Go's newer name for the ChaCha suites, which Consul takes too.
+        .replace("CHACHA20-POLY1305_SHA256", "CHACHA20-POLY1305")
 }
 
 /// Every type, each with no resource yet.
@@ -341,12 +350,121 @@ pub(crate) fn hcm_base(stat: &str) -> hcm::HttpConnectionManager {
     }
 }
 
-/// An upstream's HTTP connection manager, its routes by RDS over ADS.
-pub(crate) fn http_filter(stat: &str, route: &str) -> listener::Filter {
-    typed(
-        "envoy.filters.network.http_connection_manager",
-        rds_hcm(stat, route),
-    )
+fn named_filter<T: Message + Name>(name: &str, msg: T) -> hcm::HttpFilter {
+    hcm::HttpFilter {
+        name: name.into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack_any(msg))),
+        ..Default::default()
+    }
+}
+
+/// An HTTP connection manager for `protocol`: on gRPC, as Consul's every
+/// gRPC listener, per-method stats and the HTTP/1.1 bridge go first (the
+/// router stays last, as the bridge needs); HTTP/2 and gRPC accept HTTP/2.
+pub(crate) fn for_protocol(m: &mut hcm::HttpConnectionManager, protocol: &str) {
+    use envoy_types::pb::envoy::extensions::filters::http::grpc_http1_bridge::v3 as bridge;
+    use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3 as stats;
+    if matches!(protocol, "http2" | "grpc") {
+        m.http2_protocol_options = Some(core::Http2ProtocolOptions::default());
+    }
+    if protocol != "grpc" {
+        return;
+    }
+    let grpc = [
+        named_filter(
+            "envoy.filters.http.grpc_stats",
+            stats::FilterConfig {
+                emit_filter_state: true,
+                per_method_stat_specifier: Some(
+                    stats::filter_config::PerMethodStatSpecifier::StatsForAllMethods(
+                        envoy_types::pb::google::protobuf::BoolValue { value: true },
+                    ),
+                ),
+                ..Default::default()
+            },
+        ),
+        named_filter(
+            "envoy.filters.http.grpc_http1_bridge",
+            bridge::Config::default(),
+        ),
+    ];
+    m.http_filters.splice(0..0, grpc);
+}
+
+/// The ALPN protocols a TLS listener offers for `protocol` (none on tcp).
+pub(crate) fn alpn(protocol: &str) -> Vec<String> {
+    match protocol {
+        "http" => vec!["http/1.1".into()],
+        "http2" | "grpc" => vec!["h2".into(), "http/1.1".into()],
+        _ => Vec::new(),
+    }
+}
+
+/// The public listener's client details, as Consul's: the caller's
+/// certificate forwarded to the application (XFCC, appended to what came
+/// in), and its SPIFFE identity's parts as the request's `consul`
+/// metadata, for the filters after it.
+pub(crate) fn forward_client_cert(m: &mut hcm::HttpConnectionManager) {
+    use envoy_types::pb::envoy::extensions::filters::http::header_to_metadata::v3 as h2m;
+    m.forward_client_cert_details =
+        hcm::http_connection_manager::ForwardClientCertDetails::AppendForward as i32;
+    m.set_current_client_cert_details =
+        Some(hcm::http_connection_manager::SetCurrentClientCertDetails {
+            subject: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
+            cert: true,
+            chain: true,
+            dns: true,
+            uri: true,
+            ..Default::default()
+        });
+    // The last element of the header is this hop's client (APPEND_FORWARD).
+    let part = |key: &str, pattern: &str| h2m::config::Rule {
+        header: "x-forwarded-client-cert".into(),
+        on_header_present: Some(h2m::config::KeyValuePair {
+            metadata_namespace: "consul".into(),
+            key: key.into(),
+            regex_value_rewrite: Some(matcher::RegexMatchAndSubstitute {
+                pattern: Some(regex(&format!(
+                    r"^(?:.*,)?[^,]*URI=spiffe://{pattern}(?:[;,/].*)?$"
+                ))),
+                substitution: r"\1".into(),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let rules = vec![
+        part("trust-domain", r"([^/;,]+)"),
+        part("partition", r"[^/;,]+/ap/([^/;,]+)"),
+        part("namespace", r"[^/;,]+(?:/ap/[^/;,]+)?/ns/([^/;,]+)"),
+        part(
+            "datacenter",
+            r"[^/;,]+(?:/ap/[^/;,]+)?/ns/[^/;,]+/dc/([^/;,]+)",
+        ),
+        part(
+            "service",
+            r"[^/;,]+(?:/ap/[^/;,]+)?/ns/[^/;,]+/dc/[^/;,]+/svc/([^/;,]+)",
+        ),
+    ];
+    let at = m.http_filters.len().saturating_sub(1);
+    m.http_filters.insert(
+        at,
+        named_filter(
+            "envoy.filters.http.header_to_metadata",
+            h2m::Config {
+                request_rules: rules,
+                ..Default::default()
+            },
+        ),
+    );
+}
+
+/// An upstream's HTTP connection manager for `protocol`, its routes by
+/// RDS over ADS.
+pub(crate) fn http_filter(stat: &str, route: &str, protocol: &str) -> listener::Filter {
+    let mut m = rds_hcm(stat, route);
+    for_protocol(&mut m, protocol);
+    typed("envoy.filters.network.http_connection_manager", m)
 }
 
 /// An HTTP connection manager whose routes are `route`, by RDS over ADS.
@@ -433,6 +551,16 @@ pub(crate) fn target_cluster(
             service_name: target.name.clone(),
         }),
         connect_timeout: timeout,
+        // As Consul's upstream clusters: outlier detection on with Envoy's
+        // defaults, and no panic routing (a mostly unhealthy set is not
+        // load-balanced over its unhealthy hosts).
+        outlier_detection: Some(cluster::OutlierDetection::default()),
+        common_lb_config: Some(cluster::cluster::CommonLbConfig {
+            healthy_panic_threshold: Some(envoy_types::pb::envoy::r#type::v3::Percent {
+                value: 0.0,
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     if let Some(lb) = lb {
@@ -597,24 +725,40 @@ pub(crate) fn route_config(
                 for r in &start.routes {
                     let m = route_match(r.definition.match_.as_ref().and_then(|m| m.http.as_ref()));
                     let mut action = next_action(chain, &r.next_node);
+                    let mut route = route::Route {
+                        r#match: Some(m),
+                        ..Default::default()
+                    };
                     if let Some(d) = &r.definition.destination {
                         destination(&mut action, d);
+                        if let Some(h) = &d.request_headers {
+                            route.request_headers_to_add = header_options(h);
+                            route.request_headers_to_remove = h.remove.clone();
+                        }
+                        if let Some(h) = &d.response_headers {
+                            route.response_headers_to_add = header_options(h);
+                            route.response_headers_to_remove = h.remove.clone();
+                        }
                     }
-                    routes.push(route::Route {
-                        r#match: Some(m),
-                        action: Some(route::route::Action::Route(action)),
-                        ..Default::default()
-                    });
+                    route.action = Some(route::route::Action::Route(action));
+                    routes.push(route);
                 }
             }
-            _ => routes.push(route::Route {
-                r#match: Some(prefix_match("/")),
-                action: Some(route::route::Action::Route(next_action(
-                    chain,
-                    &chain.start_node,
-                ))),
-                ..Default::default()
-            }),
+            _ => {
+                let mut action = next_action(chain, &chain.start_node);
+                // A resolver's timeout is its catch-all route's only when
+                // no router comes first (a router's routes carry their own).
+                if let Some(r) = start.resolver.as_ref()
+                    && r.request_timeout.nanos() > 0
+                {
+                    action.timeout = duration(r.request_timeout);
+                }
+                routes.push(route::Route {
+                    r#match: Some(prefix_match("/")),
+                    action: Some(route::route::Action::Route(action)),
+                    ..Default::default()
+                })
+            }
         }
     }
     route::RouteConfiguration {
@@ -643,11 +787,22 @@ fn next_action(chain: &CompiledDiscoveryChain, node: &str) -> route::RouteAction
                 .filter_map(|s| {
                     let next = chain.nodes.get(&s.next_node)?;
                     let r = resolver_of(chain, next)?.resolver.as_ref()?;
+                    let d = &s.definition;
+                    let req = d.request_headers.as_ref();
+                    let resp = d.response_headers.as_ref();
                     Some(route::weighted_cluster::ClusterWeight {
                         name: cluster_name(chain, &r.target),
                         weight: Some(UInt32Value {
                             value: (s.weight * 100.0).round() as u32,
                         }),
+                        request_headers_to_add: req.map(header_options).unwrap_or_default(),
+                        request_headers_to_remove: req
+                            .map(|m| m.remove.clone())
+                            .unwrap_or_default(),
+                        response_headers_to_add: resp.map(header_options).unwrap_or_default(),
+                        response_headers_to_remove: resp
+                            .map(|m| m.remove.clone())
+                            .unwrap_or_default(),
                         ..Default::default()
                     })
                 })
@@ -668,15 +823,35 @@ fn next_action(chain: &CompiledDiscoveryChain, node: &str) -> route::RouteAction
                 .and_then(|r| r.resolver.as_ref())
                 .map(|r| cluster_name(chain, &r.target))
                 .unwrap_or_default();
-            let mut a = to_cluster(&target);
-            if let Some(r) = n.resolver.as_ref()
-                && r.request_timeout.nanos() > 0
-            {
-                a.timeout = duration(r.request_timeout);
-            }
-            a
+            to_cluster(&target)
         }
     }
+}
+
+/// A config entry's header changes as Envoy's: `Add` appends, `Set`
+/// overwrites (the removes are the caller's, a separate field).
+pub(crate) fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOption> {
+    let opt = |k: &str, v: &str, action: core::header_value_option::HeaderAppendAction| {
+        core::HeaderValueOption {
+            header: Some(core::HeaderValue {
+                key: k.to_string(),
+                value: v.to_string(),
+                ..Default::default()
+            }),
+            append_action: action as i32,
+            ..Default::default()
+        }
+    };
+    use core::header_value_option::HeaderAppendAction as A;
+    m.add
+        .iter()
+        .map(|(k, v)| opt(k, v, A::AppendIfExistsOrAdd))
+        .chain(
+            m.set
+                .iter()
+                .map(|(k, v)| opt(k, v, A::OverwriteIfExistsOrAdd)),
+        )
+        .collect()
 }
 
 /// A router destination's timeouts, retries and prefix rewrite.

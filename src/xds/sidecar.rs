@@ -16,9 +16,10 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, common_tls, every_type,
-    has_tls, hcm_base, http_filter, http2_upstream, identity, lb_endpoint, prefix_match, put, secs,
-    socket, start_cluster, tcp_filter, to_cluster, transport_socket, typed, upstream_id,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, common_tls,
+    every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter, http2_upstream,
+    identity, lb_endpoint, prefix_match, put, secs, socket, start_cluster, tcp_filter, to_cluster,
+    transport_socket, typed, upstream_id,
 };
 use super::share::{AssignmentKey, ByPtr, ClusterKey, Memo, RouteKey, UpstreamKey};
 use crate::proxycfg::Snapshot;
@@ -104,7 +105,7 @@ fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
                 chain: ByPtr(shared_chain.clone()),
             });
             put(&mut out, ROUTE, upstream_id.clone(), routes);
-            http_filter(&stat, &upstream_id)
+            http_filter(&stat, &upstream_id, &chain.protocol)
         } else {
             let cluster = start_cluster(chain).unwrap_or_default();
             tcp_filter(&stat, &cluster)
@@ -148,7 +149,8 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
         .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
-    let http = is_http_like(&protocol_of(snap));
+    let protocol = protocol_of(snap);
+    let http = is_http_like(&protocol);
     let mut filters = Vec::new();
     let filter = if http {
         let mut hcm = hcm_base("public_listener");
@@ -169,6 +171,8 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
             },
         ));
         hcm.http_filters.insert(0, super::rbac::http_filter(snap));
+        forward_client_cert(&mut hcm);
+        for_protocol(&mut hcm, &protocol);
         typed("envoy.filters.network.http_connection_manager", hcm)
     } else {
         filters.push(super::rbac::network_filter(snap));
@@ -176,8 +180,10 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     };
     filters.push(filter);
     let transport = has_tls(id).then(|| {
+        let mut common = common_tls(id, Vec::new(), &id.incoming);
+        common.alpn_protocols = alpn(&protocol);
         transport_socket(tls::DownstreamTlsContext {
-            common_tls_context: Some(common_tls(id, Vec::new(), &id.incoming)),
+            common_tls_context: Some(common),
             require_client_certificate: Some(envoy_types::pb::google::protobuf::BoolValue {
                 value: true,
             }),

@@ -70,7 +70,7 @@ pub fn generate(snap: &Snapshot, tp: &TransparentSnapshot, id: &Identity, out: &
                 upstream_id.clone(),
                 Resource::of(route_config(&upstream_id, chain)),
             );
-            http_filter(&stat, &upstream_id)
+            http_filter(&stat, &upstream_id, &chain.protocol)
         } else {
             tcp_filter(&stat, &start_cluster(chain).unwrap_or_default())
         };

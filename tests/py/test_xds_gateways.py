@@ -62,7 +62,7 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
         {"Port": 9090, "Protocol": "tcp", "Services": [{"Name": "db"}]}]})
     ig = gateway(world, "ig", "gw1")
     try:
-        want_listeners = {"http:0.0.0.0:8080", "tcp:0.0.0.0:9090"}
+        want_listeners = {"http:0.0.0.0:8080", "db:0.0.0.0:9090"}
         want_clusters = {sni("web", td), sni("api", td), sni("db", td)}
         ig.wait("the entry's two listeners, its route and three clusters", lambda s:
                 set(s.state[LDS]) == want_listeners and "8080" in s.state[RDS]
@@ -76,7 +76,9 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
         routes = ig.state[RDS]["8080"]
         hosts = {vh.name: vh for vh in routes.virtual_hosts}
         assert sorted(hosts) == ["api", "web"]
-        assert sorted(hosts["web"].domains) == ["web.example.com", "www.example.com"]
+        # Each host also with the listener's port (a Host header carries it).
+        assert sorted(hosts["web"].domains) == ["web.example.com", "web.example.com:8080",
+                                                "www.example.com", "www.example.com:8080"]
         assert sorted(hosts["api"].domains) == ["api.ingress.*", "api.ingress.*:8080"]
         assert route_clusters(hosts["web"]) == [sni("web", td)]
         assert route_clusters(hosts["api"]) == [sni("api", td)]
@@ -84,7 +86,7 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
             [("X-Gateway", "ig")]
         assert list(hosts["web"].request_headers_to_remove) == ["X-Debug"]
 
-        tcp = ig.state[LDS]["tcp:0.0.0.0:9090"]
+        tcp = ig.state[LDS]["db:0.0.0.0:9090"]
         proxy = unpack(tcp.filter_chains[0].filters[0].typed_config, tcp_proxy_pb2.TcpProxy)
         assert proxy.cluster == sni("db", td)
         # Clusters reach the services' sidecars, with the mesh's mTLS.
@@ -110,7 +112,7 @@ def test_an_ingress_gateway_serves_exactly_its_entry_and_follows_it(world):
                 and set(s.state[CDS]) == {sni("web", td)})
         routes = ig.state[RDS]["8088"]
         assert [(vh.name, list(vh.domains)) for vh in routes.virtual_hosts] == \
-            [("web", ["web.example.com"])]
+            [("web", ["web.example.com", "web.example.com:8088"])]
         moved = ig.state[LDS]["http:0.0.0.0:8088"]
         assert moved.filter_chains[0].HasField("transport_socket")
         down = unpack(moved.filter_chains[0].transport_socket.typed_config, tls_pb2.DownstreamTlsContext)
@@ -216,7 +218,7 @@ def test_under_acls_a_gateway_stream_needs_service_write_on_the_gateway():
         allowed = Sidecar(addr, "ig", node_name="gw1",
                           token=token("ig-writer", 'service "ig" { policy = "write" }'))
         try:
-            allowed.wait("the gateway's tcp listener", lambda s: "tcp:0.0.0.0:9090" in s.state[LDS])
+            allowed.wait("the gateway's tcp listener", lambda s: "db:0.0.0.0:9090" in s.state[LDS])
         finally:
             allowed.close()
     finally:
