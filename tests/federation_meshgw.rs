@@ -329,7 +329,12 @@ fn sidecars_and_mesh_gateways_route_another_datacenter_through_gateways() {
         let names: Vec<Vec<String>> = l
             .filter_chains
             .iter()
-            .map(|fc| fc.filter_chain_match.clone().unwrap().server_names)
+            .map(|fc| {
+                fc.filter_chain_match
+                    .clone()
+                    .unwrap_or_default()
+                    .server_names
+            })
             .collect();
         assert!(
             names.contains(&vec![format!("*.{dc2_cluster}")]),

@@ -77,12 +77,22 @@ fn tls_inspector() -> listener::ListenerFilter {
 }
 
 /// A terminating or mesh gateway's one listener, on its own port: the
-/// connection's SNI (read by `tls_inspector`) picks its filter chain. No
-/// chain, no listener.
-fn sni_listener(snap: &Snapshot, chains: Vec<listener::FilterChain>, out: &mut Resources) {
-    if chains.is_empty() {
-        return;
-    }
+/// connection's SNI (read by `tls_inspector`) picks its filter chain; last,
+/// as Consul's, a chain that matches any other name and proxies to the
+/// cluster the SNI names (`sni_cluster`). Every cluster a gateway has is
+/// some chain's exact name, so that one only resets the connection: the
+/// listener is there, for health checks, with no service yet.
+fn sni_listener(
+    snap: &Snapshot, mut chains: Vec<listener::FilterChain>, stat: &str, out: &mut Resources,
+) {
+    use envoy_types::pb::envoy::extensions::filters::network::sni_cluster::v3::SniCluster;
+    chains.push(listener::FilterChain {
+        filters: vec![
+            typed("envoy.filters.network.sni_cluster", SniCluster::default()),
+            tcp_filter(stat, ""),
+        ],
+        ..Default::default()
+    });
     let bind = bind_address(snap);
     let port = u32::try_from(snap.service.port).unwrap_or(0);
     let name = format!("default:{bind}:{port}");
@@ -612,7 +622,7 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             ..Default::default()
         });
     }
-    sni_listener(snap, chains, out);
+    sni_listener(snap, chains, "terminating_gateway.default", out);
 }
 
 /// An http linked service's routes (named by its SNI, as its cluster):
@@ -788,7 +798,7 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             &name,
         ));
     }
-    sni_listener(snap, chains, out);
+    sni_listener(snap, chains, "mesh_gateway_local.default", out);
 }
 
 /// A cluster whose endpoints come by EDS under its own name.
@@ -885,7 +895,13 @@ mod tests {
             l.listener_filters[0].name,
             "envoy.filters.listener.tls_inspector"
         );
-        assert_eq!(l.filter_chains.len(), 1);
+        // The service's chain, then the `sni_cluster` catch-all.
+        assert_eq!(l.filter_chains.len(), 2);
+        assert!(l.filter_chains[1].filter_chain_match.is_none());
+        assert_eq!(
+            l.filter_chains[1].filters[0].name,
+            "envoy.filters.network.sni_cluster"
+        );
         let fc = &l.filter_chains[0];
         assert_eq!(
             fc.filter_chain_match.as_ref().unwrap().server_names,
@@ -955,7 +971,7 @@ mod tests {
         let name = format!("dc2.internal.{td}");
 
         let l = Listener::decode(&*out[LISTENER]["default:0.0.0.0:8443"].any.value).unwrap();
-        assert_eq!(l.filter_chains.len(), 1);
+        assert_eq!(l.filter_chains.len(), 2, "dc2's chain and the catch-all");
         let fc = &l.filter_chains[0];
         assert_eq!(
             fc.filter_chain_match.as_ref().unwrap().server_names,

@@ -17,6 +17,13 @@ from test_xds import (
 )
 
 
+def by_sni(listener):
+    """A gateway listener's chains by the server name each matches (the
+    last, `sni_cluster` catch-all matches none and is left out)."""
+    return {fc.filter_chain_match.server_names[0]: fc
+            for fc in listener.filter_chains if fc.filter_chain_match.server_names}
+
+
 @pytest.fixture(scope="module")
 def world(cairn):
     """web and api (http) and db (tcp), each with a sidecar on n1; an
@@ -137,12 +144,16 @@ def test_a_terminating_gateway_has_a_filter_chain_per_linked_service(world):
     try:
         name = "default:0.0.0.0:8444"
         tg.wait("the terminating listener with two chains", lambda s:
-                name in s.state[LDS] and len(s.state[LDS][name].filter_chains) == 2
+                name in s.state[LDS] and len(by_sni(s.state[LDS][name])) == 2
                 and {sni("billing", td), sni("ledger", td)} <= set(s.state[CDS]))
         l = tg.state[LDS][name]
         assert [f.name for f in l.listener_filters] == ["envoy.filters.listener.tls_inspector"]
-        chains = {fc.filter_chain_match.server_names[0]: fc for fc in l.filter_chains}
+        chains = by_sni(l)
         assert sorted(chains) == sorted([sni("billing", td), sni("ledger", td)])
+        # Last, as Consul's, the catch-all: any other name goes to the
+        # cluster it names, which no cluster of the gateway is.
+        assert [f.name for f in l.filter_chains[-1].filters] == \
+            ["envoy.filters.network.sni_cluster", "envoy.filters.network.tcp_proxy"]
         for svc in ("billing", "ledger"):
             fc = chains[sni(svc, td)]
             kinds = [f.name for f in fc.filters]
@@ -176,7 +187,7 @@ def test_a_terminating_gateway_has_a_filter_chain_per_linked_service(world):
         config(url, {"Kind": "terminating-gateway", "Name": "tg", "Services": [
             {"Name": "billing", "CAFile": "/etc/billing/ca.pem", "SNI": "billing.example.com"}]})
         tg.wait("ledger unlinked", lambda s:
-                len(s.state[LDS][name].filter_chains) == 1 and sni("ledger", td) not in s.state[CDS])
+                len(by_sni(s.state[LDS][name])) == 1 and sni("ledger", td) not in s.state[CDS])
         assert tg.error is None
     finally:
         tg.close()
@@ -256,13 +267,14 @@ def test_under_acls_a_terminating_gateway_gets_only_the_leaves_its_token_may_wri
         try:
             tg.wait("billing's chain", lambda s:
                     name in s.state[LDS] and sni("billing", td) in s.state[CDS])
-            chains = [fc.filter_chain_match.server_names[0] for fc in tg.state[LDS][name].filter_chains]
+            chains = list(by_sni(tg.state[LDS][name]))
             assert chains == [sni("billing", td)], chains
             assert sni("db", td) not in tg.state[CDS], "db's cluster for a token that may only read db"
             # One permission less: billing's chain, cluster and key go.
             put(f"{server.url}/v1/acl/policy/{policy['ID']}?token={root}", {"Name": "tg", "Rules": rules})
             tg.wait("billing's chain gone with its permission", lambda s:
-                    name not in s.state[LDS] and sni("billing", td) not in s.state[CDS])
+                    name in s.state[LDS] and not by_sni(s.state[LDS][name])
+                    and sni("billing", td) not in s.state[CDS])
             assert tg.error is None
         finally:
             tg.close()
