@@ -790,22 +790,33 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
         if !(c.mesh_gateway || c.protocol || c.connect_timeout) {
             return String::new();
         }
-        // Opaque: a stable FNV-1a over the overrides that took effect.
-        let mut text = String::new();
-        if c.mesh_gateway {
-            text += &format!("mg={};", self.req.override_mesh_gateway.mode);
-        }
-        if c.protocol {
-            text += &format!("proto={};", self.req.override_protocol);
-        }
-        if c.connect_timeout {
-            text += &format!("ct={};", self.req.override_connect_timeout.nanos());
-        }
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in text.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100000001b3);
-        }
+        // Consul's own value, so cluster names match its proxies': Go's
+        // hashstructure (v1, FNV-1) of the struct of the overrides that
+        // took effect (the others zero), its first 8 hex digits.
+        let mode = if c.mesh_gateway {
+            self.req.override_mesh_gateway.mode.as_str()
+        } else {
+            ""
+        };
+        let protocol = if c.protocol {
+            self.req.override_protocol.as_str()
+        } else {
+            ""
+        };
+        let timeout = if c.connect_timeout {
+            self.req.override_connect_timeout.nanos()
+        } else {
+            0
+        };
+        let mesh_gateway = go_struct_hash("MeshGatewayConfig", &[("Mode", fnv1(mode.as_bytes()))]);
+        let h = go_struct_hash(
+            "",
+            &[
+                ("OverrideMeshGateway", mesh_gateway),
+                ("OverrideProtocol", fnv1(protocol.as_bytes())),
+                ("OverrideConnectTimeout", fnv1(&timeout.to_le_bytes())),
+            ],
+        );
         format!("{h:016x}")[..8].to_string()
     }
 
@@ -883,4 +894,25 @@ impl<'a, L: EntryLookup + ?Sized> Compiler<'a, L> {
             manual_virtual_ips: req.manual_virtual_ips.clone(),
         })
     }
+}
+
+/// 64-bit FNV-1 (Go's `hash/fnv.New64`).
+fn fnv1(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h = h.wrapping_mul(0x100000001b3);
+        h ^= u64::from(*b);
+    }
+    h
+}
+
+/// hashstructure's hash of a struct named `type_name` from its fields'
+/// names and value hashes: each field's ordered pair, combined unordered.
+fn go_struct_hash(type_name: &str, fields: &[(&str, u64)]) -> u64 {
+    fields.iter().fold(fnv1(type_name.as_bytes()), |h, (name, value)| {
+        let mut pair = [0u8; 16];
+        pair[..8].copy_from_slice(&fnv1(name.as_bytes()).to_le_bytes());
+        pair[8..].copy_from_slice(&value.to_le_bytes());
+        h ^ fnv1(&pair)
+    })
 }

@@ -48,7 +48,7 @@ type ChainResult = Result<Arc<CompiledDiscoveryChain>, String>;
 pub struct Shared {
     /// (service, datacenter, mesh gateway mode override) → its compiled
     /// chain.
-    chains: HashMap<(String, String, String), Stamped<ChainResult>>,
+    chains: HashMap<(String, String, String, String, i64), Stamped<ChainResult>>,
     /// (service, subset filter, only passing, connect) → its healthy
     /// connect-capable instances (`connect`), or its healthy instances.
     endpoints: HashMap<(String, String, bool, bool), Stamped<Endpoints>>,
@@ -197,6 +197,8 @@ impl Shared {
             req.service_name.clone(),
             dc.to_string(),
             req.override_mesh_gateway.mode.clone(),
+            req.override_protocol.clone(),
+            req.override_connect_timeout.nanos(),
         );
         if let Some(hit) = self.chains.get(&key).and_then(|c| c.current(state)) {
             return hit;
@@ -361,7 +363,8 @@ pub fn sidecar(
         } else {
             &up.mesh_gateway.mode
         };
-        let entry = upstream(state, datacenter, dc, name, mode, true, shared, &mut deps);
+        let ov = Overrides::of(up, mode);
+        let entry = upstream(state, datacenter, dc, name, &ov, true, shared, &mut deps);
         upstreams.insert(name.clone(), entry);
     }
     // Mesh identity and authorization of the service this proxy fronts.
@@ -430,9 +433,9 @@ fn transparent(
             continue; // registered: its own settings stand
         }
         // The proxy's own mode (as Consul's inferred upstreams take it).
-        let mode = &proxy.proxy.mesh_gateway.mode;
+        let ov = Overrides::mode(&proxy.proxy.mesh_gateway.mode);
         let entry = upstream(
-            state, datacenter, datacenter, &name, mode, true, shared, deps,
+            state, datacenter, datacenter, &name, &ov, true, shared, deps,
         );
         upstreams.insert(name.clone(), entry);
         inferred.insert(name);
@@ -470,7 +473,14 @@ pub fn build_proxyless(
         .iter()
         .map(|name| {
             let entry = upstream(
-                state, datacenter, datacenter, name, "", false, shared, &mut deps,
+                state,
+                datacenter,
+                datacenter,
+                name,
+                &Overrides::default(),
+                false,
+                shared,
+                &mut deps,
             );
             (name.clone(), entry)
         })
@@ -484,21 +494,60 @@ pub fn build_proxyless(
     Some((snapshot, deps))
 }
 
-/// One upstream's compiled chain (in datacenter `dc`, every target's mesh
-/// gateway mode `mesh_gateway` when set) and its local targets' healthy
+/// What an upstream overrides in its chain, as Consul's proxycfg passes
+/// them to the compiler: the mesh gateway mode (the upstream's over the
+/// proxy's), and from a registered upstream's `Config` (central config
+/// merged) its `protocol` and `connect_timeout_ms`. A chain they change is
+/// another chain, its clusters named with a hash of them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Overrides {
+    pub mesh_gateway: String,
+    pub protocol: String,
+    pub connect_timeout: crate::structs::duration::Duration,
+}
+
+impl Overrides {
+    pub(super) fn mode(mesh_gateway: &str) -> Self {
+        Overrides {
+            mesh_gateway: mesh_gateway.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn of(up: &crate::structs::catalog::Upstream, mesh_gateway: &str) -> Self {
+        let cfg = up.config.as_deref();
+        let get = |k: &str| cfg.and_then(|c| c.get(k));
+        let protocol = get("protocol").and_then(|v| v.as_str()).unwrap_or_default();
+        // A number, or a string of one (HCL and JSON agents send either).
+        let ms = get("connect_timeout_ms")
+            .and_then(|v| v.as_i64().or_else(|| v.as_str()?.trim().parse().ok()))
+            .filter(|ms| *ms > 0)
+            .unwrap_or(0);
+        Overrides {
+            mesh_gateway: mesh_gateway.to_string(),
+            protocol: protocol.to_string(),
+            connect_timeout: crate::structs::duration::Duration(ms.saturating_mul(1_000_000)),
+        }
+    }
+}
+
+/// One upstream's compiled chain (in datacenter `dc`, with the upstream's
+/// overrides `ov`) and its local targets' healthy
 /// endpoints: their connect-capable instances for a proxy (`connect`), the
 /// instances themselves for a proxyless client, which dials the
 /// applications' own ports.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn upstream(
-    state: &State, datacenter: &str, dc: &str, name: &str, mesh_gateway: &str, connect: bool,
+    state: &State, datacenter: &str, dc: &str, name: &str, ov: &Overrides, connect: bool,
     shared: &mut Shared, deps: &mut BTreeSet<Dep>,
 ) -> UpstreamSnapshot {
     let trust_domain = format!("{}.consul", state.cluster_id);
     let mut req = CompileRequest::new(name, dc, &trust_domain);
     req.server_datacenter = datacenter.to_string();
     crate::state::virtual_ip::fill(state, &mut req);
-    req.override_mesh_gateway.mode = mesh_gateway.to_string();
+    req.override_mesh_gateway.mode = ov.mesh_gateway.clone();
+    req.override_protocol = ov.protocol.clone();
+    req.override_connect_timeout = ov.connect_timeout;
     let (chain, chain_deps) = shared.chain(state, &req, dc);
     deps.extend(chain_deps.iter().cloned());
     match chain {

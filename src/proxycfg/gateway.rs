@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::build::{Shared, upstream};
+use super::build::{Overrides, Shared, upstream};
 use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot, healthy};
 use super::{Dep, ProxyKey};
 use crate::discovery_chain::EntryLookup;
@@ -70,7 +70,7 @@ pub fn build(
                         datacenter,
                         datacenter,
                         &g.service.name,
-                        &service.proxy.mesh_gateway.mode,
+                        &Overrides::mode(&service.proxy.mesh_gateway.mode),
                         true,
                         shared,
                         &mut deps,

@@ -517,12 +517,20 @@ pub(crate) fn start_cluster(chain: &CompiledDiscoveryChain) -> Option<String> {
     Some(cluster_name(chain, &r.target))
 }
 
-fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> String {
-    chain
+/// A chain target's cluster (and EDS) name: the target's name (its SNI),
+/// behind `<hash>~` when an upstream's overrides customized the chain, as
+/// Consul's `CustomizeClusterName` (`~`, never in a name, keeps it apart
+/// from a subset's).
+pub(crate) fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> String {
+    let name = chain
         .targets
         .get(target)
-        .map(|t| t.name.clone())
-        .unwrap_or_else(|| target.to_string())
+        .map_or(target, |t| t.name.as_str());
+    if chain.customization_hash.is_empty() {
+        name.to_string()
+    } else {
+        format!("{}~{name}", chain.customization_hash)
+    }
 }
 
 /// One chain target's cluster: EDS over ADS, its resolver's connect timeout
@@ -540,15 +548,16 @@ pub(crate) fn target_cluster(
         .values()
         .find(|n| n.resolver.as_ref().is_some_and(|r| r.target == target.id))
         .and_then(|n| n.load_balancer.as_ref());
+    let name = cluster_name(chain, &target.id);
     let mut c = cluster::Cluster {
-        name: target.name.clone(),
-        alt_stat_name: target.name.clone(),
+        name: name.clone(),
+        alt_stat_name: name.clone(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
             cluster::cluster::DiscoveryType::Eds as i32,
         )),
         eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
             eds_config: ads(),
-            service_name: target.name.clone(),
+            service_name: name,
         }),
         connect_timeout: timeout,
         // As Consul's upstream clusters: outlier detection on with Envoy's

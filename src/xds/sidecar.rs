@@ -16,10 +16,10 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, common_tls,
-    every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter, http2_upstream,
-    identity, lb_endpoint, prefix_match, put, secs, socket, start_cluster, tcp_filter, to_cluster,
-    transport_socket, typed, upstream_id,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, cluster_name,
+    common_tls, every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter,
+    http2_upstream, identity, lb_endpoint, prefix_match, put, secs, socket, start_cluster,
+    tcp_filter, to_cluster, transport_socket, typed, upstream_id,
 };
 use super::share::{AssignmentKey, ByPtr, ClusterKey, Memo, RouteKey, UpstreamKey};
 use crate::proxycfg::Snapshot;
@@ -78,12 +78,12 @@ fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
                 target: target.id.clone(),
                 id: ByPtr(id.clone()),
             });
-            put(&mut out, CLUSTER, target.name.clone(), c);
+            put(&mut out, CLUSTER, cluster_name(chain, &target.id), c);
             let cla = memo.assignment(AssignmentKey {
                 upstream: upstream.clone(),
                 target: target.id.clone(),
             });
-            put(&mut out, ENDPOINT, target.name.clone(), cla);
+            put(&mut out, ENDPOINT, cluster_name(chain, &target.id), cla);
         }
         let bind = if up.local_bind_address.is_empty() {
             "127.0.0.1"
