@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use common::acl::{ROOT, as_root, deny_server, token_with_rules, with};
 use common::{Server, ads, eventually};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+use envoy_types::pb::envoy::config::core::v3::{address, socket_address, transport_socket};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
@@ -274,14 +275,21 @@ fn sidecars_and_mesh_gateways_route_another_datacenter_through_gateways() {
     web_proxy(&dc1, "local");
     runtime().block_on(async {
         let mut web = Proxy::open(dc1.grpc_addr, "web-proxy", "n9").await;
+        // api's aggregate cluster (its name carries the chain's
+        // customization hash: the upstream's mode overrides the chain):
+        // dc1's target as tier 0, dc2's as tier 1.
+        let tier = |p: &Proxy, i: usize| -> Option<String> {
+            let agg = p.cluster("failover-target~0~")?;
+            Some(agg.replacen("failover-target~0~", &format!("failover-target~{i}~"), 1))
+        };
         let through = |want: &[(u32, &str)]| {
-            let (local, far, want) = (local.clone(), far.clone(), pairs(want));
+            let want = pairs(want);
             move |p: &Proxy| {
                 let far_want: Vec<(u32, String)> =
                     want.iter().map(|(_, a)| (0, a.clone())).collect();
-                let mut tiers = pairs(&[(0, "10.1.0.1:21001")]);
-                tiers.extend(want.iter().cloned());
-                (p.endpoints(&far)? == far_want && p.endpoints(&local)? == tiers).then_some(())
+                (p.endpoints(&tier(p, 1)?)? == far_want
+                    && p.endpoints(&tier(p, 0)?)? == pairs(&[(0, "10.1.0.1:21001")]))
+                .then_some(())
             }
         };
         web.until(
@@ -290,8 +298,15 @@ fn sidecars_and_mesh_gateways_route_another_datacenter_through_gateways() {
         )
         .await;
         // dc2's target keeps its own SNI: the gateways pass TLS through.
-        let c: Cluster = web.get(CDS, &far).unwrap();
-        assert_eq!(c.name, far);
+        let c: Cluster = web.get(CDS, &tier(&web, 1).unwrap()).unwrap();
+        assert!(c.name.ends_with(&local), "{}", c.name);
+        let Some(transport_socket::ConfigType::TypedConfig(tls)) =
+            c.transport_socket.and_then(|t| t.config_type)
+        else {
+            panic!("no upstream TLS")
+        };
+        assert_eq!(UpstreamTlsContext::decode(&*tls.value).unwrap().sni, far);
+        assert!(web.cluster(&far).is_none(), "no cluster of its own");
 
         web_proxy(&dc1, "remote");
         web.until(
@@ -302,7 +317,7 @@ fn sidecars_and_mesh_gateways_route_another_datacenter_through_gateways() {
         // dc2's gateway critical there: mode remote has none to go through.
         mesh_gateway(&dc2, "gw2", "10.2.0.100", "198.51.100.2", "critical");
         web.until("no gateway of dc2's left", |p| {
-            p.endpoints(&far)?.is_empty().then_some(())
+            p.endpoints(&tier(p, 1)?)?.is_empty().then_some(())
         })
         .await;
         mesh_gateway(&dc2, "gw2", "10.2.0.100", "198.51.100.2", "passing");

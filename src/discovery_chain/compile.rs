@@ -909,10 +909,12 @@ fn fnv1(bytes: &[u8]) -> u64 {
 /// hashstructure's hash of a struct named `type_name` from its fields'
 /// names and value hashes: each field's ordered pair, combined unordered.
 fn go_struct_hash(type_name: &str, fields: &[(&str, u64)]) -> u64 {
-    fields.iter().fold(fnv1(type_name.as_bytes()), |h, (name, value)| {
-        let mut pair = [0u8; 16];
-        pair[..8].copy_from_slice(&fnv1(name.as_bytes()).to_le_bytes());
-        pair[8..].copy_from_slice(&value.to_le_bytes());
-        h ^ fnv1(&pair)
-    })
+    fields
+        .iter()
+        .fold(fnv1(type_name.as_bytes()), |h, (name, value)| {
+            let mut pair = [0u8; 16];
+            pair[..8].copy_from_slice(&fnv1(name.as_bytes()).to_le_bytes());
+            pair[8..].copy_from_slice(&value.to_le_bytes());
+            h ^ fnv1(&pair)
+        })
 }

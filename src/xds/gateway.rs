@@ -33,8 +33,8 @@ use envoy_types::util::pack_any;
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
     has_tls, header_options, http_filter, http2_upstream, identity, inline, lb_endpoint,
-    load_assignment, prefix_match, put, rds_hcm, route_config, secs, socket, start_cluster,
-    target_cluster, tcp_filter, to_cluster, transport_socket, typed,
+    prefix_match, put, rds_hcm, route_config, routed_targets, secs, socket, start_cluster,
+    target_assignments, target_clusters, tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
 use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
@@ -179,15 +179,17 @@ fn ingress(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             .iter()
             .flat_map(|l| &l.services)
             .find(|s| s.name == *svc);
-        for target in chain.targets.values() {
+        for target in routed_targets(chain) {
             if !us.endpoints.contains_key(&target.id) {
                 continue;
             }
-            let mut c = target_cluster(chain, target, &id);
-            apply_limits(&mut c, own, entry.defaults.as_ref());
-            put(out, CLUSTER, c.name.clone(), Resource::of(c));
-            let cla = load_assignment(chain, us, &target.id);
-            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+            for mut c in target_clusters(chain, target, &id) {
+                apply_limits(&mut c, own, entry.defaults.as_ref());
+                put(out, CLUSTER, c.name.clone(), Resource::of(c));
+            }
+            for cla in target_assignments(chain, us, &target.id) {
+                put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+            }
         }
     }
 }

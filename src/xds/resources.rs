@@ -23,7 +23,9 @@ use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration, UInt32Value
 use envoy_types::util::pack_any;
 use prost::{Message, Name};
 
-use crate::discovery_chain::{CompiledDiscoveryChain, DiscoveryGraphNode, NodeType};
+use crate::discovery_chain::{
+    CompiledDiscoveryChain, DiscoveryGraphNode, DiscoveryTarget, NodeType,
+};
 use crate::proxycfg::{Snapshot, UpstreamSnapshot, gateway_address};
 use crate::structs::config_entry::{
     Duration, HttpHeaderModifiers, ServiceRouteDestination, ServiceRouteHttpMatch,
@@ -533,22 +535,130 @@ pub(crate) fn cluster_name(chain: &CompiledDiscoveryChain, target: &str) -> Stri
     }
 }
 
-/// One chain target's cluster: EDS over ADS, its resolver's connect timeout
-/// and load balancer, and mTLS to its sidecars (SNI and SPIFFE SAN).
+/// The targets a chain routes to: its resolver nodes' (a failover target
+/// is reached through its primary's clusters, not on its own).
+pub(crate) fn routed_targets(chain: &CompiledDiscoveryChain) -> Vec<&DiscoveryTarget> {
+    let mut out: Vec<&DiscoveryTarget> = Vec::new();
+    for r in chain.nodes.values().filter_map(|n| n.resolver.as_ref()) {
+        if let Some(t) = chain.targets.get(&r.target)
+            && !out.iter().any(|o| o.id == t.id)
+        {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// One chain target's cluster, its failover targets' endpoints at lower
+/// priorities of the same cluster (a proxyless client's shape; a proxy's is
+/// `target_clusters`).
 pub(crate) fn target_cluster(
-    chain: &CompiledDiscoveryChain, target: &crate::discovery_chain::DiscoveryTarget, id: &Identity,
+    chain: &CompiledDiscoveryChain, target: &DiscoveryTarget, id: &Identity,
 ) -> cluster::Cluster {
-    let timeout = if target.connect_timeout.nanos() > 0 {
+    let dialed: Vec<&DiscoveryTarget> = tiers(chain, &target.id)
+        .iter()
+        .filter_map(|t| chain.targets.get(t))
+        .collect();
+    eds_cluster(chain, target, cluster_name(chain, &target.id), &dialed, id)
+}
+
+/// A target's clusters as Consul's: one EDS cluster named by the target;
+/// with failover, an aggregate cluster by that name over one EDS cluster
+/// per tier (`failover-target~<i>~<name>`), each dialing its own target
+/// with its own SNI and identity, Envoy moving to the next tier when one
+/// has no healthy host.
+pub(crate) fn target_clusters(
+    chain: &CompiledDiscoveryChain, target: &DiscoveryTarget, id: &Identity,
+) -> Vec<cluster::Cluster> {
+    let tiers = tiers(chain, &target.id);
+    if tiers.len() == 1 {
+        return vec![eds_cluster(
+            chain,
+            target,
+            cluster_name(chain, &target.id),
+            &[target],
+            id,
+        )];
+    }
+    use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig;
+    let name = cluster_name(chain, &target.id);
+    let mut out = vec![cluster::Cluster {
+        name: name.clone(),
+        alt_stat_name: name.clone(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::ClusterType(
+            cluster::cluster::CustomClusterType {
+                name: "envoy.clusters.aggregate".into(),
+                typed_config: Some(pack_any(ClusterConfig {
+                    clusters: (0..tiers.len()).map(|i| tier_name(&name, i)).collect(),
+                })),
+            },
+        )),
+        connect_timeout: connect_timeout(target),
+        lb_policy: cluster::cluster::LbPolicy::ClusterProvided as i32,
+        ..Default::default()
+    }];
+    for (i, t) in tiers.iter().enumerate() {
+        let Some(dialed) = chain.targets.get(t) else {
+            continue;
+        };
+        out.push(eds_cluster(
+            chain,
+            target,
+            tier_name(&name, i),
+            &[dialed],
+            id,
+        ));
+    }
+    out
+}
+
+/// A target's load assignments, one per cluster of `target_clusters`.
+pub(crate) fn target_assignments(
+    chain: &CompiledDiscoveryChain, us: &UpstreamSnapshot, target: &str,
+) -> Vec<endpoint::ClusterLoadAssignment> {
+    let tiers = tiers(chain, target);
+    if tiers.len() == 1 {
+        return vec![load_assignment(chain, us, target)];
+    }
+    let name = cluster_name(chain, target);
+    tiers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| endpoint::ClusterLoadAssignment {
+            cluster_name: tier_name(&name, i),
+            endpoints: tier_endpoints(us, t, 0).into_iter().collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn tier_name(cluster: &str, i: usize) -> String {
+    format!("failover-target~{i}~{cluster}")
+}
+
+/// The connect timeout of `target`'s resolver (Envoy's 5 s when unset).
+fn connect_timeout(target: &DiscoveryTarget) -> Option<PbDuration> {
+    if target.connect_timeout.nanos() > 0 {
         duration(target.connect_timeout)
     } else {
         secs(5)
-    };
+    }
+}
+
+/// An EDS cluster `name` over ADS with `primary`'s resolver settings
+/// (connect timeout, load balancer), and mTLS to `dialed`'s sidecars: the
+/// first's SNI, every one's SPIFFE identity.
+fn eds_cluster(
+    chain: &CompiledDiscoveryChain, primary: &DiscoveryTarget, name: String,
+    dialed: &[&DiscoveryTarget], id: &Identity,
+) -> cluster::Cluster {
+    let target = primary;
+    let timeout = connect_timeout(target);
     let lb = chain
         .nodes
         .values()
         .find(|n| n.resolver.as_ref().is_some_and(|r| r.target == target.id))
         .and_then(|n| n.load_balancer.as_ref());
-    let name = cluster_name(chain, &target.id);
     let mut c = cluster::Cluster {
         name: name.clone(),
         alt_stat_name: name.clone(),
@@ -613,12 +723,11 @@ pub(crate) fn target_cluster(
         http2_upstream(&mut c);
     }
     if has_tls(id) {
-        // Its endpoints include its failover targets' (lower priorities),
-        // which present their own identities: another service's, or the
-        // same service's in another datacenter (as Consul lists them all).
-        let sans = tiers(chain, &target.id)
+        // With failover in one cluster (priorities), its endpoints present
+        // their targets' own identities: another service's, or the same
+        // service's in another datacenter.
+        let sans = dialed
             .iter()
-            .filter_map(|t| chain.targets.get(t))
             .map(|t| {
                 format!(
                     "spiffe://{}/ns/{}/dc/{}/svc/{}",
@@ -628,7 +737,7 @@ pub(crate) fn target_cluster(
             .collect();
         c.transport_socket = transport_socket(tls::UpstreamTlsContext {
             common_tls_context: Some(common_tls(id, sans, &id.outgoing)),
-            sni: target.sni.clone(),
+            sni: dialed.first().map_or(&target.sni, |t| &t.sni).clone(),
             ..Default::default()
         });
     }
@@ -663,46 +772,51 @@ pub(crate) fn load_assignment(
     let endpoints = tiers(chain, target)
         .iter()
         .enumerate()
-        .filter_map(|(priority, t)| {
-            let rows = us.endpoints.get(t)?;
-            let lb_endpoints = match us.gateways.get(t) {
-                Some(_) if rows.is_empty() => Vec::new(),
-                Some(via) => via
-                    .instances
-                    .iter()
-                    .map(|g| {
-                        let (addr, port) = gateway_address(g, via.wan);
-                        lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
-                    })
-                    .collect(),
-                None => rows
-                    .iter()
-                    .map(|i| {
-                        let addr = if i.service.address.is_empty() {
-                            &i.node.address
-                        } else {
-                            &i.service.address
-                        };
-                        let mut e = lb_endpoint(addr, u32::try_from(i.service.port).unwrap_or(0));
-                        e.load_balancing_weight = Some(UInt32Value {
-                            value: u32::try_from(i.service.weights.passing.max(1)).unwrap_or(1),
-                        });
-                        e
-                    })
-                    .collect(),
-            };
-            Some(endpoint::LocalityLbEndpoints {
-                priority: priority as u32,
-                lb_endpoints,
-                ..Default::default()
-            })
-        })
+        .filter_map(|(priority, t)| tier_endpoints(us, t, priority as u32))
         .collect();
     endpoint::ClusterLoadAssignment {
         cluster_name: cluster_name(chain, target),
         endpoints,
         ..Default::default()
     }
+}
+
+/// One target's endpoints at `priority` (none when proxycfg has no list).
+fn tier_endpoints(
+    us: &UpstreamSnapshot, t: &str, priority: u32,
+) -> Option<endpoint::LocalityLbEndpoints> {
+    let rows = us.endpoints.get(t)?;
+    let lb_endpoints = match us.gateways.get(t) {
+        Some(_) if rows.is_empty() => Vec::new(),
+        Some(via) => via
+            .instances
+            .iter()
+            .map(|g| {
+                let (addr, port) = gateway_address(g, via.wan);
+                lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
+            })
+            .collect(),
+        None => rows
+            .iter()
+            .map(|i| {
+                let addr = if i.service.address.is_empty() {
+                    &i.node.address
+                } else {
+                    &i.service.address
+                };
+                let mut e = lb_endpoint(addr, u32::try_from(i.service.port).unwrap_or(0));
+                e.load_balancing_weight = Some(UInt32Value {
+                    value: u32::try_from(i.service.weights.passing.max(1)).unwrap_or(1),
+                });
+                e
+            })
+            .collect(),
+    };
+    Some(endpoint::LocalityLbEndpoints {
+        priority,
+        lb_endpoints,
+        ..Default::default()
+    })
 }
 
 pub(crate) fn prefix_match(p: &str) -> route::RouteMatch {

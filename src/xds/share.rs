@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::resources::{Identity, Resource, load_assignment, route_config, target_cluster};
+use super::resources::{Identity, Resource, route_config, target_assignments, target_clusters};
 use crate::discovery_chain::CompiledDiscoveryChain;
 use crate::proxycfg::{UpstreamSnapshot, ViaGateways};
 
@@ -109,8 +109,12 @@ impl Hash for UpstreamKey {
     }
 }
 
-/// One chain target's cluster, as a proxy with mesh identity `id` (its
-/// leaf, the roots and the mesh entry's TLS) dials it.
+/// Named resources, shared whole.
+pub(crate) type Named = Arc<[(String, Resource)]>;
+
+/// One chain target's clusters (with failover: the aggregate and its
+/// tiers), as a proxy with mesh identity `id` (its leaf, the roots and the
+/// mesh entry's TLS) dials it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ClusterKey {
     pub chain: ByPtr<CompiledDiscoveryChain>,
@@ -118,26 +122,33 @@ pub(crate) struct ClusterKey {
     pub id: ByPtr<Identity>,
 }
 
-fn cluster(k: &ClusterKey) -> Resource {
+fn cluster(k: &ClusterKey) -> Named {
     let chain = &*k.chain.0;
     let target = &chain.targets[&k.target];
-    Resource::of(target_cluster(chain, target, &k.id.0))
+    target_clusters(chain, target, &k.id.0)
+        .into_iter()
+        .map(|c| (c.name.clone(), Resource::of(c)))
+        .collect()
 }
 
-/// One chain target's endpoints, from its upstream's snapshot.
+/// One chain target's endpoints (one assignment per cluster), from its
+/// upstream's snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct AssignmentKey {
     pub upstream: UpstreamKey,
     pub target: String,
 }
 
-fn assignment(k: &AssignmentKey) -> Resource {
+fn assignment(k: &AssignmentKey) -> Named {
     let us = &k.upstream.0;
     let chain = us
         .chain
         .as_deref()
         .expect("an upstream with targets has a chain");
-    Resource::of(load_assignment(chain, us, &k.target))
+    target_assignments(chain, us, &k.target)
+        .into_iter()
+        .map(|c| (c.cluster_name.clone(), Resource::of(c)))
+        .collect()
 }
 
 /// An http upstream's route configuration, named `name`.
@@ -196,8 +207,8 @@ impl<K: Hash + Eq, V: Clone> Generations<K, V> {
 /// What every stream's resources share.
 pub(crate) struct Memo {
     identities: Generations<Identity, Arc<Identity>>,
-    clusters: Generations<ClusterKey, Resource>,
-    assignments: Generations<AssignmentKey, Resource>,
+    clusters: Generations<ClusterKey, Named>,
+    assignments: Generations<AssignmentKey, Named>,
     routes: Generations<RouteKey, Resource>,
 }
 
@@ -217,11 +228,11 @@ impl Memo {
         self.identities.get(id, |id| Arc::new(id.clone()))
     }
 
-    pub fn cluster(&mut self, key: ClusterKey) -> Resource {
+    pub fn cluster(&mut self, key: ClusterKey) -> Named {
         self.clusters.get(key, cluster)
     }
 
-    pub fn assignment(&mut self, key: AssignmentKey) -> Resource {
+    pub fn assignment(&mut self, key: AssignmentKey) -> Named {
         self.assignments.get(key, assignment)
     }
 

@@ -16,9 +16,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, cluster_name,
-    common_tls, every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter,
-    http2_upstream, identity, lb_endpoint, prefix_match, put, secs, socket, start_cluster,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, common_tls,
+    every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter, http2_upstream,
+    identity, lb_endpoint, prefix_match, put, routed_targets, secs, socket, start_cluster,
     tcp_filter, to_cluster, transport_socket, typed, upstream_id,
 };
 use super::share::{AssignmentKey, ByPtr, ClusterKey, Memo, RouteKey, UpstreamKey};
@@ -68,22 +68,27 @@ fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
         let chain = &**shared_chain;
         let upstream_id = upstream_id(&up.destination_name, &up.datacenter);
         let upstream = UpstreamKey(us.clone());
-        for target in chain.targets.values() {
+        for target in routed_targets(chain) {
             if !us.endpoints.contains_key(&target.id) {
                 continue; // a peer, or behind a mesh gateway: not served here
             }
-            // Both named by the target's name (its SNI).
-            let c = memo.cluster(ClusterKey {
+            // Named by the target's name (its SNI), each assignment as
+            // its cluster.
+            let clusters = memo.cluster(ClusterKey {
                 chain: ByPtr(shared_chain.clone()),
                 target: target.id.clone(),
                 id: ByPtr(id.clone()),
             });
-            put(&mut out, CLUSTER, cluster_name(chain, &target.id), c);
-            let cla = memo.assignment(AssignmentKey {
+            for (name, c) in clusters.iter() {
+                put(&mut out, CLUSTER, name.clone(), c.clone());
+            }
+            let assignments = memo.assignment(AssignmentKey {
                 upstream: upstream.clone(),
                 target: target.id.clone(),
             });
-            put(&mut out, ENDPOINT, cluster_name(chain, &target.id), cla);
+            for (name, cla) in assignments.iter() {
+                put(&mut out, ENDPOINT, name.clone(), cla.clone());
+            }
         }
         let bind = if up.local_bind_address.is_empty() {
             "127.0.0.1"

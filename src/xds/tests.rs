@@ -184,6 +184,11 @@ fn db_cluster(r: &Resources) -> String {
         .clone()
 }
 
+/// With failover, the cluster (and assignment) of db's aggregate tier `i`.
+fn db_tier(r: &Resources, i: usize) -> String {
+    format!("failover-target~{i}~{}", db_cluster(r))
+}
+
 fn decode<T: Message + Default>(r: &Resources, ty: &str, name: &str) -> T {
     let res = r[ty]
         .get(name)
@@ -324,22 +329,33 @@ fn versions_follow_content_only() {
 }
 
 #[test]
-fn a_resolver_sets_timeout_load_balancer_and_failover_priorities() {
+fn a_resolver_sets_timeout_load_balancer_and_failover_tiers() {
     let r = generate(&snapshot_with(&[serde_json::json!({
         "Kind": "service-resolver", "Name": "db", "ConnectTimeout": "3s",
         "LoadBalancer": {"Policy": "least_request", "LeastRequestConfig": {"ChoiceCount": 3}},
         "Failover": {"*": {"Service": "db-backup"}}
     })]));
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, LbPolicy};
+    use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig;
+    // As Consul's: an aggregate cluster over one cluster per tier, db's
+    // sidecar first, the failover target's next.
     let name = db_cluster(&r);
-    let c: Cluster = decode(&r, CLUSTER, &name);
-    assert_eq!(c.connect_timeout.map(|d| d.seconds), Some(3));
-    assert_eq!(
-        c.lb_policy,
-        envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy::LeastRequest as i32
-    );
-    // db's sidecar first, the failover target's at the next priority.
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
-    assert_eq!(endpoints(&cla), [(0, 21001), (1, 21002)]);
+    let agg: Cluster = decode(&r, CLUSTER, &name);
+    assert_eq!(agg.connect_timeout.map(|d| d.seconds), Some(3));
+    assert_eq!(agg.lb_policy, LbPolicy::ClusterProvided as i32);
+    let Some(ClusterDiscoveryType::ClusterType(custom)) = agg.cluster_discovery_type else {
+        panic!("not an aggregate: {agg:?}")
+    };
+    assert_eq!(custom.name, "envoy.clusters.aggregate");
+    let tiers = ClusterConfig::decode(&*custom.typed_config.unwrap().value).unwrap();
+    assert_eq!(tiers.clusters, [db_tier(&r, 0), db_tier(&r, 1)]);
+    for (i, port) in [(0, 21001), (1, 21002)] {
+        let c: Cluster = decode(&r, CLUSTER, &db_tier(&r, i));
+        assert_eq!(c.connect_timeout.map(|d| d.seconds), Some(3));
+        assert_eq!(c.lb_policy, LbPolicy::LeastRequest as i32);
+        let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, i));
+        assert_eq!(endpoints(&cla), [(0, port)]);
+    }
 }
 
 #[test]
@@ -371,10 +387,10 @@ fn grpc_targets_are_reached_over_http2() {
     assert!(c.typed_extension_protocol_options.is_empty());
 }
 
-/// A resolver failing over to another datacenter: the remote target gets
-/// a cluster of its own (SNI and SPIFFE ID of that datacenter), its
-/// instances as proxycfg heard them (their own addresses) are the local
-/// target's next priority, and the local cluster accepts both identities.
+/// A resolver failing over to another datacenter: the remote target is
+/// the aggregate's second tier, a cluster of its own (SNI and SPIFFE ID of
+/// that datacenter) over its instances as proxycfg heard them (their own
+/// addresses); the first tier accepts only dc1's identity.
 #[test]
 fn a_failover_to_another_datacenter_serves_its_instances() {
     let (snap, far) = failing_over_to_dc2();
@@ -413,25 +429,25 @@ fn a_failover_to_another_datacenter_serves_its_instances() {
         "{}",
         far.sni
     );
-    let c: Cluster = decode(&r, CLUSTER, &far.sni);
+    let c: Cluster = decode(&r, CLUSTER, &db_tier(&r, 1));
     assert_eq!(
         sans(&c),
         [format!("spiffe://{td}/ns/default/dc/dc2/svc/db")]
     );
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 1));
     assert_eq!(endpoints(&cla), [(0, 22001)]);
+    assert!(
+        !r[CLUSTER].contains_key(&far.sni),
+        "a failover target has no cluster of its own"
+    );
 
-    // The local target: its own sidecar first, dc2's next, both trusted.
-    let name = db_cluster(&r);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &name);
-    assert_eq!(endpoints(&cla), [(0, 21001), (1, 22001)]);
-    let c: Cluster = decode(&r, CLUSTER, &name);
+    // The local target: its own sidecar, its own identity.
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 0));
+    assert_eq!(endpoints(&cla), [(0, 21001)]);
+    let c: Cluster = decode(&r, CLUSTER, &db_tier(&r, 0));
     assert_eq!(
         sans(&c),
-        [
-            format!("spiffe://{td}/ns/default/dc/dc1/svc/db"),
-            format!("spiffe://{td}/ns/default/dc/dc2/svc/db"),
-        ]
+        [format!("spiffe://{td}/ns/default/dc/dc1/svc/db")]
     );
 }
 
@@ -497,21 +513,16 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
         out
     };
 
-    // Mode remote: dc2's gateway at its WAN address, in both the failover
-    // tier of the local target and dc2's own cluster.
+    // Mode remote: dc2's gateway at its WAN address, as the failover tier
+    // of the local target.
     up.gateways.insert(far.id.clone(), via(true));
     let r = generate(&snap);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    let far_tier = db_tier(&r, 1);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far_tier);
     assert_eq!(addrs(&cla), [(0, "203.0.113.2:443".to_string())]);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
-    assert_eq!(
-        addrs(&cla),
-        [
-            (0, "10.0.0.2:21001".to_string()),
-            (1, "203.0.113.2:443".to_string())
-        ]
-    );
-    let c: Cluster = decode(&r, CLUSTER, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 0));
+    assert_eq!(addrs(&cla), [(0, "10.0.0.2:21001".to_string())]);
+    let c: Cluster = decode(&r, CLUSTER, &far_tier);
     let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
         any,
     )) = c.transport_socket.clone().unwrap().config_type
@@ -527,7 +538,7 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
     let up = snap.upstreams.get_mut("db").unwrap();
     up.gateways.insert(far.id.clone(), via(false));
     let r = generate(&snap);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far_tier);
     assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
 
     // As a stream's token sees it: the gateways are kept only where it
@@ -537,19 +548,20 @@ fn a_target_behind_mesh_gateways_has_the_gateways_as_endpoints() {
            service "db" { policy = "read" }"#,
         true,
     );
-    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &no_gateways), ENDPOINT, &far.sni);
+    let cla: ClusterLoadAssignment =
+        decode(&generate_for(&snap, &no_gateways), ENDPOINT, &far_tier);
     assert_eq!(addrs(&cla), []);
     let reads_all = reader(r#"service_prefix "" { policy = "read" }"#, true);
-    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &reads_all), ENDPOINT, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&generate_for(&snap, &reads_all), ENDPOINT, &far_tier);
     assert_eq!(addrs(&cla), [(0, "10.2.0.9:8443".to_string())]);
 
     // No healthy instance of the target in dc2: nothing through gateways.
     let up = snap.upstreams.get_mut("db").unwrap();
     up.endpoints.insert(far.id.clone(), Arc::new(Vec::new()));
     let r = generate(&snap);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far_tier);
     assert_eq!(addrs(&cla), []);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 0));
     assert_eq!(addrs(&cla), [(0, "10.0.0.2:21001".to_string())]);
 }
 
@@ -618,15 +630,10 @@ fn a_failover_target_the_token_may_not_read_has_no_endpoints() {
         true,
     );
     let r = generate_for(&snap, &token);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 0));
     assert_eq!(endpoints(&cla), [(0, 21001)]);
-    let backup = r[ENDPOINT]
-        .keys()
-        .find(|n| n.starts_with("db-backup."))
-        .expect("db-backup's assignment")
-        .clone();
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &backup);
-    assert_eq!(endpoints(&cla), []);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 1));
+    assert_eq!(endpoints(&cla), [], "db-backup's tier");
 }
 
 /// A failover target in dc2: a `Local` token is unknown there, so the
@@ -639,17 +646,18 @@ fn a_local_token_gets_no_endpoints_in_another_datacenter() {
                    service_prefix "" { policy = "read" }"#;
 
     let r = generate_for(&snap, &reader(rules, false));
-    let _: Cluster = decode(&r, CLUSTER, &far.sni);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &far.sni);
+    assert!(far.sni.contains(".dc2."));
+    let _: Cluster = decode(&r, CLUSTER, &db_tier(&r, 1));
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 1));
     assert_eq!(endpoints(&cla), []);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 0));
     assert_eq!(endpoints(&cla), [(0, 21001)], "dc1's own stay");
 
     let global = reader(rules, true);
     assert!(crate::proxycfg::hidden(&snap, Some(&global)).is_empty());
     let r = generate_for(&snap, &global);
-    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_cluster(&r));
-    assert_eq!(endpoints(&cla), [(0, 21001), (1, 22001)]);
+    let cla: ClusterLoadAssignment = decode(&r, ENDPOINT, &db_tier(&r, 1));
+    assert_eq!(endpoints(&cla), [(0, 22001)]);
 }
 
 /// A proxyless client dialing db, whose resolver fails over to db-backup:

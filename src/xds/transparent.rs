@@ -18,8 +18,9 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
 use super::resources::{
-    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, http_filter,
-    load_assignment, put, route_config, secs, socket, start_cluster, target_cluster, tcp_filter,
+    CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, http_filter, put,
+    route_config, routed_targets, secs, socket, start_cluster, target_assignments, target_clusters,
+    tcp_filter,
 };
 use crate::proxycfg::{Snapshot, TransparentSnapshot, UpstreamSnapshot};
 use crate::structs::config_entry::is_http_like;
@@ -131,14 +132,16 @@ fn add_clusters(us: &UpstreamSnapshot, id: &Identity, out: &mut Resources) {
     let Some(chain) = us.chain.as_deref() else {
         return;
     };
-    for target in chain.targets.values() {
+    for target in routed_targets(chain) {
         if !us.endpoints.contains_key(&target.id) {
             continue;
         }
-        let c = target_cluster(chain, target, id);
-        put(out, CLUSTER, c.name.clone(), Resource::of(c));
-        let cla = load_assignment(chain, us, &target.id);
-        put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        for c in target_clusters(chain, target, id) {
+            put(out, CLUSTER, c.name.clone(), Resource::of(c));
+        }
+        for cla in target_assignments(chain, us, &target.id) {
+            put(out, ENDPOINT, cla.cluster_name.clone(), Resource::of(cla));
+        }
     }
 }
 

@@ -51,34 +51,41 @@ def test_a_sidecars_endpoints_fail_over_to_another_datacenter(dcs):
         [check("n1", "web-sidecar-proxy")])
     web = Sidecar(f"127.0.0.1:{dc1.grpc_port}", "web-sidecar-proxy", node_name="n1")
     try:
-        def cluster(s, dc):
-            return next((n for n in s.state[CDS] if n.startswith(f"api.default.{dc}.internal.")), None)
+        # As Consul's: api's cluster aggregates one cluster per tier, dc1's
+        # target first, dc2's next, each dialing its own target.
+        def primary(s):
+            return next((n for n in s.state[CDS] if n.startswith("api.default.dc1.internal.")), None)
 
-        def hosts(s, dc):
-            name = cluster(s, dc)
+        def tier(s, i):
+            return f"failover-target~{i}~{primary(s)}"
+
+        def hosts(s, i):
+            name = tier(s, i)
             return name in s.state[EDS] and eds_hosts(s.state[EDS][name])
 
-        web.wait("dc1's sidecar, then dc2's at the next priority",
-                 lambda s: hosts(s, "dc1") == [(0, "10.1.0.2:21001"), (1, "10.2.0.2:22001")])
-        web.wait("dc2's own cluster", lambda s: hosts(s, "dc2") == [(0, "10.2.0.2:22001")])
+        web.wait("dc1's sidecar, then dc2's as the next tier",
+                 lambda s: primary(s) and hosts(s, 0) == [(0, "10.1.0.2:21001")]
+                 and hosts(s, 1) == [(0, "10.2.0.2:22001")])
         web.wait("the mesh's TLS (the CA made)",
-                 lambda s: s.state[CDS][cluster(s, "dc2")].HasField("transport_socket"))
+                 lambda s: s.state[CDS][tier(s, 1)].HasField("transport_socket"))
+        agg = web.state[CDS][primary(web)]
+        assert agg.cluster_type.name == "envoy.clusters.aggregate"
 
-        # dc2's cluster: its SNI and dc2's SPIFFE ID.
-        far = web.state[CDS][cluster(web, "dc2")]
+        # dc2's tier: its SNI and dc2's SPIFFE ID.
+        far = web.state[CDS][tier(web, 1)]
         tls = unpack(far.transport_socket.typed_config, tls_pb2.UpstreamTlsContext)
-        assert tls.sni == cluster(web, "dc2")
+        assert tls.sni.startswith("api.default.dc2.internal."), tls.sni
         sans = [m.matcher.exact for m in tls.common_tls_context.validation_context.match_typed_subject_alt_names]
         assert len(sans) == 1 and sans[0].endswith("/ns/default/dc/dc2/svc/api"), sans
 
-        # dc1's api critical: only dc2's is left in the failover cluster.
+        # dc1's api critical: its tier empties, dc2's stays (Envoy moves on).
         api(dc1.url, "n2", "10.1.0.2", 21001, "critical")
-        web.wait("dc2's alone", lambda s: hosts(s, "dc1") == [(1, "10.2.0.2:22001")])
+        web.wait("dc2's alone", lambda s: hosts(s, 0) == [] and hosts(s, 1) == [(0, "10.2.0.2:22001")])
         api(dc1.url, "n2", "10.1.0.2", 21001, "passing")
-        web.wait("dc1's back", lambda s: hosts(s, "dc1") == [(0, "10.1.0.2:21001"), (1, "10.2.0.2:22001")])
+        web.wait("dc1's back", lambda s: hosts(s, 0) == [(0, "10.1.0.2:21001")])
 
         # dc2's instance critical there: gone from dc1's proxy.
         api(dc2.url, "far", "10.2.0.2", 22001, "critical")
-        web.wait("dc2's gone", lambda s: hosts(s, "dc1") == [(0, "10.1.0.2:21001")])
+        web.wait("dc2's gone", lambda s: hosts(s, 1) == [] and hosts(s, 0) == [(0, "10.1.0.2:21001")])
     finally:
         web.close()

@@ -14,7 +14,8 @@ require("grpc")
 require("envoy.config.cluster.v3.cluster_pb2")
 require("protoc_gen_validate.validator")
 
-from test_xds import CDS, EDS, LDS, TYPES, Sidecar, ca_roots, config, eds_hosts, register  # noqa: E402
+from test_xds import CDS, EDS, LDS, TYPES, Sidecar, ca_roots, config, eds_hosts, register, unpack  # noqa: E402
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: E402
 from test_xds_failover_dc import api, dcs  # noqa: E402,F401
 from test_xds_validate import invalid, pack  # noqa: E402
 
@@ -55,9 +56,21 @@ def test_mesh_gateways_and_sidecars_through_them_pass_envoys_validation(dcs):
     addr = f"127.0.0.1:{dc1.grpc_port}"
     sidecar = Sidecar(addr, "web-sidecar-proxy", node_name="n1")
     try:
+        # dc2's target is the failover tier of api's aggregate cluster
+        # (named with the chain's customization hash: the upstream's mode
+        # overrides the chain), with dc2's SNI, TLS passing the gateways.
+        def far_tier(s):
+            return next((n for n in s.state[CDS] if n.startswith("failover-target~1~")), None)
+
         def through(gateway):
-            return lambda s: far in s.state[EDS] and eds_hosts(s.state[EDS][far]) == [(0, gateway)] \
-                and s.state[CDS][far].HasField("transport_socket")
+            def ok(s):
+                t = far_tier(s)
+                if not (t and t in s.state[EDS] and eds_hosts(s.state[EDS][t]) == [(0, gateway)]
+                        and s.state[CDS][t].HasField("transport_socket")):
+                    return False
+                tls = unpack(s.state[CDS][t].transport_socket.typed_config, tls_pb2.UpstreamTlsContext)
+                return tls.sni == far
+            return ok
 
         sidecar.wait("dc1's gateway for dc2's api (mode local)", through("10.1.0.100:8443"))
         assert invalid(everything(sidecar)) == []
@@ -75,6 +88,7 @@ def test_mesh_gateways_and_sidecars_through_them_pass_envoys_validation(dcs):
                      and s.state[LDS])
         names = [list(fc.filter_chain_match.server_names)
                  for l in gateway.state[LDS].values() for fc in l.filter_chains]
+        assert names[-1] == [], "the sni_cluster catch-all comes last"
         assert [f"*.{dc2_gateways}"] in names, names
         assert invalid(everything(gateway)) == []
     finally:
