@@ -38,10 +38,12 @@ py-consul: build
 	CAIRN_BIN=target/debug/cairn bash scripts/py-consul-suite.sh
 
 ## Consul's own test tables, played against a dev server; then Consul's ACL
-## test tables against two (default deny and allow).
+## test tables against two (default deny and allow); then Consul's xDS
+## golden files, what Envoy gets, case by case.
 conformance: build
 	bash scripts/conformance.sh
 	CAIRN_BIN=target/debug/cairn bash ../shared/conformance/acl/play.sh
+	bash scripts/xds-golden.sh
 
 ## A 3-server cluster on loopback (HTTP 8500-8502, gRPC 8510-8512); Ctrl-C stops it.
 cluster: release

@@ -148,7 +148,8 @@ impl Envoy {
         let mut new = Vec::new();
         if r.type_url == CDS {
             for res in &r.resources {
-                if res.name.starts_with("db.") && !self.db.contains(&res.name) {
+                let db = res.name.starts_with("db.") || res.name.starts_with("failover-target~");
+                if db && !self.db.contains(&res.name) {
                     self.db.push(res.name.clone());
                     new.push(res.name.clone());
                 }
@@ -172,10 +173,16 @@ impl Envoy {
     }
 
     /// The endpoints served for db's target in `dc` (`None`: no assignment
-    /// yet), over every priority.
+    /// yet): db's cluster's, or with failover (to dc2) its aggregate's
+    /// tier for that datacenter.
     fn endpoints_in(&self, dc: &str) -> Option<usize> {
+        let tier = format!("failover-target~{}~db.", if dc == "dc1" { 0 } else { 1 });
         let prefix = format!("db.default.{dc}.internal.");
-        let name = self.db.iter().find(|n| n.starts_with(&prefix))?;
+        let name = self
+            .db
+            .iter()
+            .find(|n| n.starts_with(&tier))
+            .or_else(|| self.db.iter().find(|n| n.starts_with(&prefix)))?;
         let cla = self.assignments.get(name)?;
         Some(cla.endpoints.iter().map(|l| l.lb_endpoints.len()).sum())
     }
@@ -394,7 +401,7 @@ fn a_local_token_gets_no_endpoints_in_another_datacenter() {
         let mut envoy = Envoy::open(dc1.grpc_addr, Some(&global)).await.unwrap();
         envoy
             .until("dc2's endpoint for the global token", |e| {
-                e.endpoints_in("dc1") == Some(2) && e.endpoints_in("dc2") == Some(1)
+                e.endpoints_in("dc1") == Some(1) && e.endpoints_in("dc2") == Some(1)
             })
             .await;
     });

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::build::{Overrides, Shared, upstream};
-use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot, healthy};
+use super::snapshot::{GatewaySnapshot, LinkedService, Snapshot, UpstreamSnapshot};
 use super::{Dep, ProxyKey};
 use crate::discovery_chain::EntryLookup;
 use crate::state::catalog::service_instances;
@@ -106,10 +106,12 @@ pub fn build(
                         proxy_defaults,
                     );
                     // The linked service's own instances (not sidecars):
-                    // it is outside the mesh.
+                    // it is outside the mesh. Unhealthy ones too: they go
+                    // out marked unhealthy (a service known only by host
+                    // names falls back to one, as Consul's).
                     let instances: Vec<_> = service_instances(state, svc, false)
                         .into_iter()
-                        .filter(|i| i.service.kind.is_typical() && healthy(&i.checks, false))
+                        .filter(|i| i.service.kind.is_typical())
                         .map(Arc::new)
                         .collect();
                     gw.linked.insert(

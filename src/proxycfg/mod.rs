@@ -75,7 +75,7 @@ pub use build::{Shared, build_proxyless};
 pub use remote::{Answer, FetchFuture, Fetcher, MAX_WATCHERS};
 pub use snapshot::{
     Endpoints, GatewaySnapshot, LinkedService, Snapshot, TransparentSnapshot, UpstreamSnapshot,
-    ViaGateways, gateway_address,
+    ViaGateways, gateway_address, healthy,
 };
 pub use visible::{Hidden, Reader, hidden};
 

@@ -252,7 +252,8 @@ pub fn gateway_address(i: &Instance, wan: bool) -> (&str, i64) {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct LinkedService {
-    /// Its healthy instances: the addresses outside the mesh it is dialed at.
+    /// Its instances, unhealthy ones too (their checks say which): the
+    /// addresses outside the mesh it is dialed at.
     pub instances: Endpoints,
     /// Who may reach it, highest precedence first.
     pub intentions: Arc<Vec<Intention>>,

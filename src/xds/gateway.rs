@@ -37,7 +37,7 @@ use super::resources::{
     target_assignments, target_clusters, tcp_filter, to_cluster, transport_socket, typed,
 };
 use crate::discovery_chain::service_sni;
-use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address};
+use crate::proxycfg::{GatewaySnapshot, Snapshot, gateway_address, healthy};
 use crate::state::catalog::Instance;
 use crate::structs::config_entry::is_http_like;
 use crate::structs::config_entry::{
@@ -554,25 +554,61 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
             continue;
         };
         let sni = service_sni(svc, "", "", "", &gw.datacenter, &gw.trust_domain);
-        // The cluster to the service's own addresses: static or by DNS,
-        // inline (they are not mesh endpoints).
-        let dns = linked.instances.iter().any(|i| {
-            let a = instance_address(i);
-            a.parse::<std::net::IpAddr>().is_err()
-        });
+        // The cluster to the service's own addresses (they are not mesh
+        // endpoints), as Consul's: by EDS while every instance has an IP;
+        // else Envoy resolves a host name, one (LOGICAL_DNS takes one):
+        // the first healthy instance's, else the last unhealthy one's
+        // (marked so). Envoy cannot resolve names sent by EDS, and a
+        // cluster cannot mix the two.
+        let hostnames: Vec<&Arc<Instance>> = linked
+            .instances
+            .iter()
+            .filter(|i| instance_address(i).parse::<std::net::IpAddr>().is_err())
+            .collect();
         let mut c = cluster::Cluster {
             name: sni.clone(),
             alt_stat_name: sni.clone(),
-            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(if dns {
-                cluster::cluster::DiscoveryType::StrictDns
-            } else {
-                cluster::cluster::DiscoveryType::Static
-            }
-                as i32)),
             connect_timeout: secs(5),
-            load_assignment: Some(assignment(&sni, &linked.instances)),
+            outlier_detection: Some(cluster::OutlierDetection::default()),
             ..Default::default()
         };
+        if hostnames.is_empty() {
+            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::Eds as i32,
+            ));
+            c.eds_cluster_config = Some(cluster::cluster::EdsClusterConfig {
+                eds_config: ads(),
+                service_name: sni.clone(),
+            });
+            let cla = endpoint::ClusterLoadAssignment {
+                cluster_name: sni.clone(),
+                endpoints: vec![endpoint::LocalityLbEndpoints {
+                    lb_endpoints: linked.instances.iter().map(|i| with_health(i)).collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+        } else {
+            let pick = hostnames
+                .iter()
+                .find(|i| healthy(&i.checks, false))
+                .or(hostnames.last());
+            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::LogicalDns as i32,
+            ));
+            // IPv4, as Consul's (its refresh rate, 10 s, is a deprecated
+            // field now: Envoy's 5 s stands).
+            c.dns_lookup_family = cluster::cluster::DnsLookupFamily::V4Only as i32;
+            c.load_assignment = Some(endpoint::ClusterLoadAssignment {
+                cluster_name: sni.clone(),
+                endpoints: vec![endpoint::LocalityLbEndpoints {
+                    lb_endpoints: pick.map(|i| with_health(i)).into_iter().collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
         if !g.ca_file.is_empty() {
             c.transport_socket = transport_socket(origination_tls(g));
         }
@@ -686,6 +722,21 @@ fn assignment(name: &str, rows: &[Arc<Instance>]) -> endpoint::ClusterLoadAssign
         }],
         ..Default::default()
     }
+}
+
+/// A linked service's instance as an endpoint, its health as Consul's
+/// (critical or in maintenance: unhealthy, so Envoy sends it nothing).
+fn with_health(i: &Instance) -> endpoint::LbEndpoint {
+    let mut e = lb_endpoint(
+        instance_address(i),
+        u32::try_from(i.service.port).unwrap_or(0),
+    );
+    e.health_status = if healthy(&i.checks, false) {
+        core::HealthStatus::Healthy
+    } else {
+        core::HealthStatus::Unhealthy
+    } as i32;
+    e
 }
 
 fn instance_address(i: &Instance) -> &str {

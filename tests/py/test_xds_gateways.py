@@ -8,6 +8,7 @@ addresses registered are loopback ones, and only configuration is read."""
 
 import pytest
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 
@@ -173,14 +174,18 @@ def test_a_terminating_gateway_has_a_filter_chain_per_linked_service(world):
         rbac = unpack(chains[sni("ledger", td)].filters[0].typed_config, net_rbac_pb2.RBAC)
         assert not rbac.rules.policies, rbac
 
-        # Clusters to the services' own addresses; TLS origination for billing.
+        # Clusters to the services' own addresses (IPs: by EDS, as
+        # Consul's); TLS origination for billing.
+        tg.wait("the linked services' endpoints", lambda s:
+                {sni("billing", td), sni("ledger", td)} <= set(s.state[EDS]))
         billing = tg.state[CDS][sni("billing", td)]
-        assert eds_hosts(billing.load_assignment) == [(0, "127.0.0.99:443")]
+        assert billing.type == cluster_pb2.Cluster.EDS
+        assert eds_hosts(tg.state[EDS][sni("billing", td)]) == [(0, "127.0.0.99:443")]
         up = unpack(billing.transport_socket.typed_config, tls_pb2.UpstreamTlsContext)
         assert up.sni == "billing.example.com"
         assert up.common_tls_context.validation_context.trusted_ca.filename == "/etc/billing/ca.pem"
         ledger = tg.state[CDS][sni("ledger", td)]
-        assert eds_hosts(ledger.load_assignment) == [(0, "127.0.0.98:5433")]
+        assert eds_hosts(tg.state[EDS][sni("ledger", td)]) == [(0, "127.0.0.98:5433")]
         assert not ledger.HasField("transport_socket")
 
         # Unlinking ledger removes its chain and cluster.
