@@ -942,13 +942,70 @@ fn next_action(chain: &CompiledDiscoveryChain, node: &str) -> route::RouteAction
             }
         }
         _ => {
-            let target = resolver_of(chain, n)
+            let resolver = resolver_of(chain, n);
+            let target = resolver
                 .and_then(|r| r.resolver.as_ref())
                 .map(|r| cluster_name(chain, &r.target))
                 .unwrap_or_default();
-            to_cluster(&target)
+            let mut a = to_cluster(&target);
+            if let Some(lb) = resolver.and_then(|r| r.load_balancer.as_ref()) {
+                a.hash_policy = hash_policies(lb);
+            }
+            a
         }
     }
+}
+
+/// A hash-based load balancer's `HashPolicies` as the route's, as
+/// Consul's: what a ring-hash or maglev cluster hashes a request by (none:
+/// Envoy hashes nothing and stickiness is lost).
+fn hash_policies(
+    lb: &crate::structs::config_entry::LoadBalancer,
+) -> Vec<route::route_action::HashPolicy> {
+    use route::route_action::hash_policy::{
+        ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
+    };
+    if !lb.is_hash_based() {
+        return Vec::new();
+    }
+    lb.hash_policies
+        .iter()
+        .filter_map(|p| {
+            let spec = if p.source_ip {
+                PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
+            } else {
+                match p.field.as_str() {
+                    "header" => PolicySpecifier::Header(Header {
+                        header_name: p.field_value.clone(),
+                        ..Default::default()
+                    }),
+                    "cookie" => {
+                        let c = p.cookie_config.as_ref();
+                        let ttl = match c {
+                            // A zero TTL makes Envoy set a session cookie.
+                            Some(c) if c.session => secs(0),
+                            Some(c) if c.ttl.nanos() > 0 => duration(c.ttl),
+                            _ => None,
+                        };
+                        PolicySpecifier::Cookie(Cookie {
+                            name: p.field_value.clone(),
+                            ttl,
+                            path: c.map(|c| c.path.clone()).unwrap_or_default(),
+                            ..Default::default()
+                        })
+                    }
+                    "query_parameter" => PolicySpecifier::QueryParameter(QueryParameter {
+                        name: p.field_value.clone(),
+                    }),
+                    _ => return None, // refused when the entry was written
+                }
+            };
+            Some(route::route_action::HashPolicy {
+                policy_specifier: Some(spec),
+                terminal: p.terminal,
+            })
+        })
+        .collect()
 }
 
 /// A config entry's header changes as Envoy's: `Add` appends, `Set`

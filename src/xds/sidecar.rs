@@ -46,6 +46,13 @@ fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
     };
     let local_port = u32::from(svc.proxy.local_service_port);
     let mut app = local_app(&local_addr, local_port);
+    // `local_connect_timeout_ms` of the proxy's config (Consul's; 5 s).
+    if let Some(ms) = config_ms(snap, "local_connect_timeout_ms") {
+        app.connect_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: (ms / 1000) as i64,
+            nanos: ((ms % 1000) * 1_000_000) as i32,
+        });
+    }
     if matches!(protocol_of(snap).as_str(), "http2" | "grpc") {
         http2_upstream(&mut app);
     }
@@ -159,6 +166,14 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     let mut filters = Vec::new();
     let filter = if http {
         let mut hcm = hcm_base("public_listener");
+        // `local_request_timeout_ms`: how long the application may take.
+        let mut local_route = to_cluster(LOCAL_APP);
+        if let Some(ms) = config_ms(snap, "local_request_timeout_ms") {
+            local_route.timeout = Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: (ms / 1000) as i64,
+                nanos: ((ms % 1000) * 1_000_000) as i32,
+            });
+        }
         hcm.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
             route::RouteConfiguration {
                 name: "public_listener".into(),
@@ -167,7 +182,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
                     domains: vec!["*".into()],
                     routes: vec![route::Route {
                         r#match: Some(prefix_match("/")),
-                        action: Some(route::route::Action::Route(to_cluster(LOCAL_APP))),
+                        action: Some(route::route::Action::Route(local_route)),
                         ..Default::default()
                     }],
                     ..Default::default()
@@ -206,6 +221,13 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
         }],
         ..Default::default()
     }
+}
+
+/// A millisecond setting of the proxy's config (a number, or a string of
+/// one, as agents send either); none when unset or not a number.
+fn config_ms(snap: &Snapshot, key: &str) -> Option<u64> {
+    let v = snap.service.proxy.config.as_ref()?.get(key)?;
+    v.as_u64().or_else(|| v.as_str()?.trim().parse().ok())
 }
 
 /// The proxy's own protocol (`Proxy.Config.protocol`, central config

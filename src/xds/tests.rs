@@ -719,3 +719,72 @@ fn a_proxyless_clients_failover_target_it_may_not_read_has_no_endpoints() {
     assert_eq!(ports(&r, "db-backup.default.dc1"), []);
     assert_eq!(r[LISTENER], all[LISTENER], "the listener stays");
 }
+
+/// A ring-hash resolver's `HashPolicies` become the route's: without them
+/// Envoy hashes nothing and requests are not sticky.
+#[test]
+fn a_ring_hash_resolvers_hash_policies_reach_its_route() {
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
+    let snap = snapshot_with(&[serde_json::json!({
+        "Kind": "service-resolver", "Name": "db",
+        "LoadBalancer": {"Policy": "ring_hash", "HashPolicies": [
+            {"Field": "header", "FieldValue": "x-user"},
+            {"Field": "cookie", "FieldValue": "sid", "CookieConfig": {"Session": true}},
+            {"SourceIP": true, "Terminal": true}
+        ]}
+    })]);
+    let chain = snap.upstreams["db"].chain.as_deref().unwrap();
+    let rc = super::resources::route_config("db", chain);
+    let Some(Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!("not a route action: {rc:?}")
+    };
+    let specs: Vec<_> = a
+        .hash_policy
+        .iter()
+        .map(|h| (h.policy_specifier.clone().unwrap(), h.terminal))
+        .collect();
+    assert!(matches!(&specs[0], (PolicySpecifier::Header(h), false) if h.header_name == "x-user"));
+    assert!(
+        matches!(&specs[1], (PolicySpecifier::Cookie(c), false) if c.name == "sid" && c.ttl.is_some_and(|t| t.seconds == 0))
+    );
+    assert!(matches!(&specs[2], (PolicySpecifier::ConnectionProperties(p), true) if p.source_ip));
+}
+
+/// The proxy's `local_connect_timeout_ms` and `local_request_timeout_ms`
+/// (Consul's settings for the hop to the application) reach `local_app`
+/// and the public listener's route.
+#[test]
+fn the_proxys_local_timeouts_reach_local_app_and_its_route() {
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_connection_manager::RouteSpecifier,
+    };
+    let mut snap = snapshot();
+    let cfg = serde_json::json!({"protocol": "http", "local_connect_timeout_ms": 1250,
+                                 "local_request_timeout_ms": "3000"});
+    snap.service.proxy.config = Some(Arc::new(cfg.as_object().unwrap().clone()));
+    let r = generate(&snap);
+    let app: Cluster = decode(&r, CLUSTER, "local_app");
+    let t = app.connect_timeout.unwrap();
+    assert_eq!((t.seconds, t.nanos), (1, 250_000_000));
+    let l: Listener = decode(&r, LISTENER, "public_listener:0.0.0.0:21000");
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        l.filter_chains[0]
+            .filters
+            .last()
+            .unwrap()
+            .config_type
+            .clone()
+    else {
+        panic!("no HCM")
+    };
+    let hcm = HttpConnectionManager::decode(&*any.value).unwrap();
+    let Some(RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier else {
+        panic!("no inline route")
+    };
+    let Some(Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!("not a route action")
+    };
+    assert_eq!(a.timeout.unwrap().seconds, 3);
+}
