@@ -829,22 +829,42 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
     // service's chain above is never shadowed).
     for (dc, rows) in &gw.remote {
         let name = format!("{dc}.internal.{}", gw.trust_domain);
-        put(out, CLUSTER, name.clone(), Resource::of(eds_cluster(&name)));
-        let cla = endpoint::ClusterLoadAssignment {
+        // Gateways known by a host name (a cloud load balancer's): Envoy
+        // resolves it, one (LOGICAL_DNS), as Consul's; names sent by EDS
+        // it cannot resolve.
+        let hostname = rows.iter().find_map(|g| {
+            let (addr, port) = gateway_address(g, true);
+            addr.parse::<std::net::IpAddr>()
+                .is_err()
+                .then(|| lb_endpoint(addr, u32::try_from(port).unwrap_or(0)))
+        });
+        let endpoints = |lb_endpoints| endpoint::ClusterLoadAssignment {
             cluster_name: name.clone(),
             endpoints: vec![endpoint::LocalityLbEndpoints {
-                lb_endpoints: rows
-                    .iter()
-                    .map(|g| {
-                        let (addr, port) = gateway_address(g, true);
-                        lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
-                    })
-                    .collect(),
+                lb_endpoints,
                 ..Default::default()
             }],
             ..Default::default()
         };
-        put(out, ENDPOINT, name.clone(), Resource::of(cla));
+        let mut c = eds_cluster(&name);
+        if let Some(e) = hostname {
+            c.eds_cluster_config = None;
+            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::LogicalDns as i32,
+            ));
+            c.dns_lookup_family = cluster::cluster::DnsLookupFamily::V4Only as i32;
+            c.load_assignment = Some(endpoints(vec![e]));
+        } else {
+            let all = rows
+                .iter()
+                .map(|g| {
+                    let (addr, port) = gateway_address(g, true);
+                    lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
+                })
+                .collect();
+            put(out, ENDPOINT, name.clone(), Resource::of(endpoints(all)));
+        }
+        put(out, CLUSTER, name.clone(), Resource::of(c));
         chains.push(passthrough(
             format!("*.{name}"),
             &format!("mesh_gateway_remote.{dc}"),
@@ -998,17 +1018,23 @@ mod tests {
         );
     }
 
-    /// Besides its local services, a mesh gateway passes every other
-    /// datacenter's SNIs (`*.<dc>.internal.<td>`) on to a cluster of that
-    /// datacenter's gateways at their WAN addresses, still encrypted.
-    #[test]
-    fn a_mesh_gateway_routes_another_datacenter_to_its_gateways() {
+    /// A mesh gateway of dc1 with no local service, and its gateway part.
+    fn lone_mesh_gateway() -> (Snapshot, GatewaySnapshot) {
         let mut w = crate::testing::World::new();
         register(&mut w, "gw", "10.0.9.9", svc("mesh-gateway", "mgw", 8443));
         let state = w.store.state();
         let key = ("gw".to_string(), "mgw".to_string());
         let (snap, _) = build(&state, "dc1", &key, &mut Shared::default()).expect("a gateway");
-        let mut gw = (**snap.gateway.as_ref().unwrap()).clone();
+        let gw = (**snap.gateway.as_ref().unwrap()).clone();
+        (snap, gw)
+    }
+
+    /// Besides its local services, a mesh gateway passes every other
+    /// datacenter's SNIs (`*.<dc>.internal.<td>`) on to a cluster of that
+    /// datacenter's gateways at their WAN addresses, still encrypted.
+    #[test]
+    fn a_mesh_gateway_routes_another_datacenter_to_its_gateways() {
+        let (snap, mut gw) = lone_mesh_gateway();
         let far: Instance = serde_json::from_value(serde_json::json!({
             "Node": {"Node": "gw2", "Address": "10.2.0.9", "Datacenter": "dc2",
                      "TaggedAddresses": {"wan": "198.51.100.2"}},
@@ -1059,6 +1085,44 @@ mod tests {
                 Some(core::socket_address::PortSpecifier::PortValue(8443))
             )
         );
+    }
+
+    /// Another datacenter's gateway known by a host name (a load
+    /// balancer's): a LOGICAL_DNS cluster Envoy resolves, never a name in
+    /// EDS (which Envoy cannot resolve).
+    #[test]
+    fn a_remote_gateway_with_a_host_name_is_a_dns_cluster() {
+        let (snap, mut gw) = lone_mesh_gateway();
+        let far: Instance = serde_json::from_value(serde_json::json!({
+            "Node": {"Node": "gw2", "Address": "10.2.0.9", "Datacenter": "dc2"},
+            "Service": {"ID": "mgw2", "Service": "mesh-gateway", "Kind": "mesh-gateway",
+                        "Port": 8443,
+                        "TaggedAddresses": {"wan": {"Address": "gw.dc2.example.com", "Port": 443}}},
+            "Checks": []
+        }))
+        .unwrap();
+        gw.remote
+            .insert("dc2".into(), Arc::new(vec![Arc::new(far)]));
+        let out = super::generate(&snap, &gw);
+        let name = format!("dc2.internal.{}", gw.trust_domain);
+        let c = cluster::Cluster::decode(&*out[CLUSTER][&name].any.value).unwrap();
+        assert_eq!(
+            c.cluster_discovery_type,
+            Some(cluster::cluster::ClusterDiscoveryType::Type(
+                cluster::cluster::DiscoveryType::LogicalDns as i32
+            ))
+        );
+        assert!(!out[ENDPOINT].contains_key(&name), "no host name by EDS");
+        let Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(ep)) =
+            &c.load_assignment.unwrap().endpoints[0].lb_endpoints[0].host_identifier
+        else {
+            panic!("no endpoint");
+        };
+        let Some(core::address::Address::SocketAddress(a)) = &ep.address.as_ref().unwrap().address
+        else {
+            panic!("not a socket address");
+        };
+        assert_eq!(a.address, "gw.dc2.example.com");
     }
 
     #[test]
