@@ -693,8 +693,13 @@ fn applied_before(truth: &Committed, key: &str, index: u64, s: usize, at: u64) -
     restored >= index
         || truth
             .acl_applied_at
-            .get(&(key.to_string(), index, server))
+            .get(&(key.to_string(), index, server.clone()))
             .is_some_and(|times| times.iter().any(|&t| t >= began && t < at))
+        || truth.installs.get(&server).is_some_and(|installs| {
+            installs
+                .iter()
+                .any(|&(t, i)| i >= index && t >= began && t < at)
+        })
 }
 
 /// Checker (j) on a finished run.

@@ -185,6 +185,10 @@ pub struct Committed {
     /// Per server, when (µs) each of its lives began, and the index its
     /// state had once assembled (restored, or re-applied since).
     pub starts: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Per server, when (µs) its whole state was replaced (a snapshot
+    /// installed from the leader, or restored) and at what index:
+    /// everything up to it applied at once, which no per-row change lists.
+    pub installs: BTreeMap<String, Vec<(u64, u64)>>,
     /// Indexes two servers applied differently.
     pub conflicts: Vec<String>,
 }
@@ -192,6 +196,11 @@ pub struct Committed {
 pub type Truth = Arc<Mutex<Committed>>;
 
 fn record(truth: &Truth, server: &str, set: &ChangeSet) {
+    if set.replaced {
+        (truth.lock().unwrap().installs.entry(server.to_string()))
+            .or_default()
+            .push((now_us(), set.index));
+    }
     record_acl(truth, server, set);
     record_checks(truth, set);
     let changes: BTreeMap<String, Option<String>> = set

@@ -213,6 +213,16 @@ impl Publisher {
     /// is dropped (in order with the batches queued before) so subscribers
     /// start over with a snapshot.
     pub fn reset(&self, index: u64) {
+        // The tap sees it as a set that replaced the whole state, so an
+        // observer (the simulation's ground truth) knows everything up to
+        // `index` was applied here now.
+        if let Some(tap) = &self.tap {
+            tap(&ChangeSet {
+                index,
+                replaced: true,
+                ..Default::default()
+            });
+        }
         let _ = self.queue.send(Msg::Reset(index));
     }
 
