@@ -46,8 +46,8 @@ type ChainResult = Result<Arc<CompiledDiscoveryChain>, String>;
 /// Chains and endpoint lists shared across proxies and rebuilds.
 #[derive(Default)]
 pub struct Shared {
-    /// (service, datacenter, mesh gateway mode override) → its compiled
-    /// chain.
+    /// (service, datacenter, and the overrides: mesh gateway mode,
+    /// protocol, connect timeout in ns) → its compiled chain.
     chains: HashMap<(String, String, String, String, i64), Stamped<ChainResult>>,
     /// (service, subset filter, only passing, connect) → its healthy
     /// connect-capable instances (`connect`), or its healthy instances.
@@ -518,10 +518,9 @@ impl Overrides {
         let cfg = up.config.as_deref();
         let get = |k: &str| cfg.and_then(|c| c.get(k));
         let protocol = get("protocol").and_then(|v| v.as_str()).unwrap_or_default();
-        // A number, or a string of one (HCL and JSON agents send either).
         let ms = get("connect_timeout_ms")
-            .and_then(|v| v.as_i64().or_else(|| v.as_str()?.trim().parse().ok()))
-            .filter(|ms| *ms > 0)
+            .and_then(crate::structs::serde_util::loose_u64)
+            .and_then(|ms| i64::try_from(ms).ok())
             .unwrap_or(0);
         Overrides {
             mesh_gateway: mesh_gateway.to_string(),

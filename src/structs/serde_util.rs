@@ -72,3 +72,9 @@ pub mod raw_bytes {
         d.deserialize_byte_buf(V)
     }
 }
+
+/// A number in opaque proxy or upstream `Config`, or a string of one:
+/// agents write that map from HCL and JSON, and send either.
+pub fn loose_u64(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_str()?.trim().parse().ok())
+}

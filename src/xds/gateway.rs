@@ -32,7 +32,7 @@ use envoy_types::util::pack_any;
 
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, ads, common_tls, every_type,
-    has_tls, header_options, http_filter, http2_upstream, identity, inline, lb_endpoint,
+    has_tls, header_changes, http_filter, http2_upstream, identity, inline, lb_endpoint,
     prefix_match, put, rds_hcm, route_config, routed_targets, secs, socket, start_cluster,
     target_assignments, target_clusters, tcp_filter, to_cluster, transport_socket, typed,
 };
@@ -519,14 +519,10 @@ fn ingress_routes(
             ..Default::default()
         };
         if let Some(s) = own {
-            if let Some(m) = &s.request_headers {
-                vh.request_headers_to_add = header_options(m);
-                vh.request_headers_to_remove = m.remove.clone();
-            }
-            if let Some(m) = &s.response_headers {
-                vh.response_headers_to_add = header_options(m);
-                vh.response_headers_to_remove = m.remove.clone();
-            }
+            (vh.request_headers_to_add, vh.request_headers_to_remove) =
+                header_changes(s.request_headers.as_ref());
+            (vh.response_headers_to_add, vh.response_headers_to_remove) =
+                header_changes(s.response_headers.as_ref());
         }
         virtual_hosts.push(vh);
     }
@@ -563,51 +559,24 @@ fn terminating(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         let hostnames: Vec<&Arc<Instance>> = linked
             .instances
             .iter()
-            .filter(|i| instance_address(i).parse::<std::net::IpAddr>().is_err())
+            .filter(|i| is_host_name(instance_address(i)))
             .collect();
-        let mut c = cluster::Cluster {
-            name: sni.clone(),
-            alt_stat_name: sni.clone(),
-            connect_timeout: secs(5),
-            outlier_detection: Some(cluster::OutlierDetection::default()),
-            ..Default::default()
-        };
+        let mut c = eds_cluster(&sni);
+        c.outlier_detection = Some(cluster::OutlierDetection::default());
         if hostnames.is_empty() {
-            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
-                cluster::cluster::DiscoveryType::Eds as i32,
-            ));
-            c.eds_cluster_config = Some(cluster::cluster::EdsClusterConfig {
-                eds_config: ads(),
-                service_name: sni.clone(),
-            });
-            let cla = endpoint::ClusterLoadAssignment {
-                cluster_name: sni.clone(),
-                endpoints: vec![endpoint::LocalityLbEndpoints {
-                    lb_endpoints: linked.instances.iter().map(|i| with_health(i)).collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            };
-            put(out, ENDPOINT, sni.clone(), Resource::of(cla));
+            let rows = linked.instances.iter().map(|i| with_health(i)).collect();
+            put(
+                out,
+                ENDPOINT,
+                sni.clone(),
+                Resource::of(one_locality(&sni, rows)),
+            );
         } else {
             let pick = hostnames
                 .iter()
                 .find(|i| healthy(&i.checks, false))
                 .or(hostnames.last());
-            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
-                cluster::cluster::DiscoveryType::LogicalDns as i32,
-            ));
-            // IPv4, as Consul's (its refresh rate, 10 s, is a deprecated
-            // field now: Envoy's 5 s stands).
-            c.dns_lookup_family = cluster::cluster::DnsLookupFamily::V4Only as i32;
-            c.load_assignment = Some(endpoint::ClusterLoadAssignment {
-                cluster_name: sni.clone(),
-                endpoints: vec![endpoint::LocalityLbEndpoints {
-                    lb_endpoints: pick.map(|i| with_health(i)).into_iter().collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            });
+            by_dns(&mut c, pick.map(|i| with_health(i)));
         }
         if !g.ca_file.is_empty() {
             c.transport_socket = transport_socket(origination_tls(g));
@@ -706,22 +675,48 @@ fn auto_host_rewrite(gw: &GatewaySnapshot, svc: &str) -> bool {
 /// Instances as the endpoints of cluster `name`, at their own address
 /// and port.
 fn assignment(name: &str, rows: &[Arc<Instance>]) -> endpoint::ClusterLoadAssignment {
+    let rows = rows
+        .iter()
+        .map(|i| {
+            lb_endpoint(
+                instance_address(i),
+                u32::try_from(i.service.port).unwrap_or(0),
+            )
+        })
+        .collect();
+    one_locality(name, rows)
+}
+
+/// `name`'s endpoints, in one locality.
+fn one_locality(
+    name: &str, lb_endpoints: Vec<endpoint::LbEndpoint>,
+) -> endpoint::ClusterLoadAssignment {
     endpoint::ClusterLoadAssignment {
         cluster_name: name.to_string(),
         endpoints: vec![endpoint::LocalityLbEndpoints {
-            lb_endpoints: rows
-                .iter()
-                .map(|i| {
-                    lb_endpoint(
-                        instance_address(i),
-                        u32::try_from(i.service.port).unwrap_or(0),
-                    )
-                })
-                .collect(),
+            lb_endpoints,
             ..Default::default()
         }],
         ..Default::default()
     }
+}
+
+/// An address Envoy must resolve (not an IP).
+fn is_host_name(addr: &str) -> bool {
+    addr.parse::<std::net::IpAddr>().is_err()
+}
+
+/// Turns an EDS cluster (`eds_cluster`) into one Envoy resolves by DNS, as
+/// Consul's for host names: LOGICAL_DNS takes one endpoint (`endpoint`),
+/// IPv4 (Consul's refresh rate, 10 s, is a deprecated field: Envoy's 5 s
+/// stands). Envoy cannot resolve names sent by EDS.
+fn by_dns(c: &mut cluster::Cluster, endpoint: Option<endpoint::LbEndpoint>) {
+    c.eds_cluster_config = None;
+    c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+        cluster::cluster::DiscoveryType::LogicalDns as i32,
+    ));
+    c.dns_lookup_family = cluster::cluster::DnsLookupFamily::V4Only as i32;
+    c.load_assignment = Some(one_locality(&c.name, endpoint.into_iter().collect()));
 }
 
 /// A linked service's instance as an endpoint, its health as Consul's
@@ -832,37 +827,29 @@ fn mesh(snap: &Snapshot, gw: &GatewaySnapshot, out: &mut Resources) {
         // Gateways known by a host name (a cloud load balancer's): Envoy
         // resolves it, one (LOGICAL_DNS), as Consul's; names sent by EDS
         // it cannot resolve.
-        let hostname = rows.iter().find_map(|g| {
+        // Each gateway's WAN endpoint, and whether its address is a name.
+        let wan = |g: &Arc<Instance>| {
             let (addr, port) = gateway_address(g, true);
-            addr.parse::<std::net::IpAddr>()
-                .is_err()
-                .then(|| lb_endpoint(addr, u32::try_from(port).unwrap_or(0)))
-        });
-        let endpoints = |lb_endpoints| endpoint::ClusterLoadAssignment {
-            cluster_name: name.clone(),
-            endpoints: vec![endpoint::LocalityLbEndpoints {
-                lb_endpoints,
-                ..Default::default()
-            }],
-            ..Default::default()
+            (
+                is_host_name(addr),
+                lb_endpoint(addr, u32::try_from(port).unwrap_or(0)),
+            )
         };
+        let hostname = rows
+            .iter()
+            .map(wan)
+            .find_map(|(named, e)| named.then_some(e));
         let mut c = eds_cluster(&name);
-        if let Some(e) = hostname {
-            c.eds_cluster_config = None;
-            c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
-                cluster::cluster::DiscoveryType::LogicalDns as i32,
-            ));
-            c.dns_lookup_family = cluster::cluster::DnsLookupFamily::V4Only as i32;
-            c.load_assignment = Some(endpoints(vec![e]));
+        if hostname.is_some() {
+            by_dns(&mut c, hostname);
         } else {
-            let all = rows
-                .iter()
-                .map(|g| {
-                    let (addr, port) = gateway_address(g, true);
-                    lb_endpoint(addr, u32::try_from(port).unwrap_or(0))
-                })
-                .collect();
-            put(out, ENDPOINT, name.clone(), Resource::of(endpoints(all)));
+            let all = rows.iter().map(|g| wan(g).1).collect();
+            put(
+                out,
+                ENDPOINT,
+                name.clone(),
+                Resource::of(one_locality(&name, all)),
+            );
         }
         put(out, CLUSTER, name.clone(), Resource::of(c));
         chains.push(passthrough(

@@ -396,11 +396,8 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn default_allow_denies_only_deny_intentions() {
-        let r = build(&[rule("web", false), rule("api", true)], true, TD);
-        assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
-        assert_eq!(r.policies.len(), 1);
+    /// The SPIFFE pattern of the L4 policy's first principal.
+    fn first_source(r: &rbac::Rbac) -> &str {
         let p = &r.policies["consul-intentions-layer4"];
         let Some(rbac::principal::Identifier::Authenticated(a)) = &p.principals[0].identifier
         else {
@@ -411,8 +408,16 @@ mod tests {
         else {
             panic!("not a regex")
         };
+        &re.regex
+    }
+
+    #[test]
+    fn default_allow_denies_only_deny_intentions() {
+        let r = build(&[rule("web", false), rule("api", true)], true, TD);
+        assert_eq!(r.action, rbac::rbac::Action::Deny as i32);
+        assert_eq!(r.policies.len(), 1);
         assert_eq!(
-            re.regex,
+            first_source(&r),
             "^spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/[^/]+/svc/web$"
         );
     }
@@ -437,17 +442,7 @@ mod tests {
     #[test]
     fn sources_match_only_this_trust_domain() {
         let r = build(&[rule("web", true), rule("*", false)], false, TD);
-        let p = &r.policies["consul-intentions-layer4"];
-        let Some(rbac::principal::Identifier::Authenticated(a)) = &p.principals[0].identifier
-        else {
-            panic!("not an authenticated principal: {p:?}")
-        };
-        let Some(matcher::string_matcher::MatchPattern::SafeRegex(re)) =
-            &a.principal_name.as_ref().unwrap().match_pattern
-        else {
-            panic!("not a regex")
-        };
-        let re = regex::Regex::new(&re.regex).unwrap();
+        let re = regex::Regex::new(first_source(&r)).unwrap();
         assert!(re.is_match(&format!("spiffe://{TD}/ns/default/dc/dc2/svc/web")));
         assert!(!re.is_match(
             "spiffe://99999999-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/web"

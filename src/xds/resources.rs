@@ -205,6 +205,15 @@ fn duration(d: Duration) -> Option<PbDuration> {
     })
 }
 
+/// A setting in milliseconds (the proxy config's `*_ms`; 0 stays 0, which
+/// for a route's timeout means none).
+pub(crate) fn millis(ms: u64) -> Option<PbDuration> {
+    Some(PbDuration {
+        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    })
+}
+
 pub(crate) fn secs(s: i64) -> Option<PbDuration> {
     Some(PbDuration {
         seconds: s,
@@ -559,7 +568,7 @@ pub(crate) fn target_cluster(
         .iter()
         .filter_map(|t| chain.targets.get(t))
         .collect();
-    eds_cluster(chain, target, cluster_name(chain, &target.id), &dialed, id)
+    chain_cluster(chain, target, cluster_name(chain, &target.id), &dialed, id)
 }
 
 /// A target's clusters as Consul's: one EDS cluster named by the target;
@@ -572,7 +581,7 @@ pub(crate) fn target_clusters(
 ) -> Vec<cluster::Cluster> {
     let tiers = tiers(chain, &target.id);
     if tiers.len() == 1 {
-        return vec![eds_cluster(
+        return vec![chain_cluster(
             chain,
             target,
             cluster_name(chain, &target.id),
@@ -601,7 +610,7 @@ pub(crate) fn target_clusters(
         let Some(dialed) = chain.targets.get(t) else {
             continue;
         };
-        out.push(eds_cluster(
+        out.push(chain_cluster(
             chain,
             target,
             tier_name(&name, i),
@@ -645,14 +654,13 @@ fn connect_timeout(target: &DiscoveryTarget) -> Option<PbDuration> {
     }
 }
 
-/// An EDS cluster `name` over ADS with `primary`'s resolver settings
+/// An EDS cluster `name` over ADS with `target`'s resolver settings
 /// (connect timeout, load balancer), and mTLS to `dialed`'s sidecars: the
 /// first's SNI, every one's SPIFFE identity.
-fn eds_cluster(
-    chain: &CompiledDiscoveryChain, primary: &DiscoveryTarget, name: String,
+fn chain_cluster(
+    chain: &CompiledDiscoveryChain, target: &DiscoveryTarget, name: String,
     dialed: &[&DiscoveryTarget], id: &Identity,
 ) -> cluster::Cluster {
-    let target = primary;
     let timeout = connect_timeout(target);
     let lb = chain
         .nodes
@@ -854,14 +862,14 @@ pub(crate) fn route_config(
                     };
                     if let Some(d) = &r.definition.destination {
                         destination(&mut action, d);
-                        if let Some(h) = &d.request_headers {
-                            route.request_headers_to_add = header_options(h);
-                            route.request_headers_to_remove = h.remove.clone();
-                        }
-                        if let Some(h) = &d.response_headers {
-                            route.response_headers_to_add = header_options(h);
-                            route.response_headers_to_remove = h.remove.clone();
-                        }
+                        (
+                            route.request_headers_to_add,
+                            route.request_headers_to_remove,
+                        ) = header_changes(d.request_headers.as_ref());
+                        (
+                            route.response_headers_to_add,
+                            route.response_headers_to_remove,
+                        ) = header_changes(d.response_headers.as_ref());
                     }
                     route.action = Some(route::route::Action::Route(action));
                     routes.push(route);
@@ -910,24 +918,19 @@ fn next_action(chain: &CompiledDiscoveryChain, node: &str) -> route::RouteAction
                 .filter_map(|s| {
                     let next = chain.nodes.get(&s.next_node)?;
                     let r = resolver_of(chain, next)?.resolver.as_ref()?;
-                    let d = &s.definition;
-                    let req = d.request_headers.as_ref();
-                    let resp = d.response_headers.as_ref();
-                    Some(route::weighted_cluster::ClusterWeight {
+                    let mut leg = route::weighted_cluster::ClusterWeight {
                         name: cluster_name(chain, &r.target),
                         weight: Some(UInt32Value {
                             value: (s.weight * 100.0).round() as u32,
                         }),
-                        request_headers_to_add: req.map(header_options).unwrap_or_default(),
-                        request_headers_to_remove: req
-                            .map(|m| m.remove.clone())
-                            .unwrap_or_default(),
-                        response_headers_to_add: resp.map(header_options).unwrap_or_default(),
-                        response_headers_to_remove: resp
-                            .map(|m| m.remove.clone())
-                            .unwrap_or_default(),
                         ..Default::default()
-                    })
+                    };
+                    let d = &s.definition;
+                    (leg.request_headers_to_add, leg.request_headers_to_remove) =
+                        header_changes(d.request_headers.as_ref());
+                    (leg.response_headers_to_add, leg.response_headers_to_remove) =
+                        header_changes(d.response_headers.as_ref());
+                    Some(leg)
                 })
                 .filter(|c| c.weight.as_ref().is_some_and(|w| w.value > 0))
                 .collect();
@@ -1008,9 +1011,14 @@ fn hash_policies(
         .collect()
 }
 
-/// A config entry's header changes as Envoy's: `Add` appends, `Set`
-/// overwrites (the removes are the caller's, a separate field).
-pub(crate) fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOption> {
+/// A config entry's header changes as Envoy's two fields: the headers to
+/// add (`Add` appends, `Set` overwrites) and the names to remove.
+pub(crate) fn header_changes(
+    m: Option<&HttpHeaderModifiers>,
+) -> (Vec<core::HeaderValueOption>, Vec<String>) {
+    let Some(m) = m else {
+        return Default::default();
+    };
     let opt = |k: &str, v: &str, action: core::header_value_option::HeaderAppendAction| {
         core::HeaderValueOption {
             header: Some(core::HeaderValue {
@@ -1023,7 +1031,8 @@ pub(crate) fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOp
         }
     };
     use core::header_value_option::HeaderAppendAction as A;
-    m.add
+    let add = m
+        .add
         .iter()
         .map(|(k, v)| opt(k, v, A::AppendIfExistsOrAdd))
         .chain(
@@ -1031,7 +1040,8 @@ pub(crate) fn header_options(m: &HttpHeaderModifiers) -> Vec<core::HeaderValueOp
                 .iter()
                 .map(|(k, v)| opt(k, v, A::OverwriteIfExistsOrAdd)),
         )
-        .collect()
+        .collect();
+    (add, m.remove.clone())
 }
 
 /// A router destination's timeouts, retries and prefix rewrite.

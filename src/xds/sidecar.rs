@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use super::resources::{
     CLUSTER, ENDPOINT, Identity, LISTENER, ROUTE, Resource, Resources, alpn, common_tls,
     every_type, for_protocol, forward_client_cert, has_tls, hcm_base, http_filter, http2_upstream,
-    identity, lb_endpoint, prefix_match, put, routed_targets, secs, socket, start_cluster,
+    identity, lb_endpoint, millis, prefix_match, put, routed_targets, secs, socket, start_cluster,
     tcp_filter, to_cluster, transport_socket, typed, upstream_id,
 };
 use super::share::{AssignmentKey, ByPtr, ClusterKey, Memo, RouteKey, UpstreamKey};
@@ -47,11 +47,9 @@ fn generate_with(snap: &Snapshot, memo: &mut Memo) -> Resources {
     let local_port = u32::from(svc.proxy.local_service_port);
     let mut app = local_app(&local_addr, local_port);
     // `local_connect_timeout_ms` of the proxy's config (Consul's; 5 s).
-    if let Some(ms) = config_ms(snap, "local_connect_timeout_ms") {
-        app.connect_timeout = Some(envoy_types::pb::google::protobuf::Duration {
-            seconds: (ms / 1000) as i64,
-            nanos: ((ms % 1000) * 1_000_000) as i32,
-        });
+    // Envoy takes no zero connect timeout: 0 leaves the default.
+    if let Some(ms) = config_number(snap, "local_connect_timeout_ms").filter(|ms| *ms > 0) {
+        app.connect_timeout = millis(ms);
     }
     if matches!(protocol_of(snap).as_str(), "http2" | "grpc") {
         http2_upstream(&mut app);
@@ -156,9 +154,7 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
         } else {
             &svc.address
         });
-    let port = config
-        .and_then(|c| c.get("bind_port"))
-        .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
+    let port = config_number(snap, "bind_port")
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or_else(|| u32::try_from(svc.port).unwrap_or(0));
     let protocol = protocol_of(snap);
@@ -168,11 +164,8 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
         let mut hcm = hcm_base("public_listener");
         // `local_request_timeout_ms`: how long the application may take.
         let mut local_route = to_cluster(LOCAL_APP);
-        if let Some(ms) = config_ms(snap, "local_request_timeout_ms") {
-            local_route.timeout = Some(envoy_types::pb::google::protobuf::Duration {
-                seconds: (ms / 1000) as i64,
-                nanos: ((ms % 1000) * 1_000_000) as i32,
-            });
+        if let Some(ms) = config_number(snap, "local_request_timeout_ms") {
+            local_route.timeout = millis(ms);
         }
         hcm.route_specifier = Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
             route::RouteConfiguration {
@@ -223,11 +216,10 @@ fn public_listener(snap: &Snapshot, id: &Identity) -> listener::Listener {
     }
 }
 
-/// A millisecond setting of the proxy's config (a number, or a string of
-/// one, as agents send either); none when unset or not a number.
-fn config_ms(snap: &Snapshot, key: &str) -> Option<u64> {
+/// A number of the proxy's config; none when unset or not a number.
+fn config_number(snap: &Snapshot, key: &str) -> Option<u64> {
     let v = snap.service.proxy.config.as_ref()?.get(key)?;
-    v.as_u64().or_else(|| v.as_str()?.trim().parse().ok())
+    crate::structs::serde_util::loose_u64(v)
 }
 
 /// The proxy's own protocol (`Proxy.Config.protocol`, central config
