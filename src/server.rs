@@ -840,11 +840,20 @@ impl Server {
     }
 
     /// Waits (up to `LEADER_HOLD`) until this server, if it leads, has
-    /// applied an entry of its term (`Cluster::is_ready_leader`), as
-    /// Consul's leader waits on a barrier before it serves.
-    pub async fn await_ready_leader(&self) -> Result<()> {
+    /// applied an entry of its term and holds its lease
+    /// (`Cluster::is_ready_leader`), as Consul's leader waits on a barrier
+    /// before it serves. `true`: it may answer as the leader now; `false`:
+    /// it does not lead (any more). A leader cut off from its quorum waits
+    /// here until it hears of the newer term; its state is then older than
+    /// the new leader's, so what it was asked must go there, never be
+    /// answered here.
+    pub async fn await_ready_leader(&self) -> Result<bool> {
         self.await_raft(|| {
-            (!self.cluster.is_leader() || self.cluster.is_ready_leader()).then_some(())
+            if self.cluster.is_ready_leader() {
+                Some(true)
+            } else {
+                (!self.cluster.is_leader()).then_some(false)
+            }
         })
         .await
     }

@@ -325,3 +325,48 @@ async fn a_leader_cut_off_from_its_quorum_answers_no_default_read() {
     )
     .await;
 }
+
+/// A default read that reaches a leader cut off from its quorum waits for
+/// the lease back; when the leader learns instead of the newer term, the
+/// read goes to the new leader and sees what it acknowledged, never the
+/// deposed leader's older state. Before this the deposed leader answered
+/// it itself the moment it stepped down (the simulation's 5-server seed 0:
+/// a read held 650 ms across a heal saw a value deleted 800 ms before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_held_by_a_cut_off_leader_is_answered_by_the_new_one() {
+    let procs = cluster(3, &[]);
+    let c = client();
+    let leader = cluster_leader(&c, &procs).await;
+    let li = by_raft(&procs, &leader);
+    assert_eq!(put(&c, &procs[li], "held", "old").await, Ok(true));
+    procs[li].signal("STOP");
+    let survivors = all_but(&procs, li);
+    eventually(
+        Duration::from_secs(15),
+        "a new leader while the old one is frozen",
+        || async {
+            let l = agreed_leader(&c, &survivors).await;
+            (l != leader).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(put(&c, survivors[0], "held", "new").await, Ok(true));
+    // Sent while the old leader is frozen: the request waits in its
+    // socket's queue and is the first thing it serves when thawed, before
+    // the new leader's heartbeats have told it of the newer term.
+    let patient = cairn::tls::http_client()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let read = tokio::spawn(patient.get(procs[li].at("/v1/kv/held?raw")).send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    procs[li].signal("CONT");
+    let r = read.await.unwrap().unwrap();
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "new"),
+        "the deposed leader's read"
+    );
+}

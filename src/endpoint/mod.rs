@@ -267,8 +267,12 @@ pub async fn route(s: &Arc<Server>, mut call: Call, op: Op) -> Result<Answer<Val
     loop {
         let (id, leader) = s.await_leader().await?;
         if id == s.cluster().id {
-            s.await_ready_leader().await?;
-            return op.run(s, &call).await;
+            if s.await_ready_leader().await? {
+                return op.run(s, &call).await;
+            }
+            // Deposed while it waited (a partition healed): the leader
+            // it learns of next is asked.
+            continue;
         }
         if let Some(ends) = wait_ends {
             call.opts.wait = ends.saturating_duration_since(tokio::time::Instant::now());
@@ -357,7 +361,7 @@ impl Calls for Dispatch {
 /// leader; a server that does not lead runs nothing.
 async fn run_forwarded(s: &Arc<Server>, call: Call, op: Op) -> Reply {
     // At once on a server that does not lead; a leader waits to be ready.
-    if s.await_ready_leader().await.is_err() || !s.cluster().is_ready_leader() {
+    if !s.await_ready_leader().await.unwrap_or(false) {
         return Reply::NotLeader;
     }
     Reply::Answer(op.run(s, &call).await)

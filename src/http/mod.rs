@@ -213,11 +213,13 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     if req.headers().contains_key(FORWARDED) {
-        // Sent here as to the leader: answered here, once ready if it leads.
-        if let Err(e) = s.await_ready_leader().await {
-            return e.into_response();
-        }
-        return next.run(req).await;
+        // Sent here as to the leader: answered here once ready; deposed
+        // meanwhile, not at all (the sender's client asks again).
+        return match s.await_ready_leader().await {
+            Ok(true) => next.run(req).await,
+            Ok(false) => Error::NoLeader.into_response(),
+            Err(e) => e.into_response(),
+        };
     }
     let (mut parts, body) = req.into_parts();
     let params = Params::parse(parts.uri.query());
@@ -257,12 +259,12 @@ async fn forward_to_leader(State(s): State<App>, req: Request, next: Next) -> Re
         }
         asked = true;
         match leader {
-            Ok((id, _)) if id == s.cluster().id => {
-                if let Err(e) = s.await_ready_leader().await {
-                    return e.into_response();
-                }
-                return next.run(Request::from_parts(parts, Body::from(body))).await;
-            }
+            Ok((id, _)) if id == s.cluster().id => match s.await_ready_leader().await {
+                Ok(true) => return next.run(Request::from_parts(parts, Body::from(body))).await,
+                // Deposed while it waited: the next leader is asked.
+                Ok(false) => continue,
+                Err(e) => return e.into_response(),
+            },
             // Moving the leadership is this request's purpose: the change
             // it causes does not cut it off (sent once, never retried).
             Ok((_, leader)) if parts.uri.path() == TRANSFER_LEADER => {
@@ -318,10 +320,11 @@ async fn forward_upload(
         Err(e) => return e.into_response(),
     };
     if id == s.cluster().id {
-        if let Err(e) = s.await_ready_leader().await {
-            return e.into_response();
-        }
-        return next.run(Request::from_parts(parts, body)).await;
+        return match s.await_ready_leader().await {
+            Ok(true) => next.run(Request::from_parts(parts, body)).await,
+            Ok(false) => Error::NoLeader.into_response(),
+            Err(e) => e.into_response(),
+        };
     }
     // Streamed as it arrives (a restore is up to hundreds of MiB), in the
     // request's own task: `SyncStream` gives the body the `Sync` reqwest
