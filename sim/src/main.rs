@@ -75,7 +75,7 @@ fn main() {
             handoffs += r.ttl_handoffs;
             if verbose || !r.passed() {
                 println!(
-                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stale default-read keys {}, stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, burst writes acked {}, fsync fail-stops {}, rejoin {:?}, trace {:016x}",
+                    "servers={n} seed={seed} {} in {:.1?}: {} ops ({} acked writes, {} unknown, {} reads), faults {:?} (max {} at once), stream: {} indexes, {} resumes, {} snapshots, {} restarts, tombstones reaped up to {}, burst writes acked {}, fsync fail-stops {}, rejoin {:?}, trace {:016x}",
                     if r.passed() { "ok" } else { "FAILED" },
                     t.elapsed(),
                     r.ops,
@@ -84,7 +84,6 @@ fn main() {
                     r.reads,
                     r.faults,
                     r.max_concurrent_faults,
-                    r.stale_default_read_keys,
                     r.stream.indexes,
                     r.stream.resumes,
                     r.stream.snapshots,

@@ -52,10 +52,6 @@ pub struct Report {
     pub unknown_writes: usize,
     pub reads: usize,
     pub keys_checked: usize,
-    /// Keys whose history, default-mode reads included, is not
-    /// linearizable (a deposed leader answering from its own state: allowed
-    /// for default reads, as in Consul).
-    pub stale_default_read_keys: usize,
     pub sim_time: Duration,
     /// The highest index of a tombstone reaped (0: none was).
     pub reaped_tombstones: u64,

@@ -44,7 +44,7 @@ mod clean {
         let _serial = serial();
         let scenario = Scenario::new(servers);
         let mut failed: Vec<sim::report::Report> = Vec::new();
-        let mut totals = (0, 0, 0, 0);
+        let mut totals = (0, 0, 0);
         let mut stream = (0, 0, 0, 0, 0);
         let (mut locks, mut handoffs) = (0, 0);
         // ACL seeds: how many, the fewest acknowledged writes one made, and
@@ -78,7 +78,6 @@ mod clean {
             totals.0 += r.ops;
             totals.1 += r.acked_writes;
             totals.2 += r.faults.values().sum::<usize>();
-            totals.3 += r.stale_default_read_keys;
             stream.0 += r.stream.indexes;
             stream.1 += r.stream.events;
             stream.2 += r.stream.resumes;
@@ -91,12 +90,11 @@ mod clean {
             }
         }
         println!(
-            "{servers} servers, {} seeds: {} ops, {} acknowledged writes, {} faults, {} keys with stale default reads",
+            "{servers} servers, {} seeds: {} ops, {} acknowledged writes, {} faults",
             seeds(),
             totals.0,
             totals.1,
-            totals.2,
-            totals.3
+            totals.2
         );
         println!(
             "  event stream (checker d): {} indexes and {} events checked, {} resumes, {} snapshots, {} NewSnapshotToFollow",

@@ -762,7 +762,6 @@ fn finish(
         report.unknown_writes += r.unknown_writes;
         report.reads += r.reads;
         report.keys_checked += r.keys_checked;
-        report.stale_default_read_keys += r.stale_default_read_keys;
         report
             .failures
             .extend(r.failures.into_iter().map(|f| format!("{}: {f}", DCS[d])));
