@@ -75,6 +75,27 @@ impl Load {
     }
 }
 
+/// A client that waits out elections and long blocking reads.
+fn patient() -> reqwest::Client {
+    cairn::tls::http_client()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
+/// The leader the servers other than the frozen `old` agree on.
+async fn new_leader_while_frozen(c: &reqwest::Client, survivors: &[&Server], old: &str) -> String {
+    eventually(
+        Duration::from_secs(15),
+        "a new leader while the old one is frozen",
+        || async {
+            let l = agreed_leader(c, survivors).await;
+            (l != old).then_some(l)
+        },
+    )
+    .await
+}
+
 /// Every server holds every acknowledged write, and all hold the same.
 async fn assert_nothing_lost(
     c: &reqwest::Client, procs: &[Server], prefix: &str, acked: &BTreeMap<String, String>,
@@ -136,15 +157,7 @@ async fn frozen_leader_is_replaced_and_rejoins_when_thawed() {
     procs[li].signal("STOP");
     // Well past the election timeout (600-1200 ms): the others elect anew.
     let survivors: Vec<&Server> = all_but(&procs, li);
-    let new_leader = eventually(
-        Duration::from_secs(15),
-        "a new leader while the old one is frozen",
-        || async {
-            let l = agreed_leader(&c, &survivors).await;
-            (l != leader).then_some(l)
-        },
-    )
-    .await;
+    let new_leader = new_leader_while_frozen(&c, &survivors, &leader).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     procs[li].signal("CONT");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -180,10 +193,7 @@ async fn a_request_forwarded_to_a_frozen_leader_ends_with_its_leadership() {
     procs[li].signal("STOP");
     // The write and a blocking read sent right after the freeze, before the
     // follower can know: both forwarded to the frozen leader.
-    let patient = cairn::tls::http_client()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
+    let patient = patient();
     let sent = std::time::Instant::now();
     let read = patient
         .get(follower.at(&format!("/v1/kv/frozen?index={index}&wait=3s")))
@@ -232,10 +242,7 @@ async fn a_blocking_read_answers_within_its_wait_when_the_leader_dies_mid_wait()
     assert_eq!(c.put(&key).body("v").send().await.unwrap().status(), 200);
     let index = consul_index(&c.get(&key).send().await.unwrap());
     let wait = Duration::from_secs(10);
-    let patient = cairn::tls::http_client()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
+    let patient = patient();
     let sent = std::time::Instant::now();
     let read = tokio::spawn(
         patient
@@ -341,23 +348,12 @@ async fn a_read_held_by_a_cut_off_leader_is_answered_by_the_new_one() {
     assert_eq!(put(&c, &procs[li], "held", "old").await, Ok(true));
     procs[li].signal("STOP");
     let survivors = all_but(&procs, li);
-    eventually(
-        Duration::from_secs(15),
-        "a new leader while the old one is frozen",
-        || async {
-            let l = agreed_leader(&c, &survivors).await;
-            (l != leader).then_some(())
-        },
-    )
-    .await;
+    new_leader_while_frozen(&c, &survivors, &leader).await;
     assert_eq!(put(&c, survivors[0], "held", "new").await, Ok(true));
     // Sent while the old leader is frozen: the request waits in its
     // socket's queue and is the first thing it serves when thawed, before
     // the new leader's heartbeats have told it of the newer term.
-    let patient = cairn::tls::http_client()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let patient = patient();
     let read = tokio::spawn(patient.get(procs[li].at("/v1/kv/held?raw")).send());
     tokio::time::sleep(Duration::from_millis(300)).await;
     procs[li].signal("CONT");
