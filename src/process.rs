@@ -542,6 +542,38 @@ mod tests {
         s.shutdown().await;
     }
 
+    /// A server shutting down closes its Raft port first: a peer's open
+    /// connection is closed and a new one refused, so the leader backs off
+    /// from it rather than hearing "raft stopped" for every heartbeat
+    /// while the server writes its state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_closes_the_raft_port_first() {
+        use tokio::io::AsyncReadExt;
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let listeners = raft_and_http().await;
+        let raft_addr = listeners.raft.local_addr().unwrap();
+        let p = server(config(dir.path()), None, None, listeners)
+            .await
+            .unwrap();
+        let s = p.server.clone();
+        tokio::spawn(p.serve);
+        let mut open = tokio::net::TcpStream::connect(raft_addr).await.unwrap();
+        // The greeting the server sends first: the connection is served.
+        let mut greeting = vec![0u8; crate::raft::network::greeting().len()];
+        open.read_exact(&mut greeting).await.unwrap();
+        s.shutdown().await;
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "an open Raft connection outlived the shutdown"
+        );
+        let again = tokio::net::TcpStream::connect(raft_addr).await;
+        assert!(again.is_err(), "the Raft port still accepts after shutdown");
+    }
+
     /// The WAN frames as a stranger sends them to a server's Raft port: a
     /// forwarded request from a datacenter it does not know is refused
     /// before any handler runs, so is a greeting claiming its own

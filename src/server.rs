@@ -212,6 +212,8 @@ pub struct Server {
     /// shared by every caller while ACLs are off (`http::ui`).
     ui_services: parking_lot::Mutex<Option<(u64, bytes::Bytes)>>,
     http: reqwest::Client,
+    /// Set at shutdown: the Raft port stops serving (`network::serve`).
+    raft_port_stop: tokio::sync::watch::Sender<bool>,
     /// Client agents' liveness leases (used by the leader).
     liveness: crate::leases::Leases,
     /// This server's own network coordinate (`http::coordinate` probes
@@ -667,6 +669,7 @@ impl Server {
             connector,
         ));
         let tasks = Tasks::default();
+        let (raft_port_stop, _) = tokio::sync::watch::channel(false);
         tasks.spawn(
             "raft transport",
             network::serve(
@@ -675,6 +678,7 @@ impl Server {
                 cluster.clone(),
                 config.limits.raft_port.clone(),
                 snapshots.clone(),
+                raft_port_stop.subscribe(),
             ),
         );
         tasks.spawn_once("cluster formation", cluster.clone().form(used));
@@ -735,6 +739,7 @@ impl Server {
             publisher,
             cluster,
             http,
+            raft_port_stop,
             liveness: Default::default(),
             coordinate: Default::default(),
             coordinate_updates: crate::coordinate::Pending::new(
@@ -967,14 +972,26 @@ impl Server {
 
     /// Stops Raft, writes the state's waiting rows and flushes sled.
     pub async fn shutdown(&self) {
+        let started = std::time::Instant::now();
+        let ms = |t: std::time::Instant| t.elapsed().as_millis() as u64;
+        // The port first: no peer's request reaches a stopping Raft.
+        self.raft_port_stop.send_replace(true);
         let _ = self.raft.shutdown().await;
+        tracing::info!(elapsed_ms = ms(started), "raft stopped");
+        let rows = std::time::Instant::now();
         if let Err(e) = self.store.persist().flush() {
             tracing::error!("{e:#}");
         }
+        let synced = std::time::Instant::now();
         if let Some(db) = &self.db {
             let _ = db.flush_async().await;
         }
-        tracing::info!("server stopped");
+        tracing::info!(
+            rows_ms = synced.duration_since(rows).as_millis() as u64,
+            sync_ms = ms(synced),
+            elapsed_ms = ms(started),
+            "server stopped"
+        );
     }
 }
 

@@ -664,11 +664,14 @@ impl Drop for ConnSlot {
     }
 }
 
-/// Serves Raft and formation RPCs on the Raft port until the listener
-/// fails, within `limits`.
+/// Serves Raft and formation RPCs on the Raft port, within `limits`,
+/// until `stop` turns true: then the listener is dropped and every
+/// connection closed, so peers find the port refusing (and back off) from
+/// the moment the server shuts down, rather than answering each
+/// heartbeat with "raft stopped" for as long as its state takes to write.
 pub async fn serve<A: Accept, F: Formation>(
     mut listener: A, raft: super::Raft, formation: Arc<F>, limits: PortLimits,
-    snapshots: SnapshotStore,
+    snapshots: SnapshotStore, mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let conns = Arc::new(Conns {
         limits,
@@ -677,7 +680,17 @@ pub async fn serve<A: Accept, F: Formation>(
     });
     let receives = Arc::new(tokio::sync::Semaphore::new(SNAPSHOT_RECEIVES));
     loop {
-        let (stream, ip) = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => {
+                for e in conns.open.lock().by_id.values() {
+                    e.close.notify_one();
+                }
+                return;
+            }
+            a = listener.accept() => a,
+        };
+        let (stream, ip) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "raft accept failed");
