@@ -933,13 +933,15 @@ impl Server {
             // BUG (deliberate): trusts the local belief in leadership.
             return Ok(());
         }
-        match tokio::time::timeout(
-            LEADER_HOLD,
+        // Boxed: openraft's read-index future is ~4 KB, and inline it
+        // would make every read's future (and the HTTP handler's that
+        // holds it) that large, copied on each move even when no
+        // `?consistent` read is made.
+        let confirmed = Box::pin(
             self.raft
                 .ensure_linearizable(openraft::ReadPolicy::ReadIndex),
-        )
-        .await
-        {
+        );
+        match tokio::time::timeout(LEADER_HOLD, confirmed).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(Error::LeadershipLost),
             Err(_) => Err(Error::NoLeader),
