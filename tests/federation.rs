@@ -341,6 +341,43 @@ fn the_other_datacenter_judges_the_token() {
     assert_eq!(with(dc1.http_addr, "GET", path, None, &short).status, 403);
     let (_, reader) = token_with_rules(dc1.http_addr, "op-read", r#"operator = "read""#);
     assert_eq!(with(dc1.http_addr, "GET", path, None, &reader).status, 200);
+    // One datacenter's state: the same permission, Consul's shape (the
+    // state under `State` beside the query meta), 404 for one unknown and
+    // Consul's 400 for none named.
+    let one = "/v1/internal/federation-state/dc2";
+    assert_eq!(dc1.get(one).status, 403);
+    assert_eq!(with(dc1.http_addr, "GET", one, None, &short).status, 403);
+    // Written by the primary's leader once it heard from dc2.
+    let (r, v) = eventually(WAIT, "dc2's federation state", || {
+        let r = with(dc1.http_addr, "GET", one, None, &reader);
+        let v: Value = (r.status == 200).then(|| r.json())?;
+        Some((r, v))
+    });
+    assert_eq!(v["State"]["Datacenter"], "dc2", "{v}");
+    assert_eq!(
+        v["Index"].as_u64(),
+        r.header("X-Consul-Index").and_then(|i| i.parse().ok())
+    );
+    assert_eq!(v["KnownLeader"], true);
+    let r = with(
+        dc1.http_addr,
+        "GET",
+        "/v1/internal/federation-state/dc9",
+        None,
+        &reader,
+    );
+    assert_eq!((r.status, r.body.as_str()), (404, ""));
+    let r = with(
+        dc1.http_addr,
+        "GET",
+        "/v1/internal/federation-state/",
+        None,
+        &reader,
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (400, "Missing datacenter name")
+    );
     // Forgetting a datacenter needs operator:write: anonymous and
     // operator:read are refused, and dc2 stays known.
     let forget = "/v1/agent/force-leave/b0.dc2?wan";

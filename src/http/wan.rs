@@ -15,7 +15,7 @@
 //! rules, config entries and intentions, `?dc` dropped; so do a login
 //! through a `global` method and a logout of a global token (a gRPC login
 //! through such a method is refused in a secondary, as Consul's). Also
-//! `/v1/internal/federation-states`.
+//! `/v1/internal/federation-states` and `federation-state/:dc` (one).
 
 use std::sync::Arc;
 
@@ -432,10 +432,55 @@ pub async fn answer_of(resp: Response) -> WanResponse {
 }
 
 pub fn routes() -> axum::Router<App> {
-    axum::Router::new().route(
-        "/v1/internal/federation-states",
-        axum::routing::get(federation_states),
+    use crate::request::NamedRoutes;
+    axum::Router::new()
+        .route(
+            "/v1/internal/federation-states",
+            axum::routing::get(federation_states),
+        )
+        .named(
+            "/v1/internal/federation-state/",
+            "Missing datacenter name",
+            axum::routing::get(federation_state),
+        )
+}
+
+/// `GET /v1/internal/federation-state/:dc`: one datacenter's federation
+/// state, blocking on them, `operator:read`; 404 with no body when the
+/// primary knows no such datacenter. Consul's shape: the state under
+/// `State`, beside its RPC reply's query meta.
+async fn federation_state(
+    State(s): State<App>, mut a: crate::request::authz::Authz,
+    axum::extract::Path(dc): axum::extract::Path<String>, super::Opts(_, opts): super::Opts,
+) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    let key = crate::state::keys::FEDERATION;
+    let (index, found) = super::blocking(
+        &s,
+        &opts,
+        &mut a,
+        super::Watch::Keys(vec![key.clone()]),
+        |st, _| (st.index_of([&key]), st.federation.get(&dc).cloned()),
     )
+    .await?;
+    let Some(state) = found else {
+        let mut resp = axum::http::StatusCode::NOT_FOUND.into_response();
+        resp.headers_mut().extend(super::meta_headers(&s, index));
+        return Ok(resp);
+    };
+    let meta = crate::endpoint::Answer::at(&s, index, false, ());
+    let body = serde_json::json!({
+        "State": &*state,
+        "Index": meta.index,
+        // Go's `time.Duration`: nanoseconds.
+        "LastContact": meta.last_contact * 1_000_000,
+        "KnownLeader": meta.known_leader,
+        "ConsistencyLevel": "",
+        "NotModified": false,
+        "Backend": 0,
+        "ResultsFilteredByACLs": false,
+    });
+    Ok(super::json_at(&s, index, &body))
 }
 
 /// The federation states of the Raft state (the primary's), blocking on
