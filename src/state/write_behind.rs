@@ -541,12 +541,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_replace_is_written_behind_and_the_batches_after_it_land_on_it() {
+    /// A write-behind over a `SlowReplace`: its disk, and the sender that
+    /// lets the replace go on.
+    fn slow_writer() -> (WriteBehind, MemoryBackend, std::sync::mpsc::Sender<()>) {
         let disk = MemoryBackend::default();
         let (go, wait) = std::sync::mpsc::channel();
         let slow = SlowReplace(disk.clone(), Mutex::new(wait));
-        let w = WriteBehind::new(Box::new(slow), None).unwrap();
+        (WriteBehind::new(Box::new(slow), None).unwrap(), disk, go)
+    }
+
+    #[test]
+    fn a_replace_is_written_behind_and_the_batches_after_it_land_on_it() {
+        let (w, disk, go) = slow_writer();
         w.batch(vec![put("a", "1")]).unwrap();
         // Returns while the backend is still filling: an install does not
         // wait for a million rows to be written.
@@ -575,10 +581,7 @@ mod tests {
 
     #[test]
     fn batches_past_hard_do_not_wait_for_a_replace_being_written() {
-        let disk = MemoryBackend::default();
-        let (go, wait) = std::sync::mpsc::channel();
-        let slow = SlowReplace(disk.clone(), Mutex::new(wait));
-        let w = WriteBehind::new(Box::new(slow), None).unwrap();
+        let (w, disk, go) = slow_writer();
         w.replace(vec![put("applied", "1")]).unwrap();
         // Twice `HARD` in batches after it, while the replace is held: each
         // returns at once (the applier of a joining server keeps applying).
