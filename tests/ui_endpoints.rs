@@ -293,6 +293,97 @@ fn with_default_deny_a_token_sees_only_what_it_may_read() {
     );
 }
 
+/// A terminating gateway's intentions: those into each service it links,
+/// the `*` destination's once, `service:read` on the gateway first, each
+/// intention shown only with `intention:read` on its destination.
+#[test]
+fn a_gateways_intentions_are_those_into_its_services() {
+    let s = deny_server();
+    for entry in [
+        json!({"Kind": "terminating-gateway", "Name": "tgw",
+               "Services": [{"Name": "web"}, {"Name": "secret"}]}),
+        json!({"Kind": "service-intentions", "Name": "web",
+               "Sources": [{"Name": "frontend", "Action": "allow"}]}),
+        json!({"Kind": "service-intentions", "Name": "secret",
+               "Sources": [{"Name": "frontend", "Action": "deny"}]}),
+        json!({"Kind": "service-intentions", "Name": "*",
+               "Sources": [{"Name": "admin", "Action": "allow"}]}),
+        json!({"Kind": "service-intentions", "Name": "other",
+               "Sources": [{"Name": "frontend", "Action": "allow"}]}),
+    ] {
+        as_root(s.http_addr, "PUT", "/v1/config", &entry);
+    }
+    let path = "/v1/internal/ui/gateway-intentions/tgw";
+    let pairs = |v: &Value| -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let name = |k: &str| i[k].as_str().unwrap().to_string();
+                (name("SourceName"), name("DestinationName"))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let r = with(s.http_addr, "GET", path, None, ROOT);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let want = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        pairs(&r.json()),
+        want(&[("admin", "*"), ("frontend", "secret"), ("frontend", "web")])
+    );
+    assert!(r.json()[0]["Action"].is_string(), "{}", r.body);
+    // Anonymous, and a token that may read the intentions but not the
+    // gateway: refused before anything is looked up.
+    assert_eq!(s.get(path).status, 403);
+    let (_, no_gw) = token_with_rules(
+        s.http_addr,
+        "no-gateway",
+        "service_prefix \"\" {\n  policy = \"deny\"\n  intentions = \"read\"\n}",
+    );
+    let r = with(s.http_addr, "GET", path, None, &no_gw);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("service:read"), "{}", r.body);
+    // The gateway and web's intentions: secret's filtered, and said; the
+    // `*` destination's are readable with any service's (Consul's
+    // `IntentionRead("*")`).
+    let (_, web) = token_with_rules(
+        s.http_addr,
+        "gateway-web",
+        "service \"tgw\" { policy = \"read\" }\nservice \"web\" {\n  policy = \"read\"\n  intentions = \"read\"\n}",
+    );
+    let r = with(s.http_addr, "GET", path, None, &web);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        pairs(&r.json()),
+        want(&[("admin", "*"), ("frontend", "web")])
+    );
+    assert_eq!(r.header("x-consul-results-filtered-by-acls"), Some("true"));
+    // A gateway that links nothing, and none named.
+    let r = with(
+        s.http_addr,
+        "GET",
+        "/v1/internal/ui/gateway-intentions/nogw",
+        None,
+        ROOT,
+    );
+    assert_eq!((r.status, r.json()), (200, json!([])));
+    let r = with(
+        s.http_addr,
+        "GET",
+        "/v1/internal/ui/gateway-intentions/",
+        None,
+        ROOT,
+    );
+    assert_eq!((r.status, r.body.as_str()), (400, "Missing gateway name"));
+}
+
 #[test]
 fn the_ui_is_served_with_ui_and_dev_and_not_without() {
     let dev = Server::dev();

@@ -1,7 +1,8 @@
 //! Consul's `/v1/internal/ui/*` endpoints, the reads its web UI (and
 //! cairn's, `ui/`) is built on: services summarized with their health,
 //! nodes with their services and checks, a catalog overview, a service's
-//! topology with the intention decision of each edge, a gateway's services.
+//! topology with the intention decision of each edge, a gateway's services
+//! and the intentions into them.
 //!
 //! Every one is a blocking read on the catalog's watch keys, and filtered
 //! by the caller's token as the catalog and health reads are: a service
@@ -51,6 +52,11 @@ pub fn routes() -> Router<App> {
             "/v1/internal/ui/gateway-services-nodes/",
             "Missing gateway name",
             get(gateway_services),
+        )
+        .named(
+            "/v1/internal/ui/gateway-intentions/",
+            "Missing gateway name",
+            get(gateway_intentions),
         )
 }
 
@@ -645,6 +651,41 @@ async fn gateway_services(
                 st.index_of(watch.iter()),
                 (out.into_values().collect::<Vec<_>>(), hidden),
             )
+        })
+        .await?;
+    Ok(json_filtered(&s, index, &list, hidden))
+}
+
+/// `GET /v1/internal/ui/gateway-intentions/:gw` (Consul's
+/// `Internal.GatewayIntentions`): the intentions into the services the
+/// gateway links, a `*` destination's among them, each once, in each
+/// service's evaluation order. `service:read` on the gateway first; an
+/// intention is shown only with `intention:read` on its destination.
+async fn gateway_intentions(
+    State(s): State<App>, mut a: Authz, Path(name): Path<String>, Opts(_, opts): Opts,
+) -> Result<Response> {
+    a.require(a.service_read(&name), "service:read", &name)?;
+    let mut watch = state::gateways::watch_keys(&name);
+    watch.push(keys::config_kind(Kind::ServiceIntentions.as_str()));
+    let (index, (list, hidden)) =
+        blocking(&s, &opts, &mut a, Watch::Keys(watch.clone()), |st, a| {
+            let mut seen = BTreeSet::new();
+            let mut out = Vec::new();
+            for g in state::gateways::gateway_services(st, &name) {
+                for i in intentions::for_destination(st, &g.service.name) {
+                    // The `*` entry's apply to every service: listed once.
+                    let id = (
+                        i.source_peer.clone(),
+                        i.source_name.clone(),
+                        i.destination_name.clone(),
+                    );
+                    if seen.insert(id) {
+                        out.push(i);
+                    }
+                }
+            }
+            let hidden = super::keep(&mut out, |i| a.intention_read(&i.destination_name));
+            (st.index_of(watch.iter()), (out, hidden))
         })
         .await?;
     Ok(json_filtered(&s, index, &list, hidden))
