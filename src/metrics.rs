@@ -54,6 +54,10 @@ pub(crate) use counters;
 counters! { ALL:
     HTTP_REQUESTS = ("cairn_http_requests_total", "HTTP requests served");
     HTTP_ERRORS = ("cairn_http_errors_total", "HTTP requests answered 4xx/5xx");
+    HTTP_UNROUTED = (
+        "cairn_http_unrouted_total",
+        "HTTP requests for a path no endpoint serves (a client calling one this server lacks)"
+    );
     HTTP_FORWARDED = (
         "cairn_http_forwarded_total",
         "HTTP requests forwarded to the leader"

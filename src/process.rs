@@ -221,7 +221,8 @@ pub async fn server(
         .merge(crate::agent::api::server_routes(agent.clone()))
         .layer(axum::Extension(crate::http::resolver(&server)))
         .layer(axum::Extension(federation.clone()))
-        .merge(crate::request::ui::routes(&config.ui));
+        .merge(crate::request::ui::routes(&config.ui))
+        .fallback(crate::request::no_route);
     // WAN frames only where the transport proves its peers (or the
     // operator accepted a plain one): `ServerConfig::serves_wan`.
     if config.serves_wan() {

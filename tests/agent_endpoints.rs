@@ -478,3 +478,33 @@ node "db-node" { policy = "read" }"#,
     );
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+/// `/v1/agent/metrics/stream` (agent:read, as Consul's): the metrics
+/// summary of `/v1/agent/metrics` as JSON lines, the first at once.
+#[test]
+fn metrics_stream_sends_the_metrics_summary_as_json_lines() {
+    let s = deny_server();
+    let a = s.http_addr;
+    let (_, agent_read) = token_with_rules(a, "ar", r#"agent_prefix "" { policy = "read" }"#);
+    let (_, op_write) = token_with_rules(a, "ow", r#"operator = "write""#);
+    let (code, _) = open_stream(a, "/v1/agent/metrics/stream", None);
+    assert_eq!(code, 403);
+    let (code, _) = open_stream(a, "/v1/agent/metrics/stream", Some(&op_write));
+    assert_eq!(code, 403);
+    let (code, mut lines) = open_stream(a, "/v1/agent/metrics/stream", Some(&agent_read));
+    assert_eq!(code, 200);
+    let line = line_with(&mut lines, "\"Counters\"");
+    let m: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert!(
+        m["Timestamp"].as_str().unwrap().ends_with(" +0000 UTC"),
+        "{m}"
+    );
+    // A metric of a kind by its name.
+    let named = |kind: &str, name: &str| {
+        let all = m[kind].as_array().unwrap();
+        all.iter().find(|x| x["Name"] == name).cloned().expect(name)
+    };
+    let requests = named("Counters", "cairn_http_requests_total");
+    assert!(requests["Count"].as_u64().unwrap() > 0, "{requests}");
+    assert_eq!(named("Gauges", "cairn_raft_is_leader")["Value"], 1.0);
+}

@@ -316,3 +316,64 @@ fn the_keyring_lists_the_encrypt_key_or_says_there_is_none() {
         200
     );
 }
+
+/// Feature gates (Consul's `/v1/operator/features`): cairn stages none of
+/// its features behind one, so the list is empty and every name unknown,
+/// in Consul's words; reads need operator:read, a setting operator:write;
+/// Enterprise's utilization bundle answers as Consul CE answers it.
+#[test]
+fn feature_gates_are_none_and_said_so_in_consuls_words() {
+    let s = common::acl::deny_server();
+    let a = s.http_addr;
+    let (_, reader) = token_with_rules(a, "or", r#"operator = "read""#);
+    let anon = with(a, "GET", "/v1/operator/features", None, "");
+    assert_eq!(anon.status, 403, "{}", anon.body);
+    let r = with(a, "GET", "/v1/operator/features", None, &reader);
+    assert_eq!((r.status, r.json()), (200, json!([])));
+    assert!(r.header("x-consul-index").is_some());
+    let r = with(
+        a,
+        "GET",
+        "/v1/operator/feature/api-gateway-upstream-routing",
+        None,
+        &reader,
+    );
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (
+            404,
+            r#"feature gate "api-gateway-upstream-routing" not found"#
+        )
+    );
+    let set = Some(r#"{"Enabled": true}"#);
+    let r = with(a, "PUT", "/v1/operator/feature/x", set, &reader);
+    assert_eq!(r.status, 403, "one permission short: {}", r.body);
+    let r = with(
+        a,
+        "PUT",
+        "/v1/operator/feature/x",
+        Some(r#"{"Enabled": "yes"}"#),
+        ROOT,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.starts_with("error parsing feature gate setting"),
+        "{}",
+        r.body
+    );
+    let r = with(a, "PUT", "/v1/operator/feature/x", set, ROOT);
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (404, r#"feature gate "x" not found"#)
+    );
+    let r = with(a, "GET", "/v1/operator/feature/", None, ROOT);
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (400, "feature gate name is required")
+    );
+    let r = with(a, "GET", "/v1/operator/utilization", None, "");
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (404, "operator utilization requires Consul Enterprise")
+    );
+}

@@ -143,6 +143,7 @@ pub fn router(agent: App) -> Router {
         local_routes()
             .route("/v1/agent/self", get(agent_self))
             .route("/v1/agent/metrics", get(metrics))
+            .route("/v1/agent/metrics/stream", get(metrics_stream))
             .route("/v1/agent/leave", put(leave))
             .route("/v1/agent/join/{*address}", put(super::ops::join))
             .route(
@@ -391,6 +392,15 @@ async fn metrics(State(a): State<App>, z: Authz, RawQuery(q): RawQuery) -> Resul
         servers::ALL,
         &metric_gauges(&a),
     ))
+}
+
+async fn metrics_stream(State(a): State<App>, z: Authz) -> Result<Response> {
+    let node = &a.config.node;
+    z.require(z.agent_read(node), "agent:read", node)?;
+    Ok(crate::request::metrics_stream(move || {
+        let gauges = metric_gauges(&a);
+        crate::metrics::render_json(servers::ALL, &gauges, std::time::SystemTime::now())
+    }))
 }
 
 async fn leave(State(a): State<App>, z: Authz) -> Result<Response> {

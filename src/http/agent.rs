@@ -18,6 +18,7 @@ pub fn routes() -> Router<App> {
         .route("/v1/agent/self", get(agent_self))
         .route("/v1/agent/members", get(members))
         .route("/v1/agent/metrics", get(metrics))
+        .route("/v1/agent/metrics/stream", get(metrics_stream))
 }
 
 fn member_json(s: &App, name: &str, addr: &str) -> Member {
@@ -146,11 +147,38 @@ fn wan_members(s: &App, a: &Authz, fed: Option<&crate::federation::Federation>) 
     json_filtered(s, s.state().index, &list, filtered)
 }
 
+type Fed = Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>;
+
 async fn metrics(
-    State(s): State<App>, a: Authz, RawQuery(q): RawQuery,
-    fed: Option<axum::Extension<std::sync::Arc<crate::federation::Federation>>>,
+    State(s): State<App>, a: Authz, RawQuery(q): RawQuery, fed: Fed,
 ) -> Result<Response> {
     a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
+    let (counters, gauges) = metric_set(&s, fed.as_deref().map(|f| &**f));
+    Ok(crate::request::metrics_response(
+        q.as_deref(),
+        &counters,
+        &gauges,
+    ))
+}
+
+/// `GET /v1/agent/metrics/stream` (agent:read): the JSON summary of
+/// `/v1/agent/metrics`, one per line, now and at the end of every interval.
+async fn metrics_stream(State(s): State<App>, a: Authz, fed: Fed) -> Result<Response> {
+    a.require(a.agent_read(s.node_name()), "agent:read", s.node_name())?;
+    let fed = fed.map(|f| f.0);
+    Ok(crate::request::metrics_stream(move || {
+        let (counters, gauges) = metric_set(&s, fed.as_deref());
+        crate::metrics::render_json(&counters, &gauges, std::time::SystemTime::now())
+    }))
+}
+
+/// What this server counts and gauges, its own agent's included.
+fn metric_set(
+    s: &App, fed: Option<&crate::federation::Federation>,
+) -> (
+    Vec<&'static crate::metrics::Counter>,
+    Vec<(&'static str, &'static str, f64)>,
+) {
     let m = s.cluster().metrics();
     let st = s.state();
     let gauges = [
@@ -223,15 +251,11 @@ async fn metrics(
     ];
     // The server's agent counts and gauges its own work, as on a client.
     let mut all = gauges.to_vec();
-    all.extend(super::replication::gauges(fed.as_deref().map(|f| &**f)));
+    all.extend(super::replication::gauges(fed));
     let mut counters = crate::metrics::ALL.to_vec();
     if let Some(a) = s.agent() {
         all.extend(crate::agent::api::metric_gauges(a));
         counters.extend(crate::agent::api::COUNTERS);
     }
-    Ok(crate::request::metrics_response(
-        q.as_deref(),
-        &counters,
-        &all,
-    ))
+    (counters, all)
 }

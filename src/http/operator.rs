@@ -1,6 +1,7 @@
 //! `/v1/operator/autopilot`: its configuration (kept in the Raft state)
 //! and the servers' health as the leader sees it; `/v1/operator/usage`,
-//! what the catalog holds, per datacenter.
+//! what the catalog holds, per datacenter (`/v1/operator/utilization` is
+//! Enterprise's, answered as Consul CE answers it).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -13,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::{App, json_at};
 use crate::error::{Error, Result};
 use crate::request::authz::Authz;
-use crate::request::{Params, decode_json};
+use crate::request::{NamedRoutes, Params, decode_json};
 use crate::state::{Command, Response as Applied, keys, operator};
 use crate::structs::operator::AutopilotConfig;
 
@@ -26,6 +27,56 @@ pub fn routes() -> Router<App> {
         .route("/v1/operator/autopilot/health", get(health))
         .route("/v1/operator/autopilot/state", get(state))
         .route("/v1/operator/usage", get(usage))
+        .route("/v1/operator/utilization", get(utilization))
+        .route("/v1/operator/features", get(feature_gates))
+        .named(
+            "/v1/operator/feature/",
+            "feature gate name is required",
+            get(feature_gate).put(set_feature_gate),
+        )
+}
+
+/// `GET /v1/operator/features` (operator:read): Consul's feature gates,
+/// which stage a feature in across a cluster's servers. cairn gates none
+/// of its features, so the list is empty, and every name is unknown.
+async fn feature_gates(State(s): State<App>, a: Authz) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    Ok(json_at(&s, s.state().index, &Vec::<Value>::new()))
+}
+
+fn no_feature_gate(name: &str) -> Error {
+    Error::NotFound(format!("feature gate {name:?} not found"))
+}
+
+/// `GET /v1/operator/feature/:name` (operator:read).
+async fn feature_gate(
+    a: Authz, axum::extract::Path(name): axum::extract::Path<String>,
+) -> Result<Response> {
+    a.require(a.operator_read(), "operator:read", "")?;
+    Err(no_feature_gate(&name))
+}
+
+/// `PUT /v1/operator/feature/:name` (operator:write), `{"Enabled": bool}`.
+async fn set_feature_gate(
+    a: Authz, axum::extract::Path(name): axum::extract::Path<String>, body: Bytes,
+) -> Result<Response> {
+    a.require(a.operator_write(), "operator:write", "")?;
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    #[allow(dead_code)] // Decoded to refuse a malformed body first, as Consul does.
+    struct Setting {
+        enabled: bool,
+    }
+    let bad = |e: serde_json::Error| Error::bad(format!("error parsing feature gate setting: {e}"));
+    crate::request::json::from_value::<Setting>(serde_json::from_slice(&body).map_err(bad)?)
+        .map_err(bad)?;
+    Err(no_feature_gate(&name))
+}
+
+/// `GET /v1/operator/utilization`: Consul Enterprise's license reporting
+/// bundle; Consul CE answers this, before any ACL check.
+async fn utilization() -> Error {
+    Error::NotFound("operator utilization requires Consul Enterprise".into())
 }
 
 /// This datacenter's row of `/v1/operator/usage`, in Consul's shape:

@@ -463,12 +463,13 @@ async fn federation_state(
         |st, _| (st.index_of([&key]), st.federation.get(&dc).cloned()),
     )
     .await?;
+    // One query meta for the headers and the body.
+    let meta = crate::endpoint::Answer::at(&s, index, false, ());
     let Some(state) = found else {
         let mut resp = axum::http::StatusCode::NOT_FOUND.into_response();
-        resp.headers_mut().extend(super::meta_headers(&s, index));
+        resp.headers_mut().extend(super::answer_headers(&meta));
         return Ok(resp);
     };
-    let meta = crate::endpoint::Answer::at(&s, index, false, ());
     let body = serde_json::json!({
         "State": &*state,
         "Index": meta.index,
@@ -480,7 +481,9 @@ async fn federation_state(
         "Backend": 0,
         "ResultsFilteredByACLs": false,
     });
-    Ok(super::json_at(&s, index, &body))
+    let mut resp = axum::Json(body).into_response();
+    resp.headers_mut().extend(super::answer_headers(&meta));
+    Ok(resp)
 }
 
 /// The federation states of the Raft state (the primary's), blocking on

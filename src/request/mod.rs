@@ -269,6 +269,39 @@ pub fn metrics_response(
     }
 }
 
+/// How often `/v1/agent/metrics/stream` sends a summary (Consul's in-memory
+/// sink's interval).
+pub const METRICS_STREAM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `/v1/agent/metrics/stream`'s answer: `summary()` as one JSON line now
+/// and one per [`METRICS_STREAM_INTERVAL`], until the caller hangs up.
+pub fn metrics_stream(
+    summary: impl Fn() -> serde_json::Value + Send + Sync + 'static,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut every = tokio::time::interval(METRICS_STREAM_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let summary = std::sync::Arc::new(summary);
+    let lines = futures_util::stream::unfold(every, move |mut every| {
+        let summary = summary.clone();
+        async move {
+            every.tick().await;
+            let mut line = summary().to_string();
+            line.push('\n');
+            let line = axum::body::Bytes::from(line);
+            Some((Ok::<_, std::convert::Infallible>(line), every))
+        }
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response()
+}
+
 /// Decodes a JSON body, its keys matched to struct fields in any letter
 /// case as Consul's (`json::from_value`), answering 400 with the reason on
 /// failure.
@@ -339,6 +372,25 @@ pub async fn trace_request(req: Request, next: Next) -> Response {
     }
     .instrument(span)
     .await
+}
+
+/// A path no endpoint serves: Consul's answer (its index handler's empty
+/// 404), counted, so that an operator sees clients calling an endpoint
+/// this server lacks (`cairn_http_unrouted_total`). Outside the routes'
+/// layers, so it counts and marks its answer itself.
+pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    crate::metrics::HTTP_REQUESTS.inc();
+    crate::metrics::HTTP_ERRORS.inc();
+    crate::metrics::HTTP_UNROUTED.inc();
+    tracing::debug!(%method, path = uri.path(), "no endpoint serves this path");
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            axum::http::header::X_CONTENT_TYPE_OPTIONS,
+            axum::http::HeaderValue::from_static("nosniff"),
+        )],
+    )
+        .into_response()
 }
 
 /// The contract answers every kind of bad input with 400 and a one-line
