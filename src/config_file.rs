@@ -138,6 +138,8 @@ pub struct FileConfig {
     pub use_streaming_backend: Option<bool>,
     /// `enable_script_checks` and `enable_local_script_checks`.
     pub enable_script_checks: Option<bool>,
+    /// `enable_debug`: serve `/debug/pprof/` with ACLs off.
+    pub enable_debug: Option<bool>,
     pub enable_local_script_checks: Option<bool>,
     /// `limits.http_max_conns_per_client`: HTTP connections one client IP
     /// may hold open at once.
@@ -192,6 +194,7 @@ impl FileConfig {
                 "ui" => self.ui_enabled = Some(f.bool(&key, &v)?),
                 "use_streaming_backend" => self.use_streaming_backend = Some(f.bool(&key, &v)?),
                 "enable_script_checks" => self.enable_script_checks = Some(f.bool(&key, &v)?),
+                "enable_debug" => self.enable_debug = Some(f.bool(&key, &v)?),
                 "enable_local_script_checks" => {
                     self.enable_local_script_checks = Some(f.bool(&key, &v)?)
                 }

@@ -65,6 +65,8 @@ pub struct ServerConfig {
     /// A `--dev` server: a playground on loopback, which federates over a
     /// plain transport as the shared test harnesses start it.
     pub dev: bool,
+    /// `/debug/pprof/` served with ACLs off too (`--enable-debug`).
+    pub enable_debug: bool,
     /// ACLs (off by default).
     pub acl: crate::state::token_resolver::AclConfig,
     /// The token this server's own agent sends (`--acl-agent-token`, else
@@ -136,6 +138,7 @@ impl ServerConfig {
             encrypt: None,
             insecure_raft: false,
             dev: false,
+            enable_debug: false,
             acl: Default::default(),
             agent_tokens: Default::default(),
             acl_replication_token: None,

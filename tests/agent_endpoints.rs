@@ -508,3 +508,70 @@ fn metrics_stream_sends_the_metrics_summary_as_json_lines() {
     assert!(requests["Count"].as_u64().unwrap() > 0, "{requests}");
     assert_eq!(named("Gauges", "cairn_raft_is_leader")["Value"], 1.0);
 }
+
+/// `/debug/pprof/` as Consul serves it: not at all with ACLs off unless
+/// `--enable-debug` (on with `--dev`); with ACLs on, behind operator:read.
+/// (tests/node/pprof.test.js reads a profile with a pprof decoder.)
+#[test]
+fn profiles_are_served_with_enable_debug_or_behind_operator_read() {
+    let plain = Server::builder().bootstrap_expect(1).start();
+
+    let r = plain.get("/debug/pprof/cmdline");
+    assert_eq!(r.status, 404, "{}", r.body);
+    let debug = Server::builder()
+        .bootstrap_expect(1)
+        .arg("--enable-debug")
+        .start();
+
+    let r = debug.get("/debug/pprof/cmdline");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.split('\0').any(|a| a == "--enable-debug"),
+        "{}",
+        r.body
+    );
+
+    let s = deny_server();
+    let a = s.http_addr;
+    let (_, op_read) = token_with_rules(a, "or", r#"operator = "read""#);
+    let (_, agent_write) = token_with_rules(a, "aw", r#"agent_prefix "" { policy = "write" }"#);
+    for path in [
+        "/debug/pprof/",
+        "/debug/pprof/cmdline",
+        "/debug/pprof/goroutine",
+        "/debug/pprof/profile?seconds=1",
+        "/debug/pprof/heap",
+    ] {
+        assert_eq!(
+            request(a, "GET", path, None).status,
+            403,
+            "anonymous {path}"
+        );
+        assert_eq!(
+            with(a, "GET", path, None, &agent_write).status,
+            403,
+            "short {path}"
+        );
+    }
+    let r = with(a, "GET", "/debug/pprof/goroutine", None, &op_read);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("tokio-rt-worker"), "{}", r.body);
+    let r = with(a, "GET", "/debug/pprof/profile?seconds=1", None, &op_read);
+    assert_eq!(r.status, 200, "{}", r.body.len());
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let r = with(
+        a,
+        "GET",
+        "/debug/pprof/profile?seconds=100000",
+        None,
+        &op_read,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = with(a, "GET", "/debug/pprof/heap", None, &op_read);
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(
+        r.body.starts_with("Unknown profile: the allocator"),
+        "{}",
+        r.body
+    );
+}

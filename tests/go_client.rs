@@ -4,9 +4,7 @@
 //! server: not the router's "no such path" (`cairn_http_unrouted_total`)
 //! and not a 405 for a method the endpoint lacks. Enterprise-only requests
 //! and those Consul no longer serves answer 404, as Consul CE answers
-//! them. Peering's requests are issue 53's and only counted here; the few
-//! CE requests cairn does not serve yet are named in `NOT_YET`, and the
-//! test fails once one of them is served, so that the list only shrinks.
+//! them. Peering's requests are issue 53's and only counted here.
 //!
 //! The requests go out anonymous to a default-deny server, so each reaches
 //! its handler and is refused there (or answered filtered): nothing the
@@ -18,15 +16,6 @@ use common::acl::{ROOT, deny_server, with};
 use common::{METRICS, metric_in};
 
 const LIST: &str = include_str!("fixtures/go-client-requests.tsv");
-
-/// CE requests cairn does not serve yet (issue 52 item 4: Go's profiles).
-const NOT_YET: [(&str, &str); 5] = [
-    ("GET", "/debug/pprof/goroutine"),
-    ("GET", "/debug/pprof/heap"),
-    ("GET", "/debug/pprof/profile"),
-    ("GET", "/debug/pprof/trace"),
-    ("GET", "/debug/pprof/{name}"),
-];
 
 /// One row of the list.
 struct Row<'a> {
@@ -106,23 +95,17 @@ fn every_request_of_the_official_go_client_reaches_an_endpoint() {
         let served = !missed && got.status != 405;
         let ok = match r.edition {
             "ent" | "gone" => got.status == 404,
-            _ if NOT_YET.contains(&(r.method, r.path)) => !served,
             _ => served,
         };
         checked += 1;
         if !ok {
             wrong.push(format!(
-                "{} {} ({} in {}, {}{}): {}{} {}",
+                "{} {} ({} in {}, {}): {}{} {}",
                 r.method,
                 r.path,
                 r.func,
                 r.file,
                 r.edition,
-                if NOT_YET.contains(&(r.method, r.path)) {
-                    ", served now: take it out of NOT_YET"
-                } else {
-                    ""
-                },
                 got.status,
                 if missed { " no route" } else { "" },
                 got.body.lines().next().unwrap_or("")
@@ -148,8 +131,10 @@ fn a_path_no_endpoint_serves_is_counted_and_answered_as_consul_does() {
     let s = deny_server();
     let before = unrouted(s.http_addr);
     let r = with(s.http_addr, "GET", "/v1/no-such-endpoint", None, ROOT);
-    assert_eq!(r.status, 404);
-    assert!(r.body.is_empty(), "{}", r.body);
+    assert_eq!(
+        (r.status, r.body.trim()),
+        (404, "Invalid URL path: not a recognized HTTP API endpoint")
+    );
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(unrouted(s.http_addr), before + 1.0);
     // An endpoint's own 404 is not counted as a missing endpoint.

@@ -155,6 +155,11 @@ pub fn router(agent: App) -> Router {
             // checks the token (`health_view`).
             .route("/v1/health/service/{*name}", get(instances::<false>))
             .route("/v1/health/connect/{*name}", get(instances::<true>))
+            // Profiles of this process, never passed on to a server's.
+            .route(
+                "/debug/{*profile}",
+                axum::routing::any(crate::request::no_route),
+            )
             .fallback(forward)
             .with_state(agent),
     )

@@ -152,6 +152,7 @@ pub(super) fn apply_server(
         f.bootstrap_expect
     );
     from_file!(m, "encrypt", a.encrypt, f.encrypt.clone().map(Some));
+    from_file!(m, "enable_debug", a.enable_debug, f.enable_debug);
     from_file!(
         m,
         "http_max_conns_per_client",

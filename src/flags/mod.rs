@@ -68,6 +68,11 @@ pub struct ServerArgs {
     /// One server with its data in a fresh temporary directory.
     #[arg(long)]
     dev: bool,
+    /// Serve Consul's `/debug/pprof/` (a CPU profile, a thread dump) with
+    /// ACLs off too (with ACLs on they are served behind operator:read);
+    /// on with --dev, as Consul's `enable_debug`.
+    #[arg(long)]
+    enable_debug: bool,
     #[arg(long)]
     node: Option<String>,
     #[arg(long)]
@@ -512,6 +517,7 @@ impl ServerArgs {
             encrypt,
             insecure_raft: a.insecure_raft,
             dev: a.dev,
+            enable_debug: a.enable_debug || a.dev,
             acl: a.common.acl.server(),
             agent_tokens: a.common.acl.tokens(),
             acl_replication_token: a

@@ -11,6 +11,7 @@ mod config;
 pub mod connect;
 pub mod coordinate;
 mod dataplane;
+mod debug;
 pub mod event;
 mod gateways;
 mod health;
@@ -145,6 +146,7 @@ pub fn router(server: App) -> Router {
         .merge(replication::routes())
         .merge(ui::routes())
         .merge(virtual_ip::routes())
+        .merge(debug::routes(server.config()))
         .layer(middleware::from_fn_with_state(
             server.clone(),
             forward_to_leader,

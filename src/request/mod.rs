@@ -374,8 +374,8 @@ pub async fn trace_request(req: Request, next: Next) -> Response {
     .await
 }
 
-/// A path no endpoint serves: Consul's answer (its index handler's empty
-/// 404), counted, so that an operator sees clients calling an endpoint
+/// A path no endpoint serves: Consul's answer (its index handler's 404 and
+/// words), counted, so that an operator sees clients calling an endpoint
 /// this server lacks (`cairn_http_unrouted_total`). Outside the routes'
 /// layers, so it counts and marks its answer itself.
 pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
@@ -383,12 +383,18 @@ pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     crate::metrics::HTTP_ERRORS.inc();
     crate::metrics::HTTP_UNROUTED.inc();
     tracing::debug!(%method, path = uri.path(), "no endpoint serves this path");
+    let why = if uri.path().contains("/v1/") {
+        "Invalid URL path: not a recognized HTTP API endpoint\n"
+    } else {
+        "Invalid URL path: if attempting to use the HTTP API, ensure the path starts with '/v1/'\n"
+    };
     (
         StatusCode::NOT_FOUND,
         [(
             axum::http::header::X_CONTENT_TYPE_OPTIONS,
             axum::http::HeaderValue::from_static("nosniff"),
         )],
+        why,
     )
         .into_response()
 }
