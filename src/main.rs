@@ -38,9 +38,10 @@ enum Command {
     /// Run a client agent: keeps its node's services and checks, runs the
     /// checks, and keeps the catalog in step by anti-entropy.
     Agent(Box<AgentArgs>),
-    /// Inspect a stopped server's data dir: what a start would find.
-    #[command(subcommand)]
-    Debug(DebugCmd),
+    /// Capture a live bundle of the agent's state, metrics, logs and
+    /// profiles for a bug report, as `consul debug` (`data-dir`: inspect a
+    /// stopped server's data dir instead).
+    Debug(DebugCommand),
     /// Print a fresh key for `cairn server --encrypt` (base64 of 32 random
     /// bytes); generate one and give every server the same.
     Keygen,
@@ -55,6 +56,15 @@ enum Command {
     /// Commands against a server's HTTP API (see `cairn::cli`).
     #[command(flatten)]
     Cli(cairn::cli::CliCommand),
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct DebugCommand {
+    #[command(subcommand)]
+    cmd: Option<DebugCmd>,
+    #[command(flatten)]
+    bundle: cairn::cli::debug::DebugArgs,
 }
 
 #[derive(Subcommand)]
@@ -140,12 +150,18 @@ fn main() -> anyhow::Result<()> {
             println!("Consul API v{CONSUL_VERSION} ({VERSION_METADATA})");
             Ok(())
         }
-        Command::Debug(DebugCmd::DataDir { dir }) => {
+        Command::Debug(DebugCommand {
+            cmd: Some(DebugCmd::DataDir { dir }),
+            ..
+        }) => {
             let (lines, ok) = cairn::raft::inspect::inspect_data_dir(&dir);
             for l in lines {
                 println!("{l}");
             }
             std::process::exit(if ok { 0 } else { 1 })
+        }
+        Command::Debug(DebugCommand { cmd: None, bundle }) => {
+            std::process::exit(cairn::cli::run_debug(bundle, cli.token))
         }
         Command::Agent(a) => {
             let (a, file) = a.merged(&sub("agent"))?;

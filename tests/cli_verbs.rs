@@ -551,3 +551,113 @@ fn catalog_datacenters_and_the_ca_configuration() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(s.get_json("/v1/connect/ca/configuration"), got);
 }
+
+/// `cairn debug`, as `consul debug`: a bundle of the agent's self, host and
+/// members, its metrics and logs over `-duration`, a CPU profile and a
+/// thread dump per interval, archived as `<output>.tar.gz`; refused up
+/// front without a token that reads the agent; Consul's checks of the
+/// flags. `cairn debug data-dir` keeps inspecting a data dir.
+#[test]
+fn debug_captures_a_bundle_as_consul_debug() {
+    let s = Server::dev();
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("bundle");
+    let o = cli(
+        &s.url,
+        &[
+            "debug",
+            "-duration=5s",
+            "-interval=5s",
+            "-output",
+            output.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!output.exists(), "the directory goes once archived");
+    let gz = std::fs::File::open(dir.path().join("bundle.tar.gz")).unwrap();
+    let mut files = std::collections::BTreeMap::new();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+    for e in tar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().display().to_string();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut e, &mut body).unwrap();
+        files.insert(name, body);
+    }
+    let text = |name: &str| {
+        let f = files
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", files.keys()));
+        String::from_utf8_lossy(f).into_owned()
+    };
+    let json = |name: &str| serde_json::from_str::<Value>(&text(name)).unwrap();
+    assert_eq!(
+        json("bundle/index.json")["Targets"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    let agent = json("bundle/agent.json");
+    assert!(
+        agent["Config"]["NodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty()),
+        "{agent}"
+    );
+    assert!(
+        json("bundle/host.json")["Memory"]["total"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(!json("bundle/members.json").as_array().unwrap().is_empty());
+    let metrics = text("bundle/metrics.json");
+    let first: Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert!(first["Counters"].is_array(), "{first}");
+    // The bundle's own requests are logged at debug level.
+    assert!(
+        text("bundle/consul.log").contains("[DEBUG]"),
+        "{}",
+        text("bundle/consul.log")
+    );
+    assert_eq!(
+        files["bundle/profile.prof"][..2],
+        [0x1f, 0x8b],
+        "a gzipped pprof profile"
+    );
+    assert!(
+        files.keys().any(|k| k.ends_with("/goroutine.prof")),
+        "{:?}",
+        files.keys()
+    );
+
+    let o = cli(&s.url, &["debug", "-interval=1s"]);
+    assert_eq!(err(&o).trim(), "interval must be longer than 5s");
+    let o = cli(&s.url, &["debug", "-capture=nope"]);
+    assert!(err(&o).starts_with("invalid capture target"), "{}", err(&o));
+    let o = cli(&s.url, &["debug", "data-dir", dir.path().to_str().unwrap()]);
+    assert!(out(&o).contains("raft-log"), "{}", out(&o));
+
+    let acl = acl_started(Server::builder().dev(), "deny");
+    let o = cli(
+        &acl.url,
+        &[
+            "debug",
+            "-duration=5s",
+            "-interval=5s",
+            "-output",
+            dir.path().join("anon").to_str().unwrap(),
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("error querying target agent"),
+        "{}",
+        err(&o)
+    );
+    assert!(
+        !dir.path().join("anon").exists(),
+        "nothing written when refused"
+    );
+}

@@ -24,6 +24,7 @@ mod agent;
 mod catalog;
 pub(crate) mod config;
 mod connect;
+pub mod debug;
 mod event;
 mod intention;
 mod kv;
@@ -38,7 +39,7 @@ pub mod snapshot;
 mod tls;
 mod watch;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Subcommand;
 use serde_json::Value;
@@ -170,6 +171,12 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         },
     };
     finish(result)
+}
+
+/// `cairn debug` (a live bundle; its `data-dir` subcommand is the
+/// binary's own): the exit code.
+pub fn run_debug(a: debug::DebugArgs, token: Option<String>) -> i32 {
+    finish(Client::from_env(token).and_then(|c| debug::run(&c, a)))
 }
 
 /// Prints a failed command's error; the exit code.
@@ -454,6 +461,58 @@ impl Client {
 
     pub fn get_json(&self, path: &str) -> Result<Value, CliError> {
         self.expect_ok(reqwest::Method::GET, path, None)?.json()
+    }
+
+    /// Runs `f` on the client's runtime (several requests at once).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// A GET that must succeed, its body as bytes, allowed `timeout`.
+    pub async fn bytes(&self, path: &str, timeout: Duration) -> Result<Vec<u8>, CliError> {
+        let resp = self
+            .request(reqwest::Method::GET, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
+        if !(200..300).contains(&status) {
+            return Err(CliError(format!(
+                "{path}: unexpected response code: {status} ({})",
+                String::from_utf8_lossy(&body).trim()
+            )));
+        }
+        Ok(body.to_vec())
+    }
+
+    /// A streamed GET (metrics, logs) read until `until`: what came.
+    pub async fn stream_until(&self, path: &str, until: Instant) -> Result<Vec<u8>, CliError> {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut resp = self
+            .request(reqwest::Method::GET, path)
+            .timeout(left + Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status().as_u16();
+        if !resp.status().is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(CliError(format!(
+                "{path}: unexpected response code: {status} ({})",
+                body.trim()
+            )));
+        }
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::from_std(until);
+        while let Ok(chunk) = tokio::time::timeout_at(deadline, resp.chunk()).await {
+            match chunk.map_err(|e| self.unreachable(&e))? {
+                Some(c) => out.extend_from_slice(&c),
+                None => break,
+            }
+        }
+        Ok(out)
     }
 
     /// The node name of the agent (server) we talk to.
