@@ -267,3 +267,47 @@ fn without_a_handler_it_prints_once_and_exits() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `agent_service` (blocking on the content hash: another service's change
+/// does not run it), `connect_roots` and `connect_leaf`, Consul's types.
+#[test]
+fn agent_service_and_connect_watches() {
+    let s = Server::dev();
+    let register = |id: &str, port: u16| {
+        let body = format!(r#"{{"ID": "{id}", "Name": "web", "Port": {port}}}"#);
+        put(s.http_addr, "/v1/agent/service/register", &body);
+    };
+    register("web1", 80);
+    let svc = Watch::start(&s, &["-type", "agent_service", "-service-id", "web1"]);
+    assert_eq!(svc.ran(1)[0]["Port"], 80);
+    only_changes_count(&svc, 2, || register("web2", 90), || register("web1", 81));
+    assert_eq!(svc.runs()[1]["Port"], 81);
+    assert_ne!(svc.runs()[0]["ContentHash"], svc.runs()[1]["ContentHash"]);
+
+    let print = |args: &[&str]| {
+        let out = common::cli(&s.url, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let roots = print(&["watch", "-type", "connect_roots"]);
+    let root = roots["Roots"][0]["RootCert"].as_str().unwrap();
+    assert!(root.contains("BEGIN CERTIFICATE"), "{roots}");
+    let leaf = print(&["watch", "-type", "connect_leaf", "-service", "web"]);
+    assert_eq!(leaf["Service"], "web", "{leaf}");
+    assert!(
+        leaf["CertPEM"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let out = common::cli(&s.url, &["watch", "-type", "connect_leaf"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Must specify a single service to watch"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

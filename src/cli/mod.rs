@@ -97,7 +97,8 @@ pub enum CliCommand {
     /// Fire a user event, to the nodes its filters match.
     Event(event::EventArgs),
     /// Watch a view (key, keyprefix, services, nodes, service, checks,
-    /// event) and run a handler with its JSON on every change.
+    /// event, connect_roots, connect_leaf, agent_service) and run a handler
+    /// with its JSON on every change.
     Watch(watch::WatchArgs),
     /// Make the agent read its configuration files again.
     Reload,

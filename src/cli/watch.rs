@@ -8,7 +8,9 @@
 //!
 //! A change is Consul's: the index moved and the answer differs from the
 //! last one handled. An `event` watch hands on only the events after the
-//! last one handled (the first run: all the agent has).
+//! last one handled (the first run: all the agent has). `agent_service`
+//! blocks on the service's content hash (the agent's endpoint has no
+//! index), as Consul's watch does.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -34,6 +36,15 @@ enum Kind {
     Service,
     Checks,
     Event,
+    /// The CA's roots, as the agent serves them.
+    #[value(name = "connect_roots")]
+    ConnectRoots,
+    /// `-service`'s leaf certificate from the agent.
+    #[value(name = "connect_leaf")]
+    ConnectLeaf,
+    /// `-service-id`'s registration on the agent.
+    #[value(name = "agent_service")]
+    AgentService,
 }
 
 #[derive(Args, Debug)]
@@ -47,9 +58,12 @@ pub struct WatchArgs {
     /// `keyprefix`: the prefix.
     #[arg(long)]
     prefix: Option<String>,
-    /// `service`, `checks`: the service.
+    /// `service`, `checks`, `connect_leaf`: the service.
     #[arg(long)]
     service: Option<String>,
+    /// `agent_service`: the service instance's ID.
+    #[arg(long)]
+    service_id: Option<String>,
     /// `service`: only instances with these tags (repeatable).
     #[arg(long)]
     tag: Vec<String>,
@@ -107,6 +121,15 @@ fn path_of(a: &WatchArgs) -> Result<String, CliError> {
             Some(n) if !n.is_empty() => format!("/v1/event/list?name={}", enc(n)),
             _ => "/v1/event/list".into(),
         },
+        Kind::ConnectRoots => "/v1/agent/connect/ca/roots".into(),
+        Kind::ConnectLeaf => format!(
+            "/v1/agent/connect/ca/leaf/{}",
+            enc(&need(&a.service, "service")?)
+        ),
+        Kind::AgentService => format!(
+            "/v1/agent/service/{}",
+            enc(&need(&a.service_id, "service_id")?)
+        ),
     })
 }
 
@@ -158,10 +181,14 @@ pub fn run(c: &Client, a: WatchArgs) -> Result<i32, CliError> {
     let mut index = 0u64;
     let mut last: Option<Value> = None;
     let mut failures = 0u32;
+    let by_hash = a.kind == Kind::AgentService;
     loop {
         let mut query = Vec::new();
-        if index > 0 {
-            query.push(format!("index={index}&wait={WAIT}"));
+        let hash = last.as_ref().and_then(|v| v["ContentHash"].as_str());
+        match (by_hash, hash) {
+            (true, Some(h)) => query.push(format!("hash={}&wait={WAIT}", enc(h))),
+            (false, _) if index > 0 => query.push(format!("index={index}&wait={WAIT}")),
+            _ => {}
         }
         if a.stale {
             query.push("stale".to_string());
@@ -193,7 +220,7 @@ pub fn run(c: &Client, a: WatchArgs) -> Result<i32, CliError> {
         } else {
             at
         };
-        if last.is_some() && at == before {
+        if !by_hash && last.is_some() && at == before {
             continue;
         }
         if last.as_ref() == Some(&view) {
