@@ -190,6 +190,18 @@ fn intentions_create_get_check_list_and_delete() {
         "{text}"
     );
 
+    // match: what applies to db, in evaluation order; by source, what
+    // applies to web (a wildcard source too); none to api as destination.
+    assert_eq!(
+        ok(&s, &["intention", "match", "db"]),
+        "web => db (allow)\n* => db (deny)\n"
+    );
+    assert_eq!(
+        ok(&s, &["intention", "match", "-source", "web"]),
+        "web => db (allow)\n* => db (deny)\n"
+    );
+    assert_eq!(ok(&s, &["intention", "match", "api"]), "");
+
     // -replace turns the allow into a deny.
     ok(
         &s,

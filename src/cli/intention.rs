@@ -1,4 +1,5 @@
-//! `cairn intention create|delete|check|get|list`, worded as Consul's CLI.
+//! `cairn intention create|delete|check|get|list|match`, worded as
+//! Consul's CLI.
 //! Intentions are addressed by source and destination (Consul 1.9+'s
 //! exact endpoints); `check` exits 2 when the connection is denied.
 
@@ -20,6 +21,20 @@ pub enum IntentionCmd {
     Get(Pair),
     /// List every intention.
     List(ListArgs),
+    /// Show the intentions that apply to a destination (or, with
+    /// -source, a source), in the order they are evaluated.
+    Match(MatchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MatchArgs {
+    /// Match intentions with the given source.
+    #[arg(long, conflicts_with = "destination")]
+    source: bool,
+    /// Match intentions with the given destination (the default).
+    #[arg(long)]
+    destination: bool,
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -90,6 +105,17 @@ pub fn run(c: &Client, cmd: IntentionCmd) -> Result<i32, CliError> {
             print_intention(&ixn);
             Ok(0)
         }
+        IntentionCmd::Match(a) => {
+            let by = if a.source { "source" } else { "destination" };
+            let path = format!("/v1/connect/intentions/match?by={by}&name={}", enc(&a.name));
+            let v = c
+                .get_json(&path)
+                .map_err(|e| CliError(format!("Error matching the connection: {}", e.0)))?;
+            for i in v[&a.name].as_array().into_iter().flatten() {
+                println!("{}", one_line(i));
+            }
+            Ok(0)
+        }
         IntentionCmd::List(a) => {
             let v = c
                 .get_json("/v1/connect/intentions")
@@ -133,6 +159,25 @@ fn action(i: &Value) -> String {
         Some(a) if !a.is_empty() => a.to_string(),
         _ => "<permissions>".into(),
     }
+}
+
+/// `SRC => DST (action)`, or the permissions' count when they decide, as
+/// Consul's `Intention.String`.
+fn one_line(i: &Value) -> String {
+    let detail = match i["Permissions"].as_array().map_or(0, Vec::len) {
+        0 => s(&i["Action"]).to_string(),
+        1 => "1 permission".to_string(),
+        n => format!("{n} permissions"),
+    };
+    let peer = |p: &Value, name: &str| match p.as_str() {
+        Some(p) if !p.is_empty() => format!("peer({p})/{name}"),
+        _ => name.to_string(),
+    };
+    format!(
+        "{} => {} ({detail})",
+        peer(&i["SourcePeer"], s(&i["SourceName"])),
+        s(&i["DestinationName"])
+    )
 }
 
 fn pair(p: &Pair) -> Result<(&str, &str), CliError> {
