@@ -673,3 +673,76 @@ fn debug_captures_a_bundle_as_consul_debug() {
         "nothing written when refused"
     );
 }
+
+/// `connect expose`, as Consul's: a listener for the service on the
+/// ingress gateway's config entry and an allow intention from the gateway;
+/// again, the service's definition updated and the intention kept; another
+/// service on another port; a conflicting protocol on the port refused.
+#[test]
+fn connect_expose_puts_a_service_behind_an_ingress_gateway() {
+    let s = Server::dev();
+    let args = [
+        "connect",
+        "expose",
+        "-ingress-gateway",
+        "ingress",
+        "-service",
+        "web",
+        "-port",
+        "8080",
+    ];
+    assert_eq!(
+        ok(&s, &args),
+        "Successfully updated config entry for ingress service \"ingress\"\n\
+         Successfully set up intention for \"ingress\" -> \"web\"\n"
+    );
+    let e = s.get_json("/v1/config/ingress-gateway/ingress");
+    assert_eq!(e["Listeners"][0]["Port"], 8080, "{e}");
+    assert_eq!(e["Listeners"][0]["Protocol"], "tcp");
+    assert_eq!(e["Listeners"][0]["Services"][0]["Name"], "web");
+    let i = s.get_json("/v1/connect/intentions/exact?source=ingress&destination=web");
+    assert_eq!(i["Action"], "allow");
+
+    assert_eq!(
+        ok(&s, &args),
+        "Updating service definition for \"web\" on listener with port 8080\n\
+         Successfully updated config entry for ingress service \"ingress\"\n\
+         Intention already exists for \"ingress\" -> \"web\"\n"
+    );
+    // A second service on another port: a listener of its own (a tcp
+    // listener serves one service).
+    let mut api = args.to_vec();
+    api[5] = "api";
+    api[7] = "8081";
+    ok(&s, &api);
+    let e = s.get_json("/v1/config/ingress-gateway/ingress");
+    let ports: Vec<(u64, &str)> = e["Listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["Port"].as_u64().unwrap(),
+                l["Services"][0]["Name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ports, [(8080, "web"), (8081, "api")], "{e}");
+
+    let mut http = args.to_vec();
+    http.extend(["-protocol", "http"]);
+    let o = cli(&s.url, &http);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        err(&o).trim(),
+        "Listener on port 8080 already configured with conflicting protocol \"tcp\""
+    );
+    let o = cli(
+        &s.url,
+        &["connect", "expose", "-service", "web", "-port", "1"],
+    );
+    assert_eq!(
+        err(&o).trim(),
+        "An ingress gateway service must be given via the -ingress-gateway flag."
+    );
+}

@@ -1,5 +1,6 @@
-//! `cairn connect ca get-config|set-config` and `cairn connect envoy
-//! -bootstrap`: the Envoy bootstrap for a sidecar, as `consul connect
+//! `cairn connect ca get-config|set-config`, `cairn connect expose` (a
+//! service behind an ingress gateway, as Consul's) and `cairn connect
+//! envoy -bootstrap`: the Envoy bootstrap for a sidecar, as `consul connect
 //! envoy -bootstrap` prints it (node id = the proxy's service ID, one
 //! static cluster to the agent's gRPC port, ADS over Delta gRPC with the
 //! token as `x-consul-token`); `cairn connect grpc-bootstrap -service ID`:
@@ -12,7 +13,7 @@
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{CliError, CliResult, Client, env_var, print_json};
+use super::{CliError, CliResult, Client, enc, env_var, print_json};
 
 #[derive(Subcommand, Debug)]
 pub enum ConnectCmd {
@@ -24,6 +25,29 @@ pub enum ConnectCmd {
     /// Print the xDS bootstrap of a proxyless gRPC client (its
     /// GRPC_XDS_BOOTSTRAP file).
     GrpcBootstrap(GrpcBootstrapArgs),
+    /// Expose a service through an ingress gateway: a listener on -port
+    /// for it in the gateway's config entry, and an intention allowing the
+    /// gateway to connect.
+    Expose(ExposeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExposeArgs {
+    /// The ingress gateway service to use.
+    #[arg(long, default_value = "")]
+    ingress_gateway: String,
+    /// The service to expose.
+    #[arg(long, default_value = "")]
+    service: String,
+    /// The gateway's listener port for the service.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// The listener's protocol.
+    #[arg(long, default_value = "tcp")]
+    protocol: String,
+    /// A DNS name routed to the service (repeatable).
+    #[arg(long)]
+    host: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -119,7 +143,110 @@ pub fn run(c: &Client, cmd: ConnectCmd, token: Option<String>) -> CliResult {
             print_json(&b)
         }
         ConnectCmd::GrpcBootstrap(a) => print_json(&grpc_bootstrap(c, &a, token)?),
+        ConnectCmd::Expose(a) => expose(c, a),
     }
+}
+
+/// `connect expose`, as Consul's: the service added to (or updated on) the
+/// gateway's listener for the port, written check-and-set, then an allow
+/// intention from the gateway unless one exists.
+fn expose(c: &Client, a: ExposeArgs) -> CliResult {
+    if a.service.is_empty() {
+        return Err(CliError(
+            "A service name must be given via the -service flag.".into(),
+        ));
+    }
+    if a.ingress_gateway.is_empty() {
+        return Err(CliError(
+            "An ingress gateway service must be given via the -ingress-gateway flag.".into(),
+        ));
+    }
+    if a.port == 0 {
+        return Err(CliError(
+            "A port must be provided via the -port flag.".into(),
+        ));
+    }
+    let (gw, svc) = (&a.ingress_gateway, &a.service);
+    let path = format!("/v1/config/ingress-gateway/{}", enc(gw));
+    let r = c.send(reqwest::Method::GET, &path, None)?;
+    let mut entry = match r.status {
+        200 => r.json()?,
+        404 => json!({"Kind": "ingress-gateway", "Name": gw}),
+        st => {
+            return Err(CliError(format!(
+                "Error fetching existing ingress gateway configuration: Unexpected response code: {st} ({})",
+                r.body.trim()
+            )));
+        }
+    };
+    let cas = entry["ModifyIndex"].as_u64().unwrap_or(0);
+    let service = json!({"Name": svc, "Hosts": a.host});
+    if !entry["Listeners"].is_array() {
+        entry["Listeners"] = json!([]);
+    }
+    let listeners = entry["Listeners"].as_array_mut().expect("an array");
+    match listeners
+        .iter_mut()
+        .find(|l| l["Port"].as_u64() == Some(u64::from(a.port)))
+    {
+        Some(l) => {
+            let protocol = l["Protocol"].as_str().unwrap_or("tcp");
+            if protocol != a.protocol {
+                return Err(CliError(format!(
+                    "Listener on port {} already configured with conflicting protocol {protocol:?}",
+                    a.port
+                )));
+            }
+            if !l["Services"].is_array() {
+                l["Services"] = json!([]);
+            }
+            let services = l["Services"].as_array_mut().expect("an array");
+            match services.iter_mut().find(|s| s["Name"] == json!(svc)) {
+                Some(s) => {
+                    println!(
+                        "Updating service definition for {svc:?} on listener with port {}",
+                        a.port
+                    );
+                    *s = service;
+                }
+                None => services.push(service),
+            }
+        }
+        None => listeners.push(json!({
+            "Port": a.port, "Protocol": a.protocol, "Services": [service],
+        })),
+    }
+    let r = c
+        .expect_ok(
+            reqwest::Method::PUT,
+            &format!("/v1/config?cas={cas}"),
+            Some(entry.to_string()),
+        )
+        .map_err(|e| CliError(format!("Error writing ingress config entry: {}", e.0)))?;
+    if r.body.trim() != "true" {
+        return Err(CliError(
+            "Ingress config entry was changed while attempting to update, please try again.".into(),
+        ));
+    }
+    println!("Successfully updated config entry for ingress service {gw:?}");
+    let exact = format!(
+        "/v1/connect/intentions/exact?source={}&destination={}",
+        enc(gw),
+        enc(svc)
+    );
+    let r = c.send(reqwest::Method::GET, &exact, None)?;
+    if r.status == 200 && r.json()?["Action"] == "allow" {
+        println!("Intention already exists for {gw:?} -> {svc:?}");
+        return Ok(());
+    }
+    c.expect_ok(
+        reqwest::Method::PUT,
+        &exact,
+        Some(json!({"SourceType": "consul", "Action": "allow"}).to_string()),
+    )
+    .map_err(|e| CliError(format!("Error upserting intention: {}", e.0)))?;
+    println!("Successfully set up intention for {gw:?} -> {svc:?}");
+    Ok(())
 }
 
 /// The proxy's service ID: given, or the sidecar registered for
