@@ -746,3 +746,50 @@ fn connect_expose_puts_a_service_behind_an_ingress_gateway() {
         "An ingress gateway service must be given via the -ingress-gateway flag."
     );
 }
+
+/// `operator usage instances`, as Consul's: the billable total and this
+/// datacenter's, the billable services table, the Connect instances by
+/// kind; -billable and -connect show one part.
+#[test]
+fn operator_usage_instances_prints_consuls_tables() {
+    let s = Server::dev();
+    for (id, port) in [("web1", 80), ("web2", 81)] {
+        let body = json!({"ID": id, "Name": "web", "Port": port,
+            "Connect": {"SidecarService": {}}});
+        let r = s.put("/v1/agent/service/register", &body.to_string());
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let u = s.get_json("/v1/operator/usage");
+    let dc = &u["Usage"]["dc1"];
+    let billable = dc["BillableServiceInstances"].as_u64().unwrap();
+    let text = ok(&s, &["operator", "usage", "instances"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("Billable Service Instances Total: {billable}"),
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("dc1 Billable Service Instances: {billable}")
+    );
+    assert_eq!(lines[3], "Billable Services");
+    assert_eq!(lines[4], "Services      Service instances");
+    assert!(lines[5].ends_with(&billable.to_string()), "{text}");
+    assert_eq!(lines[7], "Connect Services");
+    assert!(lines[8].starts_with("Type") && lines[8].ends_with("Service instances"));
+    let proxies = dc["ConnectServiceInstances"]["connect-proxy"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(proxies, 2, "{u}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("connect-proxy") && l.ends_with(" 2")),
+        "{text}"
+    );
+    let only = ok(&s, &["operator", "usage", "instances", "-connect"]);
+    assert!(only.starts_with("Connect Services\n"), "{only}");
+    let only = ok(&s, &["operator", "usage", "instances", "-billable"]);
+    assert!(!only.contains("Connect Services"), "{only}");
+}

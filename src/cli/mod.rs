@@ -37,6 +37,7 @@ mod rtt;
 pub mod services;
 pub mod snapshot;
 mod tls;
+mod usage;
 mod watch;
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! `cairn operator raft list-peers|remove-peer|transfer-leader` and
-//! `cairn operator autopilot get-config|set-config|state`.
+//! `cairn operator raft list-peers|remove-peer|transfer-leader`,
+//! `cairn operator autopilot get-config|set-config|state` and `cairn
+//! operator usage instances` (`cli::usage`).
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -14,6 +15,9 @@ pub enum OperatorCmd {
     /// Autopilot: its configuration and the servers' health.
     #[command(subcommand)]
     Autopilot(AutopilotCmd),
+    /// What the catalog holds: service instance usage.
+    #[command(subcommand)]
+    Usage(super::usage::UsageCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,6 +91,7 @@ pub struct RemovePeerArgs {
 pub fn run(c: &Client, cmd: OperatorCmd) -> CliResult {
     match cmd {
         OperatorCmd::Autopilot(a) => autopilot(c, a),
+        OperatorCmd::Usage(u) => super::usage::run(c, u),
         OperatorCmd::Raft(RaftCmd::ListPeers(a)) => list_peers(c, a),
         OperatorCmd::Raft(RaftCmd::RemovePeer(a)) => remove_peer(c, a),
         OperatorCmd::Raft(RaftCmd::TransferLeader(a)) => {
