@@ -132,7 +132,13 @@ fn main() -> anyhow::Result<()> {
             .build()
     };
     match cli.command {
-        Command::Cli(cmd) => std::process::exit(cairn::cli::run(cmd, inspect_snapshot, cli.token)),
+        Command::Cli(cmd) => {
+            let snapshots = cairn::cli::snapshot::Readers {
+                inspect: inspect_snapshot,
+                decode: decode_snapshot,
+            };
+            std::process::exit(cairn::cli::run(cmd, snapshots, cli.token))
+        }
         Command::Keygen => {
             println!("{}", cairn::raft::encrypt::EncryptKey::generate()?);
             Ok(())
@@ -186,6 +192,17 @@ fn main() -> anyhow::Result<()> {
             ))
         }
     }
+}
+
+/// A snapshot file's records for `cairn snapshot decode`, read by the raft
+/// layer.
+fn decode_snapshot(
+    bytes: &[u8], each: &mut dyn FnMut(&str, serde_json::Value),
+) -> Result<(), String> {
+    let framed =
+        cairn::raft::snapshot_archive::unwrap(bytes, cairn::raft::snapshot_archive::MAX_STATE)
+            .map_err(|e| e.to_string())?;
+    cairn::raft::snapshot_file::decode(&framed, each)
 }
 
 /// The CLI's view of a snapshot file, read by the raft layer (the CLI sits

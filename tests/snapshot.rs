@@ -359,8 +359,8 @@ fn a_damaged_snapshot_is_refused_and_changes_nothing() {
     assert_ne!(content(&s), want, "the state saved before the later write");
 }
 
-#[test]
-fn inspect_prints_index_term_and_rows_per_table() {
+/// A dev server with the content and one more key, saved to a file.
+fn saved_content() -> (Server, tempfile::TempDir, std::path::PathBuf) {
     let s = Server::dev();
     s.settle();
     let dir = tempfile::tempdir().unwrap();
@@ -368,6 +368,12 @@ fn inspect_prints_index_term_and_rows_per_table() {
     put_ok(&s, "/v1/kv/other", json!("y"));
     let file = dir.path().join("s.snap");
     save(&s, &file);
+    (s, dir, file)
+}
+
+#[test]
+fn inspect_prints_index_term_and_rows_per_table() {
+    let (s, _dir, file) = saved_content();
     let index = s.get("/v1/kv/other").index();
 
     let out = cli(&s.url, &["snapshot", "inspect", file.to_str().unwrap()]);
@@ -410,6 +416,61 @@ fn inspect_prints_index_term_and_rows_per_table() {
     let out = cli(&s.url, &["snapshot", "inspect", file.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"));
+}
+
+/// `snapshot decode`, as Consul's: a header line, then a `{"Type",
+/// "Data"}` JSON line per row, each row once, in Consul's record names.
+#[test]
+fn decode_prints_every_row_as_a_json_line() {
+    let (s, _dir, file) = saved_content();
+    let out = cli(&s.url, &["snapshot", "decode", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["Type"], "SnapshotHeader");
+    assert!(
+        lines[0]["Data"]["Index"].as_u64().unwrap() > 0,
+        "{}",
+        lines[0]
+    );
+    let of = |kind: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["Type"] == kind)
+            .map(|l| &l["Data"])
+            .collect()
+    };
+    // The same rows `inspect` counts: app/a, app/b, app/lock-x, other.
+    let mut keys: Vec<&str> = of("KVS")
+        .iter()
+        .map(|k| k["Key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["app/a", "app/b", "app/lock-x", "other"]);
+    let other = of("KVS").into_iter().find(|k| k["Key"] == "other").unwrap();
+    assert_eq!(other["Value"], "eQ==", "base64 of y: {other}");
+    // Two nodes, two services, two checks, each a registration.
+    let regs = of("Register");
+    assert_eq!(regs.iter().filter(|r| r["Service"].is_object()).count(), 2);
+    assert_eq!(regs.iter().filter(|r| r["Check"].is_object()).count(), 2);
+    assert_eq!(regs.iter().filter(|r| r["Address"].is_string()).count(), 2);
+    assert_eq!(of("Session").len(), 1);
+    assert_eq!(of("ConfigEntry").len(), 1);
+
+    std::fs::write(&file, b"not a snapshot").unwrap();
+    let out = cli(&s.url, &["snapshot", "decode", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("Error extracting snapshot data"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

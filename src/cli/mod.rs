@@ -131,9 +131,9 @@ impl<E: std::fmt::Display> From<E> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Runs one command; returns the process exit code. `inspect` reads a
-/// snapshot file (see `snapshot::Inspect`).
-pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -> i32 {
+/// Runs one command; returns the process exit code. `snapshots` reads
+/// snapshot files (see `snapshot::Readers`).
+pub fn run(cmd: CliCommand, snapshots: snapshot::Readers, token: Option<String>) -> i32 {
     // A server is needed by every command but `tls` (local files only).
     let client = || Client::from_env(token.clone());
     let result = match cmd {
@@ -146,7 +146,7 @@ pub fn run(cmd: CliCommand, inspect: snapshot::Inspect, token: Option<String>) -
         CliCommand::Config(c) => client().and_then(|cl| config::run(&cl, c)),
         CliCommand::DiscoveryChain(a) => client().and_then(|cl| config::discovery_chain(&cl, a)),
         CliCommand::Maint(a) => client().and_then(|cl| maint::run(&cl, a)),
-        CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, inspect)),
+        CliCommand::Snapshot(c) => client().and_then(|cl| snapshot::run(&cl, c, snapshots)),
         CliCommand::Acl(c) => client().and_then(|cl| acl::run(&cl, *c)),
         CliCommand::Login(a) => client().and_then(|cl| login::login(&cl, a)),
         CliCommand::Logout => client().and_then(|cl| login::logout(&cl)),

@@ -1,8 +1,10 @@
-//! `cairn snapshot save|restore|inspect FILE`, as `consul snapshot`: save
-//! the whole state of the cluster to a file, restore one, and show what a
-//! file holds (offline). Reading a file's tables is the Raft and state
-//! layers' business (above this one): the binary hands it in (`Inspect`).
+//! `cairn snapshot save|restore|inspect|decode FILE`, as `consul
+//! snapshot`: save the whole state of the cluster to a file, restore one,
+//! and show what a file holds, or print its every row (offline). Reading
+//! a file's tables is the Raft and state layers' business (above this
+//! one): the binary hands it in (`Readers`).
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -22,6 +24,9 @@ pub enum SnapshotCmd {
     Restore { file: PathBuf },
     /// Show what a snapshot FILE holds: index, term, rows per table, size.
     Inspect { file: PathBuf },
+    /// Print a snapshot FILE as JSON lines: `{"Type": "SnapshotHeader",
+    /// "Data": ...}`, then a `{"Type", "Data"}` line per row.
+    Decode { file: PathBuf },
 }
 
 /// What `inspect` shows of a snapshot file.
@@ -35,7 +40,18 @@ pub struct Inspection {
 /// Checks a snapshot file whole and reads its tables.
 pub type Inspect = fn(&[u8]) -> Result<Inspection, String>;
 
-pub fn run(c: &Client, cmd: SnapshotCmd, inspect: Inspect) -> CliResult {
+/// Hands each record of a snapshot file (type, JSON) to the callback.
+pub type Decode = fn(&[u8], &mut dyn FnMut(&str, serde_json::Value)) -> Result<(), String>;
+
+/// How the binary reads snapshot files for this layer.
+#[derive(Clone, Copy)]
+pub struct Readers {
+    pub inspect: Inspect,
+    pub decode: Decode,
+}
+
+pub fn run(c: &Client, cmd: SnapshotCmd, readers: Readers) -> CliResult {
+    let inspect = readers.inspect;
     match cmd {
         SnapshotCmd::Save { file, stale } => {
             let path = if stale {
@@ -81,6 +97,25 @@ pub fn run(c: &Client, cmd: SnapshotCmd, inspect: Inspect) -> CliResult {
                     .map(|(t, n)| vec![t.to_string(), n.to_string()]),
             );
             print!("{}", table(&rows));
+            Ok(())
+        }
+        SnapshotCmd::Decode { file } => {
+            let bytes = read(&file)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut failed = None;
+            (readers.decode)(&bytes, &mut |kind, data| {
+                let line = serde_json::json!({"Type": kind, "Data": data});
+                if failed.is_none()
+                    && let Err(e) = writeln!(out, "{line}")
+                {
+                    failed = Some(e);
+                }
+            })
+            .map_err(|e| CliError(format!("Error extracting snapshot data: {e}")))?;
+            if let Some(e) = failed {
+                return Err(CliError(format!("Error writing the records: {e}")));
+            }
+            out.flush()?;
             Ok(())
         }
     }

@@ -391,6 +391,21 @@ pub fn inspect(bytes: &[u8]) -> Result<Contents, String> {
     })
 }
 
+/// A framed snapshot as `consul snapshot decode` prints one: its header
+/// (index, term, size), then each row as (record type, JSON).
+pub fn decode(bytes: &[u8], each: &mut dyn FnMut(&str, serde_json::Value)) -> Result<(), String> {
+    let (meta, data) =
+        from_bytes(std::path::Path::new("snapshot"), bytes).map_err(|e| e.to_string())?;
+    let (index, _) = crate::state::snapshot::counts(data).map_err(|e| format!("{e:#}"))?;
+    let term = meta.last_log_id.map(|l| l.leader_id.term).unwrap_or(0);
+    each(
+        "SnapshotHeader",
+        serde_json::json!({"Index": index, "Term": term, "Size": data.len()}),
+    );
+    crate::state::snapshot::decode_rows(data, each).map_err(|e| format!("{e:#}"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::FileExt;

@@ -81,6 +81,58 @@ pub fn counts(bytes: &[u8]) -> anyhow::Result<(u64, Vec<(&'static str, usize)>)>
     ))
 }
 
+/// Each row of an encoded state as (Consul's snapshot record type, the
+/// row's JSON), table by table (for `cairn snapshot decode`); its index.
+pub fn decode_rows(
+    bytes: &[u8], each: &mut dyn FnMut(&str, serde_json::Value),
+) -> anyhow::Result<u64> {
+    use bincode::Options;
+    use serde_json::{json, to_value};
+    let b: Decoded = bounded(bytes.len() as u64).deserialize(bytes)?;
+    for n in &b.nodes {
+        each("Register", to_value(n)?);
+    }
+    for (node, s) in &b.services {
+        each("Register", json!({"Node": node, "Service": s}));
+    }
+    for c in &b.checks {
+        each("Register", json!({"Node": c.node, "Check": c}));
+    }
+    for kv in &b.kv {
+        each("KVS", to_value(kv)?);
+    }
+    for s in &b.sessions {
+        each("Session", to_value(s)?);
+    }
+    for (key, d) in &b.lock_delays {
+        each(
+            "LockDelay",
+            json!({"Key": key, "StartMs": d.start_ms, "DelayMs": d.delay_ms}),
+        );
+    }
+    for e in &b.config {
+        each("ConfigEntry", e.clone());
+    }
+    for row in &b.acl {
+        let (kind, v) = match row {
+            AclRow::Token(t) => ("ACLToken", to_value(&**t)?),
+            AclRow::Policy(p) => ("ACLPolicy", to_value(&**p)?),
+            AclRow::Role(r) => ("ACLRole", to_value(&**r)?),
+            AclRow::AuthMethod(m) => ("ACLAuthMethod", to_value(&**m)?),
+            AclRow::BindingRule(r) => ("ACLBindingRule", to_value(&**r)?),
+            AclRow::Bootstrapped(i) => ("ACLBootstrap", json!({"ModifyIndex": i})),
+        };
+        each(kind, v);
+    }
+    if let Some(ca) = &b.connect_ca {
+        each("ConnectCA", to_value(ca)?);
+    }
+    for (key, index) in &b.indexes {
+        each("Index", json!({"Key": key.to_string(), "Value": index}));
+    }
+    Ok(b.index)
+}
+
 /// A reader that counts the bytes taken from it.
 struct CountingRead<R> {
     inner: R,
