@@ -1,9 +1,10 @@
 //! `cairn connect ca get-config|set-config`, `cairn connect expose` (a
 //! service behind an ingress gateway, as Consul's) and `cairn connect
-//! envoy -bootstrap`: the Envoy bootstrap for a sidecar, as `consul connect
-//! envoy -bootstrap` prints it (node id = the proxy's service ID, one
-//! static cluster to the agent's gRPC port, ADS over Delta gRPC with the
-//! token as `x-consul-token`); `cairn connect grpc-bootstrap -service ID`:
+//! envoy`: Envoy run (exec'd) for a sidecar with its bootstrap, or with
+//! `-bootstrap` the bootstrap printed, as `consul connect envoy` (node id =
+//! the proxy's service ID, one static cluster to the agent's gRPC port, ADS
+//! over Delta gRPC with the token as `x-consul-token`); `cairn connect
+//! grpc-bootstrap -service ID`:
 //! the xDS bootstrap of a proxyless gRPC client (node id = the service
 //! instance it is: the agent's, else a catalog instance, agentless, with
 //! `-node` to choose among nodes; the server's gRPC port with `xds_v3`, the
@@ -20,7 +21,8 @@ pub enum ConnectCmd {
     /// The Connect CA's configuration.
     #[command(subcommand)]
     Ca(CaCmd),
-    /// Print the Envoy bootstrap of a sidecar (with -bootstrap).
+    /// Run Envoy for a sidecar, reading its bootstrap (-bootstrap: print
+    /// the bootstrap instead).
     Envoy(EnvoyArgs),
     /// Print the xDS bootstrap of a proxyless gRPC client (its
     /// GRPC_XDS_BOOTSTRAP file).
@@ -86,9 +88,12 @@ pub struct SetConfig {
 
 #[derive(Args, Debug)]
 pub struct EnvoyArgs {
-    /// Print the bootstrap instead of running Envoy (cairn only prints).
+    /// Print the bootstrap instead of running Envoy.
     #[arg(long)]
     bootstrap: bool,
+    /// The Envoy binary to run (default: `envoy` on the PATH).
+    #[arg(long)]
+    envoy_binary: Option<std::path::PathBuf>,
     /// The ID of the service whose sidecar this is (found in the agent's
     /// services).
     #[arg(long)]
@@ -107,6 +112,9 @@ pub struct EnvoyArgs {
     /// CONSUL_GRPC_CACERT, then CONSUL_CACERT.
     #[arg(long)]
     grpc_ca_file: Option<String>,
+    /// Arguments for Envoy itself, after `--`.
+    #[arg(last = true)]
+    envoy_args: Vec<String>,
 }
 
 pub fn run(c: &Client, cmd: ConnectCmd, token: Option<String>) -> CliResult {
@@ -132,15 +140,11 @@ pub fn run(c: &Client, cmd: ConnectCmd, token: Option<String>) -> CliResult {
             Ok(())
         }
         ConnectCmd::Envoy(a) => {
-            if !a.bootstrap {
-                return Err(CliError(
-                    "cairn does not run Envoy: use -bootstrap and start Envoy with the \
-                     printed configuration"
-                        .into(),
-                ));
-            }
             let b = envoy_bootstrap(c, &a, token)?;
-            print_json(&b)
+            if a.bootstrap {
+                return print_json(&b);
+            }
+            exec_envoy(&a, &b)
         }
         ConnectCmd::GrpcBootstrap(a) => print_json(&grpc_bootstrap(c, &a, token)?),
         ConnectCmd::Expose(a) => expose(c, a),
@@ -247,6 +251,80 @@ fn expose(c: &Client, a: ExposeArgs) -> CliResult {
     .map_err(|e| CliError(format!("Error upserting intention: {}", e.0)))?;
     println!("Successfully set up intention for {gw:?} -> {svc:?}");
     Ok(())
+}
+
+/// Replaces this process with Envoy reading `bootstrap`, as Consul's
+/// `connect envoy` does: the file (it holds the token) unlinked at once
+/// and handed over open, as Envoy's stdin (`--config-path /dev/stdin`),
+/// hot restart off unless Envoy's own arguments configure it.
+fn exec_envoy(a: &EnvoyArgs, bootstrap: &Value) -> CliResult {
+    use std::io::{Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::process::CommandExt;
+    let binary = match &a.envoy_binary {
+        Some(b) => b.clone(),
+        None => find_on_path("envoy").ok_or_else(|| {
+            CliError(
+                "Couldn't find envoy binary: exec: \"envoy\": executable file not found in $PATH"
+                    .into(),
+            )
+        })?,
+    };
+    let wrote = |e: std::io::Error| {
+        CliError(format!(
+            "Could not write envoy bootstrap config to a temp file: {e}"
+        ))
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let path = std::env::temp_dir().join(format!(
+        "envoy-ephemeral-config-{}-{nanos}",
+        std::process::id()
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(wrote)?;
+    std::fs::remove_file(&path).map_err(wrote)?;
+    file.write_all(serde_json::to_string(bootstrap)?.as_bytes())
+        .map_err(wrote)?;
+    file.rewind().map_err(wrote)?;
+    let hot_restart = a.envoy_args.iter().any(|x| {
+        [
+            "--restart-epoch",
+            "--hot-restart-version",
+            "--drain-time-s",
+            "--parent-shutdown-time-s",
+        ]
+        .iter()
+        .any(|o| x == o || x.starts_with(&format!("{o}=")))
+    });
+    let mut cmd = std::process::Command::new(&binary);
+    cmd.arg("--config-path").arg("/dev/stdin").stdin(file);
+    if !hot_restart {
+        cmd.arg("--disable-hot-restart");
+    }
+    cmd.args(&a.envoy_args);
+    let e = cmd.exec();
+    Err(CliError(format!("Failed to exec envoy: {e}")))
+}
+
+/// The first executable `name` in the PATH's directories.
+fn find_on_path(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// The proxy's service ID: given, or the sidecar registered for

@@ -89,3 +89,49 @@ def test_bootstrap_refuses_an_unknown_service(acl_server):
     out = bootstrap(acl_server, "-bootstrap", "-sidecar-for", "nope")
     assert out.returncode == 1
     assert "No sidecar proxy registered for nope" in out.stderr
+
+
+def test_connect_envoy_runs_envoy_with_the_bootstrap(acl_server, tmp_path):
+    """Without -bootstrap, `connect envoy` becomes Envoy (exec), as
+    Consul's: the bootstrap handed over as an already unlinked file on
+    Envoy's stdin (`--config-path /dev/stdin`: the token is never left on
+    disk), hot restart off unless Envoy's arguments set it, the arguments
+    after `--` passed on. No Envoy is packaged here: an `envoy` on the PATH
+    that records what it was given stands in for it."""
+    register_web(acl_server)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    envoy = bin_dir / "envoy"
+    envoy.write_text("#!/bin/sh\n"
+                     f"printf '%s\\n' \"$@\" > {tmp_path}/args\n"
+                     f"cat /dev/stdin > {tmp_path}/config\n")
+    envoy.chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+
+    def run(*extra):
+        env = dict(os.environ, CAIRN_HTTP_ADDR=acl_server.url, CAIRN_HTTP_TOKEN=TOKEN,
+                   PATH=f"{bin_dir}:{os.environ['PATH']}", TMPDIR=str(tmp))
+        env.pop("CONSUL_HTTP_ADDR", None)
+        return subprocess.run([cairn_bin(), "connect", "envoy", "-sidecar-for", "web", *extra],
+                              env=env, capture_output=True, text=True, timeout=30)
+
+    out = run("--", "--log-level", "debug")
+    assert out.returncode == 0, out.stderr
+    args = (tmp_path / "args").read_text().split()
+    assert args == ["--config-path", "/dev/stdin", "--disable-hot-restart",
+                    "--log-level", "debug"]
+    b = json_format.Parse((tmp_path / "config").read_text(), bootstrap_pb2.Bootstrap())
+    assert b.node.id == "web-sidecar-proxy"
+    assert list(tmp.iterdir()) == [], "the bootstrap file is unlinked before Envoy runs"
+
+    out = run("--", "--restart-epoch", "1")
+    assert out.returncode == 0, out.stderr
+    assert "--disable-hot-restart" not in (tmp_path / "args").read_text().split()
+
+    env = dict(os.environ, CAIRN_HTTP_ADDR=acl_server.url, CAIRN_HTTP_TOKEN=TOKEN,
+               PATH="/nonexistent")
+    out = subprocess.run([cairn_bin(), "connect", "envoy", "-sidecar-for", "web"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "Couldn't find envoy binary" in out.stderr
