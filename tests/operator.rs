@@ -290,6 +290,36 @@ fn the_keyring_lists_the_encrypt_key_or_says_there_is_none() {
     );
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("not supported"), "{}", r.body);
+    // `cairn keyring`, as `consul keyring` prints and fails.
+    let o = cli(&s.url, &["keyring", "-list"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        text,
+        format!(
+            "==> Gathering installed encryption keys...\n\nWAN:\n  {KEY} [1/1]\n\ndc1 (LAN):\n  {KEY} [1/1]\n"
+        ),
+        "{text}"
+    );
+    let o = cli(
+        &s.url,
+        &[
+            "keyring",
+            "-install",
+            "8CooQRX1+VK7MsQQK6lx2LhumpSfQzUjE63HdAu2hgA=",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("error: Unexpected response code: 400"),
+        "{err}"
+    );
+    let o = cli(&s.url, &["keyring", "-list", "-remove", KEY]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "Only a single action is allowed"
+    );
 
     // Under default deny: keyring:read to list, keyring:write to change.
     let guarded = acl_started(Server::builder().dev().arg("--encrypt").arg(KEY), "deny");

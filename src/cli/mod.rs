@@ -27,6 +27,7 @@ mod connect;
 pub mod debug;
 mod event;
 mod intention;
+mod keyring;
 mod kv;
 mod lock;
 mod login;
@@ -95,6 +96,9 @@ pub enum CliCommand {
     /// Connect: the CA's configuration, a sidecar's Envoy bootstrap.
     #[command(subcommand)]
     Connect(connect::ConnectCmd),
+    /// The servers' encryption keys: list them, or install, use and remove
+    /// one.
+    Keyring(keyring::KeyringArgs),
     /// Fire a user event, to the nodes its filters match.
     Event(event::EventArgs),
     /// Watch a view (key, keyprefix, services, nodes, service, checks,
@@ -156,6 +160,7 @@ pub fn run(cmd: CliCommand, snapshots: snapshot::Readers, token: Option<String>)
             Err(e) => Err(e),
         },
         CliCommand::Event(a) => client().and_then(|cl| event::run(&cl, a)),
+        CliCommand::Keyring(a) => client().and_then(|cl| keyring::run(&cl, a)),
         CliCommand::Watch(a) => match client().and_then(|cl| watch::run(&cl, a)) {
             Ok(code) => return code,
             Err(e) => Err(e),
