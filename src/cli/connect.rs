@@ -177,9 +177,10 @@ fn expose(c: &Client, a: ExposeArgs) -> CliResult {
         200 => r.json()?,
         404 => json!({"Kind": "ingress-gateway", "Name": gw}),
         st => {
+            let e = super::unexpected(st, r.body.as_bytes());
             return Err(CliError(format!(
-                "Error fetching existing ingress gateway configuration: Unexpected response code: {st} ({})",
-                r.body.trim()
+                "Error fetching existing ingress gateway configuration: {}",
+                e.0
             )));
         }
     };

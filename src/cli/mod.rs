@@ -135,6 +135,15 @@ impl<E: std::fmt::Display> From<E> for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// A server's refusal, in the Go client's words:
+/// `Unexpected response code: 403 (Permission denied ...)`.
+pub fn unexpected(status: u16, body: &[u8]) -> CliError {
+    CliError(format!(
+        "Unexpected response code: {status} ({})",
+        String::from_utf8_lossy(body).trim()
+    ))
+}
+
 /// Runs one command; returns the process exit code. `snapshots` reads
 /// snapshot files (see `snapshot::Readers`).
 pub fn run(cmd: CliCommand, snapshots: snapshot::Readers, token: Option<String>) -> i32 {
@@ -432,11 +441,7 @@ impl Client {
     ) -> Result<Reply, CliError> {
         let r = self.send(method, path, body)?;
         if !(200..300).contains(&r.status) {
-            return Err(CliError(format!(
-                "Unexpected response code: {} ({})",
-                r.status,
-                r.body.trim()
-            )));
+            return Err(unexpected(r.status, r.body.as_bytes()));
         }
         Ok(r)
     }
@@ -451,11 +456,8 @@ impl Client {
             let mut resp = req.send().await.map_err(|e| self.unreachable(&e))?;
             if !resp.status().is_success() {
                 let status = resp.status().as_u16();
-                let body = resp.text().await.unwrap_or_default();
-                return Err(CliError(format!(
-                    "Unexpected response code: {status} ({})",
-                    body.trim()
-                )));
+                let body = resp.bytes().await.unwrap_or_default();
+                return Err(unexpected(status, &body));
             }
             while let Some(chunk) = resp.chunk().await.map_err(|e| self.unreachable(&e))? {
                 if !each(&chunk) {
@@ -486,10 +488,7 @@ impl Client {
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(|e| self.unreachable(&e))?;
         if !(200..300).contains(&status) {
-            return Err(CliError(format!(
-                "{path}: unexpected response code: {status} ({})",
-                String::from_utf8_lossy(&body).trim()
-            )));
+            return Err(CliError(format!("{path}: {}", unexpected(status, &body).0)));
         }
         Ok(body.to_vec())
     }
@@ -505,11 +504,8 @@ impl Client {
             .map_err(|e| self.unreachable(&e))?;
         let status = resp.status().as_u16();
         if !resp.status().is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            return Err(CliError(format!(
-                "{path}: unexpected response code: {status} ({})",
-                body.trim()
-            )));
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(CliError(format!("{path}: {}", unexpected(status, &body).0)));
         }
         let mut out = Vec::new();
         let deadline = tokio::time::Instant::from_std(until);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use super::{CliError, CliResult, Client, table};
+use super::{CliError, CliResult, Client, table, unexpected};
 
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCmd {
@@ -123,11 +123,4 @@ pub fn run(c: &Client, cmd: SnapshotCmd, readers: Readers) -> CliResult {
 
 fn read(file: &std::path::Path) -> Result<Vec<u8>, CliError> {
     std::fs::read(file).map_err(|e| CliError(format!("Error reading {}: {e}", file.display())))
-}
-
-fn unexpected(status: u16, body: &[u8]) -> CliError {
-    CliError(format!(
-        "Unexpected response code: {status} ({})",
-        String::from_utf8_lossy(body).trim()
-    ))
 }

@@ -148,10 +148,7 @@ fn view_of(kind: Kind, status: u16, body: &str) -> Result<Value, CliError> {
         }
     }
     if !(200..300).contains(&status) {
-        return Err(CliError(format!(
-            "Unexpected response code: {status} ({})",
-            body.trim()
-        )));
+        return Err(super::unexpected(status, body.as_bytes()));
     }
     let v: Value = serde_json::from_str(body)
         .map_err(|e| CliError(format!("Invalid JSON from the server: {e}")))?;

@@ -361,17 +361,21 @@ pub async fn trace_request(req: Request, next: Next) -> Response {
     let span = tracing::debug_span!("http", method = %req.method(), path = %req.uri().path());
     async move {
         let mut resp = bad_input_is_400(next.run(req).await);
-        // No answer is to be read as another type than it says (a value
-        // written by one user must never run as a page on the UI's origin).
-        resp.headers_mut().insert(
-            axum::http::header::X_CONTENT_TYPE_OPTIONS,
-            axum::http::HeaderValue::from_static("nosniff"),
-        );
+        nosniff(&mut resp);
         tracing::debug!(status = resp.status().as_u16(), "answered");
         resp
     }
     .instrument(span)
     .await
+}
+
+/// No answer is to be read as another type than it says (a value written
+/// by one user must never run as a page on the UI's origin).
+fn nosniff(resp: &mut Response) {
+    resp.headers_mut().insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
 }
 
 /// A path no endpoint serves: Consul's answer (its index handler's 404 and
@@ -388,15 +392,9 @@ pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     } else {
         "Invalid URL path: if attempting to use the HTTP API, ensure the path starts with '/v1/'\n"
     };
-    (
-        StatusCode::NOT_FOUND,
-        [(
-            axum::http::header::X_CONTENT_TYPE_OPTIONS,
-            axum::http::HeaderValue::from_static("nosniff"),
-        )],
-        why,
-    )
-        .into_response()
+    let mut resp = (StatusCode::NOT_FOUND, why).into_response();
+    nosniff(&mut resp);
+    resp
 }
 
 /// The contract answers every kind of bad input with 400 and a one-line
